@@ -1,0 +1,154 @@
+// Store: fusetune's SQLite database (runs, trials, best configs, regressions, workers, jobs).
+//
+// The only place in the project that speaks SQL. WAL mode, foreign keys on, busy timeout
+// set, schema version in PRAGMA user_version with forward-only migrations applied by Open().
+// Every write method runs in one transaction: it either fully happens or not at all, so a
+// process killed at any instant leaves the last committed state.
+//
+// Thread-safety: a Store is thread-safe (one connection guarded by a mutex). Several
+// processes may open the same file; SQLite's locking (WAL) serialises their writers.
+#ifndef FUSETUNE_DB_STORE_H_
+#define FUSETUNE_DB_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fusetune/tuner/trial.h"
+
+namespace fusetune {
+
+// Verdict of one regression check (see ci/).
+struct Regression {
+  int64_t id = 0;
+  std::string commit;
+  std::string baseline_commit;
+  std::string device_class;
+  std::string problem_key;
+  std::string config_key;
+  std::string metric;        // "latency" or "max_rel_error"
+  double ratio = 0;          // new / baseline
+  double p_value = 1;
+  std::string verdict;       // "regressed", "same", "improved", "unknown"
+  int64_t created_unix_ms = 0;
+};
+
+struct WorkerRecord {
+  std::string worker_id;
+  std::string host;
+  std::string backend;
+  std::string device_class;
+  std::string device_json;   // DeviceInfo as JSON
+  int64_t registered_unix_ms = 0;
+  int64_t last_heartbeat_unix_ms = 0;
+};
+
+enum class JobState { kQueued, kLeased, kDone, kFailed };
+std::string_view JobStateName(JobState s);  // "queued", "leased", "done", "failed"
+
+// A tuning job: a list of problems to sweep on one device class at one commit.
+struct Job {
+  int64_t job_id = 0;
+  JobState state = JobState::kQueued;
+  std::string device_class;        // which workers may lease it
+  std::string commit;
+  std::vector<std::string> problem_keys;
+  std::string spec_json;           // full request (problems incl. length lists, budget)
+  int max_trials = 0;              // per problem; 0 = exhaustive
+  double max_seconds = 0;          // per problem; 0 = unbounded
+  std::string leased_by;           // worker_id while leased
+  int64_t lease_expiry_unix_ms = 0;
+  int attempts = 0;                // how many times it was leased
+  int64_t run_id = 0;              // the run its trials go to (set on first lease)
+  std::string error;               // when failed
+  int64_t created_unix_ms = 0;
+  int64_t finished_unix_ms = 0;
+};
+
+class Store : public TrialSink {
+ public:
+  // Opens (creating if absent) and migrates the database at `path` (":memory:" works).
+  // FailedPrecondition if the file's schema is newer than this binary knows; Internal on
+  // an SQLite error (message includes SQLite's).
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store() override;
+
+  // Schema version this binary migrates to.
+  static int LatestSchemaVersion();
+  absl::StatusOr<int> SchemaVersion();
+
+  // ---- runs
+  // Inserts a run; returns its id (also written to info.run_id by callers).
+  absl::StatusOr<int64_t> BeginRun(const RunInfo& info);
+  absl::Status FinishRun(int64_t run_id);
+  absl::StatusOr<RunInfo> GetRun(int64_t run_id);
+  // The most recent unfinished run with the same commit, device class, and label; NotFound
+  // if none. Used by sweeps to resume after a crash.
+  absl::StatusOr<RunInfo> FindUnfinishedRun(std::string_view commit, std::string_view device_class,
+                                            std::string_view label);
+
+  // ---- trials
+  // Idempotent by trial_id. NotFound if the run does not exist.
+  absl::Status RecordTrial(const Trial& trial) override;
+  absl::Status RecordTrials(const std::vector<Trial>& trials);  // one transaction
+  // Trials of a run, optionally only one problem (empty = all), ordered by insertion.
+  absl::StatusOr<std::vector<Trial>> ListTrials(int64_t run_id, std::string_view problem_key = {});
+  // Trials for a problem on a device class across runs (newest first), at most `limit`.
+  absl::StatusOr<std::vector<Trial>> ListTrialsForProblem(std::string_view device_class,
+                                                          std::string_view problem_key,
+                                                          int limit);
+  absl::StatusOr<bool> HasTrial(std::string_view trial_id);
+
+  // ---- best configs
+  absl::Status UpsertBestConfig(const BestConfig& best);
+  // NotFound when none recorded.
+  absl::StatusOr<BestConfig> GetBestConfig(std::string_view device_class, std::string_view problem_key);
+  // All best configs, optionally restricted to one device class; ordered by problem key.
+  absl::StatusOr<std::vector<BestConfig>> ListBestConfigs(std::string_view device_class = {});
+
+  // ---- regressions
+  absl::StatusOr<int64_t> RecordRegression(const Regression& r);
+  absl::StatusOr<std::vector<Regression>> ListRegressions(std::string_view commit = {}, int limit = 1000);
+
+  // ---- workers
+  absl::Status UpsertWorker(const WorkerRecord& w);
+  absl::Status TouchWorker(std::string_view worker_id, int64_t now_unix_ms);
+  absl::StatusOr<std::vector<WorkerRecord>> ListWorkers();
+
+  // ---- jobs (state machine: queued -> leased -> done | failed; leased -> queued on expiry)
+  absl::StatusOr<int64_t> EnqueueJob(const Job& job);
+  absl::StatusOr<Job> GetJob(int64_t job_id);
+  absl::StatusOr<std::vector<Job>> ListJobs(std::optional<JobState> state = std::nullopt, int limit = 1000);
+  // Atomically: returns expired leases to the queue, then leases the oldest queued job for
+  // `device_class` to `worker_id` until now + lease_ms. NotFound when none is queued.
+  absl::StatusOr<Job> LeaseJob(std::string_view worker_id, std::string_view device_class,
+                               int64_t now_unix_ms, int64_t lease_ms);
+  // Extends the lease; FailedPrecondition if the job is no longer leased by this worker.
+  absl::Status RenewLease(int64_t job_id, std::string_view worker_id, int64_t now_unix_ms, int64_t lease_ms);
+  // Sets the run a leased job writes to (first lease creates it).
+  absl::Status SetJobRun(int64_t job_id, int64_t run_id);
+  // Completes a leased job exactly once: OK the first time (for the leasing worker), OK and
+  // no change when already done by the same worker (a retry), FailedPrecondition otherwise.
+  absl::Status CompleteJob(int64_t job_id, std::string_view worker_id, bool success,
+                           std::string_view error, int64_t now_unix_ms);
+  // Returns a leased job to the queue (worker shutting down). FailedPrecondition if not held.
+  absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id);
+  // Returns every expired lease to the queue; the number returned.
+  absl::StatusOr<int> ExpireLeases(int64_t now_unix_ms);
+  // Count of jobs per state.
+  absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> CountJobsByState();
+
+ private:
+  class Impl;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_DB_STORE_H_

@@ -1,0 +1,149 @@
+// Backend: a device that runs the attention kernel family (CPU, CUDA, HIP).
+//
+// A Backend owns its device context and any workspace the partial/materialized variants
+// need (allocated lazily, grown on demand, freed with the backend). Tensors are passed as
+// device pointers in the layout documented in problem.h, in the problem's storage dtype.
+//
+// Thread-safety: a Backend instance is NOT thread-safe; use one instance per thread (one
+// per device for GPU backends). Describe() may be called concurrently with nothing else.
+#ifndef FUSETUNE_KERNELS_BACKEND_H_
+#define FUSETUNE_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/config.h"
+#include "fusetune/kernels/problem.h"
+
+namespace fusetune {
+
+struct DeviceInfo {
+  std::string backend;       // "cpu", "cuda", "hip"
+  std::string name;          // e.g. "NVIDIA H200" or the CPU model name
+  std::string arch;          // e.g. "sm90", "gfx90a", "x86_64-avx2"
+  int device_index = 0;      // ordinal on the host
+  int sm_count = 0;          // multiprocessors (GPU) or hardware threads (CPU)
+  int64_t shared_mem_per_block = 0;  // bytes usable by one block (opt-in max on CUDA)
+  int64_t l2_bytes = 0;      // last-level cache, bytes
+  int64_t memory_bytes = 0;  // device memory (GPU) or RAM (CPU), bytes
+  std::string driver;        // driver / runtime versions, free text
+  int max_clock_mhz = 0;     // SM (or CPU) max clock
+
+  // What a config's validity and speed depend on: backend/name/arch with spaces replaced by
+  // '-', e.g. "cuda/NVIDIA-H200/sm90" or "cpu/AMD-EPYC-7B13/x86_64-avx2". Driver and toolkit
+  // versions are deliberately left out (they go with each run).
+  std::string DeviceClass() const;
+};
+
+// Owned device memory; move-only. Freed by the deleter the backend installed.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(void* data, size_t bytes, std::function<void(void*)> deleter)
+      : data_(data), bytes_(bytes), deleter_(std::move(deleter)) {}
+  DeviceMemory(DeviceMemory&& other) noexcept { *this = std::move(other); }
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      data_ = other.data_;
+      bytes_ = other.bytes_;
+      deleter_ = std::move(other.deleter_);
+      other.data_ = nullptr;
+      other.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() { Reset(); }
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  void Reset() {
+    if (data_ != nullptr && deleter_) deleter_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  std::function<void(void*)> deleter_;
+};
+
+// Device pointers to the four tensors (storage dtype, layout of problem.h).
+struct AttentionBuffers {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+};
+
+struct TimingOptions {
+  int warmup = 3;            // untimed launches first
+  int repeats = 20;          // timed launches (samples); the backend may stop early when
+  double max_seconds = 2.0;  //   the total timed wall time exceeds max_seconds (>= 3 kept)
+  bool flush_l2 = true;      // GPU: evict L2 (or rotate inputs) before each timed launch
+};
+
+struct TimingSamples {
+  std::vector<double> micros;  // one per timed launch, in launch order
+  int sm_clock_mhz = 0;        // SM clock read during timing (0 if unknown)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceInfo Describe() const = 0;
+
+  // OK if Run() can execute this problem with this config on this device. Otherwise:
+  // InvalidArgument for an invalid problem/config, Unimplemented/FailedPrecondition (with a
+  // reason) for a valid combination this backend cannot run (unsupported head_dim, shared
+  // memory or register budget exceeded, ...). Never launches anything.
+  virtual absl::Status CanImplement(const AttentionProblem& problem,
+                                    const KernelConfig& config) const = 0;
+
+  // Computes O for the problem. Returns CanImplement's error without touching O when it
+  // fails; Internal/Unavailable on a launch or device error. Synchronous: O is complete
+  // when this returns OK.
+  virtual absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
+                           const AttentionBuffers& buffers) = 0;
+
+  // Times Run() as the options say; each sample covers exactly one kernel-family launch
+  // (all kernels of the variant), excluding cache flushing. Same errors as Run().
+  virtual absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem,
+                                             const KernelConfig& config,
+                                             const AttentionBuffers& buffers,
+                                             const TimingOptions& options) = 0;
+
+  // Device memory management (host memory for the CPU backend).
+  virtual absl::StatusOr<DeviceMemory> Allocate(size_t bytes) = 0;
+  virtual absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Sets every byte to `value` (used to poison outputs before verification).
+  virtual absl::Status Fill(void* dst, uint8_t value, size_t bytes) = 0;
+};
+
+// Backend names this build knows: always "cpu"; "cuda"/"hip" when compiled in.
+std::vector<std::string> CompiledBackends();
+
+// Creates a backend by name ("cpu", "cuda", "hip") for device `device_index`.
+// NotFound for an unknown name, Unavailable when the backend is compiled out or no device
+// is present (message says which), InvalidArgument for a bad index.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::string_view name,
+                                                       int device_index = 0);
+
+// Number of devices of a backend on this host (0 when unavailable; cpu counts 1).
+int CountDevices(std::string_view name);
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_KERNELS_BACKEND_H_

@@ -1,0 +1,61 @@
+// KernelConfig: one point of the tunable space of the attention kernel family.
+//
+// The same parameters mean the same thing on every backend:
+//   variant   fused (QK^T -> online softmax -> PV, S/P never stored), partial (QK^T+softmax
+//             fused, P stored, then PV), materialized (S stored, softmax pass, PV pass);
+//   block_m   query rows per tile (GPU: per thread block; CPU: per task);
+//   block_s   keys per tile of the inner loop;
+//   threads   GPU: threads per block (a multiple of the warp size);
+//             CPU: worker threads sharing the problem;
+//   precision arithmetic of the two matrix products: fp32 exact, tf32, fp16 or bf16 operands;
+//             the softmax state (running max m, sum l) and the accumulator are always fp32;
+//   stages    software pipeline depth of K/V tile loads (1 = no overlap);
+//   split_kv  number of KV splits combined afterwards (1 = none; decode uses more).
+//
+// Thread-safety: a plain value type.
+#ifndef FUSETUNE_KERNELS_CONFIG_H_
+#define FUSETUNE_KERNELS_CONFIG_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace fusetune {
+
+enum class Variant { kFused, kPartial, kMaterialized };
+std::string_view VariantName(Variant v);  // "fused", "partial", "materialized"
+absl::StatusOr<Variant> ParseVariant(std::string_view name);
+
+enum class Precision { kFp32, kTf32, kFp16, kBf16 };
+std::string_view PrecisionName(Precision p);  // "fp32", "tf32", "fp16", "bf16"
+absl::StatusOr<Precision> ParsePrecision(std::string_view name);
+
+struct KernelConfig {
+  Variant variant = Variant::kFused;
+  int block_m = 64;
+  int block_s = 64;
+  int threads = 1;
+  Precision precision = Precision::kFp32;
+  int stages = 1;
+  int split_kv = 1;
+
+  // Range checks only (positive sizes, stages in [1, 8], split_kv in [1, 64]); whether a
+  // backend can run it is Backend::CanImplement's question.
+  absl::Status Validate() const;
+
+  // Canonical key, e.g. fused/bm64/bs32/t4/fp32/st2; "/sk<N>" is appended when split_kv > 1.
+  std::string Key() const;
+  // Inverse of Key(); InvalidArgument on anything Key() cannot produce.
+  static absl::StatusOr<KernelConfig> FromKey(std::string_view key);
+
+  friend bool operator==(const KernelConfig&, const KernelConfig&) = default;
+};
+
+// A fixed total order used to break ties deterministically (compares Key()-relevant fields:
+// variant, precision, block_m, block_s, threads, stages, split_kv, in that order).
+bool ConfigOrderLess(const KernelConfig& a, const KernelConfig& b);
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_KERNELS_CONFIG_H_

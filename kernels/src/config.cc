@@ -1,0 +1,95 @@
+#include "fusetune/kernels/config.h"
+
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace fusetune {
+
+std::string_view VariantName(Variant v) {
+  switch (v) {
+    case Variant::kFused: return "fused";
+    case Variant::kPartial: return "partial";
+    case Variant::kMaterialized: return "materialized";
+  }
+  return "?";
+}
+
+absl::StatusOr<Variant> ParseVariant(std::string_view name) {
+  if (name == "fused") return Variant::kFused;
+  if (name == "partial") return Variant::kPartial;
+  if (name == "materialized") return Variant::kMaterialized;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown variant '", name, "' (expected fused, partial or materialized)"));
+}
+
+std::string_view PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+absl::StatusOr<Precision> ParsePrecision(std::string_view name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "tf32") return Precision::kTf32;
+  if (name == "fp16") return Precision::kFp16;
+  if (name == "bf16") return Precision::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown precision '", name, "' (expected fp32, tf32, fp16 or bf16)"));
+}
+
+absl::Status KernelConfig::Validate() const {
+  if (block_m < 1 || block_m > 1024) return absl::InvalidArgumentError("block_m must be in [1, 1024]");
+  if (block_s < 1 || block_s > 1024) return absl::InvalidArgumentError("block_s must be in [1, 1024]");
+  if (threads < 1 || threads > 1024) return absl::InvalidArgumentError("threads must be in [1, 1024]");
+  if (stages < 1 || stages > 8) return absl::InvalidArgumentError("stages must be in [1, 8]");
+  if (split_kv < 1 || split_kv > 64) return absl::InvalidArgumentError("split_kv must be in [1, 64]");
+  return absl::OkStatus();
+}
+
+std::string KernelConfig::Key() const {
+  std::string key = absl::StrCat(VariantName(variant), "/bm", block_m, "/bs", block_s, "/t",
+                                 threads, "/", PrecisionName(precision), "/st", stages);
+  if (split_kv > 1) absl::StrAppend(&key, "/sk", split_kv);
+  return key;
+}
+
+absl::StatusOr<KernelConfig> KernelConfig::FromKey(std::string_view key) {
+  std::vector<std::string_view> parts = absl::StrSplit(key, '/');
+  auto bad = [&] { return absl::InvalidArgumentError(absl::StrCat("malformed config key '", key, "'")); };
+  if (parts.size() != 6 && parts.size() != 7) return bad();
+  KernelConfig c;
+  auto variant = ParseVariant(parts[0]);
+  if (!variant.ok()) return variant.status();
+  c.variant = *variant;
+  auto field = [](std::string_view part, std::string_view prefix, int* out) {
+    return part.substr(0, prefix.size()) == prefix && absl::SimpleAtoi(part.substr(prefix.size()), out);
+  };
+  if (!field(parts[1], "bm", &c.block_m) || !field(parts[2], "bs", &c.block_s) ||
+      !field(parts[3], "t", &c.threads) || !field(parts[5], "st", &c.stages)) {
+    return bad();
+  }
+  auto precision = ParsePrecision(parts[4]);
+  if (!precision.ok()) return precision.status();
+  c.precision = *precision;
+  if (parts.size() == 7 && (!field(parts[6], "sk", &c.split_kv) || c.split_kv < 2)) return bad();
+  if (auto s = c.Validate(); !s.ok()) return s;
+  return c;
+}
+
+bool ConfigOrderLess(const KernelConfig& a, const KernelConfig& b) {
+  auto tie = [](const KernelConfig& c) {
+    return std::make_tuple(static_cast<int>(c.variant), static_cast<int>(c.precision), c.block_m,
+                           c.block_s, c.threads, c.stages, c.split_kv);
+  };
+  return tie(a) < tie(b);
+}
+
+}  // namespace fusetune

@@ -1,0 +1,286 @@
+#include "fusetune/kernels/problem.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "fusetune/kernels/reference.h"
+
+namespace fusetune {
+namespace {
+
+// FNV-1a over the length lists: stable across runs and hosts (std::hash is not).
+uint64_t HashLengths(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](int32_t x) {
+    for (int i = 0; i < 4; ++i) {
+      h ^= static_cast<uint8_t>(x >> (8 * i));
+      h *= 1099511628211ull;
+    }
+  };
+  for (int32_t x : a) mix(x);
+  mix(-1);
+  for (int32_t x : b) mix(x);
+  return h;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return std::string(buf, 12);
+}
+
+absl::Status CheckPrefixSums(const std::vector<int32_t>& cu, int batch, const char* name) {
+  if (static_cast<int64_t>(cu.size()) != static_cast<int64_t>(batch) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must have batch + 1 = ", batch + 1,
+                                                   " entries, got ", cu.size()));
+  }
+  if (cu[0] != 0) return absl::InvalidArgumentError(absl::StrCat(name, "[0] must be 0"));
+  for (size_t i = 1; i < cu.size(); ++i) {
+    if (cu[i] < cu[i - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be non-decreasing (entry ", i, ")"));
+    }
+    if (cu[i] - cu[i - 1] > kMaxSeqLen) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": sequence ", i - 1, " longer than ", kMaxSeqLen));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFp32: return "fp32";
+    case DType::kFp16: return "fp16";
+    case DType::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> ParseDType(std::string_view name) {
+  if (name == "fp32" || name == "float32") return DType::kFp32;
+  if (name == "fp16" || name == "float16") return DType::kFp16;
+  if (name == "bf16" || name == "bfloat16") return DType::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name, "' (expected fp32, fp16 or bf16)"));
+}
+
+int DTypeBytes(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
+
+std::string_view ProblemKindName(ProblemKind kind) {
+  return kind == ProblemKind::kPrefill ? "prefill" : "decode";
+}
+
+absl::StatusOr<ProblemKind> ParseProblemKind(std::string_view name) {
+  if (name == "prefill") return ProblemKind::kPrefill;
+  if (name == "decode") return ProblemKind::kDecode;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown problem kind '", name, "' (expected prefill or decode)"));
+}
+
+absl::Status AttentionProblem::Validate() const {
+  if (batch < 1 || batch > kMaxBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("batch must be in [1, ", kMaxBatch, "], got ", batch));
+  }
+  if (q_heads < 1 || q_heads > kMaxHeads) {
+    return absl::InvalidArgumentError(absl::StrCat("q_heads must be in [1, ", kMaxHeads, "], got ", q_heads));
+  }
+  if (kv_heads < 1 || kv_heads > q_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_heads must be in [1, q_heads=", q_heads, "], got ", kv_heads));
+  }
+  if (q_heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_heads (", kv_heads,
+                                                   ") must divide q_heads (", q_heads, ")"));
+  }
+  if (head_dim < kMinHeadDim || head_dim > kMaxHeadDim || head_dim % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("head_dim must be a multiple of 8 in [",
+                                                   kMinHeadDim, ", ", kMaxHeadDim, "], got ",
+                                                   head_dim));
+  }
+  if (!std::isfinite(softmax_scale) || softmax_scale < 0.0f) {
+    return absl::InvalidArgumentError("softmax_scale must be finite and >= 0 (0 = 1/sqrt(d))");
+  }
+  if (page_block_size != 0) {
+    return absl::UnimplementedError(
+        "paged KV (page_block_size != 0) is not implemented yet; use contiguous KV");
+  }
+  if (q_len < 0 || q_len > kMaxSeqLen || kv_len < 0 || kv_len > kMaxSeqLen) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q_len and kv_len must be in [0, ", kMaxSeqLen, "]"));
+  }
+  if (cu_seqlens_q.empty() != cu_seqlens_k.empty()) {
+    return absl::InvalidArgumentError("cu_seqlens_q and cu_seqlens_k must both be set or both empty");
+  }
+  if (is_varlen()) {
+    if (!kv_valid_lens.empty()) {
+      return absl::InvalidArgumentError(
+          "kv_valid_lens applies to uniform batches; varlen batches express lengths in cu_seqlens_k");
+    }
+    if (auto s = CheckPrefixSums(cu_seqlens_q, batch, "cu_seqlens_q"); !s.ok()) return s;
+    if (auto s = CheckPrefixSums(cu_seqlens_k, batch, "cu_seqlens_k"); !s.ok()) return s;
+    if (cu_seqlens_q.back() < 1) {
+      return absl::InvalidArgumentError("varlen batch has no query tokens at all");
+    }
+    int max_q = 0, max_k = 0;
+    for (int b = 0; b < batch; ++b) {
+      max_q = std::max(max_q, cu_seqlens_q[b + 1] - cu_seqlens_q[b]);
+      max_k = std::max(max_k, cu_seqlens_k[b + 1] - cu_seqlens_k[b]);
+    }
+    if (max_q != q_len || max_k != kv_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "for varlen batches q_len/kv_len must equal the longest sequence (", max_q, "/",
+          max_k, "), got ", q_len, "/", kv_len));
+    }
+  } else {
+    if (q_len < 1) return absl::InvalidArgumentError("q_len must be >= 1");
+    if (kv_len < 1) return absl::InvalidArgumentError("kv_len must be >= 1");
+    if (!kv_valid_lens.empty()) {
+      if (static_cast<int64_t>(kv_valid_lens.size()) != batch) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "kv_valid_lens must have batch = ", batch, " entries, got ", kv_valid_lens.size()));
+      }
+      for (size_t b = 0; b < kv_valid_lens.size(); ++b) {
+        if (kv_valid_lens[b] < 0 || kv_valid_lens[b] > kv_len) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("kv_valid_lens[", b, "] must be in [0, kv_len=", kv_len, "]"));
+        }
+      }
+    }
+  }
+  if (kind == ProblemKind::kDecode && !is_varlen() && q_len > 16) {
+    return absl::InvalidArgumentError("decode problems have at most 16 queries per sequence");
+  }
+  const int64_t tq = TotalQueries(), tk = TotalKeys();
+  if (tq * q_heads * head_dim > kMaxTotalElements || tk * kv_heads * head_dim > kMaxTotalElements) {
+    return absl::InvalidArgumentError("problem too large: a tensor exceeds 2^34 elements");
+  }
+  return absl::OkStatus();
+}
+
+float AttentionProblem::EffectiveScale() const {
+  return softmax_scale > 0.0f ? softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+int64_t AttentionProblem::QueryStart(int b) const {
+  return is_varlen() ? cu_seqlens_q[b] : static_cast<int64_t>(b) * q_len;
+}
+int64_t AttentionProblem::KeyStart(int b) const {
+  return is_varlen() ? cu_seqlens_k[b] : static_cast<int64_t>(b) * kv_len;
+}
+int AttentionProblem::QueryLen(int b) const {
+  return is_varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : q_len;
+}
+int AttentionProblem::KeyLen(int b) const {
+  return is_varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : kv_len;
+}
+int AttentionProblem::VisibleKeyLen(int b) const {
+  return kv_valid_lens.empty() ? KeyLen(b) : kv_valid_lens[b];
+}
+int64_t AttentionProblem::TotalQueries() const {
+  return is_varlen() ? (cu_seqlens_q.empty() ? 0 : cu_seqlens_q.back())
+                     : static_cast<int64_t>(batch) * q_len;
+}
+int64_t AttentionProblem::TotalKeys() const {
+  return is_varlen() ? (cu_seqlens_k.empty() ? 0 : cu_seqlens_k.back())
+                     : static_cast<int64_t>(batch) * kv_len;
+}
+
+double AttentionProblem::Flops() const {
+  double pairs = 0;
+  for (int b = 0; b < batch; ++b) {
+    const int q = QueryLen(b);
+    const int k = VisibleKeyLen(b);
+    if (!causal) {
+      pairs += static_cast<double>(q) * k;
+    } else {
+      // Query i sees min(k, max(0, i + k - q + 1)) keys: sum it in closed form per range.
+      for (int i = 0; i < q; ++i) pairs += VisibleKeysForQuery(*this, b, i);
+    }
+  }
+  return 4.0 * head_dim * q_heads * pairs;
+}
+
+double AttentionProblem::MinBytes() const {
+  return static_cast<double>(DTypeBytes(dtype)) *
+         (2.0 * static_cast<double>(QElements()) + 2.0 * static_cast<double>(KVElements()));
+}
+
+std::string AttentionProblem::Key() const {
+  std::string key = absl::StrCat(ProblemKindName(kind), "/b", batch, "/hq", q_heads, "/hkv",
+                                 kv_heads, "/q", q_len, "/k", kv_len, "/d", head_dim, "/causal",
+                                 causal ? 1 : 0, "/", DTypeName(dtype));
+  if (is_varlen()) absl::StrAppend(&key, "/varlen-", Hex(HashLengths(cu_seqlens_q, cu_seqlens_k)));
+  if (!kv_valid_lens.empty()) absl::StrAppend(&key, "/kvpad-", Hex(HashLengths(kv_valid_lens, {})));
+  if (page_block_size != 0) absl::StrAppend(&key, "/page", page_block_size);
+  if (softmax_scale > 0.0f) absl::StrAppend(&key, "/scale", softmax_scale);
+  return key;
+}
+
+absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key) {
+  std::vector<std::string_view> parts = absl::StrSplit(key, '/');
+  if (parts.size() < 9) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed problem key '", key, "'"));
+  }
+  AttentionProblem p;
+  auto kind = ParseProblemKind(parts[0]);
+  if (!kind.ok()) return kind.status();
+  p.kind = *kind;
+  auto field = [&](std::string_view part, std::string_view prefix, int* out) -> bool {
+    if (part.substr(0, prefix.size()) != prefix) return false;
+    return absl::SimpleAtoi(part.substr(prefix.size()), out);
+  };
+  int causal = 0;
+  if (!field(parts[1], "b", &p.batch) || !field(parts[2], "hq", &p.q_heads) ||
+      !field(parts[3], "hkv", &p.kv_heads) || !field(parts[4], "q", &p.q_len) ||
+      !field(parts[5], "k", &p.kv_len) || !field(parts[6], "d", &p.head_dim) ||
+      !field(parts[7], "causal", &causal) || (causal != 0 && causal != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed problem key '", key, "'"));
+  }
+  p.causal = causal == 1;
+  auto dtype = ParseDType(parts[8]);
+  if (!dtype.ok()) return dtype.status();
+  p.dtype = *dtype;
+  for (size_t i = 9; i < parts.size(); ++i) {
+    std::string_view part = parts[i];
+    if (part.substr(0, 5) == "scale") {
+      if (!absl::SimpleAtof(part.substr(5), &p.softmax_scale)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad scale in key '", key, "'"));
+      }
+    } else if (part.substr(0, 4) == "page") {
+      if (!absl::SimpleAtoi(part.substr(4), &p.page_block_size)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad page size in key '", key, "'"));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key '", key, "' names length lists by hash only (", part,
+          "); such problems cannot be rebuilt from the key"));
+    }
+  }
+  if (auto s = p.Validate(); !s.ok()) return s;
+  return p;
+}
+
+std::vector<AttentionProblem> SeedPresetProblems() {
+  std::vector<AttentionProblem> out;
+  for (int s : {128, 256, 512, 1024, 2048}) {
+    AttentionProblem p;
+    p.batch = 1;
+    p.q_heads = 12;
+    p.kv_heads = 12;
+    p.q_len = s;
+    p.kv_len = s;
+    p.head_dim = 64;
+    p.dtype = DType::kFp32;
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace fusetune

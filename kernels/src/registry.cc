@@ -1,0 +1,50 @@
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/cpu_backend.h"
+#if defined(FUSETUNE_HAVE_CUDA)
+#include "fusetune/kernels/cuda_backend.h"
+#endif
+
+namespace fusetune {
+
+std::vector<std::string> CompiledBackends() {
+  std::vector<std::string> out = {"cpu"};
+#if defined(FUSETUNE_HAVE_CUDA)
+  out.push_back("cuda");
+#endif
+  return out;
+}
+
+int CountDevices(std::string_view name) {
+  if (name == "cpu") return 1;
+#if defined(FUSETUNE_HAVE_CUDA)
+  if (name == "cuda") return CudaDeviceCount();
+#endif
+  return 0;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::string_view name, int device_index) {
+  if (device_index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("device index must be >= 0, got ", device_index));
+  }
+  if (name == "cpu") {
+    if (device_index != 0) return absl::InvalidArgumentError("the cpu backend has one device (index 0)");
+    return CreateCpuBackend();
+  }
+  if (name == "cuda") {
+#if defined(FUSETUNE_HAVE_CUDA)
+    return CreateCudaBackend(device_index);
+#else
+    return absl::UnavailableError("this build has no CUDA backend (configure with -DFUSETUNE_WITH_CUDA=ON)");
+#endif
+  }
+  if (name == "hip") {
+    return absl::UnavailableError("the HIP backend is compile-only in this build (no AMD GPU runtime)");
+  }
+  return absl::NotFoundError(absl::StrCat("unknown backend '", name, "' (known: cpu, cuda, hip)"));
+}
+
+}  // namespace fusetune
