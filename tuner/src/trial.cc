@@ -1,0 +1,52 @@
+#include "fusetune/tuner/trial.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace fusetune {
+namespace {
+
+uint64_t Fnv1a(std::string_view s, uint64_t h) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string_view TrialOutcomeName(TrialOutcome o) {
+  switch (o) {
+    case TrialOutcome::kOk: return "ok";
+    case TrialOutcome::kUnsupported: return "unsupported";
+    case TrialOutcome::kLaunchFailed: return "launch_failed";
+    case TrialOutcome::kVerifyFailed: return "verify_failed";
+    case TrialOutcome::kTimedOut: return "timed_out";
+  }
+  return "?";
+}
+
+absl::StatusOr<TrialOutcome> ParseTrialOutcome(std::string_view name) {
+  for (TrialOutcome o : {TrialOutcome::kOk, TrialOutcome::kUnsupported, TrialOutcome::kLaunchFailed,
+                         TrialOutcome::kVerifyFailed, TrialOutcome::kTimedOut}) {
+    if (TrialOutcomeName(o) == name) return o;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown trial outcome '", name, "'"));
+}
+
+std::string TrialId(int64_t run_id, std::string_view problem_key, std::string_view config_key,
+                    int attempt) {
+  // '\x1f' separates fields so that ("a/b", "c") and ("a", "b/c") differ.
+  const std::string text = absl::StrCat(run_id, "\x1f", problem_key, "\x1f", config_key, "\x1f", attempt);
+  // Two independent 64-bit FNV-1a lanes: 128 bits, stable across hosts and builds.
+  const uint64_t a = Fnv1a(text, 1469598103934665603ull);
+  const uint64_t b = Fnv1a(text, 0x9e3779b97f4a7c15ull);
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(a),
+                static_cast<unsigned long long>(b));
+  return buf;
+}
+
+}  // namespace fusetune
