@@ -1,0 +1,47 @@
+// Selection: the best config of a problem from its trials, tie-aware and deterministic.
+//
+// Rule (SelectBestTrial): only kOk trials count. They are visited in ConfigOrderLess order
+// of their configs (then by trial id), so the input order never matters. The first is the
+// incumbent; a challenger replaces it only when
+//     incumbent.median - challenger.median > max(spread(incumbent), spread(challenger))
+// with spread(t) = (t.p90 - t.p10) / 2, i.e. only when it is faster by more than the noise
+// either of them showed. Within the noise the incumbent stays, so ties go to the config
+// that comes first in ConfigOrderLess (fused before partial before materialized, then
+// precision, block_m, block_s, threads, stages).
+//
+// Thread-safety: pure functions.
+#ifndef FUSETUNE_TUNER_SELECTION_H_
+#define FUSETUNE_TUNER_SELECTION_H_
+
+#include <optional>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/config.h"
+#include "fusetune/tuner/trial.h"
+
+namespace fusetune {
+
+// Half the p10..p90 range: the noise a trial's median is compared against.
+double TrialSpread(const Trial& trial);
+
+// True when `challenger` beats `incumbent` by the rule above (both must be kOk).
+bool BeatsIncumbent(const Trial& challenger, const Trial& incumbent);
+
+// The best kOk trial among `trials` (optionally only those of one variant, judged by the
+// config key's variant). nullopt when there is none. Trials whose config key does not
+// parse are ignored.
+std::optional<Trial> SelectBestTrial(std::span<const Trial> trials,
+                                     std::optional<Variant> variant = std::nullopt);
+
+// The BestConfig of one problem: the best trial over all variants, with the best fused
+// trial's speedup over the best materialized and the best partial trial (ratio of medians,
+// baseline / fused; 0 when either side has no kOk trial). NotFound when no trial is kOk.
+// InvalidArgument when the trials are of more than one problem.
+absl::StatusOr<BestConfig> SelectBest(std::span<const Trial> trials, const std::string& device_class,
+                                      int64_t run_id, const std::string& commit);
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_TUNER_SELECTION_H_

@@ -1,0 +1,102 @@
+// Sweep: tunes a list of problems on one backend and reports every trial to a sink.
+//
+// For each problem, for each variant: a searcher walks that variant's ConfigSpace until
+// its StopCondition is reached; each proposed config is measured by the Runner and sent to
+// the TrialSink before the next one starts. Then SelectBest picks the problem's BestConfig.
+//
+// Resume: before measuring, the sweep asks `lookup` whether the trial id (run, problem,
+// config, attempt 0) is already recorded; a recorded trial is not measured again but
+// counts toward the budget and takes part in selection, exactly as if it had just run.
+// Because searchers are deterministic, a sweep killed midway and started again with the
+// same run id, problems and options proposes the same configs and continues where it
+// stopped, losing and duplicating nothing.
+//
+// Budgets: max_trials_per_variant caps trials (measured + resumed) per (problem, variant);
+// max_seconds_per_problem caps measuring time per problem, shared by its variants (each
+// variant gets the time left divided by the variants left, so an early finisher donates).
+//
+// Cancellation: `*cancel` is read between trials; once true the sweep returns the problems
+// finished so far with cancelled = true. A trial in flight finishes first.
+//
+// This API takes no Store: the `fusetune sweep` command passes its SQLite store as the
+// sink, the worker daemon its spool/uploader.
+//
+// Thread-safety: RunSweep drives one Backend; do not share that backend meanwhile.
+#ifndef FUSETUNE_TUNER_SWEEP_H_
+#define FUSETUNE_TUNER_SWEEP_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/problem.h"
+#include "fusetune/tuner/config_space.h"
+#include "fusetune/tuner/runner.h"
+#include "fusetune/tuner/searcher.h"
+#include "fusetune/tuner/trial.h"
+
+namespace fusetune {
+
+struct SweepOptions {
+  ConfigSpaceOptions space;                // variants, precisions, block sizes, ...
+  SearchStrategy strategy = SearchStrategy::kRandom;
+  uint64_t seed = 1;                       // searcher seed (mixed with the problem key)
+  int max_trials_per_variant = 0;          // 0 = exhaustive
+  double max_seconds_per_problem = 0;      // 0 = unbounded
+  RunnerOptions runner;
+  std::string commit;                      // provenance written into each BestConfig
+};
+
+// Sent after each problem finishes (also the last one).
+struct SweepProgress {
+  int problem_index = 0;                   // 0-based
+  int problem_count = 0;
+  std::string problem_key;
+  int trials_measured = 0;                 // this problem, measured now
+  int trials_resumed = 0;                  // this problem, found already recorded
+  int trials_ok = 0;                       // this problem, kOk (measured or resumed)
+  double problem_seconds = 0;              // wall time spent on this problem
+  double elapsed_seconds = 0;              // since the sweep started
+  // Elapsed time scaled by the FLOPs left over the FLOPs done (cost grows with FLOPs).
+  double estimated_remaining_seconds = 0;
+  std::optional<BestConfig> best;          // nullopt when no trial of the problem was kOk
+};
+
+struct SweepResult {
+  std::vector<BestConfig> best;            // one per finished problem with a kOk trial
+  int problems_finished = 0;
+  int trials_measured = 0;
+  int trials_resumed = 0;
+  bool cancelled = false;
+};
+
+// Answers "is this trial id recorded already, and what was it?" for resume.
+// Return nullopt when it is not recorded; an error aborts the sweep.
+using TrialLookup = std::function<absl::StatusOr<std::optional<Trial>>(const std::string& trial_id)>;
+// A lookup over trials held in memory (e.g. Store::ListTrials of the resumed run).
+TrialLookup LookupInTrials(std::vector<Trial> trials);
+// A lookup that finds nothing (a fresh run).
+TrialLookup NoResume();
+
+using SweepProgressCallback = std::function<void(const SweepProgress&)>;
+
+// Runs the sweep described above. Errors (the sweep stops; trials sent so far stay
+// recorded): InvalidArgument for an invalid problem or option, or an empty problem list;
+// whatever `sink.RecordTrial` or `lookup` returned when they fail. Failing configs are
+// not errors: they are trials with their outcome.
+// `device_class` for the BestConfigs is backend.Describe().DeviceClass().
+absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const AttentionProblem> problems,
+                                     const SweepOptions& options, int64_t run_id, TrialSink& sink,
+                                     const TrialLookup& lookup,
+                                     const SweepProgressCallback& progress = nullptr,
+                                     const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_TUNER_SWEEP_H_
