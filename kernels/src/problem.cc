@@ -1,5 +1,6 @@
 #include "fusetune/kernels/problem.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -7,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "string_compat.h"
 #include "fusetune/kernels/reference.h"
 
 namespace fusetune {
@@ -35,18 +37,18 @@ std::string Hex(uint64_t v) {
 
 absl::Status CheckPrefixSums(const std::vector<int32_t>& cu, int batch, const char* name) {
   if (static_cast<int64_t>(cu.size()) != static_cast<int64_t>(batch) + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " must have batch + 1 = ", batch + 1,
+    return absl::InvalidArgumentError(internal::Cat(name, " must have batch + 1 = ", batch + 1,
                                                    " entries, got ", cu.size()));
   }
-  if (cu[0] != 0) return absl::InvalidArgumentError(absl::StrCat(name, "[0] must be 0"));
+  if (cu[0] != 0) return absl::InvalidArgumentError(internal::Cat(name, "[0] must be 0"));
   for (size_t i = 1; i < cu.size(); ++i) {
     if (cu[i] < cu[i - 1]) {
       return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be non-decreasing (entry ", i, ")"));
+          internal::Cat(name, " must be non-decreasing (entry ", i, ")"));
     }
     if (cu[i] - cu[i - 1] > kMaxSeqLen) {
       return absl::InvalidArgumentError(
-          absl::StrCat(name, ": sequence ", i - 1, " longer than ", kMaxSeqLen));
+          internal::Cat(name, ": sequence ", i - 1, " longer than ", kMaxSeqLen));
     }
   }
   return absl::OkStatus();
@@ -68,7 +70,7 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "fp16" || name == "float16") return DType::kFp16;
   if (name == "bf16" || name == "bfloat16") return DType::kBf16;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "' (expected fp32, fp16 or bf16)"));
+      internal::Cat("unknown dtype '", name, "' (expected fp32, fp16 or bf16)"));
 }
 
 int DTypeBytes(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
@@ -81,26 +83,26 @@ absl::StatusOr<ProblemKind> ParseProblemKind(std::string_view name) {
   if (name == "prefill") return ProblemKind::kPrefill;
   if (name == "decode") return ProblemKind::kDecode;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown problem kind '", name, "' (expected prefill or decode)"));
+      internal::Cat("unknown problem kind '", name, "' (expected prefill or decode)"));
 }
 
 absl::Status AttentionProblem::Validate() const {
   if (batch < 1 || batch > kMaxBatch) {
-    return absl::InvalidArgumentError(absl::StrCat("batch must be in [1, ", kMaxBatch, "], got ", batch));
+    return absl::InvalidArgumentError(internal::Cat("batch must be in [1, ", kMaxBatch, "], got ", batch));
   }
   if (q_heads < 1 || q_heads > kMaxHeads) {
-    return absl::InvalidArgumentError(absl::StrCat("q_heads must be in [1, ", kMaxHeads, "], got ", q_heads));
+    return absl::InvalidArgumentError(internal::Cat("q_heads must be in [1, ", kMaxHeads, "], got ", q_heads));
   }
   if (kv_heads < 1 || kv_heads > q_heads) {
     return absl::InvalidArgumentError(
-        absl::StrCat("kv_heads must be in [1, q_heads=", q_heads, "], got ", kv_heads));
+        internal::Cat("kv_heads must be in [1, q_heads=", q_heads, "], got ", kv_heads));
   }
   if (q_heads % kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("kv_heads (", kv_heads,
+    return absl::InvalidArgumentError(internal::Cat("kv_heads (", kv_heads,
                                                    ") must divide q_heads (", q_heads, ")"));
   }
   if (head_dim < kMinHeadDim || head_dim > kMaxHeadDim || head_dim % 8 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("head_dim must be a multiple of 8 in [",
+    return absl::InvalidArgumentError(internal::Cat("head_dim must be a multiple of 8 in [",
                                                    kMinHeadDim, ", ", kMaxHeadDim, "], got ",
                                                    head_dim));
   }
@@ -113,7 +115,7 @@ absl::Status AttentionProblem::Validate() const {
   }
   if (q_len < 0 || q_len > kMaxSeqLen || kv_len < 0 || kv_len > kMaxSeqLen) {
     return absl::InvalidArgumentError(
-        absl::StrCat("q_len and kv_len must be in [0, ", kMaxSeqLen, "]"));
+        internal::Cat("q_len and kv_len must be in [0, ", kMaxSeqLen, "]"));
   }
   if (cu_seqlens_q.empty() != cu_seqlens_k.empty()) {
     return absl::InvalidArgumentError("cu_seqlens_q and cu_seqlens_k must both be set or both empty");
@@ -134,7 +136,7 @@ absl::Status AttentionProblem::Validate() const {
       max_k = std::max(max_k, cu_seqlens_k[b + 1] - cu_seqlens_k[b]);
     }
     if (max_q != q_len || max_k != kv_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return absl::InvalidArgumentError(internal::Cat(
           "for varlen batches q_len/kv_len must equal the longest sequence (", max_q, "/",
           max_k, "), got ", q_len, "/", kv_len));
     }
@@ -143,13 +145,13 @@ absl::Status AttentionProblem::Validate() const {
     if (kv_len < 1) return absl::InvalidArgumentError("kv_len must be >= 1");
     if (!kv_valid_lens.empty()) {
       if (static_cast<int64_t>(kv_valid_lens.size()) != batch) {
-        return absl::InvalidArgumentError(absl::StrCat(
+        return absl::InvalidArgumentError(internal::Cat(
             "kv_valid_lens must have batch = ", batch, " entries, got ", kv_valid_lens.size()));
       }
       for (size_t b = 0; b < kv_valid_lens.size(); ++b) {
         if (kv_valid_lens[b] < 0 || kv_valid_lens[b] > kv_len) {
           return absl::InvalidArgumentError(
-              absl::StrCat("kv_valid_lens[", b, "] must be in [0, kv_len=", kv_len, "]"));
+              internal::Cat("kv_valid_lens[", b, "] must be in [0, kv_len=", kv_len, "]"));
         }
       }
     }
@@ -213,7 +215,7 @@ double AttentionProblem::MinBytes() const {
 }
 
 std::string AttentionProblem::Key() const {
-  std::string key = absl::StrCat(ProblemKindName(kind), "/b", batch, "/hq", q_heads, "/hkv",
+  std::string key = internal::Cat(ProblemKindName(kind), "/b", batch, "/hq", q_heads, "/hkv",
                                  kv_heads, "/q", q_len, "/k", kv_len, "/d", head_dim, "/causal",
                                  causal ? 1 : 0, "/", DTypeName(dtype));
   if (is_varlen()) absl::StrAppend(&key, "/varlen-", Hex(HashLengths(cu_seqlens_q, cu_seqlens_k)));
@@ -224,9 +226,9 @@ std::string AttentionProblem::Key() const {
 }
 
 absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key) {
-  std::vector<std::string_view> parts = absl::StrSplit(key, '/');
+  std::vector<std::string> parts = absl::StrSplit(internal::ToAbsl(key), '/');
   if (parts.size() < 9) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed problem key '", key, "'"));
+    return absl::InvalidArgumentError(internal::Cat("malformed problem key '", key, "'"));
   }
   AttentionProblem p;
   auto kind = ParseProblemKind(parts[0]);
@@ -234,14 +236,14 @@ absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key)
   p.kind = *kind;
   auto field = [&](std::string_view part, std::string_view prefix, int* out) -> bool {
     if (part.substr(0, prefix.size()) != prefix) return false;
-    return absl::SimpleAtoi(part.substr(prefix.size()), out);
+    return absl::SimpleAtoi(internal::ToAbsl(part.substr(prefix.size())), out);
   };
   int causal = 0;
   if (!field(parts[1], "b", &p.batch) || !field(parts[2], "hq", &p.q_heads) ||
       !field(parts[3], "hkv", &p.kv_heads) || !field(parts[4], "q", &p.q_len) ||
       !field(parts[5], "k", &p.kv_len) || !field(parts[6], "d", &p.head_dim) ||
       !field(parts[7], "causal", &causal) || (causal != 0 && causal != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed problem key '", key, "'"));
+    return absl::InvalidArgumentError(internal::Cat("malformed problem key '", key, "'"));
   }
   p.causal = causal == 1;
   auto dtype = ParseDType(parts[8]);
@@ -250,15 +252,15 @@ absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key)
   for (size_t i = 9; i < parts.size(); ++i) {
     std::string_view part = parts[i];
     if (part.substr(0, 5) == "scale") {
-      if (!absl::SimpleAtof(part.substr(5), &p.softmax_scale)) {
-        return absl::InvalidArgumentError(absl::StrCat("bad scale in key '", key, "'"));
+      if (!absl::SimpleAtof(internal::ToAbsl(part.substr(5)), &p.softmax_scale)) {
+        return absl::InvalidArgumentError(internal::Cat("bad scale in key '", key, "'"));
       }
     } else if (part.substr(0, 4) == "page") {
-      if (!absl::SimpleAtoi(part.substr(4), &p.page_block_size)) {
-        return absl::InvalidArgumentError(absl::StrCat("bad page size in key '", key, "'"));
+      if (!absl::SimpleAtoi(internal::ToAbsl(part.substr(4)), &p.page_block_size)) {
+        return absl::InvalidArgumentError(internal::Cat("bad page size in key '", key, "'"));
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return absl::InvalidArgumentError(internal::Cat(
           "key '", key, "' names length lists by hash only (", part,
           "); such problems cannot be rebuilt from the key"));
     }

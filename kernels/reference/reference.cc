@@ -1,0 +1,129 @@
+#include "fusetune/kernels/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace fusetune {
+namespace {
+
+absl::Status CheckSpans(const AttentionProblem& problem, size_t q, size_t k, size_t v) {
+  if (static_cast<int64_t>(q) != problem.QElements()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q has ", q, " elements, the problem needs ", problem.QElements()));
+  }
+  if (static_cast<int64_t>(k) != problem.KVElements() ||
+      static_cast<int64_t>(v) != problem.KVElements()) {
+    return absl::InvalidArgumentError(absl::StrCat("k/v have ", k, "/", v,
+                                                   " elements, the problem needs ",
+                                                   problem.KVElements()));
+  }
+  return absl::OkStatus();
+}
+
+// One row without argument checks. `scores` is scratch of at least kv_len doubles.
+void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const float* v,
+                int64_t token, int head, double* out, std::vector<double>& scores) {
+  const int d = p.head_dim;
+  const int b = SequenceOfQueryToken(p, token);
+  const int i = static_cast<int>(token - p.QueryStart(b));
+  const int visible = VisibleKeysForQuery(p, b, i);
+  std::fill(out, out + d, 0.0);
+  if (visible <= 0) return;  // a row that sees no key is defined as zeros
+
+  const int kv_head = head / p.heads_per_kv();
+  const double scale = static_cast<double>(p.EffectiveScale());
+  const float* q_row = q + (token * p.q_heads + head) * static_cast<int64_t>(d);
+  const int64_t key_start = p.KeyStart(b);
+  const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * d;
+  scores.resize(static_cast<size_t>(visible));
+  double max_score = -std::numeric_limits<double>::infinity();
+  bool saw_nan = false;
+  for (int j = 0; j < visible; ++j) {
+    const float* k_row = k + (key_start + j) * kv_stride + static_cast<int64_t>(kv_head) * d;
+    double dot = 0.0;
+    for (int x = 0; x < d; ++x) dot += static_cast<double>(q_row[x]) * k_row[x];
+    scores[j] = dot * scale;
+    if (std::isnan(scores[j])) saw_nan = true;
+    max_score = std::max(max_score, scores[j]);
+  }
+  if (saw_nan || std::isinf(max_score)) {
+    // NaN in, NaN out (never a silently plausible number). +Inf scores make the softmax
+    // undefined as well.
+    std::fill(out, out + d, std::numeric_limits<double>::quiet_NaN());
+    return;
+  }
+  double sum = 0.0;
+  for (int j = 0; j < visible; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  for (int j = 0; j < visible; ++j) {
+    const float* v_row = v + (key_start + j) * kv_stride + static_cast<int64_t>(kv_head) * d;
+    const double w = scores[j] / sum;
+    for (int x = 0; x < d; ++x) out[x] += w * v_row[x];
+  }
+}
+
+}  // namespace
+
+int SequenceOfQueryToken(const AttentionProblem& problem, int64_t token) {
+  if (!problem.is_varlen()) return static_cast<int>(token / problem.q_len);
+  // The last b with cu[b] <= token; empty sequences (cu[b] == cu[b+1]) are skipped.
+  const auto& cu = problem.cu_seqlens_q;
+  auto it = std::upper_bound(cu.begin(), cu.end(), token,
+                             [](int64_t t, int32_t c) { return t < static_cast<int64_t>(c); });
+  return static_cast<int>(it - cu.begin()) - 1;
+}
+
+int VisibleKeysForQuery(const AttentionProblem& problem, int b, int i) {
+  const int64_t k = problem.VisibleKeyLen(b);
+  if (!problem.causal) return static_cast<int>(k);
+  const int64_t q = problem.QueryLen(b);
+  // Bottom-right aligned: query i sees keys j <= i + (k - q).
+  return static_cast<int>(std::clamp<int64_t>(i + k - q + 1, 0, k));
+}
+
+absl::Status ReferenceAttentionRow(const AttentionProblem& problem, std::span<const float> q,
+                                   std::span<const float> k, std::span<const float> v,
+                                   int64_t token, int head, std::span<double> out) {
+  if (auto s = problem.Validate(); !s.ok()) return s;
+  if (auto s = CheckSpans(problem, q.size(), k.size(), v.size()); !s.ok()) return s;
+  if (token < 0 || token >= problem.TotalQueries()) {
+    return absl::InvalidArgumentError(absl::StrCat("token ", token, " out of range [0, ",
+                                                   problem.TotalQueries(), ")"));
+  }
+  if (head < 0 || head >= problem.q_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head ", head, " out of range [0, ", problem.q_heads, ")"));
+  }
+  if (static_cast<int64_t>(out.size()) != problem.head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("out has ", out.size(), " elements, head_dim is ", problem.head_dim));
+  }
+  std::vector<double> scores;
+  ComputeRow(problem, q.data(), k.data(), v.data(), token, head, out.data(), scores);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> ReferenceAttention(const AttentionProblem& problem,
+                                                       std::span<const float> q,
+                                                       std::span<const float> k,
+                                                       std::span<const float> v) {
+  if (auto s = problem.Validate(); !s.ok()) return s;
+  if (auto s = CheckSpans(problem, q.size(), k.size(), v.size()); !s.ok()) return s;
+  std::vector<double> out(static_cast<size_t>(problem.OElements()));
+  std::vector<double> scores;
+  const int d = problem.head_dim;
+  for (int64_t t = 0; t < problem.TotalQueries(); ++t) {
+    for (int h = 0; h < problem.q_heads; ++h) {
+      ComputeRow(problem, q.data(), k.data(), v.data(), t, h,
+                 out.data() + (t * problem.q_heads + h) * static_cast<int64_t>(d), scores);
+    }
+  }
+  return out;
+}
+
+}  // namespace fusetune

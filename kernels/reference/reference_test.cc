@@ -1,0 +1,195 @@
+#include "fusetune/kernels/reference.h"
+
+#include <cmath>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace fusetune {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Deterministic, non-trivial values in [-1, 1).
+std::vector<float> Pattern(int64_t n, int salt) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t x = 0x9e3779b9u * static_cast<uint32_t>(salt + 1);
+  for (auto& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = static_cast<float>(x >> 8) / static_cast<float>(1u << 23) - 1.0f;
+  }
+  return v;
+}
+
+AttentionProblem Small(int q, int k, int d = 32) {
+  AttentionProblem p;
+  p.batch = 1;
+  p.q_heads = 1;
+  p.kv_heads = 1;
+  p.q_len = q;
+  p.kv_len = k;
+  p.head_dim = d;
+  return p;
+}
+
+TEST(ReferenceAttention, SingleKeyOutputEqualsItsValueRow) {
+  AttentionProblem p = Small(3, 1);
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int t = 0; t < 3; ++t) {
+    for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[t * 32 + x], v[x]);
+  }
+}
+
+TEST(ReferenceAttention, UniformScoresGiveMeanOfValues) {
+  AttentionProblem p = Small(2, 5);
+  std::vector<float> q(p.QElements(), 0.0f);  // every score is 0
+  auto k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok());
+  for (int x = 0; x < 32; ++x) {
+    double mean = 0;
+    for (int j = 0; j < 5; ++j) mean += v[j * 32 + x];
+    mean /= 5;
+    EXPECT_NEAR((*out)[x], mean, 1e-12);
+    EXPECT_NEAR((*out)[32 + x], mean, 1e-12);
+  }
+}
+
+TEST(ReferenceAttention, TwoKeysWeightedByHandComputedSoftmax) {
+  AttentionProblem p = Small(1, 2);
+  p.softmax_scale = 1.0f;
+  std::vector<float> q(32, 0.0f), k(64, 0.0f), v(64, 0.0f);
+  q[0] = 1.0f;
+  k[32] = static_cast<float>(std::log(3.0));  // scores 0 and ln 3: weights 1/4 and 3/4
+  v[1] = 4.0f;                                 // V[0] = 4 e1
+  v[32 + 1] = 8.0f;                            // V[1] = 8 e1
+  std::vector<double> row(32);
+  ASSERT_TRUE(ReferenceAttentionRow(p, q, k, v, 0, 0, row).ok());
+  const double w1 = 3.0 * std::exp(static_cast<double>(k[32]) - std::log(3.0)) /
+                    (1.0 + 3.0 * std::exp(static_cast<double>(k[32]) - std::log(3.0)));
+  EXPECT_NEAR(row[1], 4.0 * (1 - w1) + 8.0 * w1, 1e-12);
+  EXPECT_NEAR(row[1], 7.0, 1e-6);
+  EXPECT_EQ(row[0], 0.0);
+}
+
+TEST(ReferenceAttention, CausalFirstRowSeesOnlyKeyZero) {
+  AttentionProblem p = Small(4, 4);
+  p.causal = true;
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok());
+  for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[x], v[x]);
+  EXPECT_EQ(VisibleKeysForQuery(p, 0, 0), 1);
+  EXPECT_EQ(VisibleKeysForQuery(p, 0, 3), 4);
+  // The last row sees everything: equal to the non-causal last row.
+  AttentionProblem full = p;
+  full.causal = false;
+  auto dense = ReferenceAttention(full, q, k, v);
+  for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[3 * 32 + x], (*dense)[3 * 32 + x]);
+}
+
+TEST(ReferenceAttention, CausalIsBottomRightAligned) {
+  AttentionProblem p = Small(2, 5);  // q < k: query i sees keys j <= i + 3
+  p.causal = true;
+  EXPECT_EQ(VisibleKeysForQuery(p, 0, 0), 4);
+  EXPECT_EQ(VisibleKeysForQuery(p, 0, 1), 5);
+  AttentionProblem tall = Small(5, 2);  // q > k: query i sees keys j <= i - 3
+  tall.causal = true;
+  EXPECT_EQ(VisibleKeysForQuery(tall, 0, 0), 0);
+  EXPECT_EQ(VisibleKeysForQuery(tall, 0, 2), 0);
+  EXPECT_EQ(VisibleKeysForQuery(tall, 0, 3), 1);
+  EXPECT_EQ(VisibleKeysForQuery(tall, 0, 4), 2);
+}
+
+TEST(ReferenceAttention, RowThatSeesNoKeyIsZeros) {
+  AttentionProblem p = Small(5, 2);
+  p.causal = true;
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok());
+  for (int t = 0; t < 3; ++t) {
+    for (int x = 0; x < 32; ++x) EXPECT_EQ((*out)[t * 32 + x], 0.0) << t;
+  }
+  for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[3 * 32 + x], v[x]);  // sees key 0 only
+}
+
+TEST(ReferenceAttention, KeyPaddingHidesKeysAndZeroValidKeysGiveZeros) {
+  AttentionProblem p = Small(2, 4);
+  p.batch = 2;
+  p.kv_valid_lens = {1, 0};
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int x = 0; x < 32; ++x) {
+    EXPECT_DOUBLE_EQ((*out)[x], v[x]);       // sequence 0, query 0: only key 0
+    EXPECT_DOUBLE_EQ((*out)[32 + x], v[x]);  // sequence 0, query 1
+    EXPECT_EQ((*out)[64 + x], 0.0);          // sequence 1 sees nothing
+    EXPECT_EQ((*out)[96 + x], 0.0);
+  }
+}
+
+TEST(ReferenceAttention, GroupedQueryHeadsReadTheirSharedKvHead) {
+  AttentionProblem p = Small(1, 1);
+  p.q_heads = 4;
+  p.kv_heads = 2;  // heads 0,1 -> kv 0; heads 2,3 -> kv 1
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok());
+  for (int h = 0; h < 4; ++h) {
+    for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[h * 32 + x], v[(h / 2) * 32 + x]) << h;
+  }
+}
+
+TEST(ReferenceAttention, VarlenRowsUseTheirOwnSequence) {
+  AttentionProblem p = Small(3, 2);
+  p.batch = 3;
+  p.cu_seqlens_q = {0, 3, 3, 4};  // the middle sequence is empty
+  p.cu_seqlens_k = {0, 1, 3, 5};
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  EXPECT_EQ(SequenceOfQueryToken(p, 0), 0);
+  EXPECT_EQ(SequenceOfQueryToken(p, 2), 0);
+  EXPECT_EQ(SequenceOfQueryToken(p, 3), 2);
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok());
+  for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[x], v[x]);  // sequence 0 has one key
+  // Token 3 (sequence 2) attends keys 3 and 4 only: compare with a standalone problem.
+  AttentionProblem alone = Small(1, 2);
+  std::vector<float> q1(q.begin() + 96, q.end());
+  std::vector<float> k1(k.begin() + 96, k.end()), v1(v.begin() + 96, v.end());
+  auto expected = ReferenceAttention(alone, q1, k1, v1);
+  ASSERT_TRUE(expected.ok());
+  for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[96 + x], (*expected)[x]);
+}
+
+TEST(ReferenceAttention, NanInputPropagatesToItsRow) {
+  AttentionProblem p = Small(2, 3);
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  q[5] = std::nanf("");
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(std::isnan((*out)[0]));
+  EXPECT_FALSE(std::isnan((*out)[32]));
+}
+
+TEST(ReferenceAttention, RejectsBadArguments) {
+  AttentionProblem p = Small(2, 3);
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  std::vector<double> row(32);
+  EXPECT_THAT(ReferenceAttentionRow(p, q, k, v, 2, 0, row).message(), HasSubstr("token"));
+  EXPECT_THAT(ReferenceAttentionRow(p, q, k, v, 0, 1, row).message(), HasSubstr("head"));
+  std::vector<double> short_row(31);
+  EXPECT_EQ(ReferenceAttentionRow(p, q, k, v, 0, 0, short_row).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<float> short_k(k.begin(), k.end() - 1);
+  EXPECT_EQ(ReferenceAttention(p, q, short_k, v).status().code(), absl::StatusCode::kInvalidArgument);
+  AttentionProblem bad = p;
+  bad.q_heads = 0;
+  EXPECT_EQ(ReferenceAttention(bad, q, k, v).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fusetune

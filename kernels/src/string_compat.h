@@ -1,0 +1,29 @@
+// Debian 12's abseil (20220623) is built with ABSL_OPTION_USE_STD_STRING_VIEW 0: its
+// absl::string_view is a distinct type, so std::string_view arguments to StrCat, StrSplit
+// and SimpleAtoi must be converted explicitly. Internal to kernels/src.
+#ifndef FUSETUNE_KERNELS_SRC_STRING_COMPAT_H_
+#define FUSETUNE_KERNELS_SRC_STRING_COMPAT_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace fusetune::internal {
+
+inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+template <typename T>
+const T& ToAbsl(const T& x) {
+  return x;
+}
+
+// absl::StrCat that also accepts std::string_view pieces.
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  return absl::StrCat(ToAbsl(args)...);
+}
+
+}  // namespace fusetune::internal
+
+#endif  // FUSETUNE_KERNELS_SRC_STRING_COMPAT_H_
