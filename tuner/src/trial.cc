@@ -33,13 +33,14 @@ absl::StatusOr<TrialOutcome> ParseTrialOutcome(std::string_view name) {
                          TrialOutcome::kVerifyFailed, TrialOutcome::kTimedOut}) {
     if (TrialOutcomeName(o) == name) return o;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown trial outcome '", name, "'"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown trial outcome '", std::string(name), "'"));
 }
 
 std::string TrialId(int64_t run_id, std::string_view problem_key, std::string_view config_key,
                     int attempt) {
   // '\x1f' separates fields so that ("a/b", "c") and ("a", "b/c") differ.
-  const std::string text = absl::StrCat(run_id, "\x1f", problem_key, "\x1f", config_key, "\x1f", attempt);
+  const std::string text = absl::StrCat(run_id, "\x1f", std::string(problem_key), "\x1f",
+                                         std::string(config_key), "\x1f", attempt);
   // Two independent 64-bit FNV-1a lanes: 128 bits, stable across hosts and builds.
   const uint64_t a = Fnv1a(text, 1469598103934665603ull);
   const uint64_t b = Fnv1a(text, 0x9e3779b97f4a7c15ull);
