@@ -1,0 +1,191 @@
+#include "fusetune/service/convert.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace fusetune {
+namespace {
+
+v1::Problem SeedProto() {
+  v1::Problem p;
+  p.set_batch(1);
+  p.set_q_heads(12);
+  p.set_q_len(2048);
+  p.set_kv_len(2048);
+  p.set_head_dim(64);
+  return p;
+}
+
+TEST(ServiceConvert, ProblemDefaultsKindDtypeAndKvHeads) {
+  auto p = ProblemFromProto(SeedProto());
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->Key(), "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32");
+}
+
+TEST(ServiceConvert, ProblemRoundTripKeepsLengthLists) {
+  AttentionProblem p;
+  p.batch = 2;
+  p.q_heads = 8;
+  p.kv_heads = 2;
+  p.q_len = 5;
+  p.kv_len = 7;
+  p.cu_seqlens_q = {0, 3, 8};
+  p.cu_seqlens_k = {0, 7, 13};
+  p.head_dim = 128;
+  p.causal = true;
+  p.dtype = DType::kBf16;
+  v1::Problem proto;
+  ProblemToProto(p, &proto);
+  auto back = ProblemFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Key(), p.Key());
+  EXPECT_EQ(back->cu_seqlens_k, p.cu_seqlens_k);
+}
+
+TEST(ServiceConvert, ProblemRejectsBadFieldsWithInvalidArgument) {
+  auto with = [](auto edit) {
+    v1::Problem p = SeedProto();
+    edit(p);
+    return ProblemFromProto(p).status();
+  };
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_q_heads(0); }).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_head_dim(1000); }).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_batch(-3); }).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_dtype("fp8"); }).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_kind("train"); }).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_softmax_scale(std::nanf("")); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_batch(1 << 30); }).code(), absl::StatusCode::kInvalidArgument);
+  // A length list far longer than any valid batch is refused before it is copied.
+  EXPECT_EQ(with([](v1::Problem& p) {
+              for (int i = 0; i < kMaxBatch + 2; ++i) p.add_cu_seqlens_q(i);
+            }).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ServiceConvert, JobProblemCapsTensorSize) {
+  v1::Problem p = SeedProto();
+  p.set_batch(1024);
+  p.set_q_heads(64);
+  p.set_q_len(1 << 16);
+  p.set_kv_len(1 << 16);
+  p.set_head_dim(128);  // 2^39 elements: beyond Validate already
+  EXPECT_FALSE(ProblemFromProto(p).ok());
+  p.set_batch(32);
+  p.set_q_heads(16);  // 2^5 * 2^4 * 2^16 * 2^7 = 2^32 elements: a valid lookup, too big a job
+  EXPECT_TRUE(ProblemFromProto(p).ok());
+  EXPECT_EQ(JobProblemFromProto(p).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ServiceConvert, ConfigFromFieldsOrKey) {
+  KernelConfig c;
+  c.block_m = 32;
+  c.block_s = 16;
+  c.threads = 4;
+  c.stages = 2;
+  v1::Config proto;
+  ConfigToProto(c, &proto);
+  auto back = ConfigFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, c);
+  v1::Config key_only;
+  key_only.set_key(c.Key());
+  auto from_key = ConfigFromProto(key_only);
+  ASSERT_TRUE(from_key.ok()) << from_key.status();
+  EXPECT_EQ(*from_key, c);
+  proto.set_key("fused/bm64/bs64/t1/fp32/st1");
+  EXPECT_EQ(ConfigFromProto(proto).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ConfigFromProto(v1::Config()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+v1::Trial GoodTrial() {
+  v1::Trial t;
+  t.set_run_id(7);
+  t.set_problem_key("prefill/b1/hq12/hkv12/q128/k128/d64/causal0/fp32");
+  t.set_config_key("fused/bm64/bs32/t4/fp32/st1");
+  t.set_attempt(0);
+  t.set_trial_id(TrialId(7, t.problem_key(), t.config_key(), 0));
+  t.set_outcome("ok");
+  for (double s : {10.0, 11.0, 12.0}) t.add_samples_us(s);
+  t.set_median_us(11);
+  t.set_p10_us(10);
+  t.set_p90_us(12);
+  return t;
+}
+
+TEST(ServiceConvert, TrialRoundTrip) {
+  auto t = TrialFromProto(GoodTrial());
+  ASSERT_TRUE(t.ok()) << t.status();
+  v1::Trial back;
+  TrialToProto(*t, &back);
+  EXPECT_EQ(back.SerializeAsString(), GoodTrial().SerializeAsString());
+}
+
+TEST(ServiceConvert, TrialRejectsForgedIdsSamplesAndNaN) {
+  auto with = [](auto edit) {
+    v1::Trial t = GoodTrial();
+    edit(t);
+    return TrialFromProto(t).status().code();
+  };
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_trial_id("abc"); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_run_id(-1); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_outcome("great"); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_median_us(std::nan("")); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_max_rel_error(std::nan("")); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_config_key("fused/garbage"); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) {
+              for (int i = 0; i < kMaxSamplesPerTrial; ++i) t.add_samples_us(1.0);
+            }),
+            kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_message(std::string(kMaxTextLength + 1, 'x')); }), kInvalid);
+  // +inf error is a legitimate measurement of a failed verification.
+  EXPECT_EQ(with([](v1::Trial& t) {
+              t.set_outcome("verify_failed");
+              t.set_max_rel_error(std::numeric_limits<double>::infinity());
+            }),
+            absl::StatusCode::kOk);
+}
+
+TEST(ServiceConvert, DeviceClassShape) {
+  EXPECT_TRUE(ValidateDeviceClass("cuda/NVIDIA-H200/sm90").ok());
+  EXPECT_TRUE(ValidateDeviceClass("cpu/AMD-EPYC-7B13/x86_64-avx2").ok());
+  EXPECT_FALSE(ValidateDeviceClass("").ok());
+  EXPECT_FALSE(ValidateDeviceClass("tpu/v5/x").ok());
+  EXPECT_FALSE(ValidateDeviceClass("cuda/H200").ok());
+  EXPECT_FALSE(ValidateDeviceClass("cuda//sm90").ok());
+  EXPECT_FALSE(ValidateDeviceClass("cuda/H 200/sm90").ok());
+  EXPECT_FALSE(ValidateDeviceClass("cuda/" + std::string(300, 'a') + "/sm90").ok());
+}
+
+TEST(ServiceConvert, DeviceInfoRoundTripAndBounds) {
+  DeviceInfo d;
+  d.backend = "cuda";
+  d.name = "NVIDIA H200";
+  d.arch = "sm90";
+  d.sm_count = 132;
+  v1::DeviceInfo proto;
+  DeviceInfoToProto(d, &proto);
+  EXPECT_EQ(proto.device_class(), "cuda/NVIDIA-H200/sm90");
+  auto back = DeviceInfoFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->DeviceClass(), d.DeviceClass());
+  proto.set_backend("tpu");
+  EXPECT_FALSE(DeviceInfoFromProto(proto).ok());
+  proto.set_backend("cuda");
+  proto.set_sm_count(-1);
+  EXPECT_FALSE(DeviceInfoFromProto(proto).ok());
+}
+
+TEST(ServiceConvert, StatusCodesMapBothWays) {
+  absl::Status s = absl::ResourceExhaustedError("too many");
+  grpc::Status g = ToGrpcStatus(s);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(FromGrpcStatus(g), s);
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+}  // namespace
+}  // namespace fusetune

@@ -1,0 +1,79 @@
+// Conversions between the wire types of fusetune.proto (fusetune::v1) and fusetune's own
+// types, with the bounds every service component enforces on what a peer may send.
+//
+// Every *FromProto function validates: on bad input it returns InvalidArgument with a
+// message naming the offending field, and never crashes or allocates unboundedly (list
+// sizes are checked before anything is copied). The *ToProto functions cannot fail.
+// Used by the server, the worker and the client alike, so all three agree on the bounds.
+//
+// Thread-safety: pure functions.
+#ifndef FUSETUNE_SERVICE_CONVERT_H_
+#define FUSETUNE_SERVICE_CONVERT_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/config.h"
+#include "fusetune/kernels/problem.h"
+#include "fusetune/proto/fusetune.pb.h"
+#include "fusetune/tuner/trial.h"
+#include "grpcpp/support/status.h"
+
+namespace fusetune {
+
+// ---- bounds (INVALID_ARGUMENT beyond them)
+inline constexpr size_t kMaxDeviceClassLength = 200;   // "backend/name/arch"
+inline constexpr size_t kMaxIdLength = 128;            // worker ids, trial ids
+inline constexpr size_t kMaxKeyLength = 256;           // problem and config keys, commits
+inline constexpr size_t kMaxTextLength = 4096;         // free text: trial messages, errors, JSON
+inline constexpr int kMaxSamplesPerTrial = 1000;       // timing samples in one trial
+inline constexpr int kMaxAttempt = 1000;               // trial attempt number
+// A tuning job must be runnable: a worker allocates Q, K, V and O. Lookups (GetBestConfig)
+// accept anything AttentionProblem::Validate accepts (up to 2^34 elements per tensor); a
+// submitted job's tensors are capped at 2^31 elements each (8 GiB in fp32).
+inline constexpr int64_t kMaxJobTensorElements = int64_t{1} << 31;
+
+// OK when `device_class` looks like "backend/name/arch": three non-empty parts separated by
+// '/', backend one of cpu, cuda, hip, characters [A-Za-z0-9._+:-] only, at most
+// kMaxDeviceClassLength characters.
+absl::Status ValidateDeviceClass(std::string_view device_class);
+
+// OK when `id` is 1..kMaxIdLength characters of [A-Za-z0-9._:@+-] (worker ids, trial ids).
+absl::Status ValidateId(std::string_view id, std::string_view field);
+
+// Problem: kind "" = prefill, kv_heads 0 = q_heads, dtype "" = fp32; then
+// AttentionProblem::Validate(). Length lists longer than kMaxBatch + 1 are refused before
+// they are copied.
+absl::StatusOr<AttentionProblem> ProblemFromProto(const v1::Problem& proto);
+void ProblemToProto(const AttentionProblem& problem, v1::Problem* proto);
+// ProblemFromProto plus the job bound (kMaxJobTensorElements per tensor).
+absl::StatusOr<AttentionProblem> JobProblemFromProto(const v1::Problem& proto);
+
+// Config: from the fields when `variant` is set (and then `key`, if set, must agree), else
+// from `key` (KernelConfig::FromKey); KernelConfig::Validate() either way.
+absl::StatusOr<KernelConfig> ConfigFromProto(const v1::Config& proto);
+void ConfigToProto(const KernelConfig& config, v1::Config* proto);  // sets key too
+
+// Trial: trial_id must equal TrialId(run_id, problem_key, config_key, attempt) (so that a
+// retried upload is recognisably the same trial), run_id > 0, the config key parses, the
+// outcome is known, at most kMaxSamplesPerTrial samples, times finite and >= 0, errors
+// >= 0 (+inf allowed for a failed verification, NaN never), strings within bounds.
+absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto);
+void TrialToProto(const Trial& trial, v1::Trial* proto);
+
+// DeviceInfo: backend cpu/cuda/hip, strings within kMaxKeyLength, counts >= 0. The
+// proto's device_class, when set, must be a valid class; it is not stored in DeviceInfo
+// (DeviceInfo::DeviceClass() derives it), so callers that need it read the proto field.
+absl::StatusOr<DeviceInfo> DeviceInfoFromProto(const v1::DeviceInfo& proto);
+void DeviceInfoToProto(const DeviceInfo& info, v1::DeviceInfo* proto);  // sets device_class
+
+// absl and gRPC share the canonical status codes; these map one to the other.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_SERVICE_CONVERT_H_
