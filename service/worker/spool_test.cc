@@ -1,0 +1,185 @@
+#include "fusetune/worker/spool.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace fusetune {
+namespace {
+
+Trial MakeTrial(int64_t run, int i) {
+  Trial t;
+  t.run_id = run;
+  t.problem_key = "prefill/b1/hq2/hkv2/q64/k64/d64/causal0/fp32";
+  t.config_key = "fused/bm16/bs" + std::to_string(16 * (i + 1)) + "/t1/fp32/st1";
+  t.attempt = 0;
+  t.trial_id = TrialId(run, t.problem_key, t.config_key, 0);
+  t.outcome = i % 2 ? TrialOutcome::kOk : TrialOutcome::kUnsupported;
+  t.message = i % 2 ? "" : "no \xff utf8";
+  t.samples_us = {1.5 + i, 2.25, 3.0 / 7.0};
+  t.median_us = 2.25;
+  t.p10_us = 1.0 / 3.0;
+  t.p90_us = 3.5;
+  t.max_abs_error = 1e-7;
+  t.max_rel_error = 2.5e-6;
+  t.checked_elements = 8192;
+  t.sm_clock_mhz = 1980;
+  t.flops = 1.234e9;
+  t.created_unix_ms = 1764400000000 + i;
+  return t;
+}
+
+class SpoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("spool_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "spool.log").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(SpoolTest, PendingTrialsSurviveReopenWithEveryFieldIntact) {
+  {
+    auto spool = TrialSpool::Open(path_);
+    ASSERT_TRUE(spool.ok()) << spool.status();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(5, i)).ok());
+  }
+  auto spool = TrialSpool::Open(path_);
+  ASSERT_TRUE(spool.ok()) << spool.status();
+  std::vector<Trial> pending = (*spool)->Pending(100);
+  ASSERT_EQ(pending.size(), 3u);
+  Trial want = MakeTrial(5, 1);
+  const Trial& got = pending[1];
+  EXPECT_EQ(got.trial_id, want.trial_id);
+  EXPECT_EQ(got.config_key, want.config_key);
+  EXPECT_EQ(got.outcome, want.outcome);
+  EXPECT_EQ(got.samples_us, want.samples_us);  // exact doubles round-trip
+  EXPECT_EQ(got.p10_us, want.p10_us);
+  EXPECT_EQ(got.checked_elements, want.checked_elements);
+  EXPECT_EQ(got.created_unix_ms, want.created_unix_ms);
+  EXPECT_EQ(pending[0].outcome, TrialOutcome::kUnsupported);
+}
+
+TEST_F(SpoolTest, AcknowledgedTrialsAreNoLongerPendingAfterReopen) {
+  {
+    auto spool = TrialSpool::Open(path_);
+    ASSERT_TRUE(spool.ok());
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(1, i)).ok());
+    std::vector<std::string> ids = {MakeTrial(1, 0).trial_id, MakeTrial(1, 2).trial_id, "unknown"};
+    ASSERT_TRUE((*spool)->Acknowledge(ids).ok());
+    EXPECT_EQ((*spool)->pending_count(), 2u);
+  }
+  auto spool = TrialSpool::Open(path_);
+  ASSERT_TRUE(spool.ok());
+  std::vector<Trial> pending = (*spool)->Pending(100);
+  ASSERT_EQ(pending.size(), 2u);
+  EXPECT_EQ(pending[0].trial_id, MakeTrial(1, 1).trial_id);
+  EXPECT_EQ(pending[1].trial_id, MakeTrial(1, 3).trial_id);
+  EXPECT_EQ((*spool)->TrialsForRun(1).size(), 4u);  // history kept for resume
+}
+
+TEST_F(SpoolTest, RecordingTheSameTrialTwiceWritesItOnce) {
+  auto spool = TrialSpool::Open(path_);
+  ASSERT_TRUE(spool.ok());
+  ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(1, 0)).ok());
+  ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(1, 0)).ok());
+  EXPECT_EQ((*spool)->pending_count(), 1u);
+  auto log = ReadSpoolLog(path_);
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(log->appended.size(), 1u);
+}
+
+TEST_F(SpoolTest, TornTailIsTruncatedAndEarlierTrialsKept) {
+  {
+    auto spool = TrialSpool::Open(path_);
+    ASSERT_TRUE(spool.ok());
+    ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(1, 0)).ok());
+    ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(1, 1)).ok());
+  }
+  const auto full = std::filesystem::file_size(path_);
+  // Simulate a crash in the middle of the second record's write.
+  std::filesystem::resize_file(path_, full - 10);
+  auto log = ReadSpoolLog(path_);
+  ASSERT_TRUE(log.ok());
+  EXPECT_TRUE(log->torn_tail);
+  EXPECT_EQ(log->appended.size(), 1u);
+
+  auto spool = TrialSpool::Open(path_);
+  ASSERT_TRUE(spool.ok());
+  EXPECT_EQ((*spool)->pending_count(), 1u);
+  // Appends after the repair are readable.
+  ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(1, 2)).ok());
+  auto log2 = ReadSpoolLog(path_);
+  ASSERT_TRUE(log2.ok());
+  EXPECT_FALSE(log2->torn_tail);
+  ASSERT_EQ(log2->appended.size(), 2u);
+  EXPECT_EQ(log2->appended[1].trial_id, MakeTrial(1, 2).trial_id);
+}
+
+TEST_F(SpoolTest, CorruptedByteStopsReplayAtThatRecord) {
+  {
+    auto spool = TrialSpool::Open(path_);
+    ASSERT_TRUE(spool.ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(1, i)).ok());
+  }
+  auto before = ReadSpoolLog(path_);
+  ASSERT_TRUE(before.ok());
+  // Flip a byte inside the last record's payload.
+  int fd = ::open(path_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  off_t off = static_cast<off_t>(std::filesystem::file_size(path_) - 5);
+  char c = 0;
+  ASSERT_EQ(::pread(fd, &c, 1, off), 1);
+  c ^= 0x5A;
+  ASSERT_EQ(::pwrite(fd, &c, 1, off), 1);
+  ::close(fd);
+  auto log = ReadSpoolLog(path_);
+  ASSERT_TRUE(log.ok());
+  EXPECT_TRUE(log->torn_tail);
+  EXPECT_EQ(log->appended.size(), 2u);
+}
+
+TEST_F(SpoolTest, CompactsWhenNothingIsPending) {
+  auto spool = TrialSpool::Open(path_, {.compact_bytes = 512, .sync = true});
+  ASSERT_TRUE(spool.ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(1, i)).ok());
+    ids.push_back(MakeTrial(1, i).trial_id);
+  }
+  ASSERT_GT(std::filesystem::file_size(path_), 512u);
+  ASSERT_TRUE((*spool)->Acknowledge(std::span<const std::string>(ids).first(3)).ok());
+  EXPECT_GT(std::filesystem::file_size(path_), 512u);  // one still pending: kept
+  ASSERT_TRUE((*spool)->Acknowledge(std::span<const std::string>(ids).subspan(3)).ok());
+  EXPECT_EQ(std::filesystem::file_size(path_), 0u);
+  ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(2, 0)).ok());
+  auto reopened = TrialSpool::Open(path_);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->pending_count(), 1u);
+}
+
+TEST_F(SpoolTest, MissingDirectoryIsAClearError) {
+  auto spool = TrialSpool::Open((dir_ / "no" / "such" / "spool.log").string());
+  ASSERT_FALSE(spool.ok());
+  EXPECT_NE(spool.status().message().find("no/such"), std::string::npos);
+}
+
+TEST(SpoolJson, RejectsMalformedPayloads) {
+  EXPECT_FALSE(TrialFromJson("{").ok());
+  EXPECT_FALSE(TrialFromJson("{\"trial_id\": 3}").ok());
+  EXPECT_FALSE(TrialFromJson("[]").ok());
+}
+
+}  // namespace
+}  // namespace fusetune
