@@ -70,12 +70,33 @@ struct Job {
   int64_t finished_unix_ms = 0;
 };
 
+// How a committed write survives failures (see db/README.md).
+enum class Durability {
+  // synchronous=FULL: each commit fsyncs the WAL, so a committed write survives a process
+  // kill AND a power loss / OS crash. The default: the service acknowledges uploads that
+  // workers then drop from their spools.
+  kPowerLoss,
+  // synchronous=NORMAL: a committed write is in the WAL file (the OS page cache) before the
+  // commit returns, so it survives SIGKILL of the process; a power loss may roll back the
+  // last commits (never corrupts). Faster; fine for throwaway local sweeps.
+  kProcessCrash,
+};
+
+struct StoreOptions {
+  Durability durability = Durability::kPowerLoss;
+  // How long a write waits for another connection's (process's) write lock before
+  // failing with Unavailable.
+  int busy_timeout_ms = 10000;
+};
+
 class Store : public TrialSink {
  public:
   // Opens (creating if absent) and migrates the database at `path` (":memory:" works).
   // FailedPrecondition if the file's schema is newer than this binary knows; Internal on
   // an SQLite error (message includes SQLite's).
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
+                                                     const StoreOptions& options);
   ~Store() override;
 
   // Schema version this binary migrates to.
@@ -96,6 +117,11 @@ class Store : public TrialSink {
   // Idempotent by trial_id. NotFound if the run does not exist.
   absl::Status RecordTrial(const Trial& trial) override;
   absl::Status RecordTrials(const std::vector<Trial>& trials);  // one transaction
+  // Same as RecordTrials; returns how many of `trials` were new rows (the rest were
+  // duplicates by trial_id, already stored). The service reports received vs inserted.
+  absl::StatusOr<int> RecordTrialsCountingNew(const std::vector<Trial>& trials);
+  // Number of trials stored for a run; NotFound if the run does not exist.
+  absl::StatusOr<int64_t> CountTrials(int64_t run_id);
   // Trials of a run, optionally only one problem (empty = all), ordered by insertion.
   absl::StatusOr<std::vector<Trial>> ListTrials(int64_t run_id, std::string_view problem_key = {});
   // Trials for a problem on a device class across runs (newest first), at most `limit`.

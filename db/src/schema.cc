@@ -1,0 +1,125 @@
+#include "schema.h"
+
+namespace fusetune::db_internal {
+namespace {
+
+// Version 1: every table of ARCHITECTURE.md. Times are Unix milliseconds (INTEGER), latencies
+// microseconds (REAL), keys the canonical strings of problem.h / config.h / DeviceInfo.
+// "commit" is an SQL keyword, hence commit_hash. A NULL REAL means NaN (SQLite stores NaN
+// as NULL); a NULL run_id in best_configs/jobs means "no run".
+constexpr char kMigration1[] = R"sql(
+CREATE TABLE runs (
+  run_id            INTEGER PRIMARY KEY AUTOINCREMENT,
+  commit_hash       TEXT    NOT NULL,
+  host              TEXT    NOT NULL,
+  device_class      TEXT    NOT NULL,
+  device_json       TEXT    NOT NULL,
+  backend           TEXT    NOT NULL,
+  tool_version      TEXT    NOT NULL,
+  environment       TEXT    NOT NULL,
+  label             TEXT    NOT NULL,
+  started_unix_ms   INTEGER NOT NULL,
+  finished_unix_ms  INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_by_resume_key ON runs (commit_hash, device_class, label, finished_unix_ms);
+CREATE INDEX runs_by_device_class ON runs (device_class);
+
+CREATE TABLE trials (
+  trial_id          TEXT    PRIMARY KEY NOT NULL,
+  run_id            INTEGER NOT NULL REFERENCES runs (run_id),
+  problem_key       TEXT    NOT NULL,
+  config_key        TEXT    NOT NULL,
+  attempt           INTEGER NOT NULL,
+  outcome           TEXT    NOT NULL CHECK (outcome IN
+                      ('ok', 'unsupported', 'launch_failed', 'verify_failed', 'timed_out')),
+  message           TEXT    NOT NULL,
+  samples_json      TEXT    NOT NULL,
+  median_us         REAL,
+  p10_us            REAL,
+  p90_us            REAL,
+  max_abs_error     REAL,
+  max_rel_error     REAL,
+  checked_elements  INTEGER NOT NULL,
+  sm_clock_mhz      INTEGER NOT NULL,
+  flops             REAL,
+  created_unix_ms   INTEGER NOT NULL
+);
+CREATE INDEX trials_by_run_problem ON trials (run_id, problem_key);
+CREATE INDEX trials_by_problem_created ON trials (problem_key, created_unix_ms);
+
+CREATE TABLE best_configs (
+  device_class             TEXT    NOT NULL,
+  problem_key              TEXT    NOT NULL,
+  config_key               TEXT    NOT NULL,
+  median_us                REAL,
+  p10_us                   REAL,
+  p90_us                   REAL,
+  max_abs_error            REAL,
+  max_rel_error            REAL,
+  speedup_vs_materialized  REAL,
+  speedup_vs_partial       REAL,
+  best_materialized_us     REAL,
+  best_partial_us          REAL,
+  run_id                   INTEGER REFERENCES runs (run_id),
+  commit_hash              TEXT    NOT NULL,
+  updated_unix_ms          INTEGER NOT NULL,
+  PRIMARY KEY (device_class, problem_key)
+);
+
+CREATE TABLE regressions (
+  regression_id     INTEGER PRIMARY KEY AUTOINCREMENT,
+  commit_hash       TEXT    NOT NULL,
+  baseline_commit   TEXT    NOT NULL,
+  device_class      TEXT    NOT NULL,
+  problem_key       TEXT    NOT NULL,
+  config_key        TEXT    NOT NULL,
+  metric            TEXT    NOT NULL,
+  ratio             REAL,
+  p_value           REAL,
+  verdict           TEXT    NOT NULL CHECK (verdict IN ('regressed', 'same', 'improved', 'unknown')),
+  created_unix_ms   INTEGER NOT NULL
+);
+CREATE INDEX regressions_by_commit ON regressions (commit_hash, regression_id);
+
+CREATE TABLE workers (
+  worker_id               TEXT    PRIMARY KEY NOT NULL,
+  host                    TEXT    NOT NULL,
+  backend                 TEXT    NOT NULL,
+  device_class            TEXT    NOT NULL,
+  device_json             TEXT    NOT NULL,
+  registered_unix_ms      INTEGER NOT NULL,
+  last_heartbeat_unix_ms  INTEGER NOT NULL
+);
+
+CREATE TABLE jobs (
+  job_id                INTEGER PRIMARY KEY AUTOINCREMENT,
+  state                 TEXT    NOT NULL CHECK (state IN ('queued', 'leased', 'done', 'failed')),
+  device_class          TEXT    NOT NULL,
+  commit_hash           TEXT    NOT NULL,
+  problem_keys_json     TEXT    NOT NULL,
+  spec_json             TEXT    NOT NULL,
+  max_trials            INTEGER NOT NULL,
+  max_seconds           REAL    NOT NULL,
+  leased_by             TEXT    NOT NULL DEFAULT '',
+  lease_expiry_unix_ms  INTEGER NOT NULL DEFAULT 0,
+  attempts              INTEGER NOT NULL DEFAULT 0,
+  run_id                INTEGER REFERENCES runs (run_id),
+  error                 TEXT    NOT NULL DEFAULT '',
+  created_unix_ms       INTEGER NOT NULL,
+  finished_unix_ms      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_by_queue ON jobs (state, device_class, job_id);
+CREATE INDEX jobs_by_lease_expiry ON jobs (state, lease_expiry_unix_ms);
+)sql";
+
+}  // namespace
+
+const std::vector<Migration>& Migrations() {
+  // Append new migrations at the end; never edit a released one.
+  static const std::vector<Migration>* const kMigrations = new std::vector<Migration>{
+      {1, "runs, trials, best_configs, regressions, workers, jobs", kMigration1},
+  };
+  return *kMigrations;
+}
+
+}  // namespace fusetune::db_internal
