@@ -1,0 +1,87 @@
+// BestConfigFetcher over gRPC: TuningService.BatchGetBestConfig.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "fusetune/client/config_cache.h"
+#include "fusetune/proto/fusetune.grpc.pb.h"
+#include "fusetune/service/convert.h"
+#include "grpcpp/grpcpp.h"
+
+namespace fusetune {
+namespace {
+
+ConfigProvenance FromProtoProvenance(v1::GetBestConfigResponse::Provenance p) {
+  switch (p) {
+    case v1::GetBestConfigResponse::EXACT: return ConfigProvenance::kExact;
+    case v1::GetBestConfigResponse::NEAREST: return ConfigProvenance::kNearest;
+    case v1::GetBestConfigResponse::DEFAULT: return ConfigProvenance::kDefault;
+    default: return ConfigProvenance::kFallback;
+  }
+}
+
+class GrpcFetcher : public BestConfigFetcher {
+ public:
+  explicit GrpcFetcher(GrpcFetcherOptions options) : options_(std::move(options)) {
+    std::shared_ptr<grpc::ChannelCredentials> creds;
+    if (options_.tls_root_certs.empty()) {
+      creds = grpc::InsecureChannelCredentials();
+    } else {
+      grpc::SslCredentialsOptions ssl;
+      ssl.pem_root_certs = options_.tls_root_certs;
+      creds = grpc::SslCredentials(ssl);
+    }
+    stub_ = v1::TuningService::NewStub(grpc::CreateChannel(options_.target, creds));
+  }
+
+  absl::StatusOr<std::vector<absl::StatusOr<CachedConfig>>> Fetch(
+      std::span<const AttentionProblem> problems) override {
+    v1::BatchGetBestConfigRequest request;
+    for (const AttentionProblem& p : problems) {
+      v1::GetBestConfigRequest* r = request.add_requests();
+      ProblemToProto(p, r->mutable_problem());
+      r->set_device_class(options_.device_class);
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoMilliseconds(options_.deadline));
+    if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
+    v1::BatchGetBestConfigResponse response;
+    grpc::Status status = stub_->BatchGetBestConfig(&context, request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    if (response.entries_size() != static_cast<int>(problems.size())) {
+      return absl::InternalError(absl::StrCat("service answered ", response.entries_size(),
+                                              " entries for ", problems.size(), " problems"));
+    }
+    std::vector<absl::StatusOr<CachedConfig>> out;
+    out.reserve(problems.size());
+    for (const v1::BatchGetBestConfigResponse::Entry& e : response.entries()) {
+      if (!e.error().empty()) {
+        out.push_back(absl::InvalidArgumentError(e.error()));
+        continue;
+      }
+      absl::StatusOr<KernelConfig> config = ConfigFromProto(e.response().config());
+      if (!config.ok()) {
+        out.push_back(config.status());
+        continue;
+      }
+      out.push_back(CachedConfig{*config, FromProtoProvenance(e.response().provenance()),
+                                 e.response().median_us()});
+    }
+    return out;
+  }
+
+ private:
+  GrpcFetcherOptions options_;
+  std::unique_ptr<v1::TuningService::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<BestConfigFetcher> CreateGrpcFetcher(const GrpcFetcherOptions& options) {
+  return std::make_unique<GrpcFetcher>(options);
+}
+
+}  // namespace fusetune
