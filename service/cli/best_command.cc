@@ -1,0 +1,85 @@
+// fusetune best: the recorded best config of one problem on one device class.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "fmt/format.h"
+#include "fusetune/db/store.h"
+#include "fusetune/kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "problem_flags.h"
+
+namespace fusetune::cli {
+namespace {
+
+struct BestFlags {
+  ProblemFlags problem;
+  std::string db = "./fusetune.db";
+  std::string backend = "cpu";
+  int device = 0;
+  std::string device_class;
+  bool json = false;
+};
+
+int RunBestCommand(const BestFlags& f) {
+  const std::string cmd = "best";
+  absl::StatusOr<std::vector<AttentionProblem>> problems = f.problem.Build();
+  if (!problems.ok()) return UsageError(cmd, std::string(problems.status().message()));
+  const AttentionProblem& problem = problems->front();
+  std::string device_class = f.device_class;
+  if (device_class.empty()) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(f.backend, f.device);
+    if (!backend.ok()) {
+      return UsageError(cmd, fmt::format("{} (or give --device-class)", backend.status().message()));
+    }
+    device_class = (*backend)->Describe().DeviceClass();
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
+  if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
+  absl::StatusOr<BestConfig> best = (*store)->GetBestConfig(device_class, problem.Key());
+  if (absl::IsNotFound(best.status())) {
+    std::fprintf(stderr, "fusetune best: no best config recorded for %s on %s (run 'fusetune sweep' first)\n",
+                 problem.Key().c_str(), device_class.c_str());
+    return kExitNotFound;
+  }
+  if (!best.ok()) return Failure(cmd, std::string(best.status().ToString()));
+  if (f.json) {
+    nlohmann::json j = {{"device_class", best->device_class},
+                        {"problem", best->problem_key},
+                        {"config", best->config_key},
+                        {"median_us", best->median_us},
+                        {"p10_us", best->p10_us},
+                        {"p90_us", best->p90_us},
+                        {"speedup_vs_materialized", best->speedup_vs_materialized},
+                        {"speedup_vs_partial", best->speedup_vs_partial},
+                        {"max_rel_error", best->max_rel_error},
+                        {"run_id", best->run_id},
+                        {"commit", best->commit}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s\n", best->config_key.c_str());
+    std::printf("  problem   %s\n  device    %s\n  median    %.1f us (p10 %.1f, p90 %.1f)\n", best->problem_key.c_str(),
+                best->device_class.c_str(), best->median_us, best->p10_us, best->p90_us);
+    std::printf("  speedup   %.2fx vs materialized, %.2fx vs partial (fused)\n  from      run %lld, commit %s\n",
+                best->speedup_vs_materialized, best->speedup_vs_partial, static_cast<long long>(best->run_id),
+                best->commit.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddBestCommand(CLI::App& app, CommandContext& context) {
+  auto flags = std::make_shared<BestFlags>();
+  CLI::App* best = app.add_subcommand("best", "Print the recorded best config for one problem (exit 3 if none).");
+  flags->problem.Register(best, /*allow_list=*/false);
+  best->add_option("--db", flags->db, "SQLite database file")->capture_default_str();
+  best->add_option("--backend", flags->backend, "backend whose device class to look up")->capture_default_str();
+  best->add_option("--device", flags->device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
+  best->add_option("--device-class", flags->device_class, "look up this device class instead, e.g. cuda/NVIDIA-H200/sm90");
+  best->add_flag("--json", flags->json, "print JSON");
+  SetAction(best, context, [flags] { return RunBestCommand(*flags); });
+}
+
+}  // namespace fusetune::cli

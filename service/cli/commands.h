@@ -1,0 +1,42 @@
+// The `fusetune` command's subcommands. Each lives in its own file and registers itself with
+// an Add...Command(app, context) function; main.cc is only the list of those calls.
+//
+// A subcommand's callback runs after parsing succeeded; it writes its exit code to
+// context.exit_code and never lets an exception out (third-party throws are caught at the
+// callback boundary and become kExitFailure).
+#ifndef FUSETUNE_SERVICE_CLI_COMMANDS_H_
+#define FUSETUNE_SERVICE_CLI_COMMANDS_H_
+
+#include <functional>
+
+#include "CLI/CLI.hpp"
+
+namespace fusetune::cli {
+
+// Exit codes of every fusetune subcommand (also in service/README.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;    // runtime failure: database, backend, I/O
+inline constexpr int kExitUsage = 2;      // bad flags or values; nothing was done
+inline constexpr int kExitNotFound = 3;   // the asked-for record does not exist (best)
+inline constexpr int kExitCancelled = 4;  // stopped by SIGINT/SIGTERM; a sweep resumes on rerun
+
+struct CommandContext {
+  int exit_code = kExitOk;
+};
+
+// Runs `body` as the subcommand's action: its return value becomes the exit code; an
+// exception becomes kExitFailure with its message on stderr.
+void SetAction(CLI::App* command, CommandContext& context, std::function<int()> body);
+
+// The commit baked in at configure time ("unknown" outside a git checkout).
+const char* BuiltCommit();
+const char* ToolVersion();
+
+void AddSweepCommand(CLI::App& app, CommandContext& context);
+void AddBestCommand(CLI::App& app, CommandContext& context);
+void AddReportCommand(CLI::App& app, CommandContext& context);
+void AddBenchCommand(CLI::App& app, CommandContext& context);
+
+}  // namespace fusetune::cli
+
+#endif  // FUSETUNE_SERVICE_CLI_COMMANDS_H_

@@ -1,0 +1,129 @@
+#include "problem_flags.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "fusetune/db/store.h"
+
+#include "commands.h"
+
+namespace fusetune::cli {
+
+void ProblemFlags::Register(CLI::App* command, bool allow_list) {
+  auto* group = command->add_option_group("Problem", "the attention shape(s)");
+  if (allow_list) {
+    group->add_option("--preset", preset, "a named problem set: 'seed' = batch 1, 12 heads, head dim 64, "
+                                          "S = 128, 256, 512, 1024, 2048, fp32, non-causal")
+        ->check(CLI::IsMember({"seed"}));
+  }
+  group->add_option("--problem", problem_key,
+                    "a canonical problem key, e.g. prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32");
+  group->add_option("--kind", kind, "prefill or decode (decode: one query per sequence)")
+      ->check(CLI::IsMember({"prefill", "decode"}))
+      ->capture_default_str();
+  group->add_option("--batch", batch, "sequences per batch")->capture_default_str();
+  group->add_option("--heads", heads, "query heads")->capture_default_str();
+  group->add_option("--kv-heads", kv_heads, "key/value heads (must divide --heads; default = --heads)");
+  auto* seq_opt = group->add_option("--seq", seq,
+                                    allow_list ? "query lengths, comma-separated (one problem each)"
+                                               : "query length");
+  if (allow_list) {
+    seq_opt->delimiter(',');
+  } else {
+    seq_opt->expected(1);
+  }
+  group->add_option("--kv-seq", kv_seq, "key lengths (default = --seq; one value applies to every --seq)")
+      ->delimiter(',');
+  group->add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
+  group->add_flag("--causal", causal, "causal mask (bottom-right aligned)");
+  group->add_option("--dtype", dtype, "storage type: fp32, fp16 or bf16")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
+}
+
+absl::StatusOr<std::vector<AttentionProblem>> ProblemFlags::Build() const {
+  std::vector<AttentionProblem> out;
+  const int sources = (!preset.empty()) + (!problem_key.empty()) + (!seq.empty());
+  if (sources == 0) {
+    return absl::InvalidArgumentError("say which problems: --seq (with the shape flags), --problem or --preset");
+  }
+  if (sources > 1) return absl::InvalidArgumentError("use only one of --seq, --problem and --preset");
+  if (preset == "seed") return SeedPresetProblems();
+  if (!problem_key.empty()) {
+    absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(problem_key);
+    if (!p.ok()) return absl::InvalidArgumentError(std::string("--problem: ") + std::string(p.status().message()));
+    return std::vector<AttentionProblem>{*p};
+  }
+  if (!kv_seq.empty() && kv_seq.size() != 1 && kv_seq.size() != seq.size()) {
+    return absl::InvalidArgumentError("--kv-seq takes one value or as many as --seq");
+  }
+  absl::StatusOr<DType> parsed_dtype = ParseDType(dtype);
+  if (!parsed_dtype.ok()) return absl::InvalidArgumentError(std::string("--dtype: ") + std::string(parsed_dtype.status().message()));
+  absl::StatusOr<ProblemKind> parsed_kind = ParseProblemKind(kind);
+  if (!parsed_kind.ok()) return absl::InvalidArgumentError(std::string("--kind: ") + std::string(parsed_kind.status().message()));
+  for (size_t i = 0; i < seq.size(); ++i) {
+    AttentionProblem p;
+    p.kind = *parsed_kind;
+    p.batch = batch;
+    p.q_heads = heads;
+    p.kv_heads = kv_heads == 0 ? heads : kv_heads;
+    const int k = kv_seq.empty() ? seq[i] : (kv_seq.size() == 1 ? kv_seq[0] : kv_seq[i]);
+    if (p.kind == ProblemKind::kDecode) {
+      p.q_len = 1;
+      p.kv_len = kv_seq.empty() ? seq[i] : k;
+    } else {
+      p.q_len = seq[i];
+      p.kv_len = k;
+    }
+    p.head_dim = head_dim;
+    p.causal = causal;
+    p.dtype = *parsed_dtype;
+    if (absl::Status s = p.Validate(); !s.ok()) {
+      return absl::InvalidArgumentError(std::string("invalid problem (--seq ") + std::to_string(seq[i]) +
+                                        "): " + std::string(s.message()));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Variant>> ParseVariants(const std::vector<std::string>& names) {
+  std::vector<Variant> out;
+  for (const std::string& n : names) {
+    absl::StatusOr<Variant> v = ParseVariant(n);
+    if (!v.ok()) return absl::InvalidArgumentError(std::string("--variants: ") + std::string(v.status().message()));
+    out.push_back(*v);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Precision>> ParsePrecisions(const std::vector<std::string>& names) {
+  std::vector<Precision> out;
+  for (const std::string& n : names) {
+    absl::StatusOr<Precision> p = ParsePrecision(n);
+    if (!p.ok()) return absl::InvalidArgumentError(std::string("--precisions: ") + std::string(p.status().message()));
+    out.push_back(*p);
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(const std::string& path) {
+  std::error_code ec;
+  if (path != ":memory:" && !std::filesystem::exists(path, ec)) {
+    return absl::NotFoundError("no database at " + path + " (run 'fusetune sweep --db " + path + "' first)");
+  }
+  return Store::Open(path);
+}
+
+int UsageError(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "fusetune %s: %s\nRun 'fusetune %s --help' for the options.\n", command.c_str(),
+               message.c_str(), command.c_str());
+  return kExitUsage;
+}
+
+int Failure(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "fusetune %s: %s\n", command.c_str(), message.c_str());
+  return kExitFailure;
+}
+
+}  // namespace fusetune::cli

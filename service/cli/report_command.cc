@@ -1,0 +1,94 @@
+// fusetune report: the best config of every tuned problem, as a table or JSON.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "fmt/format.h"
+#include "fusetune/db/store.h"
+#include "nlohmann/json.hpp"
+#include "problem_flags.h"
+
+namespace fusetune::cli {
+namespace {
+
+struct ReportFlags {
+  std::string db = "./fusetune.db";
+  std::string device_class;
+  bool json = false;
+};
+
+// TFLOP/s from the documented FLOP count; 0 when the key cannot be rebuilt (varlen/padded
+// problems are keyed by a hash of their lengths).
+double Tflops(const BestConfig& b) {
+  absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(b.problem_key);
+  if (!p.ok() || b.median_us <= 0) return 0;
+  return p->Flops() / (b.median_us * 1e-6) / 1e12;
+}
+
+std::string Ratio(double r) { return r > 0 ? fmt::format("{:.2f}x", r) : "-"; }
+
+int RunReportCommand(const ReportFlags& f) {
+  const std::string cmd = "report";
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
+  if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
+  absl::StatusOr<std::vector<BestConfig>> best = (*store)->ListBestConfigs(f.device_class);
+  if (!best.ok()) return Failure(cmd, std::string(best.status().ToString()));
+  if (f.json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const BestConfig& b : *best) {
+      rows.push_back({{"device_class", b.device_class},
+                      {"problem", b.problem_key},
+                      {"config", b.config_key},
+                      {"median_us", b.median_us},
+                      {"p10_us", b.p10_us},
+                      {"p90_us", b.p90_us},
+                      {"tflops", Tflops(b)},
+                      {"speedup_vs_materialized", b.speedup_vs_materialized},
+                      {"speedup_vs_partial", b.speedup_vs_partial},
+                      {"best_materialized_us", b.best_materialized_us},
+                      {"best_partial_us", b.best_partial_us},
+                      {"max_abs_error", b.max_abs_error},
+                      {"max_rel_error", b.max_rel_error},
+                      {"run_id", b.run_id},
+                      {"commit", b.commit}});
+    }
+    std::printf("%s\n", rows.dump(2).c_str());
+    return kExitOk;
+  }
+  if (best->empty()) {
+    std::printf("no best configs recorded in %s%s (run 'fusetune sweep' first)\n", f.db.c_str(),
+                f.device_class.empty() ? "" : fmt::format(" for {}", f.device_class).c_str());
+    return kExitOk;
+  }
+  // Markdown, so the table pastes into docs/perf.md as it is.
+  std::string device;
+  for (const BestConfig& b : *best) {
+    if (b.device_class != device) {
+      device = b.device_class;
+      std::printf("%sdevice %s\n\n", &b == &best->front() ? "" : "\n", device.c_str());
+      std::printf("| problem | best config | median us | p10-p90 us | TFLOP/s | fused vs materialized | fused vs partial | max rel error |\n");
+      std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    }
+    std::printf("| %s | %s | %.1f | %.1f-%.1f | %.3f | %s | %s | %.1e |\n", b.problem_key.c_str(),
+                b.config_key.c_str(), b.median_us, b.p10_us, b.p90_us, Tflops(b),
+                Ratio(b.speedup_vs_materialized).c_str(), Ratio(b.speedup_vs_partial).c_str(), b.max_rel_error);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddReportCommand(CLI::App& app, CommandContext& context) {
+  auto flags = std::make_shared<ReportFlags>();
+  CLI::App* report = app.add_subcommand(
+      "report", "Print every recorded best config: latency, TFLOP/s, the fused speedups and the error.");
+  report->add_option("--db", flags->db, "SQLite database file")->capture_default_str();
+  report->add_option("--device-class", flags->device_class, "only this device class");
+  report->add_flag("--json", flags->json,
+                   "print a JSON array (fields: problem, config, median_us, tflops, speedup_vs_materialized, "
+                   "speedup_vs_partial, max_rel_error, ...)");
+  SetAction(report, context, [flags] { return RunReportCommand(*flags); });
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,226 @@
+// fusetune sweep: tune problems on a local backend into the SQLite store, resumably.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "fmt/format.h"
+#include "fusetune/db/store.h"
+#include "fusetune/kernels/backend.h"
+#include "fusetune/tuner/sweep.h"
+#include "problem_flags.h"
+
+namespace fusetune::cli {
+namespace {
+
+// Set by SIGINT/SIGTERM; the sweep stops between trials (the trial in flight finishes and
+// is committed), leaving the run unfinished so that the same command resumes it.
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void OnStopSignal(int) { g_stop_requested.store(true); }
+
+struct SweepFlags {
+  ProblemFlags problem;
+  std::string backend = "cpu";
+  int device = 0;
+  std::string db = "./fusetune.db";
+  std::vector<std::string> variants;
+  std::vector<std::string> precisions;
+  int max_trials = 6;
+  double max_seconds = 60;
+  std::string strategy = "random";
+  uint64_t seed = 1;
+  int repeats = 10;
+  int warmup = 1;
+  double timing_seconds = 1.0;
+  double trial_time_limit = 60;
+  std::string commit;
+  std::string label = "sweep";
+};
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Seconds(double s) {
+  if (s < 60) return fmt::format("{:.1f} s", s);
+  return fmt::format("{}m{:02d}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+}
+
+int RunSweepCommand(const SweepFlags& f) {
+  const std::string cmd = "sweep";
+  absl::StatusOr<std::vector<AttentionProblem>> problems = f.problem.Build();
+  if (!problems.ok()) return UsageError(cmd, std::string(problems.status().message()));
+  absl::StatusOr<std::vector<Variant>> variants = ParseVariants(f.variants);
+  if (!variants.ok()) return UsageError(cmd, std::string(variants.status().message()));
+  absl::StatusOr<std::vector<Precision>> precisions = ParsePrecisions(f.precisions);
+  if (!precisions.ok()) return UsageError(cmd, std::string(precisions.status().message()));
+  absl::StatusOr<SearchStrategy> strategy = ParseSearchStrategy(f.strategy);
+  if (!strategy.ok()) return UsageError(cmd, std::string(strategy.status().message()));
+
+  SweepOptions options;
+  options.space.variants = *variants;
+  options.space.precisions = *precisions;
+  options.strategy = *strategy;
+  options.seed = f.seed;
+  options.max_trials_per_variant = f.max_trials;
+  options.max_seconds_per_problem = f.max_seconds;
+  options.runner.timing.repeats = f.repeats;
+  options.runner.timing.warmup = f.warmup;
+  options.runner.timing.max_seconds = f.timing_seconds;
+  options.runner.trial_time_limit_seconds = f.trial_time_limit;
+  options.commit = f.commit.empty() ? BuiltCommit() : f.commit;
+
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(f.backend, f.device);
+  if (!backend.ok()) {
+    if (absl::IsNotFound(backend.status()) || absl::IsInvalidArgument(backend.status())) {
+      return UsageError(cmd, std::string(backend.status().message()));
+    }
+    return Failure(cmd, std::string(backend.status().message()));
+  }
+  const DeviceInfo device = (*backend)->Describe();
+  const std::string device_class = device.DeviceClass();
+  // Check the options against the device before touching the database.
+  for (const AttentionProblem& p : *problems) {
+    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, device, options.space);
+    if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
+  }
+
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
+  if (!store.ok()) return Failure(cmd, fmt::format("cannot open database {}: {}", f.db, store.status().message()));
+
+  // Resume the newest unfinished run of the same commit, device and label, if any.
+  int64_t run_id = 0;
+  std::vector<Trial> recorded;
+  absl::StatusOr<RunInfo> unfinished = (*store)->FindUnfinishedRun(options.commit, device_class, f.label);
+  if (unfinished.ok()) {
+    run_id = unfinished->run_id;
+    absl::StatusOr<std::vector<Trial>> trials = (*store)->ListTrials(run_id);
+    if (!trials.ok()) return Failure(cmd, std::string(trials.status().message()));
+    recorded = *std::move(trials);
+    std::printf("resuming run %lld (%zu trials recorded) on %s, commit %s, label %s\n",
+                static_cast<long long>(run_id), recorded.size(), device_class.c_str(),
+                options.commit.c_str(), f.label.c_str());
+  } else if (absl::IsNotFound(unfinished.status())) {
+    RunInfo info;
+    info.commit = options.commit;
+    info.host = Hostname();
+    info.device = device;
+    info.tool_version = ToolVersion();
+    info.environment = fmt::format("compiler {}", __VERSION__);
+    info.label = f.label;
+    info.started_unix_ms = NowUnixMs();
+    absl::StatusOr<int64_t> id = (*store)->BeginRun(info);
+    if (!id.ok()) return Failure(cmd, std::string(id.status().message()));
+    run_id = *id;
+    std::printf("run %lld on %s, commit %s, label %s: %zu problem(s), up to %d trials per variant%s\n",
+                static_cast<long long>(run_id), device_class.c_str(), options.commit.c_str(),
+                f.label.c_str(), problems->size(), f.max_trials,
+                f.max_seconds > 0 ? fmt::format(", {} s per problem", f.max_seconds).c_str() : "");
+  } else {
+    return Failure(cmd, std::string(unfinished.status().message()));
+  }
+  std::fflush(stdout);
+
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  absl::Status best_error;
+  auto progress = [&](const SweepProgress& p) {
+    std::string best = "no successful trial";
+    if (p.best) {
+      best = fmt::format("best {} {:.1f} us", p.best->config_key, p.best->median_us);
+      if (p.best->speedup_vs_materialized > 0) {
+        best += fmt::format(", fused {:.2f}x vs materialized", p.best->speedup_vs_materialized);
+      }
+      if (p.best->speedup_vs_partial > 0) best += fmt::format(", {:.2f}x vs partial", p.best->speedup_vs_partial);
+      if (absl::Status s = (*store)->UpsertBestConfig(*p.best); !s.ok() && best_error.ok()) best_error = s;
+    }
+    std::printf("[%d/%d] %s: %d trials (%d resumed, %d ok) in %s; %s; elapsed %s, ~%s remaining\n",
+                p.problem_index + 1, p.problem_count, p.problem_key.c_str(),
+                p.trials_measured + p.trials_resumed, p.trials_resumed, p.trials_ok,
+                Seconds(p.problem_seconds).c_str(), best.c_str(), Seconds(p.elapsed_seconds).c_str(),
+                Seconds(p.estimated_remaining_seconds).c_str());
+    std::fflush(stdout);
+  };
+  absl::StatusOr<SweepResult> result = RunSweep(**backend, *problems, options, run_id, **store,
+                                                LookupInTrials(std::move(recorded)), progress,
+                                                &g_stop_requested);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (!result.ok()) return Failure(cmd, std::string(result.status().ToString()));
+  if (!best_error.ok()) return Failure(cmd, fmt::format("recording a best config: {}", best_error.ToString()));
+  if (result->cancelled) {
+    std::printf("stopped by a signal after %d problem(s); run the same command again to resume run %lld\n",
+                result->problems_finished, static_cast<long long>(run_id));
+    return kExitCancelled;
+  }
+  if (absl::Status s = (*store)->FinishRun(run_id); !s.ok()) return Failure(cmd, std::string(s.ToString()));
+  std::printf("done: run %lld, %d problem(s), %d trials measured, %d resumed. 'fusetune report --db %s' shows the table.\n",
+              static_cast<long long>(run_id), result->problems_finished, result->trials_measured,
+              result->trials_resumed, f.db.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddSweepCommand(CLI::App& app, CommandContext& context) {
+  auto flags = std::make_shared<SweepFlags>();
+  CLI::App* sweep = app.add_subcommand(
+      "sweep",
+      "Tune problems on a local backend: every trial (failures too) goes to the database; the best config "
+      "per problem is recorded. An unfinished run with the same commit, device and label is resumed.");
+  flags->problem.Register(sweep, /*allow_list=*/true);
+  sweep->add_option("--backend", flags->backend, "cpu, cuda or hip (as compiled in)")->capture_default_str();
+  sweep->add_option("--device", flags->device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
+  sweep->add_option("--db", flags->db, "SQLite database file")->capture_default_str();
+  sweep->add_option("--variants", flags->variants, "comma-separated: fused, partial, materialized (default all)")
+      ->delimiter(',');
+  sweep->add_option("--precisions", flags->precisions,
+                    "comma-separated: fp32, tf32, fp16, bf16 (default: by dtype and backend)")
+      ->delimiter(',');
+  sweep->add_option("--max-trials", flags->max_trials, "trials per problem and variant (0 = every config)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sweep->add_option("--max-seconds", flags->max_seconds, "measuring time per problem (0 = unbounded)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sweep->add_option("--strategy", flags->strategy, "config order: random (seeded) or exhaustive")
+      ->check(CLI::IsMember({"random", "exhaustive"}))
+      ->capture_default_str();
+  sweep->add_option("--seed", flags->seed, "seed of the random search and of the inputs")->capture_default_str();
+  sweep->add_option("--repeats", flags->repeats, "timed launches per trial")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  sweep->add_option("--warmup", flags->warmup, "untimed launches before timing")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  sweep->add_option("--timing-seconds", flags->timing_seconds,
+                    "stop timing a trial after this long (at least 3 samples are kept)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sweep->add_option("--trial-time-limit", flags->trial_time_limit,
+                    "a run slower than this many seconds is recorded as timed_out")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sweep->add_option("--commit", flags->commit, std::string("commit recorded with the run (default: built from ") +
+                                                   BuiltCommit() + ")");
+  sweep->add_option("--label", flags->label, "run label (part of the resume identity)")->capture_default_str();
+  SetAction(sweep, context, [flags] { return RunSweepCommand(*flags); });
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,195 @@
+#include "fusetune/tuner/sweep.h"
+
+#include <map>
+#include <set>
+
+#include "fusetune/kernels/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "testing/host_backend.h"
+
+namespace fusetune {
+namespace {
+
+using testing::Fault;
+using testing::HostBackend;
+
+// The in-memory TrialSink: what a Store would hold, plus switches for failure tests.
+class MemorySink : public TrialSink {
+ public:
+  std::vector<Trial> trials;
+  std::function<void(const Trial&)> after_record;
+  bool fail = false;
+  absl::Status RecordTrial(const Trial& trial) override {
+    if (fail) return absl::UnavailableError("test: disk full");
+    for (const Trial& t : trials) {
+      if (t.trial_id == trial.trial_id) return absl::OkStatus();  // idempotent, like the Store
+    }
+    trials.push_back(trial);
+    if (after_record) after_record(trial);
+    return absl::OkStatus();
+  }
+};
+
+AttentionProblem Tiny(int q, int k, bool causal = false) {
+  AttentionProblem p;
+  p.batch = 1;
+  p.q_heads = 2;
+  p.kv_heads = 1;
+  p.q_len = q;
+  p.kv_len = k;
+  p.head_dim = 32;
+  p.causal = causal;
+  return p;
+}
+
+SweepOptions Quick(int max_trials) {
+  SweepOptions o;
+  o.max_trials_per_variant = max_trials;
+  o.runner.timing.repeats = 3;
+  o.runner.timing.warmup = 0;
+  o.commit = "test-commit";
+  return o;
+}
+
+TEST(Sweep, CpuBackendTinyProblemsRecordEveryTrialAndPickABestConfig) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  std::vector<AttentionProblem> problems = {Tiny(24, 40, true), Tiny(33, 33)};
+  MemorySink sink;
+  std::vector<SweepProgress> reports;
+  absl::StatusOr<SweepResult> r = RunSweep(*cpu, problems, Quick(2), /*run_id=*/5, sink, NoResume(),
+                                           [&](const SweepProgress& p) { reports.push_back(p); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->cancelled);
+  EXPECT_EQ(r->problems_finished, 2);
+  EXPECT_EQ(r->trials_measured, static_cast<int>(sink.trials.size()));
+  std::map<std::string, int> per_problem;
+  for (const Trial& t : sink.trials) {
+    EXPECT_EQ(t.outcome, TrialOutcome::kOk) << t.config_key << ": " << t.message;
+    EXPECT_EQ(t.run_id, 5);
+    ++per_problem[t.problem_key];
+  }
+  for (const AttentionProblem& p : problems) EXPECT_EQ(per_problem[p.Key()], 3 * 2) << p.Key();
+  ASSERT_EQ(r->best.size(), 2u);
+  for (const BestConfig& b : r->best) {
+    EXPECT_EQ(b.device_class, cpu->Describe().DeviceClass());
+    EXPECT_EQ(b.commit, "test-commit");
+    EXPECT_GT(b.median_us, 0);
+    EXPECT_GT(b.speedup_vs_materialized, 0);
+    EXPECT_GT(b.speedup_vs_partial, 0);
+  }
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[1].problem_index, 1);
+  EXPECT_EQ(reports[1].problem_count, 2);
+  EXPECT_GT(reports[0].estimated_remaining_seconds, 0);
+  EXPECT_EQ(reports[1].estimated_remaining_seconds, 0);
+  EXPECT_GE(reports[1].elapsed_seconds, reports[0].elapsed_seconds);
+}
+
+TEST(Sweep, ResumeSkipsRecordedTrialsAndReachesTheSameResult) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s + 10 * c.block_m; };
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
+  MemorySink full;
+  absl::StatusOr<SweepResult> a = RunSweep(backend, problems, Quick(3), 1, full, NoResume());
+  ASSERT_TRUE(a.ok()) << a.status();
+
+  // A crash after the first 7 trials: those are on disk; resume from them.
+  MemorySink resumed;
+  std::vector<Trial> on_disk(full.trials.begin(), full.trials.begin() + 7);
+  for (const Trial& t : on_disk) ASSERT_TRUE(resumed.RecordTrial(t).ok());
+  absl::StatusOr<SweepResult> b = RunSweep(backend, problems, Quick(3), 1, resumed, LookupInTrials(on_disk));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->trials_resumed, 7);
+  EXPECT_EQ(b->trials_measured, static_cast<int>(full.trials.size()) - 7);
+  ASSERT_EQ(resumed.trials.size(), full.trials.size());
+  for (size_t i = 0; i < full.trials.size(); ++i) {
+    EXPECT_EQ(resumed.trials[i].trial_id, full.trials[i].trial_id) << "same proposals in the same order";
+  }
+  ASSERT_EQ(a->best.size(), b->best.size());
+  for (size_t i = 0; i < a->best.size(); ++i) EXPECT_EQ(a->best[i].config_key, b->best[i].config_key);
+}
+
+TEST(Sweep, CancelFlagStopsBetweenTrials) {
+  HostBackend backend;
+  std::atomic<bool> cancel{false};
+  MemorySink sink;
+  sink.after_record = [&](const Trial&) {
+    if (sink.trials.size() == 3) cancel = true;
+  };
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(4), 1, sink, NoResume(), nullptr, &cancel);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->cancelled);
+  EXPECT_EQ(sink.trials.size(), 3u);
+  EXPECT_EQ(r->problems_finished, 0);
+  EXPECT_TRUE(r->best.empty());
+}
+
+TEST(Sweep, SinkFailureStopsTheSweepWithItsError) {
+  HostBackend backend;
+  MemorySink sink;
+  sink.fail = true;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(2), 1, sink, NoResume());
+  EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+  EXPECT_EQ(backend.runs, 2) << "one trial (verify run + timing), then stop";
+}
+
+TEST(Sweep, UnsupportedConfigsAreRecordedButDoNotUseTheBudget) {
+  HostBackend backend;
+  backend.refuse = [](const KernelConfig& c) { return c.block_s == 16; };
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(40, 40)};
+  SweepOptions o = Quick(3);
+  o.strategy = SearchStrategy::kExhaustive;  // block_s 16 comes first in each variant
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  ASSERT_TRUE(r.ok());
+  int ok = 0, unsupported = 0;
+  for (const Trial& t : sink.trials) {
+    ok += t.outcome == TrialOutcome::kOk;
+    unsupported += t.outcome == TrialOutcome::kUnsupported;
+  }
+  EXPECT_EQ(ok, 3 * 3);
+  EXPECT_GT(unsupported, 0);
+}
+
+TEST(Sweep, FailingConfigsAreTrialsNotErrors) {
+  HostBackend backend;
+  backend.fault = Fault::kWrongValue;
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(1), 1, sink, NoResume());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(sink.trials.size(), 3u);
+  for (const Trial& t : sink.trials) EXPECT_EQ(t.outcome, TrialOutcome::kVerifyFailed);
+  EXPECT_TRUE(r->best.empty());
+  EXPECT_EQ(r->problems_finished, 1);
+}
+
+TEST(Sweep, TimeBudgetCapsEachProblem) {
+  HostBackend backend;
+  backend.fault = Fault::kSlow;  // ~50 ms per run, two runs per trial
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(64, 64)};
+  SweepOptions o = Quick(0);  // exhaustive: 3 x 3 x 3 x 2 configs without the time cap
+  o.max_seconds_per_problem = 0.6;
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  ASSERT_TRUE(r.ok());
+  EXPECT_GE(sink.trials.size(), 3u) << "every variant gets a turn";
+  EXPECT_LT(sink.trials.size(), 12u);
+}
+
+TEST(Sweep, BadInputIsAnErrorBeforeAnythingRuns) {
+  HostBackend backend;
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(20, 20)};
+  problems[1].head_dim = 12;
+  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, problems, Quick(1), 1, sink, NoResume()).status()));
+  EXPECT_EQ(backend.runs, 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, {}, Quick(1), 1, sink, NoResume()).status()));
+  SweepOptions neg = Quick(-1);
+  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, problems, neg, 1, sink, NoResume()).status()));
+}
+
+}  // namespace
+}  // namespace fusetune

@@ -1,0 +1,109 @@
+// Test doubles for the tuner's tests: a Backend whose memory is host memory and whose Run
+// computes attention with the fp64 reference, with switches that make it misbehave in the
+// ways the Runner must catch. Not part of the library.
+#ifndef FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
+#define FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/dtype.h"
+#include "fusetune/kernels/reference.h"
+
+namespace fusetune::testing {
+
+enum class Fault {
+  kNone,
+  kWrongValue,      // one output element off by 5% of its magnitude (plus 1e-2)
+  kNan,             // one output element NaN
+  kUnwritten,       // the last output element is never written
+  kRunError,        // Run() fails
+  kCannotImplement, // CanImplement() says no
+  kThrows,          // Run() throws
+  kSlow,            // Run() sleeps 50 ms
+};
+
+class HostBackend : public Backend {
+ public:
+  Fault fault = Fault::kNone;
+  int runs = 0;
+  // Configs CanImplement refuses (besides kCannotImplement refusing all).
+  std::function<bool(const KernelConfig&)> refuse = [](const KernelConfig&) { return false; };
+  // Median latency reported by Time(), per config key (default 100 us), and the spread.
+  std::function<double(const KernelConfig&)> latency_us = [](const KernelConfig&) { return 100.0; };
+
+  DeviceInfo Describe() const override {
+    DeviceInfo d;
+    d.backend = "cpu";
+    d.name = "test host";
+    d.arch = "test";
+    d.sm_count = 2;
+    return d;
+  }
+  absl::Status CanImplement(const AttentionProblem& p, const KernelConfig& c) const override {
+    if (fault == Fault::kCannotImplement || refuse(c)) return absl::UnimplementedError("test: cannot implement");
+    if (auto s = p.Validate(); !s.ok()) return s;
+    return c.Validate();
+  }
+  absl::Status Run(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b) override {
+    ++runs;
+    if (auto s = CanImplement(p, c); !s.ok()) return s;
+    if (fault == Fault::kRunError) return absl::InternalError("test: launch failed");
+    if (fault == Fault::kThrows) throw std::runtime_error("test: thrown");
+    if (fault == Fault::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<float> q(p.QElements()), k(p.KVElements()), v(p.KVElements());
+    DecodeTensor(p.dtype, b.q, q.size(), q.data());
+    DecodeTensor(p.dtype, b.k, k.size(), k.data());
+    DecodeTensor(p.dtype, b.v, v.size(), v.data());
+    absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p, q, k, v);
+    if (!ref.ok()) return ref.status();
+    std::vector<float> out(ref->begin(), ref->end());
+    size_t write = out.size();
+    const size_t victim = out.size() - 1;
+    if (fault == Fault::kWrongValue) out[victim] += 0.05f * std::fabs(out[victim]) + 1e-2f;
+    if (fault == Fault::kNan) out[victim] = std::numeric_limits<float>::quiet_NaN();
+    if (fault == Fault::kUnwritten) write = out.size() - 1;
+    std::vector<uint8_t> bytes(out.size() * DTypeBytes(p.dtype));
+    EncodeTensor(p.dtype, out, bytes.data());
+    std::memcpy(b.o, bytes.data(), write * DTypeBytes(p.dtype));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<TimingSamples> Time(const AttentionProblem& p, const KernelConfig& c,
+                                     const AttentionBuffers& b, const TimingOptions& o) override {
+    if (auto s = Run(p, c, b); !s.ok()) return s;
+    TimingSamples t;
+    const double base = latency_us(c);
+    // Samples spread +-2% around the median: p10..p90 spread ~ 3.2% of it.
+    for (int i = 0; i < o.repeats; ++i) t.micros.push_back(base * (0.98 + 0.04 * ((i * 7) % o.repeats) / std::max(1, o.repeats - 1)));
+    return t;
+  }
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
+    void* p = std::malloc(bytes == 0 ? 1 : bytes);
+    if (p == nullptr) return absl::ResourceExhaustedError("test: out of memory");
+    return DeviceMemory(p, bytes, [](void* x) { std::free(x); });
+  }
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Fill(void* dst, uint8_t value, size_t bytes) override {
+    std::memset(dst, value, bytes);
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace fusetune::testing
+
+#endif  // FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
