@@ -1,1 +1,395 @@
-// The CPU backend is being written (kernels-cpu); this file lands with it.
+// The CPU backend: API checks -> a plain params block -> tasks over (sequence, head, query
+// block) on a persistent thread pool -> the kernel bodies of the best instruction set.
+#include "fusetune/kernels/cpu_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "attention_cpu_params.h"
+#include "fusetune/kernels/dtype.h"
+#include "fusetune/kernels/reference.h"
+#include "host_info.h"
+#include "thread_pool.h"
+
+namespace fusetune {
+namespace {
+
+using cpu::CpuAttentionParams;
+using cpu::CpuKernelTable;
+using cpu::CpuScratch;
+using cpu::CpuTask;
+using cpu::kLanes;
+using cpu::kRowGroup;
+
+constexpr int64_t kMaxWorkspaceBytes = int64_t{2} << 30;  // partial/materialized S or P
+constexpr size_t kAlignment = 64;
+
+int HardwareThreads() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+int RoundUp(int x, int m) { return (x + m - 1) / m * m; }
+
+void FreeAligned(void* p) { std::free(p); }
+
+// 64-byte aligned host memory; nullptr when out of memory.
+void* AllocateAligned(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  return std::aligned_alloc(kAlignment, rounded);
+}
+
+struct AlignedFloats {
+  std::unique_ptr<float, void (*)(void*)> data{nullptr, &FreeAligned};
+  size_t count = 0;
+
+  // Grows (never shrinks) to at least `n` floats; false when out of memory.
+  bool Reserve(size_t n) {
+    if (n <= count) return true;
+    float* p = static_cast<float*>(AllocateAligned(n * sizeof(float)));
+    if (p == nullptr) return false;
+    data.reset(p);
+    count = n;
+    return true;
+  }
+};
+
+// Storage conversions used by the kernels (function pointers in the params block).
+void DecodeFp32(const void* src, size_t n, float* dst) { std::memcpy(dst, src, n * sizeof(float)); }
+void DecodeFp16(const void* src, size_t n, float* dst) { DecodeTensor(DType::kFp16, src, n, dst); }
+void DecodeBf16(const void* src, size_t n, float* dst) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  for (size_t i = 0; i < n; ++i) dst[i] = Bf16BitsToFloat(s[i]);
+}
+void EncodeFp32(const float* src, size_t n, void* dst) { std::memcpy(dst, src, n * sizeof(float)); }
+void EncodeFp16(const float* src, size_t n, void* dst) {
+  EncodeTensor(DType::kFp16, std::span<const float>(src, n), dst);
+}
+void EncodeBf16(const float* src, size_t n, void* dst) {
+  EncodeTensor(DType::kBf16, std::span<const float>(src, n), dst);
+}
+
+cpu::OperandRounding RoundingFor(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return cpu::OperandRounding::kNone;
+    case Precision::kTf32: return cpu::OperandRounding::kTf32;
+    case Precision::kFp16: return cpu::OperandRounding::kFp16;
+    case Precision::kBf16: return cpu::OperandRounding::kBf16;
+  }
+  return cpu::OperandRounding::kNone;
+}
+
+const CpuKernelTable& KernelsForIsa(const std::string& isa) {
+  if (isa == "avx512") return cpu::Avx512Kernels();
+  if (isa == "avx2") return cpu::Avx2Kernels();
+  return cpu::GenericKernels();
+}
+
+// fp32 elements of the S/P workspace the partial and materialized variants need.
+int64_t WorkspaceFloats(const AttentionProblem& p) {
+  int64_t total = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    total += static_cast<int64_t>(p.QueryLen(b)) * p.q_heads * p.VisibleKeyLen(b);
+  }
+  return total;
+}
+
+bool IsSupportedTile(int v) { return v == 16 || v == 32 || v == 64 || v == 128; }
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : isa_(cpu::BestKernelIsa()), kernels_(&KernelsForIsa(isa_)) {}
+
+  DeviceInfo Describe() const override { return cpu::DescribeHost(kernels_->isa); }
+
+  absl::Status CanImplement(const AttentionProblem& problem,
+                            const KernelConfig& config) const override {
+    if (auto s = problem.Validate(); !s.ok()) return s;
+    if (auto s = config.Validate(); !s.ok()) return s;
+    if (!IsSupportedTile(config.block_s)) {
+      return absl::UnimplementedError(
+          absl::StrCat("cpu: block_s must be 16, 32, 64 or 128, got ", config.block_s));
+    }
+    if (!IsSupportedTile(config.block_m)) {
+      return absl::UnimplementedError(
+          absl::StrCat("cpu: block_m must be 16, 32, 64 or 128, got ", config.block_m));
+    }
+    const int max_threads = 4 * HardwareThreads();
+    if (config.threads > max_threads) {
+      return absl::UnimplementedError(absl::StrCat("cpu: threads must be in [1, ", max_threads,
+                                                   "] (4x the hardware threads), got ",
+                                                   config.threads));
+    }
+    if (config.stages != 1) {
+      return absl::UnimplementedError(
+          "cpu: stages must be 1 (the CPU has no asynchronous copies to pipeline)");
+    }
+    if (config.split_kv != 1) {
+      return absl::UnimplementedError("cpu: split_kv must be 1 (KV splitting is not implemented)");
+    }
+    if (config.variant != Variant::kFused) {
+      const int64_t bytes = WorkspaceFloats(problem) * static_cast<int64_t>(sizeof(float));
+      if (bytes > kMaxWorkspaceBytes) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cpu: the ", std::string(VariantName(config.variant)), " variant needs a ", bytes >> 20,
+            " MiB score workspace, over the 2048 MiB limit"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
+                   const AttentionBuffers& buffers) override {
+    if (auto s = CanImplement(problem, config); !s.ok()) return s;
+    if (buffers.q == nullptr || buffers.k == nullptr || buffers.v == nullptr ||
+        buffers.o == nullptr) {
+      return absl::InvalidArgumentError("cpu: q, k, v and o must all be non-null");
+    }
+    return Launch(problem, config, buffers);
+  }
+
+  absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
+                                     const AttentionBuffers& buffers,
+                                     const TimingOptions& options) override {
+    if (options.warmup < 0 || options.repeats < 1 || !(options.max_seconds >= 0)) {
+      return absl::InvalidArgumentError(
+          "timing options: warmup must be >= 0, repeats >= 1, max_seconds >= 0");
+    }
+    for (int i = 0; i < options.warmup; ++i) {
+      if (auto s = Run(problem, config, buffers); !s.ok()) return s;
+    }
+    if (options.warmup == 0) {  // still check before the timed loop
+      if (auto s = CanImplement(problem, config); !s.ok()) return s;
+    }
+    TimingSamples samples;
+    double timed_seconds = 0;
+    for (int i = 0; i < options.repeats; ++i) {
+      if (options.flush_l2) FlushCaches();
+      const auto start = std::chrono::steady_clock::now();
+      if (auto s = Run(problem, config, buffers); !s.ok()) return s;
+      const auto stop = std::chrono::steady_clock::now();
+      const double seconds = std::chrono::duration<double>(stop - start).count();
+      samples.micros.push_back(seconds * 1e6);
+      timed_seconds += seconds;
+      if (timed_seconds > options.max_seconds && samples.micros.size() >= 3) break;
+    }
+    samples.sm_clock_mhz = CurrentClockMhz();
+    return samples;
+  }
+
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
+    void* p = AllocateAligned(bytes);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
+    }
+    return DeviceMemory(p, bytes, &FreeAligned);
+  }
+
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    return Copy(dst, src, bytes);
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
+    return Copy(dst, src, bytes);
+  }
+  absl::Status Fill(void* dst, uint8_t value, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) return absl::InvalidArgumentError("cpu: Fill of a null pointer");
+    std::memset(dst, value, bytes);
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status Copy(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("cpu: copy with a null pointer");
+    std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status Launch(const AttentionProblem& problem, const KernelConfig& config,
+                      const AttentionBuffers& buffers);
+  void FlushCaches();
+  static int CurrentClockMhz();
+
+  std::string isa_;
+  const CpuKernelTable* kernels_;
+  cpu::ThreadPool pool_;
+  std::vector<AlignedFloats> scratch_;  // one per worker
+  AlignedFloats workspace_;
+  AlignedFloats flush_buffer_;
+  // Per-run geometry, kept to avoid reallocating on every timed launch.
+  std::vector<int64_t> q_start_, k_start_, ws_offset_;
+  std::vector<int32_t> q_len_, ws_row_stride_, visible_;
+  std::vector<CpuTask> tasks_;
+};
+
+absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelConfig& config,
+                                const AttentionBuffers& buffers) {
+  const int batch = problem.batch;
+  q_start_.resize(batch);
+  k_start_.resize(batch);
+  q_len_.resize(batch);
+  ws_offset_.resize(batch);
+  ws_row_stride_.resize(batch);
+  visible_.resize(static_cast<size_t>(problem.TotalQueries()));
+  int64_t ws_total = 0;
+  for (int b = 0; b < batch; ++b) {
+    q_start_[b] = problem.QueryStart(b);
+    k_start_[b] = problem.KeyStart(b);
+    q_len_[b] = problem.QueryLen(b);
+    ws_offset_[b] = ws_total;
+    ws_row_stride_[b] = problem.VisibleKeyLen(b);
+    ws_total += static_cast<int64_t>(q_len_[b]) * problem.q_heads * ws_row_stride_[b];
+    for (int i = 0; i < q_len_[b]; ++i) {
+      visible_[q_start_[b] + i] = VisibleKeysForQuery(problem, b, i);
+    }
+  }
+
+  // Tasks: (sequence, head, query block), most expensive first so that the uneven causal
+  // blocks do not leave one worker finishing alone.
+  tasks_.clear();
+  for (int b = 0; b < batch; ++b) {
+    for (int h = 0; h < problem.q_heads; ++h) {
+      for (int row0 = 0; row0 < q_len_[b]; row0 += config.block_m) {
+        tasks_.push_back(CpuTask{b, h, row0, std::min(config.block_m, q_len_[b] - row0)});
+      }
+    }
+  }
+  auto cost = [&](const CpuTask& t) {
+    return static_cast<int64_t>(t.rows) * visible_[q_start_[t.b] + t.row0 + t.rows - 1];
+  };
+  std::stable_sort(tasks_.begin(), tasks_.end(),
+                   [&](const CpuTask& a, const CpuTask& b) { return cost(a) > cost(b); });
+
+  const int d = problem.head_dim;
+  const int dp = RoundUp(d, kLanes);
+  const int bm = config.block_m;
+  const int bs = config.block_s;
+  const int workers = std::max(1, std::min<int>(config.threads, static_cast<int>(tasks_.size())));
+
+  // Scratch layout per worker; every part starts on a 64-byte boundary.
+  const size_t part_q = static_cast<size_t>(bm) * dp;
+  const size_t part_kt = static_cast<size_t>(dp) * bs;
+  const size_t part_v = static_cast<size_t>(bs) * dp;
+  const size_t part_s = static_cast<size_t>(bm) * bs;
+  const size_t part_acc = static_cast<size_t>(bm) * dp;
+  const size_t part_ml = static_cast<size_t>(RoundUp(bm, kLanes));
+  const size_t part_row = static_cast<size_t>(std::max(dp, bs));
+  const size_t scratch_floats = part_q + part_kt + part_v + part_s + part_acc + 2 * part_ml + part_row;
+  if (scratch_.size() < static_cast<size_t>(workers)) scratch_.resize(workers);
+  std::vector<CpuScratch> scratch(workers);
+  for (int w = 0; w < workers; ++w) {
+    if (!scratch_[w].Reserve(scratch_floats)) return absl::ResourceExhaustedError("cpu: out of memory for scratch");
+    float* p = scratch_[w].data.get();
+    CpuScratch& s = scratch[w];
+    s.q = p;
+    s.kt = s.q + part_q;
+    s.v = s.kt + part_kt;
+    s.s = s.v + part_v;
+    s.acc = s.s + part_s;
+    s.m = s.acc + part_acc;
+    s.l = s.m + part_ml;
+    s.row = s.l + part_ml;
+  }
+
+  CpuAttentionParams params;
+  params.q = buffers.q;
+  params.k = buffers.k;
+  params.v = buffers.v;
+  params.o = buffers.o;
+  params.storage_bytes = DTypeBytes(problem.dtype);
+  switch (problem.dtype) {
+    case DType::kFp32:
+      params.decode = &DecodeFp32;
+      params.encode = &EncodeFp32;
+      break;
+    case DType::kFp16:
+      params.decode = &DecodeFp16;
+      params.encode = &EncodeFp16;
+      break;
+    case DType::kBf16:
+      params.decode = &DecodeBf16;
+      params.encode = &EncodeBf16;
+      break;
+  }
+  params.rounding = RoundingFor(config.precision);
+  params.q_heads = problem.q_heads;
+  params.kv_heads = problem.kv_heads;
+  params.heads_per_kv = problem.heads_per_kv();
+  params.head_dim = d;
+  params.head_dim_padded = dp;
+  params.block_m = bm;
+  params.block_s = bs;
+  params.scale_log2 = problem.EffectiveScale() * 1.4426950408889634f;
+  params.q_start = q_start_.data();
+  params.k_start = k_start_.data();
+  params.q_len = q_len_.data();
+  params.visible_keys = visible_.data();
+  params.ws_offset = ws_offset_.data();
+  params.ws_row_stride = ws_row_stride_.data();
+
+  const CpuKernelTable& k = *kernels_;
+  const int64_t num_tasks = static_cast<int64_t>(tasks_.size());
+  auto for_each_task = [&](auto&& body) {
+    pool_.ParallelFor(workers, num_tasks,
+                      [&](int64_t task, int worker) { body(tasks_[task], scratch[worker]); });
+  };
+  switch (config.variant) {
+    case Variant::kFused:
+      for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.fused(params, t, s); });
+      break;
+    case Variant::kPartial:
+    case Variant::kMaterialized: {
+      if (!workspace_.Reserve(static_cast<size_t>(std::max<int64_t>(ws_total, 1)))) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("cpu: cannot allocate a ", ws_total * 4, "-byte score workspace"));
+      }
+      params.workspace = workspace_.data.get();
+      if (config.variant == Variant::kPartial) {
+        for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, true); });
+      } else {
+        for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, false); });
+        for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.softmax(params, t, s); });
+      }
+      for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.pv(params, t, s); });
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Streams over a buffer twice the last-level cache so that the next sample starts cold,
+// like an L2 flush before a GPU launch.
+void CpuBackend::FlushCaches() {
+  static const size_t floats =
+      static_cast<size_t>(std::clamp<int64_t>(2 * cpu::LastLevelCacheBytes(), 8ll << 20, 512ll << 20)) /
+      sizeof(float);
+  if (!flush_buffer_.Reserve(floats)) return;  // best effort: timing still valid, just warmer
+  float* p = flush_buffer_.data.get();
+  for (size_t i = 0; i < floats; i += 16) p[i] += 1.0f;
+}
+
+int CpuBackend::CurrentClockMhz() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu MHz", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) break;
+      return static_cast<int>(std::atof(line.c_str() + colon + 1));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace fusetune

@@ -1,0 +1,98 @@
+// Plain parameter blocks shared by the CPU backend (cpu_backend.cc) and the kernel bodies
+// (attention_kernels.inc), which are compiled once per instruction set. This header must stay
+// free of inline functions and standard-library templates: a kernel translation unit built
+// with -mavx512f must not emit out-of-line copies of shared inline code that the linker could
+// pick for the rest of the program.
+//
+// Thread-safety: plain data.
+#ifndef FUSETUNE_KERNELS_CPU_ATTENTION_CPU_PARAMS_H_
+#define FUSETUNE_KERNELS_CPU_ATTENTION_CPU_PARAMS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fusetune::cpu {
+
+// Rounding applied to the operands of the two products (emulates tensor-core inputs).
+enum class OperandRounding : int { kNone = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
+
+// Multiples the kernels' register blocking relies on: tiles are padded up to them.
+inline constexpr int kLanes = 16;     // columns per vector block
+inline constexpr int kRowGroup = 4;   // query rows per register block
+
+struct CpuAttentionParams {
+  const void* q = nullptr;  // [total_q][q_heads][head_dim], storage dtype
+  const void* k = nullptr;  // [total_k][kv_heads][head_dim]
+  const void* v = nullptr;
+  void* o = nullptr;        // [total_q][q_heads][head_dim]
+  int storage_bytes = 4;    // bytes per element of q/k/v/o
+  // Decodes `count` storage elements at `src` into floats / encodes floats into storage.
+  void (*decode)(const void* src, size_t count, float* dst) = nullptr;
+  void (*encode)(const float* src, size_t count, void* dst) = nullptr;
+  OperandRounding rounding = OperandRounding::kNone;
+
+  int q_heads = 1;
+  int kv_heads = 1;
+  int heads_per_kv = 1;
+  int head_dim = 64;
+  int head_dim_padded = 64;  // head_dim rounded up to kLanes (row stride of Q/V/acc tiles)
+  int block_m = 64;          // multiple of kLanes
+  int block_s = 64;          // multiple of kLanes
+  float scale_log2 = 1.0f;   // softmax scale * log2(e): scores live in the exp2 domain
+
+  // Per sequence b (batch entries).
+  const int64_t* q_start = nullptr;  // first query token
+  const int64_t* k_start = nullptr;  // first key token
+  const int32_t* q_len = nullptr;    // queries
+  // Per query token (global row): keys [0, n) of its sequence are visible (causal and
+  // padding masks, computed once by VisibleKeysForQuery so every variant agrees).
+  const int32_t* visible_keys = nullptr;
+
+  // Partial/materialized: fp32 score/probability rows. Row (b, h, i) starts at
+  // workspace + ws_offset[b] + (h * q_len[b] + i) * ws_row_stride[b].
+  float* workspace = nullptr;
+  const int64_t* ws_offset = nullptr;
+  const int32_t* ws_row_stride = nullptr;
+};
+
+// One unit of parallel work: query rows [row0, row0 + rows) of sequence b, query head h.
+struct CpuTask {
+  int b = 0;
+  int h = 0;
+  int row0 = 0;
+  int rows = 0;  // 1..block_m
+};
+
+// Per-worker scratch, 64-byte aligned, sized by ScratchFloats() in cpu_backend.cc.
+struct CpuScratch {
+  float* q = nullptr;    // [block_m][head_dim_padded]
+  float* kt = nullptr;   // [head_dim][block_s]  (K tile, transposed)
+  float* v = nullptr;    // [block_s][head_dim_padded]
+  float* s = nullptr;    // [block_m][block_s]   (scores / probabilities of one tile)
+  float* acc = nullptr;  // [block_m][head_dim_padded]
+  float* m = nullptr;    // [block_m] running max (exp2 domain)
+  float* l = nullptr;    // [block_m] running sum
+  float* row = nullptr;  // [max(head_dim_padded, block_s)] conversion staging
+};
+
+// The kernel bodies of one instruction set.
+struct CpuKernelTable {
+  const char* isa;  // "avx512", "avx2", "generic"
+  // Fused: O rows of the task, online softmax over key tiles.
+  void (*fused)(const CpuAttentionParams&, const CpuTask&, const CpuScratch&);
+  // Scores of the task's rows into the workspace (exp2 domain, visible keys only); with
+  // `softmax` the rows are then turned into probabilities in place (partial variant).
+  void (*scores)(const CpuAttentionParams&, const CpuTask&, const CpuScratch&, bool softmax);
+  // Softmax of the task's workspace rows in place (materialized variant's second pass).
+  void (*softmax)(const CpuAttentionParams&, const CpuTask&, const CpuScratch&);
+  // O rows = P V from the workspace probabilities.
+  void (*pv)(const CpuAttentionParams&, const CpuTask&, const CpuScratch&);
+};
+
+const CpuKernelTable& GenericKernels();
+const CpuKernelTable& Avx2Kernels();
+const CpuKernelTable& Avx512Kernels();
+
+}  // namespace fusetune::cpu
+
+#endif  // FUSETUNE_KERNELS_CPU_ATTENTION_CPU_PARAMS_H_
