@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::string_view name, in
   if (name == "hip") {
     return absl::UnavailableError("the HIP backend is compile-only in this build (no AMD GPU runtime)");
   }
-  return absl::NotFoundError(absl::StrCat("unknown backend '", name, "' (known: cpu, cuda, hip)"));
+  return absl::NotFoundError(absl::StrCat("unknown backend '", std::string(name), "' (known: cpu, cuda, hip)"));
 }
 
 }  // namespace fusetune
