@@ -56,10 +56,11 @@ absl::Status CopyLengths(const Repeated& from, std::vector<int32_t>* to, std::st
 absl::Status ValidateDeviceClass(std::string_view device_class) {
   if (device_class.empty()) return Invalid("device_class", "must not be empty");
   if (auto s = CheckLength(device_class, kMaxDeviceClassLength, "device_class"); !s.ok()) return s;
+  // CPU model names bring '(', ')', '@' ("Intel(R)-Xeon(R)-CPU-@-2.20GHz"): printable ASCII
+  // is allowed except whitespace, quotes and backslashes.
   for (char c : device_class) {
-    if (c != '/' && !IsIdChar(c)) {
-      return Invalid("device_class", Cat("'", device_class,
-                                                  "' has a character outside [A-Za-z0-9._+:@-/]"));
+    if (c <= ' ' || c > '~' || c == '"' || c == '\\' || c == '\'' || c == '`') {
+      return Invalid("device_class", "has whitespace, a quote, a backslash or a non-ASCII character");
     }
   }
   std::vector<absl::string_view> parts = absl::StrSplit(ToAbsl(device_class), '/');

@@ -152,6 +152,8 @@ TEST(ServiceConvert, TrialRejectsForgedIdsSamplesAndNaN) {
 TEST(ServiceConvert, DeviceClassShape) {
   EXPECT_TRUE(ValidateDeviceClass("cuda/NVIDIA-H200/sm90").ok());
   EXPECT_TRUE(ValidateDeviceClass("cpu/AMD-EPYC-7B13/x86_64-avx2").ok());
+  EXPECT_TRUE(ValidateDeviceClass("cpu/Intel(R)-Xeon(R)-CPU-@-2.20GHz/x86_64-avx2").ok());
+  EXPECT_FALSE(ValidateDeviceClass("cpu/a\"b/x86").ok());
   EXPECT_FALSE(ValidateDeviceClass("").ok());
   EXPECT_FALSE(ValidateDeviceClass("tpu/v5/x").ok());
   EXPECT_FALSE(ValidateDeviceClass("cuda/H200").ok());

@@ -37,8 +37,8 @@ inline constexpr int kMaxAttempt = 1000;               // trial attempt number
 inline constexpr int64_t kMaxJobTensorElements = int64_t{1} << 31;
 
 // OK when `device_class` looks like "backend/name/arch": three non-empty parts separated by
-// '/', backend one of cpu, cuda, hip, characters [A-Za-z0-9._+:-] only, at most
-// kMaxDeviceClassLength characters.
+// '/', backend one of cpu, cuda, hip, printable ASCII without whitespace, quotes or
+// backslashes (CPU model names bring '(R)' and '@'), at most kMaxDeviceClassLength characters.
 absl::Status ValidateDeviceClass(std::string_view device_class);
 
 // OK when `id` is 1..kMaxIdLength characters of [A-Za-z0-9._:@+-] (worker ids, trial ids).

@@ -1,0 +1,124 @@
+#include "fusetune/service/best_config_index.h"
+
+#include <cmath>
+#include <utility>
+
+#include "string_util.h"
+
+namespace fusetune {
+namespace {
+
+using service_internal::Cat;
+
+std::string ExactKey(std::string_view device_class, std::string_view problem_key) {
+  return Cat(device_class, "\n", problem_key);
+}
+
+double Log2Ratio(int a, int b) {
+  return std::fabs(std::log2(static_cast<double>(a) / static_cast<double>(b)));
+}
+
+}  // namespace
+
+std::string_view ProvenanceName(Provenance p) {
+  switch (p) {
+    case Provenance::kExact: return "exact";
+    case Provenance::kNearest: return "nearest";
+    case Provenance::kDefault: return "default";
+  }
+  return "?";
+}
+
+absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const AttentionProblem& problem) {
+  KernelConfig c;
+  c.variant = Variant::kFused;
+  c.split_kv = 1;
+  if (backend == "cpu") {
+    c.block_m = problem.kind == ProblemKind::kDecode ? 16 : 64;
+    c.block_s = 64;
+    c.threads = 1;
+    c.precision = Precision::kFp32;
+    c.stages = 1;
+    return c;
+  }
+  if (backend == "cuda" || backend == "hip") {
+    c.block_m = 64;
+    c.block_s = 64;
+    c.threads = backend == "cuda" ? 128 : 256;
+    c.stages = 2;
+    switch (problem.dtype) {
+      case DType::kFp32: c.precision = Precision::kFp32; break;
+      case DType::kFp16: c.precision = Precision::kFp16; break;
+      case DType::kBf16: c.precision = Precision::kBf16; break;
+    }
+    return c;
+  }
+  return absl::InvalidArgumentError(
+      Cat("no default config for backend '", backend, "' (expected cpu, cuda or hip)"));
+}
+
+double ShapeDistance(const AttentionProblem& a, const AttentionProblem& b) {
+  return Log2Ratio(a.batch, b.batch) + Log2Ratio(a.q_heads, b.q_heads) +
+         Log2Ratio(a.kv_heads, b.kv_heads) + Log2Ratio(std::max(a.q_len, 1), std::max(b.q_len, 1)) +
+         Log2Ratio(std::max(a.kv_len, 1), std::max(b.kv_len, 1));
+}
+
+std::string BestConfigIndex::GroupKey(std::string_view device_class, const AttentionProblem& p) {
+  return Cat(device_class, "\n", ProblemKindName(p.kind), "/d", p.head_dim, "/causal",
+             p.causal ? 1 : 0, "/", DTypeName(p.dtype));
+}
+
+BestConfigIndex BestConfigIndex::Build(std::vector<BestConfig> best) {
+  BestConfigIndex index;
+  for (BestConfig& b : best) {
+    auto config = KernelConfig::FromKey(b.config_key);
+    if (!config.ok()) continue;
+    const size_t i = index.entries_.size();
+    index.exact_[ExactKey(b.device_class, b.problem_key)] = i;
+    if (auto p = AttentionProblem::FromKey(b.problem_key); p.ok()) {
+      index.groups_[GroupKey(b.device_class, *p)].push_back(Candidate{*p, i});
+    }
+    index.configs_.push_back(*config);
+    index.entries_.push_back(std::move(b));
+  }
+  return index;
+}
+
+absl::StatusOr<BestConfigAnswer> BestConfigIndex::Lookup(const AttentionProblem& problem,
+                                                         std::string_view device_class) const {
+  BestConfigAnswer answer;
+  answer.problem_key = problem.Key();
+  if (auto it = exact_.find(ExactKey(device_class, answer.problem_key)); it != exact_.end()) {
+    answer.provenance = Provenance::kExact;
+    answer.config = configs_[it->second];
+    answer.source = entries_[it->second];
+    return answer;
+  }
+  if (auto it = groups_.find(GroupKey(device_class, problem)); it != groups_.end()) {
+    const Candidate* best = nullptr;
+    double best_distance = 0;
+    for (const Candidate& c : it->second) {
+      const double d = ShapeDistance(problem, c.problem);
+      if (best == nullptr || d < best_distance ||
+          (d == best_distance && entries_[c.entry].problem_key < entries_[best->entry].problem_key)) {
+        best = &c;
+        best_distance = d;
+      }
+    }
+    if (best != nullptr) {
+      answer.provenance = Provenance::kNearest;
+      answer.config = configs_[best->entry];
+      answer.source = entries_[best->entry];
+      answer.distance = best_distance;
+      return answer;
+    }
+  }
+  const std::string_view backend = device_class.substr(0, device_class.find('/'));
+  auto config = DefaultConfig(backend, problem);
+  if (!config.ok()) return config.status();
+  answer.provenance = Provenance::kDefault;
+  answer.config = *config;
+  return answer;
+}
+
+}  // namespace fusetune

@@ -1,0 +1,88 @@
+// BestConfigIndex: an immutable in-memory snapshot of the store's best configs that answers
+// GetBestConfig without touching SQLite: exact match, else the nearest tuned shape, else a
+// documented default.
+//
+// Exact: the same device class and the same problem key (AttentionProblem::Key()).
+//
+// Nearest: among the tuned problems of the same device class with the same kind (prefill /
+// decode), head_dim, dtype and causal flag whose keys parse back (AttentionProblem::FromKey;
+// varlen and padded problems carry only a hash of their length lists, so they can be
+// matched exactly but are never used as a nearest source), the one minimising
+//     distance = |log2(b/b')| + |log2(hq/hq')| + |log2(hkv/hkv')| + |log2(q/q')| + |log2(k/k')|
+// i.e. the number of doublings/halvings of batch, query heads, KV heads, query length and
+// key length that separate the shapes (for a varlen request, q and k are its longest
+// sequence). Ties break by the smaller problem key, so answers are deterministic.
+//
+// Default (nothing comparable tuned), per backend of the device class (its first part):
+//   cpu:  fused/bm64/bs64/t1/fp32/st1 (block_m 16 for decode: at most 16 queries)
+//   cuda, hip: fused, block_m 64, block_s 64, 128 threads (hip: 256, wave64), 2 stages,
+//         precision = the storage dtype (fp32 stays exact fp32, never tf32 by default).
+// These are configs every backend implements for every supported head_dim; they are safe,
+// not fast: the answer says DEFAULT so that callers know to submit a tuning job.
+//
+// Thread-safety: immutable after Build(); Lookup is safe to call concurrently.
+#ifndef FUSETUNE_SERVICE_BEST_CONFIG_INDEX_H_
+#define FUSETUNE_SERVICE_BEST_CONFIG_INDEX_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/config.h"
+#include "fusetune/kernels/problem.h"
+#include "fusetune/tuner/trial.h"
+
+namespace fusetune {
+
+enum class Provenance { kExact, kNearest, kDefault };
+std::string_view ProvenanceName(Provenance p);  // "exact", "nearest", "default"
+
+struct BestConfigAnswer {
+  Provenance provenance = Provenance::kDefault;
+  KernelConfig config;
+  std::string problem_key;         // the requested problem's key
+  double distance = 0;             // 0 for exact; see above for nearest; 0 for default
+  // The stored best config the answer came from (source.problem_key empty for DEFAULT).
+  BestConfig source;
+};
+
+// The documented default config for a backend ("cpu", "cuda", "hip") and problem.
+// InvalidArgument for an unknown backend.
+absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const AttentionProblem& problem);
+
+// The distance above between two problems (both valid).
+double ShapeDistance(const AttentionProblem& a, const AttentionProblem& b);
+
+class BestConfigIndex {
+ public:
+  // Indexes `best` (stored configs whose config key does not parse are skipped: they can't
+  // be served).
+  static BestConfigIndex Build(std::vector<BestConfig> best);
+
+  // The answer for a validated problem on a validated device class. InvalidArgument only
+  // when the device class's backend is unknown (no default exists for it).
+  absl::StatusOr<BestConfigAnswer> Lookup(const AttentionProblem& problem,
+                                          std::string_view device_class) const;
+
+  const std::vector<BestConfig>& entries() const { return entries_; }
+
+ private:
+  struct Candidate {
+    AttentionProblem problem;
+    size_t entry;  // index into entries_
+  };
+  // Group of nearest candidates: device class + kind/head_dim/dtype/causal.
+  static std::string GroupKey(std::string_view device_class, const AttentionProblem& p);
+
+  std::vector<BestConfig> entries_;
+  std::vector<KernelConfig> configs_;  // parsed config of each entry
+  absl::flat_hash_map<std::string, size_t> exact_;  // device_class + '\n' + problem_key
+  absl::flat_hash_map<std::string, std::vector<Candidate>> groups_;
+};
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_SERVICE_BEST_CONFIG_INDEX_H_

@@ -1,0 +1,193 @@
+#include "metrics.h"
+
+#include <exception>
+#include <set>
+
+#include "prometheus/text_serializer.h"
+#include "string_util.h"
+
+namespace fusetune {
+namespace {
+
+using service_internal::Cat;
+
+// Canonical gRPC code names, as in grpc's status docs ("OK", "INVALID_ARGUMENT", ...).
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    default: return "UNKNOWN";
+  }
+}
+
+// 50 µs .. ~13 s in factors of 2: loopback lookups sit at the bottom, long-polls at the top.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 50e-6; v < 15.0; v *= 2) b.push_back(v);
+  b.push_back(30.0);
+  return b;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std::string& listen_address) {
+  std::unique_ptr<ServiceMetrics> m(new ServiceMetrics());
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  auto& r = *m->registry_;
+  m->rpc_requests_ = &prometheus::BuildCounter()
+                          .Name("fusetune_rpc_requests_total")
+                          .Help("RPCs handled, by method and gRPC status code")
+                          .Register(r);
+  m->rpc_latency_ = &prometheus::BuildHistogram()
+                         .Name("fusetune_rpc_latency_seconds")
+                         .Help("RPC handling time in seconds, by method and gRPC status code")
+                         .Register(r);
+  m->jobs_ = &prometheus::BuildGauge().Name("fusetune_jobs").Help("Tuning jobs by state").Register(r);
+  auto& workers = prometheus::BuildGauge()
+                      .Name("fusetune_workers_registered")
+                      .Help("Workers ever registered")
+                      .Register(r);
+  m->workers_registered_ = &workers.Add({});
+  auto& alive = prometheus::BuildGauge()
+                    .Name("fusetune_workers_alive")
+                    .Help("Workers whose last heartbeat is within the alive window")
+                    .Register(r);
+  m->workers_alive_ = &alive.Add({});
+  m->trials_received_ = &prometheus::BuildCounter()
+                             .Name("fusetune_trials_received_total")
+                             .Help("Trials uploaded through ReportTrials, duplicates included")
+                             .Register(r)
+                             .Add({});
+  m->trials_recorded_ = &prometheus::BuildCounter()
+                             .Name("fusetune_trials_recorded_total")
+                             .Help("Trials newly stored through ReportTrials")
+                             .Register(r)
+                             .Add({});
+  m->best_latency_ = &prometheus::BuildGauge()
+                          .Name("fusetune_best_latency_us")
+                          .Help("Median latency of the best config, microseconds")
+                          .Register(r);
+  m->best_speedup_ = &prometheus::BuildGauge()
+                          .Name("fusetune_best_speedup_vs_materialized")
+                          .Help("Best fused over best materialized latency ratio (0 = unknown)")
+                          .Register(r);
+  m->best_error_ = &prometheus::BuildGauge()
+                        .Name("fusetune_best_max_rel_error")
+                        .Help("Max relative error of the best config against the fp64 reference")
+                        .Register(r);
+  m->best_run_ = &prometheus::BuildGauge()
+                      .Name("fusetune_best_run_id")
+                      .Help("Run that measured the best config")
+                      .Register(r);
+  m->best_dropped_ = &prometheus::BuildGauge()
+                          .Name("fusetune_best_series_dropped")
+                          .Help("Best configs not exported because of the per-shape series cap")
+                          .Register(r)
+                          .Add({});
+  if (!listen_address.empty()) {
+    try {
+      m->exposer_ = std::make_unique<prometheus::Exposer>(listen_address);
+      m->exposer_->RegisterCollectable(m->registry_);
+      auto ports = m->exposer_->GetListeningPorts();
+      m->port_ = ports.empty() ? 0 : ports.front();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(Cat("cannot serve metrics on '", listen_address,
+                                        "' (address in use or invalid?): ", e.what()));
+    }
+  }
+  return m;
+}
+
+void ServiceMetrics::ObserveRpc(const char* method, grpc::StatusCode code, double seconds) {
+  std::pair<prometheus::Counter*, prometheus::Histogram*> series;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_pair(std::string(method), static_cast<int>(code));
+    auto it = rpc_.find(key);
+    if (it == rpc_.end()) {
+      prometheus::Labels labels{{"method", method}, {"code", CodeName(code)}};
+      it = rpc_.emplace(key, std::make_pair(&rpc_requests_->Add(labels),
+                                            &rpc_latency_->Add(labels, LatencyBuckets())))
+               .first;
+    }
+    series = it->second;
+  }
+  series.first->Increment();
+  series.second->Observe(seconds);
+}
+
+void ServiceMetrics::AddTrials(int64_t received, int64_t recorded) {
+  trials_received_->Increment(static_cast<double>(received));
+  trials_recorded_->Increment(static_cast<double>(recorded));
+}
+
+void ServiceMetrics::SetJobCounts(const std::vector<std::pair<std::string, int64_t>>& by_state) {
+  // Every state is exported, zero included, so that dashboards show an empty queue as 0.
+  std::map<std::string, int64_t> counts{{"queued", 0}, {"leased", 0}, {"done", 0}, {"failed", 0}};
+  for (const auto& [state, n] : by_state) counts[state] = n;
+  for (const auto& [state, n] : counts) jobs_->Add({{"state", state}}).Set(static_cast<double>(n));
+}
+
+void ServiceMetrics::SetWorkers(int64_t registered, int64_t alive) {
+  workers_registered_->Set(static_cast<double>(registered));
+  workers_alive_->Set(static_cast<double>(alive));
+}
+
+void ServiceMetrics::SetBestConfigs(const std::vector<BestConfig>& best) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::pair<std::string, std::string>> seen;
+  size_t dropped = 0;
+  for (const BestConfig& b : best) {
+    auto key = std::make_pair(b.device_class, b.problem_key);
+    auto it = shapes_.find(key);
+    if (it == shapes_.end()) {
+      if (shapes_.size() >= kMaxShapeSeries) {
+        ++dropped;
+        continue;
+      }
+      prometheus::Labels labels{{"device_class", b.device_class}, {"problem", b.problem_key}};
+      it = shapes_.emplace(key, ShapeGauges{&best_latency_->Add(labels), &best_speedup_->Add(labels),
+                                            &best_error_->Add(labels), &best_run_->Add(labels)})
+               .first;
+    }
+    seen.insert(key);
+    it->second.latency->Set(b.median_us);
+    it->second.speedup->Set(b.speedup_vs_materialized);
+    it->second.error->Set(b.max_rel_error);
+    it->second.run->Set(static_cast<double>(b.run_id));
+  }
+  for (auto it = shapes_.begin(); it != shapes_.end();) {
+    if (seen.count(it->first) == 0) {
+      best_latency_->Remove(it->second.latency);
+      best_speedup_->Remove(it->second.speedup);
+      best_error_->Remove(it->second.error);
+      best_run_->Remove(it->second.run);
+      it = shapes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  best_dropped_->Set(static_cast<double>(dropped));
+}
+
+std::string ServiceMetrics::Serialize() const {
+  prometheus::TextSerializer serializer;
+  return serializer.Serialize(registry_->Collect());
+}
+
+}  // namespace fusetune
