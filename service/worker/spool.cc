@@ -306,6 +306,17 @@ std::vector<Trial> TrialSpool::Pending(size_t max) const {
   return out;
 }
 
+std::vector<Trial> TrialSpool::PendingWhere(size_t max,
+                                            const std::function<bool(const Trial&)>& accept) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Trial> out;
+  for (const Trial& t : trials_) {
+    if (out.size() >= max) break;
+    if (!acked_.contains(t.trial_id) && accept(t)) out.push_back(t);
+  }
+  return out;
+}
+
 size_t TrialSpool::pending_count() const {
   absl::MutexLock lock(&mu_);
   return trials_.size() - acked_.size();

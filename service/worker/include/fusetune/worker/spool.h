@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -78,6 +79,8 @@ class TrialSpool : public TrialSink {
 
   // Up to `max` pending trials (appended, not acknowledged), oldest first.
   std::vector<Trial> Pending(size_t max) const;
+  // Up to `max` pending trials for which `accept` is true, oldest first.
+  std::vector<Trial> PendingWhere(size_t max, const std::function<bool(const Trial&)>& accept) const;
   size_t pending_count() const;
   // Pending trials of one run.
   size_t PendingForRun(int64_t run_id) const;
