@@ -1,0 +1,178 @@
+// Device helpers shared by the SIMT and tensor-core fused kernels: sequence geometry and masks,
+// cp.async tile loads with zero-filled tails, storage-type conversions.
+#ifndef FUSETUNE_KERNELS_CUDA_FUSED_FUSED_COMMON_CUH_
+#define FUSETUNE_KERNELS_CUDA_FUSED_FUSED_COMMON_CUH_
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "fused_instance.h"
+
+namespace fusetune::cuda::fused {
+
+// Geometry of one sequence of the batch (uniform or varlen), with key padding applied.
+struct SequenceGeometry {
+  int64_t q_start = 0;  // first query token (row of Q/O)
+  int64_t k_start = 0;  // first key token (row of K/V)
+  int q_len = 0;
+  int k_len = 0;   // keys stored
+  int k_vis = 0;   // keys visible (k_len minus padding)
+};
+
+__device__ __forceinline__ SequenceGeometry LoadSequenceGeometry(const FusedKernelArgs& a, int b) {
+  SequenceGeometry g;
+  if (a.cu_seqlens_q != nullptr) {
+    const int q0 = a.cu_seqlens_q[b], q1 = a.cu_seqlens_q[b + 1];
+    const int k0 = a.cu_seqlens_k[b], k1 = a.cu_seqlens_k[b + 1];
+    g.q_start = q0;
+    g.q_len = q1 - q0;
+    g.k_start = k0;
+    g.k_len = k1 - k0;
+  } else {
+    g.q_start = static_cast<int64_t>(b) * a.q_len;
+    g.q_len = a.q_len;
+    g.k_start = static_cast<int64_t>(b) * a.kv_len;
+    g.k_len = a.kv_len;
+  }
+  g.k_vis = g.k_len;
+  if (a.kv_valid_lens != nullptr) g.k_vis = max(0, min(a.kv_valid_lens[b], g.k_len));
+  return g;
+}
+
+// Keys [0, result) are visible to query i of the sequence (problem.h: causal is bottom-right
+// aligned, query i sees keys j <= i + (k - q)).
+__device__ __forceinline__ int VisibleKeys(const SequenceGeometry& g, bool causal, int i) {
+  if (!causal) return g.k_vis;
+  return max(0, min(g.k_vis, i + g.k_vis - g.q_len + 1));
+}
+
+// ---- cp.async (sm_80+) ---------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies 16 bytes global -> shared, or writes 16 zero bytes when !pred (the source is then
+// not read; `src` must still be a valid address).
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool pred) {
+  const int src_bytes = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(dst)),
+               "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Loads `kRows` rows of `kCols` elements (row r at `src + r * row_stride`) into shared memory
+// with row pitch `kPitch` elements; rows >= valid_rows are zero-filled (tails, masked keys).
+template <typename T, int kRows, int kCols, int kPitch, int kThreads>
+__device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t row_stride,
+                                              int valid_rows, int tid) {
+  constexpr int kChunksPerRow = kCols * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+  for (int c = tid; c < kChunks; c += kThreads) {
+    const int r = c / kChunksPerRow;
+    const int col = (c % kChunksPerRow) * kElemsPerChunk;
+    const bool pred = r < valid_rows;
+    const T* s = pred ? src + r * row_stride + col : src;
+    CpAsync16(dst + r * kPitch + col, s, pred);
+  }
+}
+
+// ---- storage conversions ---------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ float ToFloat(T x);
+template <>
+__device__ __forceinline__ float ToFloat<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ float ToFloat<__half>(__half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Four consecutive elements from shared memory as floats (16-byte or 8-byte load).
+template <typename T>
+__device__ __forceinline__ float4 Load4AsFloat(const T* p);
+template <>
+__device__ __forceinline__ float4 Load4AsFloat<float>(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+template <>
+__device__ __forceinline__ float4 Load4AsFloat<__half>(const __half* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+template <>
+__device__ __forceinline__ float4 Load4AsFloat<__nv_bfloat16>(const __nv_bfloat16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// Stores four floats as four consecutive storage elements to global memory.
+template <typename T>
+__device__ __forceinline__ void Store4FromFloat(T* p, float4 v);
+template <>
+__device__ __forceinline__ void Store4FromFloat<float>(float* p, float4 v) {
+  *reinterpret_cast<float4*>(p) = v;
+}
+template <>
+__device__ __forceinline__ void Store4FromFloat<__half>(__half* p, float4 v) {
+  __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+  uint2 raw;
+  raw.x = *reinterpret_cast<uint32_t*>(&a);
+  raw.y = *reinterpret_cast<uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+template <>
+__device__ __forceinline__ void Store4FromFloat<__nv_bfloat16>(__nv_bfloat16* p, float4 v) {
+  __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+  uint2 raw;
+  raw.x = *reinterpret_cast<uint32_t*>(&a);
+  raw.y = *reinterpret_cast<uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+template <typename T>
+constexpr StorageCode StorageOf();
+template <>
+constexpr StorageCode StorageOf<float>() { return StorageCode::kFp32; }
+template <>
+constexpr StorageCode StorageOf<__half>() { return StorageCode::kFp16; }
+template <>
+constexpr StorageCode StorageOf<__nv_bfloat16>() { return StorageCode::kBf16; }
+
+// Grid: x = query blocks (the longest ones first when causal, so the tail of the grid holds
+// the cheap blocks), y = query heads, z = sequences.
+__host__ __device__ constexpr int CeilDiv(int a, int b) { return (a + b - 1) / b; }
+
+__device__ __forceinline__ int QueryBlockIndex(bool causal) {
+  return causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+}
+
+}  // namespace fusetune::cuda::fused
+
+#endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_COMMON_CUH_

@@ -1,0 +1,71 @@
+// The table of compiled fused-kernel instantiations, shared by the kernel sources (.cu) and
+// the host dispatch (fused_dispatch.cc).
+//
+// This header deliberately has no absl and no fusetune/kernels includes, so nvcc compiles the
+// kernel sources without third-party headers; fused_dispatch.cc converts the public
+// AttentionParams into FusedKernelArgs and picks an entry of the table.
+//
+// Thread-safety: the tables are immutable after static initialisation.
+#ifndef FUSETUNE_KERNELS_CUDA_FUSED_FUSED_INSTANCE_H_
+#define FUSETUNE_KERNELS_CUDA_FUSED_FUSED_INSTANCE_H_
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace fusetune::cuda::fused {
+
+// Same numbering as fusetune::DType and fusetune::Precision (static_assert'ed in
+// fused_dispatch.cc).
+enum class StorageCode : int { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
+enum class PrecisionCode : int { kFp32 = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
+
+// Everything a kernel needs, already validated by the backend (see attention_params.h).
+struct FusedKernelArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0, o_row_stride = 0;
+  int q_head_stride = 0, k_head_stride = 0, v_head_stride = 0, o_head_stride = 0;
+  int batch = 0, q_heads = 0, kv_heads = 0, heads_per_kv = 1;
+  int q_len = 0, kv_len = 0;  // uniform lengths, or the maxima for varlen
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* kv_valid_lens = nullptr;
+  int causal = 0;
+  float scale_log2 = 1.0f;  // softmax scale * log2(e), > 0
+};
+
+using FusedLaunchFn = cudaError_t (*)(const FusedKernelArgs&, cudaStream_t);
+
+// One compiled instantiation: the config it implements and its launcher.
+struct FusedInstance {
+  int head_dim;
+  StorageCode storage;
+  PrecisionCode precision;
+  int block_m;
+  int block_s;
+  int threads;
+  int stages;
+  int smem_bytes;  // dynamic shared memory per block
+  FusedLaunchFn launch;
+};
+
+struct FusedInstanceList {
+  const FusedInstance* data;
+  int size;
+};
+
+// One function per source file, so the families compile in parallel.
+FusedInstanceList SimtFp32StorageInstances();    // fused_simt_fp32.cu
+FusedInstanceList SimtHalfStorageInstances();    // fused_simt_half.cu (fp16 + bf16 storage)
+FusedInstanceList MmaFp16D64Instances();         // fused_mma_fp16_d64.cu
+FusedInstanceList MmaFp16D128Instances();        // fused_mma_fp16_d128.cu
+FusedInstanceList MmaBf16D64Instances();         // fused_mma_bf16_d64.cu
+FusedInstanceList MmaBf16D128Instances();        // fused_mma_bf16_d128.cu
+FusedInstanceList MmaTf32Instances();            // fused_mma_tf32.cu
+
+}  // namespace fusetune::cuda::fused
+
+#endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_INSTANCE_H_

@@ -1,0 +1,19 @@
+// Tensor-core (mma.sync) instantiations: fp16 storage and operands, head_dim 64.
+#include "fused_mma.cuh"
+
+namespace fusetune::cuda::fused {
+
+FusedInstanceList MmaFp16D64Instances() {
+  using T = __half;
+  static const FusedInstance kInstances[] = {
+      // block_m, block_s, warps, stages
+      MmaInstance<T, 64, 64, 64, 4, 1>(),   MmaInstance<T, 64, 64, 64, 4, 2>(),
+      MmaInstance<T, 64, 64, 128, 4, 1>(),  MmaInstance<T, 64, 64, 128, 4, 2>(),
+      MmaInstance<T, 64, 128, 64, 8, 1>(),  MmaInstance<T, 64, 128, 64, 8, 2>(),
+      MmaInstance<T, 64, 128, 128, 8, 1>(), MmaInstance<T, 64, 128, 128, 8, 2>(),
+      MmaInstance<T, 64, 128, 64, 4, 1>(),  MmaInstance<T, 64, 128, 64, 4, 2>(),
+  };
+  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+}
+
+}  // namespace fusetune::cuda::fused

@@ -1,0 +1,18 @@
+// Exact-fp32 SIMT instantiations for fp16 and bf16 storage (converted to fp32 on load).
+#include "fused_simt.cuh"
+
+namespace fusetune::cuda::fused {
+
+FusedInstanceList SimtHalfStorageInstances() {
+  static const FusedInstance kInstances[] = {
+      SimtInstance<__half, 64, 64, 64, 4, 1>(),          SimtInstance<__half, 64, 64, 64, 4, 2>(),
+      SimtInstance<__half, 64, 64, 32, 4, 2>(),          SimtInstance<__half, 128, 64, 32, 4, 1>(),
+      SimtInstance<__half, 128, 64, 32, 4, 2>(),
+      SimtInstance<__nv_bfloat16, 64, 64, 64, 4, 1>(),   SimtInstance<__nv_bfloat16, 64, 64, 64, 4, 2>(),
+      SimtInstance<__nv_bfloat16, 64, 64, 32, 4, 2>(),   SimtInstance<__nv_bfloat16, 128, 64, 32, 4, 1>(),
+      SimtInstance<__nv_bfloat16, 128, 64, 32, 4, 2>(),
+  };
+  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+}
+
+}  // namespace fusetune::cuda::fused
