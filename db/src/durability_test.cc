@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -139,6 +140,48 @@ TEST(StoreConcurrency, TwoProcessesWriteConcurrently) {
   }
   auto s = OpenOrDie(path);
   EXPECT_EQ(*s->CountTrials(run), 2 * kPerProcess);
+}
+
+// Several processes open (and so create and migrate) a brand-new file at the same moment:
+// exactly one migrates, the others wait on the lock and find the schema in place.
+TEST(StoreConcurrency, ProcessesCreatingTheSameNewFileAtOnceAllSucceed) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("fresh.db");
+  constexpr int kProcesses = 4;
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(go[1]);
+      char c;
+      if (read(go[0], &c, 1) != 0) _exit(5);  // released together when the parent closes
+      absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(path);
+      if (!s.ok()) {
+        fprintf(stderr, "child %d: %s\n", p, s.status().ToString().c_str());
+        _exit(2);
+      }
+      absl::StatusOr<int64_t> run = (*s)->BeginRun(TestRun("c" + std::to_string(p)));
+      if (!run.ok()) _exit(3);
+      if (!(*s)->RecordTrial(TestTrial(*run, kProblem, "fused/x")).ok()) _exit(4);
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  close(go[0]);
+  close(go[1]);
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "2 = open, 3 = run, 4 = trial failed";
+  }
+  EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), std::to_string(Store::LatestSchemaVersion()));
+  EXPECT_EQ(RawQuery(path, "SELECT COUNT(*) FROM runs"), std::to_string(kProcesses));
+  EXPECT_EQ(RawQuery(path, "SELECT COUNT(*) FROM trials"), std::to_string(kProcesses));
+  EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "wal");
 }
 
 // Reads lines from `fd` into `lines` until `want` lines are there (0 = until EOF) or the

@@ -1,11 +1,13 @@
 #include "fusetune/db/store.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -367,6 +369,25 @@ absl::StatusOr<Job> LoadJob(Connection& c, int64_t job_id) {
   return ReadJob(s);
 }
 
+// Switching a file to WAL needs an exclusive lock, and SQLite returns SQLITE_BUSY for it
+// without calling the busy handler (seen when several processes create one file at once),
+// so this retries with backoff up to the busy timeout. A file already in WAL mode answers
+// at once: the mode is persistent.
+absl::StatusOr<std::string> SwitchToWal(Connection& c, int busy_timeout_ms) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms);
+  int sleep_ms = 1;
+  while (true) {
+    absl::StatusOr<std::string> mode = c.QueryText("PRAGMA journal_mode=WAL");
+    if (mode.ok() || !absl::IsUnavailable(mode.status()) ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return mode;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    sleep_ms = std::min(sleep_ms * 2, 50);
+  }
+}
+
 absl::StatusOr<int> ExpireLeasesLocked(Connection& c, int64_t now_unix_ms) {
   FT_DB_ASSIGN_OR_RETURN(
       Statement s,
@@ -447,7 +468,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
   }
 
   // WAL: readers never block the writer and a commit is one append to the -wal file.
-  FT_DB_ASSIGN_OR_RETURN(std::string mode, conn->QueryText("PRAGMA journal_mode=WAL"));
+  FT_DB_ASSIGN_OR_RETURN(std::string mode, SwitchToWal(*conn, options.busy_timeout_ms));
   if (mode != "wal" && mode != "memory") {
     return absl::FailedPreconditionError(
         absl::StrCat("could not switch '", path, "' to WAL mode (journal_mode=", mode, ")"));
