@@ -1,0 +1,262 @@
+// The C ABI over fusetune::Backend: converts C structs to AttentionProblem/KernelConfig,
+// Status to codes + messages, and catches every C++ exception at the boundary.
+#include "fusetune/c_api.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "fusetune/kernels/backend.h"
+
+struct fusetune_handle {
+  std::unique_ptr<fusetune::Backend> backend;
+};
+
+namespace {
+
+using fusetune::AttentionProblem;
+using fusetune::KernelConfig;
+
+void WriteMessage(std::string_view message, char* err, size_t errlen) {
+  if (err == nullptr || errlen == 0) return;
+  const size_t n = std::min(message.size(), errlen - 1);
+  std::memcpy(err, message.data(), n);
+  err[n] = '\0';
+}
+
+int Report(const absl::Status& s, char* err, size_t errlen) {
+  WriteMessage(s.ok() ? std::string_view() : std::string_view(s.message().data(), s.message().size()),
+               err, errlen);
+  switch (s.code()) {
+    case absl::StatusCode::kOk: return FUSETUNE_OK;
+    case absl::StatusCode::kInvalidArgument: return FUSETUNE_INVALID_ARGUMENT;
+    case absl::StatusCode::kNotFound: return FUSETUNE_NOT_FOUND;
+    case absl::StatusCode::kResourceExhausted: return FUSETUNE_RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kFailedPrecondition: return FUSETUNE_FAILED_PRECONDITION;
+    case absl::StatusCode::kUnimplemented: return FUSETUNE_UNIMPLEMENTED;
+    case absl::StatusCode::kInternal: return FUSETUNE_INTERNAL;
+    case absl::StatusCode::kUnavailable: return FUSETUNE_UNAVAILABLE;
+    default: return FUSETUNE_UNKNOWN;
+  }
+}
+
+absl::Status ToProblem(const fusetune_problem* in, AttentionProblem* out) {
+  if (in == nullptr) return absl::InvalidArgumentError("problem is NULL");
+  AttentionProblem p;
+  p.batch = in->batch;
+  p.q_heads = in->q_heads;
+  p.kv_heads = in->kv_heads;
+  p.q_len = in->q_len;
+  p.kv_len = in->kv_len;
+  p.head_dim = in->head_dim;
+  p.causal = in->causal != 0;
+  switch (in->dtype) {
+    case FUSETUNE_FP32: p.dtype = fusetune::DType::kFp32; break;
+    case FUSETUNE_FP16: p.dtype = fusetune::DType::kFp16; break;
+    case FUSETUNE_BF16: p.dtype = fusetune::DType::kBf16; break;
+    default: return absl::InvalidArgumentError("dtype must be FUSETUNE_FP32, FP16 or BF16");
+  }
+  p.softmax_scale = in->softmax_scale;
+  // The batch bounds come first: the length arrays are read with `batch` entries.
+  if (in->batch < 1 || in->batch > fusetune::kMaxBatch) {
+    return absl::InvalidArgumentError("batch out of range");
+  }
+  const size_t n = static_cast<size_t>(in->batch);
+  if ((in->cu_seqlens_q == nullptr) != (in->cu_seqlens_k == nullptr)) {
+    return absl::InvalidArgumentError("cu_seqlens_q and cu_seqlens_k must both be set or both NULL");
+  }
+  if (in->cu_seqlens_q != nullptr) {
+    p.cu_seqlens_q.assign(in->cu_seqlens_q, in->cu_seqlens_q + n + 1);
+    p.cu_seqlens_k.assign(in->cu_seqlens_k, in->cu_seqlens_k + n + 1);
+  }
+  if (in->kv_valid_lens != nullptr) p.kv_valid_lens.assign(in->kv_valid_lens, in->kv_valid_lens + n);
+  if (auto s = p.Validate(); !s.ok()) return s;
+  *out = std::move(p);
+  return absl::OkStatus();
+}
+
+absl::Status ToConfig(const fusetune_config* in, KernelConfig* out) {
+  if (in == nullptr) return absl::InvalidArgumentError("config is NULL");
+  KernelConfig c;
+  switch (in->variant) {
+    case FUSETUNE_FUSED: c.variant = fusetune::Variant::kFused; break;
+    case FUSETUNE_PARTIAL: c.variant = fusetune::Variant::kPartial; break;
+    case FUSETUNE_MATERIALIZED: c.variant = fusetune::Variant::kMaterialized; break;
+    default: return absl::InvalidArgumentError("variant must be FUSETUNE_FUSED, PARTIAL or MATERIALIZED");
+  }
+  switch (in->precision) {
+    case FUSETUNE_PRECISION_FP32: c.precision = fusetune::Precision::kFp32; break;
+    case FUSETUNE_PRECISION_TF32: c.precision = fusetune::Precision::kTf32; break;
+    case FUSETUNE_PRECISION_FP16: c.precision = fusetune::Precision::kFp16; break;
+    case FUSETUNE_PRECISION_BF16: c.precision = fusetune::Precision::kBf16; break;
+    default: return absl::InvalidArgumentError("precision must be one of FUSETUNE_PRECISION_*");
+  }
+  c.block_m = in->block_m;
+  c.block_s = in->block_s;
+  c.threads = in->threads;
+  c.stages = in->stages;
+  c.split_kv = in->split_kv;
+  if (auto s = c.Validate(); !s.ok()) return s;
+  *out = c;
+  return absl::OkStatus();
+}
+
+absl::Status CheckHandle(const fusetune_handle* h) {
+  if (h == nullptr || h->backend == nullptr) return absl::InvalidArgumentError("handle is NULL");
+  return absl::OkStatus();
+}
+
+// Runs `body` and turns any escaping C++ exception into INTERNAL.
+template <typename F>
+int Guard(char* err, size_t errlen, F&& body) {
+  try {
+    return Report(body(), err, errlen);
+  } catch (const std::exception& e) {
+    return Report(absl::InternalError(std::string("unexpected exception: ") + e.what()), err, errlen);
+  } catch (...) {
+    return Report(absl::InternalError("unexpected exception"), err, errlen);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int fusetune_api_version(void) { return FUSETUNE_C_API_VERSION; }
+
+const char* fusetune_status_name(int status) {
+  switch (status) {
+    case FUSETUNE_OK: return "OK";
+    case FUSETUNE_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case FUSETUNE_NOT_FOUND: return "NOT_FOUND";
+    case FUSETUNE_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case FUSETUNE_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case FUSETUNE_UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case FUSETUNE_INTERNAL: return "INTERNAL";
+    case FUSETUNE_UNAVAILABLE: return "UNAVAILABLE";
+    default: return "UNKNOWN";
+  }
+}
+
+int fusetune_create(const char* backend, int device, fusetune_handle** out, char* err,
+                    size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    if (backend == nullptr) return absl::InvalidArgumentError("backend name is NULL");
+    auto b = fusetune::CreateBackend(backend, device);
+    if (!b.ok()) return b.status();
+    *out = new fusetune_handle{*std::move(b)};
+    return absl::OkStatus();
+  });
+}
+
+void fusetune_destroy(fusetune_handle* handle) {
+  try {
+    delete handle;
+  } catch (...) {
+  }
+}
+
+int fusetune_describe(fusetune_handle* handle, char* buf, size_t buflen) {
+  return Guard(nullptr, 0, [&]() -> absl::Status {
+    if (auto s = CheckHandle(handle); !s.ok()) return s;
+    const fusetune::DeviceInfo d = handle->backend->Describe();
+    const std::string line = d.DeviceClass() + " | " + std::to_string(d.sm_count) + " SMs | smem/block " +
+                             std::to_string(d.shared_mem_per_block) + " | L2 " + std::to_string(d.l2_bytes) +
+                             " | memory " + std::to_string(d.memory_bytes) + " | " + d.driver +
+                             " | max clock " + std::to_string(d.max_clock_mhz) + " MHz";
+    WriteMessage(line, buf, buflen);
+    return absl::OkStatus();
+  });
+}
+
+int fusetune_config_from_key(const char* key, fusetune_config* out, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (key == nullptr || out == nullptr) return absl::InvalidArgumentError("key and out must be non-NULL");
+    auto c = KernelConfig::FromKey(key);
+    if (!c.ok()) return c.status();
+    out->variant = c->variant == fusetune::Variant::kFused     ? FUSETUNE_FUSED
+                   : c->variant == fusetune::Variant::kPartial ? FUSETUNE_PARTIAL
+                                                               : FUSETUNE_MATERIALIZED;
+    out->precision = static_cast<int32_t>(c->precision);  // enum orders match
+    out->block_m = c->block_m;
+    out->block_s = c->block_s;
+    out->threads = c->threads;
+    out->stages = c->stages;
+    out->split_kv = c->split_kv;
+    return absl::OkStatus();
+  });
+}
+
+int fusetune_can_implement(fusetune_handle* handle, const fusetune_problem* problem,
+                           const fusetune_config* config, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (auto s = CheckHandle(handle); !s.ok()) return s;
+    AttentionProblem p;
+    KernelConfig c;
+    if (auto s = ToProblem(problem, &p); !s.ok()) return s;
+    if (auto s = ToConfig(config, &c); !s.ok()) return s;
+    return handle->backend->CanImplement(p, c);
+  });
+}
+
+int fusetune_run(fusetune_handle* handle, const fusetune_problem* problem,
+                 const fusetune_config* config, const void* q, const void* k, const void* v,
+                 void* o, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (auto s = CheckHandle(handle); !s.ok()) return s;
+    AttentionProblem p;
+    KernelConfig c;
+    if (auto s = ToProblem(problem, &p); !s.ok()) return s;
+    if (auto s = ToConfig(config, &c); !s.ok()) return s;
+    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) {
+      return absl::InvalidArgumentError("q, k, v and o must be non-NULL");
+    }
+    return handle->backend->Run(p, c, {q, k, v, o});
+  });
+}
+
+int fusetune_time(fusetune_handle* handle, const fusetune_problem* problem,
+                  const fusetune_config* config, const void* q, const void* k, const void* v,
+                  void* o, int warmup, int repeats, double max_seconds, int flush_l2,
+                  double* median_us, double* samples_us, int capacity, int* count, char* err,
+                  size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (auto s = CheckHandle(handle); !s.ok()) return s;
+    AttentionProblem p;
+    KernelConfig c;
+    if (auto s = ToProblem(problem, &p); !s.ok()) return s;
+    if (auto s = ToConfig(config, &c); !s.ok()) return s;
+    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) {
+      return absl::InvalidArgumentError("q, k, v and o must be non-NULL");
+    }
+    if (median_us == nullptr) return absl::InvalidArgumentError("median_us is NULL");
+    if (capacity > 0 && (samples_us == nullptr || count == nullptr)) {
+      return absl::InvalidArgumentError("samples_us and count must be non-NULL when capacity > 0");
+    }
+    fusetune::TimingOptions opt;
+    opt.warmup = warmup;
+    opt.repeats = repeats;
+    opt.max_seconds = max_seconds;
+    opt.flush_l2 = flush_l2 != 0;
+    auto t = handle->backend->Time(p, c, {q, k, v, o}, opt);
+    if (!t.ok()) return t.status();
+    std::vector<double> sorted = t->micros;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    *median_us = n == 0 ? 0.0 : (n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
+    if (count != nullptr) *count = 0;
+    for (size_t i = 0; i < n && static_cast<int>(i) < capacity; ++i) {
+      samples_us[i] = t->micros[i];
+      *count = static_cast<int>(i) + 1;
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,215 @@
+// The C ABI on the CPU backend (host pointers): status codes and messages, problem/config
+// conversion (varlen, padding, GQA), results against the fp64 reference, timing.
+#include "fusetune/c_api.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "fusetune/kernels/reference.h"
+
+extern "C" int fusetune_c_smoke(float* o, char* err, size_t errlen);
+extern "C" void fusetune_c_smoke_inputs(float* q, float* k, float* v);
+
+namespace {
+
+struct Handle {
+  fusetune_handle* h = nullptr;
+  Handle() {
+    char err[256];
+    EXPECT_EQ(fusetune_create("cpu", 0, &h, err, sizeof err), FUSETUNE_OK) << err;
+  }
+  ~Handle() { fusetune_destroy(h); }
+};
+
+fusetune_problem Problem(int batch, int hq, int hkv, int q, int k, int d, bool causal) {
+  fusetune_problem p;
+  std::memset(&p, 0, sizeof p);
+  p.batch = batch;
+  p.q_heads = hq;
+  p.kv_heads = hkv;
+  p.q_len = q;
+  p.kv_len = k;
+  p.head_dim = d;
+  p.causal = causal ? 1 : 0;
+  p.dtype = FUSETUNE_FP32;
+  return p;
+}
+
+fusetune_config Config(int variant) {
+  fusetune_config c;
+  c.variant = variant;
+  c.block_m = 16;
+  c.block_s = 16;
+  c.threads = 1;
+  c.precision = FUSETUNE_PRECISION_FP32;
+  c.stages = 1;
+  c.split_kv = 1;
+  return c;
+}
+
+fusetune::AttentionProblem ToCpp(const fusetune_problem& in) {
+  fusetune::AttentionProblem p;
+  p.batch = in.batch;
+  p.q_heads = in.q_heads;
+  p.kv_heads = in.kv_heads;
+  p.q_len = in.q_len;
+  p.kv_len = in.kv_len;
+  p.head_dim = in.head_dim;
+  p.causal = in.causal != 0;
+  if (in.cu_seqlens_q != nullptr) {
+    p.cu_seqlens_q.assign(in.cu_seqlens_q, in.cu_seqlens_q + in.batch + 1);
+    p.cu_seqlens_k.assign(in.cu_seqlens_k, in.cu_seqlens_k + in.batch + 1);
+  }
+  if (in.kv_valid_lens != nullptr) p.kv_valid_lens.assign(in.kv_valid_lens, in.kv_valid_lens + in.batch);
+  return p;
+}
+
+// Runs every variant through the ABI and compares with the fp64 reference.
+void ExpectAllVariantsMatchReference(const fusetune_problem& problem, uint32_t seed) {
+  const fusetune::AttentionProblem cpp = ToCpp(problem);
+  ASSERT_TRUE(cpp.Validate().ok()) << cpp.Validate();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> q(cpp.QElements()), k(cpp.KVElements()), v(cpp.KVElements());
+  for (auto* t : {&q, &k, &v}) {
+    for (float& x : *t) x = dist(rng);
+  }
+  auto ref = fusetune::ReferenceAttention(cpp, q, k, v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  Handle h;
+  for (int variant : {FUSETUNE_FUSED, FUSETUNE_PARTIAL, FUSETUNE_MATERIALIZED}) {
+    SCOPED_TRACE(variant);
+    fusetune_config c = Config(variant);
+    std::vector<float> o(q.size(), std::nanf(""));
+    char err[256] = "";
+    ASSERT_EQ(fusetune_run(h.h, &problem, &c, q.data(), k.data(), v.data(), o.data(), err, sizeof err),
+              FUSETUNE_OK)
+        << err;
+    for (size_t i = 0; i < o.size(); ++i) {
+      ASSERT_NEAR(o[i], (*ref)[i], 1e-4) << "element " << i;
+    }
+  }
+}
+
+TEST(CApi, UnknownBackendIsNotFoundWithAMessage) {
+  fusetune_handle* h = reinterpret_cast<fusetune_handle*>(1);
+  char err[256] = "";
+  EXPECT_EQ(fusetune_create("tpu", 0, &h, err, sizeof err), FUSETUNE_NOT_FOUND);
+  EXPECT_EQ(h, nullptr);
+  EXPECT_NE(std::string(err).find("tpu"), std::string::npos) << err;
+  EXPECT_STREQ(fusetune_status_name(FUSETUNE_NOT_FOUND), "NOT_FOUND");
+  EXPECT_EQ(fusetune_api_version(), FUSETUNE_C_API_VERSION);
+}
+
+TEST(CApi, UniformGqaCausalMatchesReference) {
+  ExpectAllVariantsMatchReference(Problem(2, 4, 2, 17, 23, 64, true), 1);
+}
+
+TEST(CApi, VarlenLengthsComeFromHostArrays) {
+  fusetune_problem p = Problem(3, 2, 1, 9, 12, 32, false);
+  const int32_t cu_q[] = {0, 9, 10, 15};
+  const int32_t cu_k[] = {0, 12, 13, 20};
+  p.cu_seqlens_q = cu_q;
+  p.cu_seqlens_k = cu_k;
+  ExpectAllVariantsMatchReference(p, 2);
+}
+
+TEST(CApi, KeyPaddingFromHostArray) {
+  fusetune_problem p = Problem(2, 2, 2, 7, 19, 64, false);
+  const int32_t valid[] = {19, 4};
+  p.kv_valid_lens = valid;
+  ExpectAllVariantsMatchReference(p, 3);
+}
+
+TEST(CApi, InvalidProblemIsInvalidArgumentAndOutputUntouched) {
+  Handle h;
+  fusetune_problem p = Problem(1, 4, 3, 8, 8, 64, false);  // 3 does not divide 4
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  std::vector<float> q(8 * 4 * 64, 0.5f), kv(8 * 3 * 64, 0.5f), o(q.size(), 7.0f);
+  char err[256] = "";
+  EXPECT_EQ(fusetune_run(h.h, &p, &c, q.data(), kv.data(), kv.data(), o.data(), err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("kv_heads"), std::string::npos) << err;
+  for (float x : o) ASSERT_EQ(x, 7.0f);
+  p.kv_heads = 4;
+  p.dtype = 9;
+  EXPECT_EQ(fusetune_can_implement(h.h, &p, &c, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  p.dtype = FUSETUNE_FP32;
+  c.variant = 42;
+  EXPECT_EQ(fusetune_can_implement(h.h, &p, &c, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, NullArgumentsAreInvalidArgumentNotCrashes) {
+  Handle h;
+  fusetune_problem p = Problem(1, 1, 1, 4, 4, 32, false);
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  std::vector<float> buf(4 * 32);
+  EXPECT_EQ(fusetune_run(nullptr, &p, &c, buf.data(), buf.data(), buf.data(), buf.data(), nullptr, 0),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_run(h.h, nullptr, &c, buf.data(), buf.data(), buf.data(), buf.data(), nullptr, 0),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_run(h.h, &p, nullptr, buf.data(), buf.data(), buf.data(), buf.data(), nullptr, 0),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_run(h.h, &p, &c, nullptr, buf.data(), buf.data(), buf.data(), nullptr, 0),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_create(nullptr, 0, nullptr, nullptr, 0), FUSETUNE_INVALID_ARGUMENT);
+  fusetune_destroy(nullptr);
+}
+
+TEST(CApi, LongMessagesAreTruncatedAndTerminated) {
+  fusetune_handle* h = nullptr;
+  char err[8];
+  std::memset(err, 'x', sizeof err);
+  EXPECT_EQ(fusetune_create("no-such-backend", 0, &h, err, sizeof err), FUSETUNE_NOT_FOUND);
+  EXPECT_EQ(err[7], '\0');
+  EXPECT_EQ(std::strlen(err), 7u);
+}
+
+TEST(CApi, ConfigKeysParseIntoTheStruct) {
+  fusetune_config c;
+  char err[256];
+  ASSERT_EQ(fusetune_config_from_key("partial/bm64/bs32/t128/tf32/st1", &c, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_EQ(c.variant, FUSETUNE_PARTIAL);
+  EXPECT_EQ(c.block_m, 64);
+  EXPECT_EQ(c.block_s, 32);
+  EXPECT_EQ(c.threads, 128);
+  EXPECT_EQ(c.precision, FUSETUNE_PRECISION_TF32);
+  EXPECT_EQ(c.stages, 1);
+  EXPECT_EQ(c.split_kv, 1);
+  EXPECT_EQ(fusetune_config_from_key("fused/garbage", &c, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, TimeReturnsSamplesAndMedian) {
+  Handle h;
+  fusetune_problem p = Problem(1, 2, 2, 64, 64, 64, false);
+  fusetune_config c = Config(FUSETUNE_MATERIALIZED);
+  std::vector<float> q(64 * 2 * 64, 0.25f), o(q.size());
+  double median = -1, samples[16];
+  int count = -1;
+  char err[256] = "";
+  ASSERT_EQ(fusetune_time(h.h, &p, &c, q.data(), q.data(), q.data(), o.data(), 1, 5, 10.0, 0, &median,
+                          samples, 16, &count, err, sizeof err),
+            FUSETUNE_OK)
+      << err;
+  EXPECT_EQ(count, 5);
+  EXPECT_GT(median, 0.0);
+  for (int i = 0; i < count; ++i) EXPECT_GT(samples[i], 0.0);
+}
+
+TEST(CApi, PlainCCallerGetsTheReferenceResult) {
+  std::vector<float> q(5 * 2 * 32), k(5 * 32), v(5 * 32), o(5 * 2 * 32, std::nanf(""));
+  fusetune_c_smoke_inputs(q.data(), k.data(), v.data());
+  char err[256] = "";
+  ASSERT_EQ(fusetune_c_smoke(o.data(), err, sizeof err), FUSETUNE_OK) << err;
+  fusetune::AttentionProblem p = ToCpp(Problem(1, 2, 1, 5, 5, 32, true));
+  auto ref = fusetune::ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(ref.ok());
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 1e-4);
+}
+
+}  // namespace

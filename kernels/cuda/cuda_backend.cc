@@ -1,0 +1,689 @@
+// The CUDA backend: API checks -> AttentionParams / BaselinePlan -> launches on the legacy
+// default stream (so callers such as PyTorch, which also use it, see our work ordered with
+// theirs) -> synchronize -> Status.
+//
+// CUDA errors come in two kinds. A launch-configuration or API error is reported and
+// cleared; the backend stays usable. A kernel fault (illegal address, ...) poisons the CUDA
+// context for the rest of the process: the backend then reports Internal for every later
+// call, with the original error, instead of crashing or pretending to work.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "attention_params.h"
+#include "baseline_kernels.h"
+#include "baseline_plan.h"
+#include "fusetune/kernels/cuda_backend.h"
+#include "nvml_clock.h"
+
+namespace fusetune {
+namespace {
+
+using cuda::AttentionParams;
+using cuda::BaselinePlan;
+using cuda::ElemType;
+using cuda::GemmGroup;
+
+// Debian's abseil keeps absl::string_view distinct from std::string_view: convert pieces.
+inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+template <typename T>
+const T& ToAbsl(const T& x) {
+  return x;
+}
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  return absl::StrCat(ToAbsl(args)...);
+}
+
+constexpr cudaStream_t kStream = 0;  // legacy default stream
+// Bigger than twice the H200's 60 MB L2, so one memset evicts everything a launch left there.
+constexpr size_t kL2FlushBytes = size_t{256} << 20;
+
+std::string CudaErrorText(cudaError_t e) {
+  return Cat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+const char* CublasErrorName(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+
+ElemType ToElemType(DType d) {
+  switch (d) {
+    case DType::kFp32: return ElemType::kF32;
+    case DType::kFp16: return ElemType::kF16;
+    case DType::kBf16: return ElemType::kBf16;
+  }
+  return ElemType::kF32;
+}
+
+cudaDataType_t CublasType(DType d) {
+  switch (d) {
+    case DType::kFp32: return CUDA_R_32F;
+    case DType::kFp16: return CUDA_R_16F;
+    case DType::kBf16: return CUDA_R_16BF;
+  }
+  return CUDA_R_32F;
+}
+
+// The partial and materialized variants compute the PV product with cuBLAS, whose operands
+// must share a type: P takes V's storage type. So fp32 storage runs fp32 or tf32 products,
+// fp16/bf16 storage runs fp16/bf16 tensor-core products (fp32 accumulation).
+absl::Status CheckBaselinePrecision(const AttentionProblem& p, const KernelConfig& c) {
+  const bool ok = (p.dtype == DType::kFp32 &&
+                   (c.precision == Precision::kFp32 || c.precision == Precision::kTf32)) ||
+                  (p.dtype == DType::kFp16 && c.precision == Precision::kFp16) ||
+                  (p.dtype == DType::kBf16 && c.precision == Precision::kBf16);
+  if (ok) return absl::OkStatus();
+  return absl::UnimplementedError(Cat(
+      "the ", VariantName(c.variant), " variant computes PV with cuBLAS, so P takes V's type: ",
+      DTypeName(p.dtype), " storage supports precision ",
+      p.dtype == DType::kFp32 ? "fp32 or tf32" : DTypeName(p.dtype), ", not ",
+      PrecisionName(c.precision)));
+}
+
+// Device copy of a small host int array, re-uploaded only when its contents change.
+class DeviceIntArray {
+ public:
+  ~DeviceIntArray() { Reset(); }
+  void Reset() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    host_.clear();
+    capacity_ = 0;
+  }
+  absl::StatusOr<const int32_t*> Upload(const std::vector<int32_t>& values) {
+    if (values.empty()) return static_cast<const int32_t*>(nullptr);
+    if (ptr_ != nullptr && values == host_) return static_cast<const int32_t*>(ptr_);
+    if (values.size() > capacity_) {
+      if (ptr_ != nullptr) cudaFree(ptr_);
+      ptr_ = nullptr;
+      capacity_ = 0;
+      if (cudaError_t e = cudaMalloc(&ptr_, values.size() * sizeof(int32_t)); e != cudaSuccess) {
+        ptr_ = nullptr;
+        return absl::ResourceExhaustedError(Cat("cudaMalloc for lengths: ", CudaErrorText(e)));
+      }
+      capacity_ = values.size();
+    }
+    host_.clear();
+    if (cudaError_t e = cudaMemcpy(ptr_, values.data(), values.size() * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice);
+        e != cudaSuccess) {
+      return absl::InternalError(Cat("copying lengths to the device: ", CudaErrorText(e)));
+    }
+    host_ = values;
+    return static_cast<const int32_t*>(ptr_);
+  }
+
+ private:
+  int32_t* ptr_ = nullptr;
+  size_t capacity_ = 0;
+  std::vector<int32_t> host_;
+};
+
+// Everything a variant's launches need, computed before any timing starts so that the
+// timed region holds launches only.
+struct PreparedLaunch {
+  Variant variant = Variant::kFused;
+  AttentionParams params;
+  BaselinePlan plan;
+  // Device pointer arrays for the batched GEMMs, per group: {K, Q, S, V, P, O} x entries.
+  std::vector<const void**> group_pointers;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, DeviceInfo info, std::string pci_bus_id, cublasHandle_t cublas)
+      : device_(device), info_(std::move(info)), pci_bus_id_(std::move(pci_bus_id)), cublas_(cublas) {}
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cublasDestroy(cublas_);
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    if (flush_buffer_ != nullptr) cudaFree(flush_buffer_);
+    if (pointer_arrays_ != nullptr) cudaFree(pointer_arrays_);
+    if (start_event_ != nullptr) cudaEventDestroy(start_event_);
+    if (stop_event_ != nullptr) cudaEventDestroy(stop_event_);
+    cu_seqlens_q_.Reset();
+    cu_seqlens_k_.Reset();
+    kv_valid_lens_.Reset();
+  }
+
+  DeviceInfo Describe() const override { return info_; }
+
+  absl::Status CanImplement(const AttentionProblem& problem,
+                            const KernelConfig& config) const override {
+    if (auto s = problem.Validate(); !s.ok()) return s;
+    if (auto s = config.Validate(); !s.ok()) return s;
+    if (problem.head_dim != 64 && problem.head_dim != 128) {
+      return absl::UnimplementedError(Cat(
+          "the CUDA backend supports head_dim 64 and 128 only, got ", problem.head_dim));
+    }
+    if (config.threads < 32 || config.threads > 1024 || config.threads % 32 != 0) {
+      return absl::FailedPreconditionError(Cat(
+          "threads per block must be a multiple of 32 in [32, 1024], got ", config.threads));
+    }
+    if (config.variant == Variant::kFused) {
+#if defined(FUSETUNE_HAVE_CUDA_FUSED)
+      return cuda::FusedCanImplement(problem, config, info_.shared_mem_per_block);
+#else
+      return absl::UnimplementedError("the fused CUDA kernel is not compiled into this build");
+#endif
+    }
+    if (auto s = CheckBaselinePrecision(problem, config); !s.ok()) return s;
+    if (config.stages != 1 || config.split_kv != 1) {
+      return absl::UnimplementedError(Cat(
+          "the ", VariantName(config.variant),
+          " variant has no K/V load pipeline or KV split: stages and split_kv must be 1"));
+    }
+    if (config.variant == Variant::kPartial) {
+      if (config.block_m > 256 || config.block_s > 256) {
+        return absl::FailedPreconditionError("partial: block_m and block_s must be <= 256");
+      }
+      if (config.threads > cuda::kPartialMaxThreads) {
+        return absl::FailedPreconditionError(Cat(
+            "partial: at most ", cuda::kPartialMaxThreads,
+            " threads per block (its register budget), got ", config.threads));
+      }
+      const int64_t smem = cuda::PartialScoresSharedBytes(problem.head_dim, config.block_m,
+                                                          config.block_s);
+      if (smem > info_.shared_mem_per_block) {
+        return absl::FailedPreconditionError(Cat(
+            "partial: block_m=", config.block_m, " block_s=", config.block_s, " head_dim=",
+            problem.head_dim, " needs ", smem, " bytes of shared memory, the device allows ",
+            info_.shared_mem_per_block));
+      }
+    }
+    auto plan = PlanFor(problem, config);
+    if (!plan.ok()) return plan.status();
+    if (plan->workspace_bytes > WorkspaceLimit()) {
+      return absl::FailedPreconditionError(Cat(
+          VariantName(config.variant), " needs ", plan->workspace_bytes >> 20,
+          " MiB of workspace for S/P, over the backend's limit of ", WorkspaceLimit() >> 20,
+          " MiB (half the device memory)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
+                   const AttentionBuffers& buffers) override {
+    if (auto s = Enter(); !s.ok()) return s;
+    if (auto s = CanImplement(problem, config); !s.ok()) return s;
+    if (auto s = CheckBuffers(buffers); !s.ok()) return s;
+    auto prepared = Prepare(problem, config, buffers);
+    if (!prepared.ok()) return prepared.status();
+    if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
+    return Check(cudaStreamSynchronize(kStream), "synchronizing after the launch");
+  }
+
+  absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
+                                     const AttentionBuffers& buffers,
+                                     const TimingOptions& options) override {
+    if (auto s = Enter(); !s.ok()) return s;
+    if (auto s = CanImplement(problem, config); !s.ok()) return s;
+    if (auto s = CheckBuffers(buffers); !s.ok()) return s;
+    if (options.repeats < 1 || options.warmup < 0) {
+      return absl::InvalidArgumentError("timing needs repeats >= 1 and warmup >= 0");
+    }
+    auto prepared = Prepare(problem, config, buffers);
+    if (!prepared.ok()) return prepared.status();
+    if (options.flush_l2 && flush_buffer_ == nullptr) {
+      if (cudaError_t e = cudaMalloc(&flush_buffer_, kL2FlushBytes); e != cudaSuccess) {
+        flush_buffer_ = nullptr;
+        cudaGetLastError();
+        return absl::ResourceExhaustedError(
+            Cat("allocating the L2 flush buffer: ", CudaErrorText(e)));
+      }
+    }
+    if (start_event_ == nullptr) {
+      if (auto s = Check(cudaEventCreate(&start_event_), "cudaEventCreate"); !s.ok()) return s;
+      if (auto s = Check(cudaEventCreate(&stop_event_), "cudaEventCreate"); !s.ok()) return s;
+    }
+    for (int i = 0; i < options.warmup; ++i) {
+      if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
+    }
+    if (auto s = Check(cudaStreamSynchronize(kStream), "warm-up"); !s.ok()) return s;
+
+    TimingSamples out;
+    const auto begin = std::chrono::steady_clock::now();
+    for (int i = 0; i < options.repeats; ++i) {
+      if (options.flush_l2) {
+        if (auto s = Check(cudaMemsetAsync(flush_buffer_, i & 0xff, kL2FlushBytes, kStream),
+                           "L2 flush");
+            !s.ok()) {
+          return s;
+        }
+      }
+      if (auto s = Check(cudaEventRecord(start_event_, kStream), "cudaEventRecord"); !s.ok()) return s;
+      if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
+      if (auto s = Check(cudaEventRecord(stop_event_, kStream), "cudaEventRecord"); !s.ok()) return s;
+      if (auto s = Check(cudaEventSynchronize(stop_event_), "timed launch"); !s.ok()) return s;
+      float ms = 0;
+      if (auto s = Check(cudaEventElapsedTime(&ms, start_event_, stop_event_), "cudaEventElapsedTime");
+          !s.ok()) {
+        return s;
+      }
+      out.micros.push_back(static_cast<double>(ms) * 1000.0);
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      if (elapsed > options.max_seconds && out.micros.size() >= 3) break;
+    }
+    out.sm_clock_mhz = cuda::NvmlSmClockMhz(pci_bus_id_);  // read while the clocks are up
+    return out;
+  }
+
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
+    if (auto s = Enter(); !s.ok()) return s;
+    if (bytes == 0) return DeviceMemory();
+    void* ptr = nullptr;
+    if (cudaError_t e = cudaMalloc(&ptr, bytes); e != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky
+      return absl::ResourceExhaustedError(
+          Cat("cudaMalloc(", bytes, " bytes): ", CudaErrorText(e)));
+    }
+    const int device = device_;
+    return DeviceMemory(ptr, bytes, [device](void* p) {
+      cudaSetDevice(device);
+      cudaFree(p);
+    });
+  }
+
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    if (auto s = Enter(); !s.ok()) return s;
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("null pointer in CopyToDevice");
+    return Check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+  }
+
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
+    if (auto s = Enter(); !s.ok()) return s;
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr || src == nullptr) return absl::InvalidArgumentError("null pointer in CopyToHost");
+    return Check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+  }
+
+  absl::Status Fill(void* dst, uint8_t value, size_t bytes) override {
+    if (auto s = Enter(); !s.ok()) return s;
+    if (bytes == 0) return absl::OkStatus();
+    if (dst == nullptr) return absl::InvalidArgumentError("null pointer in Fill");
+    if (auto s = Check(cudaMemsetAsync(dst, value, bytes, kStream), "cudaMemset"); !s.ok()) return s;
+    return Check(cudaStreamSynchronize(kStream), "cudaMemset");
+  }
+
+ private:
+  size_t WorkspaceLimit() const { return static_cast<size_t>(info_.memory_bytes / 2); }
+
+  static absl::StatusOr<BaselinePlan> PlanFor(const AttentionProblem& problem,
+                                              const KernelConfig& config) {
+    if (config.variant == Variant::kFused) return BaselinePlan{};
+    const int probs_bytes = problem.dtype == DType::kFp32 ? 4 : 2;
+    return cuda::PlanBaseline(problem, config.variant == Variant::kMaterialized, probs_bytes);
+  }
+
+  static absl::Status CheckBuffers(const AttentionBuffers& b) {
+    if (b.q == nullptr || b.k == nullptr || b.v == nullptr || b.o == nullptr) {
+      return absl::InvalidArgumentError("q, k, v and o must be device pointers (got a null)");
+    }
+    return absl::OkStatus();
+  }
+
+  // Every public call starts here: the right device, and no use of a faulted context.
+  absl::Status Enter() {
+    if (!fault_.empty()) {
+      return absl::InternalError(Cat(
+          "the CUDA context of device ", device_, " is unusable after an earlier fault: ", fault_));
+    }
+    return Check(cudaSetDevice(device_), "cudaSetDevice");
+  }
+
+  // Converts a CUDA error into a Status. Errors that survive a device synchronize are
+  // sticky (the context is lost): remembered, so later calls fail fast with the cause.
+  absl::Status Check(cudaError_t e, std::string_view what) {
+    if (e == cudaSuccess) return absl::OkStatus();
+    const std::string text = Cat(what, ": ", CudaErrorText(e));
+    cudaGetLastError();  // clears a non-sticky error
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaGetLastError() != cudaSuccess) {
+      fault_ = text;
+      return absl::InternalError(Cat(text, " (sticky: the CUDA context is lost)"));
+    }
+    return absl::InternalError(text);
+  }
+
+  absl::Status CheckCublas(cublasStatus_t s, std::string_view what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+    if (auto cuda = Check(cudaGetLastError(), what); !cuda.ok()) return cuda;
+    return absl::InternalError(Cat(what, ": ", CublasErrorName(s)));
+  }
+
+  absl::Status EnsureWorkspace(size_t bytes) {
+    if (bytes <= workspace_bytes_) return absl::OkStatus();
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    workspace_ = nullptr;
+    workspace_bytes_ = 0;
+    if (cudaError_t e = cudaMalloc(&workspace_, bytes); e != cudaSuccess) {
+      workspace_ = nullptr;
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(
+          Cat("allocating ", bytes >> 20, " MiB of workspace: ", CudaErrorText(e)));
+    }
+    workspace_bytes_ = bytes;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<PreparedLaunch> Prepare(const AttentionProblem& problem,
+                                         const KernelConfig& config,
+                                         const AttentionBuffers& buffers) {
+    PreparedLaunch out;
+    out.variant = config.variant;
+    AttentionParams& p = out.params;
+    const int d = problem.head_dim;
+    p.q = buffers.q;
+    p.k = buffers.k;
+    p.v = buffers.v;
+    p.o = buffers.o;
+    p.q_row_stride = static_cast<int64_t>(problem.q_heads) * d;
+    p.o_row_stride = p.q_row_stride;
+    p.k_row_stride = static_cast<int64_t>(problem.kv_heads) * d;
+    p.v_row_stride = p.k_row_stride;
+    p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
+    p.batch = problem.batch;
+    p.q_heads = problem.q_heads;
+    p.kv_heads = problem.kv_heads;
+    p.head_dim = d;
+    p.q_len = problem.q_len;
+    p.kv_len = problem.kv_len;
+    p.causal = problem.causal;
+    p.dtype = problem.dtype;
+    p.scale = problem.EffectiveScale();
+    p.scale_log2 = p.scale * 1.4426950408889634f;
+
+    if (config.variant == Variant::kFused) {
+      auto q = cu_seqlens_q_.Upload(problem.cu_seqlens_q);
+      if (!q.ok()) return q.status();
+      auto k = cu_seqlens_k_.Upload(problem.cu_seqlens_k);
+      if (!k.ok()) return k.status();
+      auto pad = kv_valid_lens_.Upload(problem.kv_valid_lens);
+      if (!pad.ok()) return pad.status();
+      p.cu_seqlens_q = *q;
+      p.cu_seqlens_k = *k;
+      p.kv_valid_lens = *pad;
+      return out;
+    }
+
+    auto plan = PlanFor(problem, config);
+    if (!plan.ok()) return plan.status();
+    out.plan = *std::move(plan);
+    if (auto s = EnsureWorkspace(out.plan.workspace_bytes); !s.ok()) return s;
+    p.workspace = workspace_;
+    p.workspace_bytes = workspace_bytes_;
+
+    // Pointer arrays for cublasGemmBatchedEx: one entry per (sequence, q head); GQA by
+    // pointing each q head at its kv head.
+    const size_t elem = static_cast<size_t>(DTypeBytes(problem.dtype));
+    const size_t p_elem = problem.dtype == DType::kFp32 ? 4 : 2;
+    std::vector<const void*> host;
+    std::vector<size_t> group_start;
+    for (const GemmGroup& g : out.plan.groups) {
+      group_start.push_back(host.size());
+      const size_t base = host.size();
+      host.resize(base + 6 * static_cast<size_t>(g.entries));
+      const void** ptrs = host.data() + base;
+      char* ws = static_cast<char*>(workspace_);
+      for (int64_t e = 0; e < g.entries; ++e) {
+        const int64_t s = e / problem.q_heads;
+        const int h = static_cast<int>(e % problem.q_heads);
+        const int kvh = h / problem.heads_per_kv();
+        const int64_t q_row = g.q_first_row + s * g.q_seq_stride;
+        const int64_t k_row = g.k_first_row + s * g.k_seq_stride;
+        const size_t rows_elems = static_cast<size_t>(e) * g.q_len * static_cast<size_t>(g.ld);
+        const char* qb = static_cast<const char*>(buffers.q);
+        const char* kb = static_cast<const char*>(buffers.k);
+        const char* vb = static_cast<const char*>(buffers.v);
+        char* ob = static_cast<char*>(buffers.o);
+        ptrs[0 * g.entries + e] = kb + (k_row * p.k_row_stride + kvh * d) * elem;
+        ptrs[1 * g.entries + e] = qb + (q_row * p.q_row_stride + h * d) * elem;
+        ptrs[2 * g.entries + e] = ws + g.scores_offset + rows_elems * 4;
+        ptrs[3 * g.entries + e] = vb + (k_row * p.v_row_stride + kvh * d) * elem;
+        ptrs[4 * g.entries + e] = ws + g.probs_offset + rows_elems * p_elem;
+        ptrs[5 * g.entries + e] = ob + (q_row * p.o_row_stride + h * d) * elem;
+      }
+    }
+    if (host != pointer_host_) {
+      const size_t bytes = host.size() * sizeof(void*);
+      if (bytes > pointer_capacity_) {
+        if (pointer_arrays_ != nullptr) cudaFree(pointer_arrays_);
+        pointer_arrays_ = nullptr;
+        pointer_capacity_ = 0;
+        pointer_host_.clear();
+        if (cudaError_t e = cudaMalloc(&pointer_arrays_, bytes); e != cudaSuccess) {
+          pointer_arrays_ = nullptr;
+          cudaGetLastError();
+          return absl::ResourceExhaustedError(
+              Cat("allocating GEMM pointer arrays: ", CudaErrorText(e)));
+        }
+        pointer_capacity_ = bytes;
+      }
+      pointer_host_.clear();
+      if (bytes > 0) {
+        if (auto s = Check(cudaMemcpy(pointer_arrays_, host.data(), bytes, cudaMemcpyHostToDevice),
+                           "copying GEMM pointer arrays");
+            !s.ok()) {
+          return s;
+        }
+      }
+      pointer_host_ = std::move(host);
+    }
+    for (size_t start : group_start) {
+      out.group_pointers.push_back(static_cast<const void**>(pointer_arrays_) + start);
+    }
+    return out;
+  }
+
+  // Enqueues every kernel of the variant on kStream; no synchronization.
+  absl::Status Enqueue(const AttentionProblem& problem, const KernelConfig& config,
+                       const PreparedLaunch& prepared) {
+    const AttentionParams& p = prepared.params;
+    if (config.variant == Variant::kFused) {
+#if defined(FUSETUNE_HAVE_CUDA_FUSED)
+      return Check(cuda::LaunchFused(p, config, kStream), "fused launch");
+#else
+      return absl::UnimplementedError("the fused CUDA kernel is not compiled into this build");
+#endif
+    }
+    const size_t elem = static_cast<size_t>(DTypeBytes(problem.dtype));
+    for (const cuda::ZeroRows& z : prepared.plan.zero_rows) {
+      char* o = static_cast<char*>(p.o) + static_cast<size_t>(z.first_token) * p.o_row_stride * elem;
+      if (auto s = Check(cudaMemsetAsync(o, 0, static_cast<size_t>(z.tokens) * p.o_row_stride * elem, kStream),
+                         "zeroing rows that see no key");
+          !s.ok()) {
+        return s;
+      }
+    }
+    const cudaDataType_t io_type = CublasType(problem.dtype);
+    const cublasComputeType_t compute =
+        config.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float one = 1.0f, zero = 0.0f;
+    const int d = problem.head_dim;
+    char* ws = static_cast<char*>(workspace_);
+    for (size_t gi = 0; gi < prepared.plan.groups.size(); ++gi) {
+      const GemmGroup& g = prepared.plan.groups[gi];
+      const void** ptrs = prepared.group_pointers[gi];
+      const int entries = static_cast<int>(g.entries);
+      void* const* k_ptrs = const_cast<void* const*>(ptrs + 0 * g.entries);
+      void* const* q_ptrs = const_cast<void* const*>(ptrs + 1 * g.entries);
+      void* const* s_ptrs = const_cast<void* const*>(ptrs + 2 * g.entries);
+      void* const* v_ptrs = const_cast<void* const*>(ptrs + 3 * g.entries);
+      void* const* p_ptrs = const_cast<void* const*>(ptrs + 4 * g.entries);
+      void* const* o_ptrs = const_cast<void* const*>(ptrs + 5 * g.entries);
+      if (config.variant == Variant::kMaterialized) {
+        // Column-major view: S^T (k x q) = K (d x k)^T * Q (d x q); row-major S[q][ld].
+        if (auto s = CheckCublas(
+                cublasGemmBatchedEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, g.k_len, g.q_len, d, &one,
+                                    reinterpret_cast<const void* const*>(k_ptrs), io_type,
+                                    static_cast<int>(p.k_row_stride),
+                                    reinterpret_cast<const void* const*>(q_ptrs), io_type,
+                                    static_cast<int>(p.q_row_stride), &zero, s_ptrs, CUDA_R_32F,
+                                    g.ld, entries, compute, CUBLAS_GEMM_DEFAULT),
+                "cuBLAS QK^T");
+            !s.ok()) {
+          return s;
+        }
+        cuda::SoftmaxRowsArgs sm;
+        sm.scores = reinterpret_cast<const float*>(ws + g.scores_offset);
+        sm.probs = ws + g.probs_offset;
+        sm.p_type = problem.dtype == DType::kFp32 ? ElemType::kF32 : ToElemType(problem.dtype);
+        sm.entries = g.entries;
+        sm.q_len = g.q_len;
+        sm.k_len = g.k_len;
+        sm.ld = g.ld;
+        sm.causal = problem.causal;
+        sm.scale_log2 = p.scale_log2;
+        sm.threads = config.threads;
+        if (auto s = Check(cuda::LaunchSoftmaxRows(sm, kStream), "softmax launch"); !s.ok()) return s;
+      } else {
+        cuda::PartialScoresArgs ps;
+        ps.q = p.q;
+        ps.k = p.k;
+        ps.probs = ws + g.probs_offset;
+        ps.in_type = ToElemType(problem.dtype);
+        ps.p_type = ps.in_type;
+        ps.head_dim = d;
+        ps.q_heads = problem.q_heads;
+        ps.kv_heads = problem.kv_heads;
+        ps.q_first_row = g.q_first_row;
+        ps.k_first_row = g.k_first_row;
+        ps.q_seq_stride = g.q_seq_stride;
+        ps.k_seq_stride = g.k_seq_stride;
+        ps.sequences = g.sequences;
+        ps.q_len = g.q_len;
+        ps.k_len = g.k_len;
+        ps.ld = g.ld;
+        ps.causal = problem.causal;
+        ps.scale_log2 = p.scale_log2;
+        ps.block_m = config.block_m;
+        ps.block_s = config.block_s;
+        ps.threads = config.threads;
+        if (auto s = Check(cuda::LaunchPartialScores(ps, kStream), "partial scores launch"); !s.ok()) {
+          return s;
+        }
+      }
+      // Column-major view: O^T (d x q) = V^T (d x k) * P^T (k x q).
+      if (auto s = CheckCublas(
+              cublasGemmBatchedEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, d, g.q_len, g.k_len, &one,
+                                  reinterpret_cast<const void* const*>(v_ptrs), io_type,
+                                  static_cast<int>(p.v_row_stride),
+                                  reinterpret_cast<const void* const*>(p_ptrs), io_type, g.ld,
+                                  &zero, o_ptrs, io_type, static_cast<int>(p.o_row_stride),
+                                  entries, compute, CUBLAS_GEMM_DEFAULT),
+              "cuBLAS PV");
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const int device_;
+  const DeviceInfo info_;
+  const std::string pci_bus_id_;
+  cublasHandle_t cublas_;
+  std::string fault_;  // non-empty once the context is lost
+
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  void* flush_buffer_ = nullptr;
+  void* pointer_arrays_ = nullptr;
+  size_t pointer_capacity_ = 0;
+  std::vector<const void*> pointer_host_;
+  cudaEvent_t start_event_ = nullptr;
+  cudaEvent_t stop_event_ = nullptr;
+  DeviceIntArray cu_seqlens_q_, cu_seqlens_k_, kv_valid_lens_;
+};
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_index) {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(Cat("no usable CUDA driver/device: ", CudaErrorText(e)));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA device on this host");
+  if (device_index < 0 || device_index >= count) {
+    return absl::InvalidArgumentError(
+        Cat("CUDA device index ", device_index, " out of range [0, ", count, ")"));
+  }
+  if (cudaError_t e = cudaSetDevice(device_index); e != cudaSuccess) {
+    return absl::UnavailableError(Cat("cudaSetDevice: ", CudaErrorText(e)));
+  }
+  cudaDeviceProp prop{};
+  if (cudaError_t e = cudaGetDeviceProperties(&prop, device_index); e != cudaSuccess) {
+    return absl::UnavailableError(Cat("cudaGetDeviceProperties: ", CudaErrorText(e)));
+  }
+  char bus_id[32] = {0};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_index) != cudaSuccess) {
+    cudaGetLastError();
+    bus_id[0] = '\0';
+  }
+  int driver = 0, runtime = 0, clock_khz = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device_index);
+  cublasHandle_t handle = nullptr;
+  if (cublasStatus_t s = cublasCreate(&handle); s != CUBLAS_STATUS_SUCCESS) {
+    return absl::UnavailableError(Cat("cublasCreate: ", CublasErrorName(s)));
+  }
+  int cublas_version = 0;
+  cublasGetVersion(handle, &cublas_version);
+  cublasSetStream(handle, kStream);
+  cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST);
+
+  DeviceInfo info;
+  info.backend = "cuda";
+  info.name = prop.name;
+  info.arch = Cat("sm", prop.major * 10 + prop.minor);
+  info.device_index = device_index;
+  info.sm_count = prop.multiProcessorCount;
+  info.shared_mem_per_block = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
+  info.l2_bytes = prop.l2CacheSize;
+  info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  info.driver = Cat("driver ", driver / 1000, ".", (driver % 1000) / 10, ", runtime ",
+                             runtime / 1000, ".", (runtime % 1000) / 10, ", cuBLAS ",
+                             cublas_version, ", pci ", bus_id);
+  const int nvml_max = cuda::NvmlMaxSmClockMhz(bus_id);
+  info.max_clock_mhz = nvml_max > 0 ? nvml_max : clock_khz / 1000;
+  return std::unique_ptr<Backend>(
+      std::make_unique<CudaBackend>(device_index, std::move(info), std::string(bus_id), handle));
+}
+
+}  // namespace fusetune

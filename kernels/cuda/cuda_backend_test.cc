@@ -1,0 +1,374 @@
+// GPU tests of the CUDA backend: every variant against the fp64 reference on fresh random
+// inputs, odd lengths, masks, GQA/MQA, varlen and key padding; bad input gives a Status, and
+// the backend keeps working afterwards. Exits 77 (ctest: skipped) where there is no GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/cuda_backend.h"
+#include "fusetune/kernels/dtype.h"
+#include "fusetune/kernels/reference.h"
+
+namespace fusetune {
+namespace {
+
+struct Inputs {
+  std::vector<float> q, k, v;  // rounded to the storage dtype
+};
+
+Inputs RandomInputs(const AttentionProblem& p, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Inputs in;
+  in.q.resize(static_cast<size_t>(p.QElements()));
+  in.k.resize(static_cast<size_t>(p.KVElements()));
+  in.v.resize(static_cast<size_t>(p.KVElements()));
+  for (auto* t : {&in.q, &in.k, &in.v}) {
+    for (float& x : *t) x = dist(rng);
+    RoundToDType(p.dtype, *t);
+  }
+  return in;
+}
+
+// Largest |out - ref| / max|ref| allowed (the runner's metric): product precision and the
+// rounding of the stored output.
+double Tolerance(Precision precision, DType dtype) {
+  double t = 1e-4;
+  if (precision == Precision::kTf32) t = 5e-3;
+  if (precision == Precision::kFp16) t = 1e-2;
+  if (precision == Precision::kBf16) t = 3e-2;
+  if (dtype == DType::kFp16) t = std::max(t, 2e-3);
+  if (dtype == DType::kBf16) t = std::max(t, 1.6e-2);
+  return t;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto b = CreateCudaBackend(0);
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = b->release();
+  }
+  static void TearDownTestSuite() {
+    delete backend_;
+    backend_ = nullptr;
+  }
+
+  struct Result {
+    absl::Status status;
+    double rel_error = 0;  // max |out - ref| / max |ref|
+    bool finite = true;
+  };
+
+  // Runs one (problem, config) on fresh device buffers (O poisoned with 0xFF = NaN) and
+  // compares every output element with the fp64 reference.
+  Result RunAndCompare(const AttentionProblem& p, const KernelConfig& c, const Inputs& in,
+                       const std::vector<double>& ref) {
+    Result r;
+    const size_t eb = static_cast<size_t>(DTypeBytes(p.dtype));
+    std::vector<uint8_t> hq(in.q.size() * eb), hk(in.k.size() * eb), hv(in.v.size() * eb);
+    EncodeTensor(p.dtype, in.q, hq.data());
+    EncodeTensor(p.dtype, in.k, hk.data());
+    EncodeTensor(p.dtype, in.v, hv.data());
+    auto dq = backend_->Allocate(hq.size());
+    auto dk = backend_->Allocate(hk.size());
+    auto dv = backend_->Allocate(hv.size());
+    auto d_o = backend_->Allocate(hq.size());
+    if (!dq.ok() || !dk.ok() || !dv.ok() || !d_o.ok()) {
+      r.status = absl::InternalError("allocation failed");
+      return r;
+    }
+    EXPECT_TRUE(backend_->CopyToDevice(dq->data(), hq.data(), hq.size()).ok());
+    EXPECT_TRUE(backend_->CopyToDevice(dk->data(), hk.data(), hk.size()).ok());
+    EXPECT_TRUE(backend_->CopyToDevice(dv->data(), hv.data(), hv.size()).ok());
+    EXPECT_TRUE(backend_->Fill(d_o->data(), 0xFF, hq.size()).ok());
+    r.status = backend_->Run(p, c, {dq->data(), dk->data(), dv->data(), d_o->data()});
+    if (!r.status.ok()) return r;
+    std::vector<uint8_t> ho(hq.size());
+    EXPECT_TRUE(backend_->CopyToHost(ho.data(), d_o->data(), ho.size()).ok());
+    std::vector<float> out(in.q.size());
+    DecodeTensor(p.dtype, ho.data(), out.size(), out.data());
+    double max_ref = 0, max_diff = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!std::isfinite(out[i])) r.finite = false;
+      max_ref = std::max(max_ref, std::abs(ref[i]));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(out[i]) - ref[i]));
+    }
+    r.rel_error = max_ref > 0 ? max_diff / max_ref : max_diff;
+    return r;
+  }
+
+  // Configs tried for the fused variant (whatever the fused kernel instantiates).
+  static std::vector<KernelConfig> FusedCandidates(Precision precision) {
+    std::vector<KernelConfig> out;
+    for (auto [bm, bs, t, st] : std::vector<std::tuple<int, int, int, int>>{
+             {64, 64, 128, 2}, {64, 64, 128, 1}, {128, 64, 256, 2}, {64, 32, 128, 2},
+             {128, 128, 256, 2}, {64, 64, 256, 2}, {32, 32, 128, 1}, {128, 64, 128, 2}}) {
+      KernelConfig c;
+      c.variant = Variant::kFused;
+      c.block_m = bm;
+      c.block_s = bs;
+      c.threads = t;
+      c.stages = st;
+      c.precision = precision;
+      out.push_back(c);
+    }
+    return out;
+  }
+
+  // One config per variant that the backend accepts for `p` (fused: the first accepted
+  // candidate; none when the fused kernel does not cover this problem).
+  std::vector<KernelConfig> ConfigsFor(const AttentionProblem& p, Precision precision) {
+    std::vector<KernelConfig> out;
+    for (const KernelConfig& c : FusedCandidates(precision)) {
+      if (backend_->CanImplement(p, c).ok()) {
+        out.push_back(c);
+        break;
+      }
+    }
+    KernelConfig partial;
+    partial.variant = Variant::kPartial;
+    partial.block_m = 32;
+    partial.block_s = 64;
+    partial.threads = 128;
+    partial.precision = precision;
+    out.push_back(partial);
+    KernelConfig mat = partial;
+    mat.variant = Variant::kMaterialized;
+    mat.threads = 256;
+    out.push_back(mat);
+    return out;
+  }
+
+  // Checks every accepted variant for one problem; returns how many fused runs happened.
+  int CheckAllVariants(const AttentionProblem& p, Precision precision, uint32_t seed) {
+    const Inputs in = RandomInputs(p, seed);
+    auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+    EXPECT_TRUE(ref.ok()) << ref.status();
+    if (!ref.ok()) return 0;
+    int fused_runs = 0;
+    for (const KernelConfig& c : ConfigsFor(p, precision)) {
+      SCOPED_TRACE(p.Key() + " " + c.Key());
+      Result r = RunAndCompare(p, c, in, *ref);
+      EXPECT_TRUE(r.status.ok()) << r.status;
+      if (!r.status.ok()) continue;
+      EXPECT_TRUE(r.finite) << "NaN/Inf (or an unwritten element) in the output";
+      EXPECT_LE(r.rel_error, Tolerance(precision, p.dtype));
+      if (c.variant == Variant::kFused) ++fused_runs;
+    }
+    return fused_runs;
+  }
+
+  static Backend* backend_;
+};
+
+Backend* CudaBackendTest::backend_ = nullptr;
+
+AttentionProblem MakeProblem(int batch, int hq, int hkv, int q, int k, int d, bool causal,
+                             DType dtype) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.q_heads = hq;
+  p.kv_heads = hkv;
+  p.q_len = q;
+  p.kv_len = k;
+  p.head_dim = d;
+  p.causal = causal;
+  p.dtype = dtype;
+  return p;
+}
+
+struct Case {
+  DType dtype;
+  Precision precision;
+  int head_dim;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(DTypeName(info.param.dtype)) + "_" +
+         std::string(PrecisionName(info.param.precision)) + "_d" +
+         std::to_string(info.param.head_dim);
+}
+
+class CudaVariantsTest : public CudaBackendTest, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(CudaVariantsTest, MatchReferenceAtOddLengthsCausalOrNotWithGqa) {
+  const Case cs = GetParam();
+  int fused_runs = 0;
+  uint32_t seed = 1000;
+  for (auto [q, k] : std::vector<std::pair<int, int>>{{1, 1}, {17, 17}, {77, 77}, {17, 77},
+                                                      {77, 17}, {1000, 1000}}) {
+    for (bool causal : {false, true}) {
+      // Long sequences with fewer heads keep the CPU reference quick.
+      const bool big = q >= 1000;
+      AttentionProblem p = MakeProblem(big ? 1 : 2, big ? 2 : 4, big ? 1 : 2, q, k,
+                                       cs.head_dim, causal, cs.dtype);
+      fused_runs += CheckAllVariants(p, cs.precision, ++seed);
+    }
+  }
+  std::printf("[ info ] %s: %d fused runs\n", CaseName({cs, 0}).c_str(), fused_runs);
+#if defined(FUSETUNE_TEST_EXPECT_FUSED)
+  if (cs.precision != Precision::kTf32) {
+    EXPECT_GT(fused_runs, 0) << "the fused kernel is compiled in but accepted no candidate config";
+  }
+#endif
+}
+
+TEST_P(CudaVariantsTest, VarlenBatchWithEmptyAndKeylessSequences) {
+  const Case cs = GetParam();
+  for (bool causal : {false, true}) {
+    AttentionProblem p = MakeProblem(5, 4, 1, 0, 0, cs.head_dim, causal, cs.dtype);  // MQA
+    p.cu_seqlens_q = {0, 1, 18, 95, 95, 99};
+    p.cu_seqlens_k = {0, 1, 78, 95, 100, 100};  // the last sequence has queries, no keys
+    p.q_len = 77;
+    p.kv_len = 77;
+    ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+    CheckAllVariants(p, cs.precision, causal ? 7 : 8);
+  }
+}
+
+TEST_P(CudaVariantsTest, KeyPaddingHidesPaddedKeys) {
+  const Case cs = GetParam();
+  for (bool causal : {false, true}) {
+    AttentionProblem p = MakeProblem(3, 4, 4, 33, 77, cs.head_dim, causal, cs.dtype);
+    p.kv_valid_lens = {77, 30, 0};
+    CheckAllVariants(p, cs.precision, causal ? 9 : 10);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllPrecisions, CudaVariantsTest,
+    ::testing::Values(Case{DType::kFp32, Precision::kFp32, 64}, Case{DType::kFp32, Precision::kFp32, 128},
+                      Case{DType::kFp32, Precision::kTf32, 64}, Case{DType::kFp32, Precision::kTf32, 128},
+                      Case{DType::kFp16, Precision::kFp16, 64}, Case{DType::kFp16, Precision::kFp16, 128},
+                      Case{DType::kBf16, Precision::kBf16, 64}, Case{DType::kBf16, Precision::kBf16, 128}),
+    CaseName);
+
+TEST_F(CudaBackendTest, DescribeReportsTheDevice) {
+  const DeviceInfo info = backend_->Describe();
+  EXPECT_EQ(info.backend, "cuda");
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_EQ(info.arch.rfind("sm", 0), 0u) << info.arch;
+  EXPECT_GT(info.sm_count, 0);
+  EXPECT_GE(info.shared_mem_per_block, 48 * 1024);
+  EXPECT_GT(info.l2_bytes, 0);
+  EXPECT_GT(info.memory_bytes, 0);
+  EXPECT_GT(info.max_clock_mhz, 0);
+  EXPECT_NE(info.driver.find("runtime"), std::string::npos);
+  std::printf("[ info ] %s | %s | %d SMs | smem/block %lld | L2 %lld | mem %lld | %s | %d MHz\n",
+              info.name.c_str(), info.arch.c_str(), info.sm_count,
+              static_cast<long long>(info.shared_mem_per_block), static_cast<long long>(info.l2_bytes),
+              static_cast<long long>(info.memory_bytes), info.driver.c_str(), info.max_clock_mhz);
+}
+
+TEST_F(CudaBackendTest, UnsupportedHeadDimIsUnimplementedAndLeavesOutputAlone) {
+  AttentionProblem p = MakeProblem(1, 2, 2, 16, 16, 96, false, DType::kFp32);
+  const Inputs in = RandomInputs(p, 3);
+  for (Variant v : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
+    KernelConfig c;
+    c.variant = v;
+    c.threads = 128;
+    EXPECT_EQ(backend_->CanImplement(p, c).code(), absl::StatusCode::kUnimplemented);
+    std::vector<double> dummy(in.q.size(), 0.0);
+    Result r = RunAndCompare(p, c, in, dummy);
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kUnimplemented) << r.status;
+  }
+}
+
+TEST_F(CudaBackendTest, BadConfigsAreErrorsAndTheNextRunStillWorks) {
+  AttentionProblem p = MakeProblem(1, 2, 2, 65, 65, 128, true, DType::kFp32);
+  KernelConfig bad_threads;
+  bad_threads.variant = Variant::kMaterialized;
+  bad_threads.threads = 33;
+  EXPECT_EQ(backend_->CanImplement(p, bad_threads).code(), absl::StatusCode::kFailedPrecondition);
+  KernelConfig too_much_smem;
+  too_much_smem.variant = Variant::kPartial;
+  too_much_smem.threads = 256;
+  too_much_smem.block_m = 256;
+  too_much_smem.block_s = 256;
+  EXPECT_EQ(backend_->CanImplement(p, too_much_smem).code(), absl::StatusCode::kFailedPrecondition);
+  KernelConfig wrong_precision = bad_threads;
+  wrong_precision.threads = 128;
+  wrong_precision.precision = Precision::kBf16;  // fp32 storage: PV cannot run in bf16
+  EXPECT_EQ(backend_->CanImplement(p, wrong_precision).code(), absl::StatusCode::kUnimplemented);
+  KernelConfig pipelined = wrong_precision;
+  pipelined.precision = Precision::kFp32;
+  pipelined.stages = 3;
+  EXPECT_EQ(backend_->CanImplement(p, pipelined).code(), absl::StatusCode::kUnimplemented);
+
+  const Inputs in = RandomInputs(p, 5);
+  auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+  ASSERT_TRUE(ref.ok());
+  for (const KernelConfig& c : {bad_threads, too_much_smem, wrong_precision, pipelined}) {
+    EXPECT_FALSE(RunAndCompare(p, c, in, *ref).status.ok()) << c.Key();
+  }
+  for (const KernelConfig& c : ConfigsFor(p, Precision::kFp32)) {
+    Result r = RunAndCompare(p, c, in, *ref);
+    ASSERT_TRUE(r.status.ok()) << c.Key() << ": " << r.status;
+    EXPECT_LE(r.rel_error, 1e-4) << c.Key();
+  }
+}
+
+TEST_F(CudaBackendTest, WorkspaceTooLargeIsFailedPreconditionBeforeAnyAllocation) {
+  AttentionProblem p = MakeProblem(16, 64, 64, 65536, 65536, 64, false, DType::kFp32);
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  KernelConfig c;
+  c.variant = Variant::kMaterialized;
+  c.threads = 256;
+  EXPECT_EQ(backend_->CanImplement(p, c).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CudaBackendTest, TimeKeepsOneSampleperLaunchAndReadsTheClock) {
+  AttentionProblem p = MakeProblem(1, 12, 12, 512, 512, 64, false, DType::kFp32);
+  const Inputs in = RandomInputs(p, 11);
+  std::vector<uint8_t> bytes(in.q.size() * 4);
+  auto dq = backend_->Allocate(bytes.size());
+  auto dk = backend_->Allocate(bytes.size());
+  auto dv = backend_->Allocate(bytes.size());
+  auto d_o = backend_->Allocate(bytes.size());
+  ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && d_o.ok());
+  ASSERT_TRUE(backend_->CopyToDevice(dq->data(), in.q.data(), bytes.size()).ok());
+  ASSERT_TRUE(backend_->CopyToDevice(dk->data(), in.k.data(), bytes.size()).ok());
+  ASSERT_TRUE(backend_->CopyToDevice(dv->data(), in.v.data(), bytes.size()).ok());
+  KernelConfig c;
+  c.variant = Variant::kMaterialized;
+  c.threads = 256;
+  TimingOptions opt;
+  opt.warmup = 2;
+  opt.repeats = 7;
+  opt.max_seconds = 10;
+  auto t = backend_->Time(p, c, {dq->data(), dk->data(), dv->data(), d_o->data()}, opt);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->micros.size(), 7u);
+  for (double us : t->micros) EXPECT_GT(us, 0.5);
+  EXPECT_GE(t->sm_clock_mhz, 0);
+  std::printf("[ info ] materialized S=512 median-ish sample %.1f us, SM clock %d MHz\n",
+              t->micros[3], t->sm_clock_mhz);
+  opt.repeats = 1000;
+  opt.max_seconds = 0.0;  // stops after the minimum of three samples
+  auto early = backend_->Time(p, c, {dq->data(), dk->data(), dv->data(), d_o->data()}, opt);
+  ASSERT_TRUE(early.ok());
+  EXPECT_EQ(early->micros.size(), 3u);
+}
+
+}  // namespace
+}  // namespace fusetune
+
+int main(int argc, char** argv) {
+  const int devices = fusetune::CudaDeviceCount();
+  if (devices == 0) {
+    std::printf("SKIPPED: no CUDA device or driver on this host (CudaDeviceCount() == 0)\n");
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,22 @@
+// SM clock readings through NVML, loaded at run time with dlopen("libnvidia-ml.so.1").
+//
+// NVML ships with the driver, so it is never linked: a binary must start on a machine with
+// the CUDA toolkit but no driver (CI). Every function returns 0 when NVML or the device is
+// unavailable.
+//
+// Thread-safety: safe to call from any thread (NVML is loaded once, under std::call_once).
+#ifndef FUSETUNE_KERNELS_CUDA_NVML_CLOCK_H_
+#define FUSETUNE_KERNELS_CUDA_NVML_CLOCK_H_
+
+#include <string>
+
+namespace fusetune::cuda {
+
+// Current SM clock in MHz of the device with this PCI bus id (cudaDeviceGetPCIBusId form).
+int NvmlSmClockMhz(const std::string& pci_bus_id);
+// Maximum SM clock in MHz of that device.
+int NvmlMaxSmClockMhz(const std::string& pci_bus_id);
+
+}  // namespace fusetune::cuda
+
+#endif  // FUSETUNE_KERNELS_CUDA_NVML_CLOCK_H_

@@ -1,0 +1,89 @@
+// The materialized variant's softmax pass: one thread block per row of S.
+//
+// Rows short enough to fit in shared memory are read from global memory once (S read once, P
+// written once: the pass is memory bound); longer rows are read twice (an online max/sum pass,
+// then the write pass).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+
+#include "baseline_kernels.h"
+#include "device_common.cuh"
+
+namespace fusetune::cuda {
+namespace {
+
+// Rows with at most this many columns are cached in shared memory (48 KiB: no opt-in needed).
+constexpr int kCachedRowMaxColumns = 12 * 1024;
+
+template <typename PT, bool kCached>
+__global__ void SoftmaxRowsKernel(const float* scores, PT* probs, int64_t rows,
+                                  int q_len, int k_len, int ld, bool causal, float scale_log2) {
+  extern __shared__ float row_cache[];
+  __shared__ float reduce_m[32];
+  __shared__ float reduce_l[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int i = static_cast<int>(row % q_len);
+    const int visible = causal ? min(max(i + k_len - q_len + 1, 0), k_len) : k_len;
+    const float* s = scores + row * ld;
+    PT* p = probs + row * ld;
+
+    // Online (max, sum) per thread over its columns, in the log2 domain.
+    float m = -INFINITY, l = 0.0f;
+    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+      const float x = s[j] * scale_log2;
+      if (kCached) row_cache[j] = x;
+      if (x > m) {
+        l = l * exp2f(m - x) + 1.0f;
+        m = x;
+      } else {
+        l += exp2f(x - m);
+      }
+    }
+    BlockReduceMaxSum(m, l, reduce_m, reduce_l);
+    const float inv_l = (visible > 0 && l > 0.0f) ? 1.0f / l : 0.0f;
+    for (int j = threadIdx.x; j < k_len; j += blockDim.x) {
+      float out = 0.0f;
+      if (j < visible) {
+        const float x = kCached ? row_cache[j] : s[j] * scale_log2;
+        out = exp2f(x - m) * inv_l;
+      }
+      p[j] = FromFloat<PT>(out);
+    }
+    __syncthreads();  // row_cache and the reduction buffers are reused by the next row
+  }
+}
+
+template <typename PT>
+cudaError_t LaunchTyped(const SoftmaxRowsArgs& a, cudaStream_t stream) {
+  const int64_t rows = a.entries * a.q_len;
+  if (rows == 0 || a.k_len == 0) return cudaSuccess;
+  const unsigned grid = static_cast<unsigned>(rows < (int64_t{1} << 20) ? rows : (int64_t{1} << 20));
+  PT* probs = static_cast<PT*>(a.probs);
+  if (a.k_len <= kCachedRowMaxColumns) {
+    const size_t smem = static_cast<size_t>(a.k_len) * sizeof(float);
+    SoftmaxRowsKernel<PT, true><<<grid, a.threads, smem, stream>>>(
+        a.scores, probs, rows, a.q_len, a.k_len, a.ld, a.causal, a.scale_log2);
+  } else {
+    SoftmaxRowsKernel<PT, false><<<grid, a.threads, 0, stream>>>(
+        a.scores, probs, rows, a.q_len, a.k_len, a.ld, a.causal, a.scale_log2);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchSoftmaxRows(const SoftmaxRowsArgs& args, cudaStream_t stream) {
+  switch (args.p_type) {
+    case ElemType::kF32:
+      return LaunchTyped<float>(args, stream);
+    case ElemType::kF16:
+      return LaunchTyped<__half>(args, stream);
+    case ElemType::kBf16:
+      return LaunchTyped<__nv_bfloat16>(args, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace fusetune::cuda
