@@ -47,7 +47,7 @@ int RunBenchCommand(const BenchFlags& f) {
   std::vector<KernelConfig> configs;
   for (const std::string& key : f.configs) {
     absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(key);
-    if (!c.ok()) return UsageError(cmd, fmt::format("--config {}: {}", key, c.status().message()));
+    if (!c.ok()) return UsageError(cmd, fmt::format("--config {}: {}", key, std::string(c.status().message())));
     configs.push_back(*c);
   }
   if (configs.empty() || !f.variants.empty()) {
@@ -63,7 +63,7 @@ int RunBenchCommand(const BenchFlags& f) {
       c.threads = f.threads > 0 ? f.threads : (device.backend == "cpu" ? std::max(1, device.sm_count) : 128);
       if (!f.precision.empty()) {
         absl::StatusOr<Precision> p = ParsePrecision(f.precision);
-        if (!p.ok()) return UsageError(cmd, fmt::format("--precision: {}", p.status().message()));
+        if (!p.ok()) return UsageError(cmd, fmt::format("--precision: {}", std::string(p.status().message())));
         c.precision = *p;
       }
       if (absl::Status s = c.Validate(); !s.ok()) return UsageError(cmd, std::string(s.message()));

@@ -31,7 +31,7 @@ int RunBestCommand(const BestFlags& f) {
   if (device_class.empty()) {
     absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(f.backend, f.device);
     if (!backend.ok()) {
-      return UsageError(cmd, fmt::format("{} (or give --device-class)", backend.status().message()));
+      return UsageError(cmd, fmt::format("{} (or give --device-class)", std::string(backend.status().message())));
     }
     device_class = (*backend)->Describe().DeviceClass();
   }

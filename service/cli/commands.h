@@ -36,6 +36,8 @@ void AddSweepCommand(CLI::App& app, CommandContext& context);
 void AddBestCommand(CLI::App& app, CommandContext& context);
 void AddReportCommand(CLI::App& app, CommandContext& context);
 void AddBenchCommand(CLI::App& app, CommandContext& context);
+// Service commands (FUSETUNE_WITH_SERVICE builds only).
+void AddWorkerCommand(CLI::App& app, CommandContext& context);  // worker_command.cc
 
 }  // namespace fusetune::cli
 

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   AddBestCommand(app, context);
   AddReportCommand(app, context);
   AddBenchCommand(app, context);
+#ifdef FUSETUNE_WITH_SERVICE
+  AddWorkerCommand(app, context);
+#endif
 
   try {
     app.parse(argc, argv);

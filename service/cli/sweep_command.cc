@@ -102,7 +102,7 @@ int RunSweepCommand(const SweepFlags& f) {
   }
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
-  if (!store.ok()) return Failure(cmd, fmt::format("cannot open database {}: {}", f.db, store.status().message()));
+  if (!store.ok()) return Failure(cmd, fmt::format("cannot open database {}: {}", f.db, std::string(store.status().message())));
 
   // Resume the newest unfinished run of the same commit, device and label, if any.
   int64_t run_id = 0;

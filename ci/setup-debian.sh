@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what fusetune needs to build on Debian 12, idempotently: packages already present
+# are skipped, and apt-get runs only when something is missing. Uses sudo when not root.
+#
+#   ci/setup-debian.sh          build dependencies (enough for the main job)
+#   ci/setup-debian.sh --tests  plus what the test suite runs (the Prometheus server)
+#
+# CUDA is not installed here: GPU hosts and CI machines bring their own toolkit
+# (/usr/local/cuda); without nvcc the build configures with the CPU backend only.
+set -euo pipefail
+
+packages=(
+  build-essential cmake git pkg-config
+  libabsl-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  libsqlite3-dev sqlite3
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  prometheus-cpp-dev
+)
+# Without recommends: the server alone, not ~350 MiB of exporters.
+test_packages=(prometheus)
+
+want_tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --tests) want_tests=1 ;;
+    *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+  esac
+done
+if [[ $want_tests == 1 ]]; then packages+=("${test_packages[@]}"); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} == 0 ]]; then
+  echo "setup-debian: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) != 0 ]]; then sudo=(sudo); fi
+echo "setup-debian: installing ${missing[*]}"
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

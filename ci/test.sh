@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's test command (and what .ci/run calls): install, build, run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ci/setup-debian.sh --tests
+ci/build.sh
+cd "${BUILD_DIR:-build}"
+ctest --output-on-failure -j"$(nproc 2>/dev/null || echo 2)"

@@ -1,0 +1,154 @@
+// `fusetune worker`: the GPU-host daemon (service/worker/). Leases tuning jobs from
+// `fusetune serve`, runs them on this host's devices, uploads every trial through a local
+// spool. SIGTERM/SIGINT: finish the current trial, complete or release the job, exit 0.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "commands.h"
+#include "fusetune/worker/worker.h"
+
+namespace fusetune::cli {
+namespace {
+
+std::atomic<Worker*> running_worker{nullptr};
+
+extern "C" void OnWorkerStopSignal(int) {
+  if (Worker* w = running_worker.load()) w->RequestStop();  // async-signal-safe
+}
+
+struct WorkerFlags {
+  std::string server = "127.0.0.1:50051";
+  std::string token_file;
+  std::string tls_ca_file;
+  std::string backend = "cpu";
+  std::string devices = "all";
+  int cpu_devices = 0;
+  std::string spool = "./fusetune-spool";
+  std::string worker_id;
+  int max_jobs = 0;
+  int lease_wait_ms = 10000;
+  double trial_timeout_s = 300;
+  double device_retry_s = 30;
+  int backoff_max_ms = 5000;
+};
+
+bool ReadFile(const std::string& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+int RunWorkerCommand(const WorkerFlags& f) {
+  WorkerOptions o;
+  o.server = f.server;
+  o.backend = f.backend;
+  o.cpu_devices = f.cpu_devices;
+  o.spool_dir = f.spool;
+  o.worker_id = f.worker_id;
+  o.max_jobs = f.max_jobs;
+  o.lease_wait_ms = f.lease_wait_ms;
+  o.trial_timeout = absl::Seconds(f.trial_timeout_s);
+  o.device_retry = absl::Seconds(f.device_retry_s);
+  o.backoff.max_ms = f.backoff_max_ms;
+
+  // The token: --token-file's first line, else FUSETUNE_TOKEN.
+  if (!f.token_file.empty()) {
+    std::string text;
+    if (!ReadFile(f.token_file, text)) {
+      std::fprintf(stderr, "fusetune worker: cannot read --token-file %s\n", f.token_file.c_str());
+      return kExitUsage;
+    }
+    std::string line = text.substr(0, text.find('\n'));
+    o.token = std::string(absl::StripAsciiWhitespace(line));
+  } else if (const char* env = std::getenv("FUSETUNE_TOKEN")) {
+    o.token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  if (o.token.empty()) {
+    std::fprintf(stderr, "fusetune worker: no token (--token-file or FUSETUNE_TOKEN)\n");
+    return kExitUsage;
+  }
+  if (!f.tls_ca_file.empty() && !ReadFile(f.tls_ca_file, o.tls_root_certs)) {
+    std::fprintf(stderr, "fusetune worker: cannot read --tls-ca %s\n", f.tls_ca_file.c_str());
+    return kExitUsage;
+  }
+  if (f.devices != "all" && f.cpu_devices == 0) {
+    for (absl::string_view part : absl::StrSplit(f.devices, ',')) {
+      int index = 0;
+      if (!absl::SimpleAtoi(part, &index) || index < 0) {
+        std::fprintf(stderr, "fusetune worker: --devices must be 'all' or a list like 0,1 (got %s)\n",
+                     f.devices.c_str());
+        return kExitUsage;
+      }
+      o.devices.push_back(index);
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Create(std::move(o));
+  if (!worker.ok()) {
+    std::fprintf(stderr, "fusetune worker: %s\n", std::string(worker.status().message()).c_str());
+    return absl::IsInvalidArgument(worker.status()) ? kExitUsage : kExitFailure;
+  }
+  running_worker.store(worker->get());
+  std::signal(SIGTERM, OnWorkerStopSignal);
+  std::signal(SIGINT, OnWorkerStopSignal);
+  absl::Status st = (*worker)->Run();
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  running_worker.store(nullptr);
+  if (!st.ok()) {
+    std::fprintf(stderr, "fusetune worker: %s\n", std::string(st.message()).c_str());
+    return kExitFailure;
+  }
+  // A worker with a hung device leaves a detached thread behind; exit without running
+  // static destructors under it.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(kExitOk);
+}
+
+}  // namespace
+
+void AddWorkerCommand(CLI::App& app, CommandContext& context) {
+  auto flags = std::make_shared<WorkerFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "worker", "Run the worker daemon: lease tuning jobs from the service and run them on local devices");
+  cmd->add_option("--server", flags->server, "tuning service address host:port")->capture_default_str();
+  cmd->add_option("--token-file", flags->token_file, "file whose first line is the worker token (else $FUSETUNE_TOKEN)");
+  cmd->add_option("--tls-ca", flags->tls_ca_file, "PEM root certificates: connect with TLS");
+  cmd->add_option("--backend", flags->backend, "device backend: cpu, cuda, hip")->capture_default_str();
+  cmd->add_option("--devices", flags->devices, "devices to drive: 'all' or a list like 0,1")->capture_default_str();
+  cmd->add_option("--cpu-devices", flags->cpu_devices,
+                  "drive N independent CPU backend instances as separate devices (threads split; for tests)")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--spool", flags->spool, "directory of the local trial spool")->capture_default_str();
+  cmd->add_option("--worker-id", flags->worker_id, "stable worker id (default: host name); devices add -d<N>");
+  cmd->add_option("--max-jobs", flags->max_jobs, "exit after this many finished jobs (0 = run until stopped)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--lease-wait-ms", flags->lease_wait_ms, "LeaseJob long-poll wait")
+      ->check(CLI::Range(0, 30000))
+      ->capture_default_str();
+  cmd->add_option("--trial-timeout-s", flags->trial_timeout_s,
+                  "a trial running longer than this marks the device hung (its job is released)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--device-retry-s", flags->device_retry_s, "how long a failed device rests before a retry")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--backoff-max-ms", flags->backoff_max_ms, "cap of the reconnect backoff")
+      ->check(CLI::Range(10, 600000))
+      ->capture_default_str();
+  SetAction(cmd, context, [flags] { return RunWorkerCommand(*flags); });
+}
+
+}  // namespace fusetune::cli
