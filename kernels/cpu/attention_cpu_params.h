@@ -18,7 +18,6 @@ enum class OperandRounding : int { kNone = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
 
 // Multiples the kernels' register blocking relies on: tiles are padded up to them.
 inline constexpr int kLanes = 16;     // columns per vector block
-inline constexpr int kRowGroup = 4;   // query rows per register block
 
 struct CpuAttentionParams {
   const void* q = nullptr;  // [total_q][q_heads][head_dim], storage dtype
@@ -48,11 +47,12 @@ struct CpuAttentionParams {
   // padding masks, computed once by VisibleKeysForQuery so every variant agrees).
   const int32_t* visible_keys = nullptr;
 
-  // Partial/materialized: fp32 score/probability rows. Row (b, h, i) starts at
-  // workspace + ws_offset[b] + (h * q_len[b] + i) * ws_row_stride[b].
+  // Partial/materialized: fp32 scores/probabilities, key-major per (sequence, head) so that
+  // a tile of keys x queries is contiguous per key: entry (b, h, key j, query i) is at
+  // workspace + ws_offset[b] + (h * ws_keys[b] + j) * q_len[b] + i.
   float* workspace = nullptr;
   const int64_t* ws_offset = nullptr;
-  const int32_t* ws_row_stride = nullptr;
+  const int32_t* ws_keys = nullptr;
 };
 
 // One unit of parallel work: query rows [row0, row0 + rows) of sequence b, query head h.
@@ -63,16 +63,17 @@ struct CpuTask {
   int rows = 0;  // 1..block_m
 };
 
-// Per-worker scratch, 64-byte aligned, sized by ScratchFloats() in cpu_backend.cc.
+// Per-worker scratch, 64-byte aligned, sized in cpu_backend.cc.
 struct CpuScratch {
-  float* q = nullptr;    // [block_m][head_dim_padded]
-  float* kt = nullptr;   // [head_dim][block_s]  (K tile, transposed)
-  float* v = nullptr;    // [block_s][head_dim_padded]
-  float* s = nullptr;    // [block_m][block_s]   (scores / probabilities of one tile)
-  float* acc = nullptr;  // [block_m][head_dim_padded]
-  float* m = nullptr;    // [block_m] running max (exp2 domain)
-  float* l = nullptr;    // [block_m] running sum
-  float* row = nullptr;  // [max(head_dim_padded, block_s)] conversion staging
+  float* qt = nullptr;    // [head_dim][block_m]        Q of the task, transposed
+  float* k = nullptr;     // [block_s][head_dim_padded] K tile (when it needs converting)
+  float* v = nullptr;     // [block_s][head_dim_padded] V tile (when it needs converting)
+  float* st = nullptr;    // [block_s][block_m]         scores / probabilities, key-major
+  float* acc = nullptr;   // [block_m][head_dim_padded] output accumulator
+  float* m = nullptr;     // [block_m] running max (exp2 domain)
+  float* l = nullptr;     // [block_m] running sum
+  float* row = nullptr;   // [head_dim_padded] conversion staging
+  float* zero = nullptr;  // [head_dim_padded] zeros (stands in for keys past a tile's end)
 };
 
 // The kernel bodies of one instruction set.

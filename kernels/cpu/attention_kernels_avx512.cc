@@ -2,6 +2,7 @@
 // chosen at run time by cpu_backend.cc.
 #define FUSETUNE_CPU_ISA avx512
 #define FUSETUNE_CPU_ISA_NAME "avx512"
+#define FUSETUNE_CPU_REGISTER_BLOCK 8
 #include "attention_kernels.inc"
 
 namespace fusetune::cpu {

@@ -25,7 +25,6 @@ using cpu::CpuKernelTable;
 using cpu::CpuScratch;
 using cpu::CpuTask;
 using cpu::kLanes;
-using cpu::kRowGroup;
 
 constexpr int64_t kMaxWorkspaceBytes = int64_t{2} << 30;  // partial/materialized S or P
 constexpr size_t kAlignment = 64;
@@ -225,7 +224,7 @@ class CpuBackend final : public Backend {
   AlignedFloats flush_buffer_;
   // Per-run geometry, kept to avoid reallocating on every timed launch.
   std::vector<int64_t> q_start_, k_start_, ws_offset_;
-  std::vector<int32_t> q_len_, ws_row_stride_, visible_;
+  std::vector<int32_t> q_len_, ws_keys_, visible_;
   std::vector<CpuTask> tasks_;
 };
 
@@ -236,7 +235,7 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   k_start_.resize(batch);
   q_len_.resize(batch);
   ws_offset_.resize(batch);
-  ws_row_stride_.resize(batch);
+  ws_keys_.resize(batch);
   visible_.resize(static_cast<size_t>(problem.TotalQueries()));
   int64_t ws_total = 0;
   for (int b = 0; b < batch; ++b) {
@@ -244,8 +243,8 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
     k_start_[b] = problem.KeyStart(b);
     q_len_[b] = problem.QueryLen(b);
     ws_offset_[b] = ws_total;
-    ws_row_stride_[b] = problem.VisibleKeyLen(b);
-    ws_total += static_cast<int64_t>(q_len_[b]) * problem.q_heads * ws_row_stride_[b];
+    ws_keys_[b] = problem.VisibleKeyLen(b);
+    ws_total += static_cast<int64_t>(q_len_[b]) * problem.q_heads * ws_keys_[b];
     for (int i = 0; i < q_len_[b]; ++i) {
       visible_[q_start_[b] + i] = VisibleKeysForQuery(problem, b, i);
     }
@@ -273,29 +272,31 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   const int bs = config.block_s;
   const int workers = std::max(1, std::min<int>(config.threads, static_cast<int>(tasks_.size())));
 
-  // Scratch layout per worker; every part starts on a 64-byte boundary.
-  const size_t part_q = static_cast<size_t>(bm) * dp;
-  const size_t part_kt = static_cast<size_t>(dp) * bs;
-  const size_t part_v = static_cast<size_t>(bs) * dp;
-  const size_t part_s = static_cast<size_t>(bm) * bs;
+  // Scratch layout per worker; every part is a multiple of 16 floats, so each starts on a
+  // 64-byte boundary.
+  const size_t part_qt = static_cast<size_t>(dp) * bm;
+  const size_t part_kv = static_cast<size_t>(bs) * dp;
+  const size_t part_st = static_cast<size_t>(bs) * bm;
   const size_t part_acc = static_cast<size_t>(bm) * dp;
-  const size_t part_ml = static_cast<size_t>(RoundUp(bm, kLanes));
-  const size_t part_row = static_cast<size_t>(std::max(dp, bs));
-  const size_t scratch_floats = part_q + part_kt + part_v + part_s + part_acc + 2 * part_ml + part_row;
+  const size_t part_ml = static_cast<size_t>(bm);
+  const size_t part_row = static_cast<size_t>(dp);
+  const size_t scratch_floats = part_qt + 2 * part_kv + part_st + part_acc + 2 * part_ml + 2 * part_row;
   if (scratch_.size() < static_cast<size_t>(workers)) scratch_.resize(workers);
   std::vector<CpuScratch> scratch(workers);
   for (int w = 0; w < workers; ++w) {
     if (!scratch_[w].Reserve(scratch_floats)) return absl::ResourceExhaustedError("cpu: out of memory for scratch");
     float* p = scratch_[w].data.get();
     CpuScratch& s = scratch[w];
-    s.q = p;
-    s.kt = s.q + part_q;
-    s.v = s.kt + part_kt;
-    s.s = s.v + part_v;
-    s.acc = s.s + part_s;
+    s.qt = p;
+    s.k = s.qt + part_qt;
+    s.v = s.k + part_kv;
+    s.st = s.v + part_kv;
+    s.acc = s.st + part_st;
     s.m = s.acc + part_acc;
     s.l = s.m + part_ml;
     s.row = s.l + part_ml;
+    s.zero = s.row + part_row;
+    std::memset(s.zero, 0, part_row * sizeof(float));
   }
 
   CpuAttentionParams params;
@@ -332,7 +333,7 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   params.q_len = q_len_.data();
   params.visible_keys = visible_.data();
   params.ws_offset = ws_offset_.data();
-  params.ws_row_stride = ws_row_stride_.data();
+  params.ws_keys = ws_keys_.data();
 
   const CpuKernelTable& k = *kernels_;
   const int64_t num_tasks = static_cast<int64_t>(tasks_.size());
