@@ -485,6 +485,8 @@ absl::Status Server::Impl::StartGrpc() {
   services_.push_back(std::make_unique<WorkerServiceImpl>(this));
   for (auto& s : services_) builder.RegisterService(s.get());
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  // gRPC sets SO_REUSEPORT by default: a second server would silently share a taken port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   grpc::ResourceQuota quota("fusetune-server");
   quota.SetMaxThreads(options_.max_threads);
   builder.SetResourceQuota(quota);
