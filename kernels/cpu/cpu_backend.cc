@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attention_cpu_params.h"
+#include "cpu_backend_internal.h"
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
 #include "host_info.h"
@@ -103,7 +104,7 @@ bool IsSupportedTile(int v) { return v == 16 || v == 32 || v == 64 || v == 128; 
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : isa_(cpu::BestKernelIsa()), kernels_(&KernelsForIsa(isa_)) {}
+  explicit CpuBackend(std::string isa) : isa_(std::move(isa)), kernels_(&KernelsForIsa(isa_)) {}
 
   DeviceInfo Describe() const override { return cpu::DescribeHost(kernels_->isa); }
 
@@ -391,6 +392,24 @@ int CpuBackend::CurrentClockMhz() {
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(cpu::BestKernelIsa()); }
+
+namespace cpu {
+
+std::vector<std::string> RunnableKernelIsas() {
+  const std::string best = BestKernelIsa();
+  if (best == "avx512") return {"avx512", "avx2", "generic"};
+  if (best == "avx2") return {"avx2", "generic"};
+  return {"generic"};
+}
+
+std::unique_ptr<Backend> CreateCpuBackendForIsa(std::string_view isa) {
+  for (const std::string& runnable : RunnableKernelIsas()) {
+    if (runnable == isa) return std::make_unique<CpuBackend>(runnable);
+  }
+  return nullptr;
+}
+
+}  // namespace cpu
 
 }  // namespace fusetune

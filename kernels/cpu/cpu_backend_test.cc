@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "cpu_backend_internal.h"
 #include "cpu_test_util.h"
 #include "fusetune/kernels/reference.h"
 #include "thread_pool.h"
@@ -54,17 +55,19 @@ KernelConfig Config(Variant variant, int bm = 32, int bs = 32, int threads = 2,
   return c;
 }
 
-// Runs the backend and checks every output element against the fp64 reference.
+// Runs every kernel build this host can run and checks every output element against the
+// fp64 reference.
 void ExpectMatchesReference(const AttentionProblem& problem, const KernelConfig& config,
                             uint64_t seed = 1) {
-  SCOPED_TRACE(Describe(problem, config));
-  auto backend = CreateCpuBackend();
   Inputs in = RandomInputs(problem, seed);
-  auto out = RunBackend(*backend, problem, config, in);
-  ASSERT_TRUE(out.ok()) << out.status();
   auto ref = ReferenceAttention(problem, in.q, in.k, in.v);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  EXPECT_LE(MaxAbsError(*out, *ref), Tolerance(config.precision, problem.dtype));
+  for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
+    SCOPED_TRACE(Describe(problem, config) + " isa=" + isa);
+    auto out = RunBackend(*backend, problem, config, in);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_LE(MaxAbsError(*out, *ref), Tolerance(config.precision, problem.dtype));
+  }
 }
 
 // Every variant x storage dtype x precision, causal with q != k and GQA, lengths that are
@@ -334,6 +337,18 @@ TEST(CpuBackend, TimeKeepsAtLeastThreeSamples) {
   options.repeats = 0;
   EXPECT_EQ(backend->Time(p, Config(Variant::kFused), buffers, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuBackend, EveryRunnableKernelBuildIsOffered) {
+  auto backends = testing_util::BackendsForEveryIsa();
+  ASSERT_FALSE(backends.empty());
+  EXPECT_EQ(backends.back().isa, "generic");
+  for (auto& [isa, backend] : backends) {
+    ASSERT_NE(backend, nullptr) << isa;
+    EXPECT_THAT(backend->Describe().driver, HasSubstr("kernels " + isa));
+  }
+  EXPECT_EQ(cpu::CreateCpuBackendForIsa("sse9"), nullptr);
+  EXPECT_THAT(CreateCpuBackend()->Describe().driver, HasSubstr("kernels " + backends.front().isa));
 }
 
 TEST(CpuBackend, DescribeReportsTheHost) {

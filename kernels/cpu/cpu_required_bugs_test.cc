@@ -50,12 +50,13 @@ TEST(FusedCpu, RescalesAccumulatorWhenMaxGrowsAcrossKeyTiles) {
   for (int j = 0; j < p.kv_len; ++j) in.k[j * 32] = 10.0f * j / p.kv_len;  // score = q0 * k0
   auto ref = ReferenceAttention(p, in.q, in.k, in.v);
   ASSERT_TRUE(ref.ok());
-  auto backend = CreateCpuBackend();
-  for (int bs : {16, 32, 64}) {
-    for (int threads : {1, 2}) {
-      auto out = RunBackend(*backend, p, Config(Variant::kFused, 16, bs, threads), in);
-      ASSERT_TRUE(out.ok()) << out.status();
-      EXPECT_LE(MaxAbsError(*out, *ref), 1e-5) << "block_s=" << bs;
+  for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
+    for (int bs : {16, 32, 64}) {
+      for (int threads : {1, 2}) {
+        auto out = RunBackend(*backend, p, Config(Variant::kFused, 16, bs, threads), in);
+        ASSERT_TRUE(out.ok()) << out.status();
+        EXPECT_LE(MaxAbsError(*out, *ref), 1e-5) << isa << " block_s=" << bs;
+      }
     }
   }
 }
@@ -81,7 +82,7 @@ TEST(CpuBackend, CausalMaskIsExactlyBottomRightAligned) {
       in.k = testing_util::Uniform(p.KVElements(), -1.0f, 1.0f, 3);
       in.v.assign(p.KVElements(), 0.0f);
       for (int j = 0; j < shape.k; ++j) in.v[j * 128 + j] = 1.0f;
-      auto backend = CreateCpuBackend();
+      for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
       for (int bs : {16, 32}) {
         auto out = RunBackend(*backend, p, Config(variant, 16, bs), in);
         ASSERT_TRUE(out.ok()) << out.status();
@@ -93,10 +94,11 @@ TEST(CpuBackend, CausalMaskIsExactlyBottomRightAligned) {
               expected = 1.0 / (last_visible + 1);
             }
             ASSERT_NEAR((*out)[i * 128 + j], expected, 1e-6)
-                << VariantName(variant) << " q=" << shape.q << " k=" << shape.k
+                << isa << " " << VariantName(variant) << " q=" << shape.q << " k=" << shape.k
                 << " block_s=" << bs << " row " << i << " col " << j;
           }
         }
+      }
       }
     }
   }
@@ -108,7 +110,8 @@ TEST(CpuBackend, CausalMaskIsExactlyBottomRightAligned) {
 // into the softmax, produces NaN or a wrong normalization.
 TEST(CpuBackend, TailKeyTileShorterThanBlockSIgnoresMemoryPastTheEnd) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto backend = CreateCpuBackend();
+  for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
+  SCOPED_TRACE("isa=" + isa);
   for (Variant variant : kVariants) {
     for (int k : {1, 17, 67, 129}) {
       for (int bs : {16, 32, 64, 128}) {
@@ -156,6 +159,7 @@ TEST(CpuBackend, TailKeyTileShorterThanBlockSIgnoresMemoryPastTheEnd) {
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_LE(MaxAbsError(*out, *ref), 1e-5) << VariantName(variant) << " padded, block_s=" << bs;
     }
+  }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "cpu_backend_internal.h"
 #include "fusetune/kernels/dtype.h"
 
 namespace fusetune::testing_util {
@@ -94,6 +95,14 @@ double Tolerance(Precision precision, DType storage) {
 
 std::string Describe(const AttentionProblem& problem, const KernelConfig& config) {
   return absl::StrCat(problem.Key(), " ", config.Key());
+}
+
+std::vector<IsaBackend> BackendsForEveryIsa() {
+  std::vector<IsaBackend> out;
+  for (const std::string& isa : cpu::RunnableKernelIsas()) {
+    out.push_back(IsaBackend{isa, cpu::CreateCpuBackendForIsa(isa)});
+  }
+  return out;
 }
 
 }  // namespace fusetune::testing_util

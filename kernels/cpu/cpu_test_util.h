@@ -4,6 +4,7 @@
 #define FUSETUNE_KERNELS_CPU_CPU_TEST_UTIL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,14 @@ double MaxAbsError(const std::vector<float>& out, const std::vector<double>& ref
 double Tolerance(Precision precision, DType storage);
 
 std::string Describe(const AttentionProblem& problem, const KernelConfig& config);
+
+// One CPU backend per kernel build this host can run (AVX-512, AVX2, generic), each
+// labelled with its instruction set, so a test covers every build.
+struct IsaBackend {
+  std::string isa;
+  std::unique_ptr<Backend> backend;
+};
+std::vector<IsaBackend> BackendsForEveryIsa();
 
 }  // namespace fusetune::testing_util
 
