@@ -38,6 +38,7 @@ struct WorkerFlags {
   double trial_timeout_s = 300;
   double device_retry_s = 30;
   int backoff_max_ms = 5000;
+  int testing_trial_delay_ms = 0;
 };
 
 bool ReadFile(const std::string& path, std::string& out) {
@@ -61,6 +62,7 @@ int RunWorkerCommand(const WorkerFlags& f) {
   o.trial_timeout = absl::Seconds(f.trial_timeout_s);
   o.device_retry = absl::Seconds(f.device_retry_s);
   o.backoff.max_ms = f.backoff_max_ms;
+  o.testing_trial_delay = absl::Milliseconds(f.testing_trial_delay_ms);
 
   // The token: --token-file's first line, else FUSETUNE_TOKEN.
   if (!f.token_file.empty()) {
@@ -148,6 +150,10 @@ void AddWorkerCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--backoff-max-ms", flags->backoff_max_ms, "cap of the reconnect backoff")
       ->check(CLI::Range(10, 600000))
       ->capture_default_str();
+  // Hidden (empty group): lets fault tests act mid-job on a fast CPU.
+  cmd->add_option("--testing-trial-delay-ms", flags->testing_trial_delay_ms, "testing only: sleep after each trial")
+      ->check(CLI::Range(0, 60000))
+      ->group("");
   SetAction(cmd, context, [flags] { return RunWorkerCommand(*flags); });
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -349,6 +350,10 @@ class Worker::DeviceRunner {
           d_.shared_.trials_recorded.fetch_add(1);
           d_.upload_cv_.notify_all();
         }
+        if (d_.shared_.options.testing_trial_delay > absl::ZeroDuration()) {
+          absl::SleepFor(d_.shared_.options.testing_trial_delay);
+          d_.last_trial_ms_.store(NowMs());
+        }
         return s;
       }
 
@@ -589,6 +594,10 @@ class Worker::DeviceRunner {
       shared_.Prepare(ctx, absl::Milliseconds(std::max<int64_t>(500, heartbeat_ms_.load())));
       grpc::Status st = shared_.worker_stub->Heartbeat(&ctx, req, &resp);
       shared_.Done(ctx);
+      if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        Register();  // the server does not know us (e.g. a fresh database)
+        continue;
+      }
       if (!st.ok()) continue;  // the service is away: keep working, the spool holds results
       if (job_id != 0 && !resp.lease_valid()) {
         std::lock_guard<std::mutex> lock(job_mu_);
@@ -650,6 +659,11 @@ class Worker::DeviceRunner {
       for (int64_t run : order) {
         absl::Status st = UploadRun(by_run[run]);
         if (st.ok()) continue;
+        if (absl::IsFailedPrecondition(st) && absl::StrContains(st.message(), "not registered")) {
+          Register();  // a server that lost our registration: register again, then retry
+          failed = true;
+          break;
+        }
         if (absl::IsFailedPrecondition(st) || absl::IsPermissionDenied(st) || absl::IsNotFound(st)) {
           std::lock_guard<std::mutex> lock(job_mu_);
           if (run != run_id_) {

@@ -70,6 +70,9 @@ struct WorkerOptions {
   absl::Duration device_retry = absl::Seconds(30);     // a failed device waits this long
   absl::Duration shutdown_upload_timeout = absl::Seconds(10);
   uint64_t search_seed = 1;    // same on every worker, so a resumed job re-proposes the same
+  // Testing only: sleep this long after each recorded trial, so fault tests can act
+  // mid-job on a fast CPU (0 = off).
+  absl::Duration testing_trial_delay = absl::ZeroDuration();
   // Creates device `index`'s backend; default CreateBackend(backend, index) (or a CPU backend
   // per cpu_devices slot). Tests inject failing or hanging backends here.
   std::function<absl::StatusOr<std::unique_ptr<Backend>>(int index)> backend_factory;
