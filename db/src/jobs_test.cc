@@ -363,6 +363,9 @@ TEST(StoreJobs, BadInputIsInvalidArgument) {
   Job negative_seconds = TestJob();
   negative_seconds.max_seconds = -2;
   EXPECT_EQ(store->EnqueueJob(negative_seconds).status().code(), kInvalid);
+  Job bad_utf8 = TestJob();
+  bad_utf8.problem_keys = {"prefill/\xff\xfe"};
+  EXPECT_EQ(store->EnqueueJob(bad_utf8).status().code(), kInvalid);
   EXPECT_TRUE(store->ListJobs()->empty());
 
   EXPECT_EQ(store->GetJob(0).status().code(), kInvalid);

@@ -127,8 +127,13 @@ absl::StatusOr<std::vector<double>> SamplesFromJson(const std::string& text) {
   }
 }
 
-std::string StringsToJson(const std::vector<std::string>& v) {
-  return nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+// Strict: a key that is not valid UTF-8 is refused rather than silently altered.
+absl::StatusOr<std::string> StringsToJson(const std::vector<std::string>& v) {
+  try {
+    return nlohmann::json(v).dump();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("problem keys must be valid UTF-8: ", e.what()));
+  }
 }
 
 absl::StatusOr<std::vector<std::string>> StringsFromJson(const std::string& text) {
@@ -900,6 +905,7 @@ absl::StatusOr<int64_t> Store::EnqueueJob(const Job& job) {
     return absl::InvalidArgumentError("max_seconds must be finite and >= 0");
   }
   if (job.created_unix_ms < 0) return absl::InvalidArgumentError("created_unix_ms must be >= 0");
+  FT_DB_ASSIGN_OR_RETURN(const std::string problem_keys_json, StringsToJson(job.problem_keys));
   absl::MutexLock lock(&impl_->mu);
   int64_t id = 0;
   FT_DB_RETURN_IF_ERROR(impl_->WriteTransaction([&](Connection& c) -> absl::Status {
@@ -911,7 +917,7 @@ absl::StatusOr<int64_t> Store::EnqueueJob(const Job& job) {
                   "VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
     s.Bind(1, job.device_class)
         .Bind(2, job.commit)
-        .Bind(3, StringsToJson(job.problem_keys))
+        .Bind(3, problem_keys_json)
         .Bind(4, job.spec_json)
         .Bind(5, job.max_trials)
         .Bind(6, job.max_seconds)

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "gtest/gtest.h"
+#include "schema.h"
 #include "test_util.h"
 
 namespace fusetune {
@@ -488,6 +489,31 @@ TEST(StoreWorkers, UpsertTouchAndList) {
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].host, "host1b");
   EXPECT_EQ((*list)[0].registered_unix_ms, 9000);
+}
+
+TEST(StoreTrials, ArbitraryBytesInTextFieldsRoundTrip) {
+  auto store = OpenOrDie(":memory:");
+  const int64_t run = *store->BeginRun(TestRun());
+  Trial t = TestTrial(run, kProblemA, kConfig1);
+  t.outcome = TrialOutcome::kLaunchFailed;
+  t.message =
+      std::string("cuda error\0after nul \xff\xfe not utf-8 'quoted' \"x\"; DROP TABLE", 58);
+  ASSERT_TRUE(store->RecordTrial(t).ok());
+  absl::StatusOr<std::vector<Trial>> got = store->ListTrials(run);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].message, t.message);
+  EXPECT_EQ((*got)[0].message.size(), 58u);
+}
+
+TEST(StoreSchema, MigrationsAreContiguousFromOne) {
+  const std::vector<db_internal::Migration>& m = db_internal::Migrations();
+  ASSERT_FALSE(m.empty());
+  for (size_t i = 0; i < m.size(); ++i) {
+    EXPECT_EQ(m[i].version, static_cast<int>(i) + 1);
+    EXPECT_NE(std::string(m[i].sql), "");
+  }
+  EXPECT_EQ(Store::LatestSchemaVersion(), m.back().version);
 }
 
 // ---- bad input: InvalidArgument, never a crash, nothing written
