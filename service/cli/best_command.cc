@@ -9,6 +9,9 @@
 #include "fusetune/kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
+#ifdef FUSETUNE_WITH_SERVICE
+#include "server_connection.h"
+#endif
 
 namespace fusetune::cli {
 namespace {
@@ -20,6 +23,9 @@ struct BestFlags {
   int device = 0;
   std::string device_class;
   bool json = false;
+#ifdef FUSETUNE_WITH_SERVICE
+  ServerConnectionFlags remote;  // --server: ask a fusetune server instead of --db
+#endif
 };
 
 int RunBestCommand(const BestFlags& f) {
@@ -35,6 +41,9 @@ int RunBestCommand(const BestFlags& f) {
     }
     device_class = (*backend)->Describe().DeviceClass();
   }
+#ifdef FUSETUNE_WITH_SERVICE
+  if (!f.remote.server.empty()) return RunRemoteBest(problem, device_class, f.remote, f.json);
+#endif
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
   absl::StatusOr<BestConfig> best = (*store)->GetBestConfig(device_class, problem.Key());
@@ -79,6 +88,11 @@ void AddBestCommand(CLI::App& app, CommandContext& context) {
   best->add_option("--device", flags->device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
   best->add_option("--device-class", flags->device_class, "look up this device class instead, e.g. cuda/NVIDIA-H200/sm90");
   best->add_flag("--json", flags->json, "print JSON");
+#ifdef FUSETUNE_WITH_SERVICE
+  best->add_option("--server", flags->remote.server,
+                   "ask this fusetune server (host:port) instead of --db: exact, nearest or default answer");
+  flags->remote.Register(best, /*with_server=*/false);
+#endif
   SetAction(best, context, [flags] { return RunBestCommand(*flags); });
 }
 

@@ -38,6 +38,9 @@ void AddReportCommand(CLI::App& app, CommandContext& context);
 void AddBenchCommand(CLI::App& app, CommandContext& context);
 // Service commands (FUSETUNE_WITH_SERVICE builds only).
 void AddWorkerCommand(CLI::App& app, CommandContext& context);  // worker_command.cc
+void AddServeCommand(CLI::App& app, CommandContext& context);   // serve_command.cc
+void AddSubmitCommand(CLI::App& app, CommandContext& context);  // submit_command.cc
+void AddJobsCommand(CLI::App& app, CommandContext& context);    // jobs_command.cc
 
 }  // namespace fusetune::cli
 

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   AddBenchCommand(app, context);
 #ifdef FUSETUNE_WITH_SERVICE
   AddWorkerCommand(app, context);
+  AddServeCommand(app, context);
+  AddSubmitCommand(app, context);
+  AddJobsCommand(app, context);
 #endif
 
   try {

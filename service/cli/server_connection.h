@@ -1,0 +1,55 @@
+// Flags and a connection for the commands that talk to `fusetune serve` (submit, jobs,
+// best --server): address, token, optional TLS root certificate, deadline.
+#ifndef FUSETUNE_SERVICE_CLI_SERVER_CONNECTION_H_
+#define FUSETUNE_SERVICE_CLI_SERVER_CONNECTION_H_
+
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/problem.h"
+#include "fusetune/proto/fusetune.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace fusetune::cli {
+
+struct ServerConnectionFlags {
+  std::string server;       // host:port
+  std::string token_file;   // first line is the token; else env FUSETUNE_TOKEN; else none
+  std::string tls_ca_file;  // PEM root certificate: connect with TLS
+  double timeout_s = 10;    // per call
+
+  // Adds --token-file, --tls-ca and --timeout (and --server when `with_server`).
+  void Register(CLI::App* command, bool with_server);
+};
+
+class ServerConnection {
+ public:
+  // NotFound when the token or CA file cannot be read; InvalidArgument for an empty address.
+  static absl::StatusOr<ServerConnection> Open(const ServerConnectionFlags& flags);
+
+  v1::TuningService::Stub& tuning() { return *tuning_; }
+  // A context with the token (when there is one) and the deadline.
+  std::unique_ptr<grpc::ClientContext> Context() const;
+
+ private:
+  std::string token_;
+  double timeout_s_ = 10;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<v1::TuningService::Stub> tuning_;
+};
+
+// "fusetune <command>: <code>: <message>" on stderr; the exit code for the gRPC status
+// (usage for INVALID_ARGUMENT, not found for NOT_FOUND, failure otherwise).
+int RpcFailure(const std::string& command, const grpc::Status& status);
+
+// `fusetune best --server`: asks the server (GetBestConfig) and prints the answer with its
+// provenance (exact / nearest with the source shape and distance / default). Exit 0 for any
+// answer (a default is an answer), usage/failure codes as RpcFailure.
+int RunRemoteBest(const AttentionProblem& problem, const std::string& device_class,
+                  const ServerConnectionFlags& flags, bool json);
+
+}  // namespace fusetune::cli
+
+#endif  // FUSETUNE_SERVICE_CLI_SERVER_CONNECTION_H_
