@@ -1,5 +1,6 @@
 #include "fusetune/tuner/sweep.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -24,6 +25,21 @@ uint64_t SearchSeed(uint64_t seed, std::string_view problem_key, Variant variant
   h ^= static_cast<uint64_t>(variant) + 1;
   h *= 1099511628211ull;
   return h;
+}
+
+// Seconds the remaining problems should take: each at the latest problem's seconds per
+// FLOP (the nearest in size, so fixed per-trial costs are weighted sensibly), capped by the
+// per-problem time budget (plus one trial's overrun).
+double EstimateRemaining(std::span<const AttentionProblem> remaining, double last_seconds, double last_flops,
+                         double max_seconds_per_problem) {
+  const double rate = last_flops > 0 ? last_seconds / last_flops : 0;
+  double total = 0;
+  for (const AttentionProblem& p : remaining) {
+    double t = rate * p.Flops();
+    if (max_seconds_per_problem > 0) t = std::min(t, 1.1 * max_seconds_per_problem);
+    total += t;
+  }
+  return total;
 }
 
 bool Cancelled(const std::atomic<bool>* cancel) {
@@ -58,7 +74,6 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
   // Check every problem and build every space first: a bad tenth problem should fail the
   // sweep before nine problems' worth of measuring, not after.
   std::vector<ConfigSpace> spaces;
-  double total_flops = 0;
   for (const AttentionProblem& p : problems) {
     if (absl::Status s = p.Validate(); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("problem ", p.Key(), ": ", s.message()));
@@ -66,13 +81,11 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
     absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, device, options.space);
     if (!space.ok()) return space.status();
     spaces.push_back(*std::move(space));
-    total_flops += p.Flops();
   }
 
   Runner runner(backend, options.runner);
   SweepResult result;
   const auto sweep_start = Clock::now();
-  double done_flops = 0;
   for (size_t pi = 0; pi < problems.size(); ++pi) {
     if (Cancelled(cancel)) {
       result.cancelled = true;
@@ -142,11 +155,10 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
       return best.status();
     }
     ++result.problems_finished;
-    done_flops += problem.Flops();
     report.problem_seconds = SecondsSince(problem_start);
     report.elapsed_seconds = SecondsSince(sweep_start);
-    report.estimated_remaining_seconds =
-        done_flops > 0 ? report.elapsed_seconds * (total_flops - done_flops) / done_flops : 0;
+    report.estimated_remaining_seconds = EstimateRemaining(problems.subspan(pi + 1), report.problem_seconds,
+                                                           problem.Flops(), options.max_seconds_per_problem);
     if (progress) progress(report);
   }
   return result;

@@ -179,6 +179,24 @@ TEST(Sweep, TimeBudgetCapsEachProblem) {
   EXPECT_LT(sink.trials.size(), 12u);
 }
 
+TEST(Sweep, RemainingEstimateIsCappedByTheTimeBudget) {
+  HostBackend backend;
+  MemorySink sink;
+  // Growing problems: an uncapped per-FLOP estimate after the first would be far larger.
+  std::vector<AttentionProblem> problems = {Tiny(16, 16), Tiny(128, 128), Tiny(256, 256)};
+  SweepOptions o = Quick(1);
+  o.max_seconds_per_problem = 0.05;
+  std::vector<double> estimates;
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume(),
+                                           [&](const SweepProgress& p) { estimates.push_back(p.estimated_remaining_seconds); });
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(estimates.size(), 3u);
+  EXPECT_GT(estimates[0], 0);
+  EXPECT_LE(estimates[0], 2 * 1.1 * 0.05 + 1e-9);
+  EXPECT_LE(estimates[1], 1 * 1.1 * 0.05 + 1e-9);
+  EXPECT_EQ(estimates[2], 0);
+}
+
 TEST(Sweep, BadInputIsAnErrorBeforeAnythingRuns) {
   HostBackend backend;
   MemorySink sink;

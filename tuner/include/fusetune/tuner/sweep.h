@@ -63,7 +63,8 @@ struct SweepProgress {
   int trials_ok = 0;                       // this problem, kOk (measured or resumed)
   double problem_seconds = 0;              // wall time spent on this problem
   double elapsed_seconds = 0;              // since the sweep started
-  // Elapsed time scaled by the FLOPs left over the FLOPs done (cost grows with FLOPs).
+  // The remaining problems at the latest problem's seconds per FLOP, each capped by
+  // max_seconds_per_problem (+10%) when set.
   double estimated_remaining_seconds = 0;
   std::optional<BestConfig> best;          // nullopt when no trial of the problem was kOk
 };
