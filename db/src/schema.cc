@@ -1,5 +1,10 @@
 #include "schema.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 namespace fusetune::db_internal {
 namespace {
 
@@ -120,6 +125,31 @@ const std::vector<Migration>& Migrations() {
       {1, "runs, trials, best_configs, regressions, workers, jobs", kMigration1},
   };
   return *kMigrations;
+}
+
+absl::Status ApplyMigrations(Connection& c, const std::vector<Migration>& migrations,
+                             std::string_view path) {
+  if (migrations.empty()) return absl::InternalError("no migrations");
+  absl::StatusOr<std::string> text = c.QueryText("PRAGMA user_version");
+  if (!text.ok()) return text.status();
+  const int current = std::atoi(text->c_str());
+  const int latest = migrations.back().version;
+  if (current > latest) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database '", std::string(path), "' has schema version ", current,
+                     ", newer than this binary's ", latest, "; upgrade fusetune"));
+  }
+  for (const Migration& m : migrations) {
+    if (m.version <= current) continue;
+    absl::Status applied = c.Exec(m.sql);
+    if (applied.ok()) applied = c.Exec(absl::StrCat("PRAGMA user_version = ", m.version));
+    if (!applied.ok()) {
+      return absl::InternalError(absl::StrCat("migration ", m.version, " (", m.description,
+                                              ") of '", std::string(path),
+                                              "' failed: ", applied.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fusetune::db_internal

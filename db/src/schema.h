@@ -7,7 +7,11 @@
 #ifndef FUSETUNE_DB_SRC_SCHEMA_H_
 #define FUSETUNE_DB_SRC_SCHEMA_H_
 
+#include <string_view>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "sqlite.h"
 
 namespace fusetune::db_internal {
 
@@ -19,6 +23,14 @@ struct Migration {
 
 // Versions 1..N in order, contiguous.
 const std::vector<Migration>& Migrations();
+
+// Brings the database on `c` to migrations.back().version. Must run inside the caller's
+// write transaction (BEGIN IMMEDIATE), which makes the check and the upgrade atomic across
+// processes and undoes a failed migration entirely. FailedPrecondition if the file's
+// user_version is newer than the list's last version; Internal (naming the migration) if a
+// migration's SQL fails. `path` only labels messages.
+absl::Status ApplyMigrations(Connection& c, const std::vector<Migration>& migrations,
+                             std::string_view path);
 
 }  // namespace fusetune::db_internal
 

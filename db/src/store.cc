@@ -488,24 +488,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
     absl::MutexLock lock(&impl->mu);
     // Read the version again under the write lock: another process may have migrated (or
     // upgraded the file) between our first look and now.
-    absl::Status st = impl->WriteTransaction([&](Connection& c) -> absl::Status {
-      FT_DB_ASSIGN_OR_RETURN(std::string text, c.QueryText("PRAGMA user_version"));
-      const int current = std::atoi(text.c_str());
-      if (current > latest) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("database '", path, "' has schema version ", current,
-                         ", newer than this binary's ", latest, "; upgrade fusetune"));
-      }
-      for (const db_internal::Migration& m : db_internal::Migrations()) {
-        if (m.version <= current) continue;
-        absl::Status applied = c.Exec(m.sql);
-        if (!applied.ok()) {
-          return absl::InternalError(absl::StrCat("migration ", m.version, " (", m.description,
-                                                  ") failed: ", applied.message()));
-        }
-        FT_DB_RETURN_IF_ERROR(c.Exec(absl::StrCat("PRAGMA user_version = ", m.version)));
-      }
-      return absl::OkStatus();
+    absl::Status st = impl->WriteTransaction([&](Connection& c) {
+      return db_internal::ApplyMigrations(c, db_internal::Migrations(), path);
     });
     if (!st.ok()) return st;
   }

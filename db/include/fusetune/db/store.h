@@ -139,6 +139,7 @@ class Store : public TrialSink {
 
   // ---- regressions
   absl::StatusOr<int64_t> RecordRegression(const Regression& r);
+  // Newest first; commit empty = all commits. limit in [1, 100000] else InvalidArgument.
   absl::StatusOr<std::vector<Regression>> ListRegressions(std::string_view commit = {}, int limit = 1000);
 
   // ---- workers
@@ -149,12 +150,15 @@ class Store : public TrialSink {
   // ---- jobs (state machine: queued -> leased -> done | failed; leased -> queued on expiry)
   absl::StatusOr<int64_t> EnqueueJob(const Job& job);
   absl::StatusOr<Job> GetJob(int64_t job_id);
+  // Newest first (highest job_id); limit in [1, 100000] else InvalidArgument.
   absl::StatusOr<std::vector<Job>> ListJobs(std::optional<JobState> state = std::nullopt, int limit = 1000);
   // Atomically: returns expired leases to the queue, then leases the oldest queued job for
   // `device_class` to `worker_id` until now + lease_ms. NotFound when none is queued.
   absl::StatusOr<Job> LeaseJob(std::string_view worker_id, std::string_view device_class,
                                int64_t now_unix_ms, int64_t lease_ms);
-  // Extends the lease; FailedPrecondition if the job is no longer leased by this worker.
+  // Extends the lease; FailedPrecondition if the job is no longer leased by this worker. A
+  // lease past its expiry that no LeaseJob/ExpireLeases has reclaimed yet is still held.
+  // (Same for CompleteJob and ReleaseJob.)
   absl::Status RenewLease(int64_t job_id, std::string_view worker_id, int64_t now_unix_ms, int64_t lease_ms);
   // Sets the run a leased job writes to (first lease creates it).
   absl::Status SetJobRun(int64_t job_id, int64_t run_id);
