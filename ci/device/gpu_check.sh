@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Run ON THE DEVICE (the lent H200), from the repository root, after ci/device/stage.sh
+# packed .device-carry/backend (name it in the run's carry). Unpacks the binaries, then runs
+# the steps named as arguments (default: all), each logged under $OUT:
+#   tests    the GPU tests (cuda_backend_test)                     -> gpu_tests.log
+#   bench    the Google Benchmark binary                           -> bench.txt
+#   compare  ci/device/compare_torch.py (ours vs PyTorch SDPA)     -> compare.csv, compare.md
+#   sweep    fusetune sweep --backend cuda on the target shapes,
+#            then fusetune report                                  -> fusetune.db, report.txt
+# Everything else printed goes to run.log. Prints a short summary last.
+set -uo pipefail
+ROOT=$(pwd)
+OUT=${OUT:-/tmp/fusetune-out}
+mkdir -p "$OUT"
+STEPS=${*:-tests bench compare sweep}
+SWEEP_TRIALS=${SWEEP_TRIALS:-0}   # 0 = the CLI's default budget
+exec > >(tee -a "$OUT/run.log") 2>&1
+
+B=/tmp/fusetune-bundle
+rm -rf "$B" && mkdir -p "$B"
+tar -C "$B" -xJf "$ROOT/.device-carry/backend/bundle.tar.xz" || { echo "cannot unpack the bundle"; exit 1; }
+echo "bundle commit $(cat "$ROOT/.device-carry/backend/commit.txt" 2>/dev/null)"
+
+# cuBLAS/cudart of the device image: the toolkit's folders, else PyTorch's wheels.
+cuda_dirs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -e "$d/libcublas.so.13" ]] && cuda_dirs="$cuda_dirs:$d"
+done
+if [[ -z "$cuda_dirs" ]]; then
+  wheel_dir=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+for root in site.getsitepackages():
+    for hit in glob.glob(os.path.join(root, "nvidia", "**", "libcublas.so.13"), recursive=True):
+        print(os.path.dirname(hit)); raise SystemExit
+PY
+)
+  [[ -n "$wheel_dir" ]] && cuda_dirs=":$wheel_dir"
+fi
+export LD_LIBRARY_PATH="$B/lib${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv || true
+for f in "$B"/bin/*; do
+  if ldd "$f" | grep -q "not found"; then echo "MISSING LIBS for $f:"; ldd "$f" | grep "not found"; fi
+done
+
+summary=()
+step() { [[ " $STEPS " == *" $1 "* ]]; }
+
+if step tests; then
+  t0=$SECONDS
+  "$B/bin/cuda_backend_test" --gtest_brief=1 > "$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  grep -E "^\[  (PASSED|FAILED)|info \]|Failure|error|SKIPPED" "$OUT/gpu_tests.log" | head -60
+  summary+=("tests: rc=$rc ($(grep -E '^\[  PASSED' "$OUT/gpu_tests.log" | head -1)) $((SECONDS - t0))s")
+fi
+
+if step bench; then
+  t0=$SECONDS
+  "$B/bin/cuda_attention_bench" --benchmark_min_time=0.2 > "$OUT/bench.txt" 2>&1
+  rc=$?
+  cat "$OUT/bench.txt"
+  summary+=("bench: rc=$rc $((SECONDS - t0))s")
+fi
+
+if step compare; then
+  t0=$SECONDS
+  PYTHONUNBUFFERED=1 python3 "$ROOT/ci/device/compare_torch.py" --lib "$B/lib/libfusetune_capi.so" --out "$OUT" ${COMPARE_ARGS:-}
+  rc=$?
+  summary+=("compare: rc=$rc $((SECONDS - t0))s")
+fi
+
+if step sweep; then
+  t0=$SECONDS
+  if [[ -x "$B/bin/fusetune" ]]; then
+    bash "$ROOT/ci/device/sweep.sh" "$B/bin/fusetune" "$OUT/fusetune.db" > "$OUT/sweep.log" 2>&1
+    rc=$?
+    tail -20 "$OUT/sweep.log"
+    "$B/bin/fusetune" report --db "$OUT/fusetune.db" > "$OUT/report.txt" 2>&1
+    cat "$OUT/report.txt"
+    summary+=("sweep: rc=$rc $((SECONDS - t0))s")
+  else
+    summary+=("sweep: skipped (no fusetune binary in the bundle)")
+  fi
+fi
+
+echo "==== summary"
+printf '%s\n' "${summary[@]}"
+[[ -f "$OUT/compare.md" ]] && cat "$OUT/compare.md"
+exit 0
