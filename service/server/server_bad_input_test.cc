@@ -65,7 +65,7 @@ class BadInputTest : public ::testing::Test {
   size_t JobsInDb() { return server_->store()->ListJobs(std::nullopt, 1000).value().size(); }
   size_t WorkersInDb() { return server_->store()->ListWorkers().value().size(); }
 
-  TempDir dir_;
+  ScratchDir dir_;
   std::unique_ptr<Server> server_;
   Stubs stubs_;
 };

@@ -118,7 +118,7 @@ class ServerTest : public ::testing::Test {
     return job;
   }
 
-  TempDir dir_;
+  ScratchDir dir_;
   std::unique_ptr<Server> server_;
   Stubs stubs_;
 };
@@ -539,7 +539,7 @@ TEST_F(ServerTest, ShutdownIsIdempotentAndEndsLongPolls) {
 }
 
 TEST(ServerStart, ReportsTakenPortsAndMissingTokenClearly) {
-  TempDir dir;
+  ScratchDir dir;
   ServerOptions options;
   options.db_path = dir.File("a.db");
   options.token = kToken;

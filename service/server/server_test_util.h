@@ -23,13 +23,13 @@ inline constexpr char kToken[] = "test-token-0123456789abcdef";
 inline constexpr char kCpuClass[] = "cpu/Test-CPU/x86_64";
 
 // A fresh temporary directory, removed when the object dies.
-class TempDir {
+class ScratchDir {
  public:
-  TempDir() {
+  ScratchDir() {
     std::string templ = (std::filesystem::temp_directory_path() / "fusetune-server-XXXXXX").string();
     path_ = ::mkdtemp(templ.data()) != nullptr ? templ : "";
   }
-  ~TempDir() {
+  ~ScratchDir() {
     std::error_code ec;
     if (!path_.empty()) std::filesystem::remove_all(path_, ec);
   }
