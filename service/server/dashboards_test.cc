@@ -1,0 +1,92 @@
+// The Grafana dashboard parses, and every fusetune_* metric its queries use is one the
+// server's exporter actually produces (names taken from ServiceMetrics' own exposition).
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "metrics.h"
+#include "nlohmann/json.hpp"
+
+namespace fusetune {
+namespace {
+
+std::set<std::string> ExportedNames() {
+  auto metrics = ServiceMetrics::Create("");
+  EXPECT_TRUE(metrics.ok());
+  (*metrics)->ObserveRpc("GetBestConfig", grpc::StatusCode::OK, 0.001);
+  (*metrics)->AddTrials(2, 1);
+  (*metrics)->SetJobCounts({{"queued", 1}});
+  (*metrics)->SetWorkers(1, 1);
+  BestConfig b;
+  b.device_class = "cpu/x/y";
+  b.problem_key = "prefill/b1/hq1/hkv1/q1/k1/d64/causal0/fp32";
+  (*metrics)->SetBestConfigs({b});
+  std::set<std::string> names;
+  std::istringstream text((*metrics)->Serialize());
+  std::string line;
+  const std::regex sample("^(fusetune_[a-z_]+)[{ ]");
+  while (std::getline(text, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, sample)) names.insert(m[1]);
+  }
+  return names;
+}
+
+void CollectExprs(const nlohmann::json& node, std::vector<std::string>* out) {
+  if (node.is_object()) {
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if ((it.key() == "expr" || it.key() == "definition") && it.value().is_string()) {
+        out->push_back(it.value().get<std::string>());
+      } else {
+        CollectExprs(it.value(), out);
+      }
+    }
+  } else if (node.is_array()) {
+    for (const auto& child : node) CollectExprs(child, out);
+  }
+}
+
+TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
+  std::ifstream in(FUSETUNE_DASHBOARD_JSON);
+  ASSERT_TRUE(in) << FUSETUNE_DASHBOARD_JSON;
+  auto dashboard = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(dashboard.is_discarded()) << "dashboard JSON does not parse";
+  ASSERT_TRUE(dashboard["panels"].is_array());
+
+  const std::set<std::string> exported = ExportedNames();
+  // Histograms export _bucket/_sum/_count; a sanity check that the exposition was read.
+  ASSERT_TRUE(exported.count("fusetune_rpc_latency_seconds_bucket")) << exported.size();
+  ASSERT_TRUE(exported.count("fusetune_best_latency_us"));
+
+  std::vector<std::string> exprs;
+  CollectExprs(dashboard, &exprs);
+  ASSERT_GE(exprs.size(), 10u);
+  const std::regex metric("fusetune_[a-z_]+");
+  std::set<std::string> used;
+  for (const std::string& e : exprs) {
+    for (std::sregex_iterator it(e.begin(), e.end(), metric), end; it != end; ++it) {
+      used.insert(it->str());
+      EXPECT_TRUE(exported.count(it->str())) << "dashboard uses " << it->str() << ", which the server does not export";
+    }
+  }
+  // Each series family the issue asks for is on the dashboard.
+  for (const char* required : {"fusetune_best_latency_us", "fusetune_best_speedup_vs_materialized",
+                               "fusetune_best_max_rel_error", "fusetune_jobs", "fusetune_workers_alive",
+                               "fusetune_rpc_requests_total", "fusetune_rpc_latency_seconds_bucket"}) {
+    EXPECT_TRUE(used.count(required)) << required << " is not on the dashboard";
+  }
+}
+
+TEST(Dashboards, PrometheusConfigScrapesTheDefaultMetricsAddress) {
+  std::ifstream in(FUSETUNE_PROMETHEUS_YML);
+  ASSERT_TRUE(in) << FUSETUNE_PROMETHEUS_YML;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find("job_name: fusetune"), std::string::npos);
+  EXPECT_NE(ss.str().find("127.0.0.1:9464"), std::string::npos);  // `fusetune serve --metrics` default
+}
+
+}  // namespace
+}  // namespace fusetune
