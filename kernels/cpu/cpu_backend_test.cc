@@ -149,6 +149,21 @@ TEST(CpuBackend, VarlenBatchWithEmptySequencesMatchesReference) {
   }
 }
 
+TEST(CpuBackend, DecodeProblemsMatchReference) {
+  for (Variant variant : kVariants) {
+    AttentionProblem p = Problem(1, 1000, 128, false);
+    p.kind = ProblemKind::kDecode;
+    p.batch = 3;
+    p.q_heads = 8;
+    p.kv_heads = 1;
+    p.kv_valid_lens = {1000, 517, 1};
+    ExpectMatchesReference(p, Config(variant, 16, 128, 2));
+    p.q_len = 4;  // speculative decoding: a few queries, causal
+    p.causal = true;
+    ExpectMatchesReference(p, Config(variant, 16, 64, 2), 3);
+  }
+}
+
 TEST(CpuBackend, KeyPaddingWithZeroVisibleKeysGivesZeroRows) {
   for (Variant variant : kVariants) {
     for (bool causal : {false, true}) {
