@@ -1,5 +1,5 @@
 // fused vs partial vs materialized on the CPU backend at the seed shapes (batch 1, 12 heads,
-// head_dim 64, S = 128..2048, fp32, non-causal), plus causal and bf16 variants of S = 2048.
+// head_dim 64, S = 128..2048, fp32, non-causal), plus causal, fp16 and bf16 storage at S = 2048.
 //
 //   fusetune_cpu_bench --benchmark_min_time=1
 //
@@ -101,6 +101,10 @@ BENCHMARK_CAPTURE(BM_Attention, materialized, Variant::kMaterialized, false, DTy
 BENCHMARK_CAPTURE(BM_Attention, fused_causal, Variant::kFused, true, DType::kFp32)
     ->Args({2048, 0})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Attention, materialized_causal, Variant::kMaterialized, true, DType::kFp32)
+    ->Args({2048, 0})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Attention, fused_fp16, Variant::kFused, false, DType::kFp16)
+    ->Args({2048, 0})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Attention, materialized_fp16, Variant::kMaterialized, false, DType::kFp16)
     ->Args({2048, 0})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Attention, fused_bf16, Variant::kFused, false, DType::kBf16)
     ->Args({2048, 0})->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -13,6 +13,9 @@
 
 namespace fusetune::cpu {
 
+// Storage type of the tensors (the kernels decode it themselves, vectorized).
+enum class StorageFormat : int { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
+
 // Rounding applied to the operands of the two products (emulates tensor-core inputs).
 enum class OperandRounding : int { kNone = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
 
@@ -24,9 +27,9 @@ struct CpuAttentionParams {
   const void* k = nullptr;  // [total_k][kv_heads][head_dim]
   const void* v = nullptr;
   void* o = nullptr;        // [total_q][q_heads][head_dim]
+  StorageFormat storage = StorageFormat::kFp32;  // of q/k/v/o; decoded in the kernel
   int storage_bytes = 4;    // bytes per element of q/k/v/o
-  // Decodes `count` storage elements at `src` into floats / encodes floats into storage.
-  void (*decode)(const void* src, size_t count, float* dst) = nullptr;
+  // Encodes `count` floats into storage (output rows; outside the hot loops).
   void (*encode)(const float* src, size_t count, void* dst) = nullptr;
   OperandRounding rounding = OperandRounding::kNone;
 

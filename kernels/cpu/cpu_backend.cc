@@ -60,13 +60,7 @@ struct AlignedFloats {
   }
 };
 
-// Storage conversions used by the kernels (function pointers in the params block).
-void DecodeFp32(const void* src, size_t n, float* dst) { std::memcpy(dst, src, n * sizeof(float)); }
-void DecodeFp16(const void* src, size_t n, float* dst) { DecodeTensor(DType::kFp16, src, n, dst); }
-void DecodeBf16(const void* src, size_t n, float* dst) {
-  const auto* s = static_cast<const uint16_t*>(src);
-  for (size_t i = 0; i < n; ++i) dst[i] = Bf16BitsToFloat(s[i]);
-}
+// Output conversions used by the kernels (function pointers in the params block).
 void EncodeFp32(const float* src, size_t n, void* dst) { std::memcpy(dst, src, n * sizeof(float)); }
 void EncodeFp16(const float* src, size_t n, void* dst) {
   EncodeTensor(DType::kFp16, std::span<const float>(src, n), dst);
@@ -308,15 +302,15 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   params.storage_bytes = DTypeBytes(problem.dtype);
   switch (problem.dtype) {
     case DType::kFp32:
-      params.decode = &DecodeFp32;
+      params.storage = cpu::StorageFormat::kFp32;
       params.encode = &EncodeFp32;
       break;
     case DType::kFp16:
-      params.decode = &DecodeFp16;
+      params.storage = cpu::StorageFormat::kFp16;
       params.encode = &EncodeFp16;
       break;
     case DType::kBf16:
-      params.decode = &DecodeBf16;
+      params.storage = cpu::StorageFormat::kBf16;
       params.encode = &EncodeBf16;
       break;
   }

@@ -11,6 +11,7 @@
 
 #include "cpu_backend_internal.h"
 #include "cpu_test_util.h"
+#include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
 #include "thread_pool.h"
 
@@ -145,6 +146,61 @@ TEST(CpuBackend, VarlenBatchWithEmptySequencesMatchesReference) {
       p.kv_len = 100;
       ASSERT_TRUE(p.Validate().ok()) << p.Validate();
       ExpectMatchesReference(p, Config(variant, 16, 32, 2));
+    }
+  }
+}
+
+// With one key the output row is exactly that key's V row: checks the in-kernel decoding of
+// fp16 subnormals, the largest fp16 values and bf16 through every variant and kernel build.
+TEST(CpuBackend, SingleKeyOutputReproducesStoredValuesExactly) {
+  const std::vector<float> specials = {5.9604645e-08f /* smallest fp16 subnormal */, -3.0517578e-05f,
+                                       6.0975552e-05f, 65504.0f, -65504.0f, 1.0f / 3, 0.0f, -2.5f,
+                                       std::numeric_limits<float>::infinity()};
+  for (DType dtype : {DType::kFp16, DType::kBf16, DType::kFp32}) {
+    AttentionProblem p = Problem(3, 1, 40, false);
+    p.q_heads = 1;
+    p.kv_heads = 1;
+    p.dtype = dtype;
+    Inputs in = RandomInputs(p, 12);
+    for (int x = 0; x < 40; ++x) in.v[x] = specials[x % specials.size()];
+    RoundToDType(dtype, in.v);
+    for (Variant variant : kVariants) {
+      for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
+        auto out = RunBackend(*backend, p, Config(variant, 16, 16, 1), in);
+        ASSERT_TRUE(out.ok()) << out.status();
+        for (int t = 0; t < 3; ++t) {
+          for (int x = 0; x < 40; ++x) {
+            ASSERT_EQ((*out)[t * 40 + x], in.v[x])
+                << isa << " " << VariantName(variant) << " " << DTypeName(dtype) << " col " << x;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Inf in a stored value reaches the output as Inf even when averaged with another key
+// (an fp16 decoder that turned Inf into 65536 would give a finite 32768 here).
+TEST(CpuBackend, InfinityInStoredValuesPropagates) {
+  for (DType dtype : {DType::kFp16, DType::kBf16, DType::kFp32}) {
+    AttentionProblem p = Problem(2, 2, 32, false);
+    p.q_heads = 1;
+    p.kv_heads = 1;
+    p.dtype = dtype;
+    Inputs in;
+    in.q.assign(p.QElements(), 0.0f);  // equal weights 1/2
+    in.k.assign(p.KVElements(), 0.5f);
+    in.v.assign(p.KVElements(), 1.0f);
+    in.v[0] = std::numeric_limits<float>::infinity();
+    in.v[32] = 0.0f;
+    for (Variant variant : kVariants) {
+      for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
+        auto out = RunBackend(*backend, p, Config(variant, 16, 16, 1), in);
+        ASSERT_TRUE(out.ok()) << out.status();
+        EXPECT_EQ((*out)[0], std::numeric_limits<float>::infinity())
+            << isa << " " << VariantName(variant) << " " << DTypeName(dtype);
+        EXPECT_EQ((*out)[1], 1.0f);
+      }
     }
   }
 }
