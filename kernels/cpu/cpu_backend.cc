@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +95,9 @@ int64_t WorkspaceFloats(const AttentionProblem& p) {
 
 bool IsSupportedTile(int v) { return v == 16 || v == 32 || v == 64 || v == 128; }
 
+// The whole kernel family on host threads. Owns a thread pool (threads created on first
+// use and kept), per-worker scratch tiles and the partial/materialized score workspace; all
+// grow on demand and live as long as the backend. Not thread-safe (Backend's contract).
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(std::string isa) : isa_(std::move(isa)), kernels_(&KernelsForIsa(isa_)) {}
