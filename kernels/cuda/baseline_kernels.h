@@ -42,7 +42,9 @@ cudaError_t LaunchSoftmaxRows(const SoftmaxRowsArgs& args, cudaStream_t stream);
 // The partial variant's first kernel: for a block of block_m query rows of one (sequence,
 // head), computes Q.K^T tile by tile (block_s keys per tile) twice: once to find each row's
 // max and sum (online), once to write P = softmax(scale * Q.K^T) with the masks applied.
-// Products are fp32 FMAs on the inputs converted to float.
+// Products are exact fp32 FMAs on the inputs converted to float, or, with tensor_cores,
+// WMMA tensor-core products (fp16/bf16 inputs; tf32 for fp32 inputs) with fp32 accumulation;
+// the tensor-core path needs block_m and block_s to be multiples of 16.
 struct PartialScoresArgs {
   const void* q = nullptr;  // problem.h layout, storage dtype
   const void* k = nullptr;
@@ -65,13 +67,15 @@ struct PartialScoresArgs {
   int block_m = 64;
   int block_s = 64;
   int threads = 256;
+  bool tensor_cores = false;
 };
 
 // Most threads per block of the partial kernel (its register budget is sized for it).
 inline constexpr int kPartialMaxThreads = 512;
 
 // Dynamic shared memory the partial kernel needs for this geometry (bytes).
-int64_t PartialScoresSharedBytes(int head_dim, int block_m, int block_s);
+int64_t PartialScoresSharedBytes(int head_dim, int block_m, int block_s, ElemType in_type,
+                                 bool tensor_cores);
 cudaError_t LaunchPartialScores(const PartialScoresArgs& args, cudaStream_t stream);
 
 }  // namespace fusetune::cuda

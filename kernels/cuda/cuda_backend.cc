@@ -206,8 +206,15 @@ class CudaBackend final : public Backend {
             "partial: at most ", cuda::kPartialMaxThreads,
             " threads per block (its register budget), got ", config.threads));
       }
-      const int64_t smem = cuda::PartialScoresSharedBytes(problem.head_dim, config.block_m,
-                                                          config.block_s);
+      const bool tensor_cores = config.precision != Precision::kFp32;
+      if (tensor_cores && (config.block_m % 16 != 0 || config.block_s % 16 != 0)) {
+        return absl::FailedPreconditionError(Cat(
+            "partial: the tensor-core path (", PrecisionName(config.precision),
+            ") tiles by 16: block_m and block_s must be multiples of 16, got ", config.block_m,
+            "/", config.block_s));
+      }
+      const int64_t smem = cuda::PartialScoresSharedBytes(
+          problem.head_dim, config.block_m, config.block_s, ToElemType(problem.dtype), tensor_cores);
       if (smem > info_.shared_mem_per_block) {
         return absl::FailedPreconditionError(Cat(
             "partial: block_m=", config.block_m, " block_s=", config.block_s, " head_dim=",
@@ -584,6 +591,7 @@ class CudaBackend final : public Backend {
         ps.block_m = config.block_m;
         ps.block_s = config.block_s;
         ps.threads = config.threads;
+        ps.tensor_cores = config.precision != Precision::kFp32;
         if (auto s = Check(cuda::LaunchPartialScores(ps, kStream), "partial scores launch"); !s.ok()) {
           return s;
         }

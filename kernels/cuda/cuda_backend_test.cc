@@ -142,6 +142,13 @@ class CudaBackendTest : public ::testing::Test {
     partial.threads = 128;
     partial.precision = precision;
     out.push_back(partial);
+    // A second partial tiling with odd tile counts: any sizes on the exact fp32 path,
+    // multiples of 16 on the tensor-core path.
+    KernelConfig partial_odd = partial;
+    partial_odd.block_m = precision == Precision::kFp32 ? 24 : 48;
+    partial_odd.block_s = precision == Precision::kFp32 ? 40 : 16;
+    partial_odd.threads = 96;
+    out.push_back(partial_odd);
     KernelConfig mat = partial;
     mat.variant = Variant::kMaterialized;
     mat.threads = 256;
@@ -296,6 +303,11 @@ TEST_F(CudaBackendTest, BadConfigsAreErrorsAndTheNextRunStillWorks) {
   too_much_smem.block_m = 256;
   too_much_smem.block_s = 256;
   EXPECT_EQ(backend_->CanImplement(p, too_much_smem).code(), absl::StatusCode::kFailedPrecondition);
+  KernelConfig tensor_core_tail = too_much_smem;
+  tensor_core_tail.block_m = 24;  // the tensor-core path tiles by 16
+  tensor_core_tail.block_s = 32;
+  tensor_core_tail.precision = Precision::kTf32;
+  EXPECT_EQ(backend_->CanImplement(p, tensor_core_tail).code(), absl::StatusCode::kFailedPrecondition);
   KernelConfig wrong_precision = bad_threads;
   wrong_precision.threads = 128;
   wrong_precision.precision = Precision::kBf16;  // fp32 storage: PV cannot run in bf16
@@ -308,7 +320,7 @@ TEST_F(CudaBackendTest, BadConfigsAreErrorsAndTheNextRunStillWorks) {
   const Inputs in = RandomInputs(p, 5);
   auto ref = ReferenceAttention(p, in.q, in.k, in.v);
   ASSERT_TRUE(ref.ok());
-  for (const KernelConfig& c : {bad_threads, too_much_smem, wrong_precision, pipelined}) {
+  for (const KernelConfig& c : {bad_threads, too_much_smem, tensor_core_tail, wrong_precision, pipelined}) {
     EXPECT_FALSE(RunAndCompare(p, c, in, *ref).status.ok()) << c.Key();
   }
   for (const KernelConfig& c : ConfigsFor(p, Precision::kFp32)) {

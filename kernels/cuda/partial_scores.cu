@@ -5,11 +5,17 @@
 // keys in tiles of block_s twice: the first pass keeps each row's running max and sum (online
 // softmax, log2 domain), the second recomputes the scores and writes normalised
 // probabilities. Recomputing costs a second QK^T but never stores S, which is what separates
-// this variant from the materialized one. Q and K tiles live in shared memory as float rows
-// padded by 4 floats: 16-byte loads stay aligned and the 8 lanes of a 16-byte load phase hit
-// distinct banks.
+// this variant from the materialized one.
+//
+// Two bodies: exact fp32 (SIMT FMAs; Q and K tiles as float rows padded by 4 floats, so
+// 16-byte loads stay aligned and the 8 lanes of a 16-byte load phase hit distinct banks), and
+// tensor cores through WMMA (fp16/bf16 inputs, or tf32 for fp32 inputs): each warp computes
+// 16x16 sub-tiles of the score tile into shared memory, then the same softmax steps run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <mma.h>
+
+#include <type_traits>
 
 #include "baseline_kernels.h"
 #include "device_common.cuh"
@@ -147,13 +153,170 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
   }
 }
 
+
+namespace wmma = nvcuda::wmma;
+
+// WMMA fragment types per storage type: 16x16x16 for fp16/bf16, 16x16x8 tf32 for fp32.
+template <typename T>
+struct MmaTraits;
+template <>
+struct MmaTraits<__half> {
+  using Frag = __half;
+  static constexpr int kK = 16;
+};
+template <>
+struct MmaTraits<__nv_bfloat16> {
+  using Frag = __nv_bfloat16;
+  static constexpr int kK = 16;
+};
+template <>
+struct MmaTraits<float> {
+  using Frag = wmma::precision::tf32;
+  static constexpr int kK = 8;
+};
+
+// Shared-memory row length (elements) of the Q/K tiles on the tensor-core path: 16 bytes of
+// padding keeps WMMA's 32-byte fragment alignment for every 16-row sub-tile.
+template <int D, typename T>
+__host__ __device__ constexpr int MmaTileLd() {
+  return D + static_cast<int>(16 / sizeof(T));
+}
+
+template <int D, typename T, typename PT>
+__global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresMmaKernel(PartialScoresArgs a) {
+  using Traits = MmaTraits<T>;
+  constexpr int kLd = MmaTileLd<D, T>();
+  extern __shared__ float4 smem4[];
+  const int bm = a.block_m, bs = a.block_s;
+  const int ss_ld = bs + 4;
+  char* base = reinterpret_cast<char*>(smem4);
+  T* qs = reinterpret_cast<T*>(base);                                    // [bm][kLd]
+  T* ks = reinterpret_cast<T*>(base + sizeof(T) * bm * kLd);            // [bs][kLd]
+  float* ss = reinterpret_cast<float*>(base + sizeof(T) * (bm + bs) * kLd);  // [bm][ss_ld]
+  float* row_m = ss + bm * ss_ld;
+  float* row_l = row_m + bm;
+  int* row_visible = reinterpret_cast<int*>(row_l + bm);
+
+  const T* qg = static_cast<const T*>(a.q);
+  const T* kg = static_cast<const T*>(a.k);
+  PT* pg = static_cast<PT*>(a.probs);
+  const int tid = threadIdx.x, nthreads = blockDim.x;
+  const int warp = tid >> 5, lane = tid & 31, nwarps = nthreads >> 5;
+  const int row_blocks = (a.q_len + bm - 1) / bm;
+  const int64_t blocks = static_cast<int64_t>(a.sequences) * a.q_heads * row_blocks;
+  const int group = a.q_heads / a.kv_heads;
+  const int tiles_n = bs / 16, tiles = (bm / 16) * tiles_n;
+
+  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    const int64_t entry = blk / row_blocks;
+    const int rb = static_cast<int>(blk % row_blocks);
+    const int64_t seq = entry / a.q_heads;
+    const int h = static_cast<int>(entry % a.q_heads);
+    const int kvh = h / group;
+    const int first_i = rb * bm;
+    const int rows_here = min(bm, a.q_len - first_i);
+    const int64_t q_row0 = a.q_first_row + seq * a.q_seq_stride + first_i;
+    const int64_t k_row0 = a.k_first_row + seq * a.k_seq_stride;
+    const int64_t q_tok_stride = static_cast<int64_t>(a.q_heads) * D;
+    const int64_t k_tok_stride = static_cast<int64_t>(a.kv_heads) * D;
+    const T zero = FromFloat<T>(0.0f);
+
+    for (int e = tid; e < bm * D; e += nthreads) {
+      const int r = e / D, x = e % D;
+      qs[r * kLd + x] = r < rows_here ? qg[(q_row0 + r) * q_tok_stride + h * D + x] : zero;
+    }
+    for (int r = tid; r < bm; r += nthreads) {
+      int visible = 0;
+      if (r < rows_here) {
+        const int i = first_i + r;
+        visible = a.causal ? min(max(i + a.k_len - a.q_len + 1, 0), a.k_len) : a.k_len;
+      }
+      row_visible[r] = visible;
+      row_m[r] = -INFINITY;
+      row_l[r] = 0.0f;
+    }
+    __syncthreads();
+    const int keys_needed = row_visible[rows_here - 1];
+
+    // Loads keys [t0, t0 + bs) and leaves the raw scores Q.K^T of the tile in ss.
+    auto score_tile = [&](int t0) {
+      for (int e = tid; e < bs * D; e += nthreads) {
+        const int c = e / D, x = e % D;
+        ks[c * kLd + x] = t0 + c < a.k_len ? kg[(k_row0 + t0 + c) * k_tok_stride + kvh * D + x] : zero;
+      }
+      __syncthreads();
+      for (int t = warp; t < tiles; t += nwarps) {
+        const int tr = t / tiles_n, tc = t % tiles_n;
+        wmma::fragment<wmma::accumulator, 16, 16, Traits::kK, float> acc;
+        wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < D; kk += Traits::kK) {
+          wmma::fragment<wmma::matrix_a, 16, 16, Traits::kK, typename Traits::Frag, wmma::row_major> fa;
+          wmma::fragment<wmma::matrix_b, 16, 16, Traits::kK, typename Traits::Frag, wmma::col_major> fb;
+          wmma::load_matrix_sync(fa, qs + tr * 16 * kLd + kk, kLd);
+          wmma::load_matrix_sync(fb, ks + tc * 16 * kLd + kk, kLd);
+          if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+            for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
+#pragma unroll
+            for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
+          }
+          wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(ss + tr * 16 * ss_ld + tc * 16, acc, ss_ld, wmma::mem_row_major);
+      }
+      __syncthreads();
+    };
+
+    // Pass 1: row max and sum.
+    for (int t0 = 0; t0 < keys_needed; t0 += bs) {
+      score_tile(t0);
+      for (int r = warp; r < rows_here; r += nwarps) {
+        float m = -INFINITY, l = 0.0f;
+        for (int c = lane; c < bs; c += 32) {
+          if (t0 + c >= row_visible[r]) continue;
+          const float x = ss[r * ss_ld + c] * a.scale_log2;
+          if (x > m) {
+            l = l * exp2f(m - x) + 1.0f;
+            m = x;
+          } else {
+            l += exp2f(x - m);
+          }
+        }
+        WarpReduceMaxSum(m, l);
+        if (lane == 0) MergeMaxSum(row_m[r], row_l[r], m, l);
+      }
+      __syncthreads();  // ss and ks are rewritten by the next tile
+    }
+
+    // Pass 2: probabilities (zeros past each row's visible keys, up to k_len).
+    for (int t0 = 0; t0 < a.k_len; t0 += bs) {
+      const bool any_visible = t0 < keys_needed;
+      if (any_visible) score_tile(t0);
+      for (int e = tid; e < bm * bs; e += nthreads) {
+        const int r = e / bs, c = e % bs;
+        const int col = t0 + c;
+        if (r >= rows_here || col >= a.k_len) continue;
+        float p = 0.0f;
+        if (any_visible && col < row_visible[r]) {
+          p = exp2f(ss[r * ss_ld + c] * a.scale_log2 - row_m[r]) / row_l[r];
+        }
+        pg[((entry * a.q_len) + first_i + r) * static_cast<int64_t>(a.ld) + col] = FromFloat<PT>(p);
+      }
+      if (any_visible) __syncthreads();
+    }
+    __syncthreads();
+  }
+}
+
 template <int D, typename T, typename PT>
 cudaError_t LaunchTyped(const PartialScoresArgs& a, cudaStream_t stream) {
   const int row_blocks = (a.q_len + a.block_m - 1) / a.block_m;
   const int64_t blocks = static_cast<int64_t>(a.sequences) * a.q_heads * row_blocks;
   if (blocks == 0 || a.k_len == 0) return cudaSuccess;
-  const int64_t smem = PartialScoresSharedBytes(D, a.block_m, a.block_s);
-  auto kernel = PartialScoresKernel<D, T, PT>;
+  const int64_t smem = PartialScoresSharedBytes(D, a.block_m, a.block_s, a.in_type, a.tensor_cores);
+  if (a.tensor_cores && (a.block_m % 16 != 0 || a.block_s % 16 != 0)) return cudaErrorInvalidValue;
+  auto kernel = a.tensor_cores ? PartialScoresMmaKernel<D, T, PT> : PartialScoresKernel<D, T, PT>;
   if (smem > 48 * 1024) {
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));
@@ -182,10 +345,16 @@ cudaError_t LaunchForDim(const PartialScoresArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-int64_t PartialScoresSharedBytes(int head_dim, int block_m, int block_s) {
+int64_t PartialScoresSharedBytes(int head_dim, int block_m, int block_s, ElemType in_type,
+                                 bool tensor_cores) {
+  const int64_t bm = block_m, bs = block_s;
+  if (tensor_cores) {
+    const int64_t elem = in_type == ElemType::kF32 ? 4 : 2;
+    const int64_t row = head_dim + 16 / elem;
+    return elem * (bm + bs) * row + 4 * (bm * (bs + 4) + 3 * bm);
+  }
   const int64_t row = head_dim + 4;
-  return 4 * ((static_cast<int64_t>(block_m) + block_s) * row +
-              static_cast<int64_t>(block_m) * (block_s + 1) + 3 * static_cast<int64_t>(block_m));
+  return 4 * ((bm + bs) * row + bm * (bs + 1) + 3 * bm);
 }
 
 cudaError_t LaunchPartialScores(const PartialScoresArgs& args, cudaStream_t stream) {

@@ -291,8 +291,8 @@ class Server::Impl {
   // Prepares a freshly leased job for the worker: creates its run on the first lease and
   // fills the response from the stored spec.
   grpc::Status FillLease(Job job, const WorkerRecord& worker, v1::LeaseJobResponse* resp);
-  // OK when `run_id` belongs to a job leased by `worker_id`.
-  grpc::Status CheckRunHeldBy(int64_t run_id, const std::string& worker_id);
+  // OK when `run_id` belongs to a job leased by `worker_id`; `*job` is that job.
+  grpc::Status CheckRunHeldBy(int64_t run_id, const std::string& worker_id, Job* job);
   grpc::Status FlushTrials(std::vector<Trial>* batch, int64_t* inserted);
   absl::Status ComputeBestConfigs(const Job& job);
 
@@ -868,7 +868,7 @@ grpc::Status Server::Impl::Heartbeat(const v1::HeartbeatRequest& req, v1::Heartb
   return grpc::Status::OK;
 }
 
-grpc::Status Server::Impl::CheckRunHeldBy(int64_t run_id, const std::string& worker_id) {
+grpc::Status Server::Impl::CheckRunHeldBy(int64_t run_id, const std::string& worker_id, Job* held) {
   std::optional<int64_t> job_id;
   {
     std::lock_guard<std::mutex> lock(runs_mu_);
@@ -887,7 +887,10 @@ grpc::Status Server::Impl::CheckRunHeldBy(int64_t run_id, const std::string& wor
   if (job_id) {
     auto job = store_->GetJob(*job_id);
     if (!job.ok()) return ToGrpcStatus(job.status());
-    if (job->state == JobState::kLeased && job->leased_by == worker_id) return grpc::Status::OK;
+    if (job->state == JobState::kLeased && job->leased_by == worker_id) {
+      *held = std::move(*job);
+      return grpc::Status::OK;
+    }
   }
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                       Cat("run ", run_id, " is not the run of a job leased by worker '", worker_id, "'"));
@@ -928,7 +931,7 @@ grpc::Status Server::Impl::ReportTrials(grpc::ServerContext* ctx, grpc::ServerRe
                         Cat("too many concurrent ReportTrials streams (", options_.max_concurrent_streams,
                             "); retry later"));
   }
-  std::map<int64_t, bool> runs_checked;
+  std::map<int64_t, std::set<std::string>> run_problems;  // runs checked in this stream -> their job's problems
   std::vector<Trial> batch;
   int64_t received = 0, inserted = 0;
   grpc::Status result = grpc::Status::OK;
@@ -945,12 +948,20 @@ grpc::Status Server::Impl::ReportTrials(grpc::ServerContext* ctx, grpc::ServerRe
       result = Invalid(Cat("trial #", received, ": ", trial.status().message()));
       break;
     }
-    if (runs_checked.find(trial->run_id) == runs_checked.end()) {
-      if (auto s = CheckRunHeldBy(trial->run_id, worker_id); !s.ok()) {
+    auto run = run_problems.find(trial->run_id);
+    if (run == run_problems.end()) {
+      Job job;
+      if (auto s = CheckRunHeldBy(trial->run_id, worker_id, &job); !s.ok()) {
         result = s;
         break;
       }
-      runs_checked[trial->run_id] = true;
+      run = run_problems.emplace(trial->run_id, std::set<std::string>(job.problem_keys.begin(), job.problem_keys.end()))
+                .first;
+    }
+    if (run->second.count(trial->problem_key) == 0) {
+      result = Invalid(Cat("trial #", received, ": problem '", trial->problem_key, "' is not part of run ",
+                           trial->run_id, "'s job"));
+      break;
     }
     batch.push_back(std::move(*trial));
     if (batch.size() >= kTrialFlushBatch) {

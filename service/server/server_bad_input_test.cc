@@ -347,6 +347,10 @@ TEST_F(BadInputTest, ReportTrialsRejectsForgedMalformedAndForeignTrials) {
   bad = good;
   for (int i = 0; i < 1000; ++i) bad.add_samples_us(1.0);
   EXPECT_EQ(Report(stubs_, "w1", {bad}, &resp).error_code(), StatusCode::INVALID_ARGUMENT);
+  // A problem the job does not contain.
+  EXPECT_EQ(Report(stubs_, "w1", {MakeTrial(run, KeyOf(SeedProblem(256)), "fused/bm64/bs64/t1/fp32/st1", 10)}, &resp)
+                .error_code(),
+            StatusCode::INVALID_ARGUMENT);
   bad = good;
   bad.set_outcome("fantastic");
   EXPECT_EQ(Report(stubs_, "w1", {bad}, &resp).error_code(), StatusCode::INVALID_ARGUMENT);
