@@ -1,0 +1,119 @@
+#include "fusetune/service/best_config_index.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace fusetune {
+namespace {
+
+AttentionProblem Shape(int batch, int heads, int seq, int head_dim = 64, bool causal = false) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.q_heads = p.kv_heads = heads;
+  p.q_len = p.kv_len = seq;
+  p.head_dim = head_dim;
+  p.causal = causal;
+  return p;
+}
+
+BestConfig Best(const std::string& device_class, const AttentionProblem& p, const std::string& config) {
+  BestConfig b;
+  b.device_class = device_class;
+  b.problem_key = p.Key();
+  b.config_key = config;
+  b.median_us = 1;
+  return b;
+}
+
+TEST(ShapeDistance, CountsDoublingsOfEveryDimension) {
+  EXPECT_DOUBLE_EQ(ShapeDistance(Shape(1, 12, 1024), Shape(1, 12, 1024)), 0.0);
+  EXPECT_DOUBLE_EQ(ShapeDistance(Shape(1, 12, 1024), Shape(1, 12, 2048)), 2.0);  // q and k
+  EXPECT_DOUBLE_EQ(ShapeDistance(Shape(4, 12, 1024), Shape(1, 12, 1024)), 2.0);  // batch x4
+  EXPECT_DOUBLE_EQ(ShapeDistance(Shape(1, 6, 1024), Shape(1, 12, 1024)), 2.0);   // hq and hkv
+  EXPECT_DOUBLE_EQ(ShapeDistance(Shape(1, 12, 1024), Shape(1, 12, 2048)),
+                   ShapeDistance(Shape(1, 12, 2048), Shape(1, 12, 1024)));  // symmetric
+}
+
+TEST(BestConfigIndex, NearestStaysWithinHeadDimDtypeCausalKindAndClass) {
+  const std::string cls = "cpu/X/y";
+  AttentionProblem causal = Shape(1, 12, 512, 64, true);
+  AttentionProblem bf16 = Shape(1, 12, 512);
+  bf16.dtype = DType::kBf16;
+  AttentionProblem decode = Shape(8, 12, 1);
+  decode.kind = ProblemKind::kDecode;
+  decode.kv_len = 4096;
+  auto index = BestConfigIndex::Build({Best(cls, causal, "fused/bm32/bs32/t1/fp32/st1"),
+                                       Best(cls, bf16, "fused/bm16/bs16/t1/fp32/st1"),
+                                       Best(cls, Shape(1, 12, 512, 128), "fused/bm16/bs32/t1/fp32/st1"),
+                                       Best("cpu/Other/y", Shape(1, 12, 512), "fused/bm16/bs64/t1/fp32/st1"),
+                                       Best(cls, decode, "fused/bm16/bs128/t1/fp32/st1")});
+  auto answer = index.Lookup(Shape(1, 12, 1024), cls);  // fp32, non-causal, d64, prefill
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(answer->provenance, Provenance::kDefault);
+  EXPECT_TRUE(answer->source.problem_key.empty());
+  auto causal_answer = index.Lookup(Shape(1, 12, 2048, 64, true), cls);
+  ASSERT_TRUE(causal_answer.ok());
+  EXPECT_EQ(causal_answer->provenance, Provenance::kNearest);
+  EXPECT_EQ(causal_answer->config.Key(), "fused/bm32/bs32/t1/fp32/st1");
+  EXPECT_DOUBLE_EQ(causal_answer->distance, 4.0);
+}
+
+TEST(BestConfigIndex, TiesBreakBySmallerProblemKey) {
+  const std::string cls = "cpu/X/y";
+  // 512 and 2048 are both two doublings (q and k) from 1024 away... in opposite directions.
+  auto index = BestConfigIndex::Build({Best(cls, Shape(1, 12, 2048), "fused/bm64/bs64/t1/fp32/st1"),
+                                       Best(cls, Shape(1, 12, 512), "fused/bm32/bs32/t1/fp32/st1")});
+  auto answer = index.Lookup(Shape(1, 12, 1024), cls);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(answer->provenance, Provenance::kNearest);
+  EXPECT_DOUBLE_EQ(answer->distance, 2.0);
+  // "prefill/b1/hq12/hkv12/q2048..." < "prefill/b1/hq12/hkv12/q512..." as strings.
+  EXPECT_EQ(answer->source.problem_key, Shape(1, 12, 2048).Key());
+}
+
+TEST(BestConfigIndex, VarlenProblemsMatchExactlyButAreNeverNearestSources) {
+  const std::string cls = "cpu/X/y";
+  AttentionProblem varlen = Shape(2, 12, 0);
+  varlen.q_len = varlen.kv_len = 300;
+  varlen.cu_seqlens_q = {0, 100, 400};
+  varlen.cu_seqlens_k = {0, 100, 400};
+  ASSERT_TRUE(varlen.Validate().ok());
+  auto index = BestConfigIndex::Build({Best(cls, varlen, "fused/bm64/bs64/t1/fp32/st1")});
+  auto exact = index.Lookup(varlen, cls);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_EQ(exact->provenance, Provenance::kExact);
+  auto other = index.Lookup(Shape(2, 12, 300), cls);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->provenance, Provenance::kDefault);
+}
+
+TEST(BestConfigIndex, SkipsStoredConfigsThatDoNotParse) {
+  const std::string cls = "cpu/X/y";
+  auto index = BestConfigIndex::Build({Best(cls, Shape(1, 12, 512), "not/a/config")});
+  EXPECT_TRUE(index.entries().empty());
+  auto answer = index.Lookup(Shape(1, 12, 512), cls);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(answer->provenance, Provenance::kDefault);
+}
+
+TEST(DefaultConfig, PerBackendAndDtype) {
+  AttentionProblem p = Shape(1, 12, 512);
+  EXPECT_EQ(DefaultConfig("cpu", p)->Key(), "fused/bm64/bs64/t1/fp32/st1");
+  p.kind = ProblemKind::kDecode;
+  p.q_len = 1;
+  EXPECT_EQ(DefaultConfig("cpu", p)->block_m, 16);
+  p = Shape(1, 12, 512);
+  p.dtype = DType::kFp16;
+  auto cuda = DefaultConfig("cuda", p);
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_EQ(cuda->precision, Precision::kFp16);
+  EXPECT_EQ(cuda->threads, 128);
+  EXPECT_EQ(cuda->stages, 2);
+  EXPECT_TRUE(cuda->Validate().ok());
+  EXPECT_EQ(DefaultConfig("hip", p)->threads, 256);
+  EXPECT_EQ(DefaultConfig("tpu", p).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fusetune

@@ -1,0 +1,57 @@
+#include "metrics.h"
+
+#include "gtest/gtest.h"
+
+namespace fusetune {
+namespace {
+
+BestConfig Shape(int i) {
+  BestConfig b;
+  b.device_class = "cpu/X/y";
+  b.problem_key = "prefill/b1/hq1/hkv1/q" + std::to_string(i) + "/k1/d64/causal0/fp32";
+  b.median_us = i;
+  return b;
+}
+
+TEST(ServiceMetrics, ShapeSeriesFollowTheStoreAndAreCapped) {
+  auto metrics = ServiceMetrics::Create("");
+  ASSERT_TRUE(metrics.ok());
+  std::vector<BestConfig> many;
+  for (int i = 1; i <= static_cast<int>(kMaxShapeSeries) + 5; ++i) many.push_back(Shape(i));
+  (*metrics)->SetBestConfigs(many);
+  std::string text = (*metrics)->Serialize();
+  EXPECT_NE(text.find("fusetune_best_series_dropped 5"), std::string::npos);
+  EXPECT_NE(text.find("q1/k1/d64"), std::string::npos);
+  // A shape that left the store loses its series; the cap frees up.
+  (*metrics)->SetBestConfigs({Shape(7)});
+  text = (*metrics)->Serialize();
+  EXPECT_EQ(text.find("problem=\"prefill/b1/hq1/hkv1/q1/k1"), std::string::npos);
+  EXPECT_NE(text.find("problem=\"prefill/b1/hq1/hkv1/q7/k1/d64/causal0/fp32\"} 7"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_best_series_dropped 0"), std::string::npos);
+}
+
+TEST(ServiceMetrics, QueueGaugesExportEveryStateAndRpcCodesAreNamed) {
+  auto metrics = ServiceMetrics::Create("");
+  ASSERT_TRUE(metrics.ok());
+  (*metrics)->SetJobCounts({{"leased", 2}});
+  (*metrics)->ObserveRpc("LeaseJob", grpc::StatusCode::RESOURCE_EXHAUSTED, 0.002);
+  const std::string text = (*metrics)->Serialize();
+  EXPECT_NE(text.find("fusetune_jobs{state=\"leased\"} 2"), std::string::npos);
+  EXPECT_NE(text.find("fusetune_jobs{state=\"queued\"} 0"), std::string::npos);
+  EXPECT_NE(text.find("fusetune_rpc_requests_total{code=\"RESOURCE_EXHAUSTED\",method=\"LeaseJob\"} 1"),
+            std::string::npos);
+}
+
+TEST(ServiceMetrics, TakenAddressIsAClearErrorNotAnException) {
+  auto first = ServiceMetrics::Create("127.0.0.1:0");
+  ASSERT_TRUE(first.ok());
+  ASSERT_GT((*first)->port(), 0);
+  const std::string taken = "127.0.0.1:" + std::to_string((*first)->port());
+  auto second = ServiceMetrics::Create(taken);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find(taken), std::string::npos);
+  EXPECT_EQ(ServiceMetrics::Create("not-an-address").status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace fusetune
