@@ -1,5 +1,5 @@
-// Shared pieces of the service end-to-end tests: a server process (the Server class in
-// fusetune_e2e_server) that can be SIGKILLed and restarted on the same database and port,
+// Shared pieces of the service end-to-end tests: a `fusetune serve` process that can be
+// SIGKILLed and restarted on the same database and port,
 // `fusetune worker` processes, gRPC helpers and polling with deadlines.
 //
 // Test support only. Thread-safety: none (one test thread).
@@ -51,20 +51,22 @@ class ServerProcess {
   ServerProcess(const testing::TempDir& dir, ServerFlags flags) : dir_(dir), flags_(flags) {}
 
   // Starts on `port` (0 = ephemeral; a restart reuses the first port). True once serving.
+  // The token file must exist (WriteToken).
   bool Start(int port = 0) {
     const std::string port_file = dir_.File("port");
     std::remove(port_file.c_str());
     ++starts_;
     process_ = std::make_unique<testing::Subprocess>(
-        std::vector<std::string>{FUSETUNE_E2E_SERVER, "--listen", "127.0.0.1:" + std::to_string(port), "--db",
-                                 db(), "--token", kToken, "--lease-ms", std::to_string(flags_.lease_ms),
-                                 "--heartbeat-ms", std::to_string(flags_.heartbeat_ms), "--refresh-ms",
-                                 std::to_string(flags_.refresh_ms), "--port-file", port_file},
+        std::vector<std::string>{FUSETUNE_BINARY, "serve", "--listen", "127.0.0.1:" + std::to_string(port), "--db",
+                                 db(), "--token-file", dir_.File("token"), "--open-reads", "--metrics", "off",
+                                 "--lease-ms", std::to_string(flags_.lease_ms), "--heartbeat-ms",
+                                 std::to_string(flags_.heartbeat_ms), "--refresh-ms", std::to_string(flags_.refresh_ms),
+                                 "--port-file", port_file},
         dir_.path());
     if (!process_->started()) return false;
     const bool up = WaitFor([&] { return !testing::ReadFile(port_file).empty() || process_->Poll(); }, 20);
     if (!up || process_->Poll()) return false;
-    port_ = std::stoi(testing::ReadFile(port_file));
+    port_ = std::stoi(testing::ReadFile(port_file));  // "<grpc port> <metrics port>"
     return port_ > 0;
   }
   bool Restart() { return Start(port_); }

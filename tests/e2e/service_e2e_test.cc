@@ -1,6 +1,6 @@
-// End-to-end tests of the tuning service with real processes: the Server (in
-// fusetune_e2e_server, over a real SQLite file), real `fusetune worker` daemons on CPU
-// devices, real gRPC on 127.0.0.1 with ephemeral ports. No mocks.
+// End-to-end tests of the tuning service with real processes: `fusetune serve` over a real
+// SQLite file, real `fusetune worker` daemons on CPU devices, real gRPC on 127.0.0.1 with
+// ephemeral ports. No mocks.
 #include <signal.h>
 
 #include <map>
