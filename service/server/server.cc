@@ -304,6 +304,7 @@ class Server::Impl {
   Slots streams_;
 
   // Best-config snapshot, swapped whole.
+  std::mutex refresh_mu_;  // serialises RefreshIndex
   std::mutex index_mu_;
   std::shared_ptr<const BestConfigIndex> index_;
 
@@ -539,6 +540,9 @@ void Server::Impl::ExpireLeases() {
 }
 
 void Server::Impl::RefreshIndex() {
+  // Load and swap under one lock: a refresh that read the table before an upsert can never
+  // replace the snapshot of a refresh that read it after.
+  std::lock_guard<std::mutex> refresh_lock(refresh_mu_);
   auto best = store_->ListBestConfigs();
   if (!best.ok()) return;  // keep serving the previous snapshot
   metrics_->SetBestConfigs(*best);
@@ -767,6 +771,8 @@ grpc::Status Server::Impl::LeaseJob(grpc::ServerContext* ctx, const v1::LeaseJob
                             "); retry later"));
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(req.wait_ms());
+  uint64_t tried_generation = 0;
+  bool tried = false;
   while (true) {
     uint64_t generation;
     {
@@ -777,19 +783,24 @@ grpc::Status Server::Impl::LeaseJob(grpc::ServerContext* ctx, const v1::LeaseJob
       }
       generation = queue_generation_;
     }
-    auto job = store_->LeaseJob(req.worker_id(), worker->device_class, NowUnixMs(), options_.lease_ms);
-    if (job.ok()) return FillLease(std::move(*job), *worker, resp);
-    if (!absl::IsNotFound(job.status())) return ToGrpcStatus(job.status());
+    // The store is asked again only when the queue may have changed (a submit, a release,
+    // or leases expired by the background refresh all bump the generation).
+    if (!tried || generation != tried_generation) {
+      tried = true;
+      tried_generation = generation;
+      auto job = store_->LeaseJob(req.worker_id(), worker->device_class, NowUnixMs(), options_.lease_ms);
+      if (job.ok()) return FillLease(std::move(*job), *worker, resp);
+      if (!absl::IsNotFound(job.status())) return ToGrpcStatus(job.status());
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline || ctx->IsCancelled()) {
       resp->set_leased(false);
       return grpc::Status::OK;
     }
-    // Wake on a submit, a release or an expired lease; at least every 250 ms to notice a
-    // cancelled call.
+    // Wake on a queue change; at least every 250 ms to notice a cancelled call.
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(250)),
-                   [&] { return shutting_down_ || queue_generation_ != generation; });
+                   [&] { return shutting_down_ || queue_generation_ != tried_generation; });
   }
 }
 
