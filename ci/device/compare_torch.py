@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -160,6 +161,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="seed S=2048 and the bf16 shapes only")
     args = ap.parse_args()
 
+    warnings.filterwarnings("ignore")  # sdpa_kernel explains every backend it skips
     torch.manual_seed(0)
     torch.cuda.init()
     ft = Fusetune(args.lib)
