@@ -76,6 +76,8 @@ if step sweep; then
     rc=$?
     tail -20 "$OUT/sweep.log"
     "$B/bin/fusetune" report --db "$OUT/fusetune.db" > "$OUT/report.txt" 2>&1
+    echo >> "$OUT/report.txt"
+    python3 "$ROOT/ci/device/sweep_summary.py" "$OUT/fusetune.db" >> "$OUT/report.txt" 2>&1
     cat "$OUT/report.txt"
     summary+=("sweep: rc=$rc $((SECONDS - t0))s")
   else
