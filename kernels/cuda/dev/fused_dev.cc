@@ -466,6 +466,20 @@ int RunBench(const char* csv_path, int samples, uint64_t seed, bool quick) {
   return failures == 0 ? 0 : 1;
 }
 
+// One config on one problem, a few plain launches (for ncu), then the time of each.
+int RunOne(const AttentionProblem& p, const KernelConfig& c, int launches, uint64_t seed) {
+  if (auto s = fusetune::cuda::FusedCanImplement(p, c, SmemLimit()); !s.ok()) {
+    std::printf("cannot run: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  ProblemData data(p, seed);
+  DeviceBuffer flush(size_t{256} << 20);
+  const Timing t = TimeConfig(data, c, flush, std::max(launches, 3));
+  std::printf("%s %s median %.1f us, %.1f TFLOP/s\n", p.Key().c_str(), c.Key().c_str(),
+              t.median_us, p.Flops() / (t.median_us * 1e-6) / 1e12);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -483,6 +497,16 @@ int main(int argc, char** argv) {
   std::printf("seed: %llu\n", static_cast<unsigned long long>(seed));
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "check") return RunChecks(seed);
+  if (mode == "one" && argc >= 4) {  // fused_dev one <problem key> <config key> [launches]
+    auto problem = AttentionProblem::FromKey(argv[2]);
+    auto config = KernelConfig::FromKey(argv[3]);
+    if (!problem.ok() || !config.ok()) {
+      std::fprintf(stderr, "bad key: %s %s\n", std::string(problem.status().message()).c_str(),
+                   std::string(config.status().message()).c_str());
+      return 2;
+    }
+    return RunOne(*problem, *config, argc > 4 ? std::atoi(argv[4]) : 5, seed);
+  }
   if (mode == "bench" || mode == "quick") {
     const char* csv = argc > 2 ? argv[2] : nullptr;
     const int samples = argc > 3 ? std::atoi(argv[3]) : 30;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs on the lent H200 (device tool): correctness checks, then timing, then PyTorch SDPA
 # reference timings on the same shapes. Results go to $OUT. Usage:
-#   kernels/cuda/dev/run_on_device.sh [check|bench|all] [samples]
+#   kernels/cuda/dev/run_on_device.sh [check|bench|quick|all|final] [samples]
+# final = checks of the default and the wgmma path, full bench, quick bench with wgmma (no torch).
 set -uo pipefail
 mode=${1:-all}
 samples=${2:-30}
@@ -13,8 +14,15 @@ out=${OUT:-/tmp/fused-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 rc=0
-if [[ $mode == check || $mode == all ]]; then
-  "$carry/fused_dev" check 2>&1 | tee "$out/check.log" || rc=1
+if [[ $mode == check || $mode == all || $mode == final ]]; then
+  "$carry/fused_dev" check > "$out/check.log" 2>&1 || rc=1
+fi
+if [[ $mode == final ]]; then
+  FUSETUNE_FUSED_WGMMA=1 "$carry/fused_dev" check > "$out/check_wgmma.log" 2>&1 || rc=1
+  "$carry/fused_dev" bench "$out/bench.csv" "$samples" > "$out/bench.log" 2>&1 || rc=1
+  FUSETUNE_FUSED_WGMMA=1 "$carry/fused_dev" quick "$out/bench_wgmma.csv" "$samples" > "$out/bench_wgmma.log" 2>&1 || rc=1
+  grep -h SUMMARY "$out/check.log" "$out/check_wgmma.log"
+  sed -n '/BEST PER SHAPE/,$p' "$out/bench_wgmma.log"
 fi
 if [[ $mode == bench || $mode == all || $mode == quick ]]; then
   bm=bench; [[ $mode == quick ]] && bm=quick

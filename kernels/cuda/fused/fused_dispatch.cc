@@ -1,6 +1,7 @@
 // Host side of the fused kernel: API checks (FusedCanImplement), the instance lookup and the
 // conversion of AttentionParams into the kernels' plain argument block (LaunchFused).
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,21 @@
 #include "fused/fused_instance.h"
 
 namespace fusetune::cuda {
+namespace fused {
+
+bool WgmmaEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("FUSETUNE_FUSED_WGMMA");
+    if (env == nullptr || env[0] != '1') return false;
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           major == 9;
+  }();
+  return enabled;
+}
+
+}  // namespace fused
 namespace {
 
 using fused::FusedInstance;

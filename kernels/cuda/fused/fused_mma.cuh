@@ -18,6 +18,7 @@
 
 #include "fused_common.cuh"
 #include "fused_simt.cuh"  // FastExp2
+#include "fused_wgmma.cuh"
 
 namespace fusetune::cuda::fused {
 
@@ -67,34 +68,6 @@ __device__ __forceinline__ void Mma<float>(float (&c)[4], const uint32_t (&a)[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <typename T>
-__device__ __forceinline__ uint32_t PackPair(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t PackPair<__half>(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t PackPair<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-
-template <typename T>
-__device__ __forceinline__ void StorePair(T* p, float x, float y);
-template <>
-__device__ __forceinline__ void StorePair<float>(float* p, float x, float y) {
-  *reinterpret_cast<float2*>(p) = make_float2(x, y);
-}
-template <>
-__device__ __forceinline__ void StorePair<__half>(__half* p, float x, float y) {
-  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void StorePair<__nv_bfloat16>(__nv_bfloat16* p, float x, float y) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-
 template <typename T, int D, int BM, int BS, int W, int ST>
 struct MmaTraits {
   using Storage = T;
@@ -109,6 +82,14 @@ struct MmaTraits {
   static constexpr int kNTiles = BS / 8;
   static constexpr int kDTiles = D / 8;
   static constexpr int kSmemBytes = (BM + 2 * ST * BS) * kRowBytes;
+  // Q fragments stay in registers for the whole loop when they cost at most 32 registers;
+  // otherwise (head_dim 128 with two m16 tiles, tf32 head_dim 128) they are re-read from
+  // shared memory at every k-step, which keeps the kernel under 255 registers.
+  static constexpr bool kQInRegisters = kMTiles * kQkSteps * 4 <= 32;
+  // Small head_dim-64 blocks of 4 warps fit three per SM by shared memory; cap registers at
+  // 168 so that registers do not cut that to two (measured: occupancy dominates there).
+  static constexpr int kMinBlocksPerSm =
+      (kThreads == 128 && kMTiles == 1 && D == 64 && 3 * (kSmemBytes + 1024) <= 228 * 1024) ? 3 : 1;
   static_assert(kRowsPerWarp % 16 == 0, "block_m / warps must be a multiple of 16");
   static_assert(BS % 16 == 0, "block_s must be a multiple of 16");
   static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
@@ -126,7 +107,7 @@ constexpr PrecisionCode MmaPrecisionOf() {
 }
 
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads)
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
     FusedMmaKernel(const FusedKernelArgs a) {
   using T = typename Tr::Storage;
   constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
@@ -178,15 +159,30 @@ __global__ void __launch_bounds__(Tr::kThreads)
 
   LoadTileAsync<T, BM, D, P, NT>(sQ, q_ptr, a.q_row_stride, q_rows, tid);
   CpAsyncCommit();
-  auto load_kv = [&](int tile, int buf) {
+  auto load_k = [&](int tile, int buf) {
     const int key0 = tile * BS;
     const int valid = min(BS, g.k_vis - key0);
     LoadTileAsync<T, BS, D, P, NT>(sK + buf * BS * P, k_ptr + key0 * a.k_row_stride,
                                    a.k_row_stride, valid, tid);
+  };
+  auto load_v = [&](int tile, int buf) {
+    const int key0 = tile * BS;
+    const int valid = min(BS, g.k_vis - key0);
     LoadTileAsync<T, BS, D, P, NT>(sV + buf * BS * P, v_ptr + key0 * a.v_row_stride,
                                    a.v_row_stride, valid, tid);
   };
-  if constexpr (ST > 1) {
+  auto load_kv = [&](int tile, int buf) {
+    load_k(tile, buf);
+    load_v(tile, buf);
+  };
+  if constexpr (ST == 1) {
+    // One K and one V buffer (FlashAttention-2 order): V_j streams in during S_j and the
+    // softmax, K_{j+1} during PV_j.
+    load_k(0, 0);
+    CpAsyncCommit();
+    load_v(0, 0);
+    CpAsyncCommit();
+  } else {
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {
       if (s < n_tiles) load_kv(s, s);
@@ -197,7 +193,8 @@ __global__ void __launch_bounds__(Tr::kThreads)
   int row_vis[MT][2];
   float m_run[MT][2], l_run[MT][2];
   float acc[MT][DTILES][4];
-  uint32_t qf[MT][QKS][4];
+  constexpr bool kQRegs = Tr::kQInRegisters;
+  uint32_t qf[MT][kQRegs ? QKS : 1][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -225,27 +222,36 @@ __global__ void __launch_bounds__(Tr::kThreads)
   for (int j = 0; j < n_tiles; ++j) {
     const int buf = j % ST;
     if constexpr (ST == 1) {
-      load_kv(j, 0);
+      if (j == 0) {
+        CpAsyncWait<1>();
+      } else {
+        CpAsyncWait<0>();
+      }
+      __syncthreads();  // K_j (and Q) resident; every warp is done with PV of tile j-1
+      if (j > 0) load_v(j, 0);
       CpAsyncCommit();
+    } else {
+      CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
+      __syncthreads();  // tile j (and Q) resident; every warp is done with tile j-1
     }
-    CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
-    __syncthreads();  // tile j (and Q) resident; every warp is done with tile j-1
     if constexpr (ST > 1) {
       const int jn = j + ST - 1;
       if (jn < n_tiles) load_kv(jn, jn % ST);
       CpAsyncCommit();
     }
-    if (j == 0) {
+    if constexpr (kQRegs) {
+      if (j == 0) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int ks = 0; ks < QKS; ++ks) {
-          LdMatrixX4(qf[mt][ks], sQ_addr + (warp_row0 + mt * 16) * RB + a_lane_off + ks * 32);
-          if constexpr (kTf32) {
+          for (int ks = 0; ks < (kQRegs ? QKS : 1); ++ks) {
+            LdMatrixX4(qf[mt][ks], sQ_addr + (warp_row0 + mt * 16) * RB + a_lane_off + ks * 32);
+            if constexpr (kTf32) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) qf[mt][ks][e] = RoundToTf32(qf[mt][ks][e]);
+              for (int e = 0; e < 4; ++e) qf[mt][ks][e] = RoundToTf32(qf[mt][ks][e]);
+            }
           }
-        }
+      }
     }
 
     // S = Q K^T
@@ -259,6 +265,17 @@ __global__ void __launch_bounds__(Tr::kThreads)
     const uint32_t k_base = sK_addr + buf * BS * RB + b_lane_off;
 #pragma unroll
     for (int ks = 0; ks < QKS; ++ks) {
+      if constexpr (!kQRegs) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          LdMatrixX4(qf[mt][0], sQ_addr + (warp_row0 + mt * 16) * RB + a_lane_off + ks * 32);
+          if constexpr (kTf32) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) qf[mt][0][e] = RoundToTf32(qf[mt][0][e]);
+          }
+        }
+      }
+      constexpr int kq = 0;
 #pragma unroll
       for (int np = 0; np < NTILES / 2; ++np) {
         uint32_t kb[4];
@@ -269,8 +286,9 @@ __global__ void __launch_bounds__(Tr::kThreads)
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          Mma<T>(s[mt][2 * np], qf[mt][ks], kb[0], kb[1]);
-          Mma<T>(s[mt][2 * np + 1], qf[mt][ks], kb[2], kb[3]);
+          const uint32_t(&qa)[4] = qf[mt][kQRegs ? ks : kq];
+          Mma<T>(s[mt][2 * np], qa, kb[0], kb[1]);
+          Mma<T>(s[mt][2 * np + 1], qa, kb[2], kb[3]);
         }
       }
     }
@@ -317,6 +335,13 @@ __global__ void __launch_bounds__(Tr::kThreads)
           acc[mt][dt][2 * r + 1] *= alpha;
         }
       }
+
+    if constexpr (ST == 1) {
+      CpAsyncWait<0>();
+      __syncthreads();  // V_j resident; every warp is done with K_j
+      if (j + 1 < n_tiles) load_k(j + 1, 0);
+      CpAsyncCommit();
+    }
 
     // O += P V
     const uint32_t v_tile = sV_addr + buf * BS * RB;
@@ -376,7 +401,6 @@ __global__ void __launch_bounds__(Tr::kThreads)
         }
       }
     }
-    if constexpr (ST == 1) __syncthreads();  // before the next tile overwrites buffer 0
   }
   CpAsyncWait<0>();
 
@@ -408,6 +432,10 @@ __global__ void __launch_bounds__(Tr::kThreads)
 
 template <class Tr>
 cudaError_t LaunchMma(const FusedKernelArgs& a, cudaStream_t stream) {
+  using T = typename Tr::Storage;
+  if constexpr (WgmmaEligible<T, Tr::kHeadDim, Tr::kBlockM, Tr::kBlockS, Tr::kWarps>()) {
+    if (WgmmaEnabled()) return LaunchWgmma<Tr>(a, stream);
+  }
   auto kernel = FusedMmaKernel<Tr>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);

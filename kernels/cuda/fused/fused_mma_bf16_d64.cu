@@ -12,6 +12,8 @@ FusedInstanceList MmaBf16D64Instances() {
       MmaInstance<T, 64, 128, 64, 8, 1>(),  MmaInstance<T, 64, 128, 64, 8, 2>(),
       MmaInstance<T, 64, 128, 128, 8, 1>(), MmaInstance<T, 64, 128, 128, 8, 2>(),
       MmaInstance<T, 64, 128, 64, 4, 1>(),  MmaInstance<T, 64, 128, 64, 4, 2>(),
+      // two m16 tiles per warp: half the K/V shared-memory reads per FLOP
+      MmaInstance<T, 64, 64, 64, 2, 1>(),   MmaInstance<T, 64, 64, 64, 2, 2>(),
   };
   return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
 }

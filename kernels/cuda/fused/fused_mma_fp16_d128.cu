@@ -12,6 +12,8 @@ FusedInstanceList MmaFp16D128Instances() {
       MmaInstance<T, 128, 128, 32, 8, 1>(),  MmaInstance<T, 128, 128, 32, 8, 2>(),
       MmaInstance<T, 128, 128, 64, 8, 1>(),  MmaInstance<T, 128, 128, 64, 8, 2>(),
       MmaInstance<T, 128, 128, 128, 8, 1>(), MmaInstance<T, 128, 128, 128, 8, 2>(),
+      // two m16 tiles per warp (Q re-read from shared memory): half the K/V reads per FLOP
+      MmaInstance<T, 128, 128, 64, 4, 2>(),  MmaInstance<T, 128, 128, 32, 4, 2>(),
   };
   return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
 }

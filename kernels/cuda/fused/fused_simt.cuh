@@ -1,10 +1,11 @@
 // Fused attention forward on CUDA cores in exact fp32 (every product and sum is an fp32 FMA;
 // storage of any dtype is converted to fp32 on load).
 //
-// Block: block_m query rows of one (sequence, head); 16 x (2*warps) threads. Thread (tx, ty)
-// owns query rows ty + 2W*i (i < TM) and, for S = Q K^T, keys tx + 16*j (j < TN); for O it
-// owns column chunks tx*4 + 64*c. Rows of a thread's 16-lane half-warp are the same, so row
-// max/sum reductions are shuffles within 16 lanes. P goes through shared memory between the
+// Block: block_m query rows of one (sequence, head); TX x TY threads (TX = 8 or 16 threads
+// per row, chosen so a thread owns 8 rows where possible). Thread (tx, ty) owns query rows
+// ty + TY*i (i < TM) and, for S = Q K^T, keys tx + TX*j (j < TN); for O it owns column chunks
+// tx*4 + 4*TX*c. The TX lanes of a row are consecutive, so row max/sum reductions are
+// shuffles within TX lanes. P goes through shared memory between the
 // two products. K/V tiles stream through `stages` cp.async buffers (zero-filled tails);
 // Q is converted to fp32 once. Strided key ownership + padded rows keep shared-memory reads
 // free of bank conflicts (see README.md).
@@ -28,19 +29,24 @@ struct SimtTraits {
   using Storage = T;
   static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kWarps = W, kStages = ST;
   static constexpr int kThreads = 32 * W;
-  static constexpr int kRowThreads = 2 * W;       // ty extent
-  static constexpr int kTm = BM / kRowThreads;    // rows per thread
-  static constexpr int kTn = BS / 16;             // keys per thread
-  static constexpr int kDChunks = D / 64;         // float4 output chunks per thread
-  static constexpr int kQPitch = D + 4;           // fp32 elements
+  // Threads sharing a query row (8 or 16): chosen so that each thread owns 8 rows when the
+  // block allows it (a larger register tile means fewer shared-memory loads per FMA).
+  static constexpr int kTx = kThreads * 8 / BM < 8 ? 8 : (kThreads * 8 / BM > 16 ? 16 : kThreads * 8 / BM);
+  static constexpr int kRowThreads = kThreads / kTx;  // ty extent
+  static constexpr int kTm = BM / kRowThreads;        // rows per thread
+  static constexpr int kTn = BS / kTx;                // keys per thread
+  static constexpr int kDChunks = D / (4 * kTx);      // float4 output chunks per thread
+  static constexpr int kQPitch = D + 4;               // fp32 elements
   static constexpr int kKvPitch = D + 16 / static_cast<int>(sizeof(T));
-  static constexpr int kPPitch = BS + 16;         // the two half-warps land on disjoint banks
+  // Rows of P written by one warp land on disjoint banks.
+  static constexpr int kPPitch = BS + (kTx == 8 ? 8 : 16);
   static constexpr int kSmemBytes = BM * kQPitch * 4 +
                                     2 * ST * BS * kKvPitch * static_cast<int>(sizeof(T)) +
                                     BM * kPPitch * 4;
   static_assert(BM % kRowThreads == 0, "block_m must be a multiple of 2*warps");
-  static_assert(BS % 16 == 0, "block_s must be a multiple of 16");
-  static_assert(D % 64 == 0, "head_dim must be a multiple of 64");
+  static_assert(kTx == 8 || kTx == 16, "8 or 16 threads per row");
+  static_assert(BS % kTx == 0 && BS % 4 == 0, "block_s must be a multiple of the row threads");
+  static_assert(D % (4 * kTx) == 0, "head_dim must be a multiple of 4 * row threads");
   static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
 };
 
@@ -49,7 +55,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
     FusedSimtKernel(const FusedKernelArgs a) {
   using T = typename Tr::Storage;
   constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
-  constexpr int NT = Tr::kThreads, TY = Tr::kRowThreads, TM = Tr::kTm, TN = Tr::kTn;
+  constexpr int NT = Tr::kThreads, TX = Tr::kTx, TY = Tr::kRowThreads, TM = Tr::kTm, TN = Tr::kTn;
   constexpr int DC = Tr::kDChunks, QP = Tr::kQPitch, KP = Tr::kKvPitch, PP = Tr::kPPitch;
 
   extern __shared__ __align__(16) unsigned char simt_smem[];
@@ -75,7 +81,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
              static_cast<int64_t>(head) * a.o_head_stride;
 
   const int tid = threadIdx.x;
-  const int tx = tid % 16, ty = tid / 16;
+  const int tx = tid % TX, ty = tid / TX;
   const int max_vis = VisibleKeys(g, causal, m0 + q_rows - 1);
   const int min_vis = VisibleKeys(g, causal, m0);
   const int n_tiles = CeilDiv(max_vis, BS);
@@ -88,7 +94,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
       if (r < q_rows) {
 #pragma unroll
         for (int c = 0; c < DC; ++c) {
-          Store4FromFloat<T>(o_ptr + r * a.o_row_stride + tx * 4 + 64 * c,
+          Store4FromFloat<T>(o_ptr + r * a.o_row_stride + tx * 4 + 4 * TX * c,
                              make_float4(0.f, 0.f, 0.f, 0.f));
         }
       }
@@ -96,15 +102,30 @@ __global__ void __launch_bounds__(Tr::kThreads)
     return;
   }
 
-  auto load_kv = [&](int tile, int buf) {
+  auto load_k = [&](int tile, int buf) {
     const int key0 = tile * BS;
     const int valid = min(BS, g.k_vis - key0);
     LoadTileAsync<T, BS, D, KP, NT>(sK + buf * BS * KP, k_ptr + key0 * a.k_row_stride,
                                     a.k_row_stride, valid, tid);
+  };
+  auto load_v = [&](int tile, int buf) {
+    const int key0 = tile * BS;
+    const int valid = min(BS, g.k_vis - key0);
     LoadTileAsync<T, BS, D, KP, NT>(sV + buf * BS * KP, v_ptr + key0 * a.v_row_stride,
                                     a.v_row_stride, valid, tid);
   };
-  if constexpr (ST > 1) {
+  auto load_kv = [&](int tile, int buf) {
+    load_k(tile, buf);
+    load_v(tile, buf);
+  };
+  if constexpr (ST == 1) {
+    // One K and one V buffer (FlashAttention-2 order): V_j streams in during S_j and the
+    // softmax, K_{j+1} during PV_j.
+    load_k(0, 0);
+    CpAsyncCommit();
+    load_v(0, 0);
+    CpAsyncCommit();
+  } else {
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {
       if (s < n_tiles) load_kv(s, s);
@@ -135,11 +156,18 @@ __global__ void __launch_bounds__(Tr::kThreads)
   for (int j = 0; j < n_tiles; ++j) {
     const int buf = j % ST;
     if constexpr (ST == 1) {
-      load_kv(j, 0);
+      if (j == 0) {
+        CpAsyncWait<1>();
+      } else {
+        CpAsyncWait<0>();
+      }
+      __syncthreads();  // K_j (and Q) resident; every warp is done with PV of tile j-1
+      if (j > 0) load_v(j, 0);
       CpAsyncCommit();
+    } else {
+      CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
+      __syncthreads();  // tile j (and Q) resident; every warp is done with tile j-1
     }
-    CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
-    __syncthreads();  // tile j resident; every thread is done with tile j-1 and its P
     if constexpr (ST > 1) {
       const int jn = j + ST - 1;
       if (jn < n_tiles) load_kv(jn, jn % ST);
@@ -160,7 +188,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
 #pragma unroll
       for (int i = 0; i < TM; ++i) qv[i] = *reinterpret_cast<const float4*>(sQ + (ty + TY * i) * QP + kk);
 #pragma unroll
-      for (int n = 0; n < TN; ++n) kv[n] = Load4AsFloat<T>(k_s + (tx + 16 * n) * KP + kk);
+      for (int n = 0; n < TN; ++n) kv[n] = Load4AsFloat<T>(k_s + (tx + TX * n) * KP + kk);
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -177,17 +205,17 @@ __global__ void __launch_bounds__(Tr::kThreads)
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int n = 0; n < TN; ++n)
-          if (j * BS + tx + 16 * n >= row_vis[i]) s[i][n] = -INFINITY;
+          if (j * BS + tx + TX * n >= row_vis[i]) s[i][n] = -INFINITY;
     }
 
-    // Online softmax; each row lives in one 16-lane half-warp.
+    // Online softmax; each row lives in TX consecutive lanes.
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       float mx = s[i][0];
 #pragma unroll
       for (int n = 1; n < TN; ++n) mx = fmaxf(mx, s[i][n]);
 #pragma unroll
-      for (int off = 8; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      for (int off = TX / 2; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
       const float m_new = fmaxf(m_run[i], mx);
       const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
       const float alpha = FastExp2(m_run[i] * c_log2 - m_scaled);
@@ -196,14 +224,21 @@ __global__ void __launch_bounds__(Tr::kThreads)
 #pragma unroll
       for (int n = 0; n < TN; ++n) {
         const float p = FastExp2(fmaf(s[i][n], c_log2, -m_scaled));
-        sP[(ty + TY * i) * PP + tx + 16 * n] = p;
+        sP[(ty + TY * i) * PP + tx + TX * n] = p;
         sum += p;
       }
       l_run[i] = l_run[i] * alpha + sum;
 #pragma unroll
       for (int d = 0; d < DC * 4; ++d) acc[i][d] *= alpha;
     }
-    __syncthreads();  // P complete
+    if constexpr (ST == 1) {
+      CpAsyncWait<0>();
+      __syncthreads();  // V_j resident and P complete; every warp is done with K_j
+      if (j + 1 < n_tiles) load_k(j + 1, 0);
+      CpAsyncCommit();
+    } else {
+      __syncthreads();  // P complete
+    }
 
     // O += P V
 #pragma unroll 2
@@ -215,7 +250,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
       for (int u = 0; u < 4; ++u) {
         float4 vv[DC];
 #pragma unroll
-        for (int c = 0; c < DC; ++c) vv[c] = Load4AsFloat<T>(v_s + (kk + u) * KP + tx * 4 + 64 * c);
+        for (int c = 0; c < DC; ++c) vv[c] = Load4AsFloat<T>(v_s + (kk + u) * KP + tx * 4 + 4 * TX * c);
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
           const float p = u == 0 ? pv[i].x : u == 1 ? pv[i].y : u == 2 ? pv[i].z : pv[i].w;
@@ -229,7 +264,6 @@ __global__ void __launch_bounds__(Tr::kThreads)
         }
       }
     }
-    if constexpr (ST == 1) __syncthreads();  // before the next tile overwrites buffer 0 and P
   }
   CpAsyncWait<0>();
 
@@ -237,13 +271,13 @@ __global__ void __launch_bounds__(Tr::kThreads)
   for (int i = 0; i < TM; ++i) {
     float l = l_run[i];
 #pragma unroll
-    for (int off = 8; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    for (int off = TX / 2; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int r = ty + TY * i;
     if (r < q_rows) {
 #pragma unroll
       for (int c = 0; c < DC; ++c) {
-        Store4FromFloat<T>(o_ptr + r * a.o_row_stride + tx * 4 + 64 * c,
+        Store4FromFloat<T>(o_ptr + r * a.o_row_stride + tx * 4 + 4 * TX * c,
                            make_float4(acc[i][c * 4 + 0] * inv, acc[i][c * 4 + 1] * inv,
                                        acc[i][c * 4 + 2] * inv, acc[i][c * 4 + 3] * inv));
       }

@@ -8,7 +8,8 @@ FusedInstanceList SimtFp32StorageInstances() {
       // head_dim 64: block_m, block_s, warps, stages
       SimtInstance<float, 64, 64, 64, 4, 1>(),   SimtInstance<float, 64, 64, 64, 4, 2>(),
       SimtInstance<float, 64, 64, 32, 4, 1>(),   SimtInstance<float, 64, 64, 32, 4, 2>(),
-      SimtInstance<float, 64, 64, 64, 8, 1>(),   SimtInstance<float, 64, 64, 64, 8, 2>(),
+      SimtInstance<float, 64, 64, 64, 2, 1>(),   SimtInstance<float, 64, 64, 64, 2, 2>(),
+      SimtInstance<float, 64, 128, 64, 4, 1>(),  SimtInstance<float, 64, 64, 64, 8, 2>(),
       SimtInstance<float, 64, 128, 64, 8, 1>(),  SimtInstance<float, 64, 128, 64, 8, 2>(),
       SimtInstance<float, 64, 128, 32, 8, 1>(),  SimtInstance<float, 64, 128, 32, 8, 2>(),
       // head_dim 128
