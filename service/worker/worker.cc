@@ -63,7 +63,7 @@ struct Worker::Shared {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::WorkerService::Stub> worker_stub;
   std::unique_ptr<v1::TuningService::Stub> tuning_stub;
-  const std::atomic<bool>* stop = nullptr;  // Worker::stop_requested_
+  std::atomic<bool> stop{false};  // Worker::RequestStop
 
   std::atomic<int64_t> jobs_reserved{0};   // leased or being leased, for max_jobs
   std::atomic<int64_t> jobs_completed{0};
@@ -79,7 +79,7 @@ struct Worker::Shared {
   absl::Mutex calls_mu;
   absl::flat_hash_set<grpc::ClientContext*> calls ABSL_GUARDED_BY(calls_mu);
 
-  bool stopping() const { return stop->load(std::memory_order_relaxed); }
+  bool stopping() const { return stop.load(std::memory_order_relaxed); }
   bool max_jobs_done() const {
     return options.max_jobs > 0 && jobs_completed.load() + jobs_failed.load() >= options.max_jobs;
   }
@@ -126,12 +126,13 @@ struct Worker::Shared {
 
 class Worker::DeviceRunner {
  public:
-  DeviceRunner(Shared& shared, int slot, int device_index, std::unique_ptr<Backend> backend,
+  DeviceRunner(std::shared_ptr<Shared> shared, int slot, int device_index, std::unique_ptr<Backend> backend,
                std::unique_ptr<TrialSpool> spool, int thread_cap)
-      : shared_(shared),
+      : shared_owner_(shared),
+        shared_(*shared),
         slot_(slot),
         device_index_(device_index),
-        worker_id_(absl::StrCat(shared.options.worker_id, "-d", slot)),
+        worker_id_(absl::StrCat(shared->options.worker_id, "-d", slot)),
         backend_(std::move(backend)),
         spool_(std::move(spool)),
         thread_cap_(thread_cap) {
@@ -230,7 +231,7 @@ class Worker::DeviceRunner {
         absl::Status st = Lease(lease);
         if (!st.ok() || !lease.leased()) {
           if (shared_.options.max_jobs > 0) shared_.jobs_reserved.fetch_sub(1);
-          if (!st.ok()) {
+          if (!st.ok() && !shared_.stopping() && !shared_.max_jobs_done()) {
             if (absl::IsNotFound(st) || absl::IsFailedPrecondition(st)) Register();  // server forgot us
             const int64_t delay = backoff.NextDelayMs();
             Log(absl::StrCat("lease failed: ", StatusText(st), "; retry in ", delay, " ms"));
@@ -239,8 +240,9 @@ class Worker::DeviceRunner {
           continue;
         }
         backoff.Reset();
+        holds_reservation_.store(shared_.options.max_jobs > 0);
         const bool finished = RunJob(lease);
-        if (!finished && shared_.options.max_jobs > 0) shared_.jobs_reserved.fetch_sub(1);
+        if (!finished) ReturnReservation();
       }
     }
     main_done_.store(true);
@@ -272,6 +274,12 @@ class Worker::DeviceRunner {
     Log(absl::StrCat("spool drained (", spool_->pending_count(), " parked for runs not held)"));
   }
 
+  // A job that did not finish here frees its max_jobs slot for another device (once: the
+  // watchdog and the main thread may both get here).
+  void ReturnReservation() {
+    if (holds_reservation_.exchange(false)) shared_.jobs_reserved.fetch_sub(1);
+  }
+
   bool RecreateBackend() {
     absl::StatusOr<std::unique_ptr<Backend>> b = shared_.options.backend_factory(device_index_);
     if (!b.ok()) {
@@ -299,6 +307,7 @@ class Worker::DeviceRunner {
     cancel_.store(false);
     lease_lost_.store(false);
     hung_.store(false);
+    device_error_.store(false);
     {
       std::lock_guard<std::mutex> lock(job_mu_);
       job_id_ = job_id;
@@ -340,12 +349,44 @@ class Worker::DeviceRunner {
     const size_t resumed = known->size();
     TrialLookup lookup = LookupInTrials(*std::move(known));
 
+    // Trials go to the spool, except the evidence of a broken device: launch failures are
+    // held back while they form a streak, and a streak of device_error_streak of them marks
+    // the device failed and is discarded, so that the next holder of the job measures those
+    // configs on a healthy device instead of resuming from the broken device's failures.
+    // A trial that a hung device returns after the watchdog gave up is discarded too.
     class SpoolSink : public TrialSink {
      public:
       explicit SpoolSink(DeviceRunner& d) : d_(d) {}
       absl::Status RecordTrial(const Trial& trial) override {
-        absl::Status s = d_.spool_->RecordTrial(SanitizeForUpload(trial));
         d_.last_trial_ms_.store(NowMs());
+        if (d_.hung_.load() || d_.device_error_.load()) return absl::OkStatus();
+        const int streak = d_.shared_.options.device_error_streak;
+        if (trial.outcome == TrialOutcome::kLaunchFailed && streak > 0) {
+          held_.push_back(trial);
+          if (static_cast<int>(held_.size()) >= streak) {
+            d_.Log(absl::StrCat(streak, " launch failures in a row (last: ", trial.message,
+                                "); device considered failed"));
+            held_.clear();
+            d_.device_error_.store(true);
+            d_.cancel_.store(true);
+          }
+          return absl::OkStatus();
+        }
+        if (absl::Status s = Flush(); !s.ok()) return s;
+        return Append(trial);
+      }
+      // Records the held-back failures (they were not a device failure after all).
+      absl::Status Flush() {
+        for (const Trial& t : held_) {
+          if (absl::Status s = Append(t); !s.ok()) return s;
+        }
+        held_.clear();
+        return absl::OkStatus();
+      }
+
+     private:
+      absl::Status Append(const Trial& trial) {
+        absl::Status s = d_.spool_->RecordTrial(SanitizeForUpload(trial));
         if (s.ok()) {
           d_.shared_.trials_recorded.fetch_add(1);
           d_.upload_cv_.notify_all();
@@ -356,9 +397,8 @@ class Worker::DeviceRunner {
         }
         return s;
       }
-
-     private:
       DeviceRunner& d_;
+      std::vector<Trial> held_;
     } sink(*this);
 
     // The sweep stops between trials when we stop, lose the lease, or hang.
@@ -396,6 +436,14 @@ class Worker::DeviceRunner {
       shared_.jobs_lost.fetch_add(1);
       return finish(false);
     }
+    if (device_error_.load()) {
+      shared_.device_failures.fetch_add(1);
+      WaitUploaded(run_id, shared_.options.shutdown_upload_timeout);
+      Release(job_id, "device failure");
+      MarkDeviceFailed();
+      return finish(false);
+    }
+    if (absl::Status flushed = sink.Flush(); result.ok() && !flushed.ok()) result = flushed;
     if (!result.ok()) {
       shared_.device_failures.fetch_add(1);
       Log(absl::StrCat("job ", job_id, ": sweep failed: ", StatusText(result.status()),
@@ -407,7 +455,7 @@ class Worker::DeviceRunner {
     }
     const bool complete = !result->cancelled;
     Log(absl::StrCat("job ", job_id, ": sweep ", complete ? "finished" : "stopped", " in ",
-                     absl::FormatDuration(absl::Now() - t0), " (", result->trials_measured, " measured, ",
+                     absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Milliseconds(1))), " (", result->trials_measured, " measured, ",
                      result->trials_resumed, " resumed of ", resumed, " known)"));
     if (!complete) {  // stopping: give the job back with everything measured so far
       WaitUploaded(run_id, shared_.options.shutdown_upload_timeout);
@@ -580,6 +628,7 @@ class Worker::DeviceRunner {
         Log(absl::StrCat("watchdog: no trial finished in ", absl::FormatDuration(shared_.options.trial_timeout),
                          "; device considered hung, releasing job ", job_id));
         Release(job_id, "device hung");
+        ReturnReservation();
         std::lock_guard<std::mutex> lock(job_mu_);
         job_id_ = 0;
         continue;
@@ -728,6 +777,7 @@ class Worker::DeviceRunner {
     return FromGrpcStatus(st);
   }
 
+  const std::shared_ptr<Shared> shared_owner_;
   Shared& shared_;
   const int slot_;
   const int device_index_;
@@ -754,6 +804,8 @@ class Worker::DeviceRunner {
   std::atomic<bool> cancel_{false};
   std::atomic<bool> lease_lost_{false};
   std::atomic<bool> hung_{false};
+  std::atomic<bool> device_error_{false};  // a streak of launch failures
+  std::atomic<bool> holds_reservation_{false};  // the running job counts toward max_jobs
   std::atomic<bool> sweep_running_{false};
   std::atomic<bool> sweep_done_{false};
   std::atomic<int64_t> last_trial_ms_{0};
@@ -768,9 +820,9 @@ class Worker::DeviceRunner {
 
 // ----------------------------------------------------------------------------- Worker
 
-Worker::Worker(std::unique_ptr<Shared> shared) : shared_(std::move(shared)) {
-  shared_->stop = &stop_requested_;
-}
+Worker::Worker(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+void Worker::RequestStop() { shared_->stop.store(true, std::memory_order_relaxed); }
 
 Worker::~Worker() = default;
 
@@ -827,7 +879,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
     };
   }
 
-  auto shared = std::make_unique<Shared>();
+  auto shared = std::make_shared<Shared>();
   grpc::ChannelArguments args;
   // gRPC's own reconnect backoff defaults to a 120 s cap; bound it like ours.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.initial_ms));
@@ -857,7 +909,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
         (std::filesystem::path(options.spool_dir) / absl::StrCat(options.worker_id, "-d", slot, ".spool")).string();
     absl::StatusOr<std::unique_ptr<TrialSpool>> spool = TrialSpool::Open(spool_path);
     if (!spool.ok()) return spool.status();
-    worker->devices_.push_back(std::make_unique<DeviceRunner>(*worker->shared_, slot, slot, *std::move(backend),
+    worker->devices_.push_back(std::make_unique<DeviceRunner>(worker->shared_, slot, slot, *std::move(backend),
                                                               *std::move(spool), thread_cap));
   }
   return worker;

@@ -22,7 +22,9 @@
 // Failures: RPC errors are retried with capped, jittered exponential backoff (and the gRPC
 // channel reconnects with a bounded backoff of its own). A device whose sweep fails (a
 // backend or spool error, or a hung trial caught by the watchdog) releases its job back to
-// the queue and is retried after device_retry; the other devices carry on.
+// the queue and is retried after device_retry; the other devices carry on. A streak of
+// launch failures (device_error_streak) counts as a device failure and is not recorded, so
+// the job's next holder measures those configs on a healthy device.
 //
 // Shutdown: RequestStop() (async-signal-safe) lets each device finish its current trial,
 // upload what it can within shutdown_upload_timeout, then complete its job if the sweep had
@@ -68,6 +70,10 @@ struct WorkerOptions {
   // A single trial running longer than this is a hung device (watchdog).
   absl::Duration trial_timeout = absl::Minutes(5);
   absl::Duration device_retry = absl::Seconds(30);     // a failed device waits this long
+  // This many launch failures in a row (configs the backend said it can run) mean a broken
+  // device (e.g. a sticky CUDA error), not bad configs: the job is released and those
+  // failures are not recorded. 0 = never.
+  int device_error_streak = 3;
   absl::Duration shutdown_upload_timeout = absl::Seconds(10);
   uint64_t search_seed = 1;    // same on every worker, so a resumed job re-proposes the same
   // Testing only: sleep this long after each recorded trial, so fault tests can act
@@ -105,7 +111,7 @@ class Worker {
   absl::Status Run();
 
   // Asks Run() to stop as described above. Async-signal-safe (stores an atomic flag).
-  void RequestStop() { stop_requested_.store(true, std::memory_order_relaxed); }
+  void RequestStop();
 
   WorkerStats stats() const;
 
@@ -116,11 +122,11 @@ class Worker {
  private:
   class DeviceRunner;
   struct Shared;
-  explicit Worker(std::unique_ptr<Shared> shared);
+  explicit Worker(std::shared_ptr<Shared> shared);
 
-  std::unique_ptr<Shared> shared_;
+  // Shared with the devices: a device abandoned in a hung kernel keeps it alive.
+  std::shared_ptr<Shared> shared_;
   std::vector<std::unique_ptr<DeviceRunner>> devices_;
-  std::atomic<bool> stop_requested_{false};
 };
 
 }  // namespace fusetune

@@ -1,0 +1,213 @@
+// Worker daemon tests in one process: a real Server (gRPC on 127.0.0.1, SQLite in a temp
+// file) and a Worker whose devices are CPU backends, some of them made to fail or hang
+// through WorkerOptions::backend_factory.
+#include "fusetune/worker/worker.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "fusetune/kernels/cpu_backend.h"
+#include "fusetune/proto/fusetune.grpc.pb.h"
+#include "fusetune/service/convert.h"
+#include "fusetune/service/server.h"
+#include "grpcpp/grpcpp.h"
+
+namespace fusetune {
+namespace {
+
+constexpr char kToken[] = "worker-test-token";
+
+// A CPU backend whose kernels fail (like a GPU after a sticky error) or hang.
+class BrokenBackend : public Backend {
+ public:
+  enum class Mode { kError, kHang };
+  BrokenBackend(Mode mode, std::atomic<bool>* release) : inner_(CreateCpuBackend()), mode_(mode), release_(release) {}
+  DeviceInfo Describe() const override { return inner_->Describe(); }
+  absl::Status CanImplement(const AttentionProblem& p, const KernelConfig& c) const override {
+    return inner_->CanImplement(p, c);
+  }
+  absl::Status Run(const AttentionProblem&, const KernelConfig&, const AttentionBuffers&) override {
+    if (mode_ == Mode::kHang) {
+      while (!release_->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return absl::InternalError("an illegal memory access was encountered");
+  }
+  absl::StatusOr<TimingSamples> Time(const AttentionProblem&, const KernelConfig&, const AttentionBuffers&,
+                                     const TimingOptions&) override {
+    return absl::InternalError("an illegal memory access was encountered");
+  }
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
+  absl::Status CopyToDevice(void* d, const void* s, size_t n) override { return inner_->CopyToDevice(d, s, n); }
+  absl::Status CopyToHost(void* d, const void* s, size_t n) override { return inner_->CopyToHost(d, s, n); }
+  absl::Status Fill(void* d, uint8_t v, size_t n) override { return inner_->Fill(d, v, n); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  Mode mode_;
+  std::atomic<bool>* release_;
+};
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("worker_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    ServerOptions o;
+    o.db_path = (dir_ / "db.sqlite").string();
+    o.token = kToken;
+    o.open_reads = true;
+    o.metrics_address = "";
+    o.lease_ms = 3000;
+    o.heartbeat_ms = 200;
+    o.refresh_ms = 100;
+    auto server = Server::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    address_ = "127.0.0.1:" + std::to_string(server_->port());
+    stub_ = v1::TuningService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    device_class_ = CreateCpuBackend()->Describe().DeviceClass();
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  int64_t Submit(int len, int max_trials) {
+    v1::SubmitTuningJobRequest req;
+    AttentionProblem p;
+    p.batch = 1;
+    p.q_heads = 2;
+    p.kv_heads = 2;
+    p.q_len = len;
+    p.kv_len = len;
+    p.head_dim = 32;
+    ProblemToProto(p, req.add_problems());
+    req.set_device_class(device_class_);
+    req.set_max_trials(max_trials);
+    req.add_variants("fused");
+    v1::SubmitTuningJobResponse resp;
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    grpc::Status st = stub_->SubmitTuningJob(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.job_id();
+  }
+
+  WorkerOptions Options(std::function<absl::StatusOr<std::unique_ptr<Backend>>(int)> factory) {
+    WorkerOptions o;
+    o.server = address_;
+    o.token = kToken;
+    o.spool_dir = (dir_ / "spool").string();
+    o.worker_id = "wt";
+    o.cpu_devices = 2;
+    o.lease_wait_ms = 200;
+    o.backoff = {.initial_ms = 20, .max_ms = 200, .multiplier = 2.0, .jitter = 0.5};
+    o.device_retry = absl::Seconds(30);  // the broken device stays out for the whole test
+    o.backend_factory = std::move(factory);
+    o.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    return o;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Server> server_;
+  std::string address_;
+  std::string device_class_;
+  std::unique_ptr<v1::TuningService::Stub> stub_;
+};
+
+// Runs the worker on a thread; stops it after `seconds` if it has not finished.
+absl::Status RunWithDeadline(Worker& worker, double seconds) {
+  absl::Status result;
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    result = worker.Run();
+    done = true;
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (!done) worker.RequestStop();
+  t.join();
+  return done ? result : absl::DeadlineExceededError("worker did not finish in time");
+}
+
+TEST_F(WorkerTest, FailingDeviceReleasesItsJobAndTheHealthyDeviceFinishesBoth) {
+  const int64_t job1 = Submit(64, 3);
+  const int64_t job2 = Submit(72, 3);
+  std::atomic<bool> unused{true};
+  WorkerOptions o = Options([&](int index) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    if (index == 1) return std::make_unique<BrokenBackend>(BrokenBackend::Mode::kError, &unused);
+    return CreateCpuBackend();
+  });
+  o.max_jobs = 2;
+  auto worker = Worker::Create(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE(RunWithDeadline(**worker, 60).ok());
+  WorkerStats s = (*worker)->stats();
+  EXPECT_EQ(s.jobs_completed, 2);
+  EXPECT_GE(s.device_failures, 1);
+  EXPECT_GE(s.jobs_released, 1);
+  // Both jobs done, and no launch failure of the broken device was stored.
+  for (int64_t id : {job1, job2}) {
+    auto job = server_->store()->GetJob(id);
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ(job->state, JobState::kDone);
+    auto trials = server_->store()->ListTrials(job->run_id);
+    ASSERT_TRUE(trials.ok());
+    EXPECT_EQ(trials->size(), 3u);
+    for (const Trial& t : *trials) EXPECT_EQ(t.outcome, TrialOutcome::kOk) << t.message;
+  }
+}
+
+TEST_F(WorkerTest, WatchdogReleasesTheJobOfAHungDeviceAndTheOtherDeviceFinishesIt) {
+  const int64_t job1 = Submit(64, 3);
+  const int64_t job2 = Submit(72, 3);
+  static std::atomic<bool> release_hang{false};  // outlives the worker's abandoned thread
+  WorkerOptions o = Options([&](int index) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    if (index == 1) return std::make_unique<BrokenBackend>(BrokenBackend::Mode::kHang, &release_hang);
+    return CreateCpuBackend();
+  });
+  o.max_jobs = 2;
+  o.trial_timeout = absl::Seconds(1);
+  auto worker = Worker::Create(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE(RunWithDeadline(**worker, 60).ok());
+  WorkerStats s = (*worker)->stats();
+  EXPECT_EQ(s.jobs_completed, 2);
+  EXPECT_EQ(s.device_failures, 1);
+  EXPECT_EQ(s.jobs_released, 1);
+  for (int64_t id : {job1, job2}) {
+    auto job = server_->store()->GetJob(id);
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ(job->state, JobState::kDone);
+  }
+  release_hang = true;  // let the abandoned thread finish
+}
+
+TEST_F(WorkerTest, BadOptionsAreClearErrors) {
+  WorkerOptions o;
+  EXPECT_TRUE(absl::IsInvalidArgument(Worker::Create(o).status()));
+  o.server = address_;
+  EXPECT_TRUE(absl::IsInvalidArgument(Worker::Create(o).status()));  // no spool
+  o.spool_dir = (dir_ / "spool").string();
+  o.worker_id = "bad/id";
+  EXPECT_TRUE(absl::IsInvalidArgument(Worker::Create(o).status()));
+  o.worker_id = "ok";
+  o.backend = "cuda";
+  o.cpu_devices = 2;
+  EXPECT_TRUE(absl::IsInvalidArgument(Worker::Create(o).status()));
+  o.backend = "nosuch";
+  o.cpu_devices = 0;
+  EXPECT_FALSE(Worker::Create(o).ok());
+}
+
+}  // namespace
+}  // namespace fusetune
