@@ -1,0 +1,179 @@
+// Host-only tests of the fused kernel's API checks and instance table: no GPU is touched
+// (FusedCanImplement never calls CUDA; LaunchFused returns before launching on these inputs).
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "attention_params.h"
+#include "fused/fused_configs.h"
+#include "gtest/gtest.h"
+
+namespace fusetune::cuda {
+namespace {
+
+constexpr int64_t kHopperSmem = 227 * 1024;
+
+AttentionProblem Problem(int head_dim, DType dtype) {
+  AttentionProblem p;
+  p.batch = 2;
+  p.q_heads = 4;
+  p.kv_heads = 2;
+  p.q_len = 77;
+  p.kv_len = 1000;
+  p.head_dim = head_dim;
+  p.dtype = dtype;
+  return p;
+}
+
+KernelConfig Config(int bm, int bs, int threads, Precision precision, int stages) {
+  KernelConfig c;
+  c.variant = Variant::kFused;
+  c.block_m = bm;
+  c.block_s = bs;
+  c.threads = threads;
+  c.precision = precision;
+  c.stages = stages;
+  return c;
+}
+
+TEST(FusedCanImplement, AcceptsEveryCompiledConfigThatFitsSharedMemory) {
+  int accepted = 0;
+  for (int d : {64, 128}) {
+    for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+      const auto configs = FusedCompiledConfigs(d, dtype);
+      EXPECT_FALSE(configs.empty()) << d << " " << DTypeName(dtype);
+      for (const KernelConfig& c : configs) {
+        const int64_t smem = FusedSharedMemoryBytes(d, dtype, c);
+        ASSERT_GT(smem, 0) << c.Key();
+        const absl::Status s = FusedCanImplement(Problem(d, dtype), c, kHopperSmem);
+        if (smem <= kHopperSmem) {
+          EXPECT_TRUE(s.ok()) << c.Key() << ": " << s;
+          ++accepted;
+        } else {
+          EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << c.Key();
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted, 50);
+}
+
+TEST(FusedCanImplement, CompiledConfigKeysAreUniquePerStorageType) {
+  for (int d : {64, 128}) {
+    for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+      std::set<std::string> keys;
+      for (const KernelConfig& c : FusedCompiledConfigs(d, dtype)) {
+        EXPECT_TRUE(keys.insert(c.Key()).second) << "duplicate " << c.Key();
+      }
+    }
+  }
+}
+
+TEST(FusedCanImplement, HeadDimWithoutInstantiationIsUnimplemented) {
+  const absl::Status s = FusedCanImplement(Problem(96, DType::kFp32),
+                                           Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(s.message()).find("head_dim"), std::string::npos) << s;
+  EXPECT_TRUE(FusedCompiledConfigs(96, DType::kFp32).empty());
+}
+
+TEST(FusedCanImplement, TileShapeWithoutInstantiationIsUnimplemented) {
+  const absl::Status s = FusedCanImplement(Problem(64, DType::kFp32),
+                                           Config(48, 64, 128, Precision::kFp32, 1), kHopperSmem);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+}
+
+TEST(FusedCanImplement, SharedMemoryOverTheLimitIsFailedPrecondition) {
+  const KernelConfig c = Config(64, 64, 128, Precision::kFp32, 1);
+  const int64_t need = FusedSharedMemoryBytes(64, DType::kFp32, c);
+  ASSERT_GT(need, 0);
+  EXPECT_TRUE(FusedCanImplement(Problem(64, DType::kFp32), c, need).ok());
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, need - 1).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(FusedCanImplement, PrecisionMustMatchStorageForTensorCores) {
+  // fp16 storage cannot run bf16 or tf32 operands; fp32 storage cannot run fp16 operands.
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp16), Config(64, 64, 128, Precision::kBf16, 1),
+                              kHopperSmem)
+                .code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp16), Config(64, 64, 128, Precision::kTf32, 1),
+                              kHopperSmem)
+                .code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), Config(64, 64, 128, Precision::kFp16, 1),
+                              kHopperSmem)
+                .code(),
+            absl::StatusCode::kUnimplemented);
+  // Exact fp32 runs on every storage type.
+  EXPECT_TRUE(FusedCanImplement(Problem(64, DType::kBf16), Config(64, 64, 128, Precision::kFp32, 1),
+                                kHopperSmem)
+                  .ok());
+}
+
+TEST(FusedCanImplement, SplitKvPagedKvAndOtherVariantsAreRejected) {
+  KernelConfig c = Config(64, 64, 128, Precision::kFp32, 1);
+  c.split_kv = 4;
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, kHopperSmem).code(),
+            absl::StatusCode::kUnimplemented);
+  AttentionProblem paged = Problem(64, DType::kFp32);
+  paged.kind = ProblemKind::kDecode;
+  paged.q_len = 1;
+  paged.page_block_size = 16;
+  const absl::Status s =
+      FusedCanImplement(paged, Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem);
+  EXPECT_FALSE(s.ok());
+  c = Config(64, 64, 128, Precision::kFp32, 1);
+  c.variant = Variant::kMaterialized;
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, kHopperSmem).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FusedCanImplement, InvalidProblemIsInvalidArgument) {
+  AttentionProblem p = Problem(64, DType::kFp32);
+  p.kv_heads = 3;  // does not divide q_heads
+  EXPECT_EQ(FusedCanImplement(p, Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+AttentionParams AlignedParams() {
+  AttentionParams a;
+  a.q = a.k = a.v = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+  a.o = reinterpret_cast<void*>(uintptr_t{1} << 21);
+  a.q_row_stride = a.k_row_stride = a.v_row_stride = a.o_row_stride = 64;
+  a.q_head_stride = a.k_head_stride = a.v_head_stride = a.o_head_stride = 64;
+  a.batch = 1;
+  a.q_heads = a.kv_heads = 1;
+  a.head_dim = 64;
+  a.q_len = a.kv_len = 10;
+  a.dtype = DType::kFp32;
+  a.scale = 0.125f;
+  a.scale_log2 = 0.125f * 1.4426950f;
+  return a;
+}
+
+TEST(LaunchFused, UnknownConfigIsNotSupportedWithoutLaunching) {
+  EXPECT_EQ(LaunchFused(AlignedParams(), Config(48, 64, 128, Precision::kFp32, 1), nullptr),
+            cudaErrorNotSupported);
+}
+
+TEST(LaunchFused, MisalignedTensorsAreRefusedWithoutLaunching) {
+  AttentionParams a = AlignedParams();
+  a.k = reinterpret_cast<const void*>((uintptr_t{1} << 20) + 4);
+  EXPECT_EQ(LaunchFused(a, Config(64, 64, 128, Precision::kFp32, 1), nullptr),
+            cudaErrorMisalignedAddress);
+  a = AlignedParams();
+  a.q_row_stride = 66;  // 264 bytes: not a multiple of 16
+  EXPECT_EQ(LaunchFused(a, Config(64, 64, 128, Precision::kFp32, 1), nullptr),
+            cudaErrorMisalignedAddress);
+}
+
+TEST(LaunchFused, EmptyProblemLaunchesNothing) {
+  AttentionParams a = AlignedParams();
+  a.q_len = 0;
+  EXPECT_EQ(LaunchFused(a, Config(64, 64, 128, Precision::kFp32, 1), nullptr), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace fusetune::cuda
