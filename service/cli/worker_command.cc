@@ -38,6 +38,7 @@ struct WorkerFlags {
   double trial_timeout_s = 300;
   double device_retry_s = 30;
   int backoff_max_ms = 5000;
+  int device_error_streak = 3;
   int testing_trial_delay_ms = 0;
 };
 
@@ -62,6 +63,7 @@ int RunWorkerCommand(const WorkerFlags& f) {
   o.trial_timeout = absl::Seconds(f.trial_timeout_s);
   o.device_retry = absl::Seconds(f.device_retry_s);
   o.backoff.max_ms = f.backoff_max_ms;
+  o.device_error_streak = f.device_error_streak;
   o.testing_trial_delay = absl::Milliseconds(f.testing_trial_delay_ms);
 
   // The token: --token-file's first line, else FUSETUNE_TOKEN.
@@ -146,6 +148,10 @@ void AddWorkerCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   cmd->add_option("--device-retry-s", flags->device_retry_s, "how long a failed device rests before a retry")
       ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--device-error-streak", flags->device_error_streak,
+                  "this many launch failures in a row mark the device failed (0 = never)")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   cmd->add_option("--backoff-max-ms", flags->backoff_max_ms, "cap of the reconnect backoff")
       ->check(CLI::Range(10, 600000))
