@@ -3,6 +3,7 @@
 #ifndef FUSETUNE_KERNELS_CUDA_FUSED_FUSED_COMMON_CUH_
 #define FUSETUNE_KERNELS_CUDA_FUSED_FUSED_COMMON_CUH_
 
+#include <atomic>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -197,6 +198,22 @@ constexpr StorageCode StorageOf<__nv_bfloat16>() { return StorageCode::kBf16; }
 // Grid: x = query blocks (the longest ones first when causal, so the tail of the grid holds
 // the cheap blocks), y = query heads, z = sequences.
 __host__ __device__ constexpr int CeilDiv(int a, int b) { return (a + b - 1) / b; }
+
+// Raises `kKernel`'s dynamic shared-memory limit to `smem_bytes` once per device (the
+// attribute is per device; devices 0-63 are remembered, others set it at every launch).
+// A failure is returned and retried at the next launch.
+template <auto kKernel>
+inline cudaError_t SetSharedMemoryLimitOnce(int smem_bytes) {
+  static std::atomic<uint64_t> done{0};
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device >= 0 && device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e == cudaSuccess && bit != 0) done.fetch_or(bit, std::memory_order_release);
+  return e;
+}
 
 __device__ __forceinline__ int QueryBlockIndex(bool causal) {
   return causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);

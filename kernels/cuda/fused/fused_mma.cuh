@@ -437,9 +437,9 @@ cudaError_t LaunchMma(const FusedKernelArgs& a, cudaStream_t stream) {
     if (WgmmaEnabled()) return LaunchWgmma<Tr>(a, stream);
   }
   auto kernel = FusedMmaKernel<Tr>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-  if (attr_err != cudaSuccess) return attr_err;
+  if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedMmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
+    return e;
+  }
   const dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
   return cudaGetLastError();

@@ -288,9 +288,9 @@ __global__ void __launch_bounds__(Tr::kThreads)
 template <class Tr>
 cudaError_t LaunchSimt(const FusedKernelArgs& a, cudaStream_t stream) {
   auto kernel = FusedSimtKernel<Tr>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-  if (attr_err != cudaSuccess) return attr_err;
+  if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedSimtKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
+    return e;
+  }
   const dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
   return cudaGetLastError();

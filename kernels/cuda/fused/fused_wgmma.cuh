@@ -303,9 +303,9 @@ template <class Tr>
 cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   constexpr int smem = (Tr::kBlockM + 2 * Tr::kStages * Tr::kBlockS) * Tr::kHeadDim * 2;
   auto kernel = FusedWgmmaKernel<Tr>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (attr_err != cudaSuccess) return attr_err;
+  if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(smem); e != cudaSuccess) {
+    return e;
+  }
   const dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
   kernel<<<grid, Tr::kThreads, smem, stream>>>(a);
   return cudaGetLastError();
