@@ -103,11 +103,13 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
     for (int t0 = 0; t0 < keys_needed; t0 += bs) {
       load_k_tile(t0);
       __syncthreads();
-      for (int e = tid; e < bm * bs; e += nthreads) {
-        const int r = e / bs, c = e % bs;
-        float x = -INFINITY;
-        if (t0 + c < row_visible[r]) x = Dot<D>(qs + r * kRow, ks + c * kRow) * a.scale_log2;
-        ss[r * (bs + 1) + c] = x;
+      // A warp per row, a lane per key: no run-time division, Q row broadcast, K rows padded.
+      for (int r = warp; r < bm; r += nwarps) {
+        for (int c = lane; c < bs; c += 32) {
+          float x = -INFINITY;
+          if (t0 + c < row_visible[r]) x = Dot<D>(qs + r * kRow, ks + c * kRow) * a.scale_log2;
+          ss[r * (bs + 1) + c] = x;
+        }
       }
       __syncthreads();
       for (int r = warp; r < rows_here; r += nwarps) {
@@ -129,6 +131,9 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
     }
     __syncthreads();
 
+    for (int r = tid; r < bm; r += nthreads) row_l[r] = row_l[r] > 0.0f ? 1.0f / row_l[r] : 0.0f;
+    __syncthreads();
+
     // Pass 2: probabilities (zeros past each row's visible keys, up to k_len).
     for (int t0 = 0; t0 < a.k_len; t0 += bs) {
       const bool any_visible = t0 < keys_needed;
@@ -136,16 +141,17 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
         load_k_tile(t0);
         __syncthreads();
       }
-      for (int e = tid; e < bm * bs; e += nthreads) {
-        const int r = e / bs, c = e % bs;
-        const int col = t0 + c;
-        if (r >= rows_here || col >= a.k_len) continue;
-        float p = 0.0f;
-        if (any_visible && col < row_visible[r]) {
-          const float x = Dot<D>(qs + r * kRow, ks + c * kRow) * a.scale_log2;
-          p = exp2f(x - row_m[r]) / row_l[r];
+      for (int r = warp; r < rows_here; r += nwarps) {
+        PT* p_row = pg + ((entry * a.q_len) + first_i + r) * static_cast<int64_t>(a.ld);
+        for (int c = lane; c < bs && t0 + c < a.k_len; c += 32) {
+          const int col = t0 + c;
+          float p = 0.0f;
+          if (any_visible && col < row_visible[r]) {
+            const float x = Dot<D>(qs + r * kRow, ks + c * kRow) * a.scale_log2;
+            p = exp2f(x - row_m[r]) * row_l[r];  // row_l holds 1/sum by now
+          }
+          p_row[col] = FromFloat<PT>(p);
         }
-        pg[((entry * a.q_len) + first_i + r) * static_cast<int64_t>(a.ld) + col] = FromFloat<PT>(p);
       }
       if (any_visible) __syncthreads();  // before the next K tile overwrites ks
     }
@@ -289,19 +295,23 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresMmaKernel(Par
       __syncthreads();  // ss and ks are rewritten by the next tile
     }
 
+    for (int r = tid; r < bm; r += nthreads) row_l[r] = row_l[r] > 0.0f ? 1.0f / row_l[r] : 0.0f;
+    __syncthreads();
+
     // Pass 2: probabilities (zeros past each row's visible keys, up to k_len).
     for (int t0 = 0; t0 < a.k_len; t0 += bs) {
       const bool any_visible = t0 < keys_needed;
       if (any_visible) score_tile(t0);
-      for (int e = tid; e < bm * bs; e += nthreads) {
-        const int r = e / bs, c = e % bs;
-        const int col = t0 + c;
-        if (r >= rows_here || col >= a.k_len) continue;
-        float p = 0.0f;
-        if (any_visible && col < row_visible[r]) {
-          p = exp2f(ss[r * ss_ld + c] * a.scale_log2 - row_m[r]) / row_l[r];
+      for (int r = warp; r < rows_here; r += nwarps) {
+        PT* p_row = pg + ((entry * a.q_len) + first_i + r) * static_cast<int64_t>(a.ld);
+        for (int c = lane; c < bs && t0 + c < a.k_len; c += 32) {
+          const int col = t0 + c;
+          float p = 0.0f;
+          if (any_visible && col < row_visible[r]) {
+            p = exp2f(ss[r * ss_ld + c] * a.scale_log2 - row_m[r]) * row_l[r];  // row_l = 1/sum
+          }
+          p_row[col] = FromFloat<PT>(p);
         }
-        pg[((entry * a.q_len) + first_i + r) * static_cast<int64_t>(a.ld) + col] = FromFloat<PT>(p);
       }
       if (any_visible) __syncthreads();
     }
