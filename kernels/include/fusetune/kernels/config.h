@@ -9,7 +9,9 @@
 //             CPU: worker threads sharing the problem;
 //   precision arithmetic of the two matrix products: fp32 exact, tf32, fp16 or bf16 operands;
 //             the softmax state (running max m, sum l) and the accumulator are always fp32;
-//   stages    software pipeline depth of K/V tile loads (1 = no overlap);
+//   stages    K/V shared-memory buffers per tile stream. GPU: 1 = one K and one V buffer,
+//             loaded in FlashAttention-2 order (the V load overlaps QK^T, the next K load
+//             overlaps PV); 2 = double-buffered cp.async. CPU: always 1;
 //   split_kv  number of KV splits combined afterwards (1 = none; decode uses more).
 //
 // Thread-safety: a plain value type.
