@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "e2e_harness.h"
+#include "fusetune/client/config_cache.h"
 
 namespace fusetune::e2e {
 namespace {
@@ -106,6 +107,34 @@ TEST(ServiceEndToEnd, TwoCpuWorkersTuneJobsAndGetBestConfigMatchesTheDatabase) {
     EXPECT_DOUBLE_EQ(answer.median_us(), stored->median_us);
     EXPECT_EQ(answer.run_id(), stored->run_id);
     EXPECT_EQ(answer.problem_key(), p.Key());
+  }
+  // The client cache over the real service: a miss answers the default at once, the
+  // background fetch brings the database's answer, and once the service is gone the cache
+  // keeps serving it (and defaults for new problems) without waiting on the network.
+  {
+    GrpcFetcherOptions fetch;
+    fetch.target = server.address();
+    fetch.device_class = device_class;
+    fetch.token = kToken;
+    ConfigCacheOptions cache_options;
+    cache_options.retry_initial = absl::Milliseconds(50);
+    auto cache = ConfigCache::Connect(fetch, cache_options);
+    const AttentionProblem& p = problems1[0];
+    EXPECT_EQ(cache->Lookup(p).provenance, ConfigProvenance::kFallback);
+    ASSERT_TRUE(cache->Flush(absl::Seconds(10)));
+    auto stored = (*store)->GetBestConfig(device_class, p.Key());
+    ASSERT_TRUE(stored.ok());
+    CachedConfig hit = cache->Lookup(p);
+    EXPECT_EQ(hit.provenance, ConfigProvenance::kExact);
+    EXPECT_EQ(hit.config.Key(), stored->config_key);
+    server.Kill();
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(cache->Lookup(p).config.Key(), stored->config_key);
+    EXPECT_EQ(cache->Lookup(SmallProblem(200)).provenance, ConfigProvenance::kFallback);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+    EXPECT_FALSE(cache->Flush(absl::Milliseconds(500)));  // the new problem cannot be fetched
+    EXPECT_EQ(cache->Lookup(p).config.Key(), stored->config_key);
+    ASSERT_TRUE(server.Restart()) << server.Logs();
   }
   ExpectJobStoredExactlyOnce(server.db(), job1, {&a, &b}, problems1.size() * 2 * kMaxTrials);
   ExpectJobStoredExactlyOnce(server.db(), job2, {&a, &b}, problems2.size() * 2 * kMaxTrials);
