@@ -1,4 +1,6 @@
 // fusetune report: the best config of every tuned problem, as a table or JSON.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -26,6 +28,30 @@ double Tflops(const BestConfig& b) {
   return p->Flops() / (b.median_us * 1e-6) / 1e12;
 }
 
+// Orders keys so that numbers compare as numbers (q128 before q1024).
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      const std::string_view na = std::string_view(a).substr(i, ie - i), nb = std::string_view(b).substr(j, je - j);
+      const std::string_view ta = na.substr(std::min(na.find_first_not_of('0'), na.size()));
+      const std::string_view tb = nb.substr(std::min(nb.find_first_not_of('0'), nb.size()));
+      if (ta.size() != tb.size()) return ta.size() < tb.size();
+      if (ta != tb) return ta < tb;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
 std::string Ratio(double r) { return r > 0 ? fmt::format("{:.2f}x", r) : "-"; }
 
 int RunReportCommand(const ReportFlags& f) {
@@ -34,6 +60,10 @@ int RunReportCommand(const ReportFlags& f) {
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
   absl::StatusOr<std::vector<BestConfig>> best = (*store)->ListBestConfigs(f.device_class);
   if (!best.ok()) return Failure(cmd, std::string(best.status().ToString()));
+  std::sort(best->begin(), best->end(), [](const BestConfig& a, const BestConfig& b) {
+    if (a.device_class != b.device_class) return a.device_class < b.device_class;
+    return NaturalLess(a.problem_key, b.problem_key);
+  });
   if (f.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const BestConfig& b : *best) {
@@ -70,7 +100,7 @@ int RunReportCommand(const ReportFlags& f) {
       std::printf("| problem | best config | median us | p10-p90 us | TFLOP/s | fused vs materialized | fused vs partial | max rel error |\n");
       std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
     }
-    std::printf("| %s | %s | %.1f | %.1f-%.1f | %.3f | %s | %s | %.1e |\n", b.problem_key.c_str(),
+    std::printf("| %s | %s | %.1f | %.1f-%.1f | %.4g | %s | %s | %.1e |\n", b.problem_key.c_str(),
                 b.config_key.c_str(), b.median_us, b.p10_us, b.p90_us, Tflops(b),
                 Ratio(b.speedup_vs_materialized).c_str(), Ratio(b.speedup_vs_partial).c_str(), b.max_rel_error);
   }
