@@ -506,6 +506,31 @@ TEST_F(ServerTest, RefusesTooManyConcurrentLongPolls) {
   EXPECT_TRUE(stubs_.worker->LeaseJob(Ctx().get(), req, &resp).ok());
 }
 
+TEST_F(ServerTest, RefusesTooManyConcurrentTrialStreams) {
+  ServerOptions options;
+  options.max_concurrent_streams = 1;
+  StartServer(options);
+  Register("w1");
+  Submit({SeedProblem(128)});
+  v1::LeaseJobResponse lease = Lease("w1");
+  ASSERT_TRUE(lease.leased());
+  const v1::Trial trial = MakeTrial(lease.job().run_id(), KeyOf(SeedProblem(128)), kFused, 10);
+  // The first stream stays open (one trial written, no WritesDone yet).
+  v1::ReportTrialsResponse first_resp;
+  auto first_ctx = Ctx(kToken, "w1");
+  auto first = stubs_.worker->ReportTrials(first_ctx.get(), &first_resp);
+  ASSERT_TRUE(first->Write(trial));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  v1::ReportTrialsResponse second_resp;
+  EXPECT_EQ(Report(stubs_, "w1", {trial}, &second_resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  first->WritesDone();
+  ASSERT_TRUE(first->Finish().ok());
+  EXPECT_EQ(first_resp.inserted(), 1);
+  // The slot is free again.
+  EXPECT_TRUE(Report(stubs_, "w1", {trial}, &second_resp).ok());
+  EXPECT_EQ(second_resp.inserted(), 0);
+}
+
 TEST_F(ServerTest, SeesBestConfigsWrittenByAnotherProcessAfterARefresh) {
   StartServer();
   EXPECT_EQ(Best(SeedProblem(512), kCpuClass).provenance(), GetBestConfigResponse::DEFAULT);
