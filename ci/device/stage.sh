@@ -5,11 +5,13 @@
 # working tree plus carried paths; the fused kernels' fatbins compress about 10x with xz.
 #
 # Usage: ci/device/stage.sh            (then: run with carry [".device-carry/backend"]
+# To stage exactly a commit, run the stage.sh of a `git worktree` of it with DEST pointing
+# at this checkout's .device-carry/backend.
 #                                        and command "bash ci/device/gpu_check.sh")
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build-cuda}
-DEST=$ROOT/.device-carry/backend
+DEST=${DEST:-$ROOT/.device-carry/backend}
 JOBS=${JOBS:-2}
 
 cmake -S "$ROOT" -B "$BUILD" -DFUSETUNE_WITH_CUDA=ON -DFUSETUNE_WITH_SERVICE=OFF \
