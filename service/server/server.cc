@@ -319,8 +319,10 @@ class Server::Impl {
   std::mutex runs_mu_;
   std::map<int64_t, int64_t> run_to_job_;
 
-  std::unique_ptr<grpc::Server> server_;
+  // Services before the server: members die in reverse order, and gRPC needs its services
+  // to outlive the server object.
   std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread refresher_;
   std::once_flag shutdown_once_;
