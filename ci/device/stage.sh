@@ -5,9 +5,9 @@
 # working tree plus carried paths; the fused kernels' fatbins compress about 10x with xz.
 #
 # Usage: ci/device/stage.sh            (then: run with carry [".device-carry/backend"]
-# To stage exactly a commit, run the stage.sh of a `git worktree` of it with DEST pointing
-# at this checkout's .device-carry/backend.
 #                                        and command "bash ci/device/gpu_check.sh")
+# To stage exactly a commit, run the stage.sh of a `git worktree` of it with DEST pointing
+# at this checkout's .device-carry/backend (and BUILD at a build folder of that worktree).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build-cuda}

@@ -8,13 +8,21 @@ FT=$1
 DB=$2
 common=(--backend cuda --db "$DB" --max-trials "${SWEEP_TRIALS:-12}" --max-seconds "${SWEEP_SECONDS:-25}"
         --repeats 10 --timing-seconds 0.3 --label h200)
+# SWEEP_TIMEOUT (default 330 s) bounds the whole script: each sweep gets what is left and is
+# stopped with SIGTERM (it finishes its trial in flight and commits) when that runs out.
+deadline=$((SECONDS + ${SWEEP_TIMEOUT:-330}))
 rc=0
+sweep() {
+  local left=$((deadline - SECONDS))
+  if (( left < 10 )); then echo "sweep.sh: no time left for: $*"; rc=1; return; fi
+  timeout --signal=TERM --kill-after=30 "$left" "$FT" sweep "$@" "${common[@]}" || rc=1
+}
 if [[ -n "${SWEEP_QUICK:-}" ]]; then  # one small shape: checks the pipeline end to end
-  "$FT" sweep --batch 1 --heads 12 --head-dim 64 --seq 512 "${common[@]}"
-  exit $?
+  sweep --batch 1 --heads 12 --head-dim 64 --seq 512
+  exit $rc
 fi
-"$FT" sweep --preset seed "${common[@]}" || rc=1
-"$FT" sweep --dtype fp16 --batch 1 --heads 12 --head-dim 64 --seq 2048 "${common[@]}" || rc=1
-"$FT" sweep --dtype bf16 --batch 4 --heads 16 --head-dim 128 --seq 4096 "${common[@]}" || rc=1
-"$FT" sweep --dtype bf16 --batch 4 --heads 16 --head-dim 128 --seq 4096 --causal "${common[@]}" || rc=1
+sweep --preset seed
+sweep --dtype fp16 --batch 1 --heads 12 --head-dim 64 --seq 2048
+sweep --dtype bf16 --batch 4 --heads 16 --head-dim 128 --seq 4096
+sweep --dtype bf16 --batch 4 --heads 16 --head-dim 128 --seq 4096 --causal
 exit $rc
