@@ -3,16 +3,15 @@
 
 #include "commands.h"
 
-#ifndef FUSETUNE_GIT_COMMIT
-#define FUSETUNE_GIT_COMMIT "unknown"
-#endif
 #ifndef FUSETUNE_VERSION
 #define FUSETUNE_VERSION "0.0.0"
 #endif
 
 namespace fusetune::cli {
 
-const char* BuiltCommit() { return FUSETUNE_GIT_COMMIT; }
+extern const char kBuildCommit[];  // build_info.cc, generated at build time
+
+const char* BuiltCommit() { return kBuildCommit; }
 const char* ToolVersion() { return FUSETUNE_VERSION; }
 
 void SetAction(CLI::App* command, CommandContext& context, std::function<int()> body) {
