@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci/setup-debian.sh
-ci/build.sh
+BUILD_TARGET=fusetune ci/build.sh  # only the binary: tests and benchmarks are not needed here
 fusetune=${BUILD_DIR:-build}/service/cli/fusetune
 "$fusetune" sweep --preset seed --db ./fusetune.db
 "$fusetune" report --db ./fusetune.db
