@@ -468,11 +468,13 @@ class Worker::DeviceRunner {
       if (lease_lost_.load()) {
         shared_.jobs_lost.fetch_add(1);
         Log(absl::StrCat("job ", job_id, ": lease lost while uploading"));
-      } else {
-        WaitUploaded(run_id, shared_.options.shutdown_upload_timeout);
-        Release(job_id, "worker shutting down");
+        return finish(false);
       }
-      return finish(false);
+      // Stopping with the sweep done: complete if the uploads make it in time.
+      if (!WaitUploaded(run_id, shared_.options.shutdown_upload_timeout)) {
+        Release(job_id, "worker shutting down before its trials were uploaded");
+        return finish(false);
+      }
     }
     Complete(job_id, true, "");
     return finish(true);

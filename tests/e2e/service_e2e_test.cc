@@ -219,6 +219,52 @@ TEST(ServiceFaults, ServerKilledMidUploadAndRestartedGetsTheWorkersSpool) {
   EXPECT_EQ(w.process().Wait(15), std::optional<int>(0)) << w.Logs();
 }
 
+TEST(ServiceFaults, WorkerRestartedAfterACrashUploadsItsSpoolFirst) {
+  TempDir dir;
+  WriteToken(dir);
+  ServerProcess server(dir, {.lease_ms = 3000, .heartbeat_ms = 300, .refresh_ms = 200});
+  ASSERT_TRUE(server.Start()) << server.Logs();
+  const std::string device_class = CpuDeviceClass();
+  const int max_trials = 6;
+  int64_t job = 0;
+  {
+    Client client(server.address());
+    job = client.Submit({SmallProblem(64)}, device_class, max_trials);
+    ASSERT_GT(job, 0);
+  }
+  auto first = std::make_unique<WorkerProcess>(dir, server.address(), "wr",
+                                               std::vector<std::string>{"--testing-trial-delay-ms", "250"});
+  {
+    Client client(server.address());
+    ASSERT_TRUE(WaitFor([&] { return client.GetJob(job).trials_recorded() >= 1; }, 30)) << first->Logs();
+  }
+  // Cut the service off, let trials pile up in the spool only, then crash the worker.
+  server.Kill();
+  auto store = Store::Open(server.db());
+  ASSERT_TRUE(store.ok());
+  const int64_t run_id = (*store)->GetJob(job)->run_id;
+  store->reset();
+  const size_t before = SpooledTrialIds(first->spool_dir(), run_id).size();
+  ASSERT_TRUE(WaitFor([&] { return SpooledTrialIds(first->spool_dir(), run_id).size() >= before + 2; }, 20));
+  first->process().Signal(SIGKILL);
+  first->process().Wait(10);
+  const std::set<std::string> crashed_spool = SpooledTrialIds(first->spool_dir(), run_id);
+
+  // Same worker id, same spool: it uploads what the crash left before anything else.
+  ASSERT_TRUE(server.Restart()) << server.Logs();
+  WorkerProcess second(dir, server.address(), "wr", {"--max-jobs", "1"});
+  EXPECT_EQ(second.process().Wait(40), std::optional<int>(0)) << Dump(server, {first.get(), &second});
+  EXPECT_NE(second.Logs().find("from before; uploading them first"), std::string::npos) << second.Logs();
+  Client client(server.address());
+  EXPECT_EQ(client.GetJob(job).state(), "done");
+  ExpectJobStoredExactlyOnce(server.db(), job, {&second}, 2 * max_trials);
+  auto after = Store::Open(server.db());
+  ASSERT_TRUE(after.ok());
+  for (const std::string& id : crashed_spool) {
+    EXPECT_TRUE(*(*after)->HasTrial(id)) << "spooled before the crash, never uploaded: " << id;
+  }
+}
+
 TEST(ServiceFaults, SigtermMidJobReleasesItAndTheNextWorkerResumes) {
   TempDir dir;
   WriteToken(dir);
