@@ -551,6 +551,11 @@ class Worker::DeviceRunner {
   }
 
   void Complete(int64_t job_id, bool success, const std::string& error) {
+    completing_.store(true);
+    struct Reset {
+      std::atomic<bool>& flag;
+      ~Reset() { flag.store(false); }
+    } reset{completing_};
     Backoff backoff(shared_.options.backoff);
     while (true) {
       v1::CompleteJobRequest req;
@@ -652,7 +657,7 @@ class Worker::DeviceRunner {
       if (!st.ok()) continue;  // the service is away: keep working, the spool holds results
       if (job_id != 0 && !resp.lease_valid()) {
         std::lock_guard<std::mutex> lock(job_mu_);
-        if (job_id_ == job_id) {
+        if (job_id_ == job_id && !completing_.load()) {  // a completed job is no longer leased
           Log(absl::StrCat("heartbeat: lease of job ", job_id, " no longer valid; cancelling its sweep"));
           lease_lost_.store(true);
           cancel_.store(true);
@@ -807,7 +812,8 @@ class Worker::DeviceRunner {
   std::atomic<bool> lease_lost_{false};
   std::atomic<bool> hung_{false};
   std::atomic<bool> device_error_{false};  // a streak of launch failures
-  std::atomic<bool> holds_reservation_{false};  // the running job counts toward max_jobs
+  std::atomic<bool> holds_reservation_{false};
+  std::atomic<bool> completing_{false};  // CompleteJob in flight for the current job  // the running job counts toward max_jobs
   std::atomic<bool> sweep_running_{false};
   std::atomic<bool> sweep_done_{false};
   std::atomic<int64_t> last_trial_ms_{0};

@@ -192,6 +192,40 @@ TEST_F(WorkerTest, WatchdogReleasesTheJobOfAHungDeviceAndTheOtherDeviceFinishesI
   release_hang = true;  // let the abandoned thread finish
 }
 
+TEST_F(WorkerTest, LeaseTakenBackCancelsTheSweepAndTheJobIsFinishedOnTheSameRun) {
+  const int64_t job = Submit(64, 6);
+  WorkerOptions o = Options([](int) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateCpuBackend(); });
+  o.cpu_devices = 1;
+  o.max_jobs = 1;
+  o.testing_trial_delay = absl::Milliseconds(150);
+  auto worker = Worker::Create(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::thread take_back([&] {
+    // Once two trials are in, the "server" takes the job back (as after a lease expiry).
+    for (int i = 0; i < 1000; ++i) {
+      auto j = server_->store()->GetJob(job);
+      if (j.ok() && j->run_id > 0 && server_->store()->CountTrials(j->run_id).value_or(0) >= 2) {
+        EXPECT_TRUE(server_->store()->ReleaseJob(job, "wt-d0").ok());
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  ASSERT_TRUE(RunWithDeadline(**worker, 60).ok());
+  take_back.join();
+  WorkerStats s = (*worker)->stats();
+  EXPECT_EQ(s.jobs_lost, 1);       // the heartbeat's lease_valid=false stopped the first sweep
+  EXPECT_EQ(s.jobs_completed, 1);  // then the re-queued job was leased again and finished
+  auto j = server_->store()->GetJob(job);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->state, JobState::kDone);
+  EXPECT_EQ(j->attempts, 2);
+  auto trials = server_->store()->ListTrials(j->run_id);
+  ASSERT_TRUE(trials.ok());
+  EXPECT_EQ(trials->size(), 6u);  // resumed, not re-measured into duplicates
+  EXPECT_LT(s.trials_recorded, 12);
+}
+
 TEST_F(WorkerTest, BadOptionsAreClearErrors) {
   WorkerOptions o;
   EXPECT_TRUE(absl::IsInvalidArgument(Worker::Create(o).status()));
