@@ -106,7 +106,7 @@ int RunBenchCommand(const BenchFlags& f) {
         continue;
       }
       if (ok) {
-        std::printf("| %s | ok | %.1f | %.1f-%.1f | %.3f | %s | %.1e |\n", t.config_key.c_str(), t.median_us,
+        std::printf("| %s | ok | %.1f | %.1f-%.1f | %.4g | %s | %.1e |\n", t.config_key.c_str(), t.median_us,
                     t.p10_us, t.p90_us, tflops, vs > 0 ? fmt::format("{:.2f}x", vs).c_str() : "-", t.max_rel_error);
       } else {
         std::printf("| %s | %s: %s | - | - | - | - | %s |\n", t.config_key.c_str(),
