@@ -1,6 +1,7 @@
 #include "fusetune/worker/spool.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -190,6 +191,27 @@ absl::StatusOr<SpoolLog> ReadSpoolLog(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<TrialSpool>> TrialSpool::Open(const std::string& path,
                                                             TrialSpoolOptions options) {
+  // One writer per spool: two daemons started with the same worker id would interleave
+  // appends. The lock lives on a side file because compaction replaces the spool file.
+  const std::string lock_path = path + ".lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return ErrnoStatus("open", lock_path);
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("spool ", path, " is in use by another process (same --worker-id and --spool?)"));
+  }
+  absl::StatusOr<std::unique_ptr<TrialSpool>> spool = OpenLocked(path, options);
+  if (!spool.ok()) {
+    ::close(lock_fd);
+    return spool.status();
+  }
+  (*spool)->lock_fd_ = lock_fd;
+  return spool;
+}
+
+absl::StatusOr<std::unique_ptr<TrialSpool>> TrialSpool::OpenLocked(const std::string& path,
+                                                                  TrialSpoolOptions options) {
   SpoolLog log;
   absl::StatusOr<std::string> data = ReadWholeFile(path);
   if (data.ok()) {
@@ -238,6 +260,7 @@ TrialSpool::TrialSpool(std::string path, TrialSpoolOptions options, int fd)
 TrialSpool::~TrialSpool() {
   absl::MutexLock lock(&mu_);
   if (fd_ >= 0) ::close(fd_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
 
 absl::Status TrialSpool::AppendRecordLocked(uint8_t type, std::string_view payload) {

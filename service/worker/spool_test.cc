@@ -164,9 +164,20 @@ TEST_F(SpoolTest, CompactsWhenNothingIsPending) {
   ASSERT_TRUE((*spool)->Acknowledge(std::span<const std::string>(ids).subspan(3)).ok());
   EXPECT_EQ(std::filesystem::file_size(path_), 0u);
   ASSERT_TRUE((*spool)->RecordTrial(MakeTrial(2, 0)).ok());
+  spool->reset();
   auto reopened = TrialSpool::Open(path_);
   ASSERT_TRUE(reopened.ok());
   EXPECT_EQ((*reopened)->pending_count(), 1u);
+}
+
+TEST_F(SpoolTest, SecondOpenOfTheSameSpoolIsRefusedUntilTheFirstCloses) {
+  auto first = TrialSpool::Open(path_);
+  ASSERT_TRUE(first.ok());
+  auto second = TrialSpool::Open(path_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(second.status())) << second.status();
+  first->reset();
+  EXPECT_TRUE(TrialSpool::Open(path_).ok());
 }
 
 TEST_F(SpoolTest, MissingDirectoryIsAClearError) {

@@ -64,7 +64,9 @@ absl::StatusOr<Trial> TrialFromJson(std::string_view json);
 class TrialSpool : public TrialSink {
  public:
   // Opens or creates the spool at `path` (its directory must exist), replays it and
-  // truncates a torn tail. Internal on an I/O error (message has errno text).
+  // truncates a torn tail. Holds an exclusive lock (flock on `path`.lock) until destroyed:
+  // FailedPrecondition when another process (or another TrialSpool) has it open.
+  // Internal on an I/O error (message has errno text).
   static absl::StatusOr<std::unique_ptr<TrialSpool>> Open(const std::string& path,
                                                           TrialSpoolOptions options = {});
   ~TrialSpool() override;
@@ -92,6 +94,8 @@ class TrialSpool : public TrialSink {
 
  private:
   TrialSpool(std::string path, TrialSpoolOptions options, int fd);
+  static absl::StatusOr<std::unique_ptr<TrialSpool>> OpenLocked(const std::string& path,
+                                                                TrialSpoolOptions options);
   absl::Status AppendRecordLocked(uint8_t type, std::string_view payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status MaybeCompactLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -100,6 +104,7 @@ class TrialSpool : public TrialSink {
   const TrialSpoolOptions options_;
   mutable absl::Mutex mu_;
   int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  int lock_fd_ = -1;  // flock held for the spool's lifetime
   int64_t file_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Append order of every trial in the file; `acked_` says which are done.
   std::vector<Trial> trials_ ABSL_GUARDED_BY(mu_);
