@@ -645,9 +645,10 @@ grpc::Status Server::Impl::GetJob(const v1::GetJobRequest& req, v1::Job* resp) {
   if (!job.ok()) return ToGrpcStatus(job.status());
   JobToProto(*job, resp);
   if (job->run_id > 0) {
-    auto trials = store_->ListTrials(job->run_id);
-    if (!trials.ok()) return ToGrpcStatus(trials.status());
-    resp->set_trials_recorded(static_cast<int64_t>(trials->size()));
+    // Counted in SQL: GetJob is polled by `submit --wait`, and a run can hold many trials.
+    auto count = store_->CountTrials(job->run_id);
+    if (!count.ok()) return ToGrpcStatus(count.status());
+    resp->set_trials_recorded(*count);
   }
   return grpc::Status::OK;
 }
