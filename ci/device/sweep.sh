@@ -7,7 +7,7 @@ set -uo pipefail
 FT=$1
 DB=$2
 common=(--backend cuda --db "$DB" --max-trials "${SWEEP_TRIALS:-12}" --max-seconds "${SWEEP_SECONDS:-25}"
-        --repeats 10 --timing-seconds 0.3 --label h200)
+        --repeats 10 --timing-seconds 0.3 --label "${SWEEP_LABEL:-h200}" ${SWEEP_EXTRA:-})
 # SWEEP_TIMEOUT (default 330 s) bounds the whole script: each sweep gets what is left and is
 # stopped with SIGTERM (it finishes its trial in flight and commits) when that runs out.
 deadline=$((SECONDS + ${SWEEP_TIMEOUT:-330}))
@@ -21,7 +21,9 @@ if [[ -n "${SWEEP_QUICK:-}" ]]; then  # one small shape: checks the pipeline end
   sweep --batch 1 --heads 12 --head-dim 64 --seq 512
   exit $rc
 fi
-sweep --preset seed
+# SWEEP_SHAPES=large skips the seed preset (e.g. for an exhaustive fused-only pass:
+# SWEEP_EXTRA="--variants fused --strategy exhaustive --max-trials 0").
+[[ "${SWEEP_SHAPES:-all}" == large ]] || sweep --preset seed
 sweep --dtype fp16 --batch 1 --heads 12 --head-dim 64 --seq 2048
 sweep --dtype bf16 --batch 4 --heads 16 --head-dim 128 --seq 4096
 sweep --dtype bf16 --batch 4 --heads 16 --head-dim 128 --seq 4096 --causal
