@@ -721,6 +721,14 @@ class Worker::DeviceRunner {
           break;
         }
         if (absl::IsFailedPrecondition(st) || absl::IsPermissionDenied(st) || absl::IsNotFound(st)) {
+          bool held;
+          {
+            std::lock_guard<std::mutex> lock(job_mu_);
+            held = run == run_id_;
+          }
+          // Another worker may have finished that job, re-measuring the same configs under the
+          // same trial ids: what the server already has needs no upload from us.
+          if (!held) AcknowledgeAlreadyStored(run);
           std::lock_guard<std::mutex> lock(job_mu_);
           if (run != run_id_) {
             parked_runs_[run] = absl::Now();
@@ -740,6 +748,30 @@ class Worker::DeviceRunner {
         retry_at = absl::InfinitePast();
         upload_cv_.notify_all();  // more may be pending beyond this batch
       }
+    }
+  }
+
+  // Acknowledges the pending trials of `run` that the server already stores.
+  void AcknowledgeAlreadyStored(int64_t run) {
+    v1::ListTrialsRequest req;
+    req.set_run_id(run);
+    req.set_limit(kListTrialsLimit);
+    v1::ListTrialsResponse resp;
+    grpc::ClientContext ctx;
+    shared_.Prepare(ctx, absl::Seconds(30));
+    if (!shared_.tuning_stub->ListTrials(&ctx, req, &resp).ok()) return;
+    absl::flat_hash_set<std::string> stored;
+    for (const v1::Trial& t : resp.trials()) stored.insert(t.trial_id());
+    std::vector<std::string> ids;
+    for (const Trial& t : spool_->PendingWhere(static_cast<size_t>(-1), [&](const Trial& t) {
+           return t.run_id == run && stored.contains(t.trial_id);
+         })) {
+      ids.push_back(t.trial_id);
+    }
+    if (ids.empty()) return;
+    if (spool_->Acknowledge(ids).ok()) {
+      Log(absl::StrCat(ids.size(), " spooled trials of run ", run, " are already stored (measured again by ",
+                       "the job's next holder); dropped from the spool"));
     }
   }
 

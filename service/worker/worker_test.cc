@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "fusetune/kernels/cpu_backend.h"
+#include "fusetune/worker/spool.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/service/convert.h"
 #include "fusetune/service/server.h"
@@ -224,6 +225,52 @@ TEST_F(WorkerTest, LeaseTakenBackCancelsTheSweepAndTheJobIsFinishedOnTheSameRun)
   ASSERT_TRUE(trials.ok());
   EXPECT_EQ(trials->size(), 6u);  // resumed, not re-measured into duplicates
   EXPECT_LT(s.trials_recorded, 12);
+}
+
+TEST_F(WorkerTest, SpooledTrialsOfARunItDoesNotHoldAreParkedAndThoseStoredAlreadyDropped) {
+  // A run this worker does not hold (no job of it is leased to it), with one trial stored.
+  RunInfo run;
+  run.commit = "test";
+  run.device = CreateCpuBackend()->Describe();
+  run.label = "elsewhere";
+  auto run_id = server_->store()->BeginRun(run);
+  ASSERT_TRUE(run_id.ok());
+  auto make = [&](const std::string& config_key) {
+    Trial t;
+    t.run_id = *run_id;
+    t.problem_key = "prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32";
+    t.config_key = config_key;
+    t.trial_id = TrialId(t.run_id, t.problem_key, t.config_key, 0);
+    t.outcome = TrialOutcome::kUnsupported;
+    t.message = "test";
+    return t;
+  };
+  const Trial stored = make("fused/bm16/bs16/t1/fp32/st1");
+  const Trial only_here = make("fused/bm32/bs16/t1/fp32/st1");
+  ASSERT_TRUE(server_->store()->RecordTrial(stored).ok());
+  const std::string spool_path = (dir_ / "spool" / "wt-d0.spool").string();
+  std::filesystem::create_directories(dir_ / "spool");
+  {
+    auto spool = TrialSpool::Open(spool_path);
+    ASSERT_TRUE(spool.ok());
+    ASSERT_TRUE((*spool)->RecordTrial(stored).ok());
+    ASSERT_TRUE((*spool)->RecordTrial(only_here).ok());
+  }
+  WorkerOptions o = Options([](int) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateCpuBackend(); });
+  o.cpu_devices = 1;
+  auto worker = Worker::Create(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_TRUE(RunWithDeadline(**worker, 2).ok());  // no job to do: stopped after 2 s, cleanly
+  worker->reset();
+  auto log = ReadSpoolLog(spool_path);
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(log->acknowledged, std::vector<std::string>{stored.trial_id});  // already on the server
+  auto spool = TrialSpool::Open(spool_path);
+  ASSERT_TRUE(spool.ok());
+  std::vector<Trial> pending = (*spool)->Pending(10);
+  ASSERT_EQ(pending.size(), 1u);  // kept, not lost: parked until this device holds the run
+  EXPECT_EQ(pending[0].trial_id, only_here.trial_id);
+  EXPECT_FALSE(*server_->store()->HasTrial(only_here.trial_id));
 }
 
 TEST_F(WorkerTest, BadOptionsAreClearErrors) {
