@@ -81,7 +81,7 @@ submit_timed() {  # label, submit args...
   local label=$1; shift
   local t=$(date +%s.%N)
   ft submit --server "$S" --token-file "$D/token" --device-class "$DC" --max-trials "$TRIALS" \
-    --wait --wait-timeout 150 "$@"
+    --wait --wait-timeout 120 "$@"
   local rc=$?
   local w=$(awk -v a="$t" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
   echo "$label: rc=$rc wall ${w} s"
