@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run ON THE DEVICE (the lent H200), from the repository root, after ci/device/stage_worker.sh
 # packed .device-carry/worker (name it in the run's carry). The service end to end on the GPU:
-#   1. `fusetune serve` on 127.0.0.1 (ephemeral ports, temp DB, token file, /metrics on);
+#   1. `fusetune serve` on 127.0.0.1 (ephemeral port, temp DB, token file; WORKER_METRICS=host:port
+#      turns /metrics on: off by default, civetweb could not bind on the H200 image);
 #   2. `fusetune worker --backend cuda --devices all` (registers each GPU's device class);
 #   3. `fusetune submit --wait` of job A (fp16 b1 h12 d64, S = 1024, 2048) and job B
 #      (fp32 S = 512), WORKER_TRIALS (4) trials per problem and variant, each timed;
@@ -59,11 +60,12 @@ if LD_LIBRARY_PATH="$LIBPATH" ldd "$BIN" | grep "not found"; then echo "MISSING 
 
 D=$(mktemp -d)
 echo "worker-check-token-$RANDOM$RANDOM" > "$D/token"
-LD_LIBRARY_PATH="$LIBPATH" "$BIN" serve --listen 127.0.0.1:0 --db "$D/server.db" --token-file "$D/token" --metrics 127.0.0.1:0 \
+LD_LIBRARY_PATH="$LIBPATH" "$BIN" serve --listen 127.0.0.1:0 --db "$D/server.db" --token-file "$D/token" --metrics "${WORKER_METRICS:-off}" \
   --refresh-ms 200 --port-file "$D/port" > "$OUT/server.log" 2>&1 &
 spid=$!
 for _ in $(seq 100); do [[ -s "$D/port" ]] && break; sleep 0.1; done
-read -r port mport < "$D/port" || { echo "server did not start"; cat "$OUT/server.log"; exit 1; }
+port=$(cut -d" " -f1 "$D/port" 2>/dev/null); mport=$(cut -s -d" " -f2 "$D/port" 2>/dev/null)
+[[ -n "$port" ]] || { echo "server did not start"; cat "$OUT/server.log"; exit 1; }
 S=127.0.0.1:$port
 echo "server pid $spid grpc $S metrics $mport"
 
@@ -101,8 +103,8 @@ for spec in "fp16 1024" "fp16 2048" "fp32 512" "fp16 1536" "bf16 1024"; do
   ft best --server "$S" --token-file "$D/token" --device-class "$DC" --kind prefill --batch 1 --heads 12 \
     --head-dim 64 --dtype "$1" --seq "$2"
 done
-curl -s "http://127.0.0.1:$mport/metrics" > "$OUT/metrics.txt" || true
-grep -E '^fusetune_(best_latency_us|best_speedup|jobs|workers_alive|trials_recorded)' "$OUT/metrics.txt" | head -30
+[[ -n "${mport:-}" && "$mport" != 0 ]] && curl -s "http://127.0.0.1:$mport/metrics" > "$OUT/metrics.txt"
+[[ -f "$OUT/metrics.txt" ]] && grep -E '^fusetune_(best_latency_us|best_speedup|jobs|workers_alive|trials_recorded)' "$OUT/metrics.txt" | head -30
 
 echo "== SIGTERM mid-job (job C), t=$(elapsed) s"
 ft submit --server "$S" --token-file "$D/token" --device-class "$DC" --max-trials "${JOBC_TRIALS:-24}" \
