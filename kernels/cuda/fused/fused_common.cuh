@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "device_common.cuh"  // ToFloat/FromFloat, shared with the baselines
 #include "fused_instance.h"
 
 namespace fusetune::cuda::fused {
@@ -87,29 +88,7 @@ __device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t row_
   }
 }
 
-// ---- storage conversions ---------------------------------------------------------------------
-
-template <typename T>
-__device__ __forceinline__ float ToFloat(T x);
-template <>
-__device__ __forceinline__ float ToFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ float ToFloat<__half>(__half x) { return __half2float(x); }
-template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+// ---- storage conversions: ToFloat / FromFloat come from device_common.cuh -------------------
 
 // Four consecutive elements from shared memory as floats (16-byte or 8-byte load).
 template <typename T>
