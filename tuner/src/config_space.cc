@@ -111,6 +111,12 @@ absl::StatusOr<ConfigSpace> ConfigSpace::Create(const AttentionProblem& problem,
       if (cpu && precision == Precision::kTf32) continue;
       for (int bm : block_m) {
         for (int bs : block_s) {
+          // On GPUs the materialized variant is cuBLAS GEMMs around one softmax kernel: its
+          // tiles are cuBLAS's, so block sizes would only repeat the same measurement.
+          if (!cpu && variant == Variant::kMaterialized &&
+              (bm != block_m.front() || bs != block_s.front())) {
+            continue;
+          }
           for (int t : threads) {
             for (int st : o.stages) {
               KernelConfig c;

@@ -105,6 +105,25 @@ TEST(ConfigSpace, GpuThreadsAreWholeWarps) {
   for (const KernelConfig& c : space->configs()) EXPECT_EQ(c.threads % 32, 0);
 }
 
+TEST(ConfigSpace, GpuMaterializedVariesOnlyItsSoftmaxThreads) {
+  absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(Seed(1024), Gpu(), {});
+  ASSERT_TRUE(space.ok());
+  std::set<std::pair<int, int>> blocks;
+  std::set<int> threads;
+  for (const KernelConfig& c : space->ForVariant(Variant::kMaterialized)) {
+    blocks.insert({c.block_m, c.block_s});
+    threads.insert(c.threads);
+  }
+  EXPECT_EQ(blocks.size(), 1u);
+  EXPECT_GT(threads.size(), 1u);
+  // The CPU materialized kernel tiles its passes, so there the block sizes stay tunable.
+  absl::StatusOr<ConfigSpace> cpu = ConfigSpace::Create(Seed(1024), Cpu(2), {});
+  ASSERT_TRUE(cpu.ok());
+  std::set<std::pair<int, int>> cpu_blocks;
+  for (const KernelConfig& c : cpu->ForVariant(Variant::kMaterialized)) cpu_blocks.insert({c.block_m, c.block_s});
+  EXPECT_GT(cpu_blocks.size(), 1u);
+}
+
 TEST(ConfigSpace, VariantsAreSelectable) {
   ConfigSpaceOptions o;
   o.variants = {Variant::kMaterialized, Variant::kFused};
