@@ -37,20 +37,8 @@ if [[ -z "${FUSETUNE_BIN:-}" ]]; then
   tar -C "$B" -xJf "$ROOT/.device-carry/worker/bundle.tar.xz" || { echo "cannot unpack the bundle"; exit 1; }
   echo "bundle commit $(cat "$ROOT/.device-carry/worker/commit.txt" 2>/dev/null)"
 fi
-cuda_dirs=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -e "$d/libcublas.so.13" ]] && cuda_dirs="$cuda_dirs:$d"
-done
-if [[ -z "$cuda_dirs" ]]; then
-  wheel_dir=$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-for root in site.getsitepackages():
-    for hit in glob.glob(os.path.join(root, "nvidia", "**", "libcublas.so.13"), recursive=True):
-        print(os.path.dirname(hit)); raise SystemExit
-PY
-)
-  [[ -n "$wheel_dir" ]] && cuda_dirs=":$wheel_dir"
-fi
+source "$ROOT/ci/device/cuda_lib_dirs.sh"
+cuda_dirs=$(device_cuda_lib_dirs)
 LIBPATH="$B/lib${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "LD_LIBRARY_PATH=$LIBPATH"
 # Only fusetune sees the carried libraries (curl, nvidia-smi keep the image's own). The
