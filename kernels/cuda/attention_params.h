@@ -35,6 +35,9 @@ struct AttentionParams {
   DType dtype = DType::kFp32;
   float scale = 1.0f;           // softmax scale
   float scale_log2 = 1.0f;      // scale * log2(e): exp2 folding
+  // Rows of Q/O and of K/V in memory (problem.TotalQueries() / TotalKeys()). The Hopper TMA
+  // kernel uses them as tensor bounds and refuses to launch (cudaErrorNotSupported) at 0.
+  int64_t q_total_rows = 0, kv_total_rows = 0;
 
   // Workspace for partial/materialized (S or P), device memory, and its size in bytes.
   void* workspace = nullptr;
@@ -43,11 +46,12 @@ struct AttentionParams {
 
 // Fused kernel (QK^T -> online softmax -> PV in one kernel).
 // FusedCanImplement: OK if an instantiation exists for (head_dim, dtype, precision, block_m,
-// block_s, threads, stages) and fits `smem_limit_bytes`; otherwise Unimplemented/
-// FailedPrecondition naming the reason. LaunchFused: asynchronous launch on `stream`;
+// block_s, threads, stages), runs on a GPU of `sm_version` (major * 10 + minor; the wgmma/TMA
+// instances need 90) and fits `smem_limit_bytes`; otherwise Unimplemented/FailedPrecondition
+// naming the reason. Never calls CUDA. LaunchFused: asynchronous launch on `stream`;
 // returns the launch error (cudaSuccess when launched).
 absl::Status FusedCanImplement(const AttentionProblem& problem, const KernelConfig& config,
-                               int64_t smem_limit_bytes);
+                               int64_t smem_limit_bytes, int sm_version);
 cudaError_t LaunchFused(const AttentionParams& params, const KernelConfig& config,
                         cudaStream_t stream);
 

@@ -8,6 +8,7 @@
 // call, with the original error, instead of crashing or pretending to work.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -172,6 +173,11 @@ class CudaBackend final : public Backend {
 
   DeviceInfo Describe() const override { return info_; }
 
+  // major * 10 + minor, from DeviceInfo::arch ("sm90" -> 90); 0 if it does not parse.
+  int SmVersion() const {
+    return info_.arch.rfind("sm", 0) == 0 ? std::atoi(info_.arch.c_str() + 2) : 0;
+  }
+
   absl::Status CanImplement(const AttentionProblem& problem,
                             const KernelConfig& config) const override {
     if (auto s = problem.Validate(); !s.ok()) return s;
@@ -186,7 +192,7 @@ class CudaBackend final : public Backend {
     }
     if (config.variant == Variant::kFused) {
 #if defined(FUSETUNE_HAVE_CUDA_FUSED)
-      return cuda::FusedCanImplement(problem, config, info_.shared_mem_per_block);
+      return cuda::FusedCanImplement(problem, config, info_.shared_mem_per_block, SmVersion());
 #else
       return absl::UnimplementedError("the fused CUDA kernel is not compiled into this build");
 #endif
@@ -424,6 +430,8 @@ class CudaBackend final : public Backend {
     p.dtype = problem.dtype;
     p.scale = problem.EffectiveScale();
     p.scale_log2 = p.scale * 1.4426950408889634f;
+    p.q_total_rows = problem.TotalQueries();
+    p.kv_total_rows = problem.TotalKeys();
 
     if (config.variant == Variant::kFused) {
       auto q = cu_seqlens_q_.Upload(problem.cu_seqlens_q);

@@ -132,6 +132,8 @@ struct ProblemData {
     a.dtype = p.dtype;
     a.scale = p.EffectiveScale();
     a.scale_log2 = a.scale * 1.4426950408889634f;
+    a.q_total_rows = p.TotalQueries();
+    a.kv_total_rows = p.TotalKeys();
     return a;
   }
 };
@@ -229,6 +231,14 @@ int64_t SmemLimit() {
   return v;
 }
 
+int SmVersion() {
+  int dev = 0, major = 0, minor = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor;
+}
+
 // Runs config `c` once on poisoned output; returns false on a launch/kernel error.
 bool RunOnce(const ProblemData& data, const KernelConfig& c, std::string* err) {
   CUDA_OK(cudaMemset(data.dout.ptr, 0xFF, data.dout.bytes));  // NaN in every dtype
@@ -297,7 +307,7 @@ int RunChecks(uint64_t seed) {
         ProblemData data(p, seed + ci * 7919 + d * 31 + static_cast<int>(dtype));
         const Reference ref = ComputeReference(data, 600, seed + ci);
         for (const KernelConfig& c : fusetune::cuda::FusedCompiledConfigs(d, dtype)) {
-          if (auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit); !s.ok()) {
+          if (auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion()); !s.ok()) {
             ++skipped;
             continue;
           }
@@ -330,16 +340,16 @@ int RunChecks(uint64_t seed) {
     c.block_m = 64;
     c.block_s = 64;
     c.threads = 128;
-    auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit);
+    auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion());
     std::printf("head_dim 96 -> %s\n", s.ToString().c_str());
     if (s.code() != absl::StatusCode::kUnimplemented) ++failures;
     p.head_dim = 128;
     c.block_m = 48;
-    s = fusetune::cuda::FusedCanImplement(p, c, smem_limit);
+    s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion());
     std::printf("block_m 48 -> %s\n", s.ToString().c_str());
     if (s.code() != absl::StatusCode::kUnimplemented) ++failures;
     c.block_m = 64;
-    s = fusetune::cuda::FusedCanImplement(p, c, 1024);
+    s = fusetune::cuda::FusedCanImplement(p, c, 1024, SmVersion());
     std::printf("smem limit 1 KiB -> %s\n", s.ToString().c_str());
     if (s.code() != absl::StatusCode::kFailedPrecondition) ++failures;
   }
@@ -427,7 +437,7 @@ int RunBench(const char* csv_path, int samples, uint64_t seed, bool quick) {
           shapes[si].precisions.end()) {
         continue;
       }
-      if (!fusetune::cuda::FusedCanImplement(p, c, smem_limit).ok()) continue;
+      if (!fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion()).ok()) continue;
       std::string err;
       if (!RunOnce(data, c, &err)) {
         std::printf("%s %s: error %s\n", p.Key().c_str(), c.Key().c_str(), err.c_str());
@@ -468,7 +478,7 @@ int RunBench(const char* csv_path, int samples, uint64_t seed, bool quick) {
 
 // One config on one problem, a few plain launches (for ncu), then the time of each.
 int RunOne(const AttentionProblem& p, const KernelConfig& c, int launches, uint64_t seed) {
-  if (auto s = fusetune::cuda::FusedCanImplement(p, c, SmemLimit()); !s.ok()) {
+  if (auto s = fusetune::cuda::FusedCanImplement(p, c, SmemLimit(), SmVersion()); !s.ok()) {
     std::printf("cannot run: %s\n", s.ToString().c_str());
     return 1;
   }

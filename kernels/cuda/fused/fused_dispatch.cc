@@ -12,21 +12,6 @@
 #include "fused/fused_instance.h"
 
 namespace fusetune::cuda {
-namespace fused {
-
-bool WgmmaEnabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("FUSETUNE_FUSED_WGMMA");
-    if (env == nullptr || env[0] != '1') return false;
-    int dev = 0, major = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-           major == 9;
-  }();
-  return enabled;
-}
-
-}  // namespace fused
 namespace {
 
 using fused::FusedInstance;
@@ -52,7 +37,8 @@ const std::vector<FusedInstance>& AllInstances() {
          {fused::SimtFp32StorageInstances(), fused::SimtHalfStorageInstances(),
           fused::MmaFp16D64Instances(), fused::MmaFp16D128Instances(),
           fused::MmaBf16D64Instances(), fused::MmaBf16D128Instances(),
-          fused::MmaTf32Instances()}) {
+          fused::MmaTf32Instances(), fused::WgmmaFp16Instances(),
+          fused::WgmmaBf16Instances()}) {
       v->insert(v->end(), list.data, list.data + list.size);
     }
     return v;
@@ -89,7 +75,7 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 }  // namespace
 
 absl::Status FusedCanImplement(const AttentionProblem& problem, const KernelConfig& config,
-                               int64_t smem_limit_bytes) {
+                               int64_t smem_limit_bytes, int sm_version) {
   if (auto s = problem.Validate(); !s.ok()) return s;
   if (auto s = config.Validate(); !s.ok()) return s;
   if (config.variant != Variant::kFused) {
@@ -124,6 +110,11 @@ absl::Status FusedCanImplement(const AttentionProblem& problem, const KernelConf
         "no compiled fused instantiation for head_dim ", problem.head_dim, ", ",
         std::string(DTypeName(problem.dtype)), " storage, config ", config.Key(),
         " (see kernels/cuda/fused/README.md for the list)"));
+  }
+  if (inst->needs_sm90 && sm_version / 10 != 9) {
+    return absl::UnimplementedError(absl::StrCat(
+        "config ", config.Key(), " is the Hopper wgmma/TMA kernel (sm_90a code only); this GPU is sm_",
+        sm_version));
   }
   if (inst->smem_bytes > smem_limit_bytes) {
     return absl::FailedPreconditionError(
@@ -177,6 +168,8 @@ cudaError_t LaunchFused(const AttentionParams& p, const KernelConfig& config,
   a.kv_valid_lens = p.kv_valid_lens;
   a.causal = p.causal ? 1 : 0;
   a.scale_log2 = p.scale_log2;
+  a.q_total_rows = p.q_total_rows;
+  a.kv_total_rows = p.kv_total_rows;
   return inst->launch(a, stream);
 }
 

@@ -12,6 +12,7 @@ namespace fusetune::cuda {
 namespace {
 
 constexpr int64_t kHopperSmem = 227 * 1024;
+constexpr int kHopper = 90;
 
 AttentionProblem Problem(int head_dim, DType dtype) {
   AttentionProblem p;
@@ -45,7 +46,7 @@ TEST(FusedCanImplement, AcceptsEveryCompiledConfigThatFitsSharedMemory) {
       for (const KernelConfig& c : configs) {
         const int64_t smem = FusedSharedMemoryBytes(d, dtype, c);
         ASSERT_GT(smem, 0) << c.Key();
-        const absl::Status s = FusedCanImplement(Problem(d, dtype), c, kHopperSmem);
+        const absl::Status s = FusedCanImplement(Problem(d, dtype), c, kHopperSmem, kHopper);
         if (smem <= kHopperSmem) {
           EXPECT_TRUE(s.ok()) << c.Key() << ": " << s;
           ++accepted;
@@ -71,15 +72,28 @@ TEST(FusedCanImplement, CompiledConfigKeysAreUniquePerStorageType) {
 
 TEST(FusedCanImplement, HeadDimWithoutInstantiationIsUnimplemented) {
   const absl::Status s = FusedCanImplement(Problem(96, DType::kFp32),
-                                           Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem);
+                                           Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem, kHopper);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(std::string(s.message()).find("head_dim"), std::string::npos) << s;
   EXPECT_TRUE(FusedCompiledConfigs(96, DType::kFp32).empty());
 }
 
+TEST(FusedCanImplement, HopperKernelIsRejectedOnOtherGpus) {
+  // block_m 128 with 288 threads = two consumer warpgroups + the producer warp (wgmma/TMA).
+  KernelConfig c = Config(128, 128, 288, Precision::kBf16, 2);
+  EXPECT_TRUE(FusedCanImplement(Problem(128, DType::kBf16), c, kHopperSmem, kHopper).ok());
+  const absl::Status s = FusedCanImplement(Problem(128, DType::kBf16), c, 163 * 1024, 80);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(std::string(s.message()).find("sm_90a"), std::string::npos) << s;
+  // The mma.sync kernel with the same tiles still runs on sm_80.
+  EXPECT_TRUE(FusedCanImplement(Problem(128, DType::kBf16), Config(128, 64, 256, Precision::kBf16, 2),
+                                163 * 1024, 80)
+                  .ok());
+}
+
 TEST(FusedCanImplement, TileShapeWithoutInstantiationIsUnimplemented) {
   const absl::Status s = FusedCanImplement(Problem(64, DType::kFp32),
-                                           Config(48, 64, 128, Precision::kFp32, 1), kHopperSmem);
+                                           Config(48, 64, 128, Precision::kFp32, 1), kHopperSmem, kHopper);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
 }
 
@@ -87,53 +101,53 @@ TEST(FusedCanImplement, SharedMemoryOverTheLimitIsFailedPrecondition) {
   const KernelConfig c = Config(64, 64, 128, Precision::kFp32, 1);
   const int64_t need = FusedSharedMemoryBytes(64, DType::kFp32, c);
   ASSERT_GT(need, 0);
-  EXPECT_TRUE(FusedCanImplement(Problem(64, DType::kFp32), c, need).ok());
-  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, need - 1).code(),
+  EXPECT_TRUE(FusedCanImplement(Problem(64, DType::kFp32), c, need, kHopper).ok());
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, need - 1, kHopper).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(FusedCanImplement, PrecisionMustMatchStorageForTensorCores) {
   // fp16 storage cannot run bf16 or tf32 operands; fp32 storage cannot run fp16 operands.
   EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp16), Config(64, 64, 128, Precision::kBf16, 1),
-                              kHopperSmem)
+                              kHopperSmem, kHopper)
                 .code(),
             absl::StatusCode::kUnimplemented);
   EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp16), Config(64, 64, 128, Precision::kTf32, 1),
-                              kHopperSmem)
+                              kHopperSmem, kHopper)
                 .code(),
             absl::StatusCode::kUnimplemented);
   EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), Config(64, 64, 128, Precision::kFp16, 1),
-                              kHopperSmem)
+                              kHopperSmem, kHopper)
                 .code(),
             absl::StatusCode::kUnimplemented);
   // Exact fp32 runs on every storage type.
   EXPECT_TRUE(FusedCanImplement(Problem(64, DType::kBf16), Config(64, 64, 128, Precision::kFp32, 1),
-                                kHopperSmem)
+                                kHopperSmem, kHopper)
                   .ok());
 }
 
 TEST(FusedCanImplement, SplitKvPagedKvAndOtherVariantsAreRejected) {
   KernelConfig c = Config(64, 64, 128, Precision::kFp32, 1);
   c.split_kv = 4;
-  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, kHopperSmem).code(),
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, kHopperSmem, kHopper).code(),
             absl::StatusCode::kUnimplemented);
   AttentionProblem paged = Problem(64, DType::kFp32);
   paged.kind = ProblemKind::kDecode;
   paged.q_len = 1;
   paged.page_block_size = 16;
   const absl::Status s =
-      FusedCanImplement(paged, Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem);
+      FusedCanImplement(paged, Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem, kHopper);
   EXPECT_FALSE(s.ok());
   c = Config(64, 64, 128, Precision::kFp32, 1);
   c.variant = Variant::kMaterialized;
-  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, kHopperSmem).code(),
+  EXPECT_EQ(FusedCanImplement(Problem(64, DType::kFp32), c, kHopperSmem, kHopper).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FusedCanImplement, InvalidProblemIsInvalidArgument) {
   AttentionProblem p = Problem(64, DType::kFp32);
   p.kv_heads = 3;  // does not divide q_heads
-  EXPECT_EQ(FusedCanImplement(p, Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem).code(),
+  EXPECT_EQ(FusedCanImplement(p, Config(64, 64, 128, Precision::kFp32, 1), kHopperSmem, kHopper).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

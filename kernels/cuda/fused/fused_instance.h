@@ -35,6 +35,9 @@ struct FusedKernelArgs {
   const int32_t* kv_valid_lens = nullptr;
   int causal = 0;
   float scale_log2 = 1.0f;  // softmax scale * log2(e), > 0
+  // Rows of Q/O and of K/V in memory (sum of the sequence lengths); 0 = unknown. The TMA
+  // kernel needs them as tensor bounds so it never reads past the allocations.
+  int64_t q_total_rows = 0, kv_total_rows = 0;
 };
 
 using FusedLaunchFn = cudaError_t (*)(const FusedKernelArgs&, cudaStream_t);
@@ -50,6 +53,9 @@ struct FusedInstance {
   int stages;
   int smem_bytes;  // dynamic shared memory per block
   FusedLaunchFn launch;
+  // Hopper-only kernel (wgmma + TMA, compiled for sm_90a): FusedCanImplement rejects it on
+  // other GPUs.
+  bool needs_sm90 = false;
 };
 
 struct FusedInstanceList {
@@ -65,6 +71,8 @@ FusedInstanceList MmaFp16D128Instances();        // fused_mma_fp16_d128.cu
 FusedInstanceList MmaBf16D64Instances();         // fused_mma_bf16_d64.cu
 FusedInstanceList MmaBf16D128Instances();        // fused_mma_bf16_d128.cu
 FusedInstanceList MmaTf32Instances();            // fused_mma_tf32.cu
+FusedInstanceList WgmmaFp16Instances();          // fused_wgmma_fp16.cu (sm_90a)
+FusedInstanceList WgmmaBf16Instances();          // fused_wgmma_bf16.cu (sm_90a)
 
 }  // namespace fusetune::cuda::fused
 

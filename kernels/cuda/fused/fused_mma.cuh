@@ -18,7 +18,6 @@
 
 #include "fused_common.cuh"
 #include "fused_simt.cuh"  // FastExp2
-#include "fused_wgmma.cuh"
 
 namespace fusetune::cuda::fused {
 
@@ -432,10 +431,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 
 template <class Tr>
 cudaError_t LaunchMma(const FusedKernelArgs& a, cudaStream_t stream) {
-  using T = typename Tr::Storage;
-  if constexpr (WgmmaEligible<T, Tr::kHeadDim, Tr::kBlockM, Tr::kBlockS, Tr::kWarps>()) {
-    if (WgmmaEnabled()) return LaunchWgmma<Tr>(a, stream);
-  }
   auto kernel = FusedMmaKernel<Tr>;
   if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedMmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
     return e;

@@ -1,22 +1,35 @@
-// Hopper (sm_90a) path of the fp16/bf16 fused kernel: the same algorithm, tiles, masks and
-// pipeline as fused_mma.cuh, with the two products on wgmma (warpgroup MMA) instead of
-// mma.sync. LaunchMma routes eligible configs (16 rows per warp, block_s 64 or 128) here only
-// when FUSETUNE_FUSED_WGMMA=1 and the device is sm_90 (see WgmmaEnabled); on the sm_80 build
-// the kernel body is empty.
+// Hopper (sm_90a) fused kernel for fp16/bf16: warp-specialized, TMA-fed, asynchronous wgmma
+// (FlashAttention-3's structure, written from the PTX ISA).
 //
-// Each warpgroup (4 warps) owns 64 query rows. Shared memory holds Q, K and V in the canonical
-// no-swizzle "core matrix" layout (8 rows x 16 bytes contiguous per core matrix): S = Q K^T is
-// an SS wgmma (both operands K-major, from descriptors); O += P V is an RS wgmma with P in
-// registers (the S accumulator layout per warp is the mma.sync one, so P packs exactly as
-// there) and V as an MN-major (transposed) descriptor. The cp.async loader writes whole core
-// matrices with 8 consecutive lanes (conflict-free), and each thread fences the async proxy
-// before the barrier that publishes a tile to wgmma.
+// Block = `block_m / 64` consumer warpgroups (64 query rows each) + one producer warpgroup,
+// of which one warp works. setmaxnreg moves registers from the producer to the consumers
+// (ptxas budgets a block in whole warpgroups, so a lone producer warp would cost as much).
+//  - The producer warp streams K and V tiles with TMA (cp.async.bulk.tensor, 128-byte swizzle)
+//    into `stages` buffers; per buffer a "full" mbarrier (transaction count) and an "empty"
+//    mbarrier (one arrival per consumer warp) hand it back and forth, so consumers never wait
+//    on a block-wide barrier and the two warpgroups drift apart: one's softmax overlaps the
+//    other's GEMMs.
+//  - Each consumer warpgroup overlaps inside itself too: it issues S_j = Q K_j^T and
+//    O += P_{j-1} V_{j-1} back to back, waits only for S_j, runs the softmax of tile j while
+//    the PV product is still in flight, then rescales O.
+//  - S = Q K^T is an SS wgmma (both operands K-major SW128 from descriptors); O += P V is an
+//    RS wgmma with P in registers (the S accumulator layout per warp is the mma.sync one, so P
+//    packs as in fused_mma.cuh) and V as an MN-major SW128 descriptor.
+//  - A key tile that ends inside the sequence (k_vis % block_s != 0) is loaded by the producer
+//    warp with zero-filling cp.async instead of TMA: rows past the visible keys may hold padding
+//    (even NaN), and 0 * NaN would leak into O through the PV product.
+// Needs the total row counts of Q and K/V (tensor bounds for TMA); LaunchWgmma returns
+// cudaErrorNotSupported without them. On the sm_80 build the kernel body is empty and
+// FusedCanImplement never selects it (FusedInstance::needs_sm90).
 #ifndef FUSETUNE_KERNELS_CUDA_FUSED_FUSED_WGMMA_CUH_
 #define FUSETUNE_KERNELS_CUDA_FUSED_FUSED_WGMMA_CUH_
+
+#include <cuda.h>
 
 #include <cmath>
 #include <type_traits>
 
+#include "fused/fused_tensor_map.h"
 #include "fused_common.cuh"
 #include "fused_simt.cuh"  // FastExp2
 #include "fused_wgmma_ops.cuh"
@@ -27,58 +40,117 @@
 
 namespace fusetune::cuda::fused {
 
-template <typename T, int D, int BM, int BS, int W>
-constexpr bool WgmmaEligible() {
-  return sizeof(T) == 2 && BM == 16 * W && BM % 64 == 0 && (BS == 64 || BS == 128) &&
-         (D == 64 || D == 128);
-}
+template <typename T, int D, int BM, int BS, int ST>
+struct WgmmaTraits {
+  using Storage = T;
+  static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kStages = ST;
+  static constexpr int kConsumerGroups = BM / 64;
+  static constexpr int kConsumerWarps = 4 * kConsumerGroups;
+  static constexpr int kThreads = 32 * kConsumerWarps + 128;  // + the producer warpgroup
+  // Registers per thread after setmaxnreg (0 = leave the compiler's allocation): the producer
+  // gives up what the consumers take; 128 * producer + 128 * groups * consumer <= 65536.
+  static constexpr int kProducerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? 72 : 56);
+  static constexpr int kConsumerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? 216 : 152);
+  static constexpr int kChunks = D / 64;                     // 128-byte swizzle rows per row
+  static constexpr int kQBytes = kChunks * BM * 128;
+  static constexpr int kTileBytes = kChunks * BS * 128;  // one K or one V tile
+  static constexpr int kBarriers = 1 + 4 * ST;           // Q, then full/empty for K and V
+  // 1024 bytes of slack: the swizzle atoms must start on 1024-byte boundaries.
+  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * ST * kTileBytes + 8 * kBarriers;
+  static_assert(sizeof(T) == 2, "wgmma kernel is for 16-bit storage");
+  static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "block_m: 64..256 rows, whole warpgroups");
+  static_assert(BS == 64 || BS == 128, "block_s 64 or 128 (wgmma N)");
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
+};
 
-// Byte offset of element (r, c) in a [rows][D] 16-bit tile stored as core matrices:
-// core matrix (r/8, c/8) at ((r/8) * D/8 + c/8) * 128, row r%8 at +16 * (r%8).
-template <int D>
-__device__ __forceinline__ uint32_t CoreMatrixOffset(int r, int c) {
-  return ((r >> 3) * (D / 8) + (c >> 3)) * 128 + (r & 7) * 16 + (c & 7) * 2;
-}
+// Everything the kernel reads from its parameter space: the TMA descriptors must live there
+// (or in constant/global memory) for cp.async.bulk.tensor.
+struct WgmmaLaunchParams {
+  CUtensorMap q_map;
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  FusedKernelArgs a;
+};
 
-// Loads kRows x D (16-bit) into the core-matrix layout; 8 consecutive lanes fill one core
-// matrix (128 contiguous bytes), rows >= valid_rows are zero-filled.
-template <typename T, int kRows, int D, int kThreads>
-__device__ __forceinline__ void LoadCoreMatrixTileAsync(unsigned char* dst, const T* src,
-                                                        int64_t row_stride, int valid_rows,
-                                                        int tid) {
-  constexpr int kChunks = kRows * D / 8;
-#pragma unroll
-  for (int ci = tid; ci < kChunks; ci += kThreads) {
-    const int r8 = ci & 7;
-    const int c = (ci >> 3) % (D / 8);
-    const int rg = (ci >> 3) / (D / 8);
-    const int r = rg * 8 + r8;
-    const bool pred = r < valid_rows;
-    const T* s = pred ? src + r * row_stride + c * 8 : src;
-    CpAsync16(dst + (rg * (D / 8) + c) * 128 + r8 * 16, s, pred);
-  }
-}
+// ---- mbarrier / TMA / descriptor helpers (sm_90) -------------------------------------------
 
-__device__ __forceinline__ uint64_t SmemDescriptor(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Blocks until the phase of parity `parity` has completed.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_LOOP;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                          int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void SetMaxRegistersIncrease() {
+  if constexpr (kRegs > 0) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void SetMaxRegistersDecrease() {
+  if constexpr (kRegs > 0) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+__device__ __forceinline__ void CpAsync16Shared(uint32_t dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(pred ? 16 : 0));
+}
+// wgmma descriptor, 128-byte swizzle, base offset 0 (atoms are 1024-byte aligned).
+__device__ __forceinline__ uint64_t Sw128Descriptor(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
          (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) |
-         (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32);  // no swizzle, base offset 0
+         (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t{1} << 62);
+}
+// Keeps the compiler from moving reads/writes of wgmma operand registers across the
+// asynchronous region (the asm statements above do not name them).
+template <int N>
+__device__ __forceinline__ void FenceOperands(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads)
-    FusedWgmmaKernel(const FusedKernelArgs a) {
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
 #if defined(FUSETUNE_FUSED_WGMMA_ENABLED)
   using T = typename Tr::Storage;
   constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
-  constexpr int NT = Tr::kThreads, NTILES = BS / 8, DTILES = D / 8;
+  constexpr int NCH = Tr::kChunks, NTILES = BS / 8, DTILES = D / 8;
+  constexpr int kConsumerWarps = Tr::kConsumerWarps;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  constexpr int kTileBytesPerRow = D * 2;
+  const FusedKernelArgs& a = p.a;
 
-  extern __shared__ __align__(128) unsigned char wgmma_smem[];
-  unsigned char* sQ = wgmma_smem;
-  unsigned char* sK = sQ + BM * kTileBytesPerRow;
-  unsigned char* sV = sK + ST * BS * kTileBytesPerRow;
+  extern __shared__ unsigned char wgmma_smem[];
+  const uint32_t sQ = (SmemAddress(wgmma_smem) + 1023u) & ~1023u;
+  const uint32_t sK = sQ + Tr::kQBytes;
+  const uint32_t sV = sK + ST * Tr::kTileBytes;
+  const uint32_t bars = sV + ST * Tr::kTileBytes;
+  const uint32_t full_q = bars;
+  auto full_k = [&](int s) { return bars + 8u * (1 + s); };
+  auto full_v = [&](int s) { return bars + 8u * (1 + ST + s); };
+  auto empty_k = [&](int s) { return bars + 8u * (1 + 2 * ST + s); };
+  auto empty_v = [&](int s) { return bars + 8u * (1 + 3 * ST + s); };
 
   const bool causal = a.causal != 0;
   const SequenceGeometry g = LoadSequenceGeometry(a, blockIdx.z);
@@ -87,128 +159,153 @@ __global__ void __launch_bounds__(Tr::kThreads)
   const int q_rows = min(BM, g.q_len - m0);
   const int head = blockIdx.y;
   const int kv_head = head / a.heads_per_kv;
-  const T* q_ptr = static_cast<const T*>(a.q) + (g.q_start + m0) * a.q_row_stride +
-                   static_cast<int64_t>(head) * a.q_head_stride;
-  const T* k_ptr = static_cast<const T*>(a.k) + g.k_start * a.k_row_stride +
-                   static_cast<int64_t>(kv_head) * a.k_head_stride;
-  const T* v_ptr = static_cast<const T*>(a.v) + g.k_start * a.v_row_stride +
-                   static_cast<int64_t>(kv_head) * a.v_head_stride;
   T* o_ptr = static_cast<T*>(a.o) + (g.q_start + m0) * a.o_row_stride +
              static_cast<int64_t>(head) * a.o_head_stride;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
-  const int gr = lane / 4, tc = lane % 4;
-  const int warpgroup = warp / 4;
-  const int warp_row0 = warp * 16;  // rows of this warp within the block
-
   const int max_vis = VisibleKeys(g, causal, m0 + q_rows - 1);
   const int min_vis = VisibleKeys(g, causal, m0);
   const int n_tiles = CeilDiv(max_vis, BS);
-  const int n_unmasked = min_vis / BS;
+  const int n_unmasked = min_vis / BS;  // tiles every row of the block sees completely
 
-  if (n_tiles == 0) {
+  if (n_tiles == 0) {  // no row of this block sees a key: zeros, never NaN
     constexpr int kChunksPerRow = D / 8;
-    for (int c = tid; c < q_rows * kChunksPerRow; c += NT) {
+    for (int c = tid; c < q_rows * kChunksPerRow; c += Tr::kThreads) {
       const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
       *reinterpret_cast<uint4*>(o_ptr + r * a.o_row_stride + col) = make_uint4(0, 0, 0, 0);
     }
     return;
   }
 
-  LoadCoreMatrixTileAsync<T, BM, D, NT>(sQ, q_ptr, a.q_row_stride, q_rows, tid);
-  CpAsyncCommit();
-  auto load_k = [&](int tile, int buf) {
-    const int key0 = tile * BS;
-    LoadCoreMatrixTileAsync<T, BS, D, NT>(sK + buf * BS * kTileBytesPerRow,
-                                          k_ptr + key0 * a.k_row_stride, a.k_row_stride,
-                                          min(BS, g.k_vis - key0), tid);
-  };
-  auto load_v = [&](int tile, int buf) {
-    const int key0 = tile * BS;
-    LoadCoreMatrixTileAsync<T, BS, D, NT>(sV + buf * BS * kTileBytesPerRow,
-                                          v_ptr + key0 * a.v_row_stride, a.v_row_stride,
-                                          min(BS, g.k_vis - key0), tid);
-  };
-  if constexpr (ST == 1) {
-    load_k(0, 0);
-    CpAsyncCommit();
-    load_v(0, 0);
-    CpAsyncCommit();
-  } else {
+  if (tid == 0) {
+    MbarInit(full_q, 1);
 #pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-      if (s < n_tiles) {
-        load_k(s, s);
-        load_v(s, s);
-      }
-      CpAsyncCommit();
+    for (int s = 0; s < ST; ++s) {
+      MbarInit(full_k(s), 1);
+      MbarInit(full_v(s), 1);
+      MbarInit(empty_k(s), kConsumerWarps);
+      MbarInit(empty_v(s), kConsumerWarps);
     }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp >= kConsumerWarps) {
+    // ---- producer warpgroup: its first warp loads, the others only hand back registers ----
+    SetMaxRegistersDecrease<Tr::kProducerRegs>();
+    if (warp != kConsumerWarps) return;
+    const T* v_ptr = static_cast<const T*>(a.v) + g.k_start * a.v_row_stride +
+                     static_cast<int64_t>(kv_head) * a.v_head_stride;
+    if (lane == 0) {
+      MbarExpectTx(full_q, Tr::kQBytes);
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) {
+        TmaLoad3d(sQ + c * BM * 128, &p.q_map, full_q, 64 * c, head,
+                  static_cast<int>(g.q_start + m0));
+      }
+    }
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % ST;
+      const uint32_t free_parity = ((j / ST) & 1) ^ 1;  // a fresh barrier counts as released
+      const int key0 = j * BS;
+      const int key_row = static_cast<int>(g.k_start + key0);
+      const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
+      MbarWait(empty_k(s), free_parity);
+      if (lane == 0) {
+        MbarExpectTx(full_k(s), Tr::kTileBytes);
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) TmaLoad3d(k_dst + c * BS * 128, &p.k_map, full_k(s), 64 * c, kv_head, key_row);
+      }
+      MbarWait(empty_v(s), free_parity);
+      const int valid = min(BS, g.k_vis - key0);
+      if (valid == BS) {
+        if (lane == 0) {
+          MbarExpectTx(full_v(s), Tr::kTileBytes);
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) TmaLoad3d(v_dst + c * BS * 128, &p.v_map, full_v(s), 64 * c, kv_head, key_row);
+        }
+      } else {
+        // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
+        // (16-byte unit u of row r lands at unit u ^ (r % 8)).
+        const T* src = v_ptr + static_cast<int64_t>(key0) * a.v_row_stride;
+        for (int ci = lane; ci < BS * NCH * 8; ci += 32) {
+          const int u = ci % 8, c = (ci / 8) % NCH, r = ci / (8 * NCH);
+          const bool pred = r < valid;
+          const uint32_t dst = v_dst + c * BS * 128 + r * 128 + ((u ^ (r & 7)) << 4);
+          CpAsync16Shared(dst, pred ? src + r * a.v_row_stride + c * 64 + u * 8 : src, pred);
+        }
+        CpAsyncCommit();
+        CpAsyncWait<0>();
+        FenceProxyAsyncShared();  // generic-proxy writes -> visible to wgmma (async proxy)
+        __syncwarp();
+        if (lane == 0) MbarArrive(full_v(s));
+      }
+    }
+    return;
   }
 
+  // ---- consumer warpgroups ----
+  SetMaxRegistersIncrease<Tr::kConsumerRegs>();
+  const int wg = warp / 4;
+  const int gr = lane / 4, tc = lane % 4;
+  const int row0 = wg * 64 + (warp % 4) * 16 + gr;  // this thread's rows: row0 and row0 + 8
   int row_vis[2];
   float m_run[2], l_run[2];
-  float acc[DTILES][4];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_vis[r] = VisibleKeys(g, causal, m0 + warp_row0 + gr + 8 * r);
+    row_vis[r] = VisibleKeys(g, causal, m0 + row0 + 8 * r);
     m_run[r] = -INFINITY;
     l_run[r] = 0.f;
   }
+  float acc[DTILES][4];
 #pragma unroll
   for (int dt = 0; dt < DTILES; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
+  float s[NTILES][4];
+  uint32_t pa[BS / 16][4];
   const float c_log2 = a.scale_log2;
-  const uint32_t sQ_addr = SmemAddress(sQ) + warpgroup * 64 * kTileBytesPerRow;
-  const uint32_t sK_addr = SmemAddress(sK);
-  const uint32_t sV_addr = SmemAddress(sV);
-  // K-major (Q, K): leading = next 8 columns (128 B), stride = next 8 rows (D * 16 B).
-  constexpr uint32_t kLboK = 128, kSboK = D * 16;
-  // MN-major V: leading = next 8 keys (the K dimension, D * 16 B), stride = next 8 columns of
-  // head_dim (the N dimension, 128 B). (The swapped assignment faults: measured 2026-11-29.)
-  constexpr uint32_t kLboV = D * 16, kSboV = 128;
+  const uint32_t q_base = sQ + wg * 64 * 128;
+  // K-major SW128: leading offset unused (encoded 1), 8-row groups 1024 B apart.
+  // MN-major SW128 (V): leading = next 64 head_dim columns (the other chunk), stride = next 8 keys.
+  constexpr uint32_t kLboK = 16, kSboK = 1024, kLboV = BS * 128, kSboV = 1024;
 
-  for (int j = 0; j < n_tiles; ++j) {
-    const int buf = j % ST;
-    if constexpr (ST == 1) {
-      if (j == 0) {
-        CpAsyncWait<1>();
-      } else {
-        CpAsyncWait<0>();
-      }
-      FenceProxyAsyncShared();
-      __syncthreads();
-      if (j > 0) load_v(j, 0);
-      CpAsyncCommit();
-    } else {
-      CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
-      FenceProxyAsyncShared();
-      __syncthreads();
-      const int jn = j + ST - 1;
-      if (jn < n_tiles) {
-        load_k(jn, jn % ST);
-        load_v(jn, jn % ST);
-      }
-      CpAsyncCommit();
-    }
-
-    // S = Q K^T on the warpgroup's 64 rows.
-    float s[NTILES][4];
-#pragma unroll
-    for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
-    const uint32_t k_tile = sK_addr + buf * BS * kTileBytesPerRow;
+  auto release = [&](uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) MbarArrive(bar);
+  };
+  auto issue_qk = [&](int j) {
+    const int st = j % ST;
+    MbarWait(full_k(st), (j / ST) & 1);
+    const uint32_t k_base = sK + st * Tr::kTileBytes;
+    FenceOperands(s);
     WgmmaFence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      Wgmma<BS, kBf16>::SS(s, SmemDescriptor(sQ_addr + ks * 256, kLboK, kSboK),
-                           SmemDescriptor(k_tile + ks * 256, kLboK, kSboK), ks > 0 ? 1 : 0);
+      const uint32_t col = (ks % 4) * 32;  // 16 columns = 32 bytes inside the swizzle row
+      Wgmma<BS, kBf16>::SS(s, Sw128Descriptor(q_base + (ks / 4) * BM * 128 + col, kLboK, kSboK),
+                           Sw128Descriptor(k_base + (ks / 4) * BS * 128 + col, kLboK, kSboK),
+                           ks > 0 ? 1 : 0);
     }
     WgmmaCommit();
-    WgmmaWait<0>();
-
+  };
+  auto issue_pv = [&](int j) {
+    const int st = j % ST;
+    MbarWait(full_v(st), (j / ST) & 1);
+    const uint32_t v_base = sV + st * Tr::kTileBytes;
+    FenceOperands(acc);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < BS / 16; ++kk) {
+      Wgmma<D, kBf16>::RSTrans(acc, pa[kk], Sw128Descriptor(v_base + kk * 16 * 128, kLboV, kSboV));
+    }
+    WgmmaCommit();
+  };
+  // Masks tile j, updates the running max/sum and turns s into probabilities; alpha = the
+  // factor O must be rescaled by.
+  auto softmax = [&](int j, float (&alpha)[2]) {
+    FenceOperands(s);
     if (j >= n_unmasked) {
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt)
@@ -227,36 +324,21 @@ __global__ void __launch_bounds__(Tr::kThreads)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m_run[r], mx);
       const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
-      const float alpha = FastExp2(m_run[r] * c_log2 - m_scaled);
+      alpha[r] = FastExp2(m_run[r] * c_log2 - m_scaled);
       m_run[r] = m_new;
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt)
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          const float p = FastExp2(fmaf(s[nt][e], c_log2, -m_scaled));
-          s[nt][e] = p;
-          sum += p;
+          const float pr = FastExp2(fmaf(s[nt][e], c_log2, -m_scaled));
+          s[nt][e] = pr;
+          sum += pr;
         }
-      l_run[r] = l_run[r] * alpha + sum;
-#pragma unroll
-      for (int dt = 0; dt < DTILES; ++dt) {
-        acc[dt][2 * r] *= alpha;
-        acc[dt][2 * r + 1] *= alpha;
-      }
+      l_run[r] = l_run[r] * alpha[r] + sum;
     }
-
-    if constexpr (ST == 1) {
-      CpAsyncWait<0>();
-      FenceProxyAsyncShared();
-      __syncthreads();
-      if (j + 1 < n_tiles) load_k(j + 1, 0);
-      CpAsyncCommit();
-    }
-
-    // O += P V: P from registers, V (keys x head_dim, head_dim contiguous) as MN-major B.
-    const uint32_t v_tile = sV_addr + buf * BS * kTileBytesPerRow;
-    uint32_t pa[BS / 16][4];
+  };
+  auto pack = [&]() {
 #pragma unroll
     for (int kk = 0; kk < BS / 16; ++kk) {
       pa[kk][0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -264,16 +346,39 @@ __global__ void __launch_bounds__(Tr::kThreads)
       pa[kk][2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[kk][3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
-    WgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < BS / 16; ++kk) {
-      // 16 keys = two 8-row core-matrix groups.
-      Wgmma<D, kBf16>::RSTrans(acc, pa[kk], SmemDescriptor(v_tile + kk * 2 * D * 16, kLboV, kSboV));
-    }
-    WgmmaCommit();
-    WgmmaWait<0>();
+  };
+
+  MbarWait(full_q, 0);
+  issue_qk(0);
+  WgmmaWait<0>();
+  release(empty_k(0));
+  {
+    float alpha[2];
+    softmax(0, alpha);  // O is still zero: nothing to rescale
   }
-  CpAsyncWait<0>();
+  pack();
+  for (int j = 1; j < n_tiles; ++j) {
+    issue_qk(j);
+    issue_pv(j - 1);
+    WgmmaWait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+    release(empty_k(j % ST));
+    float alpha[2];
+    softmax(j, alpha);
+    WgmmaWait<0>();
+    release(empty_v((j - 1) % ST));
+    FenceOperands(acc);
+#pragma unroll
+    for (int dt = 0; dt < DTILES; ++dt) {
+      acc[dt][0] *= alpha[0];
+      acc[dt][1] *= alpha[0];
+      acc[dt][2] *= alpha[1];
+      acc[dt][3] *= alpha[1];
+    }
+    pack();
+  }
+  issue_pv(n_tiles - 1);
+  WgmmaWait<0>();
+  FenceOperands(acc);
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -281,34 +386,57 @@ __global__ void __launch_bounds__(Tr::kThreads)
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int row = warp_row0 + gr + 8 * r;
+    const int row = row0 + 8 * r;
     if (row < q_rows) {
       T* out = o_ptr + row * a.o_row_stride + 2 * tc;
 #pragma unroll
-      for (int dt = 0; dt < DTILES; ++dt) StorePair<T>(out + dt * 8, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+      for (int dt = 0; dt < DTILES; ++dt) {
+        StorePair<T>(out + dt * 8, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+      }
     }
   }
 #else
-  __trap();  // never launched: LaunchMma selects this kernel only on sm_90 with sm_90a code
+  __trap();  // never launched: FusedCanImplement admits needs_sm90 instances only on sm_90
 #endif
 }
 
-// Whether LaunchMma routes eligible configs to the wgmma kernel: only when the environment
-// variable FUSETUNE_FUSED_WGMMA=1 is set and the current device is sm_90 (read once per
-// process). Off by default: correct (all dev-driver checks pass) but, without producer/consumer
-// overlap, slower than the mma.sync kernel on the H200 (docs/perf.md).
-bool WgmmaEnabled();
-
 template <class Tr>
 cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
-  constexpr int smem = (Tr::kBlockM + 2 * Tr::kStages * Tr::kBlockS) * Tr::kHeadDim * 2;
+  using T = typename Tr::Storage;
+  if (a.q_total_rows <= 0 || a.kv_total_rows <= 0) return cudaErrorNotSupported;
+  WgmmaLaunchParams p{};
+  p.a = a;
+  constexpr StorageCode kStorage = StorageOf<T>();
+  if (cudaError_t e = EncodeRowTileMap(&p.q_map, a.q, kStorage, Tr::kHeadDim, a.q_heads,
+                                       a.q_total_rows, a.q_row_stride, a.q_head_stride, Tr::kBlockM);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (cudaError_t e = EncodeRowTileMap(&p.k_map, a.k, kStorage, Tr::kHeadDim, a.kv_heads,
+                                       a.kv_total_rows, a.k_row_stride, a.k_head_stride, Tr::kBlockS);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (cudaError_t e = EncodeRowTileMap(&p.v_map, a.v, kStorage, Tr::kHeadDim, a.kv_heads,
+                                       a.kv_total_rows, a.v_row_stride, a.v_head_stride, Tr::kBlockS);
+      e != cudaSuccess) {
+    return e;
+  }
   auto kernel = FusedWgmmaKernel<Tr>;
-  if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(smem); e != cudaSuccess) {
+  if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(Tr::kSmemBytes);
+      e != cudaSuccess) {
     return e;
   }
   const dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
-  kernel<<<grid, Tr::kThreads, smem, stream>>>(a);
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <typename T, int D, int BM, int BS, int ST>
+FusedInstance WgmmaInstance() {
+  using Tr = WgmmaTraits<T, D, BM, BS, ST>;
+  return FusedInstance{D,  StorageOf<T>(), std::is_same_v<T, __nv_bfloat16> ? PrecisionCode::kBf16 : PrecisionCode::kFp16,
+                       BM, BS, Tr::kThreads, ST, Tr::kSmemBytes, &LaunchWgmma<Tr>, /*needs_sm90=*/true};
 }
 
 }  // namespace fusetune::cuda::fused
