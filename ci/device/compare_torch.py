@@ -50,7 +50,11 @@ class Config(ctypes.Structure):
 
 
 # Candidate configs per variant (keys as KernelConfig::Key prints them, precision filled in).
-FUSED_CANDIDATES = ["fused/bm64/bs64/t128/{p}/st2", "fused/bm128/bs64/t256/{p}/st2",
+# The t256/t384/t512 ones with bm64/128/192 are the Hopper (wgmma + TMA) kernel for fp16/bf16.
+FUSED_CANDIDATES = ["fused/bm128/bs128/t384/{p}/st3", "fused/bm128/bs128/t384/{p}/st2",
+                    "fused/bm192/bs64/t512/{p}/st3", "fused/bm192/bs64/t512/{p}/st2",
+                    "fused/bm64/bs128/t256/{p}/st2", "fused/bm128/bs64/t384/{p}/st3",
+                    "fused/bm64/bs64/t128/{p}/st2", "fused/bm128/bs64/t256/{p}/st2",
                     "fused/bm128/bs128/t256/{p}/st2", "fused/bm64/bs32/t128/{p}/st2",
                     "fused/bm128/bs64/t256/{p}/st3", "fused/bm64/bs64/t128/{p}/st1",
                     "fused/bm128/bs32/t256/{p}/st2", "fused/bm32/bs64/t128/{p}/st1",

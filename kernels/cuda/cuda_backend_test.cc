@@ -125,9 +125,27 @@ class CudaBackendTest : public ::testing::Test {
     return out;
   }
 
-  // One config per variant that the backend accepts for `p` (fused: the first accepted
-  // candidate; none when the fused kernel does not cover this problem).
-  std::vector<KernelConfig> ConfigsFor(const AttentionProblem& p, Precision precision) {
+  // The Hopper (sm_90a) fused kernel's tilings: 64 rows per consumer warpgroup + a producer
+  // warpgroup. The backend rejects them on other GPUs and for fp32 storage.
+  static std::vector<KernelConfig> HopperCandidates(Precision precision) {
+    std::vector<KernelConfig> out;
+    for (auto [bm, bs, t, st] : std::vector<std::tuple<int, int, int, int>>{
+             {128, 128, 384, 2}, {192, 64, 512, 3}, {64, 128, 256, 2}, {128, 64, 384, 3}}) {
+      KernelConfig c;
+      c.variant = Variant::kFused;
+      c.block_m = bm;
+      c.block_s = bs;
+      c.threads = t;
+      c.stages = st;
+      c.precision = precision;
+      out.push_back(c);
+    }
+    return out;
+  }
+
+  // Every fused config to check for `p`: the first accepted portable candidate and each
+  // accepted Hopper one.
+  std::vector<KernelConfig> FusedConfigsFor(const AttentionProblem& p, Precision precision) {
     std::vector<KernelConfig> out;
     for (const KernelConfig& c : FusedCandidates(precision)) {
       if (backend_->CanImplement(p, c).ok()) {
@@ -135,6 +153,16 @@ class CudaBackendTest : public ::testing::Test {
         break;
       }
     }
+    for (const KernelConfig& c : HopperCandidates(precision)) {
+      if (backend_->CanImplement(p, c).ok()) out.push_back(c);
+    }
+    return out;
+  }
+
+  // The configs to check for `p`: the fused ones above (none when the fused kernel does not
+  // cover this problem), two partial tilings and the materialized baseline.
+  std::vector<KernelConfig> ConfigsFor(const AttentionProblem& p, Precision precision) {
+    std::vector<KernelConfig> out = FusedConfigsFor(p, precision);
     KernelConfig partial;
     partial.variant = Variant::kPartial;
     partial.block_m = 32;
@@ -250,6 +278,37 @@ TEST_P(CudaVariantsTest, KeyPaddingHidesPaddedKeys) {
     p.kv_valid_lens = {77, 30, 0};
     CheckAllVariants(p, cs.precision, causal ? 9 : 10);
   }
+}
+
+// Padding rows may hold anything, NaN included: the fused kernels must not read them into O
+// (0 * NaN = NaN through the PV product). Key lengths leave full and partial key tiles.
+TEST_P(CudaVariantsTest, FusedKernelsIgnoreNaNStoredInPaddedKeys) {
+  const Case cs = GetParam();
+  int fused_runs = 0;
+  for (bool causal : {false, true}) {
+    AttentionProblem p = MakeProblem(3, 4, 2, 33, 300, cs.head_dim, causal, cs.dtype);
+    p.kv_valid_lens = {300, 130, 77};
+    Inputs in = RandomInputs(p, causal ? 21 : 22);
+    auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    const size_t row = static_cast<size_t>(p.kv_heads) * p.head_dim;
+    for (int b = 0; b < p.batch; ++b) {
+      for (int j = p.kv_valid_lens[b]; j < p.kv_len; ++j) {
+        const size_t at = (static_cast<size_t>(b) * p.kv_len + j) * row;
+        std::fill(in.k.begin() + at, in.k.begin() + at + row, std::nanf(""));
+        std::fill(in.v.begin() + at, in.v.begin() + at + row, std::nanf(""));
+      }
+    }
+    for (const KernelConfig& c : FusedConfigsFor(p, cs.precision)) {
+      SCOPED_TRACE(p.Key() + " " + c.Key());
+      Result r = RunAndCompare(p, c, in, *ref);
+      ASSERT_TRUE(r.status.ok()) << r.status;
+      EXPECT_TRUE(r.finite) << "NaN from a padded key reached the output";
+      EXPECT_LE(r.rel_error, Tolerance(cs.precision, p.dtype));
+      ++fused_runs;
+    }
+  }
+  std::printf("[ info ] %s: %d fused runs with NaN padding\n", CaseName({cs, 0}).c_str(), fused_runs);
 }
 
 INSTANTIATE_TEST_SUITE_P(

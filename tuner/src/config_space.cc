@@ -57,7 +57,9 @@ ConfigSpaceOptions DefaultSpaceOptions(const ConfigSpaceOptions& options, DType 
   const bool cpu = IsCpu(device);
   if (o.variants.empty()) o.variants = {Variant::kFused, Variant::kPartial, Variant::kMaterialized};
   if (o.precisions.empty()) o.precisions = DefaultPrecisions(dtype, device);
-  if (o.block_m.empty()) o.block_m = cpu ? std::vector<int>{16, 32, 64, 128} : std::vector<int>{64, 128};
+  // GPU: 192 rows and 384/512 threads are the Hopper kernel's three and two consumer
+  // warpgroups plus its producer warpgroup.
+  if (o.block_m.empty()) o.block_m = cpu ? std::vector<int>{16, 32, 64, 128} : std::vector<int>{64, 128, 192};
   if (o.block_s.empty()) o.block_s = {16, 32, 64, 128};
   if (o.threads.empty()) {
     if (cpu) {
@@ -65,7 +67,7 @@ ConfigSpaceOptions DefaultSpaceOptions(const ConfigSpaceOptions& options, DType 
       for (int t = 1; t < hw; t *= 2) o.threads.push_back(t);
       o.threads.push_back(hw);
     } else {
-      o.threads = {128, 256};
+      o.threads = {128, 256, 384, 512};
     }
   }
   if (o.stages.empty()) o.stages = cpu ? std::vector<int>{1} : std::vector<int>{1, 2, 3};

@@ -2,7 +2,7 @@
 # Runs on the lent H200 (device tool): correctness checks, then timing, then PyTorch SDPA
 # reference timings on the same shapes. Results go to $OUT. Usage:
 #   kernels/cuda/dev/run_on_device.sh [check|bench|quick|all|final] [samples]
-# final = checks of the default and the wgmma path, full bench, quick bench with wgmma (no torch).
+# final = checks, full bench (no torch).
 set -uo pipefail
 mode=${1:-all}
 samples=${2:-30}
@@ -18,11 +18,9 @@ if [[ $mode == check || $mode == all || $mode == final ]]; then
   "$carry/fused_dev" check > "$out/check.log" 2>&1 || rc=1
 fi
 if [[ $mode == final ]]; then
-  FUSETUNE_FUSED_WGMMA=1 "$carry/fused_dev" check > "$out/check_wgmma.log" 2>&1 || rc=1
   "$carry/fused_dev" bench "$out/bench.csv" "$samples" > "$out/bench.log" 2>&1 || rc=1
-  FUSETUNE_FUSED_WGMMA=1 "$carry/fused_dev" quick "$out/bench_wgmma.csv" "$samples" > "$out/bench_wgmma.log" 2>&1 || rc=1
-  grep -h SUMMARY "$out/check.log" "$out/check_wgmma.log"
-  sed -n '/BEST PER SHAPE/,$p' "$out/bench_wgmma.log"
+  grep -h SUMMARY "$out/check.log"
+  sed -n '/BEST PER SHAPE/,$p' "$out/bench.log"
 fi
 if [[ $mode == bench || $mode == all || $mode == quick ]]; then
   bm=bench; [[ $mode == quick ]] && bm=quick

@@ -79,8 +79,8 @@ TEST(FusedCanImplement, HeadDimWithoutInstantiationIsUnimplemented) {
 }
 
 TEST(FusedCanImplement, HopperKernelIsRejectedOnOtherGpus) {
-  // block_m 128 with 288 threads = two consumer warpgroups + the producer warp (wgmma/TMA).
-  KernelConfig c = Config(128, 128, 288, Precision::kBf16, 2);
+  // block_m 128 with 384 threads = two consumer warpgroups + the producer warpgroup.
+  KernelConfig c = Config(128, 128, 384, Precision::kBf16, 2);
   EXPECT_TRUE(FusedCanImplement(Problem(128, DType::kBf16), c, kHopperSmem, kHopper).ok());
   const absl::Status s = FusedCanImplement(Problem(128, DType::kBf16), c, 163 * 1024, 80);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;

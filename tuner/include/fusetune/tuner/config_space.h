@@ -25,10 +25,10 @@ namespace fusetune {
 struct ConfigSpaceOptions {
   std::vector<Variant> variants;      // empty = fused, partial, materialized
   std::vector<Precision> precisions;  // empty = DefaultPrecisions(dtype, device)
-  std::vector<int> block_m;           // empty = {16, 32, 64, 128} (GPU: {64, 128})
+  std::vector<int> block_m;           // empty = {16, 32, 64, 128} (GPU: {64, 128, 192})
   std::vector<int> block_s;           // empty = {16, 32, 64, 128}
   std::vector<int> threads;           // empty = CPU: powers of two up to the hardware
-                                      //   threads (and that count); GPU: {128, 256}
+                                      //   threads (and that count); GPU: {128, 256, 384, 512}
   std::vector<int> stages;            // empty = CPU: {1}; GPU: {1, 2, 3}
 };
 
