@@ -11,33 +11,17 @@
 #include "absl/status/status.h"
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
+#include "fused/fused_instance.h"
 
 namespace fusetune::cuda {
 
-struct AttentionParams {
-  // Tensors in the layout of problem.h ([tokens][heads][head_dim]), storage dtype.
-  const void* q = nullptr;
-  const void* k = nullptr;
-  const void* v = nullptr;
-  void* o = nullptr;
-  // Row strides in elements (tokens dimension) and head strides.
-  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0, o_row_stride = 0;
-  int q_head_stride = 0, k_head_stride = 0, v_head_stride = 0, o_head_stride = 0;
-
-  int batch = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
-  int q_len = 0, kv_len = 0;  // uniform lengths, or the maxima for varlen
-  // Device arrays of batch+1 prefix sums (varlen), or nullptr for a uniform batch.
-  const int32_t* cu_seqlens_q = nullptr;
-  const int32_t* cu_seqlens_k = nullptr;
-  // Device array of batch visible key counts (key padding), or nullptr.
-  const int32_t* kv_valid_lens = nullptr;
-  bool causal = false;
+// The device-visible fields (tensors, strides, shapes, masks, scale_log2, total rows) are the
+// kernels' own argument block, FusedKernelArgs (fused/fused_instance.h, absl-free so nvcc
+// compiles the kernels without third-party headers); the host-only ones are added here.
+struct AttentionParams : fused::FusedKernelArgs {
+  int head_dim = 0;
   DType dtype = DType::kFp32;
-  float scale = 1.0f;           // softmax scale
-  float scale_log2 = 1.0f;      // scale * log2(e): exp2 folding
-  // Rows of Q/O and of K/V in memory (problem.TotalQueries() / TotalKeys()). The Hopper TMA
-  // kernel uses them as tensor bounds and refuses to launch (cudaErrorNotSupported) at 0.
-  int64_t q_total_rows = 0, kv_total_rows = 0;
+  float scale = 1.0f;  // softmax scale (scale_log2 = scale * log2(e), for the exp2 folding)
 
   // Workspace for partial/materialized (S or P), device memory, and its size in bytes.
   void* workspace = nullptr;

@@ -144,32 +144,8 @@ cudaError_t LaunchFused(const AttentionParams& p, const KernelConfig& config,
   if (p.cu_seqlens_q != nullptr && p.cu_seqlens_k == nullptr) return cudaErrorInvalidValue;
   if (!(p.scale_log2 > 0.0f)) return cudaErrorInvalidValue;
 
-  fused::FusedKernelArgs a;
-  a.q = p.q;
-  a.k = p.k;
-  a.v = p.v;
-  a.o = p.o;
-  a.q_row_stride = p.q_row_stride;
-  a.k_row_stride = p.k_row_stride;
-  a.v_row_stride = p.v_row_stride;
-  a.o_row_stride = p.o_row_stride;
-  a.q_head_stride = p.q_head_stride;
-  a.k_head_stride = p.k_head_stride;
-  a.v_head_stride = p.v_head_stride;
-  a.o_head_stride = p.o_head_stride;
-  a.batch = p.batch;
-  a.q_heads = p.q_heads;
-  a.kv_heads = p.kv_heads;
+  fused::FusedKernelArgs a = p;
   a.heads_per_kv = p.q_heads / p.kv_heads;
-  a.q_len = p.q_len;
-  a.kv_len = p.kv_len;
-  a.cu_seqlens_q = p.cu_seqlens_q;
-  a.cu_seqlens_k = p.cu_seqlens_k;
-  a.kv_valid_lens = p.kv_valid_lens;
-  a.causal = p.causal ? 1 : 0;
-  a.scale_log2 = p.scale_log2;
-  a.q_total_rows = p.q_total_rows;
-  a.kv_total_rows = p.kv_total_rows;
   return inst->launch(a, stream);
 }
 

@@ -20,23 +20,29 @@ namespace fusetune::cuda::fused {
 enum class StorageCode : int { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
 enum class PrecisionCode : int { kFp32 = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
 
-// Everything a kernel needs, already validated by the backend (see attention_params.h).
+// Everything a kernel needs, already validated by the backend. AttentionParams (the host's
+// parameter block, ../attention_params.h) derives from it, so the backend fills it once.
 struct FusedKernelArgs {
+  // Tensors in the layout of problem.h ([tokens][heads][head_dim]), storage dtype.
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
+  // Row strides in elements (tokens dimension) and head strides.
   int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0, o_row_stride = 0;
   int q_head_stride = 0, k_head_stride = 0, v_head_stride = 0, o_head_stride = 0;
-  int batch = 0, q_heads = 0, kv_heads = 0, heads_per_kv = 1;
+  int batch = 0, q_heads = 0, kv_heads = 0;
+  int heads_per_kv = 1;       // q_heads / kv_heads; LaunchFused sets it
   int q_len = 0, kv_len = 0;  // uniform lengths, or the maxima for varlen
+  // Device arrays of batch+1 prefix sums (varlen), or nullptr for a uniform batch.
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
+  // Device array of batch visible key counts (key padding), or nullptr.
   const int32_t* kv_valid_lens = nullptr;
-  int causal = 0;
-  float scale_log2 = 1.0f;  // softmax scale * log2(e), > 0
-  // Rows of Q/O and of K/V in memory (sum of the sequence lengths); 0 = unknown. The TMA
-  // kernel needs them as tensor bounds so it never reads past the allocations.
+  int causal = 0;             // bottom-right aligned causal mask when nonzero
+  float scale_log2 = 1.0f;    // softmax scale * log2(e), > 0
+  // Rows of Q/O and of K/V in memory (sum of the sequence lengths); 0 = unknown. The Hopper
+  // TMA kernel needs them as tensor bounds and refuses to launch (cudaErrorNotSupported) at 0.
   int64_t q_total_rows = 0, kv_total_rows = 0;
 };
 
