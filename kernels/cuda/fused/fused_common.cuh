@@ -198,6 +198,59 @@ __device__ __forceinline__ int QueryBlockIndex(bool causal) {
   return causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
 }
 
+// One block's share of the problem: query rows [m0, m0 + q_rows) of one (sequence, head), the
+// bases of its Q/O rows and of its K/V head, and the key tiles it visits. Every fused kernel
+// starts from this (grid: x = query blocks, y = query heads, z = sequences).
+template <typename T>
+struct QueryBlock {
+  SequenceGeometry g;
+  bool causal = false;
+  int m0 = 0, q_rows = 0, head = 0, kv_head = 0;
+  const T* q = nullptr;  // row m0 of this head
+  const T* k = nullptr;  // key 0 of the kv head
+  const T* v = nullptr;
+  T* o = nullptr;        // row m0 of this head
+  int n_tiles = 0;       // key tiles of `block_s` holding a key some row of the block sees
+  int n_unmasked = 0;    // leading tiles every row sees completely (no per-element mask)
+};
+
+// Fills `b` for this block; false when the block starts past its sequence's queries.
+template <typename T, int BM, int BS>
+__device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, QueryBlock<T>& b) {
+  b.causal = a.causal != 0;
+  b.g = LoadSequenceGeometry(a, blockIdx.z);
+  b.m0 = QueryBlockIndex(b.causal) * BM;
+  if (b.m0 >= b.g.q_len) return false;
+  b.q_rows = min(BM, b.g.q_len - b.m0);
+  b.head = blockIdx.y;
+  b.kv_head = b.head / a.heads_per_kv;
+  b.q = static_cast<const T*>(a.q) + (b.g.q_start + b.m0) * a.q_row_stride +
+        static_cast<int64_t>(b.head) * a.q_head_stride;
+  b.k = static_cast<const T*>(a.k) + b.g.k_start * a.k_row_stride +
+        static_cast<int64_t>(b.kv_head) * a.k_head_stride;
+  b.v = static_cast<const T*>(a.v) + b.g.k_start * a.v_row_stride +
+        static_cast<int64_t>(b.kv_head) * a.v_head_stride;
+  b.o = static_cast<T*>(a.o) + (b.g.q_start + b.m0) * a.o_row_stride +
+        static_cast<int64_t>(b.head) * a.o_head_stride;
+  const int max_vis = VisibleKeys(b.g, b.causal, b.m0 + b.q_rows - 1);
+  const int min_vis = VisibleKeys(b.g, b.causal, b.m0);
+  b.n_tiles = CeilDiv(max_vis, BS);
+  b.n_unmasked = min_vis / BS;
+  return true;
+}
+
+// Writes zeros to the block's rows: for a block none of whose rows sees a key (zeros, never
+// NaN), without loading anything. 16-byte stores; rows are 16-byte aligned (LaunchFused).
+template <typename T, int D, int kThreads>
+__device__ __forceinline__ void ZeroBlockOutput(const QueryBlock<T>& b, int64_t o_row_stride) {
+  constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
+  for (int c = threadIdx.x; c < b.q_rows * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * kElemsPerChunk;
+    *reinterpret_cast<uint4*>(b.o + r * o_row_stride + col) = make_uint4(0, 0, 0, 0);
+  }
+}
+
 }  // namespace fusetune::cuda::fused
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_COMMON_CUH_

@@ -120,21 +120,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   T* sK = sQ + BM * P;
   T* sV = sK + ST * BS * P;
 
-  const bool causal = a.causal != 0;
-  const SequenceGeometry g = LoadSequenceGeometry(a, blockIdx.z);
-  const int m0 = QueryBlockIndex(causal) * BM;
-  if (m0 >= g.q_len) return;
-  const int q_rows = min(BM, g.q_len - m0);
-  const int head = blockIdx.y;
-  const int kv_head = head / a.heads_per_kv;
-  const T* q_ptr = static_cast<const T*>(a.q) + (g.q_start + m0) * a.q_row_stride +
-                   static_cast<int64_t>(head) * a.q_head_stride;
-  const T* k_ptr = static_cast<const T*>(a.k) + g.k_start * a.k_row_stride +
-                   static_cast<int64_t>(kv_head) * a.k_head_stride;
-  const T* v_ptr = static_cast<const T*>(a.v) + g.k_start * a.v_row_stride +
-                   static_cast<int64_t>(kv_head) * a.v_head_stride;
-  T* o_ptr = static_cast<T*>(a.o) + (g.q_start + m0) * a.o_row_stride +
-             static_cast<int64_t>(head) * a.o_head_stride;
+  QueryBlock<T> blk;
+  if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
+  const SequenceGeometry& g = blk.g;
+  const bool causal = blk.causal;
+  const int m0 = blk.m0, q_rows = blk.q_rows;
+  const T* q_ptr = blk.q;
+  const T* k_ptr = blk.k;
+  const T* v_ptr = blk.v;
+  T* o_ptr = blk.o;
+  const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
@@ -143,16 +138,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
   constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
 
-  const int max_vis = VisibleKeys(g, causal, m0 + q_rows - 1);
-  const int min_vis = VisibleKeys(g, causal, m0);
-  const int n_tiles = CeilDiv(max_vis, BS);
-  const int n_unmasked = min_vis / BS;
-
-  if (n_tiles == 0) {  // no row of this block sees a key: zeros, never NaN
-    for (int c = tid; c < q_rows * kChunksPerRow; c += NT) {
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * kElemsPerChunk;
-      *reinterpret_cast<uint4*>(o_ptr + r * a.o_row_stride + col) = make_uint4(0, 0, 0, 0);
-    }
+  if (n_tiles == 0) {
+    ZeroBlockOutput<T, D, NT>(blk, a.o_row_stride);
     return;
   }
 

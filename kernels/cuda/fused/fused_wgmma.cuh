@@ -152,29 +152,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   auto empty_k = [&](int s) { return bars + 8u * (1 + 2 * ST + s); };
   auto empty_v = [&](int s) { return bars + 8u * (1 + 3 * ST + s); };
 
-  const bool causal = a.causal != 0;
-  const SequenceGeometry g = LoadSequenceGeometry(a, blockIdx.z);
-  const int m0 = QueryBlockIndex(causal) * BM;
-  if (m0 >= g.q_len) return;
-  const int q_rows = min(BM, g.q_len - m0);
-  const int head = blockIdx.y;
-  const int kv_head = head / a.heads_per_kv;
-  T* o_ptr = static_cast<T*>(a.o) + (g.q_start + m0) * a.o_row_stride +
-             static_cast<int64_t>(head) * a.o_head_stride;
-
+  QueryBlock<T> blk;
+  if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
+  const SequenceGeometry& g = blk.g;
+  const bool causal = blk.causal;
+  const int m0 = blk.m0, q_rows = blk.q_rows, head = blk.head, kv_head = blk.kv_head;
+  T* o_ptr = blk.o;
+  const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
-  const int max_vis = VisibleKeys(g, causal, m0 + q_rows - 1);
-  const int min_vis = VisibleKeys(g, causal, m0);
-  const int n_tiles = CeilDiv(max_vis, BS);
-  const int n_unmasked = min_vis / BS;  // tiles every row of the block sees completely
-
-  if (n_tiles == 0) {  // no row of this block sees a key: zeros, never NaN
-    constexpr int kChunksPerRow = D / 8;
-    for (int c = tid; c < q_rows * kChunksPerRow; c += Tr::kThreads) {
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-      *reinterpret_cast<uint4*>(o_ptr + r * a.o_row_stride + col) = make_uint4(0, 0, 0, 0);
-    }
+  if (n_tiles == 0) {
+    ZeroBlockOutput<T, D, Tr::kThreads>(blk, a.o_row_stride);
     return;
   }
 
@@ -195,8 +183,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // ---- producer warpgroup: its first warp loads, the others only hand back registers ----
     SetMaxRegistersDecrease<Tr::kProducerRegs>();
     if (warp != kConsumerWarps) return;
-    const T* v_ptr = static_cast<const T*>(a.v) + g.k_start * a.v_row_stride +
-                     static_cast<int64_t>(kv_head) * a.v_head_stride;
+    const T* v_ptr = blk.v;
     if (lane == 0) {
       MbarExpectTx(full_q, Tr::kQBytes);
 #pragma unroll
