@@ -29,11 +29,19 @@ struct Shape {
   DType dtype;
 };
 
-// Fused configs tried in order; the first the backend accepts is used.
-std::vector<KernelConfig> FusedCandidates(Precision precision) {
+// Fused configs tried in order; the first the backend accepts is used. The first ones are the
+// sweep's best on the H200 (docs/perf.md): the Hopper kernel for fp16/bf16 (rejected on other
+// GPUs), then the best exact-fp32/tf32 tiling of the seed shapes.
+std::vector<KernelConfig> FusedCandidates(Precision precision, int head_dim) {
   std::vector<KernelConfig> out;
-  for (auto [bm, bs, t, st] : std::vector<std::tuple<int, int, int, int>>{
-           {128, 64, 256, 2}, {64, 64, 128, 2}, {128, 128, 256, 2}, {64, 32, 128, 2}, {64, 64, 128, 1}}) {
+  std::vector<std::tuple<int, int, int, int>> tiles;
+  if (head_dim == 64) tiles.push_back({192, 64, 512, 3});
+  if (head_dim == 128) tiles.push_back({128, 128, 384, 3});
+  for (auto t : std::vector<std::tuple<int, int, int, int>>{
+           {64, 64, 128, 1}, {128, 64, 256, 2}, {64, 64, 128, 2}, {128, 128, 256, 2}, {64, 32, 128, 2}}) {
+    tiles.push_back(t);
+  }
+  for (auto [bm, bs, t, st] : tiles) {
     KernelConfig c;
     c.variant = Variant::kFused;
     c.block_m = bm;
@@ -56,7 +64,7 @@ void RunVariant(benchmark::State& state, Shape shape, Variant variant, Precision
   p.dtype = shape.dtype;
   std::vector<KernelConfig> candidates;
   if (variant == Variant::kFused) {
-    candidates = FusedCandidates(precision);
+    candidates = FusedCandidates(precision, shape.head_dim);
   } else {
     KernelConfig c;
     c.variant = variant;
