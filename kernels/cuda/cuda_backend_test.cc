@@ -107,12 +107,11 @@ class CudaBackendTest : public ::testing::Test {
     return r;
   }
 
-  // Configs tried for the fused variant (whatever the fused kernel instantiates).
-  static std::vector<KernelConfig> FusedCandidates(Precision precision) {
+  // Fused configs with the given (block_m, block_s, threads, stages) tilings.
+  static std::vector<KernelConfig> FusedConfigs(
+      Precision precision, const std::vector<std::tuple<int, int, int, int>>& tiles) {
     std::vector<KernelConfig> out;
-    for (auto [bm, bs, t, st] : std::vector<std::tuple<int, int, int, int>>{
-             {64, 64, 128, 2}, {64, 64, 128, 1}, {128, 64, 256, 2}, {64, 32, 128, 2},
-             {128, 128, 256, 2}, {64, 64, 256, 2}, {32, 32, 128, 1}, {128, 64, 128, 2}}) {
+    for (auto [bm, bs, t, st] : tiles) {
       KernelConfig c;
       c.variant = Variant::kFused;
       c.block_m = bm;
@@ -125,22 +124,16 @@ class CudaBackendTest : public ::testing::Test {
     return out;
   }
 
+  // Configs tried for the fused variant (whatever the fused kernel instantiates).
+  static std::vector<KernelConfig> FusedCandidates(Precision precision) {
+    return FusedConfigs(precision, {{64, 64, 128, 2}, {64, 64, 128, 1}, {128, 64, 256, 2}, {64, 32, 128, 2},
+                                    {128, 128, 256, 2}, {64, 64, 256, 2}, {32, 32, 128, 1}, {128, 64, 128, 2}});
+  }
+
   // The Hopper (sm_90a) fused kernel's tilings: 64 rows per consumer warpgroup + a producer
   // warpgroup. The backend rejects them on other GPUs and for fp32 storage.
   static std::vector<KernelConfig> HopperCandidates(Precision precision) {
-    std::vector<KernelConfig> out;
-    for (auto [bm, bs, t, st] : std::vector<std::tuple<int, int, int, int>>{
-             {128, 128, 384, 2}, {192, 64, 512, 3}, {64, 128, 256, 2}, {128, 64, 384, 3}}) {
-      KernelConfig c;
-      c.variant = Variant::kFused;
-      c.block_m = bm;
-      c.block_s = bs;
-      c.threads = t;
-      c.stages = st;
-      c.precision = precision;
-      out.push_back(c);
-    }
-    return out;
+    return FusedConfigs(precision, {{128, 128, 384, 2}, {192, 64, 512, 3}, {64, 128, 256, 2}, {128, 64, 384, 3}});
   }
 
   // Every fused config to check for `p`: the first accepted portable candidate and each

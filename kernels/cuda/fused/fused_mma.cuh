@@ -434,6 +434,39 @@ FusedInstance MmaInstance() {
                        Tr::kSmemBytes, &LaunchMma<Tr>};
 }
 
+
+// The instance tables, one per head_dim, shared by the fp16 and bf16 files (each .cu
+// instantiates one storage type, so the two compile in parallel).
+template <typename T>
+FusedInstanceList MmaD64Table() {
+  static const FusedInstance kInstances[] = {
+      // block_m, block_s, warps, stages
+      MmaInstance<T, 64, 64, 64, 4, 1>(),   MmaInstance<T, 64, 64, 64, 4, 2>(),
+      MmaInstance<T, 64, 64, 128, 4, 1>(),  MmaInstance<T, 64, 64, 128, 4, 2>(),
+      MmaInstance<T, 64, 128, 64, 8, 1>(),  MmaInstance<T, 64, 128, 64, 8, 2>(),
+      MmaInstance<T, 64, 128, 128, 8, 1>(), MmaInstance<T, 64, 128, 128, 8, 2>(),
+      MmaInstance<T, 64, 128, 64, 4, 1>(),  MmaInstance<T, 64, 128, 64, 4, 2>(),
+      // two m16 tiles per warp: half the K/V shared-memory reads per FLOP
+      MmaInstance<T, 64, 64, 64, 2, 1>(),   MmaInstance<T, 64, 64, 64, 2, 2>(),
+  };
+  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+}
+
+template <typename T>
+FusedInstanceList MmaD128Table() {
+  static const FusedInstance kInstances[] = {
+      // block_m, block_s, warps, stages
+      MmaInstance<T, 128, 64, 32, 4, 1>(),   MmaInstance<T, 128, 64, 32, 4, 2>(),
+      MmaInstance<T, 128, 64, 64, 4, 1>(),   MmaInstance<T, 128, 64, 64, 4, 2>(),
+      MmaInstance<T, 128, 128, 32, 8, 1>(),  MmaInstance<T, 128, 128, 32, 8, 2>(),
+      MmaInstance<T, 128, 128, 64, 8, 1>(),  MmaInstance<T, 128, 128, 64, 8, 2>(),
+      MmaInstance<T, 128, 128, 128, 8, 1>(), MmaInstance<T, 128, 128, 128, 8, 2>(),
+      // two m16 tiles per warp (Q re-read from shared memory): half the K/V reads per FLOP
+      MmaInstance<T, 128, 128, 64, 4, 2>(),  MmaInstance<T, 128, 128, 32, 4, 2>(),
+  };
+  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+}
+
 }  // namespace fusetune::cuda::fused
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_MMA_CUH_

@@ -1,21 +1,9 @@
-// Tensor-core (mma.sync) instantiations: fp16 storage and operands, head_dim 128.
+// Tensor-core (mma.sync) instantiations: fp16 storage and operands, head_dim 128 (the table is
+// MmaD128Table in fused_mma.cuh).
 #include "fused_mma.cuh"
 
 namespace fusetune::cuda::fused {
 
-FusedInstanceList MmaFp16D128Instances() {
-  using T = __half;
-  static const FusedInstance kInstances[] = {
-      // block_m, block_s, warps, stages
-      MmaInstance<T, 128, 64, 32, 4, 1>(),   MmaInstance<T, 128, 64, 32, 4, 2>(),
-      MmaInstance<T, 128, 64, 64, 4, 1>(),   MmaInstance<T, 128, 64, 64, 4, 2>(),
-      MmaInstance<T, 128, 128, 32, 8, 1>(),  MmaInstance<T, 128, 128, 32, 8, 2>(),
-      MmaInstance<T, 128, 128, 64, 8, 1>(),  MmaInstance<T, 128, 128, 64, 8, 2>(),
-      MmaInstance<T, 128, 128, 128, 8, 1>(), MmaInstance<T, 128, 128, 128, 8, 2>(),
-      // two m16 tiles per warp (Q re-read from shared memory): half the K/V reads per FLOP
-      MmaInstance<T, 128, 128, 64, 4, 2>(),  MmaInstance<T, 128, 128, 32, 4, 2>(),
-  };
-  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
-}
+FusedInstanceList MmaFp16D128Instances() { return MmaD128Table<__half>(); }
 
 }  // namespace fusetune::cuda::fused

@@ -426,6 +426,20 @@ FusedInstance WgmmaInstance() {
                        BM, BS, Tr::kThreads, ST, Tr::kSmemBytes, &LaunchWgmma<Tr>, /*needs_sm90=*/true};
 }
 
+// The instance table, shared by the fp16 and bf16 files.
+template <typename T>
+FusedInstanceList WgmmaTable() {
+  static const FusedInstance kInstances[] = {
+      // head_dim, block_m (64 rows per consumer warpgroup), block_s, stages
+      WgmmaInstance<T, 64, 64, 128, 2>(),   WgmmaInstance<T, 64, 128, 128, 2>(),
+      WgmmaInstance<T, 64, 192, 64, 2>(),   WgmmaInstance<T, 64, 128, 64, 3>(),
+      WgmmaInstance<T, 64, 192, 64, 3>(),
+      WgmmaInstance<T, 128, 64, 128, 2>(),  WgmmaInstance<T, 128, 128, 128, 2>(),
+      WgmmaInstance<T, 128, 128, 128, 3>(), WgmmaInstance<T, 128, 128, 64, 3>(),
+  };
+  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+}
+
 }  // namespace fusetune::cuda::fused
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_WGMMA_CUH_
