@@ -308,6 +308,31 @@ cudaError_t LaunchSimt(const FusedKernelArgs& a, cudaStream_t stream) {
 // * G = 2 splits every key tile between two warp groups (each keeps its own m, l and O for all
 //   BM rows); they are merged through shared memory at the end. This doubles the threads per
 //   row block (better latency hiding) while each thread keeps an 8 x 8 output tile.
+// cp.async copy of a kRows x kCols tile with a compile-time trip count: thread t copies rows
+// t / kChunksPerRow + i * kRowStep at one fixed column (LoadTileAsync's runtime-bounded loop
+// costs more integer instructions per tile than the copies themselves). Rows >= valid_rows are
+// zero-filled.
+template <typename T, int kRows, int kCols, int kPitch, int kThreads>
+__device__ __forceinline__ void CopyTileAsync(T* dst, const T* src, int64_t row_stride, int valid_rows,
+                                              int tid) {
+  constexpr int kChunksPerRow = kCols * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
+  if constexpr (kThreads % kChunksPerRow != 0 || (kRows * kChunksPerRow) % kThreads != 0) {
+    LoadTileAsync<T, kRows, kCols, kPitch, kThreads>(dst, src, row_stride, valid_rows, tid);
+  } else {
+    constexpr int kRowStep = kThreads / kChunksPerRow;
+    constexpr int kPerThread = kRows / kRowStep;
+    const int row0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * kElemsPerChunk;
+    const T* s = src + row0 * row_stride + col;
+    T* d = dst + row0 * kPitch + col;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const bool pred = row0 + i * kRowStep < valid_rows;
+      CpAsync16(d + i * kRowStep * kPitch, pred ? s + i * kRowStep * row_stride : src, pred);
+    }
+  }
+}
+
 template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G>
 struct SimtOuterTraits {
   using Storage = T;
@@ -343,6 +368,8 @@ struct SimtOuterTraits {
   static_assert(BS % (G * TX) == 0 && kTn >= 1, "block_s a multiple of groups * lanes");
   static_assert(D % (4 * TX) == 0, "head_dim a multiple of 4 * lanes");
   static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
+  static_assert((D & (D - 1)) == 0 && (kGroupKeys & (kGroupKeys - 1)) == 0,
+                "head_dim and keys per group powers of two (operand prefetch wraps with a mask)");
 };
 
 template <class Tr>
@@ -396,12 +423,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 
   auto load_k = [&](int tile, int buf) {
     const int key0 = tile * BS;
-    LoadTileAsync<T, BS, D, KP, NT>(sK + buf * BS * KP, k_ptr + key0 * a.k_row_stride,
+    CopyTileAsync<T, BS, D, KP, NT>(sK + buf * BS * KP, k_ptr + key0 * a.k_row_stride,
                                     a.k_row_stride, min(BS, geo.k_vis - key0), tid);
   };
   auto load_v = [&](int tile, int buf) {
     const int key0 = tile * BS;
-    LoadTileAsync<T, BS, D, KP, NT>(sV + buf * BS * KP, v_ptr + key0 * a.v_row_stride,
+    CopyTileAsync<T, BS, D, KP, NT>(sV + buf * BS * KP, v_ptr + key0 * a.v_row_stride,
                                     a.v_row_stride, min(BS, geo.k_vis - key0), tid);
   };
   if constexpr (ST == 1) {
@@ -474,30 +501,40 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int n = 0; n < TN; ++n) s[i][n] = 0.f;
+    // Operands of the next step are loaded before this step's FMAs (register double buffer:
+    // K four d ahead, Q one d ahead; the last loads wrap to d = 0 and are unused).
+    float4 kc[TN], kn[TN], qc[TQ], qn[TQ];
+#pragma unroll
+    for (int n = 0; n < TN; ++n) kc[n] = Load4AsFloat<T>(k_s + TX * n * KP);
+#pragma unroll
+    for (int q = 0; q < TQ; ++q) qc[q] = *reinterpret_cast<const float4*>(qt_base + 4 * TY * q);
 #pragma unroll 2
     for (int kk = 0; kk < D; kk += 4) {
-      float4 kv[TN];
+      const int k_next = (kk + 4) & (D - 1);
 #pragma unroll
-      for (int n = 0; n < TN; ++n) kv[n] = Load4AsFloat<T>(k_s + TX * n * KP + kk);
+      for (int n = 0; n < TN; ++n) kn[n] = Load4AsFloat<T>(k_s + TX * n * KP + k_next);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        float qv[TM];
+        const int d_next = (kk + u + 1) & (D - 1);
 #pragma unroll
-        for (int q = 0; q < TQ; ++q) {
-          const float4 t = *reinterpret_cast<const float4*>(qt_base + (kk + u) * QP + 4 * TY * q);
-          qv[4 * q + 0] = t.x;
-          qv[4 * q + 1] = t.y;
-          qv[4 * q + 2] = t.z;
-          qv[4 * q + 3] = t.w;
-        }
+        for (int q = 0; q < TQ; ++q)
+          qn[q] = *reinterpret_cast<const float4*>(qt_base + d_next * QP + 4 * TY * q);
 #pragma unroll
-        for (int i = 0; i < TM; ++i)
+        for (int q = 0; q < TQ; ++q)
 #pragma unroll
-          for (int n = 0; n < TN; ++n) {
-            const float kx = u == 0 ? kv[n].x : u == 1 ? kv[n].y : u == 2 ? kv[n].z : kv[n].w;
-            s[i][n] = fmaf(qv[i], kx, s[i][n]);
+          for (int e = 0; e < 4; ++e) {
+            const float qx = e == 0 ? qc[q].x : e == 1 ? qc[q].y : e == 2 ? qc[q].z : qc[q].w;
+#pragma unroll
+            for (int n = 0; n < TN; ++n) {
+              const float kx = u == 0 ? kc[n].x : u == 1 ? kc[n].y : u == 2 ? kc[n].z : kc[n].w;
+              s[4 * q + e][n] = fmaf(qx, kx, s[4 * q + e][n]);
+            }
           }
+#pragma unroll
+        for (int q = 0; q < TQ; ++q) qc[q] = qn[q];
       }
+#pragma unroll
+      for (int n = 0; n < TN; ++n) kc[n] = kn[n];
     }
 
     if (j >= n_unmasked) {  // diagonal / padded tail tile: mask per row
@@ -548,30 +585,36 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       __syncwarp();  // P of this warp's rows complete (only this warp reads it)
     }
 
-    // O += P V over this group's keys.
-#pragma unroll 4
+    // O += P V over this group's keys (next key's P and V loaded ahead, as above).
+    float4 pc[TQ], pn[TQ], vc[TC], vn[TC];
+#pragma unroll
+    for (int q = 0; q < TQ; ++q) pc[q] = *reinterpret_cast<const float4*>(pt_base + 4 * TY * q);
+#pragma unroll
+    for (int c = 0; c < TC; ++c) vc[c] = Load4AsFloat<T>(v_s + 4 * TX * c);
+#pragma unroll 8
     for (int k = 0; k < BSG; ++k) {
-      float pv[TM], vv[TD];
+      const int k_next = (k + 1) & (BSG - 1);
 #pragma unroll
-      for (int q = 0; q < TQ; ++q) {
-        const float4 t = *reinterpret_cast<const float4*>(pt_base + k * PP + 4 * TY * q);
-        pv[4 * q + 0] = t.x;
-        pv[4 * q + 1] = t.y;
-        pv[4 * q + 2] = t.z;
-        pv[4 * q + 3] = t.w;
-      }
+      for (int q = 0; q < TQ; ++q) pn[q] = *reinterpret_cast<const float4*>(pt_base + k_next * PP + 4 * TY * q);
 #pragma unroll
-      for (int c = 0; c < TC; ++c) {
-        const float4 t = Load4AsFloat<T>(v_s + k * KP + 4 * TX * c);
-        vv[4 * c + 0] = t.x;
-        vv[4 * c + 1] = t.y;
-        vv[4 * c + 2] = t.z;
-        vv[4 * c + 3] = t.w;
-      }
+      for (int c = 0; c < TC; ++c) vn[c] = Load4AsFloat<T>(v_s + k_next * KP + 4 * TX * c);
 #pragma unroll
-      for (int i = 0; i < TM; ++i)
+      for (int q = 0; q < TQ; ++q)
 #pragma unroll
-        for (int c = 0; c < TD; ++c) acc[i][c] = fmaf(pv[i], vv[c], acc[i][c]);
+        for (int e = 0; e < 4; ++e) {
+          const float p = e == 0 ? pc[q].x : e == 1 ? pc[q].y : e == 2 ? pc[q].z : pc[q].w;
+#pragma unroll
+          for (int c = 0; c < TC; ++c) {
+            acc[4 * q + e][4 * c + 0] = fmaf(p, vc[c].x, acc[4 * q + e][4 * c + 0]);
+            acc[4 * q + e][4 * c + 1] = fmaf(p, vc[c].y, acc[4 * q + e][4 * c + 1]);
+            acc[4 * q + e][4 * c + 2] = fmaf(p, vc[c].z, acc[4 * q + e][4 * c + 2]);
+            acc[4 * q + e][4 * c + 3] = fmaf(p, vc[c].w, acc[4 * q + e][4 * c + 3]);
+          }
+        }
+#pragma unroll
+      for (int q = 0; q < TQ; ++q) pc[q] = pn[q];
+#pragma unroll
+      for (int c = 0; c < TC; ++c) vc[c] = vn[c];
     }
     if constexpr (ST > 1) __syncwarp();  // P reads done before the next tile's P writes
   }
