@@ -2,8 +2,10 @@
 // checks every compiled instantiation against the fp64 CPU reference, and times configs with
 // CUDA events (warm-up, L2 flushed before each timed launch, median of many samples).
 //
-//   fused_dev check                 correctness of every instance on odd-length problems
+//   fused_dev check [fp32]          correctness of every instance on odd-length problems
+//                                   (fp32: only the exact-fp32 SIMT instances)
 //   fused_dev bench [csv] [samples] timing of the issue-3 shapes; per-config table (+ csv)
+//   fused_dev seed-fp32 [csv] [samples]  timing of the exact-fp32 instances on the seed shapes
 //
 // Exit code: 0 when every check passed, 1 on a failed check or CUDA error, 77 without a GPU.
 #include <algorithm>
@@ -257,7 +259,7 @@ std::string ProblemLabel(const AttentionProblem& p) {
 }
 
 // ---------------------------------------------------------------------------------------
-int RunChecks(uint64_t seed) {
+int RunChecks(uint64_t seed, bool only_fp32) {
   std::vector<AttentionProblem> cases;
   auto make = [](int b, int hq, int hkv, int q, int k, bool causal) {
     AttentionProblem p;
@@ -307,6 +309,7 @@ int RunChecks(uint64_t seed) {
         ProblemData data(p, seed + ci * 7919 + d * 31 + static_cast<int>(dtype));
         const Reference ref = ComputeReference(data, 600, seed + ci);
         for (const KernelConfig& c : fusetune::cuda::FusedCompiledConfigs(d, dtype)) {
+          if (only_fp32 && c.precision != Precision::kFp32) continue;
           if (auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion()); !s.ok()) {
             ++skipped;
             continue;
@@ -392,19 +395,24 @@ Timing TimeConfig(const ProblemData& data, const KernelConfig& c, DeviceBuffer& 
   return t;
 }
 
-int RunBench(const char* csv_path, int samples, uint64_t seed, bool quick) {
+int RunBench(const char* csv_path, int samples, uint64_t seed, bool quick, bool seed_fp32) {
   struct Shape {
     AttentionProblem p;
     std::vector<Precision> precisions;
   };
   std::vector<Shape> shapes;
   for (AttentionProblem p : fusetune::SeedPresetProblems()) {
+    if (seed_fp32) {
+      shapes.push_back({p, {Precision::kFp32}});
+      continue;
+    }
     if (quick && p.q_len != 2048) continue;
     shapes.push_back({p, {Precision::kFp32, Precision::kTf32}});
     p.dtype = DType::kFp16;
     shapes.push_back({p, {Precision::kFp16}});
   }
   for (bool causal : {false, true}) {
+    if (seed_fp32) break;
     AttentionProblem p;
     p.batch = 4;
     p.q_heads = p.kv_heads = 16;
@@ -506,7 +514,7 @@ int main(int argc, char** argv) {
                         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   std::printf("seed: %llu\n", static_cast<unsigned long long>(seed));
   const std::string mode = argc > 1 ? argv[1] : "check";
-  if (mode == "check") return RunChecks(seed);
+  if (mode == "check") return RunChecks(seed, argc > 2 && std::string(argv[2]) == "fp32");
   if (mode == "one" && argc >= 4) {  // fused_dev one <problem key> <config key> [launches]
     auto problem = AttentionProblem::FromKey(argv[2]);
     auto config = KernelConfig::FromKey(argv[3]);
@@ -517,11 +525,14 @@ int main(int argc, char** argv) {
     }
     return RunOne(*problem, *config, argc > 4 ? std::atoi(argv[4]) : 5, seed);
   }
-  if (mode == "bench" || mode == "quick") {
+  if (mode == "bench" || mode == "quick" || mode == "seed-fp32") {
     const char* csv = argc > 2 ? argv[2] : nullptr;
     const int samples = argc > 3 ? std::atoi(argv[3]) : 30;
-    return RunBench(csv, std::max(samples, 3), seed, mode == "quick");
+    return RunBench(csv, std::max(samples, 3), seed, mode == "quick", mode == "seed-fp32");
   }
-  std::fprintf(stderr, "usage: %s check | bench [csv] [samples] | quick [csv] [samples]\n", argv[0]);
+  std::fprintf(stderr,
+               "usage: %s check [fp32] | bench [csv] [samples] | quick [csv] [samples] | "
+               "seed-fp32 [csv] [samples] | one <problem> <config> [launches]\n",
+               argv[0]);
   return 2;
 }

@@ -1,12 +1,15 @@
 // Fused attention forward on CUDA cores in exact fp32 (every product and sum is an fp32 FMA;
-// storage of any dtype is converted to fp32 on load).
+// storage of any dtype is converted to fp32 on load). Two kernels: FusedSimtKernel (row-major
+// Q and P, below; head_dim 128 and fp16/bf16 storage) and FusedSimtOuterKernel (transposed Q
+// and P, further down; head_dim 64 with fp32 storage, where its best config per seed shape
+// measured 4-11 % faster on the H200).
 //
-// Block: block_m query rows of one (sequence, head); TX x TY threads (TX = 8 or 16 threads
-// per row, chosen so a thread owns 8 rows where possible). Thread (tx, ty) owns query rows
-// ty + TY*i (i < TM) and, for S = Q K^T, keys tx + TX*j (j < TN); for O it owns column chunks
-// tx*4 + 4*TX*c. The TX lanes of a row are consecutive, so row max/sum reductions are
-// shuffles within TX lanes. P goes through shared memory between the
-// two products. K/V tiles stream through `stages` cp.async buffers (zero-filled tails);
+// FusedSimtKernel block: block_m query rows of one (sequence, head); TX x TY threads (TX = 8
+// or 16 threads per row, chosen so a thread owns 8 rows where possible). Thread (tx, ty) owns
+// query rows ty + TY*i (i < TM) and, for S = Q K^T, keys tx + TX*j (j < TN); for O it owns
+// column chunks tx*4 + 4*TX*c. The TX lanes of a row are consecutive, so row max/sum
+// reductions are shuffles within TX lanes. P goes through shared memory between the two
+// products. K/V tiles stream through `stages` cp.async buffers (zero-filled tails);
 // Q is converted to fp32 once. Strided key ownership + padded rows keep shared-memory reads
 // free of bank conflicts (see README.md).
 #ifndef FUSETUNE_KERNELS_CUDA_FUSED_FUSED_SIMT_CUH_
@@ -294,6 +297,398 @@ cudaError_t LaunchSimt(const FusedKernelArgs& a, cudaStream_t stream) {
   const dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
   return cudaGetLastError();
+}
+
+// ---- Outer-product variant -------------------------------------------------------------
+//
+// Same arithmetic (every product and sum an fp32 FMA), different data layout:
+// * Q is stored transposed in shared memory (Qt[d][row]) and P likewise (Pt[key][row]); a
+//   thread owns rows in groups of 4 consecutive ones (4*ty + 4*TY*q + e), so one 16-byte load
+//   gives 4 of its rows for one d (or one key): S and PV become rank-1 updates with few operand
+//   registers, which lets a thread hold 8 x 8 tiles without spilling.
+// * The TX lanes that share a row group are consecutive lanes of one warp, and a row group's P
+//   is written and read only by them: the P round trip needs __syncwarp, not __syncthreads.
+// * G = 2 splits every key tile between two warp groups (each keeps its own m, l and O for all
+//   BM rows); they are merged through shared memory at the end. This doubles the threads per
+//   row block (better latency hiding) while each thread keeps an 8 x 8 output tile.
+// cp.async copy of a kRows x kCols tile with a compile-time trip count: thread t copies rows
+// t / kChunksPerRow + i * kRowStep at one fixed column (LoadTileAsync's runtime-bounded loop
+// costs more integer instructions per tile than the copies themselves). Rows >= valid_rows are
+// zero-filled.
+template <typename T, int kRows, int kCols, int kPitch, int kThreads>
+__device__ __forceinline__ void CopyTileAsync(T* dst, const T* src, int64_t row_stride, int valid_rows,
+                                              int tid) {
+  constexpr int kChunksPerRow = kCols * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
+  if constexpr (kThreads % kChunksPerRow != 0 || (kRows * kChunksPerRow) % kThreads != 0) {
+    LoadTileAsync<T, kRows, kCols, kPitch, kThreads>(dst, src, row_stride, valid_rows, tid);
+  } else {
+    constexpr int kRowStep = kThreads / kChunksPerRow;
+    constexpr int kPerThread = kRows / kRowStep;
+    const int row0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * kElemsPerChunk;
+    const T* s = src + row0 * row_stride + col;
+    T* d = dst + row0 * kPitch + col;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const bool pred = row0 + i * kRowStep < valid_rows;
+      CpAsync16(d + i * kRowStep * kPitch, pred ? s + i * kRowStep * row_stride : src, pred);
+    }
+  }
+}
+
+template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G>
+struct SimtOuterTraits {
+  using Storage = T;
+  static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kWarps = W, kStages = ST;
+  static constexpr int kThreads = 32 * W;
+  static constexpr int kGroups = G;
+  static constexpr int kGroupThreads = kThreads / G;
+  static constexpr int kTx = TX;                          // lanes per row group
+  static constexpr int kTy = kGroupThreads / TX;          // row groups per warp group
+  static constexpr int kTm = BM / kTy;                    // rows per thread
+  static constexpr int kGroupKeys = BS / G;               // keys of a tile per warp group
+  static constexpr int kTn = kGroupKeys / TX;             // keys per thread (S)
+  static constexpr int kTd = D / TX;                      // output columns per thread
+  static constexpr int kQtPitch = BM + 4;                 // fp32; rows = d
+  static constexpr int kPtPitch = BM + 4;                 // fp32; rows = keys
+  static constexpr int kKvPitch = D + 16 / static_cast<int>(sizeof(T));
+  static constexpr int kKvBytes = 2 * ST * BS * kKvPitch * static_cast<int>(sizeof(T));
+  // Per-thread values handed from group 1 to group 0 at the end (O tile, m, l).
+  static constexpr int kMergeValues = kTm * kTd + 2 * kTm;
+  static constexpr int kMergeBytes = G == 2 ? kMergeValues * kGroupThreads * 4 : 0;
+  static constexpr int kSmemBytes = D * kQtPitch * 4 + (kKvBytes > kMergeBytes ? kKvBytes : kMergeBytes) +
+                                    BS * kPtPitch * 4;
+  // Blocks that fit one SM by shared memory (227 KiB, 1 KiB reserved per block): the register
+  // budget is capped so that as many fit by registers, but never below 168 per thread.
+  static constexpr int kSmemBlocks = 232448 / (kSmemBytes + 1024);
+  static constexpr int kRegBlocks = 65536 / (kThreads * 168);  // never below 168 registers
+  static constexpr int kMinBlocks =
+      (kSmemBlocks < kRegBlocks ? kSmemBlocks : kRegBlocks) < 1 ? 1 : (kSmemBlocks < kRegBlocks ? kSmemBlocks : kRegBlocks);
+  static_assert(G == 1 || G == 2, "one or two key groups");
+  static_assert(kGroupThreads % 32 == 0, "a key group is whole warps");
+  static_assert(32 % TX == 0 && kGroupThreads % TX == 0, "row groups inside one warp");
+  static_assert(BM % (4 * kTy) == 0 && kTm % 4 == 0, "rows per thread a multiple of 4");
+  static_assert(BS % (G * TX) == 0 && kTn >= 1, "block_s a multiple of groups * lanes");
+  static_assert(D % (4 * TX) == 0, "head_dim a multiple of 4 * lanes");
+  static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
+  static_assert((D & (D - 1)) == 0 && (kGroupKeys & (kGroupKeys - 1)) == 0,
+                "head_dim and keys per group powers of two (operand prefetch wraps with a mask)");
+};
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    FusedSimtOuterKernel(const FusedKernelArgs a) {
+  using T = typename Tr::Storage;
+  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
+  constexpr int NT = Tr::kThreads, G = Tr::kGroups, NTG = Tr::kGroupThreads;
+  constexpr int TX = Tr::kTx, TY = Tr::kTy, TM = Tr::kTm, TN = Tr::kTn, TD = Tr::kTd;
+  constexpr int BSG = Tr::kGroupKeys, QP = Tr::kQtPitch, PP = Tr::kPtPitch, KP = Tr::kKvPitch;
+  constexpr int TQ = TM / 4, TC = TD / 4;  // float4 row groups / column chunks per thread
+
+  extern __shared__ __align__(16) unsigned char simt_smem[];
+  float* sQt = reinterpret_cast<float*>(simt_smem);
+  T* sK = reinterpret_cast<T*>(sQt + D * QP);
+  T* sV = sK + ST * BS * KP;
+  float* sPt = reinterpret_cast<float*>(simt_smem + D * QP * 4 +
+                                        (Tr::kKvBytes > Tr::kMergeBytes ? Tr::kKvBytes : Tr::kMergeBytes));
+
+  const bool causal = a.causal != 0;
+  const SequenceGeometry geo = LoadSequenceGeometry(a, blockIdx.z);
+  const int m0 = QueryBlockIndex(causal) * BM;
+  if (m0 >= geo.q_len) return;
+  const int q_rows = min(BM, geo.q_len - m0);
+  const int head = blockIdx.y;
+  const int kv_head = head / a.heads_per_kv;
+  const T* q_ptr = static_cast<const T*>(a.q) + (geo.q_start + m0) * a.q_row_stride +
+                   static_cast<int64_t>(head) * a.q_head_stride;
+  const T* k_ptr = static_cast<const T*>(a.k) + geo.k_start * a.k_row_stride +
+                   static_cast<int64_t>(kv_head) * a.k_head_stride;
+  const T* v_ptr = static_cast<const T*>(a.v) + geo.k_start * a.v_row_stride +
+                   static_cast<int64_t>(kv_head) * a.v_head_stride;
+  T* o_ptr = static_cast<T*>(a.o) + (geo.q_start + m0) * a.o_row_stride +
+             static_cast<int64_t>(head) * a.o_head_stride;
+
+  const int tid = threadIdx.x;
+  const int grp = tid / NTG, lt = tid % NTG;
+  const int tx = lt % TX, ty = lt / TX;
+  const int max_vis = VisibleKeys(geo, causal, m0 + q_rows - 1);
+  const int min_vis = VisibleKeys(geo, causal, m0);
+  const int n_tiles = CeilDiv(max_vis, BS);
+  const int n_unmasked = min_vis / BS;
+
+  if (n_tiles == 0) {  // no row of this block sees a key: zeros, never NaN
+    for (int c = tid; c < q_rows * (D / 4); c += NT) {
+      Store4FromFloat<T>(o_ptr + (c / (D / 4)) * a.o_row_stride + (c % (D / 4)) * 4,
+                         make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+    return;
+  }
+
+  auto load_k = [&](int tile, int buf) {
+    const int key0 = tile * BS;
+    CopyTileAsync<T, BS, D, KP, NT>(sK + buf * BS * KP, k_ptr + key0 * a.k_row_stride,
+                                    a.k_row_stride, min(BS, geo.k_vis - key0), tid);
+  };
+  auto load_v = [&](int tile, int buf) {
+    const int key0 = tile * BS;
+    CopyTileAsync<T, BS, D, KP, NT>(sV + buf * BS * KP, v_ptr + key0 * a.v_row_stride,
+                                    a.v_row_stride, min(BS, geo.k_vis - key0), tid);
+  };
+  if constexpr (ST == 1) {
+    load_k(0, 0);
+    CpAsyncCommit();
+    load_v(0, 0);
+    CpAsyncCommit();
+  } else {
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+      if (s < n_tiles) {
+        load_k(s, s);
+        load_v(s, s);
+      }
+      CpAsyncCommit();
+    }
+  }
+
+  // Q -> transposed fp32 shared memory; consecutive threads take consecutive rows so the
+  // transposed stores are conflict-free (rows past the sequence are zeros).
+  for (int c = tid; c < BM * (D / 4); c += NT) {
+    const int r = c % BM, col = (c / BM) * 4;
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < q_rows) val = Load4AsFloat<T>(q_ptr + r * a.q_row_stride + col);
+    sQt[(col + 0) * QP + r] = val.x;
+    sQt[(col + 1) * QP + r] = val.y;
+    sQt[(col + 2) * QP + r] = val.z;
+    sQt[(col + 3) * QP + r] = val.w;
+  }
+
+  float m_run[TM], l_run[TM], acc[TM][TD];
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    m_run[i] = -INFINITY;
+    l_run[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < TD; ++c) acc[i][c] = 0.f;
+  }
+  const float c_log2 = a.scale_log2;
+  const float* qt_base = sQt + 4 * ty;
+  float* pt_base = sPt + grp * BSG * PP + 4 * ty;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int buf = j % ST;
+    if constexpr (ST == 1) {
+      if (j == 0) {
+        CpAsyncWait<1>();
+      } else {
+        CpAsyncWait<0>();
+      }
+      __syncthreads();  // K_j (and Q) resident; every warp is done with V_{j-1}
+      if (j > 0) load_v(j, 0);
+      CpAsyncCommit();
+    } else {
+      CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
+      __syncthreads();  // tile j (and Q) resident; every warp is done with tile j-1
+      const int jn = j + ST - 1;
+      if (jn < n_tiles) {
+        load_k(jn, jn % ST);
+        load_v(jn, jn % ST);
+      }
+      CpAsyncCommit();
+    }
+    const T* k_s = sK + buf * BS * KP + (grp * BSG + tx) * KP;
+    const T* v_s = sV + buf * BS * KP + grp * BSG * KP + 4 * tx;
+
+    // S = Q K^T for rows 4*ty + 4*TY*q + e and keys grp*BSG + tx + TX*n.
+    float s[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int n = 0; n < TN; ++n) s[i][n] = 0.f;
+    // Operands of the next step are loaded before this step's FMAs (register double buffer:
+    // K four d ahead, Q one d ahead; the last loads wrap to d = 0 and are unused).
+    float4 kc[TN], kn[TN], qc[TQ], qn[TQ];
+#pragma unroll
+    for (int n = 0; n < TN; ++n) kc[n] = Load4AsFloat<T>(k_s + TX * n * KP);
+#pragma unroll
+    for (int q = 0; q < TQ; ++q) qc[q] = *reinterpret_cast<const float4*>(qt_base + 4 * TY * q);
+#pragma unroll 2
+    for (int kk = 0; kk < D; kk += 4) {
+      const int k_next = (kk + 4) & (D - 1);
+#pragma unroll
+      for (int n = 0; n < TN; ++n) kn[n] = Load4AsFloat<T>(k_s + TX * n * KP + k_next);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int d_next = (kk + u + 1) & (D - 1);
+#pragma unroll
+        for (int q = 0; q < TQ; ++q)
+          qn[q] = *reinterpret_cast<const float4*>(qt_base + d_next * QP + 4 * TY * q);
+#pragma unroll
+        for (int q = 0; q < TQ; ++q)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float qx = e == 0 ? qc[q].x : e == 1 ? qc[q].y : e == 2 ? qc[q].z : qc[q].w;
+#pragma unroll
+            for (int n = 0; n < TN; ++n) {
+              const float kx = u == 0 ? kc[n].x : u == 1 ? kc[n].y : u == 2 ? kc[n].z : kc[n].w;
+              s[4 * q + e][n] = fmaf(qx, kx, s[4 * q + e][n]);
+            }
+          }
+#pragma unroll
+        for (int q = 0; q < TQ; ++q) qc[q] = qn[q];
+      }
+#pragma unroll
+      for (int n = 0; n < TN; ++n) kc[n] = kn[n];
+    }
+
+    if (j >= n_unmasked) {  // diagonal / padded tail tile: mask per row
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int vis = VisibleKeys(geo, causal, m0 + 4 * ty + 4 * TY * (i / 4) + (i % 4));
+#pragma unroll
+        for (int n = 0; n < TN; ++n)
+          if (j * BS + grp * BSG + tx + TX * n >= vis) s[i][n] = -INFINITY;
+      }
+    }
+
+    // Online softmax over this group's keys; a row's TX lanes are consecutive.
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      float mx = s[i][0];
+#pragma unroll
+      for (int n = 1; n < TN; ++n) mx = fmaxf(mx, s[i][n]);
+#pragma unroll
+      for (int off = TX / 2; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float m_new = fmaxf(m_run[i], mx);
+      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
+      const float alpha = FastExp2(m_run[i] * c_log2 - m_scaled);
+      m_run[i] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < TN; ++n) {
+        s[i][n] = FastExp2(fmaf(s[i][n], c_log2, -m_scaled));
+        sum += s[i][n];
+      }
+      l_run[i] = l_run[i] * alpha + sum;
+#pragma unroll
+      for (int c = 0; c < TD; ++c) acc[i][c] *= alpha;
+    }
+#pragma unroll
+    for (int n = 0; n < TN; ++n)
+#pragma unroll
+      for (int q = 0; q < TQ; ++q)
+        *reinterpret_cast<float4*>(pt_base + (tx + TX * n) * PP + 4 * TY * q) =
+            make_float4(s[4 * q][n], s[4 * q + 1][n], s[4 * q + 2][n], s[4 * q + 3][n]);
+
+    if constexpr (ST == 1) {
+      CpAsyncWait<0>();
+      __syncthreads();  // V_j resident (and P); every warp is done with K_j
+      if (j + 1 < n_tiles) load_k(j + 1, 0);
+      CpAsyncCommit();
+    } else {
+      __syncwarp();  // P of this warp's rows complete (only this warp reads it)
+    }
+
+    // O += P V over this group's keys (next key's P and V loaded ahead, as above).
+    float4 pc[TQ], pn[TQ], vc[TC], vn[TC];
+#pragma unroll
+    for (int q = 0; q < TQ; ++q) pc[q] = *reinterpret_cast<const float4*>(pt_base + 4 * TY * q);
+#pragma unroll
+    for (int c = 0; c < TC; ++c) vc[c] = Load4AsFloat<T>(v_s + 4 * TX * c);
+#pragma unroll 8
+    for (int k = 0; k < BSG; ++k) {
+      const int k_next = (k + 1) & (BSG - 1);
+#pragma unroll
+      for (int q = 0; q < TQ; ++q) pn[q] = *reinterpret_cast<const float4*>(pt_base + k_next * PP + 4 * TY * q);
+#pragma unroll
+      for (int c = 0; c < TC; ++c) vn[c] = Load4AsFloat<T>(v_s + k_next * KP + 4 * TX * c);
+#pragma unroll
+      for (int q = 0; q < TQ; ++q)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = e == 0 ? pc[q].x : e == 1 ? pc[q].y : e == 2 ? pc[q].z : pc[q].w;
+#pragma unroll
+          for (int c = 0; c < TC; ++c) {
+            acc[4 * q + e][4 * c + 0] = fmaf(p, vc[c].x, acc[4 * q + e][4 * c + 0]);
+            acc[4 * q + e][4 * c + 1] = fmaf(p, vc[c].y, acc[4 * q + e][4 * c + 1]);
+            acc[4 * q + e][4 * c + 2] = fmaf(p, vc[c].z, acc[4 * q + e][4 * c + 2]);
+            acc[4 * q + e][4 * c + 3] = fmaf(p, vc[c].w, acc[4 * q + e][4 * c + 3]);
+          }
+        }
+#pragma unroll
+      for (int q = 0; q < TQ; ++q) pc[q] = pn[q];
+#pragma unroll
+      for (int c = 0; c < TC; ++c) vc[c] = vn[c];
+    }
+    if constexpr (ST > 1) __syncwarp();  // P reads done before the next tile's P writes
+  }
+  CpAsyncWait<0>();
+
+  if constexpr (G == 2) {
+    // Group 1 hands its O tile, m and (per-lane partial) l to group 0 through the K/V buffers.
+    float* scratch = reinterpret_cast<float*>(sK);
+    constexpr int kAccValues = TM * TD;
+    __syncthreads();  // every warp is done with K/V
+    if (grp == 1) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+#pragma unroll
+        for (int c = 0; c < TD; ++c) scratch[(i * TD + c) * NTG + lt] = acc[i][c];
+        scratch[(kAccValues + i) * NTG + lt] = m_run[i];
+        scratch[(kAccValues + TM + i) * NTG + lt] = l_run[i];
+      }
+    }
+    __syncthreads();
+    if (grp == 1) return;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const float m1 = scratch[(kAccValues + i) * NTG + lt];
+      const float l1 = scratch[(kAccValues + TM + i) * NTG + lt];
+      const float mm = fmaxf(m_run[i], m1);
+      const float m_scaled = mm == -INFINITY ? 0.f : mm * c_log2;
+      const float a0 = FastExp2(m_run[i] * c_log2 - m_scaled);
+      const float a1 = FastExp2(m1 * c_log2 - m_scaled);
+      l_run[i] = fmaf(l1, a1, l_run[i] * a0);
+#pragma unroll
+      for (int c = 0; c < TD; ++c) acc[i][c] = fmaf(scratch[(i * TD + c) * NTG + lt], a1, acc[i][c] * a0);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    float l = l_run[i];
+#pragma unroll
+    for (int off = TX / 2; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int r = 4 * ty + 4 * TY * (i / 4) + (i % 4);
+    if (r < q_rows) {
+#pragma unroll
+      for (int c = 0; c < TC; ++c) {
+        Store4FromFloat<T>(o_ptr + r * a.o_row_stride + 4 * tx + 4 * TX * c,
+                           make_float4(acc[i][4 * c + 0] * inv, acc[i][4 * c + 1] * inv,
+                                       acc[i][4 * c + 2] * inv, acc[i][4 * c + 3] * inv));
+      }
+    }
+  }
+}
+
+template <class Tr>
+cudaError_t LaunchSimtOuter(const FusedKernelArgs& a, cudaStream_t stream) {
+  auto kernel = FusedSimtOuterKernel<Tr>;
+  if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedSimtOuterKernel<Tr>>(Tr::kSmemBytes);
+      e != cudaSuccess) {
+    return e;
+  }
+  const dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// TX lanes per row group, G key groups (see SimtOuterTraits).
+template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G>
+FusedInstance SimtOuterInstance() {
+  using Tr = SimtOuterTraits<T, D, BM, BS, W, ST, TX, G>;
+  return FusedInstance{D,  StorageOf<T>(), PrecisionCode::kFp32, BM, BS, Tr::kThreads, ST,
+                       Tr::kSmemBytes, &LaunchSimtOuter<Tr>};
 }
 
 template <typename T, int D, int BM, int BS, int W, int ST>
