@@ -67,41 +67,21 @@ __global__ void __launch_bounds__(Tr::kThreads)
   T* sV = sK + ST * BS * KP;
   float* sP = reinterpret_cast<float*>(sV + ST * BS * KP);
 
-  const bool causal = a.causal != 0;
-  const SequenceGeometry g = LoadSequenceGeometry(a, blockIdx.z);
-  const int m0 = QueryBlockIndex(causal) * BM;
-  if (m0 >= g.q_len) return;
-  const int q_rows = min(BM, g.q_len - m0);
-  const int head = blockIdx.y;
-  const int kv_head = head / a.heads_per_kv;
-  const T* q_ptr = static_cast<const T*>(a.q) + (g.q_start + m0) * a.q_row_stride +
-                   static_cast<int64_t>(head) * a.q_head_stride;
-  const T* k_ptr = static_cast<const T*>(a.k) + g.k_start * a.k_row_stride +
-                   static_cast<int64_t>(kv_head) * a.k_head_stride;
-  const T* v_ptr = static_cast<const T*>(a.v) + g.k_start * a.v_row_stride +
-                   static_cast<int64_t>(kv_head) * a.v_head_stride;
-  T* o_ptr = static_cast<T*>(a.o) + (g.q_start + m0) * a.o_row_stride +
-             static_cast<int64_t>(head) * a.o_head_stride;
+  QueryBlock<T> blk;
+  if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
+  const SequenceGeometry& g = blk.g;
+  const bool causal = blk.causal;
+  const int m0 = blk.m0, q_rows = blk.q_rows;
+  const T* q_ptr = blk.q;
+  const T* k_ptr = blk.k;
+  const T* v_ptr = blk.v;
+  T* o_ptr = blk.o;
+  const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
 
   const int tid = threadIdx.x;
   const int tx = tid % TX, ty = tid / TX;
-  const int max_vis = VisibleKeys(g, causal, m0 + q_rows - 1);
-  const int min_vis = VisibleKeys(g, causal, m0);
-  const int n_tiles = CeilDiv(max_vis, BS);
-  const int n_unmasked = min_vis / BS;  // tiles every row of the block sees completely
-
-  if (n_tiles == 0) {  // no row of this block sees a key: zeros, never NaN
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int r = ty + TY * i;
-      if (r < q_rows) {
-#pragma unroll
-        for (int c = 0; c < DC; ++c) {
-          Store4FromFloat<T>(o_ptr + r * a.o_row_stride + tx * 4 + 4 * TX * c,
-                             make_float4(0.f, 0.f, 0.f, 0.f));
-        }
-      }
-    }
+  if (n_tiles == 0) {
+    ZeroBlockOutput<T, D, NT>(blk, a.o_row_stride);
     return;
   }
 
@@ -392,35 +372,22 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   float* sPt = reinterpret_cast<float*>(simt_smem + D * QP * 4 +
                                         (Tr::kKvBytes > Tr::kMergeBytes ? Tr::kKvBytes : Tr::kMergeBytes));
 
-  const bool causal = a.causal != 0;
-  const SequenceGeometry geo = LoadSequenceGeometry(a, blockIdx.z);
-  const int m0 = QueryBlockIndex(causal) * BM;
-  if (m0 >= geo.q_len) return;
-  const int q_rows = min(BM, geo.q_len - m0);
-  const int head = blockIdx.y;
-  const int kv_head = head / a.heads_per_kv;
-  const T* q_ptr = static_cast<const T*>(a.q) + (geo.q_start + m0) * a.q_row_stride +
-                   static_cast<int64_t>(head) * a.q_head_stride;
-  const T* k_ptr = static_cast<const T*>(a.k) + geo.k_start * a.k_row_stride +
-                   static_cast<int64_t>(kv_head) * a.k_head_stride;
-  const T* v_ptr = static_cast<const T*>(a.v) + geo.k_start * a.v_row_stride +
-                   static_cast<int64_t>(kv_head) * a.v_head_stride;
-  T* o_ptr = static_cast<T*>(a.o) + (geo.q_start + m0) * a.o_row_stride +
-             static_cast<int64_t>(head) * a.o_head_stride;
+  QueryBlock<T> blk;
+  if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
+  const SequenceGeometry& geo = blk.g;
+  const bool causal = blk.causal;
+  const int m0 = blk.m0, q_rows = blk.q_rows;
+  const T* q_ptr = blk.q;
+  const T* k_ptr = blk.k;
+  const T* v_ptr = blk.v;
+  T* o_ptr = blk.o;
+  const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
 
   const int tid = threadIdx.x;
   const int grp = tid / NTG, lt = tid % NTG;
   const int tx = lt % TX, ty = lt / TX;
-  const int max_vis = VisibleKeys(geo, causal, m0 + q_rows - 1);
-  const int min_vis = VisibleKeys(geo, causal, m0);
-  const int n_tiles = CeilDiv(max_vis, BS);
-  const int n_unmasked = min_vis / BS;
-
-  if (n_tiles == 0) {  // no row of this block sees a key: zeros, never NaN
-    for (int c = tid; c < q_rows * (D / 4); c += NT) {
-      Store4FromFloat<T>(o_ptr + (c / (D / 4)) * a.o_row_stride + (c % (D / 4)) * 4,
-                         make_float4(0.f, 0.f, 0.f, 0.f));
-    }
+  if (n_tiles == 0) {
+    ZeroBlockOutput<T, D, NT>(blk, a.o_row_stride);
     return;
   }
 
