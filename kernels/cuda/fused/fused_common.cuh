@@ -88,6 +88,76 @@ __device__ __forceinline__ void LoadTileAsync(T* dst, const T* src, int64_t row_
   }
 }
 
+// cp.async copy of a kRows x kCols tile with a compile-time trip count: thread t copies rows
+// t / kChunksPerRow + i * kRowStep at one fixed column (LoadTileAsync's runtime-bounded loop
+// costs more integer instructions per tile than the copies themselves). Rows >= valid_rows are
+// zero-filled.
+template <typename T, int kRows, int kCols, int kPitch, int kThreads>
+__device__ __forceinline__ void CopyTileAsync(T* dst, const T* src, int64_t row_stride, int valid_rows,
+                                              int tid) {
+  constexpr int kChunksPerRow = kCols * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
+  if constexpr (kThreads % kChunksPerRow != 0 || (kRows * kChunksPerRow) % kThreads != 0) {
+    LoadTileAsync<T, kRows, kCols, kPitch, kThreads>(dst, src, row_stride, valid_rows, tid);
+  } else {
+    constexpr int kRowStep = kThreads / kChunksPerRow;
+    constexpr int kPerThread = kRows / kRowStep;
+    const int row0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * kElemsPerChunk;
+    const T* s = src + row0 * row_stride + col;
+    T* d = dst + row0 * kPitch + col;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const bool pred = row0 + i * kRowStep < valid_rows;
+      CpAsync16(d + i * kRowStep * kPitch, pred ? s + i * kRowStep * row_stride : src, pred);
+    }
+  }
+}
+
+// The K/V side of the cp.async pipeline shared by the SIMT and mma.sync kernels: `ST` buffers
+// of BS keys x D columns (row pitch kPitch elements) for K and for V, filled from the block's
+// K/V head; keys past the visible ones are zero-filled (never garbage or padding NaN).
+template <typename T, int BS, int D, int kPitch, int kThreads, int ST>
+struct KvTileLoader {
+  T* sK;
+  T* sV;
+  const T* k;  // key 0 of the block's K head (QueryBlock::k)
+  const T* v;
+  int64_t k_row_stride, v_row_stride;
+  int k_vis;
+  int tid;
+
+  __device__ __forceinline__ void LoadK(int tile, int buf) const {
+    const int key0 = tile * BS;
+    CopyTileAsync<T, BS, D, kPitch, kThreads>(sK + buf * BS * kPitch, k + key0 * k_row_stride,
+                                              k_row_stride, min(BS, k_vis - key0), tid);
+  }
+  __device__ __forceinline__ void LoadV(int tile, int buf) const {
+    const int key0 = tile * BS;
+    CopyTileAsync<T, BS, D, kPitch, kThreads>(sV + buf * BS * kPitch, v + key0 * v_row_stride,
+                                              v_row_stride, min(BS, k_vis - key0), tid);
+  }
+  // Pipeline prologue. ST == 1: K_0 and V_0 as two commit groups (FlashAttention-2 order: V_j
+  // streams in during S_j and the softmax, K_{j+1} during PV_j). ST >= 2: the first ST - 1
+  // tiles, one commit group each (empty groups past the last tile keep the counts uniform).
+  __device__ __forceinline__ void Prologue(int n_tiles) const {
+    if constexpr (ST == 1) {
+      LoadK(0, 0);
+      CpAsyncCommit();
+      LoadV(0, 0);
+      CpAsyncCommit();
+    } else {
+#pragma unroll
+      for (int s = 0; s < ST - 1; ++s) {
+        if (s < n_tiles) {
+          LoadK(s, s);
+          LoadV(s, s);
+        }
+        CpAsyncCommit();
+      }
+    }
+  }
+};
+
 // ---- storage conversions: ToFloat / FromFloat come from device_common.cuh -------------------
 
 // Four consecutive elements from shared memory as floats (16-byte or 8-byte load).

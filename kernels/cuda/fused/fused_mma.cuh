@@ -145,36 +145,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 
   LoadTileAsync<T, BM, D, P, NT>(sQ, q_ptr, a.q_row_stride, q_rows, tid);
   CpAsyncCommit();
-  auto load_k = [&](int tile, int buf) {
-    const int key0 = tile * BS;
-    const int valid = min(BS, g.k_vis - key0);
-    LoadTileAsync<T, BS, D, P, NT>(sK + buf * BS * P, k_ptr + key0 * a.k_row_stride,
-                                   a.k_row_stride, valid, tid);
-  };
-  auto load_v = [&](int tile, int buf) {
-    const int key0 = tile * BS;
-    const int valid = min(BS, g.k_vis - key0);
-    LoadTileAsync<T, BS, D, P, NT>(sV + buf * BS * P, v_ptr + key0 * a.v_row_stride,
-                                   a.v_row_stride, valid, tid);
-  };
+  const KvTileLoader<T, BS, D, P, NT, ST> kv{sK, sV, k_ptr, v_ptr, a.k_row_stride,
+                                            a.v_row_stride, g.k_vis, tid};
+  auto load_k = [&](int tile, int buf) { kv.LoadK(tile, buf); };
+  auto load_v = [&](int tile, int buf) { kv.LoadV(tile, buf); };
   auto load_kv = [&](int tile, int buf) {
     load_k(tile, buf);
     load_v(tile, buf);
   };
-  if constexpr (ST == 1) {
-    // One K and one V buffer (FlashAttention-2 order): V_j streams in during S_j and the
-    // softmax, K_{j+1} during PV_j.
-    load_k(0, 0);
-    CpAsyncCommit();
-    load_v(0, 0);
-    CpAsyncCommit();
-  } else {
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-      if (s < n_tiles) load_kv(s, s);
-      CpAsyncCommit();
-    }
-  }
+  kv.Prologue(n_tiles);
 
   int row_vis[MT][2];
   float m_run[MT][2], l_run[MT][2];

@@ -85,36 +85,15 @@ __global__ void __launch_bounds__(Tr::kThreads)
     return;
   }
 
-  auto load_k = [&](int tile, int buf) {
-    const int key0 = tile * BS;
-    const int valid = min(BS, g.k_vis - key0);
-    LoadTileAsync<T, BS, D, KP, NT>(sK + buf * BS * KP, k_ptr + key0 * a.k_row_stride,
-                                    a.k_row_stride, valid, tid);
-  };
-  auto load_v = [&](int tile, int buf) {
-    const int key0 = tile * BS;
-    const int valid = min(BS, g.k_vis - key0);
-    LoadTileAsync<T, BS, D, KP, NT>(sV + buf * BS * KP, v_ptr + key0 * a.v_row_stride,
-                                    a.v_row_stride, valid, tid);
-  };
+  const KvTileLoader<T, BS, D, KP, NT, ST> kv{sK, sV, k_ptr, v_ptr, a.k_row_stride,
+                                             a.v_row_stride, g.k_vis, tid};
+  auto load_k = [&](int tile, int buf) { kv.LoadK(tile, buf); };
+  auto load_v = [&](int tile, int buf) { kv.LoadV(tile, buf); };
   auto load_kv = [&](int tile, int buf) {
     load_k(tile, buf);
     load_v(tile, buf);
   };
-  if constexpr (ST == 1) {
-    // One K and one V buffer (FlashAttention-2 order): V_j streams in during S_j and the
-    // softmax, K_{j+1} during PV_j.
-    load_k(0, 0);
-    CpAsyncCommit();
-    load_v(0, 0);
-    CpAsyncCommit();
-  } else {
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-      if (s < n_tiles) load_kv(s, s);
-      CpAsyncCommit();
-    }
-  }
+  kv.Prologue(n_tiles);
 
   // Q -> fp32 shared memory (rows past the sequence are zeros).
   for (int c = tid; c < BM * (D / 4); c += NT) {
@@ -291,31 +270,6 @@ cudaError_t LaunchSimt(const FusedKernelArgs& a, cudaStream_t stream) {
 // * G = 2 splits every key tile between two warp groups (each keeps its own m, l and O for all
 //   BM rows); they are merged through shared memory at the end. This doubles the threads per
 //   row block (better latency hiding) while each thread keeps an 8 x 8 output tile.
-// cp.async copy of a kRows x kCols tile with a compile-time trip count: thread t copies rows
-// t / kChunksPerRow + i * kRowStep at one fixed column (LoadTileAsync's runtime-bounded loop
-// costs more integer instructions per tile than the copies themselves). Rows >= valid_rows are
-// zero-filled.
-template <typename T, int kRows, int kCols, int kPitch, int kThreads>
-__device__ __forceinline__ void CopyTileAsync(T* dst, const T* src, int64_t row_stride, int valid_rows,
-                                              int tid) {
-  constexpr int kChunksPerRow = kCols * static_cast<int>(sizeof(T)) / 16;
-  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
-  if constexpr (kThreads % kChunksPerRow != 0 || (kRows * kChunksPerRow) % kThreads != 0) {
-    LoadTileAsync<T, kRows, kCols, kPitch, kThreads>(dst, src, row_stride, valid_rows, tid);
-  } else {
-    constexpr int kRowStep = kThreads / kChunksPerRow;
-    constexpr int kPerThread = kRows / kRowStep;
-    const int row0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * kElemsPerChunk;
-    const T* s = src + row0 * row_stride + col;
-    T* d = dst + row0 * kPitch + col;
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const bool pred = row0 + i * kRowStep < valid_rows;
-      CpAsync16(d + i * kRowStep * kPitch, pred ? s + i * kRowStep * row_stride : src, pred);
-    }
-  }
-}
-
 template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G>
 struct SimtOuterTraits {
   using Storage = T;
@@ -391,31 +345,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     return;
   }
 
-  auto load_k = [&](int tile, int buf) {
-    const int key0 = tile * BS;
-    CopyTileAsync<T, BS, D, KP, NT>(sK + buf * BS * KP, k_ptr + key0 * a.k_row_stride,
-                                    a.k_row_stride, min(BS, geo.k_vis - key0), tid);
-  };
-  auto load_v = [&](int tile, int buf) {
-    const int key0 = tile * BS;
-    CopyTileAsync<T, BS, D, KP, NT>(sV + buf * BS * KP, v_ptr + key0 * a.v_row_stride,
-                                    a.v_row_stride, min(BS, geo.k_vis - key0), tid);
-  };
-  if constexpr (ST == 1) {
-    load_k(0, 0);
-    CpAsyncCommit();
-    load_v(0, 0);
-    CpAsyncCommit();
-  } else {
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-      if (s < n_tiles) {
-        load_k(s, s);
-        load_v(s, s);
-      }
-      CpAsyncCommit();
-    }
-  }
+  const KvTileLoader<T, BS, D, KP, NT, ST> kv{sK, sV, k_ptr, v_ptr, a.k_row_stride,
+                                             a.v_row_stride, geo.k_vis, tid};
+  auto load_k = [&](int tile, int buf) { kv.LoadK(tile, buf); };
+  auto load_v = [&](int tile, int buf) { kv.LoadV(tile, buf); };
+  kv.Prologue(n_tiles);
 
   // Q -> transposed fp32 shared memory; consecutive threads take consecutive rows so the
   // transposed stores are conflict-free (rows past the sequence are zeros).
