@@ -16,6 +16,7 @@
 #define FUSETUNE_KERNELS_CUDA_FUSED_FUSED_SIMT_CUH_
 
 #include <cmath>
+#include <type_traits>
 
 #include "fused_common.cuh"
 
@@ -258,6 +259,76 @@ cudaError_t LaunchSimt(const FusedKernelArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// K/V copies of the outer-product kernel. A whole tile (every key visible) is copied with
+// per-thread source pointers that only advance by a fixed stride and compile-time shared-memory
+// offsets: about 3 instructions per 16-byte cp.async instead of the ~12 of the generic
+// predicated loader (KvTileLoader), which still copies the last, partial tile (zero fill).
+template <typename T, int BS, int D, int KP, int NT, int ST>
+struct SimtKvStream {
+  static constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
+  static constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
+  static constexpr int kRowStep = NT / kChunksPerRow;
+  static constexpr int kPerThread = BS / kRowStep;
+  static constexpr bool kUniform = NT % kChunksPerRow == 0 && BS % kRowStep == 0;
+  KvTileLoader<T, BS, D, KP, NT, ST> edge;  // partial tiles
+  const T* k_src;                           // this thread's first chunk of tile 0
+  const T* v_src;
+  uint32_t k_dst, v_dst;                    // shared addresses of that chunk in buffer 0
+
+  __device__ __forceinline__ SimtKvStream(T* sK, T* sV, const T* k, const T* v, int64_t k_stride,
+                                          int64_t v_stride, int k_vis, int tid)
+      : edge{sK, sV, k, v, k_stride, v_stride, k_vis, tid} {
+    const int row0 = tid / kChunksPerRow, col = (tid % kChunksPerRow) * kElemsPerChunk;
+    k_src = k + row0 * k_stride + col;
+    v_src = v + row0 * v_stride + col;
+    k_dst = SmemAddress(sK + row0 * KP + col);
+    v_dst = SmemAddress(sV + row0 * KP + col);
+  }
+  __device__ __forceinline__ static void Copy(uint32_t dst, const T* src, int64_t stride) {
+    const int64_t step = kRowStep * stride;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                       dst + static_cast<uint32_t>(i * kRowStep * KP * static_cast<int>(sizeof(T)))),
+                   "l"(src));
+      src += step;
+    }
+  }
+  __device__ __forceinline__ void LoadK(int tile, int buf) const {
+    if (!kUniform || (tile + 1) * BS > edge.k_vis) {
+      edge.LoadK(tile, buf);
+      return;
+    }
+    Copy(k_dst + buf * BS * KP * static_cast<int>(sizeof(T)), k_src + tile * (BS * edge.k_row_stride),
+         edge.k_row_stride);
+  }
+  __device__ __forceinline__ void LoadV(int tile, int buf) const {
+    if (!kUniform || (tile + 1) * BS > edge.k_vis) {
+      edge.LoadV(tile, buf);
+      return;
+    }
+    Copy(v_dst + buf * BS * KP * static_cast<int>(sizeof(T)), v_src + tile * (BS * edge.v_row_stride),
+         edge.v_row_stride);
+  }
+  __device__ __forceinline__ void Prologue(int n_tiles) const {
+    if constexpr (ST == 1) {
+      LoadK(0, 0);
+      CpAsyncCommit();
+      LoadV(0, 0);
+      CpAsyncCommit();
+    } else {
+#pragma unroll
+      for (int s = 0; s < ST - 1; ++s) {
+        if (s < n_tiles) {
+          LoadK(s, s);
+          LoadV(s, s);
+        }
+        CpAsyncCommit();
+      }
+    }
+  }
+};
+
 // ---- Outer-product variant -------------------------------------------------------------
 //
 // Same arithmetic (every product and sum an fp32 FMA), different data layout:
@@ -270,8 +341,18 @@ cudaError_t LaunchSimt(const FusedKernelArgs& a, cudaStream_t stream) {
 // * G = 2 splits every key tile between two warp groups (each keeps its own m, l and O for all
 //   BM rows); they are merged through shared memory at the end. This doubles the threads per
 //   row block (better latency hiding) while each thread keeps an 8 x 8 output tile.
-template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G>
+// Code-generation options of an outer-product instance (bit flags; measured per config on the
+// H200, docs/perf.md 2026-11-29 "SIMT, round 2"):
+// kSimtStreamCopies: whole K/V tiles through SimtKvStream (~3 instead of ~12 instructions per
+//   16-byte copy); kSimtPvValueOuter: PV FMAs ordered value column outer, rows inner (one V
+//   operand register shared by TM consecutive FMAs instead of one P register by 4*TC).
+inline constexpr int kSimtStreamCopies = 1;
+inline constexpr int kSimtPvValueOuter = 2;
+
+template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G, int Options = 0>
 struct SimtOuterTraits {
+  static constexpr bool kStreamCopies = (Options & kSimtStreamCopies) != 0;
+  static constexpr bool kPvValueOuter = (Options & kSimtPvValueOuter) != 0;
   using Storage = T;
   static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kWarps = W, kStages = ST;
   static constexpr int kThreads = 32 * W;
@@ -345,8 +426,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     return;
   }
 
-  const KvTileLoader<T, BS, D, KP, NT, ST> kv{sK, sV, k_ptr, v_ptr, a.k_row_stride,
-                                             a.v_row_stride, geo.k_vis, tid};
+  using KvCopier = std::conditional_t<Tr::kStreamCopies, SimtKvStream<T, BS, D, KP, NT, ST>,
+                                      KvTileLoader<T, BS, D, KP, NT, ST>>;
+  const KvCopier kv{sK, sV, k_ptr, v_ptr, a.k_row_stride, a.v_row_stride, geo.k_vis, tid};
   auto load_k = [&](int tile, int buf) { kv.LoadK(tile, buf); };
   auto load_v = [&](int tile, int buf) { kv.LoadV(tile, buf); };
   kv.Prologue(n_tiles);
@@ -502,19 +584,35 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       for (int q = 0; q < TQ; ++q) pn[q] = *reinterpret_cast<const float4*>(pt_base + k_next * PP + 4 * TY * q);
 #pragma unroll
       for (int c = 0; c < TC; ++c) vn[c] = Load4AsFloat<T>(v_s + k_next * KP + 4 * TX * c);
+      if constexpr (Tr::kPvValueOuter) {
 #pragma unroll
-      for (int q = 0; q < TQ; ++q)
+        for (int c = 0; c < TC; ++c)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = e == 0 ? pc[q].x : e == 1 ? pc[q].y : e == 2 ? pc[q].z : pc[q].w;
+          for (int w = 0; w < 4; ++w) {
+            const float vx = w == 0 ? vc[c].x : w == 1 ? vc[c].y : w == 2 ? vc[c].z : vc[c].w;
 #pragma unroll
-          for (int c = 0; c < TC; ++c) {
-            acc[4 * q + e][4 * c + 0] = fmaf(p, vc[c].x, acc[4 * q + e][4 * c + 0]);
-            acc[4 * q + e][4 * c + 1] = fmaf(p, vc[c].y, acc[4 * q + e][4 * c + 1]);
-            acc[4 * q + e][4 * c + 2] = fmaf(p, vc[c].z, acc[4 * q + e][4 * c + 2]);
-            acc[4 * q + e][4 * c + 3] = fmaf(p, vc[c].w, acc[4 * q + e][4 * c + 3]);
+            for (int q = 0; q < TQ; ++q)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float p = e == 0 ? pc[q].x : e == 1 ? pc[q].y : e == 2 ? pc[q].z : pc[q].w;
+                acc[4 * q + e][4 * c + w] = fmaf(p, vx, acc[4 * q + e][4 * c + w]);
+              }
           }
-        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < TQ; ++q)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float p = e == 0 ? pc[q].x : e == 1 ? pc[q].y : e == 2 ? pc[q].z : pc[q].w;
+#pragma unroll
+            for (int c = 0; c < TC; ++c) {
+              acc[4 * q + e][4 * c + 0] = fmaf(p, vc[c].x, acc[4 * q + e][4 * c + 0]);
+              acc[4 * q + e][4 * c + 1] = fmaf(p, vc[c].y, acc[4 * q + e][4 * c + 1]);
+              acc[4 * q + e][4 * c + 2] = fmaf(p, vc[c].z, acc[4 * q + e][4 * c + 2]);
+              acc[4 * q + e][4 * c + 3] = fmaf(p, vc[c].w, acc[4 * q + e][4 * c + 3]);
+            }
+          }
+      }
 #pragma unroll
       for (int q = 0; q < TQ; ++q) pc[q] = pn[q];
 #pragma unroll
@@ -584,10 +682,10 @@ cudaError_t LaunchSimtOuter(const FusedKernelArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// TX lanes per row group, G key groups (see SimtOuterTraits).
-template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G>
+// TX lanes per row group, G key groups, Options = kSimt* flags (see SimtOuterTraits).
+template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G, int Options = 0>
 FusedInstance SimtOuterInstance() {
-  using Tr = SimtOuterTraits<T, D, BM, BS, W, ST, TX, G>;
+  using Tr = SimtOuterTraits<T, D, BM, BS, W, ST, TX, G, Options>;
   return FusedInstance{D,  StorageOf<T>(), PrecisionCode::kFp32, BM, BS, Tr::kThreads, ST,
                        Tr::kSmemBytes, &LaunchSimtOuter<Tr>};
 }
