@@ -113,6 +113,29 @@ __device__ __forceinline__ void CopyTileAsync(T* dst, const T* src, int64_t row_
   }
 }
 
+// Pipeline prologue for any K/V loader with LoadK(tile, buf) / LoadV(tile, buf). ST == 1: K_0
+// and V_0 as two commit groups (FlashAttention-2 order: V_j streams in during S_j and the
+// softmax, K_{j+1} during PV_j). ST >= 2: the first ST - 1 tiles, one commit group each (empty
+// groups past the last tile keep the counts uniform).
+template <int ST, class Loader>
+__device__ __forceinline__ void KvPipelinePrologue(const Loader& loader, int n_tiles) {
+  if constexpr (ST == 1) {
+    loader.LoadK(0, 0);
+    CpAsyncCommit();
+    loader.LoadV(0, 0);
+    CpAsyncCommit();
+  } else {
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+      if (s < n_tiles) {
+        loader.LoadK(s, s);
+        loader.LoadV(s, s);
+      }
+      CpAsyncCommit();
+    }
+  }
+}
+
 // The K/V side of the cp.async pipeline shared by the SIMT and mma.sync kernels: `ST` buffers
 // of BS keys x D columns (row pitch kPitch elements) for K and for V, filled from the block's
 // K/V head; keys past the visible ones are zero-filled (never garbage or padding NaN).
@@ -136,25 +159,8 @@ struct KvTileLoader {
     CopyTileAsync<T, BS, D, kPitch, kThreads>(sV + buf * BS * kPitch, v + key0 * v_row_stride,
                                               v_row_stride, min(BS, k_vis - key0), tid);
   }
-  // Pipeline prologue. ST == 1: K_0 and V_0 as two commit groups (FlashAttention-2 order: V_j
-  // streams in during S_j and the softmax, K_{j+1} during PV_j). ST >= 2: the first ST - 1
-  // tiles, one commit group each (empty groups past the last tile keep the counts uniform).
   __device__ __forceinline__ void Prologue(int n_tiles) const {
-    if constexpr (ST == 1) {
-      LoadK(0, 0);
-      CpAsyncCommit();
-      LoadV(0, 0);
-      CpAsyncCommit();
-    } else {
-#pragma unroll
-      for (int s = 0; s < ST - 1; ++s) {
-        if (s < n_tiles) {
-          LoadK(s, s);
-          LoadV(s, s);
-        }
-        CpAsyncCommit();
-      }
-    }
+    KvPipelinePrologue<ST>(*this, n_tiles);
   }
 };
 

@@ -311,21 +311,7 @@ struct SimtKvStream {
          edge.v_row_stride);
   }
   __device__ __forceinline__ void Prologue(int n_tiles) const {
-    if constexpr (ST == 1) {
-      LoadK(0, 0);
-      CpAsyncCommit();
-      LoadV(0, 0);
-      CpAsyncCommit();
-    } else {
-#pragma unroll
-      for (int s = 0; s < ST - 1; ++s) {
-        if (s < n_tiles) {
-          LoadK(s, s);
-          LoadV(s, s);
-        }
-        CpAsyncCommit();
-      }
-    }
+    KvPipelinePrologue<ST>(*this, n_tiles);
   }
 };
 
