@@ -136,6 +136,45 @@ __device__ __forceinline__ void KvPipelinePrologue(const Loader& loader, int n_t
   }
 }
 
+// Top of key tile j, before its first product: waits until K_j (ST == 1) or tile j (ST >= 2)
+// is resident, a block barrier (Q is resident too and every warp is done with the buffers about
+// to be refilled), then the next loads: V_j (ST == 1) or tile j + ST - 1 (ST >= 2).
+template <int ST, class Loader>
+__device__ __forceinline__ void KvPipelineEnterTile(const Loader& loader, int j, int n_tiles) {
+  if constexpr (ST == 1) {
+    if (j == 0) {
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if (j > 0) loader.LoadV(j, 0);
+    CpAsyncCommit();
+  } else {
+    CpAsyncWait<ST - 2>();
+    __syncthreads();
+    const int jn = j + ST - 1;
+    if (jn < n_tiles) {
+      loader.LoadK(jn, jn % ST);
+      loader.LoadV(jn, jn % ST);
+    }
+    CpAsyncCommit();
+  }
+}
+
+// Between the two products of tile j, for ST == 1 only (one K and one V buffer): waits for V_j,
+// a block barrier (every warp is done with K_j; shared-memory P, where a kernel keeps it, is
+// complete), then K_{j+1}. With ST >= 2 it does nothing: the kernel syncs its P itself.
+template <int ST, class Loader>
+__device__ __forceinline__ void KvPipelineBetweenProducts(const Loader& loader, int j, int n_tiles) {
+  if constexpr (ST == 1) {
+    CpAsyncWait<0>();
+    __syncthreads();
+    if (j + 1 < n_tiles) loader.LoadK(j + 1, 0);
+    CpAsyncCommit();
+  }
+}
+
 // The K/V side of the cp.async pipeline shared by the SIMT and mma.sync kernels: `ST` buffers
 // of BS keys x D columns (row pitch kPitch elements) for K and for V, filled from the block's
 // K/V head; keys past the visible ones are zero-filled (never garbage or padding NaN).

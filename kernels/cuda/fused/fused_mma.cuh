@@ -147,12 +147,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   CpAsyncCommit();
   const KvTileLoader<T, BS, D, P, NT, ST> kv{sK, sV, k_ptr, v_ptr, a.k_row_stride,
                                             a.v_row_stride, g.k_vis, tid};
-  auto load_k = [&](int tile, int buf) { kv.LoadK(tile, buf); };
-  auto load_v = [&](int tile, int buf) { kv.LoadV(tile, buf); };
-  auto load_kv = [&](int tile, int buf) {
-    load_k(tile, buf);
-    load_v(tile, buf);
-  };
   kv.Prologue(n_tiles);
 
   int row_vis[MT][2];
@@ -186,24 +180,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 
   for (int j = 0; j < n_tiles; ++j) {
     const int buf = j % ST;
-    if constexpr (ST == 1) {
-      if (j == 0) {
-        CpAsyncWait<1>();
-      } else {
-        CpAsyncWait<0>();
-      }
-      __syncthreads();  // K_j (and Q) resident; every warp is done with PV of tile j-1
-      if (j > 0) load_v(j, 0);
-      CpAsyncCommit();
-    } else {
-      CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
-      __syncthreads();  // tile j (and Q) resident; every warp is done with tile j-1
-    }
-    if constexpr (ST > 1) {
-      const int jn = j + ST - 1;
-      if (jn < n_tiles) load_kv(jn, jn % ST);
-      CpAsyncCommit();
-    }
+    KvPipelineEnterTile<ST>(kv, j, n_tiles);
     if constexpr (kQRegs) {
       if (j == 0) {
 #pragma unroll
@@ -301,12 +278,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
         }
       }
 
-    if constexpr (ST == 1) {
-      CpAsyncWait<0>();
-      __syncthreads();  // V_j resident; every warp is done with K_j
-      if (j + 1 < n_tiles) load_k(j + 1, 0);
-      CpAsyncCommit();
-    }
+    KvPipelineBetweenProducts<ST>(kv, j, n_tiles);
 
     // O += P V
     const uint32_t v_tile = sV_addr + buf * BS * RB;

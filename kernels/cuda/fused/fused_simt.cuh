@@ -88,12 +88,6 @@ __global__ void __launch_bounds__(Tr::kThreads)
 
   const KvTileLoader<T, BS, D, KP, NT, ST> kv{sK, sV, k_ptr, v_ptr, a.k_row_stride,
                                              a.v_row_stride, g.k_vis, tid};
-  auto load_k = [&](int tile, int buf) { kv.LoadK(tile, buf); };
-  auto load_v = [&](int tile, int buf) { kv.LoadV(tile, buf); };
-  auto load_kv = [&](int tile, int buf) {
-    load_k(tile, buf);
-    load_v(tile, buf);
-  };
   kv.Prologue(n_tiles);
 
   // Q -> fp32 shared memory (rows past the sequence are zeros).
@@ -118,24 +112,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
 
   for (int j = 0; j < n_tiles; ++j) {
     const int buf = j % ST;
-    if constexpr (ST == 1) {
-      if (j == 0) {
-        CpAsyncWait<1>();
-      } else {
-        CpAsyncWait<0>();
-      }
-      __syncthreads();  // K_j (and Q) resident; every warp is done with PV of tile j-1
-      if (j > 0) load_v(j, 0);
-      CpAsyncCommit();
-    } else {
-      CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
-      __syncthreads();  // tile j (and Q) resident; every warp is done with tile j-1
-    }
-    if constexpr (ST > 1) {
-      const int jn = j + ST - 1;
-      if (jn < n_tiles) load_kv(jn, jn % ST);
-      CpAsyncCommit();
-    }
+    KvPipelineEnterTile<ST>(kv, j, n_tiles);
     const T* k_s = sK + buf * BS * KP;
     const T* v_s = sV + buf * BS * KP;
 
@@ -194,14 +171,8 @@ __global__ void __launch_bounds__(Tr::kThreads)
 #pragma unroll
       for (int d = 0; d < DC * 4; ++d) acc[i][d] *= alpha;
     }
-    if constexpr (ST == 1) {
-      CpAsyncWait<0>();
-      __syncthreads();  // V_j resident and P complete; every warp is done with K_j
-      if (j + 1 < n_tiles) load_k(j + 1, 0);
-      CpAsyncCommit();
-    } else {
-      __syncthreads();  // P complete
-    }
+    KvPipelineBetweenProducts<ST>(kv, j, n_tiles);
+    if constexpr (ST > 1) __syncthreads();  // P complete
 
     // O += P V
 #pragma unroll 2
@@ -415,8 +386,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   using KvCopier = std::conditional_t<Tr::kStreamCopies, SimtKvStream<T, BS, D, KP, NT, ST>,
                                       KvTileLoader<T, BS, D, KP, NT, ST>>;
   const KvCopier kv{sK, sV, k_ptr, v_ptr, a.k_row_stride, a.v_row_stride, geo.k_vis, tid};
-  auto load_k = [&](int tile, int buf) { kv.LoadK(tile, buf); };
-  auto load_v = [&](int tile, int buf) { kv.LoadV(tile, buf); };
   kv.Prologue(n_tiles);
 
   // Q -> transposed fp32 shared memory; consecutive threads take consecutive rows so the
@@ -445,25 +414,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 
   for (int j = 0; j < n_tiles; ++j) {
     const int buf = j % ST;
-    if constexpr (ST == 1) {
-      if (j == 0) {
-        CpAsyncWait<1>();
-      } else {
-        CpAsyncWait<0>();
-      }
-      __syncthreads();  // K_j (and Q) resident; every warp is done with V_{j-1}
-      if (j > 0) load_v(j, 0);
-      CpAsyncCommit();
-    } else {
-      CpAsyncWait<(ST >= 2 ? ST - 2 : 0)>();
-      __syncthreads();  // tile j (and Q) resident; every warp is done with tile j-1
-      const int jn = j + ST - 1;
-      if (jn < n_tiles) {
-        load_k(jn, jn % ST);
-        load_v(jn, jn % ST);
-      }
-      CpAsyncCommit();
-    }
+    KvPipelineEnterTile<ST>(kv, j, n_tiles);
     const T* k_s = sK + buf * BS * KP + (grp * BSG + tx) * KP;
     const T* v_s = sV + buf * BS * KP + grp * BSG * KP + 4 * tx;
 
@@ -548,14 +499,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
         *reinterpret_cast<float4*>(pt_base + (tx + TX * n) * PP + 4 * TY * q) =
             make_float4(s[4 * q][n], s[4 * q + 1][n], s[4 * q + 2][n], s[4 * q + 3][n]);
 
-    if constexpr (ST == 1) {
-      CpAsyncWait<0>();
-      __syncthreads();  // V_j resident (and P); every warp is done with K_j
-      if (j + 1 < n_tiles) load_k(j + 1, 0);
-      CpAsyncCommit();
-    } else {
-      __syncwarp();  // P of this warp's rows complete (only this warp reads it)
-    }
+    KvPipelineBetweenProducts<ST>(kv, j, n_tiles);
+    if constexpr (ST > 1) __syncwarp();  // P of this warp's rows complete (only this warp reads it)
 
     // O += P V over this group's keys (next key's P and V loaded ahead, as above).
     float4 pc[TQ], pn[TQ], vc[TC], vn[TC];
