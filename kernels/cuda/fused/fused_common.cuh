@@ -51,6 +51,42 @@ __device__ __forceinline__ int VisibleKeys(const SequenceGeometry& g, bool causa
   return max(0, min(g.k_vis, i + g.k_vis - g.q_len + 1));
 }
 
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One row's online-softmax step for a key tile (FlashAttention's update, exp2 with
+// c = scale * log2(e) folded into one FFMA): the kN scores score(0..kN-1) this thread holds for
+// the row (masked ones already -inf) become probabilities exp2(s*c - m*c); the row max is reduced
+// over the kLanes consecutive lanes that share the row (xor shuffles); m and this thread's
+// partial l are updated. Returns alpha = exp2((m_old - m_new) * c), the factor the row's O must
+// be scaled by. A row that has seen no key keeps m = -inf and gets p = 0 and alpha = 0, never
+// NaN. `score(n)` returns a float& into the caller's accumulator layout.
+template <int kN, int kLanes, class ScoreRef>
+__device__ __forceinline__ float OnlineSoftmaxRow(ScoreRef&& score, float& m_run, float& l_run,
+                                                  float c_log2) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) mx = fmaxf(mx, score(n));
+#pragma unroll
+  for (int off = kLanes / 2; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  const float m_new = fmaxf(m_run, mx);
+  const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
+  const float alpha = FastExp2(m_run * c_log2 - m_scaled);
+  m_run = m_new;
+  float sum = 0.f;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    float& x = score(n);
+    x = FastExp2(fmaf(x, c_log2, -m_scaled));
+    sum += x;
+  }
+  l_run = l_run * alpha + sum;
+  return alpha;
+}
+
 // ---- cp.async (sm_80+) ---------------------------------------------------------------------
 
 __device__ __forceinline__ uint32_t SmemAddress(const void* p) {

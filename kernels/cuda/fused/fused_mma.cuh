@@ -17,7 +17,6 @@
 #include <cmath>
 
 #include "fused_common.cuh"
-#include "fused_simt.cuh"  // FastExp2
 
 namespace fusetune::cuda::fused {
 
@@ -252,25 +251,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < NTILES; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[mt][r], mx);
-        const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
-        const float alpha = FastExp2(m_run[mt][r] * c_log2 - m_scaled);
-        m_run[mt][r] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-          for (int e = 2 * r; e < 2 * r + 2; ++e) {
-            const float p = FastExp2(fmaf(s[mt][nt][e], c_log2, -m_scaled));
-            s[mt][nt][e] = p;
-            sum += p;
-          }
-        l_run[mt][r] = l_run[mt][r] * alpha + sum;
+        const float alpha = OnlineSoftmaxRow<2 * NTILES, 4>(
+            [&](int n) -> float& { return s[mt][n / 2][2 * r + n % 2]; }, m_run[mt][r], l_run[mt][r],
+            c_log2);
 #pragma unroll
         for (int dt = 0; dt < DTILES; ++dt) {
           acc[mt][dt][2 * r] *= alpha;

@@ -22,12 +22,6 @@
 
 namespace fusetune::cuda::fused {
 
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 template <typename T, int D, int BM, int BS, int W, int ST>
 struct SimtTraits {
   using Storage = T;
@@ -151,23 +145,10 @@ __global__ void __launch_bounds__(Tr::kThreads)
     // Online softmax; each row lives in TX consecutive lanes.
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      float mx = s[i][0];
+      const float alpha =
+          OnlineSoftmaxRow<TN, TX>([&](int n) -> float& { return s[i][n]; }, m_run[i], l_run[i], c_log2);
 #pragma unroll
-      for (int n = 1; n < TN; ++n) mx = fmaxf(mx, s[i][n]);
-#pragma unroll
-      for (int off = TX / 2; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float m_new = fmaxf(m_run[i], mx);
-      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
-      const float alpha = FastExp2(m_run[i] * c_log2 - m_scaled);
-      m_run[i] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < TN; ++n) {
-        const float p = FastExp2(fmaf(s[i][n], c_log2, -m_scaled));
-        sP[(ty + TY * i) * PP + tx + TX * n] = p;
-        sum += p;
-      }
-      l_run[i] = l_run[i] * alpha + sum;
+      for (int n = 0; n < TN; ++n) sP[(ty + TY * i) * PP + tx + TX * n] = s[i][n];
 #pragma unroll
       for (int d = 0; d < DC * 4; ++d) acc[i][d] *= alpha;
     }
@@ -473,22 +454,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     // Online softmax over this group's keys; a row's TX lanes are consecutive.
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      float mx = s[i][0];
-#pragma unroll
-      for (int n = 1; n < TN; ++n) mx = fmaxf(mx, s[i][n]);
-#pragma unroll
-      for (int off = TX / 2; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float m_new = fmaxf(m_run[i], mx);
-      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
-      const float alpha = FastExp2(m_run[i] * c_log2 - m_scaled);
-      m_run[i] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < TN; ++n) {
-        s[i][n] = FastExp2(fmaf(s[i][n], c_log2, -m_scaled));
-        sum += s[i][n];
-      }
-      l_run[i] = l_run[i] * alpha + sum;
+      const float alpha =
+          OnlineSoftmaxRow<TN, TX>([&](int n) -> float& { return s[i][n]; }, m_run[i], l_run[i], c_log2);
 #pragma unroll
       for (int c = 0; c < TD; ++c) acc[i][c] *= alpha;
     }

@@ -31,7 +31,6 @@
 
 #include "fused/fused_tensor_map.h"
 #include "fused_common.cuh"
-#include "fused_simt.cuh"  // FastExp2
 #include "fused_wgmma_ops.cuh"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -304,25 +303,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NTILES; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[r], mx);
-      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
-      alpha[r] = FastExp2(m_run[r] * c_log2 - m_scaled);
-      m_run[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          const float pr = FastExp2(fmaf(s[nt][e], c_log2, -m_scaled));
-          s[nt][e] = pr;
-          sum += pr;
-        }
-      l_run[r] = l_run[r] * alpha[r] + sum;
+      alpha[r] = OnlineSoftmaxRow<2 * NTILES, 4>([&](int n) -> float& { return s[n / 2][2 * r + n % 2]; },
+                                                 m_run[r], l_run[r], c_log2);
     }
   };
   auto pack = [&]() {
