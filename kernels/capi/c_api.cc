@@ -110,6 +110,23 @@ absl::Status CheckHandle(const fusetune_handle* h) {
   return absl::OkStatus();
 }
 
+// What every call about one (problem, config) checks first: a live handle, then the problem and
+// the config converted (and validated) from their C structs.
+absl::Status PrepareCall(const fusetune_handle* h, const fusetune_problem* problem,
+                         const fusetune_config* config, AttentionProblem* p, KernelConfig* c) {
+  if (auto s = CheckHandle(h); !s.ok()) return s;
+  if (auto s = ToProblem(problem, p); !s.ok()) return s;
+  return ToConfig(config, c);
+}
+
+// The four tensors of a run, all required.
+absl::Status CheckTensors(const void* q, const void* k, const void* v, const void* o) {
+  if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) {
+    return absl::InvalidArgumentError("q, k, v and o must be non-NULL");
+  }
+  return absl::OkStatus();
+}
+
 // Runs `body` and turns any escaping C++ exception into INTERNAL.
 template <typename F>
 int Guard(char* err, size_t errlen, F&& body) {
@@ -196,11 +213,9 @@ int fusetune_config_from_key(const char* key, fusetune_config* out, char* err, s
 int fusetune_can_implement(fusetune_handle* handle, const fusetune_problem* problem,
                            const fusetune_config* config, char* err, size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
-    if (auto s = CheckHandle(handle); !s.ok()) return s;
     AttentionProblem p;
     KernelConfig c;
-    if (auto s = ToProblem(problem, &p); !s.ok()) return s;
-    if (auto s = ToConfig(config, &c); !s.ok()) return s;
+    if (auto s = PrepareCall(handle, problem, config, &p, &c); !s.ok()) return s;
     return handle->backend->CanImplement(p, c);
   });
 }
@@ -209,14 +224,10 @@ int fusetune_run(fusetune_handle* handle, const fusetune_problem* problem,
                  const fusetune_config* config, const void* q, const void* k, const void* v,
                  void* o, char* err, size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
-    if (auto s = CheckHandle(handle); !s.ok()) return s;
     AttentionProblem p;
     KernelConfig c;
-    if (auto s = ToProblem(problem, &p); !s.ok()) return s;
-    if (auto s = ToConfig(config, &c); !s.ok()) return s;
-    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) {
-      return absl::InvalidArgumentError("q, k, v and o must be non-NULL");
-    }
+    if (auto s = PrepareCall(handle, problem, config, &p, &c); !s.ok()) return s;
+    if (auto s = CheckTensors(q, k, v, o); !s.ok()) return s;
     return handle->backend->Run(p, c, {q, k, v, o});
   });
 }
@@ -227,14 +238,10 @@ int fusetune_time(fusetune_handle* handle, const fusetune_problem* problem,
                   double* median_us, double* samples_us, int capacity, int* count, char* err,
                   size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
-    if (auto s = CheckHandle(handle); !s.ok()) return s;
     AttentionProblem p;
     KernelConfig c;
-    if (auto s = ToProblem(problem, &p); !s.ok()) return s;
-    if (auto s = ToConfig(config, &c); !s.ok()) return s;
-    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) {
-      return absl::InvalidArgumentError("q, k, v and o must be non-NULL");
-    }
+    if (auto s = PrepareCall(handle, problem, config, &p, &c); !s.ok()) return s;
+    if (auto s = CheckTensors(q, k, v, o); !s.ok()) return s;
     if (median_us == nullptr) return absl::InvalidArgumentError("median_us is NULL");
     if (capacity > 0 && (samples_us == nullptr || count == nullptr)) {
       return absl::InvalidArgumentError("samples_us and count must be non-NULL when capacity > 0");
