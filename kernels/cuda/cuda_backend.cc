@@ -8,7 +8,6 @@
 // call, with the original error, instead of crashing or pretending to work.
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -155,8 +154,13 @@ struct PreparedLaunch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DeviceInfo info, std::string pci_bus_id, cublasHandle_t cublas)
-      : device_(device), info_(std::move(info)), pci_bus_id_(std::move(pci_bus_id)), cublas_(cublas) {}
+  // `sm_version` = compute capability major * 10 + minor (90 for Hopper).
+  CudaBackend(int device, DeviceInfo info, int sm_version, std::string pci_bus_id, cublasHandle_t cublas)
+      : device_(device),
+        info_(std::move(info)),
+        sm_version_(sm_version),
+        pci_bus_id_(std::move(pci_bus_id)),
+        cublas_(cublas) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -173,11 +177,6 @@ class CudaBackend final : public Backend {
 
   DeviceInfo Describe() const override { return info_; }
 
-  // major * 10 + minor, from DeviceInfo::arch ("sm90" -> 90); 0 if it does not parse.
-  int SmVersion() const {
-    return info_.arch.rfind("sm", 0) == 0 ? std::atoi(info_.arch.c_str() + 2) : 0;
-  }
-
   absl::Status CanImplement(const AttentionProblem& problem,
                             const KernelConfig& config) const override {
     if (auto s = problem.Validate(); !s.ok()) return s;
@@ -192,7 +191,7 @@ class CudaBackend final : public Backend {
     }
     if (config.variant == Variant::kFused) {
 #if defined(FUSETUNE_HAVE_CUDA_FUSED)
-      return cuda::FusedCanImplement(problem, config, info_.shared_mem_per_block, SmVersion());
+      return cuda::FusedCanImplement(problem, config, info_.shared_mem_per_block, sm_version_);
 #else
       return absl::UnimplementedError("the fused CUDA kernel is not compiled into this build");
 #endif
@@ -622,6 +621,7 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const DeviceInfo info_;
+  const int sm_version_;
   const std::string pci_bus_id_;
   cublasHandle_t cublas_;
   std::string fault_;  // non-empty once the context is lost
@@ -699,7 +699,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_index) {
   const int nvml_max = cuda::NvmlMaxSmClockMhz(bus_id);
   info.max_clock_mhz = nvml_max > 0 ? nvml_max : clock_khz / 1000;
   return std::unique_ptr<Backend>(
-      std::make_unique<CudaBackend>(device_index, std::move(info), std::string(bus_id), handle));
+      std::make_unique<CudaBackend>(device_index, std::move(info), prop.major * 10 + prop.minor,
+                                    std::string(bus_id), handle));
 }
 
 }  // namespace fusetune

@@ -294,6 +294,7 @@ int RunChecks(uint64_t seed, bool only_fp32) {
     cases.push_back(p);
   }
   const int64_t smem_limit = SmemLimit();
+  const int sm_version = SmVersion();
   int failures = 0, passes = 0, skipped = 0;
   std::printf("%-64s %-28s %10s %10s %6s\n", "problem", "config", "max_abs", "rel_l2", "result");
   for (int d : {64, 128}) {
@@ -310,7 +311,7 @@ int RunChecks(uint64_t seed, bool only_fp32) {
         const Reference ref = ComputeReference(data, 600, seed + ci);
         for (const KernelConfig& c : fusetune::cuda::FusedCompiledConfigs(d, dtype)) {
           if (only_fp32 && c.precision != Precision::kFp32) continue;
-          if (auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion()); !s.ok()) {
+          if (auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, sm_version); !s.ok()) {
             ++skipped;
             continue;
           }
@@ -343,16 +344,16 @@ int RunChecks(uint64_t seed, bool only_fp32) {
     c.block_m = 64;
     c.block_s = 64;
     c.threads = 128;
-    auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion());
+    auto s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, sm_version);
     std::printf("head_dim 96 -> %s\n", s.ToString().c_str());
     if (s.code() != absl::StatusCode::kUnimplemented) ++failures;
     p.head_dim = 128;
     c.block_m = 48;
-    s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion());
+    s = fusetune::cuda::FusedCanImplement(p, c, smem_limit, sm_version);
     std::printf("block_m 48 -> %s\n", s.ToString().c_str());
     if (s.code() != absl::StatusCode::kUnimplemented) ++failures;
     c.block_m = 64;
-    s = fusetune::cuda::FusedCanImplement(p, c, 1024, SmVersion());
+    s = fusetune::cuda::FusedCanImplement(p, c, 1024, sm_version);
     std::printf("smem limit 1 KiB -> %s\n", s.ToString().c_str());
     if (s.code() != absl::StatusCode::kFailedPrecondition) ++failures;
   }
@@ -428,6 +429,7 @@ int RunBench(const char* csv_path, int samples, uint64_t seed, bool quick, bool 
   }
   DeviceBuffer flush(size_t{256} << 20);
   const int64_t smem_limit = SmemLimit();
+  const int sm_version = SmVersion();
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) std::fprintf(csv, "problem,config,median_us,p10_us,p90_us,tflops,max_abs,verified\n");
   std::printf("%-52s %-28s %10s %10s %10s %8s %9s %s\n", "problem", "config", "median_us",
@@ -445,7 +447,7 @@ int RunBench(const char* csv_path, int samples, uint64_t seed, bool quick, bool 
           shapes[si].precisions.end()) {
         continue;
       }
-      if (!fusetune::cuda::FusedCanImplement(p, c, smem_limit, SmVersion()).ok()) continue;
+      if (!fusetune::cuda::FusedCanImplement(p, c, smem_limit, sm_version).ok()) continue;
       std::string err;
       if (!RunOnce(data, c, &err)) {
         std::printf("%s %s: error %s\n", p.Key().c_str(), c.Key().c_str(), err.c_str());

@@ -69,6 +69,12 @@ struct FusedInstanceList {
   int size;
 };
 
+// The list view of a static instance table.
+template <int N>
+constexpr FusedInstanceList ListOf(const FusedInstance (&table)[N]) {
+  return {table, N};
+}
+
 // One function per source file, so the families compile in parallel.
 FusedInstanceList SimtFp32StorageInstances();    // fused_simt_fp32.cu
 FusedInstanceList SimtHalfStorageInstances();    // fused_simt_half.cu (fp16 + bf16 storage)

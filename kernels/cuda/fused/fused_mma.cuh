@@ -383,7 +383,7 @@ FusedInstanceList MmaD64Table() {
       // two m16 tiles per warp: half the K/V shared-memory reads per FLOP
       MmaInstance<T, 64, 64, 64, 2, 1>(),   MmaInstance<T, 64, 64, 64, 2, 2>(),
   };
-  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+  return ListOf(kInstances);
 }
 
 template <typename T>
@@ -398,7 +398,7 @@ FusedInstanceList MmaD128Table() {
       // two m16 tiles per warp (Q re-read from shared memory): half the K/V reads per FLOP
       MmaInstance<T, 128, 128, 64, 4, 2>(),  MmaInstance<T, 128, 128, 32, 4, 2>(),
   };
-  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+  return ListOf(kInstances);
 }
 
 }  // namespace fusetune::cuda::fused

@@ -13,7 +13,7 @@ FusedInstanceList MmaTf32Instances() {
       MmaInstance<float, 128, 64, 64, 4, 1>(),  MmaInstance<float, 128, 64, 64, 4, 2>(),
       MmaInstance<float, 128, 128, 64, 8, 1>(), MmaInstance<float, 128, 128, 64, 8, 2>(),
   };
-  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+  return ListOf(kInstances);
 }
 
 }  // namespace fusetune::cuda::fused

@@ -34,7 +34,7 @@ FusedInstanceList SimtFp32StorageInstances() {
       SimtInstance<float, 128, 64, 32, 8, 1>(),  SimtInstance<float, 128, 64, 32, 8, 2>(),
       SimtInstance<float, 128, 32, 32, 4, 1>(),  SimtInstance<float, 128, 32, 32, 4, 2>(),
   };
-  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+  return ListOf(kInstances);
 }
 
 }  // namespace fusetune::cuda::fused

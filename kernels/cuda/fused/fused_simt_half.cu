@@ -12,7 +12,7 @@ FusedInstanceList SimtHalfStorageInstances() {
       SimtInstance<__nv_bfloat16, 64, 64, 32, 4, 2>(),   SimtInstance<__nv_bfloat16, 128, 64, 32, 4, 1>(),
       SimtInstance<__nv_bfloat16, 128, 64, 32, 4, 2>(),
   };
-  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+  return ListOf(kInstances);
 }
 
 }  // namespace fusetune::cuda::fused

@@ -419,7 +419,7 @@ FusedInstanceList WgmmaTable() {
       WgmmaInstance<T, 128, 64, 128, 2>(),  WgmmaInstance<T, 128, 128, 128, 2>(),
       WgmmaInstance<T, 128, 128, 128, 3>(), WgmmaInstance<T, 128, 128, 64, 3>(),
   };
-  return {kInstances, static_cast<int>(sizeof(kInstances) / sizeof(kInstances[0]))};
+  return ListOf(kInstances);
 }
 
 }  // namespace fusetune::cuda::fused
