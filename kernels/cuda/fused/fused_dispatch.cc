@@ -1,7 +1,6 @@
 // Host side of the fused kernel: API checks (FusedCanImplement), the instance lookup and the
 // conversion of AttentionParams into the kernels' plain argument block (LaunchFused).
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
