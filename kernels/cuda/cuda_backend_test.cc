@@ -304,6 +304,33 @@ TEST_P(CudaVariantsTest, FusedKernelsIgnoreNaNStoredInPaddedKeys) {
   std::printf("[ info ] %s: %d fused runs with NaN padding\n", CaseName({cs, 0}).c_str(), fused_runs);
 }
 
+// Keys grow along the sequence (key j scaled by 1 + 10 j / k), so the row max keeps rising:
+// by more than 2^8 (exp2 units) every few key tiles. Exercises the online rescale of every
+// kernel and the fallback of the lazily rescaling SIMT instances (kSimtLazyRescale), which
+// keep the running max only while no score exceeds it by that much.
+TEST_P(CudaVariantsTest, RowMaxRisingAcrossKeyTilesIsRescaled) {
+  const Case cs = GetParam();
+  for (bool causal : {false, true}) {
+    AttentionProblem p = MakeProblem(1, 2, 2, 700, 1000, cs.head_dim, causal, cs.dtype);
+    Inputs in = RandomInputs(p, causal ? 31 : 32);
+    const size_t row = static_cast<size_t>(p.kv_heads) * p.head_dim;
+    for (size_t i = 0; i < in.k.size(); ++i) {
+      const auto j = static_cast<float>((i / row) % static_cast<size_t>(p.kv_len));
+      in.k[i] *= 1.f + 10.f * j / static_cast<float>(p.kv_len);
+    }
+    RoundToDType(p.dtype, in.k);
+    auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    for (const KernelConfig& c : FusedConfigsFor(p, cs.precision)) {
+      SCOPED_TRACE(p.Key() + " " + c.Key());
+      Result r = RunAndCompare(p, c, in, *ref);
+      ASSERT_TRUE(r.status.ok()) << r.status;
+      EXPECT_TRUE(r.finite);
+      EXPECT_LE(r.rel_error, Tolerance(cs.precision, p.dtype));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllPrecisions, CudaVariantsTest,
     ::testing::Values(Case{DType::kFp32, Precision::kFp32, 64}, Case{DType::kFp32, Precision::kFp32, 128},

@@ -286,11 +286,15 @@ struct SimtKvStream {
 //   operand register shared by TM consecutive FMAs instead of one P register by 4*TC).
 inline constexpr int kSimtStreamCopies = 1;
 inline constexpr int kSimtPvValueOuter = 2;
+// kSimtLazyRescale: a tile that raises no row's max by more than 2^8 keeps the running max
+//   (no row-max shuffles, alpha or O rescale; SimtOuterThread::AnyRowMaxGrows).
+inline constexpr int kSimtLazyRescale = 4;
 
 template <typename T, int D, int BM, int BS, int W, int ST, int TX, int G, int Options = 0>
 struct SimtOuterTraits {
   static constexpr bool kStreamCopies = (Options & kSimtStreamCopies) != 0;
   static constexpr bool kPvValueOuter = (Options & kSimtPvValueOuter) != 0;
+  static constexpr bool kLazyRescale = (Options & kSimtLazyRescale) != 0;
   using Storage = T;
   static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kWarps = W, kStages = ST;
   static constexpr int kThreads = 32 * W;
@@ -328,85 +332,24 @@ struct SimtOuterTraits {
                 "head_dim and keys per group powers of two (operand prefetch wraps with a mask)");
 };
 
+// Per-thread pieces of the outer-product kernel (layout above), shared by its two tile schedules.
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
-    FusedSimtOuterKernel(const FusedKernelArgs a) {
+struct SimtOuterThread {
   using T = typename Tr::Storage;
-  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
-  constexpr int NT = Tr::kThreads, G = Tr::kGroups, NTG = Tr::kGroupThreads;
-  constexpr int TX = Tr::kTx, TY = Tr::kTy, TM = Tr::kTm, TN = Tr::kTn, TD = Tr::kTd;
-  constexpr int BSG = Tr::kGroupKeys, QP = Tr::kQtPitch, PP = Tr::kPtPitch, KP = Tr::kKvPitch;
-  constexpr int TQ = TM / 4, TC = TD / 4;  // float4 row groups / column chunks per thread
+  static constexpr int D = Tr::kHeadDim;
+  static constexpr int TX = Tr::kTx, TY = Tr::kTy, TM = Tr::kTm, TN = Tr::kTn, TD = Tr::kTd;
+  static constexpr int BSG = Tr::kGroupKeys, QP = Tr::kQtPitch, PP = Tr::kPtPitch, KP = Tr::kKvPitch;
+  static constexpr int TQ = TM / 4, TC = TD / 4;  // float4 row groups / column chunks per thread
 
-  extern __shared__ __align__(16) unsigned char simt_smem[];
-  float* sQt = reinterpret_cast<float*>(simt_smem);
-  T* sK = reinterpret_cast<T*>(sQt + D * QP);
-  T* sV = sK + ST * BS * KP;
-  float* sPt = reinterpret_cast<float*>(simt_smem + D * QP * 4 +
-                                        (Tr::kKvBytes > Tr::kMergeBytes ? Tr::kKvBytes : Tr::kMergeBytes));
-
-  QueryBlock<T> blk;
-  if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
-  const SequenceGeometry& geo = blk.g;
-  const bool causal = blk.causal;
-  const int m0 = blk.m0, q_rows = blk.q_rows;
-  const T* q_ptr = blk.q;
-  const T* k_ptr = blk.k;
-  const T* v_ptr = blk.v;
-  T* o_ptr = blk.o;
-  const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
-
-  const int tid = threadIdx.x;
-  const int grp = tid / NTG, lt = tid % NTG;
-  const int tx = lt % TX, ty = lt / TX;
-  if (n_tiles == 0) {
-    ZeroBlockOutput<T, D, NT>(blk, a.o_row_stride);
-    return;
-  }
-
-  using KvCopier = std::conditional_t<Tr::kStreamCopies, SimtKvStream<T, BS, D, KP, NT, ST>,
-                                      KvTileLoader<T, BS, D, KP, NT, ST>>;
-  const KvCopier kv{sK, sV, k_ptr, v_ptr, a.k_row_stride, a.v_row_stride, geo.k_vis, tid};
-  kv.Prologue(n_tiles);
-
-  // Q -> transposed fp32 shared memory; consecutive threads take consecutive rows so the
-  // transposed stores are conflict-free (rows past the sequence are zeros).
-  for (int c = tid; c < BM * (D / 4); c += NT) {
-    const int r = c % BM, col = (c / BM) * 4;
-    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < q_rows) val = Load4AsFloat<T>(q_ptr + r * a.q_row_stride + col);
-    sQt[(col + 0) * QP + r] = val.x;
-    sQt[(col + 1) * QP + r] = val.y;
-    sQt[(col + 2) * QP + r] = val.z;
-    sQt[(col + 3) * QP + r] = val.w;
-  }
-
-  float m_run[TM], l_run[TM], acc[TM][TD];
-#pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    m_run[i] = -INFINITY;
-    l_run[i] = 0.f;
-#pragma unroll
-    for (int c = 0; c < TD; ++c) acc[i][c] = 0.f;
-  }
-  const float c_log2 = a.scale_log2;
-  const float* qt_base = sQt + 4 * ty;
-  float* pt_base = sPt + grp * BSG * PP + 4 * ty;
-
-  for (int j = 0; j < n_tiles; ++j) {
-    const int buf = j % ST;
-    KvPipelineEnterTile<ST>(kv, j, n_tiles);
-    const T* k_s = sK + buf * BS * KP + (grp * BSG + tx) * KP;
-    const T* v_s = sV + buf * BS * KP + grp * BSG * KP + 4 * tx;
-
-    // S = Q K^T for rows 4*ty + 4*TY*q + e and keys grp*BSG + tx + TX*n.
-    float s[TM][TN];
+  // s = Q K^T for rows 4*ty + 4*TY*q + e (qt_base = Qt + 4*ty) and keys tx + TX*n of the tile
+  // (k_s = the tile's row of key tx). Operands of the next step are loaded before this step's
+  // FMAs (register double buffer: K four d ahead, Q one d ahead; the last loads wrap to d = 0
+  // and are unused).
+  static __device__ __forceinline__ void Scores(const float* qt_base, const T* k_s, float (&s)[TM][TN]) {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int n = 0; n < TN; ++n) s[i][n] = 0.f;
-    // Operands of the next step are loaded before this step's FMAs (register double buffer:
-    // K four d ahead, Q one d ahead; the last loads wrap to d = 0 and are unused).
     float4 kc[TN], kn[TN], qc[TQ], qn[TQ];
 #pragma unroll
     for (int n = 0; n < TN; ++n) kc[n] = Load4AsFloat<T>(k_s + TX * n * KP);
@@ -440,36 +383,70 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
       for (int n = 0; n < TN; ++n) kc[n] = kn[n];
     }
+  }
 
-    if (j >= n_unmasked) {  // diagonal / padded tail tile: mask per row
-#pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const int vis = VisibleKeys(geo, causal, m0 + 4 * ty + 4 * TY * (i / 4) + (i % 4));
-#pragma unroll
-        for (int n = 0; n < TN; ++n)
-          if (j * BS + grp * BSG + tx + TX * n >= vis) s[i][n] = -INFINITY;
-      }
-    }
-
-    // Online softmax over this group's keys; a row's TX lanes are consecutive.
+  // -inf for the keys a row cannot see; row0 = the thread's first row (block row m0 + 4*ty),
+  // key0 = its first key (tile start + group offset + tx). Only diagonal / padded tail tiles.
+  static __device__ __forceinline__ void MaskScores(const SequenceGeometry& geo, bool causal, int row0,
+                                                    int key0, float (&s)[TM][TN]) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      const float alpha =
-          OnlineSoftmaxRow<TN, TX>([&](int n) -> float& { return s[i][n]; }, m_run[i], l_run[i], c_log2);
+      const int vis = VisibleKeys(geo, causal, row0 + 4 * TY * (i / 4) + (i % 4));
 #pragma unroll
-      for (int c = 0; c < TD; ++c) acc[i][c] *= alpha;
+      for (int n = 0; n < TN; ++n)
+        if (key0 + TX * n >= vis) s[i][n] = -INFINITY;
     }
+  }
+
+  // Lazy rescaling (FlashAttention-4's conditional rescale): a tile whose scores exceed no row's
+  // running max m by more than 2^kLazyRescaleLog2 (after exp2) keeps m, so the row-max shuffle
+  // tree, the alpha ex2 and the O rescale are skipped; P is then at most 2^kLazyRescaleLog2
+  // instead of 1, which fp32 O and l hold without loss (the softmax is shift-invariant: O/l is
+  // the same quantity). Warp-uniform: true when any row of this warp needs the full update
+  // (also every row that has seen no key yet, m = -inf).
+  static constexpr float kLazyRescaleLog2 = 8.f;
+  static __device__ __forceinline__ bool AnyRowMaxGrows(const float (&s)[TM][TN], const float (&m_run)[TM],
+                                                        float c_log2) {
+    bool grows = false;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      float mx = s[i][0];
+#pragma unroll
+      for (int n = 1; n < TN; ++n) mx = fmaxf(mx, s[i][n]);
+      // NaN (m = -inf, mx = -inf) and +inf (m = -inf) compare false: the full update.
+      grows |= !(fmaf(mx, c_log2, -(m_run[i] * c_log2)) <= kLazyRescaleLog2);
+    }
+    return __any_sync(0xffffffffu, grows);
+  }
+  // The softmax step of a tile that keeps every row's m (AnyRowMaxGrows was false).
+  static __device__ __forceinline__ void SoftmaxKeepingMax(float (&s)[TM][TN], const float (&m_run)[TM],
+                                                           float (&l_run)[TM], float c_log2) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const float m_scaled = m_run[i] * c_log2;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < TN; ++n) {
+        s[i][n] = FastExp2(fmaf(s[i][n], c_log2, -m_scaled));
+        sum += s[i][n];
+      }
+      l_run[i] += sum;
+    }
+  }
+
+  // P (the softmaxed s) to this row group's transposed tile: Pt[key][row] (pt_base = Pt + 4*ty).
+  static __device__ __forceinline__ void StoreP(float* pt_base, int tx, const float (&s)[TM][TN]) {
 #pragma unroll
     for (int n = 0; n < TN; ++n)
 #pragma unroll
       for (int q = 0; q < TQ; ++q)
         *reinterpret_cast<float4*>(pt_base + (tx + TX * n) * PP + 4 * TY * q) =
             make_float4(s[4 * q][n], s[4 * q + 1][n], s[4 * q + 2][n], s[4 * q + 3][n]);
+  }
 
-    KvPipelineBetweenProducts<ST>(kv, j, n_tiles);
-    if constexpr (ST > 1) __syncwarp();  // P of this warp's rows complete (only this warp reads it)
-
-    // O += P V over this group's keys (next key's P and V loaded ahead, as above).
+  // acc += P V over the group's BSG keys (v_s = the tile's group start + column 4*tx), next
+  // key's P and V loaded ahead (as in Scores).
+  static __device__ __forceinline__ void AccumulatePv(const float* pt_base, const T* v_s, float (&acc)[TM][TD]) {
     float4 pc[TQ], pn[TQ], vc[TC], vn[TC];
 #pragma unroll
     for (int q = 0; q < TQ; ++q) pc[q] = *reinterpret_cast<const float4*>(pt_base + 4 * TY * q);
@@ -516,6 +493,95 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 #pragma unroll
       for (int c = 0; c < TC; ++c) vc[c] = vn[c];
     }
+  }
+};
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    FusedSimtOuterKernel(const FusedKernelArgs a) {
+  using T = typename Tr::Storage;
+  using Th = SimtOuterThread<Tr>;
+  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
+  constexpr int NT = Tr::kThreads, G = Tr::kGroups, NTG = Tr::kGroupThreads;
+  constexpr int TX = Tr::kTx, TY = Tr::kTy, TM = Tr::kTm, TN = Tr::kTn, TD = Tr::kTd;
+  constexpr int BSG = Tr::kGroupKeys, QP = Tr::kQtPitch, PP = Tr::kPtPitch, KP = Tr::kKvPitch;
+  constexpr int TC = TD / 4;
+
+  extern __shared__ __align__(16) unsigned char simt_smem[];
+  float* sQt = reinterpret_cast<float*>(simt_smem);
+  T* sK = reinterpret_cast<T*>(sQt + D * QP);
+  T* sV = sK + ST * BS * KP;
+  float* sPt = reinterpret_cast<float*>(simt_smem + D * QP * 4 +
+                                        (Tr::kKvBytes > Tr::kMergeBytes ? Tr::kKvBytes : Tr::kMergeBytes));
+
+  QueryBlock<T> blk;
+  if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
+  const SequenceGeometry& geo = blk.g;
+  const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
+
+  const int tid = threadIdx.x;
+  const int grp = tid / NTG, lt = tid % NTG;
+  const int tx = lt % TX, ty = lt / TX;
+  if (n_tiles == 0) {
+    ZeroBlockOutput<T, D, NT>(blk, a.o_row_stride);
+    return;
+  }
+
+  using KvCopier = std::conditional_t<Tr::kStreamCopies, SimtKvStream<T, BS, D, KP, NT, ST>,
+                                      KvTileLoader<T, BS, D, KP, NT, ST>>;
+  const KvCopier kv{sK, sV, blk.k, blk.v, a.k_row_stride, a.v_row_stride, geo.k_vis, tid};
+  kv.Prologue(n_tiles);
+
+  // Q -> transposed fp32 shared memory; consecutive threads take consecutive rows so the
+  // transposed stores are conflict-free (rows past the sequence are zeros).
+  for (int c = tid; c < BM * (D / 4); c += NT) {
+    const int r = c % BM, col = (c / BM) * 4;
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < blk.q_rows) val = Load4AsFloat<T>(blk.q + r * a.q_row_stride + col);
+    sQt[(col + 0) * QP + r] = val.x;
+    sQt[(col + 1) * QP + r] = val.y;
+    sQt[(col + 2) * QP + r] = val.z;
+    sQt[(col + 3) * QP + r] = val.w;
+  }
+
+  float m_run[TM], l_run[TM], acc[TM][TD];
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    m_run[i] = -INFINITY;
+    l_run[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < TD; ++c) acc[i][c] = 0.f;
+  }
+  const float c_log2 = a.scale_log2;
+  const float* qt_base = sQt + 4 * ty;
+  float* pt_base = sPt + grp * BSG * PP + 4 * ty;
+  const int row0 = blk.m0 + 4 * ty;
+  const int key_offset = grp * BSG + tx;  // the thread's first key within a tile
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int buf = j % ST;
+    KvPipelineEnterTile<ST>(kv, j, n_tiles);
+    float s[TM][TN];
+    Th::Scores(qt_base, sK + buf * BS * KP + key_offset * KP, s);
+    if (j >= n_unmasked) Th::MaskScores(geo, blk.causal, row0, j * BS + key_offset, s);
+
+    // Online softmax over this group's keys; a row's TX lanes are consecutive.
+    if (!Tr::kLazyRescale || Th::AnyRowMaxGrows(s, m_run, c_log2)) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const float alpha =
+            OnlineSoftmaxRow<TN, TX>([&](int n) -> float& { return s[i][n]; }, m_run[i], l_run[i], c_log2);
+#pragma unroll
+        for (int c = 0; c < TD; ++c) acc[i][c] *= alpha;
+      }
+    } else {
+      Th::SoftmaxKeepingMax(s, m_run, l_run, c_log2);
+    }
+    Th::StoreP(pt_base, tx, s);
+
+    KvPipelineBetweenProducts<ST>(kv, j, n_tiles);
+    if constexpr (ST > 1) __syncwarp();  // P of this warp's rows complete (only this warp reads it)
+    Th::AccumulatePv(pt_base, sV + buf * BS * KP + grp * BSG * KP + 4 * tx, acc);
     if constexpr (ST > 1) __syncwarp();  // P reads done before the next tile's P writes
   }
   CpAsyncWait<0>();
@@ -557,10 +623,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     for (int off = TX / 2; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int r = 4 * ty + 4 * TY * (i / 4) + (i % 4);
-    if (r < q_rows) {
+    if (r < blk.q_rows) {
 #pragma unroll
       for (int c = 0; c < TC; ++c) {
-        Store4FromFloat<T>(o_ptr + r * a.o_row_stride + 4 * tx + 4 * TX * c,
+        Store4FromFloat<T>(blk.o + r * a.o_row_stride + 4 * tx + 4 * TX * c,
                            make_float4(acc[i][4 * c + 0] * inv, acc[i][4 * c + 1] * inv,
                                        acc[i][4 * c + 2] * inv, acc[i][4 * c + 3] * inv));
       }
