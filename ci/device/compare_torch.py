@@ -61,7 +61,8 @@ FUSED_CANDIDATES = ["fused/bm128/bs128/t384/{p}/st3", "fused/bm128/bs128/t384/{p
                     "fused/bm64/bs64/t256/{p}/st2", "fused/bm64/bs128/t128/{p}/st2"]
 PARTIAL_CANDIDATES = ["partial/bm32/bs64/t256/{p}/st1", "partial/bm64/bs64/t256/{p}/st1",
                       "partial/bm16/bs128/t256/{p}/st1"]
-MATERIALIZED_CANDIDATES = ["materialized/bm64/bs64/t256/{p}/st1", "materialized/bm64/bs64/t512/{p}/st1"]
+MATERIALIZED_CANDIDATES = ["materialized/bm64/bs64/t128/{p}/st1", "materialized/bm64/bs64/t256/{p}/st1",
+                           "materialized/bm64/bs64/t384/{p}/st1", "materialized/bm64/bs64/t512/{p}/st1"]
 
 
 class Fusetune:

@@ -6,6 +6,7 @@
 //                                   (fp32: only the exact-fp32 SIMT instances)
 //   fused_dev bench [csv] [samples] timing of the issue-3 shapes; per-config table (+ csv)
 //   fused_dev seed-fp32 [csv] [samples]  timing of the exact-fp32 instances on the seed shapes
+//   fused_dev launch-cost <problem> <config> [launches]  host and GPU time per back-to-back launch
 //
 // Exit code: 0 when every check passed, 1 on a failed check or CUDA error, 77 without a GPU.
 #include <algorithm>
@@ -516,6 +517,38 @@ int RunOne(const AttentionProblem& p, const KernelConfig& c, int launches, uint6
   return 0;
 }
 
+// Host cost of a launch: `launches` back-to-back LaunchFused calls on one stream with no
+// flush or sync between them; prints the host time per call (what an engine calling the
+// kernel in a loop pays on the CPU: argument set-up, TMA descriptor encoding for the Hopper
+// kernel, the launch itself) and the GPU time per launch of the whole queue.
+int RunLaunchCost(const AttentionProblem& p, const KernelConfig& c, int launches, uint64_t seed) {
+  if (auto s = fusetune::cuda::FusedCanImplement(p, c, SmemLimit(), SmVersion()); !s.ok()) {
+    std::printf("cannot run: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  ProblemData data(p, seed);
+  const auto params = data.Params();
+  for (int i = 0; i < 10; ++i) CUDA_OK(fusetune::cuda::LaunchFused(params, c, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  cudaEvent_t start, stop;
+  CUDA_OK(cudaEventCreate(&start));
+  CUDA_OK(cudaEventCreate(&stop));
+  CUDA_OK(cudaEventRecord(start, nullptr));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < launches; ++i) CUDA_OK(fusetune::cuda::LaunchFused(params, c, nullptr));
+  const auto t1 = std::chrono::steady_clock::now();
+  CUDA_OK(cudaEventRecord(stop, nullptr));
+  CUDA_OK(cudaEventSynchronize(stop));
+  float gpu_ms = 0.f;
+  CUDA_OK(cudaEventElapsedTime(&gpu_ms, start, stop));
+  const double host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / launches;
+  std::printf("%s %s launches %d host %.2f us/launch gpu %.2f us/launch\n", p.Key().c_str(),
+              c.Key().c_str(), launches, host_us, 1000.0 * gpu_ms / launches);
+  CUDA_OK(cudaEventDestroy(start));
+  CUDA_OK(cudaEventDestroy(stop));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -533,7 +566,8 @@ int main(int argc, char** argv) {
   std::printf("seed: %llu\n", static_cast<unsigned long long>(seed));
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "check") return RunChecks(seed, argc > 2 && std::string(argv[2]) == "fp32");
-  if (mode == "one" && argc >= 4) {  // fused_dev one <problem key> <config key> [launches]
+  if ((mode == "one" || mode == "launch-cost") && argc >= 4) {
+    // fused_dev one|launch-cost <problem key> <config key> [launches]
     auto problem = AttentionProblem::FromKey(argv[2]);
     auto config = KernelConfig::FromKey(argv[3]);
     if (!problem.ok() || !config.ok()) {
@@ -541,7 +575,9 @@ int main(int argc, char** argv) {
                    std::string(config.status().message()).c_str());
       return 2;
     }
-    return RunOne(*problem, *config, argc > 4 ? std::atoi(argv[4]) : 5, seed);
+    const int launches = argc > 4 ? std::atoi(argv[4]) : 5;
+    if (mode == "launch-cost") return RunLaunchCost(*problem, *config, std::max(launches, 1), seed);
+    return RunOne(*problem, *config, launches, seed);
   }
   if (mode == "bench" || mode == "quick" || mode == "seed-fp32") {
     const char* csv = argc > 2 ? argv[2] : nullptr;
