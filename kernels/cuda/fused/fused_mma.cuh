@@ -121,13 +121,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 
   QueryBlock<T> blk;
   if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
-  const SequenceGeometry& g = blk.g;
-  const bool causal = blk.causal;
-  const int m0 = blk.m0, q_rows = blk.q_rows;
-  const T* q_ptr = blk.q;
-  const T* k_ptr = blk.k;
-  const T* v_ptr = blk.v;
-  T* o_ptr = blk.o;
   const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
 
   const int tid = threadIdx.x;
@@ -142,10 +135,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
     return;
   }
 
-  LoadTileAsync<T, BM, D, P, NT>(sQ, q_ptr, a.q_row_stride, q_rows, tid);
+  LoadTileAsync<T, BM, D, P, NT>(sQ, blk.q, a.q_row_stride, blk.q_rows, tid);
   CpAsyncCommit();
-  const KvTileLoader<T, BS, D, P, NT, ST> kv{sK, sV, k_ptr, v_ptr, a.k_row_stride,
-                                            a.v_row_stride, g.k_vis, tid};
+  const KvTileLoader<T, BS, D, P, NT, ST> kv{sK, sV, blk.k, blk.v, a.k_row_stride,
+                                            a.v_row_stride, blk.g.k_vis, tid};
   kv.Prologue(n_tiles);
 
   int row_vis[MT][2];
@@ -157,7 +150,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      row_vis[mt][r] = VisibleKeys(g, causal, m0 + warp_row0 + mt * 16 + gr + 8 * r);
+      row_vis[mt][r] = VisibleKeys(blk.g, blk.causal, blk.m0 + warp_row0 + mt * 16 + gr + 8 * r);
       m_run[mt][r] = -INFINITY;
       l_run[mt][r] = 0.f;
     }
@@ -343,8 +336,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocksPerSm)
 #pragma unroll
   for (int c = lane; c < Tr::kRowsPerWarp * kChunksPerRow; c += 32) {
     const int r = warp_row0 + c / kChunksPerRow, col = (c % kChunksPerRow) * kElemsPerChunk;
-    if (r < q_rows) {
-      *reinterpret_cast<uint4*>(o_ptr + r * a.o_row_stride + col) =
+    if (r < blk.q_rows) {
+      *reinterpret_cast<uint4*>(blk.o + r * a.o_row_stride + col) =
           *reinterpret_cast<const uint4*>(sQ + r * P + col);
     }
   }

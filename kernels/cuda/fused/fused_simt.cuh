@@ -64,13 +64,6 @@ __global__ void __launch_bounds__(Tr::kThreads)
 
   QueryBlock<T> blk;
   if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
-  const SequenceGeometry& g = blk.g;
-  const bool causal = blk.causal;
-  const int m0 = blk.m0, q_rows = blk.q_rows;
-  const T* q_ptr = blk.q;
-  const T* k_ptr = blk.k;
-  const T* v_ptr = blk.v;
-  T* o_ptr = blk.o;
   const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
 
   const int tid = threadIdx.x;
@@ -80,15 +73,15 @@ __global__ void __launch_bounds__(Tr::kThreads)
     return;
   }
 
-  const KvTileLoader<T, BS, D, KP, NT, ST> kv{sK, sV, k_ptr, v_ptr, a.k_row_stride,
-                                             a.v_row_stride, g.k_vis, tid};
+  const KvTileLoader<T, BS, D, KP, NT, ST> kv{sK, sV, blk.k, blk.v, a.k_row_stride,
+                                             a.v_row_stride, blk.g.k_vis, tid};
   kv.Prologue(n_tiles);
 
   // Q -> fp32 shared memory (rows past the sequence are zeros).
   for (int c = tid; c < BM * (D / 4); c += NT) {
     const int r = c / (D / 4), col = (c % (D / 4)) * 4;
     float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < q_rows) val = Load4AsFloat<T>(q_ptr + r * a.q_row_stride + col);
+    if (r < blk.q_rows) val = Load4AsFloat<T>(blk.q + r * a.q_row_stride + col);
     *reinterpret_cast<float4*>(sQ + r * QP + col) = val;
   }
 
@@ -96,7 +89,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
   float m_run[TM], l_run[TM], acc[TM][DC * 4];
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
-    row_vis[i] = VisibleKeys(g, causal, m0 + ty + TY * i);
+    row_vis[i] = VisibleKeys(blk.g, blk.causal, blk.m0 + ty + TY * i);
     m_run[i] = -INFINITY;
     l_run[i] = 0.f;
 #pragma unroll
@@ -189,10 +182,10 @@ __global__ void __launch_bounds__(Tr::kThreads)
     for (int off = TX / 2; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int r = ty + TY * i;
-    if (r < q_rows) {
+    if (r < blk.q_rows) {
 #pragma unroll
       for (int c = 0; c < DC; ++c) {
-        Store4FromFloat<T>(o_ptr + r * a.o_row_stride + tx * 4 + 4 * TX * c,
+        Store4FromFloat<T>(blk.o + r * a.o_row_stride + tx * 4 + 4 * TX * c,
                            make_float4(acc[i][c * 4 + 0] * inv, acc[i][c * 4 + 1] * inv,
                                        acc[i][c * 4 + 2] * inv, acc[i][c * 4 + 3] * inv));
       }

@@ -153,10 +153,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   QueryBlock<T> blk;
   if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
-  const SequenceGeometry& g = blk.g;
-  const bool causal = blk.causal;
-  const int m0 = blk.m0, q_rows = blk.q_rows, head = blk.head, kv_head = blk.kv_head;
-  T* o_ptr = blk.o;
   const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
@@ -187,29 +183,29 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       MbarExpectTx(full_q, Tr::kQBytes);
 #pragma unroll
       for (int c = 0; c < NCH; ++c) {
-        TmaLoad3d(sQ + c * BM * 128, &p.q_map, full_q, 64 * c, head,
-                  static_cast<int>(g.q_start + m0));
+        TmaLoad3d(sQ + c * BM * 128, &p.q_map, full_q, 64 * c, blk.head,
+                  static_cast<int>(blk.g.q_start + blk.m0));
       }
     }
     for (int j = 0; j < n_tiles; ++j) {
       const int s = j % ST;
       const uint32_t free_parity = ((j / ST) & 1) ^ 1;  // a fresh barrier counts as released
       const int key0 = j * BS;
-      const int key_row = static_cast<int>(g.k_start + key0);
+      const int key_row = static_cast<int>(blk.g.k_start + key0);
       const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
       MbarWait(empty_k(s), free_parity);
       if (lane == 0) {
         MbarExpectTx(full_k(s), Tr::kTileBytes);
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) TmaLoad3d(k_dst + c * BS * 128, &p.k_map, full_k(s), 64 * c, kv_head, key_row);
+        for (int c = 0; c < NCH; ++c) TmaLoad3d(k_dst + c * BS * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, key_row);
       }
       MbarWait(empty_v(s), free_parity);
-      const int valid = min(BS, g.k_vis - key0);
+      const int valid = min(BS, blk.g.k_vis - key0);
       if (valid == BS) {
         if (lane == 0) {
           MbarExpectTx(full_v(s), Tr::kTileBytes);
 #pragma unroll
-          for (int c = 0; c < NCH; ++c) TmaLoad3d(v_dst + c * BS * 128, &p.v_map, full_v(s), 64 * c, kv_head, key_row);
+          for (int c = 0; c < NCH; ++c) TmaLoad3d(v_dst + c * BS * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, key_row);
         }
       } else {
         // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
@@ -240,7 +236,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   float m_run[2], l_run[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_vis[r] = VisibleKeys(g, causal, m0 + row0 + 8 * r);
+    row_vis[r] = VisibleKeys(blk.g, blk.causal, blk.m0 + row0 + 8 * r);
     m_run[r] = -INFINITY;
     l_run[r] = 0.f;
   }
@@ -356,8 +352,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int row = row0 + 8 * r;
-    if (row < q_rows) {
-      T* out = o_ptr + row * a.o_row_stride + 2 * tc;
+    if (row < blk.q_rows) {
+      T* out = blk.o + row * a.o_row_stride + 2 * tc;
 #pragma unroll
       for (int dt = 0; dt < DTILES; ++dt) {
         StorePair<T>(out + dt * 8, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
