@@ -57,6 +57,20 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
+// score(n) = exp2(score(n) * c - m_scaled) for n < kN (c = scale * log2(e) folded into one
+// FFMA); returns their sum.
+template <int kN, class ScoreRef>
+__device__ __forceinline__ float ExpShiftedAndSum(ScoreRef&& score, float m_scaled, float c_log2) {
+  float sum = 0.f;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    float& x = score(n);
+    x = FastExp2(fmaf(x, c_log2, -m_scaled));
+    sum += x;
+  }
+  return sum;
+}
+
 // One row's online-softmax step for a key tile (FlashAttention's update, exp2 with
 // c = scale * log2(e) folded into one FFMA): the kN scores score(0..kN-1) this thread holds for
 // the row (masked ones already -inf) become probabilities exp2(s*c - m*c); the row max is reduced
@@ -76,14 +90,7 @@ __device__ __forceinline__ float OnlineSoftmaxRow(ScoreRef&& score, float& m_run
   const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
   const float alpha = FastExp2(m_run * c_log2 - m_scaled);
   m_run = m_new;
-  float sum = 0.f;
-#pragma unroll
-  for (int n = 0; n < kN; ++n) {
-    float& x = score(n);
-    x = FastExp2(fmaf(x, c_log2, -m_scaled));
-    sum += x;
-  }
-  l_run = l_run * alpha + sum;
+  l_run = l_run * alpha + ExpShiftedAndSum<kN>(score, m_scaled, c_log2);
   return alpha;
 }
 

@@ -325,7 +325,8 @@ struct SimtOuterTraits {
                 "head_dim and keys per group powers of two (operand prefetch wraps with a mask)");
 };
 
-// Per-thread pieces of the outer-product kernel (layout above), shared by its two tile schedules.
+// Per-thread steps of the outer-product kernel (layout above): the two products, the mask,
+// the softmax variants and the P store.
 template <class Tr>
 struct SimtOuterThread {
   using T = typename Tr::Storage;
@@ -415,16 +416,8 @@ struct SimtOuterThread {
   static __device__ __forceinline__ void SoftmaxKeepingMax(float (&s)[TM][TN], const float (&m_run)[TM],
                                                            float (&l_run)[TM], float c_log2) {
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const float m_scaled = m_run[i] * c_log2;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < TN; ++n) {
-        s[i][n] = FastExp2(fmaf(s[i][n], c_log2, -m_scaled));
-        sum += s[i][n];
-      }
-      l_run[i] += sum;
-    }
+    for (int i = 0; i < TM; ++i)
+      l_run[i] += ExpShiftedAndSum<TN>([&](int n) -> float& { return s[i][n]; }, m_run[i] * c_log2, c_log2);
   }
 
   // P (the softmaxed s) to this row group's transposed tile: Pt[key][row] (pt_base = Pt + 4*ty).
