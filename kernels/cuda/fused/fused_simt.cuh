@@ -240,20 +240,24 @@ struct SimtKvStream {
     }
   }
   __device__ __forceinline__ void LoadK(int tile, int buf) const {
-    if (!kUniform || (tile + 1) * BS > edge.k_vis) {
+    if (IsWholeTile(tile)) {
+      Copy(k_dst + BufferOffset(buf), k_src + tile * (BS * edge.k_row_stride), edge.k_row_stride);
+    } else {
       edge.LoadK(tile, buf);
-      return;
     }
-    Copy(k_dst + buf * BS * KP * static_cast<int>(sizeof(T)), k_src + tile * (BS * edge.k_row_stride),
-         edge.k_row_stride);
   }
   __device__ __forceinline__ void LoadV(int tile, int buf) const {
-    if (!kUniform || (tile + 1) * BS > edge.k_vis) {
+    if (IsWholeTile(tile)) {
+      Copy(v_dst + BufferOffset(buf), v_src + tile * (BS * edge.v_row_stride), edge.v_row_stride);
+    } else {
       edge.LoadV(tile, buf);
-      return;
     }
-    Copy(v_dst + buf * BS * KP * static_cast<int>(sizeof(T)), v_src + tile * (BS * edge.v_row_stride),
-         edge.v_row_stride);
+  }
+  __device__ __forceinline__ bool IsWholeTile(int tile) const {
+    return kUniform && (tile + 1) * BS <= edge.k_vis;
+  }
+  __device__ __forceinline__ static uint32_t BufferOffset(int buf) {
+    return static_cast<uint32_t>(buf * BS * KP * static_cast<int>(sizeof(T)));
   }
   __device__ __forceinline__ void Prologue(int n_tiles) const {
     KvPipelinePrologue<ST>(*this, n_tiles);
