@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run HERE (the build machine, no GPU): builds the `fusetune` CLI with the CUDA backend AND
 # the service (`serve`, `worker`, `submit`, `best --server`), and packs it with the shared
-# libraries the H200 image lacks (gRPC, absl, re2, c-ares, protobuf, prometheus-cpp,
-# civetweb, fmt, cudart, ...) into .device-carry/worker/bundle.tar.xz, for
+# libraries the H200 image lacks (gRPC, absl, re2, c-ares, protobuf, prometheus-cpp core,
+# fmt, cudart, ...) into .device-carry/worker/bundle.tar.xz, for
 # ci/device/worker_check.sh. Same exclusions as stage.sh: glibc, libstdc++, libgcc and
 # cuBLAS/the driver are the device's own.
 #

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run ON THE DEVICE (the lent H200), from the repository root, after ci/device/stage_worker.sh
 # packed .device-carry/worker (name it in the run's carry). The service end to end on the GPU:
-#   1. `fusetune serve` on 127.0.0.1 (ephemeral port, temp DB, token file; WORKER_METRICS=host:port
-#      turns /metrics on: off by default, civetweb could not bind on the H200 image);
+#   1. `fusetune serve` on 127.0.0.1 (ephemeral port, temp DB, token file; /metrics on an
+#      ephemeral port, WORKER_METRICS=host:port or off to change it);
 #   2. `fusetune worker --backend cuda --devices all` (registers each GPU's device class);
 #   3. `fusetune submit --wait` of job A (fp16 b1 h12 d64, S = 1024, 2048) and job B
 #      (fp32 S = 512), WORKER_TRIALS (4) trials per problem and variant, each timed;
@@ -48,7 +48,7 @@ if LD_LIBRARY_PATH="$LIBPATH" ldd "$BIN" | grep "not found"; then echo "MISSING 
 
 D=$(mktemp -d)
 echo "worker-check-token-$RANDOM$RANDOM" > "$D/token"
-LD_LIBRARY_PATH="$LIBPATH" "$BIN" serve --listen 127.0.0.1:0 --db "$D/server.db" --token-file "$D/token" --metrics "${WORKER_METRICS:-off}" \
+LD_LIBRARY_PATH="$LIBPATH" "$BIN" serve --listen 127.0.0.1:0 --db "$D/server.db" --token-file "$D/token" --metrics "${WORKER_METRICS:-127.0.0.1:0}" \
   --refresh-ms 200 --port-file "$D/port" > "$OUT/server.log" 2>&1 &
 spid=$!
 for _ in $(seq 100); do [[ -s "$D/port" ]] && break; sleep 0.1; done

@@ -13,7 +13,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "commands.h"
+#include "fusetune/metrics/metrics_endpoint.h"
 #include "fusetune/worker/worker.h"
+#include "fusetune/worker/worker_metrics.h"
 
 namespace fusetune::cli {
 namespace {
@@ -33,6 +35,7 @@ struct WorkerFlags {
   int cpu_devices = 0;
   std::string spool = "./fusetune-spool";
   std::string worker_id;
+  std::string metrics = "off";
   int max_jobs = 0;
   int lease_wait_ms = 10000;
   double trial_timeout_s = 300;
@@ -103,6 +106,23 @@ int RunWorkerCommand(const WorkerFlags& f) {
     std::fprintf(stderr, "fusetune worker: %s\n", std::string(worker.status().message()).c_str());
     return absl::IsInvalidArgument(worker.status()) ? kExitUsage : kExitFailure;
   }
+  // MetricsEndpoint, not prometheus-cpp's Exposer: it also starts in a process that has
+  // loaded cuBLAS (see metrics_endpoint.h).
+  std::unique_ptr<MetricsEndpoint> metrics;
+  if (f.metrics != "off") {
+    const Worker* w = worker->get();
+    const std::vector<std::string> ids = w->device_worker_ids();
+    const std::string backend = f.backend;
+    auto endpoint = MetricsEndpoint::Start(
+        f.metrics, [w, ids, backend] { return RenderWorkerMetrics(w->stats(), ids, backend); });
+    if (!endpoint.ok()) {
+      std::fprintf(stderr, "fusetune worker: %s\n", std::string(endpoint.status().message()).c_str());
+      return absl::IsInvalidArgument(endpoint.status()) ? kExitUsage : kExitFailure;
+    }
+    metrics = std::move(*endpoint);
+    const std::string host = f.metrics.substr(0, f.metrics.rfind(':'));
+    std::fprintf(stderr, "fusetune worker: metrics on http://%s:%d/metrics\n", host.c_str(), metrics->port());
+  }
   running_worker.store(worker->get());
   std::signal(SIGTERM, OnWorkerStopSignal);
   std::signal(SIGINT, OnWorkerStopSignal);
@@ -136,6 +156,9 @@ void AddWorkerCommand(CLI::App& app, CommandContext& context) {
                   "drive N independent CPU backend instances as separate devices (threads split; for tests)")
       ->check(CLI::Range(0, 64));
   cmd->add_option("--spool", flags->spool, "directory of the local trial spool")->capture_default_str();
+  cmd->add_option("--metrics", flags->metrics,
+                  "Prometheus /metrics address host:port (e.g. 0.0.0.0:9465), or 'off'")
+      ->capture_default_str();
   cmd->add_option("--worker-id", flags->worker_id, "stable worker id (default: host name); devices add -d<N>");
   cmd->add_option("--max-jobs", flags->max_jobs, "exit after this many finished jobs (0 = run until stopped)")
       ->check(CLI::Range(0, 1 << 30));

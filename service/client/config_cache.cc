@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/hash/hash.h"
-#include "absl/strings/match.h"
+#include "fusetune/kernels/default_config.h"
 
 namespace fusetune {
 namespace {
@@ -35,19 +35,10 @@ std::string_view ConfigProvenanceName(ConfigProvenance p) {
   return "unknown";
 }
 
-KernelConfig DefaultKernelConfig(std::string_view device_class) {
-  KernelConfig c;
-  c.variant = Variant::kFused;
-  c.block_m = 64;
-  c.block_s = 64;
-  c.precision = Precision::kFp32;
-  c.stages = 1;
-  c.split_kv = 1;
-  c.threads = absl::StartsWith(absl::string_view(device_class.data(), device_class.size()), "cpu/") ||
-                      device_class.empty()
-                  ? 1
-                  : 128;
-  return c;
+KernelConfig DefaultKernelConfig(std::string_view device_class, const AttentionProblem& problem) {
+  absl::StatusOr<KernelConfig> config = DefaultConfig(BackendOfDeviceClass(device_class), problem);
+  if (config.ok()) return *config;
+  return *DefaultConfig("cpu", problem);  // "cpu" is always known
 }
 
 ProblemCacheKey ProblemCacheKey::Of(const AttentionProblem& p) {
@@ -75,7 +66,6 @@ ProblemCacheKey ProblemCacheKey::Of(const AttentionProblem& p) {
 ConfigCache::ConfigCache(std::unique_ptr<BestConfigFetcher> fetcher, ConfigCacheOptions options)
     : fetcher_(std::move(fetcher)),
       options_(std::move(options)),
-      fallback_{DefaultKernelConfig(options_.device_class), ConfigProvenance::kFallback, 0},
       cache_id_(next_cache_id.fetch_add(1)) {
   {
     absl::MutexLock lock(&snapshot_mu_);
@@ -116,7 +106,7 @@ CachedConfig ConfigCache::Lookup(const AttentionProblem& problem) const {
   const Snapshot* snapshot = ReaderSnapshot();
   if (auto it = snapshot->map.find(key); it != snapshot->map.end()) return it->second;
   Enqueue(key, problem);
-  return fallback_;
+  return CachedConfig{DefaultKernelConfig(options_.device_class, problem), ConfigProvenance::kFallback, 0};
 }
 
 void ConfigCache::Enqueue(const ProblemCacheKey& key, const AttentionProblem& problem) const {
@@ -181,7 +171,9 @@ bool ConfigCache::FetchAndPublish(std::vector<std::pair<ProblemCacheKey, Attenti
   for (size_t i = 0; i < batch.size(); ++i) {
     const absl::StatusOr<CachedConfig>& a = (*answers)[i];
     // A refused problem is remembered as the fallback so it is not asked for on every miss.
-    next->map[batch[i].first] = a.ok() ? *a : fallback_;
+    next->map[batch[i].first] =
+        a.ok() ? *a
+               : CachedConfig{DefaultKernelConfig(options_.device_class, problems[i]), ConfigProvenance::kFallback, 0};
   }
   {
     absl::MutexLock lock(&snapshot_mu_);

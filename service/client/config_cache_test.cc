@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "fusetune/kernels/default_config.h"
 
 namespace fusetune {
 namespace {
@@ -101,7 +102,7 @@ TEST(ConfigCache, MissAnswersTheDefaultAtOnceThenHitsAfterTheFetch) {
   ConfigCache cache(std::move(fetcher), TestOptions());
   CachedConfig first = cache.Lookup(Shape(256));
   EXPECT_EQ(first.provenance, ConfigProvenance::kFallback);
-  EXPECT_EQ(first.config, DefaultKernelConfig("cpu/test/x86_64"));
+  EXPECT_EQ(first.config, DefaultKernelConfig("cpu/test/x86_64", Shape(256)));
   ASSERT_TRUE(cache.Flush(absl::Seconds(10)));
   CachedConfig hit = cache.Lookup(Shape(256));
   EXPECT_EQ(hit.provenance, ConfigProvenance::kExact);
@@ -242,7 +243,7 @@ TEST(ConfigCache, ConcurrentReadersSeeOnlyDefaultsOrTheRightAnswer) {
         const int len = 2 * (1 + (i + t) % 50);
         CachedConfig c = cache.Lookup(Shape(len));
         if (c.provenance == ConfigProvenance::kExact ? c.config.block_s != len / 2
-                                                     : !(c.config == DefaultKernelConfig(o.device_class))) {
+                                                     : !(c.config == DefaultKernelConfig(o.device_class, Shape(len)))) {
           bad = true;
         }
       }
@@ -253,11 +254,41 @@ TEST(ConfigCache, ConcurrentReadersSeeOnlyDefaultsOrTheRightAnswer) {
   EXPECT_GE(cache.stats().snapshots_published, 3);
 }
 
-TEST(ConfigCache, DefaultConfigDependsOnlyOnTheBackendKind) {
-  EXPECT_EQ(DefaultKernelConfig("cpu/x/y").threads, 1);
-  EXPECT_EQ(DefaultKernelConfig("cuda/NVIDIA-H200/sm90").threads, 128);
-  EXPECT_EQ(DefaultKernelConfig("cuda/NVIDIA-H200/sm90").variant, Variant::kFused);
-  EXPECT_TRUE(DefaultKernelConfig("cpu/x/y").Validate().ok());
+// The fallback served while the service is down is the service's own default, per problem:
+// for fp16/bf16 on a GPU it computes in the storage dtype (the only precision the CUDA
+// kernel compiles at every head_dim), not fp32.
+TEST(ConfigCache, FallbackIsTheServicesDefaultForTheProblem) {
+  for (const char* cls : {"cpu/x/y", "cuda/NVIDIA-H200/sm90", "hip/MI250/gfx90a"}) {
+    for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+      for (int d : {64, 128}) {
+        AttentionProblem p = Shape(256);
+        p.dtype = dtype;
+        p.head_dim = d;
+        EXPECT_EQ(DefaultKernelConfig(cls, p), *DefaultConfig(BackendOfDeviceClass(cls), p)) << cls;
+      }
+    }
+  }
+  AttentionProblem half = Shape(256);
+  half.dtype = DType::kBf16;
+  half.head_dim = 128;
+  EXPECT_EQ(DefaultKernelConfig("cuda/NVIDIA-H200/sm90", half).precision, Precision::kBf16);
+  // Unknown or missing classes get the CPU default, which needs no device.
+  EXPECT_EQ(DefaultKernelConfig("", half), *DefaultConfig("cpu", half));
+  EXPECT_EQ(DefaultKernelConfig("tpu/v5", half), *DefaultConfig("cpu", half));
+}
+
+TEST(ConfigCache, MissOnAHalfPrecisionProblemFallsBackToItsOwnDefault) {
+  auto fetcher = std::make_unique<FakeFetcher>();
+  ConfigCacheOptions o = TestOptions();
+  o.device_class = "cuda/NVIDIA-H200/sm90";
+  ConfigCache cache(std::move(fetcher), o);
+  AttentionProblem p = Shape(256);
+  p.dtype = DType::kFp16;
+  p.head_dim = 128;
+  CachedConfig c = cache.Lookup(p);
+  EXPECT_EQ(c.provenance, ConfigProvenance::kFallback);
+  EXPECT_EQ(c.config.precision, Precision::kFp16);
+  EXPECT_EQ(c.config.stages, 2);
 }
 
 }  // namespace

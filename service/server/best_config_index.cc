@@ -29,34 +29,6 @@ std::string_view ProvenanceName(Provenance p) {
   return "?";
 }
 
-absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const AttentionProblem& problem) {
-  KernelConfig c;
-  c.variant = Variant::kFused;
-  c.split_kv = 1;
-  if (backend == "cpu") {
-    c.block_m = problem.kind == ProblemKind::kDecode ? 16 : 64;
-    c.block_s = 64;
-    c.threads = 1;
-    c.precision = Precision::kFp32;
-    c.stages = 1;
-    return c;
-  }
-  if (backend == "cuda" || backend == "hip") {
-    c.block_m = 64;
-    c.block_s = 64;
-    c.threads = backend == "cuda" ? 128 : 256;
-    c.stages = 2;
-    switch (problem.dtype) {
-      case DType::kFp32: c.precision = Precision::kFp32; break;
-      case DType::kFp16: c.precision = Precision::kFp16; break;
-      case DType::kBf16: c.precision = Precision::kBf16; break;
-    }
-    return c;
-  }
-  return absl::InvalidArgumentError(
-      Cat("no default config for backend '", backend, "' (expected cpu, cuda or hip)"));
-}
-
 double ShapeDistance(const AttentionProblem& a, const AttentionProblem& b) {
   return Log2Ratio(a.batch, b.batch) + Log2Ratio(a.q_heads, b.q_heads) +
          Log2Ratio(a.kv_heads, b.kv_heads) + Log2Ratio(std::max(a.q_len, 1), std::max(b.q_len, 1)) +
@@ -113,8 +85,7 @@ absl::StatusOr<BestConfigAnswer> BestConfigIndex::Lookup(const AttentionProblem&
       return answer;
     }
   }
-  const std::string_view backend = device_class.substr(0, device_class.find('/'));
-  auto config = DefaultConfig(backend, problem);
+  auto config = DefaultConfig(BackendOfDeviceClass(device_class), problem);
   if (!config.ok()) return config.status();
   answer.provenance = Provenance::kDefault;
   answer.config = *config;

@@ -97,22 +97,19 @@ TEST(BestConfigIndex, SkipsStoredConfigsThatDoNotParse) {
   EXPECT_EQ(answer->provenance, Provenance::kDefault);
 }
 
-TEST(DefaultConfig, PerBackendAndDtype) {
-  AttentionProblem p = Shape(1, 12, 512);
-  EXPECT_EQ(DefaultConfig("cpu", p)->Key(), "fused/bm64/bs64/t1/fp32/st1");
-  p.kind = ProblemKind::kDecode;
-  p.q_len = 1;
-  EXPECT_EQ(DefaultConfig("cpu", p)->block_m, 16);
-  p = Shape(1, 12, 512);
-  p.dtype = DType::kFp16;
-  auto cuda = DefaultConfig("cuda", p);
-  ASSERT_TRUE(cuda.ok());
-  EXPECT_EQ(cuda->precision, Precision::kFp16);
-  EXPECT_EQ(cuda->threads, 128);
-  EXPECT_EQ(cuda->stages, 2);
-  EXPECT_TRUE(cuda->Validate().ok());
-  EXPECT_EQ(DefaultConfig("hip", p)->threads, 256);
-  EXPECT_EQ(DefaultConfig("tpu", p).status().code(), absl::StatusCode::kInvalidArgument);
+TEST(BestConfigIndex, DefaultAnswerIsTheBackendsDefaultConfig) {
+  const BestConfigIndex index = BestConfigIndex::Build({});
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    AttentionProblem p = Shape(1, 12, 512);
+    p.dtype = dtype;
+    for (const char* cls : {"cpu/x/avx2", "cuda/NVIDIA-H200/sm90", "hip/MI250/gfx90a"}) {
+      auto answer = index.Lookup(p, cls);
+      ASSERT_TRUE(answer.ok()) << answer.status();
+      EXPECT_EQ(answer->provenance, Provenance::kDefault);
+      EXPECT_EQ(answer->config, *DefaultConfig(BackendOfDeviceClass(cls), p)) << cls;
+    }
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(index.Lookup(Shape(1, 12, 512), "tpu/v5").status()));
 }
 
 }  // namespace

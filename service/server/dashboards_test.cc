@@ -13,7 +13,7 @@ namespace fusetune {
 namespace {
 
 std::set<std::string> ExportedNames() {
-  auto metrics = ServiceMetrics::Create("");
+  auto metrics = ServiceMetrics::Create("", {"GetBestConfig"});
   EXPECT_TRUE(metrics.ok());
   (*metrics)->ObserveRpc("GetBestConfig", grpc::StatusCode::OK, 0.001);
   (*metrics)->AddTrials(2, 1);
@@ -58,7 +58,7 @@ TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
   const std::set<std::string> exported = ExportedNames();
   // Histograms export _bucket/_sum/_count; a sanity check that the exposition was read.
   ASSERT_TRUE(exported.count("fusetune_rpc_latency_seconds_bucket")) << exported.size();
-  ASSERT_TRUE(exported.count("fusetune_best_latency_us"));
+  ASSERT_TRUE(exported.count("fusetune_best_latency_seconds"));
 
   std::vector<std::string> exprs;
   CollectExprs(dashboard, &exprs);
@@ -72,7 +72,7 @@ TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
     }
   }
   // Each series family the issue asks for is on the dashboard.
-  for (const char* required : {"fusetune_best_latency_us", "fusetune_best_speedup_vs_materialized",
+  for (const char* required : {"fusetune_best_latency_seconds", "fusetune_best_speedup_vs_materialized",
                                "fusetune_best_max_rel_error", "fusetune_jobs", "fusetune_workers_alive",
                                "fusetune_rpc_requests_total", "fusetune_rpc_latency_seconds_bucket"}) {
     EXPECT_TRUE(used.count(required)) << required << " is not on the dashboard";

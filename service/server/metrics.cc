@@ -1,15 +1,11 @@
 #include "metrics.h"
 
-#include <exception>
 #include <set>
 
 #include "prometheus/text_serializer.h"
-#include "string_util.h"
 
 namespace fusetune {
 namespace {
-
-using service_internal::Cat;
 
 // Canonical gRPC code names, as in grpc's status docs ("OK", "INVALID_ARGUMENT", ...).
 const char* CodeName(grpc::StatusCode code) {
@@ -45,7 +41,8 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std::string& listen_address) {
+absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std::string& listen_address,
+                                                                      const std::vector<std::string>& rpc_methods) {
   std::unique_ptr<ServiceMetrics> m(new ServiceMetrics());
   m->registry_ = std::make_shared<prometheus::Registry>();
   auto& r = *m->registry_;
@@ -55,7 +52,7 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                           .Register(r);
   m->rpc_latency_ = &prometheus::BuildHistogram()
                          .Name("fusetune_rpc_latency_seconds")
-                         .Help("RPC handling time in seconds, by method and gRPC status code")
+                         .Help("RPC handling time in seconds, by method")
                          .Register(r);
   m->jobs_ = &prometheus::BuildGauge().Name("fusetune_jobs").Help("Tuning jobs by state").Register(r);
   auto& workers = prometheus::BuildGauge()
@@ -79,8 +76,8 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                              .Register(r)
                              .Add({});
   m->best_latency_ = &prometheus::BuildGauge()
-                          .Name("fusetune_best_latency_us")
-                          .Help("Median latency of the best config, microseconds")
+                          .Name("fusetune_best_latency_seconds")
+                          .Help("Median latency of the best config, seconds")
                           .Register(r);
   m->best_speedup_ = &prometheus::BuildGauge()
                           .Name("fusetune_best_speedup_vs_materialized")
@@ -99,36 +96,43 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                           .Help("Best configs not exported because of the per-shape series cap")
                           .Register(r)
                           .Add({});
+  {
+    std::lock_guard<std::mutex> lock(m->mu_);
+    for (const std::string& method : rpc_methods) m->RpcSeriesOf(method);
+  }
   if (!listen_address.empty()) {
-    try {
-      m->exposer_ = std::make_unique<prometheus::Exposer>(listen_address);
-      m->exposer_->RegisterCollectable(m->registry_);
-      auto ports = m->exposer_->GetListeningPorts();
-      m->port_ = ports.empty() ? 0 : ports.front();
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(Cat("cannot serve metrics on '", listen_address,
-                                        "' (address in use or invalid?): ", e.what()));
-    }
+    const ServiceMetrics* self = m.get();
+    auto endpoint = MetricsEndpoint::Start(listen_address, [self] { return self->Serialize(); });
+    if (!endpoint.ok()) return endpoint.status();
+    m->endpoint_ = std::move(*endpoint);
   }
   return m;
 }
 
+ServiceMetrics::RpcSeries& ServiceMetrics::RpcSeriesOf(const std::string& method) {
+  auto it = rpc_.find(method);
+  if (it != rpc_.end()) return it->second;
+  RpcSeries series{};
+  for (int code = 0; code < 17; ++code) {
+    series.by_code[code] =
+        &rpc_requests_->Add({{"method", method}, {"code", CodeName(static_cast<grpc::StatusCode>(code))}});
+  }
+  series.latency = &rpc_latency_->Add({{"method", method}}, LatencyBuckets());
+  return rpc_.emplace(method, series).first->second;
+}
+
 void ServiceMetrics::ObserveRpc(const char* method, grpc::StatusCode code, double seconds) {
-  std::pair<prometheus::Counter*, prometheus::Histogram*> series;
+  prometheus::Counter* counter;
+  prometheus::Histogram* latency;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto key = std::make_pair(std::string(method), static_cast<int>(code));
-    auto it = rpc_.find(key);
-    if (it == rpc_.end()) {
-      prometheus::Labels labels{{"method", method}, {"code", CodeName(code)}};
-      it = rpc_.emplace(key, std::make_pair(&rpc_requests_->Add(labels),
-                                            &rpc_latency_->Add(labels, LatencyBuckets())))
-               .first;
-    }
-    series = it->second;
+    RpcSeries& series = RpcSeriesOf(method);
+    const int index = static_cast<int>(code);
+    counter = series.by_code[index >= 0 && index < 17 ? index : static_cast<int>(grpc::StatusCode::UNKNOWN)];
+    latency = series.latency;
   }
-  series.first->Increment();
-  series.second->Observe(seconds);
+  counter->Increment();
+  latency->Observe(seconds);
 }
 
 void ServiceMetrics::AddTrials(int64_t received, int64_t recorded) {
@@ -166,7 +170,7 @@ void ServiceMetrics::SetBestConfigs(const std::vector<BestConfig>& best) {
                .first;
     }
     seen.insert(key);
-    it->second.latency->Set(b.median_us);
+    it->second.latency->Set(b.median_us * 1e-6);
     it->second.speedup->Set(b.speedup_vs_materialized);
     it->second.error->Set(b.max_rel_error);
     it->second.run->Set(static_cast<double>(b.run_id));

@@ -1,19 +1,23 @@
 // ServiceMetrics: the server's Prometheus series, exposed in the text format on /metrics by
-// a prometheus-cpp Exposer. Internal to service/server.
+// a MetricsEndpoint (service/metrics). Internal to service/server.
 //
-// Series (every name is listed in dashboards/ and checked by dashboards_test):
+// Series (every name is listed in dashboards/ and checked by dashboards_test; units are
+// Prometheus base units):
 //   fusetune_rpc_requests_total{method,code}          counter
-//   fusetune_rpc_latency_seconds{method,code}         histogram
+//   fusetune_rpc_latency_seconds{method}              histogram: handling time
 //   fusetune_jobs{state}                               gauge: queue depth by state
 //   fusetune_workers_registered                        gauge
 //   fusetune_workers_alive                             gauge: heartbeat within the alive window
 //   fusetune_trials_received_total                     counter: trials uploaded (incl. duplicates)
 //   fusetune_trials_recorded_total                     counter: trials newly stored
-//   fusetune_best_latency_us{device_class,problem}     gauge: best config's median, µs
+//   fusetune_best_latency_seconds{device_class,problem}  gauge: best config's median
 //   fusetune_best_speedup_vs_materialized{device_class,problem}  gauge: ratio (0 = unknown)
 //   fusetune_best_max_rel_error{device_class,problem}  gauge
 //   fusetune_best_run_id{device_class,problem}         gauge: the run that measured it
 //   fusetune_best_series_dropped                       gauge: shapes not exported (label cap)
+// Every RPC counter series (each method of the services times each gRPC code) and every
+// method's latency histogram exists from start-up at 0: a rate() over a series that appears
+// at 1 never sees its first increment, so an error ratio would miss the first errors.
 // Labels are bounded: method and code are finite sets; the per-shape series exist once per
 // stored best config (one per device class and problem, not per trial), capped at
 // kMaxShapeSeries.
@@ -30,10 +34,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "fusetune/metrics/metrics_endpoint.h"
 #include "fusetune/tuner/trial.h"
 #include "grpcpp/support/status_code_enum.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -45,13 +49,15 @@ inline constexpr size_t kMaxShapeSeries = 2000;
 
 class ServiceMetrics {
  public:
-  // Creates the series; when `listen_address` is non-empty, also starts an Exposer on it
-  // ("127.0.0.1:0" picks a free port). Unavailable with a clear message when the address
-  // cannot be bound (prometheus-cpp throws; the exception never escapes).
-  static absl::StatusOr<std::unique_ptr<ServiceMetrics>> Create(const std::string& listen_address);
+  // Creates the series, the RPC ones for each of `rpc_methods` (e.g. "GetBestConfig"); when
+  // `listen_address` is non-empty, also serves them on it ("127.0.0.1:0" picks a free port).
+  // Errors are MetricsEndpoint::Start's: InvalidArgument for a malformed address,
+  // Unavailable with the system's reason when it cannot listen there.
+  static absl::StatusOr<std::unique_ptr<ServiceMetrics>> Create(const std::string& listen_address,
+                                                                const std::vector<std::string>& rpc_methods);
 
-  // Port the exposer listens on (0 when there is none).
-  int port() const { return port_; }
+  // Port /metrics is served on (0 when it is not served).
+  int port() const { return endpoint_ ? endpoint_->port() : 0; }
 
   void ObserveRpc(const char* method, grpc::StatusCode code, double seconds);
   void AddTrials(int64_t received, int64_t recorded);
@@ -66,9 +72,14 @@ class ServiceMetrics {
  private:
   ServiceMetrics() = default;
 
+  struct RpcSeries {
+    prometheus::Counter* by_code[17];  // indexed by grpc::StatusCode (0..16)
+    prometheus::Histogram* latency;
+  };
+  // The series of `method`, created on first use; requires mu_.
+  RpcSeries& RpcSeriesOf(const std::string& method);
+
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_ = 0;
 
   prometheus::Family<prometheus::Counter>* rpc_requests_ = nullptr;
   prometheus::Family<prometheus::Histogram>* rpc_latency_ = nullptr;
@@ -90,8 +101,10 @@ class ServiceMetrics {
     prometheus::Gauge* run;
   };
   std::mutex mu_;  // guards the maps below (Family::Add is itself thread-safe)
-  std::map<std::pair<std::string, int>, std::pair<prometheus::Counter*, prometheus::Histogram*>> rpc_;
+  std::map<std::string, RpcSeries> rpc_;
   std::map<std::pair<std::string, std::string>, ShapeGauges> shapes_;
+  // Last member: destroyed first, so no scrape runs while the series are torn down.
+  std::unique_ptr<MetricsEndpoint> endpoint_;
 };
 
 }  // namespace fusetune

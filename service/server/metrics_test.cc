@@ -14,7 +14,7 @@ BestConfig Shape(int i) {
 }
 
 TEST(ServiceMetrics, ShapeSeriesFollowTheStoreAndAreCapped) {
-  auto metrics = ServiceMetrics::Create("");
+  auto metrics = ServiceMetrics::Create("", {"GetBestConfig", "LeaseJob"});
   ASSERT_TRUE(metrics.ok());
   std::vector<BestConfig> many;
   for (int i = 1; i <= static_cast<int>(kMaxShapeSeries) + 5; ++i) many.push_back(Shape(i));
@@ -26,12 +26,14 @@ TEST(ServiceMetrics, ShapeSeriesFollowTheStoreAndAreCapped) {
   (*metrics)->SetBestConfigs({Shape(7)});
   text = (*metrics)->Serialize();
   EXPECT_EQ(text.find("problem=\"prefill/b1/hq1/hkv1/q1/k1"), std::string::npos);
-  EXPECT_NE(text.find("problem=\"prefill/b1/hq1/hkv1/q7/k1/d64/causal0/fp32\"} 7"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_best_run_id{device_class=\"cpu/X/y\",problem=\"prefill/b1/hq1/hkv1/q7/k1/d64/causal0/fp32\"} 0"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("fusetune_best_series_dropped 0"), std::string::npos);
 }
 
 TEST(ServiceMetrics, QueueGaugesExportEveryStateAndRpcCodesAreNamed) {
-  auto metrics = ServiceMetrics::Create("");
+  auto metrics = ServiceMetrics::Create("", {"GetBestConfig", "LeaseJob"});
   ASSERT_TRUE(metrics.ok());
   (*metrics)->SetJobCounts({{"leased", 2}});
   (*metrics)->ObserveRpc("LeaseJob", grpc::StatusCode::RESOURCE_EXHAUSTED, 0.002);
@@ -42,15 +44,50 @@ TEST(ServiceMetrics, QueueGaugesExportEveryStateAndRpcCodesAreNamed) {
             std::string::npos);
 }
 
+TEST(ServiceMetrics, BestLatencyIsInSeconds) {
+  auto metrics = ServiceMetrics::Create("", {});
+  ASSERT_TRUE(metrics.ok());
+  BestConfig b = Shape(1);
+  b.median_us = 250;
+  (*metrics)->SetBestConfigs({b});
+  const std::string text = (*metrics)->Serialize();
+  EXPECT_EQ(text.find("_us"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_best_latency_seconds{device_class=\"cpu/X/y\",problem=\"" + b.problem_key + "\"} 0.00025"),
+            std::string::npos)
+      << text;
+}
+
+// A rate() over a series that first appears at 1 never counts that 1: every method x code
+// counter and every method's histogram exists at 0 from the start.
+TEST(ServiceMetrics, EveryRpcSeriesStartsAtZero) {
+  auto metrics = ServiceMetrics::Create("", {"GetBestConfig", "LeaseJob"});
+  ASSERT_TRUE(metrics.ok());
+  const std::string text = (*metrics)->Serialize();
+  for (const char* method : {"GetBestConfig", "LeaseJob"}) {
+    for (const char* code : {"OK", "INVALID_ARGUMENT", "UNAUTHENTICATED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"}) {
+      const std::string series = std::string("fusetune_rpc_requests_total{code=\"") + code + "\",method=\"" + method + "\"} 0";
+      EXPECT_NE(text.find(series), std::string::npos) << series;
+    }
+    EXPECT_NE(text.find(std::string("fusetune_rpc_latency_seconds_count{method=\"") + method + "\"} 0"),
+              std::string::npos)
+        << text;
+  }
+  (*metrics)->ObserveRpc("GetBestConfig", grpc::StatusCode::INVALID_ARGUMENT, 0.001);
+  EXPECT_NE((*metrics)->Serialize().find(
+                "fusetune_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"GetBestConfig\"} 1"),
+            std::string::npos);
+}
+
 TEST(ServiceMetrics, TakenAddressIsAClearErrorNotAnException) {
-  auto first = ServiceMetrics::Create("127.0.0.1:0");
+  auto first = ServiceMetrics::Create("127.0.0.1:0", {});
   ASSERT_TRUE(first.ok());
   ASSERT_GT((*first)->port(), 0);
   const std::string taken = "127.0.0.1:" + std::to_string((*first)->port());
-  auto second = ServiceMetrics::Create(taken);
+  auto second = ServiceMetrics::Create(taken, {});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(second.status().message().find(taken), std::string::npos);
-  EXPECT_EQ(ServiceMetrics::Create("not-an-address").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find("Address already in use"), std::string::npos) << second.status();
+  EXPECT_EQ(ServiceMetrics::Create("not-an-address", {}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

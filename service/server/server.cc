@@ -21,6 +21,7 @@
 #include "fusetune/service/best_config_index.h"
 #include "fusetune/service/convert.h"
 #include "fusetune/tuner/selection.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -183,6 +184,19 @@ class SlotGuard {
   Slots* slots_;
   bool held_;
 };
+
+// Every RPC of the two services, from the proto's own descriptors, so the metrics cover a
+// method as soon as the proto has it.
+std::vector<std::string> RpcMethodNames() {
+  std::vector<std::string> names;
+  for (const char* full_name : {v1::TuningService::service_full_name(), v1::WorkerService::service_full_name()}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(full_name);
+    if (service == nullptr) continue;
+    for (int i = 0; i < service->method_count(); ++i) names.push_back(service->method(i)->name());
+  }
+  return names;
+}
 
 }  // namespace
 
@@ -1074,7 +1088,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   }
   auto store = Store::Open(options.db_path);
   if (!store.ok()) return store.status();
-  auto metrics = ServiceMetrics::Create(options.metrics_address);
+  auto metrics = ServiceMetrics::Create(options.metrics_address, RpcMethodNames());
   if (!metrics.ok()) return metrics.status();
   auto impl = std::make_unique<Impl>(options, std::move(token), std::move(*store), std::move(*metrics));
   if (auto s = impl->Init(); !s.ok()) return s;

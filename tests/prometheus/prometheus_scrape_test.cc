@@ -168,13 +168,13 @@ TEST(PrometheusScrape, ServerSeriesAreQueryableThroughPrometheus) {
   while (std::chrono::steady_clock::now() < deadline) {
     ASSERT_FALSE(prometheus.Poll().has_value()) << "prometheus exited:\n" << prometheus.Stderr();
     up = QueryScalar(prometheus_port, "up{job=\"fusetune\"}");
-    latency = QueryScalar(prometheus_port, "fusetune_best_latency_us" + labels);
+    latency = QueryScalar(prometheus_port, "fusetune_best_latency_seconds" + labels);
     if (up == 1.0 && latency.has_value()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   ASSERT_EQ(up, 1.0) << "no successful scrape of 127.0.0.1:" << metrics_port << "\n" << prometheus.Stderr();
   ASSERT_TRUE(latency.has_value());
-  EXPECT_DOUBLE_EQ(*latency, 25.0);
+  EXPECT_DOUBLE_EQ(*latency, 25e-6);  // seconds
   EXPECT_EQ(QueryScalar(prometheus_port, "fusetune_best_speedup_vs_materialized" + labels), 4.0);
   EXPECT_EQ(QueryScalar(prometheus_port, "fusetune_best_max_rel_error" + labels), 1.5e-6);
   EXPECT_EQ(QueryScalar(prometheus_port, "fusetune_rpc_requests_total{method=\"CompleteJob\",code=\"OK\"}"), 1.0);

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   fusetune::KernelConfig config = chosen.config;
   if (!(*backend)->CanImplement(problem, config).ok()) {
     std::printf("config not runnable on this CPU, using the default\n");
-    config = fusetune::DefaultKernelConfig(device_class);
+    config = fusetune::DefaultKernelConfig(device_class, problem);
   }
 
   const size_t q_elems = static_cast<size_t>(problem.QElements());

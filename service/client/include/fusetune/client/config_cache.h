@@ -71,10 +71,11 @@ struct CachedConfig {
   double median_us = 0;  // measured latency on the source problem (0 when unknown)
 };
 
-// The documented default: fused, block_m 64, block_s 64, fp32 precision (valid for every
-// storage dtype: products in fp32, state in fp32), 1 stage, no KV split; threads 1 on a
-// "cpu/..." device class (a caller's thread pool is not ours to take), 128 on GPUs.
-KernelConfig DefaultKernelConfig(std::string_view device_class);
+// The fallback for `problem` on `device_class`: DefaultConfig of the class's backend
+// (fusetune/kernels/default_config.h), the same config the service answers with when it has
+// nothing tuned, so inference runs the same thing during an outage as after one. A class
+// whose backend fusetune does not know (or an empty class) gets the CPU default.
+KernelConfig DefaultKernelConfig(std::string_view device_class, const AttentionProblem& problem);
 
 // The compact key a problem is cached under (exposed for tests and the benchmark).
 struct ProblemCacheKey {
@@ -119,7 +120,7 @@ struct GrpcFetcherOptions {
 std::unique_ptr<BestConfigFetcher> CreateGrpcFetcher(const GrpcFetcherOptions& options);
 
 struct ConfigCacheOptions {
-  std::string device_class;                     // for DefaultKernelConfig
+  std::string device_class;                     // whose DefaultKernelConfig to fall back to
   absl::Duration ttl = absl::Minutes(5);        // re-fetch entries older than this
   absl::Duration batch_window = absl::Milliseconds(2);  // gather misses this long first
   size_t max_batch = 1024;                      // problems per fetch (the service's limit)
@@ -148,7 +149,8 @@ class ConfigCache {
   ConfigCache(const ConfigCache&) = delete;
   ConfigCache& operator=(const ConfigCache&) = delete;
 
-  // The cached answer for `problem`, or DefaultKernelConfig with kFallback (and the problem
+  // The cached answer for `problem`, or DefaultKernelConfig(device_class, problem) with
+  // kFallback (and the problem
   // queued for a fetch). Never blocks on the network; never fails. Invalid problems are
   // queued like any other and answered kFallback once the service refuses them.
   CachedConfig Lookup(const AttentionProblem& problem) const;
@@ -180,7 +182,6 @@ class ConfigCache {
 
   const std::unique_ptr<BestConfigFetcher> fetcher_;
   const ConfigCacheOptions options_;
-  const CachedConfig fallback_;
   const uint64_t cache_id_;  // distinguishes caches in the readers' thread-local slots
 
   // Published snapshot: replaced under snapshot_mu_, then version_ is bumped.

@@ -13,12 +13,9 @@
 // key length that separate the shapes (for a varlen request, q and k are its longest
 // sequence). Ties break by the smaller problem key, so answers are deterministic.
 //
-// Default (nothing comparable tuned), per backend of the device class (its first part):
-//   cpu:  fused/bm64/bs64/t1/fp32/st1 (block_m 16 for decode: at most 16 queries)
-//   cuda, hip: fused, block_m 64, block_s 64, 128 threads (hip: 256, wave64), 2 stages,
-//         precision = the storage dtype (fp32 stays exact fp32, never tf32 by default).
-// These are configs every backend implements for every supported head_dim; they are safe,
-// not fast: the answer says DEFAULT so that callers know to submit a tuning job.
+// Default (nothing comparable tuned): DefaultConfig of the device class's backend
+// (fusetune/kernels/default_config.h, the same definition the client cache falls back to).
+// It is safe, not fast: the answer says DEFAULT so that callers know to submit a tuning job.
 //
 // Thread-safety: immutable after Build(); Lookup is safe to call concurrently.
 #ifndef FUSETUNE_SERVICE_BEST_CONFIG_INDEX_H_
@@ -32,6 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "fusetune/kernels/config.h"
+#include "fusetune/kernels/default_config.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/tuner/trial.h"
 
@@ -48,10 +46,6 @@ struct BestConfigAnswer {
   // The stored best config the answer came from (source.problem_key empty for DEFAULT).
   BestConfig source;
 };
-
-// The documented default config for a backend ("cpu", "cuda", "hip") and problem.
-// InvalidArgument for an unknown backend.
-absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const AttentionProblem& problem);
 
 // The distance above between two problems (both valid).
 double ShapeDistance(const AttentionProblem& a, const AttentionProblem& b);

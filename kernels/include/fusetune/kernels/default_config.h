@@ -1,0 +1,44 @@
+// DefaultConfig: the one config each backend runs when nothing better is known for a problem.
+//
+// The tuning service answers with it (provenance "default") when it has tuned nothing
+// comparable, and the client's ConfigCache falls back to it while the service has not
+// answered (or cannot be reached). Both use this definition, so what inference code runs
+// during an outage is what the service would have said.
+//
+// The defaults are chosen to be implementable, not fast: for every problem the backend
+// supports (each storage dtype, each supported head_dim, causal or not, GQA/MQA, varlen and
+// key padding), the default passes the backend's CanImplement. default_config_test checks
+// this against the CPU backend and the CUDA fused kernel's compiled instance table.
+//
+//   cpu:   fused/bm64/bs64/t1/fp32/st1 (block_m 16 for decode); one thread, because a
+//          caller's thread pool is not ours to take.
+//   cuda:  fused, block_m 64, 128 threads, precision = the storage dtype (fp32 stays exact
+//          fp32, never tf32 by default); fp16/bf16: block_s 64, 2 stages (mma.sync);
+//          fp32: block_s 32, 1 stage (SIMT). Compiled for head_dim 64 and 128 and within the
+//          99 KiB of shared memory per block of the smallest supported GPU (sm_86/sm_89).
+//   hip:   as cuda with 256 threads (wave64).
+//
+// Thread-safety: pure functions.
+#ifndef FUSETUNE_KERNELS_DEFAULT_CONFIG_H_
+#define FUSETUNE_KERNELS_DEFAULT_CONFIG_H_
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/config.h"
+#include "fusetune/kernels/problem.h"
+
+namespace fusetune {
+
+// The default config of `backend` ("cpu", "cuda" or "hip") for `problem`. InvalidArgument
+// for any other backend name. The problem is not validated here (the config depends only
+// on its kind and storage dtype).
+absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const AttentionProblem& problem);
+
+// The backend part of a device class: its text before the first '/', e.g. "cuda" for
+// "cuda/NVIDIA-H200/sm90"; the whole text when it has no '/'.
+std::string_view BackendOfDeviceClass(std::string_view device_class);
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_KERNELS_DEFAULT_CONFIG_H_

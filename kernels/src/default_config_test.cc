@@ -1,0 +1,138 @@
+// The default config must run wherever a problem is supported: it is what the service sends
+// when nothing is tuned and what the client cache serves while the service is unreachable.
+#include "fusetune/kernels/default_config.h"
+
+#include <string>
+#include <vector>
+
+#include "cpu_test_util.h"
+#include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/cpu_backend.h"
+#include "fusetune/kernels/reference.h"
+#include "gtest/gtest.h"
+#ifdef FUSETUNE_HAVE_CUDA_FUSED
+#include "attention_params.h"
+#endif
+
+namespace fusetune {
+namespace {
+
+enum class Lengths { kUniform, kVarlen, kKeyPadding };
+
+// One small problem of every class: storage dtype x head_dim x causal x head grouping
+// (MHA, GQA, MQA) x lengths (uniform, varlen, key padding). Odd lengths on purpose.
+std::vector<AttentionProblem> ProblemClasses(const std::vector<int>& head_dims) {
+  std::vector<AttentionProblem> out;
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (int d : head_dims) {
+      for (bool causal : {false, true}) {
+        for (int kv_heads : {4, 2, 1}) {
+          for (Lengths lengths : {Lengths::kUniform, Lengths::kVarlen, Lengths::kKeyPadding}) {
+            AttentionProblem p;
+            p.batch = 2;
+            p.q_heads = 4;
+            p.kv_heads = kv_heads;
+            p.q_len = 37;
+            p.kv_len = 53;
+            p.head_dim = d;
+            p.causal = causal;
+            p.dtype = dtype;
+            if (lengths == Lengths::kVarlen) {
+              p.cu_seqlens_q = {0, 37, 58};
+              p.cu_seqlens_k = {0, 53, 70};
+            } else if (lengths == Lengths::kKeyPadding) {
+              p.kv_valid_lens = {53, 19};
+            }
+            out.push_back(p);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(DefaultConfig, UnknownBackendIsInvalidArgument) {
+  AttentionProblem p;
+  p.q_len = p.kv_len = 8;
+  EXPECT_TRUE(absl::IsInvalidArgument(DefaultConfig("rocm", p).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(DefaultConfig("", p).status()));
+}
+
+TEST(DefaultConfig, BackendOfDeviceClassIsTheFirstPart) {
+  EXPECT_EQ(BackendOfDeviceClass("cuda/NVIDIA-H200/sm90"), "cuda");
+  EXPECT_EQ(BackendOfDeviceClass("cpu/AMD-EPYC/avx512"), "cpu");
+  EXPECT_EQ(BackendOfDeviceClass("hip"), "hip");
+  EXPECT_EQ(BackendOfDeviceClass(""), "");
+}
+
+TEST(DefaultConfig, GpuDefaultComputesInTheStorageDtypeNeverTf32) {
+  AttentionProblem p;
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    p.dtype = dtype;
+    for (const char* backend : {"cuda", "hip"}) {
+      absl::StatusOr<KernelConfig> c = DefaultConfig(backend, p);
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_NE(c->precision, Precision::kTf32) << backend;
+      EXPECT_EQ(static_cast<int>(c->precision),
+                dtype == DType::kFp32 ? static_cast<int>(Precision::kFp32)
+                : dtype == DType::kFp16 ? static_cast<int>(Precision::kFp16)
+                                        : static_cast<int>(Precision::kBf16));
+    }
+  }
+}
+
+// The CPU backend implements the default for every class and computes it correctly.
+TEST(DefaultConfig, CpuDefaultRunsEveryProblemClassAndMatchesTheReference) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  int checked = 0;
+  for (const AttentionProblem& p : ProblemClasses({32, 64, 96, 128, 256})) {
+    ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+    absl::StatusOr<KernelConfig> c = DefaultConfig("cpu", p);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const absl::Status can = cpu->CanImplement(p, *c);
+    ASSERT_TRUE(can.ok()) << p.Key() << " " << c->Key() << ": " << can;
+    // Running every class is cheap at these sizes; one head_dim per dtype keeps it short.
+    if (p.head_dim != 64 && p.head_dim != 256) continue;
+    testing_util::Inputs in = testing_util::RandomInputs(p, 7);
+    absl::StatusOr<std::vector<float>> out = testing_util::RunBackend(*cpu, p, *c, in);
+    ASSERT_TRUE(out.ok()) << p.Key() << ": " << out.status();
+    absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p, in.q, in.k, in.v);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    EXPECT_LE(testing_util::MaxAbsError(*out, *ref), testing_util::Tolerance(c->precision, p.dtype))
+        << p.Key() << " " << c->Key();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3 * 2 * 2 * 3 * 3);
+}
+
+#ifdef FUSETUNE_HAVE_CUDA_FUSED
+// Host-only: the CUDA default has a compiled fused instance for every supported class and
+// fits both GPU generations' shared memory (no GPU is touched).
+TEST(DefaultConfig, CudaDefaultHasACompiledInstanceForEveryProblemClass) {
+  struct Gpu {
+    int sm_version;
+    int64_t smem_per_block;
+  };
+  // Opt-in shared memory per block: A100 (sm_80), the sm_86/sm_89 parts, H100/H200 (sm_90).
+  const Gpu gpus[] = {{80, 163 * 1024}, {86, 99 * 1024}, {89, 99 * 1024}, {90, 227 * 1024}};
+  int checked = 0;
+  for (const AttentionProblem& p : ProblemClasses({64, 128})) {
+    absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (const Gpu& gpu : gpus) {
+      const absl::Status can = cuda::FusedCanImplement(p, *c, gpu.smem_per_block, gpu.sm_version);
+      EXPECT_TRUE(can.ok()) << "sm_" << gpu.sm_version << " " << p.Key() << " " << c->Key() << ": " << can;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3 * 2 * 2 * 3 * 3 * 4);
+}
+#else
+TEST(DefaultConfig, CudaDefaultHasACompiledInstanceForEveryProblemClass) {
+  GTEST_SKIP() << "built without the CUDA fused kernel (FUSETUNE_WITH_CUDA=OFF or no nvcc)";
+}
+#endif
+
+}  // namespace
+}  // namespace fusetune

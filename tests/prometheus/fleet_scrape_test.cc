@@ -1,0 +1,197 @@
+// `fusetune serve` and `fusetune worker` as the README builds them (with the CUDA backend
+// whenever nvcc was found, so the binary loads cuBLAS) serve /metrics, and the real
+// Prometheus server scrapes both processes.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "common/subprocess.h"
+#include "fusetune/kernels/backend.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/http_get.h"
+
+namespace fusetune::testing {
+namespace {
+
+constexpr char kPrometheus[] = "/usr/bin/prometheus";
+constexpr int kDefaultMetricsPort = 9464;  // `fusetune serve --metrics` default
+
+// A port that was free a moment ago.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool PortIsFree(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return free;
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return pred();
+}
+
+class FleetScrapeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("FUSETUNE_TOKEN");
+    std::ofstream(dir_.File("token")) << "fleet-scrape-token\n";
+  }
+
+  // Starts `fusetune serve` with `extra` flags; the gRPC and metrics ports once serving.
+  std::optional<std::pair<int, int>> StartServe(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {FUSETUNE_BINARY, "serve", "--listen", "127.0.0.1:0", "--db", dir_.File("f.db"),
+                                     "--token-file", dir_.File("token"), "--port-file", dir_.File("ports"),
+                                     "--refresh-ms", "200"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    serve_ = std::make_unique<Subprocess>(argv, dir_.path());
+    int grpc_port = 0, metrics_port = 0;
+    const bool up = WaitFor(
+        [&] {
+          std::istringstream ports(ReadFile(dir_.File("ports")));
+          return static_cast<bool>(ports >> grpc_port >> metrics_port) || serve_->Poll().has_value();
+        },
+        60);
+    if (!up || serve_->Poll().has_value()) return std::nullopt;
+    return std::make_pair(grpc_port, metrics_port);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Subprocess> serve_;
+};
+
+TEST_F(FleetScrapeTest, ServeWithItsDefaultMetricsAddressStartsAndServesMetrics) {
+  if (!PortIsFree(kDefaultMetricsPort)) {
+    GTEST_SKIP() << "127.0.0.1:" << kDefaultMetricsPort << " is taken on this machine; the default cannot be tried";
+  }
+  auto ports = StartServe({});
+  ASSERT_TRUE(ports.has_value()) << serve_->Stdout() << serve_->Stderr();
+  EXPECT_EQ(ports->second, kDefaultMetricsPort);
+  auto metrics = HttpGet(ports->second, "/metrics", 30000);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("fusetune_rpc_requests_total{code=\"OK\",method=\"GetBestConfig\"} 0"),
+            std::string::npos);
+  serve_->Signal(SIGTERM);
+  EXPECT_EQ(serve_->Wait(30), 0) << serve_->Stderr();
+}
+
+TEST_F(FleetScrapeTest, ATakenMetricsPortIsReportedAsTakenNotAsABadAddress) {
+  auto first = StartServe({"--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(first.has_value()) << serve_->Stderr();
+  const std::string taken = "127.0.0.1:" + std::to_string(first->second);
+  CommandResult second = RunCommand({FUSETUNE_BINARY, "serve", "--listen", "127.0.0.1:0", "--db", dir_.File("g.db"),
+                                     "--token-file", dir_.File("token"), "--metrics", taken},
+                                    60);
+  EXPECT_EQ(second.exit_code, 1) << second.err;
+  EXPECT_NE(second.err.find("Address already in use"), std::string::npos) << second.err;
+  EXPECT_EQ(second.err.find("invalid"), std::string::npos) << second.err;
+  CommandResult bad = RunCommand({FUSETUNE_BINARY, "serve", "--listen", "127.0.0.1:0", "--db", dir_.File("h.db"),
+                                  "--token-file", dir_.File("token"), "--metrics", "127.0.0.1"},
+                                 60);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;  // a malformed address is a usage error
+}
+
+TEST_F(FleetScrapeTest, PrometheusScrapesTheServeAndWorkerProcesses) {
+  ASSERT_TRUE(std::filesystem::exists(kPrometheus))
+      << kPrometheus << " is missing: install it with `apt-get install -y --no-install-recommends prometheus` "
+      << "(the setup script does)";
+  auto ports = StartServe({"--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(ports.has_value()) << serve_->Stderr();
+  const int worker_metrics_port = FreePort();
+  ASSERT_GT(worker_metrics_port, 0);
+  const std::string server = "127.0.0.1:" + std::to_string(ports->first);
+  Subprocess worker({FUSETUNE_BINARY, "worker", "--server", server, "--token-file", dir_.File("token"), "--spool",
+                     dir_.File("spool"), "--worker-id", "fleet", "--lease-wait-ms", "300", "--metrics",
+                     "127.0.0.1:" + std::to_string(worker_metrics_port)},
+                    dir_.path());
+  ASSERT_TRUE(worker.started());
+
+  auto backend = CreateBackend("cpu");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  CommandResult submit = RunCommand({FUSETUNE_BINARY, "submit", "--server", server, "--token-file",
+                                     dir_.File("token"), "--device-class", (*backend)->Describe().DeviceClass(),
+                                     "--seq", "64", "--heads", "2", "--head-dim", "32", "--max-trials", "1",
+                                     "--wait", "--wait-timeout", "120"},
+                                    180);
+  ASSERT_EQ(submit.exit_code, 0) << submit.out << submit.err << worker.Stderr();
+
+  const int prometheus_port = FreePort();
+  {
+    std::ofstream config(dir_.File("prometheus.yml"));
+    config << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+           << "scrape_configs:\n"
+           << "  - job_name: fusetune\n    static_configs:\n      - targets: ['127.0.0.1:" << ports->second
+           << "']\n"
+           << "  - job_name: fusetune-worker\n    static_configs:\n      - targets: ['127.0.0.1:"
+           << worker_metrics_port << "']\n";
+  }
+  Subprocess prometheus({kPrometheus, "--config.file=" + dir_.File("prometheus.yml"),
+                         "--storage.tsdb.path=" + dir_.File("data"),
+                         "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port), "--log.level=warn"},
+                        dir_.path());
+  ASSERT_TRUE(prometheus.started());
+  auto query = [&](const std::string& promql) -> std::optional<double> {
+    auto r = HttpGet(prometheus_port, "/api/v1/query?query=" + UrlEncode(promql));
+    if (!r.ok() || r->status != 200) return std::nullopt;
+    auto j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || j.value("status", "") != "success") return std::nullopt;
+    const auto& result = j["data"]["result"];
+    if (!result.is_array() || result.size() != 1) return std::nullopt;
+    return std::stod(result[0]["value"][1].get<std::string>());
+  };
+  std::optional<double> server_up, worker_up, completed, recorded;
+  WaitFor(
+      [&] {
+        server_up = query("up{job=\"fusetune\"}");
+        worker_up = query("up{job=\"fusetune-worker\"}");
+        completed = query("fusetune_worker_jobs_total{outcome=\"completed\"}");
+        recorded = query("fusetune_trials_recorded_total");
+        return server_up == 1.0 && worker_up == 1.0 && completed == 1.0 && recorded.value_or(0) > 0;
+      },
+      90);
+  EXPECT_EQ(server_up, 1.0) << prometheus.Stderr();
+  EXPECT_EQ(worker_up, 1.0) << prometheus.Stderr() << worker.Stderr();
+  EXPECT_EQ(completed, 1.0);
+  EXPECT_GT(recorded.value_or(0), 0);
+  EXPECT_EQ(query("fusetune_worker_jobs_total{outcome=\"lost\"}"), 0.0);
+
+  worker.Signal(SIGTERM);
+  EXPECT_EQ(worker.Wait(60), 0) << worker.Stderr();
+  prometheus.Signal(SIGTERM);
+  prometheus.Wait(30);
+}
+
+}  // namespace
+}  // namespace fusetune::testing
