@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "metrics.h"
+#include "fusetune/worker/worker_metrics.h"
 #include "nlohmann/json.hpp"
 
 namespace fusetune {
@@ -24,7 +25,8 @@ std::set<std::string> ExportedNames() {
   b.problem_key = "prefill/b1/hq1/hkv1/q1/k1/d64/causal0/fp32";
   (*metrics)->SetBestConfigs({b});
   std::set<std::string> names;
-  std::istringstream text((*metrics)->Serialize());
+  // The workers' series are on the dashboard too (a Prometheus scrapes both kinds of process).
+  std::istringstream text((*metrics)->Serialize() + RenderWorkerMetrics(WorkerStats{}, {"host-d0"}, "cuda"));
   std::string line;
   const std::regex sample("^(fusetune_[a-z_]+)[{ ]");
   while (std::getline(text, line)) {
@@ -74,7 +76,9 @@ TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
   // Each series family the issue asks for is on the dashboard.
   for (const char* required : {"fusetune_best_latency_seconds", "fusetune_best_speedup_vs_materialized",
                                "fusetune_best_max_rel_error", "fusetune_jobs", "fusetune_workers_alive",
-                               "fusetune_rpc_requests_total", "fusetune_rpc_latency_seconds_bucket"}) {
+                               "fusetune_rpc_requests_total", "fusetune_rpc_latency_seconds_bucket",
+                               "fusetune_worker_jobs_total", "fusetune_worker_trials_total",
+                               "fusetune_worker_device_failures_total"}) {
     EXPECT_TRUE(used.count(required)) << required << " is not on the dashboard";
   }
 }
@@ -86,6 +90,7 @@ TEST(Dashboards, PrometheusConfigScrapesTheDefaultMetricsAddress) {
   ss << in.rdbuf();
   EXPECT_NE(ss.str().find("job_name: fusetune"), std::string::npos);
   EXPECT_NE(ss.str().find("127.0.0.1:9464"), std::string::npos);  // `fusetune serve --metrics` default
+  EXPECT_NE(ss.str().find("job_name: fusetune-worker"), std::string::npos);
 }
 
 }  // namespace
