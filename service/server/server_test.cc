@@ -477,13 +477,16 @@ TEST_F(ServerTest, MetricsExposeRpcsQueueWorkersAndBestConfigs) {
   EXPECT_NE(text.find("fusetune_rpc_requests_total{code=\"OK\",method=\"GetBestConfig\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("fusetune_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"GetBestConfig\"} 1"),
             std::string::npos);
-  EXPECT_NE(text.find("fusetune_rpc_latency_seconds_bucket{code=\"OK\",method=\"CompleteJob\""), std::string::npos);
+  EXPECT_NE(text.find("fusetune_rpc_latency_seconds_count{method=\"CompleteJob\"} 1"), std::string::npos) << text;
+  // Methods not called yet are there at 0 (every method of both services, every code).
+  EXPECT_NE(text.find("fusetune_rpc_requests_total{code=\"UNAUTHENTICATED\",method=\"ListRegressions\"} 0"),
+            std::string::npos);
   EXPECT_NE(text.find("fusetune_jobs{state=\"done\"} 1"), std::string::npos);
   EXPECT_NE(text.find("fusetune_jobs{state=\"queued\"} 0"), std::string::npos);
   EXPECT_NE(text.find("fusetune_workers_alive 1"), std::string::npos);
   EXPECT_NE(text.find("fusetune_trials_recorded_total 2"), std::string::npos);
   const std::string labels = "{device_class=\"" + std::string(kCpuClass) + "\",problem=\"" + key + "\"}";
-  EXPECT_NE(text.find("fusetune_best_latency_us" + labels + " 25"), std::string::npos);
+  EXPECT_NE(text.find("fusetune_best_latency_seconds" + labels + " 2.5e-05"), std::string::npos) << text;
   EXPECT_NE(text.find("fusetune_best_speedup_vs_materialized" + labels + " 4"), std::string::npos);
   EXPECT_NE(text.find("fusetune_best_max_rel_error" + labels), std::string::npos);
 }
