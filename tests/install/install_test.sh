@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs a built fusetune tree into a temporary prefix and builds and runs consumers of it, as
+# Installs a built fusetune tree into a temporary folder and builds and runs consumers of it, as
 # a user outside the project would: a CMake project with find_package(fusetune CONFIG), and
 # plain compiler lines with pkg-config. Usage (ctest passes these, see CMakeLists.txt):
 #   install_test.sh BUILD_DIR CONSUMER_SRC LIBDIR VERSION C_API_VERSION WITH_CLIENT CC CXX [LAUNCHER]
@@ -13,8 +13,11 @@ trap keep_work ERR
 fail() { echo "install_test: $*" >&2; exit 1; }
 prefix=$work/prefix
 
-echo "== cmake --install $build_dir --prefix $prefix"
-cmake --install "$build_dir" --prefix "$prefix" > "$work/install.log" || { cat "$work/install.log"; fail "cmake --install failed"; }
+# Installed into one folder, used from another: the package and the .pc files are relocatable.
+echo "== cmake --install $build_dir --prefix $work/staging, then moved to $prefix"
+cmake --install "$build_dir" --prefix "$work/staging" > "$work/install.log" || { cat "$work/install.log"; fail "cmake --install failed"; }
+[[ -d $work/staging ]] || fail "cmake --install installed nothing"
+mv "$work/staging" "$prefix"
 
 expected=(bin/fusetune include/fusetune/c_api.h "$libdir/libfusetune_capi.so"
           "$libdir/libfusetune_capi.so.$c_api_version" "$libdir/libfusetune_capi.so.$version"
@@ -31,6 +34,10 @@ done
 soname=$(readelf -d "$prefix/$libdir/libfusetune_capi.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 echo "soname: $soname"
 [[ $soname == "libfusetune_capi.so.$c_api_version" ]] || fail "soname '$soname', expected libfusetune_capi.so.$c_api_version"
+
+installed_version=$("$prefix/bin/fusetune" --version)
+echo "fusetune --version: $installed_version"
+[[ $installed_version == "$version "* ]] || fail "the installed fusetune says '$installed_version', expected $version"
 
 # Output lines every consumer run must print.
 check_capi() {
