@@ -5,12 +5,12 @@
 #   lib/libfusetune_capi.so.<project version>, soname libfusetune_capi.so.<C ABI version>
 #   include/fusetune/c_api.h
 #   lib/pkgconfig/fusetune-capi.pc
+#   lib/cmake/fusetune/               find_package(fusetune CONFIG): fusetune::capi
 #   share/fusetune/dashboards/        Grafana dashboards and the Prometheus scrape config
 # and with the service (FUSETUNE_WITH_SERVICE):
-#   lib/libfusetune_client.a and the static libraries it is built from
+#   lib/libfusetune_client.a and the static libraries it is built from  (fusetune::client)
 #   include/fusetune/client/config_cache.h, include/fusetune/kernels/{problem,config}.h
 #   lib/pkgconfig/fusetune-client.pc
-#   lib/cmake/fusetune/               find_package(fusetune CONFIG): fusetune::capi, fusetune::client
 #
 # fusetune_client is static: its headers carry absl types and it has no ABI of its own to keep,
 # so a consumer gets exactly the code its headers describe, linked against the same absl, gRPC
