@@ -31,7 +31,8 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib"
 for t in "${targets[@]}"; do
-  f=$(find "$BUILD" -type f \( -name "$t" -o -name "lib$t.so" \) -perm -u+x | head -1)
+  # lib$t.so is the development symlink to the versioned file (strip reads through it).
+  f=$(find "$BUILD" \( -type f -o -type l \) \( -name "$t" -o -name "lib$t.so" \) -perm -u+x | head -1)
   [[ -n "$f" ]] || { echo "stage: no file for target $t" >&2; exit 1; }
   case "$f" in
     *.so) strip --strip-unneeded -o "$STAGE/lib/$(basename "$f")" "$f" ;;

@@ -10,6 +10,11 @@
  * Every function returns a fusetune_status code; on failure it writes a NUL-terminated
  * message into err[0..errlen) when err is non-NULL (truncated to fit).
  *
+ * Compatibility: FUSETUNE_C_API_VERSION is the ABI's version and the library's soname
+ * (libfusetune_capi.so.<version>). It changes with anything that breaks a caller built
+ * against an earlier header (a struct layout, a signature or an enum value changed, a
+ * function removed); adding functions keeps it.
+ *
  * Thread-safety: a handle is not thread-safe (one handle per thread and device); distinct
  * handles may be used concurrently. fusetune_run is synchronous: O is complete on return,
  * and the CUDA backend works on the legacy default stream.
