@@ -52,6 +52,7 @@ if(TARGET fusetune_client)
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fusetune/client)
   install(FILES ${PROJECT_SOURCE_DIR}/kernels/include/fusetune/kernels/problem.h
                 ${PROJECT_SOURCE_DIR}/kernels/include/fusetune/kernels/config.h
+                ${PROJECT_SOURCE_DIR}/kernels/include/fusetune/kernels/default_config.h
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fusetune/kernels)
 endif()
 

@@ -30,7 +30,7 @@ int main() {
   auto cache = fusetune::ConfigCache::Connect({.target = "127.0.0.1:1", .device_class = device_class});
   const fusetune::CachedConfig answer = cache->Lookup(problem);
   const std::string key = answer.config.Key();
-  const bool is_default = key == fusetune::DefaultKernelConfig(device_class).Key();
+  const bool is_default = key == fusetune::DefaultKernelConfig(device_class, problem).Key();
   std::printf("lookup %s: %s [%s]%s\n", problem.Key().c_str(), key.c_str(),
               std::string(fusetune::ConfigProvenanceName(answer.provenance)).c_str(),
               is_default ? " (the default config)" : "");
