@@ -12,6 +12,9 @@
 // Existing files in the directory stay writable in cases 2 and 3 (as for another user's
 // directory holding world-writable files); no new file can be created in any case.
 //
+// A test killed while a view exists leaves it behind (umount the *.ro-* directory, or
+// chattr -i the directory, by hand).
+//
 // Thread-safety: none; create and destroy it on the test's thread.
 #ifndef FUSETUNE_TESTS_COMMON_READ_ONLY_DIR_H_
 #define FUSETUNE_TESTS_COMMON_READ_ONLY_DIR_H_
@@ -22,7 +25,8 @@ namespace fusetune::testing {
 
 class ReadOnlyView {
  public:
-  // Makes `dir` (an existing directory) read-only for this process; see ok().
+  // Makes `dir` (an existing directory) read-only for this process; see ok(). A bind mount's
+  // point is created next to `dir`, so pass a subdirectory of a temporary directory.
   explicit ReadOnlyView(const std::string& dir);
   // Undoes it (unmounts, clears the attribute or restores the mode) so `dir` can be removed.
   ~ReadOnlyView();
