@@ -127,6 +127,12 @@ const std::vector<Migration>& Migrations() {
   return *kMigrations;
 }
 
+absl::Status SchemaNewerThanBinary(std::string_view path, int version, int latest) {
+  return absl::FailedPreconditionError(absl::StrCat("database ", std::string(path), " has schema version ", version,
+                                                    ", newer than this binary's ", latest,
+                                                    "; use the newer fusetune that wrote it"));
+}
+
 absl::Status ApplyMigrations(Connection& c, const std::vector<Migration>& migrations,
                              std::string_view path) {
   if (migrations.empty()) return absl::InternalError("no migrations");
@@ -134,19 +140,14 @@ absl::Status ApplyMigrations(Connection& c, const std::vector<Migration>& migrat
   if (!text.ok()) return text.status();
   const int current = std::atoi(text->c_str());
   const int latest = migrations.back().version;
-  if (current > latest) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("database '", std::string(path), "' has schema version ", current,
-                     ", newer than this binary's ", latest, "; upgrade fusetune"));
-  }
+  if (current > latest) return SchemaNewerThanBinary(path, current, latest);
   for (const Migration& m : migrations) {
     if (m.version <= current) continue;
     absl::Status applied = c.Exec(m.sql);
     if (applied.ok()) applied = c.Exec(absl::StrCat("PRAGMA user_version = ", m.version));
     if (!applied.ok()) {
       return absl::InternalError(absl::StrCat("migration ", m.version, " (", m.description,
-                                              ") of '", std::string(path),
-                                              "' failed: ", applied.message()));
+                                              ") failed: ", applied.message()));
     }
   }
   return absl::OkStatus();

@@ -24,6 +24,10 @@ struct Migration {
 // Versions 1..N in order, contiguous.
 const std::vector<Migration>& Migrations();
 
+// The refusal of a file whose schema version is newer than this binary's `latest` (an old
+// binary must not write, or misread, a newer schema). FailedPrecondition naming `path`.
+absl::Status SchemaNewerThanBinary(std::string_view path, int version, int latest);
+
 // Brings the database on `c` to migrations.back().version. Must run inside the caller's
 // write transaction (BEGIN IMMEDIATE), which makes the check and the upgrade atomic across
 // processes and undoes a failed migration entirely. FailedPrecondition if the file's

@@ -7,39 +7,56 @@
 
 namespace fusetune::db_internal {
 
-absl::Status SqliteError(sqlite3* db, int rc, std::string_view what) {
-  const char* detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  const std::string msg = absl::StrCat(std::string(what), ": sqlite error ", rc, " (", detail, ")");
+absl::Status SqliteError(int rc, std::string_view sqlite_message, std::string_view path) {
+  const std::string file(path);
+  const std::string sqlite_says = absl::StrCat(" (SQLite error ", rc, ": ", std::string(sqlite_message), ")");
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-      return absl::UnavailableError(absl::StrCat(msg,
-                                                 "; the database stayed locked by another "
-                                                 "connection past the busy timeout"));
+      return absl::UnavailableError(absl::StrCat(
+          "database ", file, " stayed locked by another connection past the busy timeout", sqlite_says,
+          "; try again when the other writer has finished"));
     case SQLITE_FULL:
-      return absl::ResourceExhaustedError(msg);
+      return absl::ResourceExhaustedError(absl::StrCat("database ", file, ": the disk is full", sqlite_says,
+                                                       "; free space on its file system"));
     case SQLITE_CONSTRAINT:
-      return absl::FailedPreconditionError(msg);
+      return absl::FailedPreconditionError(
+          absl::StrCat("database ", file, ": the change breaks a constraint of the schema", sqlite_says));
     case SQLITE_CORRUPT:
+      return absl::DataLossError(absl::StrCat("database ", file, " is damaged", sqlite_says,
+                                              "; restore it from a backup (sqlite3 ", file,
+                                              " 'PRAGMA integrity_check' shows what is broken)"));
     case SQLITE_NOTADB:
-      return absl::DataLossError(msg);
-    case SQLITE_PERM:
+      return absl::DataLossError(absl::StrCat(file, " is not a fusetune database (not an SQLite file)", sqlite_says,
+                                              "; check the database path"));
     case SQLITE_READONLY:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot write database ", file, ": the file or its directory is read-only for this process", sqlite_says,
+          "; writing needs write access to both (SQLite keeps ", file, "-wal and ", file,
+          "-shm beside the file), reading commands do not"));
+    case SQLITE_PERM:
     case SQLITE_AUTH:
-      return absl::PermissionDeniedError(msg);
+      return absl::PermissionDeniedError(
+          absl::StrCat("database ", file, ": access denied", sqlite_says, "; check the file's permissions"));
     case SQLITE_CANTOPEN:
-      return absl::UnavailableError(msg);
+      return absl::UnavailableError(absl::StrCat(
+          "cannot open database ", file, sqlite_says,
+          "; check that its directory exists and that this process may read the file (and, to write, create "
+          "files in its directory)"));
+    case SQLITE_IOERR:
+      return absl::InternalError(
+          absl::StrCat("database ", file, ": I/O error", sqlite_says, "; check the disk and its file system"));
     case SQLITE_TOOBIG:
     case SQLITE_RANGE:
     case SQLITE_MISMATCH:
-      return absl::InvalidArgumentError(msg);
+      return absl::InvalidArgumentError(absl::StrCat("database ", file, ": value refused", sqlite_says));
     default:
-      return absl::InternalError(msg);
+      return absl::InternalError(absl::StrCat("database ", file, ": unexpected SQLite failure", sqlite_says));
   }
 }
 
 Statement::Statement(Statement&& other) noexcept
-    : db_(other.db_), stmt_(other.stmt_), bind_rc_(other.bind_rc_) {
+    : conn_(other.conn_), stmt_(other.stmt_), bind_rc_(other.bind_rc_) {
   other.stmt_ = nullptr;
 }
 
@@ -85,11 +102,11 @@ Statement& Statement::BindIdOrNull(int index, int64_t value) {
 }
 
 absl::StatusOr<bool> Statement::Step() {
-  if (bind_rc_ != SQLITE_OK) return SqliteError(db_, bind_rc_, "binding a parameter");
+  if (bind_rc_ != SQLITE_OK) return conn_->Error(bind_rc_);
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  return SqliteError(db_, rc, absl::StrCat("executing '", sqlite3_sql(stmt_), "'"));
+  return conn_->Error(rc);
 }
 
 absl::Status Statement::Run() {
@@ -116,21 +133,56 @@ std::string Statement::Text(int col) const {
                      static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
 }
 
+namespace {
+
+// A file name as an SQLite URI path: '%', '?' and '#' (and control bytes) are escaped.
+std::string UriPath(const std::string& path) {
+  std::string out;
+  for (const char ch : path) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '%' || c == '?' || c == '#' || c < 0x20) {
+      absl::StrAppend(&out, "%", absl::Hex(c, absl::kZeroPad2));
+    } else {
+      out.push_back(ch);
+    }
+  }
+  // "file:" + "//" + "/abs/path" for an absolute path (empty authority); relative paths
+  // follow "file:" directly.
+  return path.starts_with("/") ? absl::StrCat("file://", out) : absl::StrCat("file:", out);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& path,
-                                                             int busy_timeout_ms) {
+                                                             int busy_timeout_ms, OpenMode mode) {
+  // `path` is a file name, never a URI: the name that messages show is the file opened.
+  std::string name = path;
+  int flags = SQLITE_OPEN_NOMUTEX;
+  switch (mode) {
+    case OpenMode::kReadWriteCreate:
+      flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+      break;
+    case OpenMode::kReadOnly:
+      flags |= SQLITE_OPEN_READONLY;
+      break;
+    case OpenMode::kImmutable:
+      flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+      name = absl::StrCat(UriPath(path), "?immutable=1");
+      break;
+  }
   sqlite3* db = nullptr;
-  const int flags =
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
+  const int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
-    absl::Status st = SqliteError(db, rc, absl::StrCat("opening '", path, "'"));
+    absl::Status st = SqliteError(rc, db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc), path);
     sqlite3_close_v2(db);  // a handle is returned even on failure
     return st;
   }
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, busy_timeout_ms);
-  return std::unique_ptr<Connection>(new Connection(db));
+  return std::unique_ptr<Connection>(new Connection(db, path));
 }
+
+absl::Status Connection::Error(int rc) const { return SqliteError(rc, sqlite3_errmsg(db_), path_); }
 
 Connection::~Connection() {
   for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
@@ -142,16 +194,14 @@ absl::Status Connection::Exec(std::string_view sql) {
   const std::string text(sql);
   const int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err);
   if (err != nullptr) sqlite3_free(err);
-  if (rc != SQLITE_OK)
-    return SqliteError(db_, rc, absl::StrCat("executing '", std::string(sql.substr(0, 80)), "'"));
+  if (rc != SQLITE_OK) return Error(rc);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Connection::QueryText(std::string_view sql) {
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
-  if (rc != SQLITE_OK)
-    return SqliteError(db_, rc, absl::StrCat("preparing '", std::string(sql), "'"));
+  if (rc != SQLITE_OK) return Error(rc);
   std::string value;
   rc = sqlite3_step(stmt);
   if (rc == SQLITE_ROW) {
@@ -161,9 +211,7 @@ absl::StatusOr<std::string> Connection::QueryText(std::string_view sql) {
   } else if (rc == SQLITE_DONE) {
     rc = SQLITE_OK;
   }
-  absl::Status st = rc == SQLITE_OK
-                        ? absl::OkStatus()
-                        : SqliteError(db_, rc, absl::StrCat("executing '", std::string(sql), "'"));
+  absl::Status st = rc == SQLITE_OK ? absl::OkStatus() : Error(rc);
   sqlite3_finalize(stmt);
   if (!st.ok()) return st;
   return value;
@@ -175,11 +223,10 @@ absl::StatusOr<Statement> Connection::Prepare(const std::string& sql) {
     sqlite3_stmt* stmt = nullptr;
     const int rc = sqlite3_prepare_v3(db_, sql.c_str(), static_cast<int>(sql.size()),
                                       SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
-    if (rc != SQLITE_OK)
-      return SqliteError(db_, rc, absl::StrCat("preparing '", std::string(sql), "'"));
+    if (rc != SQLITE_OK) return Error(rc);
     it = cache_.emplace(sql, stmt).first;
   }
-  return Statement(db_, it->second);
+  return Statement(this, it->second);
 }
 
 }  // namespace fusetune::db_internal

@@ -15,21 +15,26 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace fusetune::db_internal {
 
-// Maps an SQLite result code to a Status carrying SQLite's message and `what` (the action):
-// BUSY/LOCKED -> Unavailable (another process held the lock past the busy timeout),
-// FULL -> ResourceExhausted, CONSTRAINT -> FailedPrecondition, CORRUPT/NOTADB -> DataLoss,
-// CANTOPEN/PERM/READONLY -> PermissionDenied or Unavailable, anything else -> Internal.
-absl::Status SqliteError(sqlite3* db, int rc, std::string_view what);
+// The one mapping from an SQLite result code to a Status. The message names the database
+// file (`path`), says what is wrong and what to do, and ends with SQLite's own text and
+// code; it never carries SQL. BUSY/LOCKED -> Unavailable (locked past the busy timeout),
+// CANTOPEN -> Unavailable, FULL -> ResourceExhausted, CONSTRAINT -> FailedPrecondition,
+// CORRUPT/NOTADB -> DataLoss, READONLY/PERM/AUTH -> PermissionDenied, TOOBIG/RANGE/MISMATCH
+// -> InvalidArgument, anything else (IOERR included) -> Internal.
+absl::Status SqliteError(int rc, std::string_view sqlite_message, std::string_view path);
+
+class Connection;
 
 class Statement {
  public:
-  Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Statement(const Connection* conn, sqlite3_stmt* stmt) : conn_(conn), stmt_(stmt) {}
   Statement(Statement&& other) noexcept;
   Statement& operator=(Statement&&) = delete;
   Statement(const Statement&) = delete;
@@ -58,16 +63,28 @@ class Statement {
   std::string Text(int col) const;
 
  private:
-  sqlite3* db_;
+  const Connection* conn_;
   sqlite3_stmt* stmt_;
   int bind_rc_ = SQLITE_OK;
 };
 
+// How a Connection opens its file.
+enum class OpenMode {
+  kReadWriteCreate,  // read and write; create the file if absent
+  kReadOnly,         // read only; the file must exist. WAL mode still needs <path>-shm
+                     // (created if absent, so the directory must be writable then)
+  kImmutable,        // read only, and SQLite assumes nobody changes the file while it is
+                     // open: no locks, no -wal/-shm. Only correct when no WAL content is
+                     // pending and no writer is active (the caller checks the first).
+};
+
 class Connection {
  public:
-  // Opens (creating) `path`; sets the busy timeout before anything else touches the file.
+  // Opens `path` (a file name, or ":memory:"); sets the busy timeout before anything else
+  // touches the file. Errors name `path`.
   static absl::StatusOr<std::unique_ptr<Connection>> Open(const std::string& path,
-                                                          int busy_timeout_ms);
+                                                          int busy_timeout_ms,
+                                                          OpenMode mode = OpenMode::kReadWriteCreate);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -79,14 +96,21 @@ class Connection {
   // A cached prepared statement for `sql`.
   absl::StatusOr<Statement> Prepare(const std::string& sql);
 
+  // SqliteError for `rc` with this connection's message and path.
+  absl::Status Error(int rc) const;
+  // The extended result code of the last failed call (SQLITE_OK if none).
+  int ErrorCode() const { return sqlite3_extended_errcode(db_); }
+
   int64_t Changes() const { return sqlite3_changes64(db_); }
   int64_t LastInsertRowId() const { return sqlite3_last_insert_rowid(db_); }
   bool InTransaction() const { return sqlite3_get_autocommit(db_) == 0; }
   sqlite3* raw() const { return db_; }
+  const std::string& path() const { return path_; }
 
  private:
-  explicit Connection(sqlite3* db) : db_(db) {}
+  Connection(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   sqlite3* db_;
+  std::string path_;
   std::unordered_map<std::string, sqlite3_stmt*> cache_;
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <set>
@@ -322,8 +323,9 @@ absl::StatusOr<Job> ReadJob(const Statement& s) {
 
 class Store::Impl {
  public:
-  explicit Impl(std::unique_ptr<Connection> c) : conn(std::move(c)) {}
+  Impl(std::unique_ptr<Connection> c, StoreAccess a) : access(a), conn(std::move(c)) {}
 
+  const StoreAccess access;
   absl::Mutex mu;
   std::unique_ptr<Connection> conn ABSL_GUARDED_BY(mu);
 
@@ -332,6 +334,10 @@ class Store::Impl {
   // read transaction. Any error rolls the whole transaction back.
   absl::Status WriteTransaction(const std::function<absl::Status(Connection&)>& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (access == StoreAccess::kReadOnly) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "database ", conn->path(), " was opened read-only; writing needs a Store opened with StoreAccess::kReadWrite"));
+    }
     FT_DB_RETURN_IF_ERROR(conn->Exec("BEGIN IMMEDIATE"));
     absl::Status st = body(*conn);
     if (st.ok()) st = conn->Exec("COMMIT");
@@ -455,35 +461,111 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   return Open(path, StoreOptions{});
 }
 
+namespace {
+
+// What a file holds before Open touches it: its schema version and whether it has any
+// table at all (a file at version 0 with tables belongs to something else).
+struct FileSchema {
+  int version = 0;
+  bool has_tables = false;
+};
+
+absl::StatusOr<FileSchema> ReadFileSchema(Connection& c) {
+  FileSchema schema;
+  FT_DB_ASSIGN_OR_RETURN(std::string version, c.QueryText("PRAGMA user_version"));
+  schema.version = std::atoi(version.c_str());
+  FT_DB_ASSIGN_OR_RETURN(std::string tables, c.QueryText("SELECT COUNT(*) FROM sqlite_master"));
+  schema.has_tables = std::atoi(tables.c_str()) > 0;
+  return schema;
+}
+
+absl::Status ForeignDatabase(const std::string& path) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      path, " is not a fusetune database (an SQLite file with other tables and no fusetune schema version); check "
+            "the database path"));
+}
+
+// A reader in a directory it cannot write: SQLite needs <db>-shm (the WAL index) to read
+// <db>-wal, and cannot create it. Only pending WAL content makes that a real problem.
+absl::Status PendingWalUnreadable(const std::string& path) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "database ", path, " has changes in ", path, "-wal that are not yet in the file, and this process cannot ",
+      "create ", path, "-shm to read them (the directory is read-only for it); ask the owner to fold them in with ",
+      "sqlite3 ", path, " 'PRAGMA wal_checkpoint(TRUNCATE)' (or to stop the process writing it), or copy ", path,
+      " and ", path, "-wal to a writable directory and read the copy"));
+}
+
+// Opens an existing file for reading only: never creates, migrates or changes it.
+absl::StatusOr<std::unique_ptr<Connection>> OpenForReading(const std::string& path, int busy_timeout_ms) {
+  std::error_code ec;
+  if (path != ":memory:" && !std::filesystem::exists(path, ec) && !ec) {
+    return absl::NotFoundError(absl::StrCat("no database at ", path));
+  }
+  FT_DB_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
+                         Connection::Open(path, busy_timeout_ms, db_internal::OpenMode::kReadOnly));
+  absl::StatusOr<FileSchema> schema = ReadFileSchema(*conn);
+  const int rc = conn->ErrorCode() & 0xff;
+  if (!schema.ok() && path != ":memory:" && (rc == SQLITE_CANTOPEN || rc == SQLITE_READONLY)) {
+    // Where <db>-shm cannot be created, a file with no pending WAL content can be read as it
+    // is (immutable: no locks, no -shm). With pending content that would silently miss
+    // committed data, so that is refused instead.
+    std::error_code size_ec;
+    const uintmax_t wal_bytes = std::filesystem::file_size(path + "-wal", size_ec);
+    if (!size_ec && wal_bytes > 0) return PendingWalUnreadable(path);
+    conn.reset();
+    FT_DB_ASSIGN_OR_RETURN(conn, Connection::Open(path, busy_timeout_ms, db_internal::OpenMode::kImmutable));
+    schema = ReadFileSchema(*conn);
+  }
+  if (!schema.ok()) return schema.status();
+  const int latest = Store::LatestSchemaVersion();
+  if (schema->version > latest) return db_internal::SchemaNewerThanBinary(path, schema->version, latest);
+  if (schema->version == 0) {
+    if (schema->has_tables) return ForeignDatabase(path);
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a fusetune database (it has no tables); check the database path"));
+  }
+  if (schema->version < latest) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database ", path, " has schema version ", schema->version, ", older than this binary's ",
+                     latest, "; a writing command (e.g. fusetune sweep) upgrades it, reading commands never change "
+                     "the file"));
+  }
+  return conn;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
                                                    const StoreOptions& options) {
   if (path.empty()) return absl::InvalidArgumentError("database path must not be empty");
   if (options.busy_timeout_ms < 0)
     return absl::InvalidArgumentError("busy_timeout_ms must be >= 0");
+  if (options.access == StoreAccess::kReadOnly) {
+    FT_DB_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, OpenForReading(path, options.busy_timeout_ms));
+    return std::unique_ptr<Store>(new Store(std::make_unique<Impl>(std::move(conn), StoreAccess::kReadOnly)));
+  }
   FT_DB_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
                          Connection::Open(path, options.busy_timeout_ms));
 
-  // Refuse a newer schema before changing anything (not even the journal mode).
-  FT_DB_ASSIGN_OR_RETURN(std::string version_text, conn->QueryText("PRAGMA user_version"));
+  // Refuse a newer schema, or another program's database, before changing anything (not
+  // even the journal mode).
+  FT_DB_ASSIGN_OR_RETURN(FileSchema schema, ReadFileSchema(*conn));
   const int latest = LatestSchemaVersion();
-  if (std::atoi(version_text.c_str()) > latest) {
-    return absl::FailedPreconditionError(absl::StrCat("database '", path, "' has schema version ",
-                                                      version_text, ", newer than this binary's ",
-                                                      latest, "; upgrade fusetune"));
-  }
+  if (schema.version > latest) return db_internal::SchemaNewerThanBinary(path, schema.version, latest);
+  if (schema.version == 0 && schema.has_tables) return ForeignDatabase(path);
 
   // WAL: readers never block the writer and a commit is one append to the -wal file.
   FT_DB_ASSIGN_OR_RETURN(std::string mode, SwitchToWal(*conn, options.busy_timeout_ms));
   if (mode != "wal" && mode != "memory") {
     return absl::FailedPreconditionError(
-        absl::StrCat("could not switch '", path, "' to WAL mode (journal_mode=", mode, ")"));
+        absl::StrCat("could not switch database ", path, " to WAL mode (journal_mode=", mode, ")"));
   }
   FT_DB_RETURN_IF_ERROR(conn->Exec("PRAGMA foreign_keys=ON"));
   FT_DB_RETURN_IF_ERROR(conn->Exec(options.durability == Durability::kPowerLoss
                                        ? "PRAGMA synchronous=FULL"
                                        : "PRAGMA synchronous=NORMAL"));
 
-  auto impl = std::make_unique<Impl>(std::move(conn));
+  auto impl = std::make_unique<Impl>(std::move(conn), StoreAccess::kReadWrite);
   {
     absl::MutexLock lock(&impl->mu);
     // Read the version again under the write lock: another process may have migrated (or

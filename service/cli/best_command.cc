@@ -52,7 +52,7 @@ int RunBestCommand(const BestFlags& f) {
                  problem.Key().c_str(), device_class.c_str());
     return kExitNotFound;
   }
-  if (!best.ok()) return Failure(cmd, std::string(best.status().ToString()));
+  if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
   if (f.json) {
     nlohmann::json j = {{"device_class", best->device_class},
                         {"problem", best->problem_key},
@@ -83,7 +83,7 @@ void AddBestCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<BestFlags>();
   CLI::App* best = app.add_subcommand("best", "Print the recorded best config for one problem (exit 3 if none).");
   flags->problem.Register(best, /*allow_list=*/false);
-  best->add_option("--db", flags->db, "SQLite database file")->capture_default_str();
+  AddDatabaseOption(best, &flags->db, "SQLite database file (only read)");
   best->add_option("--backend", flags->backend, "backend whose device class to look up")->capture_default_str();
   best->add_option("--device", flags->device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
   best->add_option("--device-class", flags->device_class, "look up this device class instead, e.g. cuda/NVIDIA-H200/sm90");

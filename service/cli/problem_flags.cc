@@ -1,7 +1,6 @@
 #include "problem_flags.h"
 
 #include <cstdio>
-#include <filesystem>
 
 #include "fusetune/db/store.h"
 
@@ -107,12 +106,23 @@ absl::StatusOr<std::vector<Precision>> ParsePrecisions(const std::vector<std::st
   return out;
 }
 
+CLI::Option* AddDatabaseOption(CLI::App* command, std::string* path, const std::string& description) {
+  return command->add_option("--db", *path, description)
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](const std::string& value) { return value.empty() ? std::string("must not be empty") : std::string(); },
+          "FILE", "non-empty path"));
+}
+
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(const std::string& path) {
-  std::error_code ec;
-  if (path != ":memory:" && !std::filesystem::exists(path, ec)) {
-    return absl::NotFoundError("no database at " + path + " (run 'fusetune sweep --db " + path + "' first)");
+  StoreOptions options;
+  options.access = StoreAccess::kReadOnly;
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path, options);
+  if (absl::IsNotFound(store.status())) {
+    return absl::NotFoundError(std::string(store.status().message()) + " (run 'fusetune sweep --db " + path +
+                               "' first, or check the path)");
   }
-  return Store::Open(path);
+  return store;
 }
 
 int UsageError(const std::string& command, const std::string& message) {

@@ -42,8 +42,15 @@ struct ProblemFlags {
 absl::StatusOr<std::vector<Variant>> ParseVariants(const std::vector<std::string>& names);
 absl::StatusOr<std::vector<Precision>> ParsePrecisions(const std::vector<std::string>& names);
 
-// Opens an existing database for reading commands: NotFound when the file does not exist
-// (so that a typo in --db does not silently create an empty database).
+// Adds `--db` (the SQLite database file) to `command`, storing into `path` (whose value is
+// the default). An empty path is a usage error: SQLite would open a private temporary
+// database in its place and a sweep's results would vanish.
+CLI::Option* AddDatabaseOption(CLI::App* command, std::string* path, const std::string& description);
+
+// Opens an existing database read-only for reading commands: never creates, migrates or
+// changes it, and works in a directory this process cannot write. NotFound ("no database at
+// PATH", with a hint) when the file does not exist, so that a typo in --db does not create
+// an empty database; other errors name the file and say what to do.
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(const std::string& path);
 
 // Prints "fusetune <command>: <message>" and a hint to stderr; returns kExitUsage.

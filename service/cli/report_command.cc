@@ -59,7 +59,7 @@ int RunReportCommand(const ReportFlags& f) {
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
   absl::StatusOr<std::vector<BestConfig>> best = (*store)->ListBestConfigs(f.device_class);
-  if (!best.ok()) return Failure(cmd, std::string(best.status().ToString()));
+  if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
   std::sort(best->begin(), best->end(), [](const BestConfig& a, const BestConfig& b) {
     if (a.device_class != b.device_class) return a.device_class < b.device_class;
     return NaturalLess(a.problem_key, b.problem_key);
@@ -113,7 +113,7 @@ void AddReportCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<ReportFlags>();
   CLI::App* report = app.add_subcommand(
       "report", "Print every recorded best config: latency, TFLOP/s, the fused speedups and the error.");
-  report->add_option("--db", flags->db, "SQLite database file")->capture_default_str();
+  AddDatabaseOption(report, &flags->db, "SQLite database file (only read)");
   report->add_option("--device-class", flags->device_class, "only this device class");
   report->add_flag("--json", flags->json,
                    "print a JSON array (fields: problem, config, median_us, tflops, speedup_vs_materialized, "

@@ -75,7 +75,7 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
   CLI::App* serve = app.add_subcommand("serve", "Run the tuning service (gRPC + /metrics) over a database.");
   serve->add_option("--listen", flags->options.listen_address, "gRPC address host:port (port 0 = any free port)")
       ->capture_default_str();
-  serve->add_option("--db", flags->options.db_path, "SQLite database file (created if absent)")->capture_default_str();
+  AddDatabaseOption(serve, &flags->options.db_path, "SQLite database file (created if absent)");
   serve->add_option("--metrics", flags->metrics, "Prometheus /metrics address host:port, or 'off'")
       ->capture_default_str();
   serve->add_option("--token-file", flags->options.token_file,

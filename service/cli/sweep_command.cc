@@ -102,7 +102,7 @@ int RunSweepCommand(const SweepFlags& f) {
   }
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
-  if (!store.ok()) return Failure(cmd, fmt::format("cannot open database {}: {}", f.db, std::string(store.status().message())));
+  if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
 
   // Resume the newest unfinished run of the same commit, device and label, if any.
   int64_t run_id = 0;
@@ -187,7 +187,7 @@ void AddSweepCommand(CLI::App& app, CommandContext& context) {
   flags->problem.Register(sweep, /*allow_list=*/true);
   sweep->add_option("--backend", flags->backend, "cpu, cuda or hip (as compiled in)")->capture_default_str();
   sweep->add_option("--device", flags->device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sweep->add_option("--db", flags->db, "SQLite database file")->capture_default_str();
+  AddDatabaseOption(sweep, &flags->db, "SQLite database file (created if absent)");
   sweep->add_option("--variants", flags->variants, "comma-separated: fused, partial, materialized (default all)")
       ->delimiter(',');
   sweep->add_option("--precisions", flags->precisions,

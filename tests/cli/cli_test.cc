@@ -1,7 +1,13 @@
 // The fusetune command line: usage errors exit 2 without side effects, --help works for every
-// command, and report --json carries the documented field names.
-#include <filesystem>
+// command, report --json carries the documented field names, and the reading commands work
+// on a database they cannot write (a read-only mount, another user's directory).
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "common/read_only_dir.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -10,6 +16,8 @@ namespace fusetune {
 namespace {
 
 using testing::CommandResult;
+using testing::ReadFile;
+using testing::ReadOnlyView;
 using testing::RunCommand;
 using testing::TempDir;
 
@@ -78,10 +86,137 @@ TEST(Cli, EveryCommandHasHelp) {
 TEST(Cli, ReadingCommandsOnAMissingDatabaseFailWithoutCreatingIt) {
   TempDir dir;
   const std::string db = dir.File("missing.db");
-  CommandResult r = Fusetune({"report", "--db", db});
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("no database"), std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(db));
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"report", "--db", db}, {"report", "--db", db, "--json"},
+        {"best", "--db", db, "--seq", "64", "--heads", "2", "--head-dim", "32"}}) {
+    CommandResult r = Fusetune(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("no database at " + db), std::string::npos) << args[0] << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(db)) << args[0] << " created the database";
+    EXPECT_FALSE(std::filesystem::exists(db + "-wal")) << args[0];
+  }
+}
+
+// Every command taking --db: an empty path is a usage error (SQLite would otherwise open a
+// private temporary database and a sweep's results would vanish).
+TEST(Cli, EmptyDatabasePathIsAUsageError) {
+  std::vector<std::vector<std::string>> cases = {
+      {"sweep", "--db", "", "--seq", "48", "--heads", "2", "--head-dim", "32", "--max-trials", "1"},
+      {"best", "--db", "", "--seq", "64", "--heads", "2", "--head-dim", "32"},
+      {"report", "--db", ""},
+      {"report", "--db="},
+  };
+  if (Fusetune({"--help"}).out.find("serve") != std::string::npos) {
+    cases.push_back({"serve", "--db", "", "--listen", "127.0.0.1:0", "--metrics", "off"});
+  }
+  for (const auto& args : cases) {
+    CommandResult r = Fusetune(args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << "\nstdout: " << r.out << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find("--db"), std::string::npos) << args[0] << ": the error names the flag: " << r.err;
+  }
+}
+
+// A file that is not a fusetune database: every command names the file and says what is
+// wrong, without SQL text, and leaves the file as it was.
+TEST(Cli, ANonDatabaseFileIsNamedInTheErrorWithoutSql) {
+  TempDir dir;
+  const std::string db = dir.File("notes.db");
+  const std::string content(4096, 'x');
+  std::ofstream(db) << content;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"report", "--db", db},
+        {"best", "--db", db, "--seq", "64", "--heads", "2", "--head-dim", "32"},
+        {"sweep", "--db", db, "--seq", "48", "--heads", "2", "--head-dim", "32", "--max-trials", "1"}}) {
+    CommandResult r = Fusetune(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find(db), std::string::npos) << args[0] << ": the error names the file: " << r.err;
+    EXPECT_NE(r.err.find("not a fusetune database"), std::string::npos) << args[0] << ": " << r.err;
+    for (const char* sql : {"SELECT", "PRAGMA", "INSERT", "BEGIN", "executing", "preparing"}) {
+      EXPECT_EQ(r.err.find(sql), std::string::npos) << args[0] << ": SQL in the message: " << r.err;
+    }
+    EXPECT_EQ(ReadFile(db), content) << args[0] << " changed the file";
+  }
+}
+
+// report and best on a database in a directory this process cannot write (so SQLite cannot
+// create the -wal/-shm files next to it) answer exactly as on a writable copy.
+TEST(Cli, ReportAndBestReadADatabaseInAReadOnlyDirectory) {
+  TempDir dir;
+  const std::string shared = dir.File("shared");
+  const std::string copy = dir.File("copy");
+  std::filesystem::create_directory(shared);
+  std::filesystem::create_directory(copy);
+  CommandResult sweep = Fusetune({"sweep", "--db", shared + "/fusetune.db", "--seq", "48,64", "--heads", "2",
+                                  "--head-dim", "32", "--max-trials", "2", "--repeats", "3"});
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.out << sweep.err;
+  // A finished sweep leaves the database alone in its directory: no WAL left to replay.
+  ASSERT_FALSE(std::filesystem::exists(shared + "/fusetune.db-wal"));
+  std::filesystem::copy_file(shared + "/fusetune.db", copy + "/fusetune.db");
+
+  ReadOnlyView view(shared);
+  if (!view.ok()) GTEST_SKIP() << "cannot make a read-only directory: " << view.unavailable_reason();
+  const std::string read_only_db = view.path() + "/fusetune.db";
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"report", "--json"}, std::vector<std::string>{"report"},
+        std::vector<std::string>{"best", "--seq", "64", "--heads", "2", "--head-dim", "32", "--json"}}) {
+    auto args_for = [&](const std::string& db) {
+      std::vector<std::string> args = command;
+      args.insert(args.begin() + 1, {"--db", db});
+      return args;
+    };
+    CommandResult read_only = Fusetune(args_for(read_only_db));
+    CommandResult writable = Fusetune(args_for(copy + "/fusetune.db"));
+    ASSERT_EQ(writable.exit_code, 0) << writable.err;
+    EXPECT_EQ(read_only.exit_code, 0) << view.mechanism() << ": " << read_only.err;
+    EXPECT_EQ(read_only.out, writable.out) << command[0];
+    EXPECT_FALSE(read_only.out.empty());
+  }
+  EXPECT_FALSE(std::filesystem::exists(read_only_db + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(read_only_db + "-shm"));
+}
+
+// The same for a directory of another user (mode 0555, owned by root) read by an unprivileged
+// user: SQLite used to fail with "attempt to write a readonly database" there. Needs root to
+// switch users (setpriv); as another user, the test above already runs with mode 0555.
+TEST(Cli, ReportAndBestReadAnotherUsersDirectory) {
+  const char* setpriv = "/usr/bin/setpriv";
+  if (::geteuid() != 0) GTEST_SKIP() << "not root: ReportAndBestReadADatabaseInAReadOnlyDirectory covers mode 0555";
+  if (::access(setpriv, X_OK) != 0) GTEST_SKIP() << "no " << setpriv << " to run as another user";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);  // mkdtemp makes it 0700
+  const std::string shared = dir.File("shared");
+  std::filesystem::create_directory(shared);
+  const std::string db = shared + "/fusetune.db";
+  CommandResult sweep = Fusetune({"sweep", "--db", db, "--seq", "48", "--heads", "2", "--head-dim", "32",
+                                  "--max-trials", "2", "--repeats", "3"});
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.out << sweep.err;
+  ASSERT_EQ(::chmod(db.c_str(), 0644), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 0555), 0);
+  const std::vector<std::string> as_nobody = {setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+                                              FUSETUNE_BINARY};
+  std::vector<std::string> version = as_nobody;
+  version.push_back("--version");
+  CommandResult probe = RunCommand(version);
+  if (probe.exit_code != 0) GTEST_SKIP() << "cannot run " << FUSETUNE_BINARY << " as uid 65534: " << probe.err;
+  const std::vector<std::vector<std::string>> commands = {
+      {"report", "--json", "--db", db},
+      {"best", "--seq", "48", "--heads", "2", "--head-dim", "32", "--json", "--db", db}};
+  std::vector<CommandResult> other_user;
+  for (const std::vector<std::string>& command : commands) {
+    std::vector<std::string> args = as_nobody;
+    args.insert(args.end(), command.begin(), command.end());
+    other_user.push_back(RunCommand(args, 300));
+    EXPECT_EQ(other_user.back().exit_code, 0) << command[0] << ": " << other_user.back().err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(db + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(db + "-shm"));
+  for (size_t i = 0; i < commands.size(); ++i) {
+    CommandResult owner = Fusetune(commands[i]);
+    ASSERT_EQ(owner.exit_code, 0) << owner.err;
+    EXPECT_EQ(other_user[i].out, owner.out) << commands[i][0];
+    EXPECT_FALSE(owner.out.empty());
+  }
+  ::chmod(shared.c_str(), 0755);  // so that TempDir can remove it
 }
 
 TEST(Cli, SweepThenReportJsonAndBest) {

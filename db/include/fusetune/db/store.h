@@ -82,8 +82,20 @@ enum class Durability {
   kProcessCrash,
 };
 
+// What a Store may do to its file (see db/README.md, "Reading a shared database").
+enum class StoreAccess {
+  // Creates the file if absent, switches it to WAL and applies missing migrations. Needs
+  // write access to the file and to its directory (SQLite keeps <db>-wal and <db>-shm there).
+  kReadWrite,
+  // For commands that only read (report, best): never creates, migrates or changes the file,
+  // and works where this process cannot write, e.g. a read-only mount or another user's
+  // directory. Write methods fail with PermissionDenied.
+  kReadOnly,
+};
+
 struct StoreOptions {
-  Durability durability = Durability::kPowerLoss;
+  StoreAccess access = StoreAccess::kReadWrite;
+  Durability durability = Durability::kPowerLoss;  // kReadWrite only
   // How long a write waits for another connection's (process's) write lock before
   // failing with Unavailable.
   int busy_timeout_ms = 10000;
@@ -91,9 +103,21 @@ struct StoreOptions {
 
 class Store : public TrialSink {
  public:
-  // Opens (creating if absent) and migrates the database at `path` (":memory:" works).
-  // FailedPrecondition if the file's schema is newer than this binary knows; Internal on
-  // an SQLite error (message includes SQLite's).
+  // Opens the database at `path` (a file name; ":memory:" works for kReadWrite).
+  //
+  // kReadWrite: creates the file if absent and migrates it to LatestSchemaVersion().
+  // kReadOnly: NotFound ("no database at PATH") when the file does not exist; reads through
+  // a WAL that another process is writing. Where SQLite cannot create <db>-shm (the directory
+  // is read-only for this process) and no <db>-wal content is pending, the file is opened
+  // immutable (SQLite then takes no locks; a writer must not start while this Store is open).
+  // FailedPrecondition when pending <db>-wal content cannot be read without write access
+  // (the message says how to fold it into the file), or when the schema is not this
+  // binary's: older (a writing open upgrades it) or absent (not a fusetune database).
+  //
+  // Both: InvalidArgument for an empty path; FailedPrecondition if the schema is newer than
+  // this binary knows (nothing is changed); DataLoss for a file that is not an SQLite
+  // database or is damaged; other SQLite failures as mapped in db/README.md. Every message
+  // names the file and says what to do.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
                                                      const StoreOptions& options);
