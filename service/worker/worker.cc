@@ -232,7 +232,7 @@ class Worker::DeviceRunner {
         if (!st.ok() || !lease.leased()) {
           if (shared_.options.max_jobs > 0) shared_.jobs_reserved.fetch_sub(1);
           if (!st.ok() && !shared_.stopping() && !shared_.max_jobs_done()) {
-            if (absl::IsNotFound(st) || absl::IsFailedPrecondition(st)) Register();  // server forgot us
+            if (ErrorReason(st) == kReasonWorkerNotRegistered) Register();  // the server forgot us
             const int64_t delay = backoff.NextDelayMs();
             Log(absl::StrCat("lease failed: ", StatusText(st), "; retry in ", delay, " ms"));
             shared_.SleepUnlessStopping(absl::Milliseconds(delay));
@@ -258,7 +258,7 @@ class Worker::DeviceRunner {
                     /*cancel_on_stop=*/true);
     grpc::Status st = shared_.worker_stub->LeaseJob(&ctx, req, &lease);
     shared_.Done(ctx);
-    return FromGrpcStatus(st);
+    return FromGrpcCall(st, ctx);
   }
 
   // Before leasing anything, upload what an earlier life of this worker left in the spool.
@@ -650,7 +650,7 @@ class Worker::DeviceRunner {
       shared_.Prepare(ctx, absl::Milliseconds(std::max<int64_t>(500, heartbeat_ms_.load())));
       grpc::Status st = shared_.worker_stub->Heartbeat(&ctx, req, &resp);
       shared_.Done(ctx);
-      if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      if (ErrorReason(FromGrpcCall(st, ctx)) == kReasonWorkerNotRegistered) {
         Register();  // the server does not know us (e.g. a fresh database)
         continue;
       }
@@ -715,7 +715,7 @@ class Worker::DeviceRunner {
       for (int64_t run : order) {
         absl::Status st = UploadRun(by_run[run]);
         if (st.ok()) continue;
-        if (absl::IsFailedPrecondition(st) && absl::StrContains(st.message(), "not registered")) {
+        if (ErrorReason(st) == kReasonWorkerNotRegistered) {
           Register();  // a server that lost our registration: register again, then retry
           failed = true;
           break;
@@ -813,7 +813,7 @@ class Worker::DeviceRunner {
       std::vector<std::string> ids = {trials[0].trial_id};
       return spool_->Acknowledge(ids);
     }
-    return FromGrpcStatus(st);
+    return FromGrpcCall(st, ctx);
   }
 
   const std::shared_ptr<Shared> shared_owner_;
