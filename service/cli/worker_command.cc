@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "commands.h"
+#include "fusetune/service/connection.h"
 #include "fusetune/worker/worker.h"
 
 namespace fusetune::cli {
@@ -25,7 +26,7 @@ extern "C" void OnWorkerStopSignal(int) {
 }
 
 struct WorkerFlags {
-  std::string server = "127.0.0.1:50051";
+  std::string server = kDefaultServiceAddress;
   std::string token_file;
   std::string tls_ca_file;
   std::string backend = "cpu";

@@ -21,6 +21,7 @@
 #include "absl/strings/ascii.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/service/best_config_index.h"
+#include "fusetune/service/connection.h"
 #include "fusetune/service/convert.h"
 #include "fusetune/tuner/selection.h"
 #include "google/protobuf/util/json_util.h"
@@ -1250,6 +1251,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
   }
   if (options.db_path.empty()) return absl::InvalidArgumentError("db_path is required");
+  if (auto s = ValidateServiceAddress(options.listen_address, "listen address", /*listening=*/true); !s.ok()) {
+    return s;
+  }
   std::string token = options.token;
   if (token.empty() && !options.token_file.empty()) {
     auto t = ReadFirstLine(options.token_file, "token");

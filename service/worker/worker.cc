@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
+#include "fusetune/service/connection.h"
 #include "fusetune/service/convert.h"
 #include "fusetune/tuner/sweep.h"
 #include "fusetune/worker/spool.h"
@@ -867,7 +868,8 @@ void Worker::RequestStop() { shared_->stop.store(true, std::memory_order_relaxed
 Worker::~Worker() = default;
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
-  if (options.server.empty()) return absl::InvalidArgumentError("--server is required (host:port)");
+  // A malformed address is a usage error now, not an endless reconnect loop later.
+  if (absl::Status s = ValidateServiceAddress(options.server, "--server"); !s.ok()) return s;
   if (options.spool_dir.empty()) return absl::InvalidArgumentError("--spool is required (a directory)");
   if (options.lease_wait_ms < 0 || options.lease_wait_ms > 30000) {
     return absl::InvalidArgumentError("--lease-wait-ms must be in [0, 30000]");
@@ -920,11 +922,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
   }
 
   auto shared = std::make_shared<Shared>();
-  grpc::ChannelArguments args;
-  // gRPC's own reconnect backoff defaults to a 120 s cap; bound it like ours.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.initial_ms));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.initial_ms));
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.max_ms));
+  // gRPC's own reconnect backoff is bounded by the worker's, so that a restarted server is
+  // seen within backoff.max_ms.
+  grpc::ChannelArguments args = ReconnectChannelArguments(options.backoff.initial_ms, options.backoff.max_ms);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (options.tls_root_certs.empty()) {
     creds = grpc::InsecureChannelCredentials();
