@@ -56,8 +56,11 @@ absl::Status ValidateServiceAddress(std::string_view address, std::string_view f
 }
 
 grpc::ChannelArguments ReconnectChannelArguments(int64_t initial_ms, int64_t max_ms) {
-  const int initial = static_cast<int>(std::clamp<int64_t>(initial_ms, 1, INT_MAX));
-  const int max = std::max(initial, static_cast<int>(std::clamp<int64_t>(max_ms, 1, INT_MAX)));
+  const int64_t max_total = std::clamp<int64_t>(max_ms, 1, INT_MAX);
+  // gRPC adds up to +20% jitter to the capped backoff: cap at 5/6 of max_ms so that the
+  // jittered delay stays within max_ms.
+  const int max = static_cast<int>(std::max<int64_t>(1, max_total * 5 / 6));
+  const int initial = static_cast<int>(std::clamp<int64_t>(initial_ms, 1, max));
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial);

@@ -97,11 +97,15 @@ struct Worker::Shared {
 
   // Prepares a context: deadline, token; registered so a stop can cancel it.
   // `cancel_on_stop`: long polls and registration, which a stop should cut short (uploads,
-  // releases and completions during shutdown must not be).
+  // releases and completions during shutdown must not be). Those calls also wait for the
+  // channel to (re)connect within their deadline instead of failing at once while the
+  // service is away, so they go out the moment gRPC's bounded reconnect succeeds rather than
+  // a whole worker backoff later.
   void Prepare(grpc::ClientContext& ctx, absl::Duration timeout, bool cancel_on_stop = false) {
     ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
     if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
     if (!cancel_on_stop) return;
+    ctx.set_wait_for_ready(true);
     absl::MutexLock lock(&calls_mu);
     calls.insert(&ctx);
   }

@@ -27,7 +27,8 @@ absl::Status ValidateServiceAddress(std::string_view address, std::string_view f
 // Channel arguments for a client of the service whose own retries back off from
 // `initial_ms` up to `max_ms`: gRPC's reconnect backoff (by default 1 s growing to 120 s,
 // which is what made a restarted server wait for its workers) starts at `initial_ms` and
-// never exceeds `max_ms`. Values are clamped to [1, INT_MAX] ms and max >= initial.
+// never exceeds `max_ms` (jitter included). Values are clamped to [1, INT_MAX] ms; initial
+// is at most max.
 grpc::ChannelArguments ReconnectChannelArguments(int64_t initial_ms, int64_t max_ms);
 
 }  // namespace fusetune
