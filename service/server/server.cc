@@ -834,7 +834,8 @@ grpc::Status Server::Impl::RegisterWorker(const v1::RegisterWorkerRequest& req,
 // the server how a call ended: OnCancel when the caller is gone (cancelled, past its deadline,
 // disconnected) and, in OnDone, whether the reply was delivered. A long-poll waits up to 30 s,
 // which must not block gRPC's callback threads, so each call runs on a thread of its own
-// (at most max_concurrent_long_polls wait at once; the others are refused at once).
+// (at most max_concurrent_long_polls at once; StartLeaseJob refuses the others, and
+// unauthenticated calls, without a thread).
 //
 // Lifetime: created by StartLeaseJob, deleted by OnDone (after Finish; gRPC guarantees
 // OnDone is the last callback). Thread-safety: Run on its thread; OnCancel/OnDone on gRPC's.
@@ -846,13 +847,12 @@ class Server::Impl::LeaseCall final : public grpc::ServerUnaryReactor {
 
   grpc::CallbackServerContext* context() { return ctx_; }
 
-  // Runs the long-poll and finishes the call; `this` may be deleted once it returns.
+  // Runs the long-poll (of an authenticated call holding a long-poll slot) and finishes the
+  // call; `this` may be deleted once it returns.
   void Run() {
-    grpc::Status status = impl_->Handle("LeaseJob", [&] {
-      if (auto s = impl_->Authenticate(ctx_); !s.ok()) return s;
-      return impl_->LeaseJob(*this, *req_, resp_);
-    });
+    grpc::Status status = impl_->Handle("LeaseJob", [&] { return impl_->LeaseJob(*this, *req_, resp_); });
     if (!status.ok()) resp_->Clear();
+    impl_->long_polls_.Release();  // before the reply: the caller's next poll may come at once
     Finish(status);
   }
 
@@ -894,6 +894,19 @@ class Server::Impl::LeaseCall final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* Server::Impl::StartLeaseJob(grpc::CallbackServerContext* ctx,
                                                       const v1::LeaseJobRequest* req, v1::LeaseJobResponse* resp) {
   auto* call = new LeaseCall(this, ctx, req, resp);
+  // Refusals that need no waiting are answered here, so that only authenticated calls within
+  // the long-poll cap get a thread.
+  grpc::Status refused = Authenticate(ctx);
+  if (refused.ok() && !long_polls_.Acquire()) {
+    refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           Cat("too many concurrent LeaseJob long-polls (", options_.max_concurrent_long_polls,
+                               "); retry later"));
+  }
+  if (!refused.ok()) {
+    metrics_->ObserveRpc("LeaseJob", refused.error_code(), 0.0);
+    call->Finish(refused);
+    return call;
+  }
   {
     std::lock_guard<std::mutex> lock(poll_threads_mu_);
     ++poll_threads_;
@@ -907,6 +920,7 @@ grpc::ServerUnaryReactor* Server::Impl::StartLeaseJob(grpc::CallbackServerContex
       std::notify_all_at_thread_exit(poll_threads_cv_, std::move(lock));
     }).detach();
   } catch (const std::system_error&) {
+    long_polls_.Release();
     {
       std::lock_guard<std::mutex> lock(poll_threads_mu_);
       --poll_threads_;
@@ -947,12 +961,6 @@ grpc::Status Server::Impl::LeaseJob(LeaseCall& call, const v1::LeaseJobRequest& 
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         Cat("device_class '", req.device_class(), "' differs from the worker's registered '",
                             worker->device_class, "'"));
-  }
-  SlotGuard slot(&long_polls_);
-  if (!slot.held()) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        Cat("too many concurrent LeaseJob long-polls (", options_.max_concurrent_long_polls,
-                            "); retry later"));
   }
   // The wait ends after wait_ms or at the caller's own deadline, whichever comes first.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(req.wait_ms());
