@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -471,11 +472,17 @@ struct FileSchema {
 };
 
 absl::StatusOr<FileSchema> ReadFileSchema(Connection& c) {
+  // One statement, so both come from one snapshot: read apart, a concurrent creator's
+  // migration could commit in between (version 0, then tables) and look like a foreign file.
+  FT_DB_ASSIGN_OR_RETURN(std::string text,
+                         c.QueryText("SELECT (SELECT user_version FROM pragma_user_version) || ' ' || "
+                                     "(SELECT COUNT(*) FROM sqlite_master)"));
   FileSchema schema;
-  FT_DB_ASSIGN_OR_RETURN(std::string version, c.QueryText("PRAGMA user_version"));
-  schema.version = std::atoi(version.c_str());
-  FT_DB_ASSIGN_OR_RETURN(std::string tables, c.QueryText("SELECT COUNT(*) FROM sqlite_master"));
-  schema.has_tables = std::atoi(tables.c_str()) > 0;
+  int tables = 0;
+  if (std::sscanf(text.c_str(), "%d %d", &schema.version, &tables) != 2) {
+    return absl::InternalError(absl::StrCat("unexpected schema probe result '", text, "'"));
+  }
+  schema.has_tables = tables > 0;
   return schema;
 }
 

@@ -41,6 +41,7 @@ void AddWorkerCommand(CLI::App& app, CommandContext& context);  // worker_comman
 void AddServeCommand(CLI::App& app, CommandContext& context);   // serve_command.cc
 void AddSubmitCommand(CLI::App& app, CommandContext& context);  // submit_command.cc
 void AddJobsCommand(CLI::App& app, CommandContext& context);    // jobs_command.cc
+void AddWorkersCommand(CLI::App& app, CommandContext& context);  // workers_command.cc
 
 }  // namespace fusetune::cli
 

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   AddServeCommand(app, context);
   AddSubmitCommand(app, context);
   AddJobsCommand(app, context);
+  AddWorkersCommand(app, context);
 #endif
 
   try {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "commands.h"
+#include "fusetune/service/connection.h"
 #include "fusetune/service/server.h"
 #include "problem_flags.h"
 
@@ -70,7 +71,7 @@ int RunServe(ServeFlags f) {
 
 void AddServeCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<ServeFlags>();
-  flags->options.listen_address = "127.0.0.1:7411";
+  flags->options.listen_address = kDefaultServiceAddress;
   flags->options.db_path = "./fusetune.db";
   CLI::App* serve = app.add_subcommand("serve", "Run the tuning service (gRPC + /metrics) over a database.");
   serve->add_option("--listen", flags->options.listen_address, "gRPC address host:port (port 0 = any free port)")

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "fusetune/service/connection.h"
 
 namespace fusetune::cli {
 namespace {
@@ -22,7 +23,8 @@ std::string Trim(std::string s) {
 
 void ServerConnectionFlags::Register(CLI::App* command, bool with_server) {
   if (with_server) {
-    command->add_option("--server", server, "address of `fusetune serve`, host:port")->required();
+    server = kDefaultServiceAddress;
+    command->add_option("--server", server, "address of `fusetune serve`, host:port")->capture_default_str();
   }
   command->add_option("--token-file", token_file,
                       "file whose first line is the service token (default: env FUSETUNE_TOKEN)");
@@ -33,7 +35,7 @@ void ServerConnectionFlags::Register(CLI::App* command, bool with_server) {
 }
 
 absl::StatusOr<ServerConnection> ServerConnection::Open(const ServerConnectionFlags& flags) {
-  if (flags.server.empty()) return absl::InvalidArgumentError("--server is empty");
+  if (auto s = ValidateServiceAddress(flags.server, "--server"); !s.ok()) return s;
   ServerConnection c;
   c.timeout_s_ = flags.timeout_s;
   if (!flags.token_file.empty()) {

@@ -15,18 +15,20 @@
 namespace fusetune::cli {
 
 struct ServerConnectionFlags {
-  std::string server;       // host:port
+  std::string server;       // host:port (kDefaultServiceAddress where --server has a default)
   std::string token_file;   // first line is the token; else env FUSETUNE_TOKEN; else none
   std::string tls_ca_file;  // PEM root certificate: connect with TLS
   double timeout_s = 10;    // per call
 
-  // Adds --token-file, --tls-ca and --timeout (and --server when `with_server`).
+  // Adds --token-file, --tls-ca and --timeout (and --server, defaulting to
+  // kDefaultServiceAddress, when `with_server`).
   void Register(CLI::App* command, bool with_server);
 };
 
 class ServerConnection {
  public:
-  // NotFound when the token or CA file cannot be read; InvalidArgument for an empty address.
+  // NotFound when the token or CA file cannot be read; InvalidArgument for an address that
+  // is not host:port (ValidateServiceAddress).
   static absl::StatusOr<ServerConnection> Open(const ServerConnectionFlags& flags);
 
   v1::TuningService::Stub& tuning() { return *tuning_; }

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "commands.h"
 #include "fusetune/metrics/metrics_endpoint.h"
+#include "fusetune/service/connection.h"
 #include "fusetune/worker/worker.h"
 #include "fusetune/worker/worker_metrics.h"
 
@@ -27,7 +28,7 @@ extern "C" void OnWorkerStopSignal(int) {
 }
 
 struct WorkerFlags {
-  std::string server = "127.0.0.1:50051";
+  std::string server = kDefaultServiceAddress;
   std::string token_file;
   std::string tls_ca_file;
   std::string backend = "cpu";

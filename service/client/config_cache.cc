@@ -77,7 +77,10 @@ ConfigCache::ConfigCache(std::unique_ptr<BestConfigFetcher> fetcher, ConfigCache
 std::unique_ptr<ConfigCache> ConfigCache::Connect(const GrpcFetcherOptions& fetcher_options,
                                                   ConfigCacheOptions options) {
   if (options.device_class.empty()) options.device_class = fetcher_options.device_class;
-  return std::make_unique<ConfigCache>(CreateGrpcFetcher(fetcher_options), std::move(options));
+  GrpcFetcherOptions bounded = fetcher_options;
+  bounded.reconnect_initial = options.retry_initial;
+  bounded.reconnect_max = options.retry_max;
+  return std::make_unique<ConfigCache>(CreateGrpcFetcher(bounded), std::move(options));
 }
 
 ConfigCache::~ConfigCache() {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "fusetune/client/config_cache.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
+#include "fusetune/service/connection.h"
 #include "fusetune/service/convert.h"
 #include "grpcpp/grpcpp.h"
 
@@ -33,7 +34,10 @@ class GrpcFetcher : public BestConfigFetcher {
       ssl.pem_root_certs = options_.tls_root_certs;
       creds = grpc::SslCredentials(ssl);
     }
-    stub_ = v1::TuningService::NewStub(grpc::CreateChannel(options_.target, creds));
+    stub_ = v1::TuningService::NewStub(grpc::CreateCustomChannel(
+        options_.target, creds,
+        ReconnectChannelArguments(absl::ToInt64Milliseconds(options_.reconnect_initial),
+                                  absl::ToInt64Milliseconds(options_.reconnect_max))));
   }
 
   absl::StatusOr<std::vector<absl::StatusOr<CachedConfig>>> Fetch(

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/cord.h"
+#include "absl/types/optional.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "string_util.h"
@@ -184,7 +186,9 @@ void ConfigToProto(const KernelConfig& c, v1::Config* proto) {
 
 absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   Trial t;
-  if (auto s = ValidateId(proto.trial_id(), "trial.trial_id"); !s.ok()) return s;
+  if (!proto.trial_id().empty()) {
+    if (auto s = ValidateId(proto.trial_id(), "trial.trial_id"); !s.ok()) return s;
+  }
   if (proto.run_id() <= 0) return Invalid("trial.run_id", "must be > 0");
   if (proto.problem_key().empty()) return Invalid("trial.problem_key", "must not be empty");
   if (auto s = CheckLength(proto.problem_key(), kMaxKeyLength, "trial.problem_key"); !s.ok()) return s;
@@ -195,9 +199,12 @@ absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   if (proto.attempt() < 0 || proto.attempt() > kMaxAttempt) {
     return Invalid("trial.attempt", Cat("must be in [0, ", kMaxAttempt, "]"));
   }
-  if (proto.trial_id() !=
-      TrialId(proto.run_id(), proto.problem_key(), proto.config_key(), proto.attempt())) {
-    return Invalid("trial.trial_id", "is not TrialId(run_id, problem_key, config_key, attempt)");
+  // Empty: the id is derived here from the same fields, so a retried upload still maps to
+  // the same row. Set: it must be that derivation (a mismatch is a client bug, refused).
+  std::string trial_id = TrialId(proto.run_id(), proto.problem_key(), proto.config_key(), proto.attempt());
+  if (!proto.trial_id().empty() && proto.trial_id() != trial_id) {
+    return Invalid("trial.trial_id",
+                   Cat("is not TrialId(run_id, problem_key, config_key, attempt) = '", trial_id, "'"));
   }
   auto outcome = ParseTrialOutcome(proto.outcome());
   if (!outcome.ok()) return Invalid("trial.outcome", outcome.status().message());
@@ -220,7 +227,7 @@ absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   if (proto.sm_clock_mhz() < 0) return Invalid("trial.sm_clock_mhz", "must be >= 0");
   if (proto.created_unix_ms() < 0) return Invalid("trial.created_unix_ms", "must be >= 0");
 
-  t.trial_id = proto.trial_id();
+  t.trial_id = std::move(trial_id);
   t.run_id = proto.run_id();
   t.problem_key = proto.problem_key();
   t.config_key = proto.config_key();
@@ -314,6 +321,21 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::Status FromGrpcCall(const grpc::Status& status, const grpc::ClientContext& finished_call) {
+  absl::Status out = FromGrpcStatus(status);
+  if (out.ok()) return out;
+  const auto& trailers = finished_call.GetServerTrailingMetadata();
+  if (auto it = trailers.find(kErrorReasonMetadata); it != trailers.end()) {
+    out.SetPayload(kErrorReasonMetadata, absl::Cord(absl::string_view(it->second.data(), it->second.size())));
+  }
+  return out;
+}
+
+std::string ErrorReason(const absl::Status& status) {
+  absl::optional<absl::Cord> reason = status.GetPayload(kErrorReasonMetadata);
+  return reason ? std::string(*reason) : std::string();
 }
 
 }  // namespace fusetune

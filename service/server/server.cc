@@ -1,5 +1,6 @@
 #include "fusetune/service/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "absl/strings/ascii.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/service/best_config_index.h"
+#include "fusetune/service/connection.h"
 #include "fusetune/service/convert.h"
 #include "fusetune/tuner/selection.h"
 #include "google/protobuf/descriptor.h"
@@ -245,7 +248,7 @@ class Server::Impl {
     return status;
   }
 
-  grpc::Status Authenticate(grpc::ServerContext* ctx) const {
+  grpc::Status Authenticate(const grpc::ServerContextBase* ctx) const {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
     if (it == md.end()) {
@@ -260,7 +263,7 @@ class Server::Impl {
     }
     return grpc::Status::OK;
   }
-  grpc::Status AuthenticateRead(grpc::ServerContext* ctx) const {
+  grpc::Status AuthenticateRead(const grpc::ServerContextBase* ctx) const {
     return options_.open_reads ? grpc::Status::OK : Authenticate(ctx);
   }
 
@@ -271,21 +274,32 @@ class Server::Impl {
   grpc::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   grpc::Status ListTrials(const v1::ListTrialsRequest& req, v1::ListTrialsResponse* resp);
   grpc::Status ListRegressions(const v1::ListRegressionsRequest& req, v1::ListRegressionsResponse* resp);
+  grpc::Status ListWorkers(const v1::ListWorkersRequest& req, v1::ListWorkersResponse* resp);
 
   // ---- WorkerService
   grpc::Status RegisterWorker(const v1::RegisterWorkerRequest& req, v1::RegisterWorkerResponse* resp);
-  grpc::Status LeaseJob(grpc::ServerContext* ctx, const v1::LeaseJobRequest& req, v1::LeaseJobResponse* resp);
-  grpc::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp);
+  // LeaseJob runs on the callback API (LeaseCall below): starts the call's long-poll.
+  grpc::ServerUnaryReactor* StartLeaseJob(grpc::CallbackServerContext* ctx, const v1::LeaseJobRequest* req,
+                                          v1::LeaseJobResponse* resp);
+  grpc::Status Heartbeat(grpc::ServerContextBase* ctx, const v1::HeartbeatRequest& req,
+                         v1::HeartbeatResponse* resp);
   grpc::Status ReportTrials(grpc::ServerContext* ctx, grpc::ServerReader<v1::Trial>* reader,
                             v1::ReportTrialsResponse* resp);
   grpc::Status CompleteJob(const v1::CompleteJobRequest& req);
   grpc::Status ReleaseJob(const v1::ReleaseJobRequest& req);
 
  private:
-  struct WorkerEntry {
-    WorkerRecord record;
-    std::string host;
-  };
+  class LeaseCall;
+
+  // The long-poll of one LeaseJob call; `call` tells whether its caller is still there.
+  grpc::Status LeaseJob(LeaseCall& call, const v1::LeaseJobRequest& req, v1::LeaseJobResponse* resp);
+  // Puts a job leased for a reply that could not be delivered straight back in the queue.
+  void ReturnUndeliveredLease(int64_t job_id, const std::string& worker_id);
+  // Wakes every waiting long-poll (without changing the queue generation).
+  void WakeLongPolls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
 
   void RefreshLoop();
   void RefreshIndex();
@@ -332,6 +346,11 @@ class Server::Impl {
   std::map<std::string, WorkerRecord> workers_;
   std::mutex runs_mu_;
   std::map<int64_t, int64_t> run_to_job_;
+
+  // LeaseJob long-poll threads still running; Shutdown waits for them.
+  std::mutex poll_threads_mu_;
+  std::condition_variable poll_threads_cv_;
+  int poll_threads_ = 0;
 
   // Services before the server: members die in reverse order, and gRPC needs its services
   // to outlive the server object.
@@ -409,12 +428,20 @@ class TuningServiceImpl final : public v1::TuningService::Service {
       return impl_->ListRegressions(*req, resp);
     });
   }
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
+                           v1::ListWorkersResponse* resp) override {
+    return impl_->Handle("ListWorkers", [&] {
+      if (auto s = impl_->AuthenticateRead(ctx); !s.ok()) return s;
+      return impl_->ListWorkers(*req, resp);
+    });
+  }
 
  private:
   Server::Impl* impl_;
 };
 
-class WorkerServiceImpl final : public v1::WorkerService::Service {
+// LeaseJob alone uses the callback API (see Server::Impl::LeaseCall); the rest is sync.
+class WorkerServiceImpl final : public v1::WorkerService::WithCallbackMethod_LeaseJob<v1::WorkerService::Service> {
  public:
   explicit WorkerServiceImpl(Server::Impl* impl) : impl_(impl) {}
 
@@ -425,18 +452,15 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
       return impl_->RegisterWorker(*req, resp);
     });
   }
-  grpc::Status LeaseJob(grpc::ServerContext* ctx, const v1::LeaseJobRequest* req,
-                        v1::LeaseJobResponse* resp) override {
-    return impl_->Handle("LeaseJob", [&] {
-      if (auto s = impl_->Authenticate(ctx); !s.ok()) return s;
-      return impl_->LeaseJob(ctx, *req, resp);
-    });
+  grpc::ServerUnaryReactor* LeaseJob(grpc::CallbackServerContext* ctx, const v1::LeaseJobRequest* req,
+                                     v1::LeaseJobResponse* resp) override {
+    return impl_->StartLeaseJob(ctx, req, resp);
   }
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
     return impl_->Handle("Heartbeat", [&] {
       if (auto s = impl_->Authenticate(ctx); !s.ok()) return s;
-      return impl_->Heartbeat(*req, resp);
+      return impl_->Heartbeat(ctx, *req, resp);
     });
   }
   grpc::Status ReportTrials(grpc::ServerContext* ctx, grpc::ServerReader<v1::Trial>* reader,
@@ -514,7 +538,12 @@ absl::Status Server::Impl::StartGrpc() {
         Cat("cannot listen on '", options_.listen_address, "' (address in use or invalid?)"));
   }
   if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+    // The whole server ("") and each service by its full proto name; Shutdown turns them
+    // all NOT_SERVING.
     health->SetServingStatus(true);
+    for (const char* service : {v1::TuningService::service_full_name(), v1::WorkerService::service_full_name()}) {
+      health->SetServingStatus(service, true);
+    }
   }
   refresher_ = std::thread([this] { RefreshLoop(); });
   return absl::OkStatus();
@@ -532,6 +561,11 @@ void Server::Impl::Shutdown() {
         health->SetServingStatus(false);
       }
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    }
+    {
+      // Every long-poll saw shutting_down_ and is finishing; none starts after the server stopped.
+      std::unique_lock<std::mutex> lock(poll_threads_mu_);
+      poll_threads_cv_.wait(lock, [&] { return poll_threads_ == 0; });
     }
     if (refresher_.joinable()) refresher_.join();
   });
@@ -725,6 +759,52 @@ grpc::Status Server::Impl::ListRegressions(const v1::ListRegressionsRequest& req
   return grpc::Status::OK;
 }
 
+grpc::Status Server::Impl::ListWorkers(const v1::ListWorkersRequest& req, v1::ListWorkersResponse* resp) {
+  if (req.limit() < 0 || req.limit() > 10000) return Invalid("limit: must be in [1, 10000] (0 = 1000)");
+  const size_t limit = req.limit() == 0 ? 1000 : static_cast<size_t>(req.limit());
+  auto workers = store_->ListWorkers();
+  if (!workers.ok()) return ToGrpcStatus(workers.status());
+  auto leased = store_->ListJobs(JobState::kLeased, 100000);
+  if (!leased.ok()) return ToGrpcStatus(leased.status());
+  std::map<std::string, std::vector<const Job*>> held;  // worker id -> its leased jobs
+  for (const Job& j : *leased) held[j.leased_by].push_back(&j);
+  std::sort(workers->begin(), workers->end(),
+            [](const WorkerRecord& a, const WorkerRecord& b) { return a.worker_id < b.worker_id; });
+  const int64_t now = NowUnixMs();
+  for (const WorkerRecord& w : *workers) {
+    if (static_cast<size_t>(resp->workers_size()) >= limit) {
+      resp->set_truncated(true);
+      break;
+    }
+    v1::WorkerStatus* out = resp->add_workers();
+    out->set_worker_id(w.worker_id);
+    out->set_host(w.host);
+    out->set_device_class(w.device_class);
+    out->set_backend(w.backend);
+    v1::DeviceInfo device;
+    if (google::protobuf::util::JsonStringToMessage(w.device_json, &device).ok()) {
+      out->set_device_name(device.name());
+      out->set_device_index(device.device_index());
+    }
+    out->set_registered_unix_ms(w.registered_unix_ms);
+    out->set_last_seen_unix_ms(w.last_heartbeat_unix_ms);
+    out->set_alive(now - w.last_heartbeat_unix_ms <= options_.worker_alive_ms);
+    if (auto it = held.find(w.worker_id); it != held.end()) {
+      std::vector<const Job*>& jobs = it->second;
+      std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->job_id < b->job_id; });
+      int64_t expiry = 0;
+      for (const Job* j : jobs) {
+        out->add_leased_job_ids(j->job_id);
+        if (expiry == 0 || j->lease_expiry_unix_ms < expiry) expiry = j->lease_expiry_unix_ms;
+      }
+      out->set_lease_expiry_unix_ms(expiry);
+    }
+  }
+  resp->set_now_unix_ms(now);
+  resp->set_alive_window_ms(options_.worker_alive_ms);
+  return grpc::Status::OK;
+}
+
 // ------------------------------------------------------------------------------ WorkerService
 
 grpc::Status Server::Impl::RegisterWorker(const v1::RegisterWorkerRequest& req,
@@ -764,30 +844,145 @@ grpc::Status Server::Impl::RegisterWorker(const v1::RegisterWorkerRequest& req,
   return grpc::Status::OK;
 }
 
-grpc::Status Server::Impl::LeaseJob(grpc::ServerContext* ctx, const v1::LeaseJobRequest& req,
-                                    v1::LeaseJobResponse* resp) {
+// One LeaseJob call. The callback API is used for it because, unlike the sync API, it tells
+// the server how a call ended: OnCancel when the caller is gone (cancelled, past its deadline,
+// disconnected) and, in OnDone, whether the reply was delivered. A long-poll waits up to 30 s,
+// which must not block gRPC's callback threads, so each call runs on a thread of its own
+// (at most max_concurrent_long_polls at once; StartLeaseJob refuses the others, and
+// unauthenticated calls, without a thread).
+//
+// Lifetime: created by StartLeaseJob, deleted by OnDone (after Finish; gRPC guarantees
+// OnDone is the last callback). Thread-safety: Run on its thread; OnCancel/OnDone on gRPC's.
+class Server::Impl::LeaseCall final : public grpc::ServerUnaryReactor {
+ public:
+  LeaseCall(Impl* impl, grpc::CallbackServerContext* ctx, const v1::LeaseJobRequest* req,
+            v1::LeaseJobResponse* resp)
+      : impl_(impl), ctx_(ctx), req_(req), resp_(resp) {}
+
+  grpc::CallbackServerContext* context() { return ctx_; }
+
+  // Runs the long-poll (of an authenticated call holding a long-poll slot) and finishes the
+  // call; `this` may be deleted once it returns.
+  void Run() {
+    grpc::Status status = impl_->Handle("LeaseJob", [&] { return impl_->LeaseJob(*this, *req_, resp_); });
+    if (!status.ok()) resp_->Clear();
+    impl_->long_polls_.Release();  // before the reply: the caller's next poll may come at once
+    Finish(status);
+  }
+
+  // True once nobody will read the reply: the call was cancelled (by the client, a
+  // disconnect or gRPC) or the caller's deadline has passed.
+  bool gone() const {
+    return cancelled_.load() || ctx_->IsCancelled() || std::chrono::system_clock::now() >= ctx_->deadline();
+  }
+  // Why the caller is gone (for the call's status; it is rarely read by anyone).
+  grpc::Status GoneStatus() const {
+    if (cancelled_.load() || ctx_->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled");
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the caller's deadline passed");
+  }
+  // Set once a job is leased for this reply; OnDone gives it back if the reply is lost.
+  void set_leased_job(int64_t job_id) { leased_job_id_ = job_id; }
+
+  void OnCancel() override {
+    cancelled_.store(true);
+    impl_->WakeLongPolls();
+  }
+  void OnDone() override {
+    // A call that ends cancelled did not deliver its reply (the client went away or its
+    // deadline passed before the reply was sent): its job goes back to the queue now rather
+    // than after the lease. (A reply lost after it left this server is not seen here; the
+    // lease expiry covers that.)
+    if (leased_job_id_ != 0 && ctx_->IsCancelled()) impl_->ReturnUndeliveredLease(leased_job_id_, req_->worker_id());
+    delete this;
+  }
+
+ private:
+  Impl* const impl_;
+  grpc::CallbackServerContext* const ctx_;
+  const v1::LeaseJobRequest* const req_;
+  v1::LeaseJobResponse* const resp_;
+  std::atomic<bool> cancelled_{false};
+  int64_t leased_job_id_ = 0;
+};
+
+grpc::ServerUnaryReactor* Server::Impl::StartLeaseJob(grpc::CallbackServerContext* ctx,
+                                                      const v1::LeaseJobRequest* req, v1::LeaseJobResponse* resp) {
+  auto* call = new LeaseCall(this, ctx, req, resp);
+  // Refusals that need no waiting are answered here, so that only authenticated calls within
+  // the long-poll cap get a thread.
+  grpc::Status refused = Authenticate(ctx);
+  if (refused.ok() && !long_polls_.Acquire()) {
+    refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           Cat("too many concurrent LeaseJob long-polls (", options_.max_concurrent_long_polls,
+                               "); retry later"));
+  }
+  if (!refused.ok()) {
+    metrics_->ObserveRpc("LeaseJob", refused.error_code(), 0.0);
+    call->Finish(refused);
+    return call;
+  }
+  {
+    std::lock_guard<std::mutex> lock(poll_threads_mu_);
+    ++poll_threads_;
+  }
+  try {
+    std::thread([this, call] {
+      call->Run();
+      // Notified at thread exit, so that Shutdown (and the destructor) never outrun it.
+      std::unique_lock<std::mutex> lock(poll_threads_mu_);
+      --poll_threads_;
+      std::notify_all_at_thread_exit(poll_threads_cv_, std::move(lock));
+    }).detach();
+  } catch (const std::system_error&) {
+    long_polls_.Release();
+    {
+      std::lock_guard<std::mutex> lock(poll_threads_mu_);
+      --poll_threads_;
+    }
+    poll_threads_cv_.notify_all();
+    call->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "cannot start a long-poll thread; retry later"));
+  }
+  return call;
+}
+
+void Server::Impl::ReturnUndeliveredLease(int64_t job_id, const std::string& worker_id) {
+  // FailedPrecondition: the lease already ended otherwise (expired, or released): nothing to do.
+  if (store_->ReleaseJob(job_id, worker_id).ok()) {
+    NotifyQueue();
+    RefreshGauges();
+  }
+}
+
+namespace {
+
+grpc::Status WorkerNotRegistered(grpc::ServerContextBase* ctx, const std::string& worker_id) {
+  ctx->AddTrailingMetadata(kErrorReasonMetadata, kReasonWorkerNotRegistered);
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      Cat("worker '", worker_id, "' is not registered (RegisterWorker first)"));
+}
+
+}  // namespace
+
+grpc::Status Server::Impl::LeaseJob(LeaseCall& call, const v1::LeaseJobRequest& req, v1::LeaseJobResponse* resp) {
   if (auto s = ValidateId(req.worker_id(), "worker_id"); !s.ok()) return ToGrpcStatus(s);
   if (req.wait_ms() < 0 || req.wait_ms() > kMaxLeaseWaitMs) {
     return Invalid(Cat("wait_ms: must be in [0, ", kMaxLeaseWaitMs, "]"));
   }
   auto worker = FindWorker(req.worker_id());
-  if (!worker) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        Cat("worker '", req.worker_id(), "' is not registered (RegisterWorker first)"));
-  }
+  if (!worker) return WorkerNotRegistered(call.context(), req.worker_id());
   if (!req.device_class().empty() && req.device_class() != worker->device_class) {
     if (auto s = ValidateDeviceClass(req.device_class()); !s.ok()) return ToGrpcStatus(s);
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         Cat("device_class '", req.device_class(), "' differs from the worker's registered '",
                             worker->device_class, "'"));
   }
-  SlotGuard slot(&long_polls_);
-  if (!slot.held()) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        Cat("too many concurrent LeaseJob long-polls (", options_.max_concurrent_long_polls,
-                            "); retry later"));
+  // The wait ends after wait_ms or at the caller's own deadline, whichever comes first.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(req.wait_ms());
+  if (const auto caller = call.context()->deadline(); caller != std::chrono::system_clock::time_point::max()) {
+    deadline = std::min(deadline, std::chrono::steady_clock::now() +
+                                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                          caller - std::chrono::system_clock::now()));
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(req.wait_ms());
   uint64_t tried_generation = 0;
   bool tried = false;
   while (true) {
@@ -800,24 +995,36 @@ grpc::Status Server::Impl::LeaseJob(grpc::ServerContext* ctx, const v1::LeaseJob
       }
       generation = queue_generation_;
     }
+    // Never take a job for a caller that cannot receive it.
+    if (call.gone()) return call.GoneStatus();
     // The store is asked again only when the queue may have changed (a submit, a release,
     // or leases expired by the background refresh all bump the generation).
     if (!tried || generation != tried_generation) {
       tried = true;
       tried_generation = generation;
       auto job = store_->LeaseJob(req.worker_id(), worker->device_class, NowUnixMs(), options_.lease_ms);
-      if (job.ok()) return FillLease(std::move(*job), *worker, resp);
+      if (job.ok()) {
+        const int64_t job_id = job->job_id;
+        grpc::Status filled = FillLease(std::move(*job), *worker, resp);
+        if (!filled.ok()) return filled;
+        if (call.gone()) {  // went away while the job was being prepared
+          ReturnUndeliveredLease(job_id, req.worker_id());
+          return call.GoneStatus();
+        }
+        call.set_leased_job(job_id);
+        return grpc::Status::OK;
+      }
       if (!absl::IsNotFound(job.status())) return ToGrpcStatus(job.status());
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline || ctx->IsCancelled()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
       resp->set_leased(false);
       return grpc::Status::OK;
     }
-    // Wake on a queue change; at least every 250 ms to notice a cancelled call.
+    // Woken by a queue change, a shutdown or the call's cancellation (OnCancel).
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(250)),
-                   [&] { return shutting_down_ || queue_generation_ != tried_generation; });
+    cv_.wait_until(lock, deadline, [&] {
+      return shutting_down_ || queue_generation_ != tried_generation || call.gone();
+    });
   }
 }
 
@@ -866,13 +1073,11 @@ grpc::Status Server::Impl::FillLease(Job job, const WorkerRecord& worker, v1::Le
   return grpc::Status::OK;
 }
 
-grpc::Status Server::Impl::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
+grpc::Status Server::Impl::Heartbeat(grpc::ServerContextBase* ctx, const v1::HeartbeatRequest& req,
+                                     v1::HeartbeatResponse* resp) {
   if (auto s = ValidateId(req.worker_id(), "worker_id"); !s.ok()) return ToGrpcStatus(s);
   if (req.job_id() < 0) return Invalid("job_id: must be >= 0 (0 = idle)");
-  if (!FindWorker(req.worker_id())) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        Cat("worker '", req.worker_id(), "' is not registered (RegisterWorker first)"));
-  }
+  if (!FindWorker(req.worker_id())) return WorkerNotRegistered(ctx, req.worker_id());
   const int64_t now = NowUnixMs();
   if (auto s = store_->TouchWorker(req.worker_id(), now); !s.ok()) return ToGrpcStatus(s);
   {
@@ -949,10 +1154,7 @@ grpc::Status Server::Impl::ReportTrials(grpc::ServerContext* ctx, grpc::ServerRe
   }
   const std::string worker_id(it->second.data(), it->second.size());
   if (auto s = ValidateId(worker_id, kWorkerIdMetadata); !s.ok()) return ToGrpcStatus(s);
-  if (!FindWorker(worker_id)) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        Cat("worker '", worker_id, "' is not registered (RegisterWorker first)"));
-  }
+  if (!FindWorker(worker_id)) return WorkerNotRegistered(ctx, worker_id);
   SlotGuard slot(&streams_);
   if (!slot.held()) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -1071,6 +1273,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
   }
   if (options.db_path.empty()) return absl::InvalidArgumentError("db_path is required");
+  if (auto s = ValidateServiceAddress(options.listen_address, "listen address", /*listening=*/true); !s.ok()) {
+    return s;
+  }
   std::string token = options.token;
   if (token.empty() && !options.token_file.empty()) {
     auto t = ReadFirstLine(options.token_file, "token");

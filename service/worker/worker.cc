@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
+#include "fusetune/service/connection.h"
 #include "fusetune/service/convert.h"
 #include "fusetune/tuner/sweep.h"
 #include "fusetune/worker/spool.h"
@@ -96,11 +97,15 @@ struct Worker::Shared {
 
   // Prepares a context: deadline, token; registered so a stop can cancel it.
   // `cancel_on_stop`: long polls and registration, which a stop should cut short (uploads,
-  // releases and completions during shutdown must not be).
+  // releases and completions during shutdown must not be). Those calls also wait for the
+  // channel to (re)connect within their deadline instead of failing at once while the
+  // service is away, so they go out the moment gRPC's bounded reconnect succeeds rather than
+  // a whole worker backoff later.
   void Prepare(grpc::ClientContext& ctx, absl::Duration timeout, bool cancel_on_stop = false) {
     ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
     if (!options.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options.token);
     if (!cancel_on_stop) return;
+    ctx.set_wait_for_ready(true);
     absl::MutexLock lock(&calls_mu);
     calls.insert(&ctx);
   }
@@ -232,7 +237,7 @@ class Worker::DeviceRunner {
         if (!st.ok() || !lease.leased()) {
           if (shared_.options.max_jobs > 0) shared_.jobs_reserved.fetch_sub(1);
           if (!st.ok() && !shared_.stopping() && !shared_.max_jobs_done()) {
-            if (absl::IsNotFound(st) || absl::IsFailedPrecondition(st)) Register();  // server forgot us
+            if (ErrorReason(st) == kReasonWorkerNotRegistered) Register();  // the server forgot us
             const int64_t delay = backoff.NextDelayMs();
             Log(absl::StrCat("lease failed: ", StatusText(st), "; retry in ", delay, " ms"));
             shared_.SleepUnlessStopping(absl::Milliseconds(delay));
@@ -258,7 +263,7 @@ class Worker::DeviceRunner {
                     /*cancel_on_stop=*/true);
     grpc::Status st = shared_.worker_stub->LeaseJob(&ctx, req, &lease);
     shared_.Done(ctx);
-    return FromGrpcStatus(st);
+    return FromGrpcCall(st, ctx);
   }
 
   // Before leasing anything, upload what an earlier life of this worker left in the spool.
@@ -650,7 +655,7 @@ class Worker::DeviceRunner {
       shared_.Prepare(ctx, absl::Milliseconds(std::max<int64_t>(500, heartbeat_ms_.load())));
       grpc::Status st = shared_.worker_stub->Heartbeat(&ctx, req, &resp);
       shared_.Done(ctx);
-      if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      if (ErrorReason(FromGrpcCall(st, ctx)) == kReasonWorkerNotRegistered) {
         Register();  // the server does not know us (e.g. a fresh database)
         continue;
       }
@@ -715,7 +720,7 @@ class Worker::DeviceRunner {
       for (int64_t run : order) {
         absl::Status st = UploadRun(by_run[run]);
         if (st.ok()) continue;
-        if (absl::IsFailedPrecondition(st) && absl::StrContains(st.message(), "not registered")) {
+        if (ErrorReason(st) == kReasonWorkerNotRegistered) {
           Register();  // a server that lost our registration: register again, then retry
           failed = true;
           break;
@@ -813,7 +818,7 @@ class Worker::DeviceRunner {
       std::vector<std::string> ids = {trials[0].trial_id};
       return spool_->Acknowledge(ids);
     }
-    return FromGrpcStatus(st);
+    return FromGrpcCall(st, ctx);
   }
 
   const std::shared_ptr<Shared> shared_owner_;
@@ -867,7 +872,8 @@ void Worker::RequestStop() { shared_->stop.store(true, std::memory_order_relaxed
 Worker::~Worker() = default;
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
-  if (options.server.empty()) return absl::InvalidArgumentError("--server is required (host:port)");
+  // A malformed address is a usage error now, not an endless reconnect loop later.
+  if (absl::Status s = ValidateServiceAddress(options.server, "--server"); !s.ok()) return s;
   if (options.spool_dir.empty()) return absl::InvalidArgumentError("--spool is required (a directory)");
   if (options.lease_wait_ms < 0 || options.lease_wait_ms > 30000) {
     return absl::InvalidArgumentError("--lease-wait-ms must be in [0, 30000]");
@@ -920,11 +926,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(WorkerOptions options) {
   }
 
   auto shared = std::make_shared<Shared>();
-  grpc::ChannelArguments args;
-  // gRPC's own reconnect backoff defaults to a 120 s cap; bound it like ours.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.initial_ms));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.initial_ms));
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options.backoff.max_ms));
+  // gRPC's own reconnect backoff is bounded by the worker's, so that a restarted server is
+  // seen within backoff.max_ms.
+  grpc::ChannelArguments args = ReconnectChannelArguments(options.backoff.initial_ms, options.backoff.max_ms);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (options.tls_root_certs.empty()) {
     creds = grpc::InsecureChannelCredentials();

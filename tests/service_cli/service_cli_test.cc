@@ -1,4 +1,4 @@
-// `fusetune serve`, `submit`, `jobs` and `best --server` as real processes.
+// `fusetune serve`, `worker`, `submit`, `jobs`, `workers` and `best --server` as real processes.
 #include <csignal>
 #include <chrono>
 #include <cstdlib>
@@ -43,6 +43,40 @@ class ServiceCliTest : public ::testing::Test {
     return RunCommand(args, 60);
   }
   std::string Address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  // `fusetune worker` with one CPU device against the server started by StartServe.
+  std::unique_ptr<Subprocess> StartWorker(const std::string& id, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {FUSETUNE_BINARY, "worker", "--server", Address(), "--token-file", token_file_,
+                                     "--cpu-devices", "1", "--spool", dir_.File("spool-" + id), "--worker-id", id,
+                                     "--backoff-max-ms", "500"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Subprocess>(argv, dir_.path());
+  }
+
+  // `fusetune workers --json`, parsed (an empty array when the command failed).
+  nlohmann::json Workers() {
+    CommandResult r = Run({"workers", "--server", Address(), "--token-file", token_file_, "--json"});
+    if (r.exit_code != 0) return nlohmann::json::array();
+    return nlohmann::json::parse(r.out);
+  }
+
+  // Polls `done` every 100 ms for up to `seconds`.
+  template <typename F>
+  static bool WaitUntil(F done, double seconds) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < until) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return done();
+  }
+
+  std::string JobState(int64_t job_id) {
+    CommandResult r = Run({"jobs", "--server", Address(), "--token-file", token_file_, "--id",
+                           std::to_string(job_id), "--json"});
+    if (r.exit_code != 0) return "";
+    return nlohmann::json::parse(r.out)["state"].get<std::string>();
+  }
 
   TempDir dir_;
   std::string token_file_;
@@ -111,6 +145,99 @@ TEST_F(ServiceCliTest, ServeReportsTakenPortAndMissingToken) {
   EXPECT_NE(no_token.err.find("token"), std::string::npos) << no_token.err;
   serve_->Signal(SIGINT);
   EXPECT_EQ(serve_->Wait(15), 0);
+}
+
+
+TEST_F(ServiceCliTest, WorkersListsARunningWorkerWithItsHostClassAndLastSeen) {
+  ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
+  auto worker = StartWorker("cli-w");
+  ASSERT_TRUE(WaitUntil([&] { return Workers().size() == 1; }, 60)) << worker->Stderr();
+  nlohmann::json w = Workers()[0];
+  EXPECT_EQ(w["worker_id"], "cli-w-d0");
+  EXPECT_FALSE(w["host"].get<std::string>().empty());
+  EXPECT_EQ(w["backend"], "cpu");
+  EXPECT_EQ(w["device_class"].get<std::string>().rfind("cpu/", 0), 0u) << w.dump();
+  EXPECT_TRUE(w["alive"].get<bool>());
+  EXPECT_GT(w["last_seen_unix_ms"].get<int64_t>(), 0);
+  EXPECT_TRUE(w["leased_job_ids"].empty());
+
+  CommandResult table = Run({"workers", "--server", Address(), "--token-file", token_file_});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("WORKER"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("cli-w-d0"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("alive"), std::string::npos) << table.out;
+  // A read: token-guarded unless the server runs with --open-reads.
+  CommandResult no_token = Run({"workers", "--server", Address()});
+  EXPECT_EQ(no_token.exit_code, 1);
+  EXPECT_NE(no_token.err.find("UNAUTHENTICATED"), std::string::npos) << no_token.err;
+
+  worker->Signal(SIGTERM);
+  EXPECT_EQ(worker->Wait(30), 0) << worker->Stderr();
+  serve_->Signal(SIGTERM);
+  EXPECT_EQ(serve_->Wait(15), 0);
+}
+
+// A worker stopped by SIGTERM while its LeaseJob long-poll waits leaves no ghost lease: a job
+// submitted right then is run by the next worker well before the 60 s lease could expire.
+TEST_F(ServiceCliTest, WorkerStoppedBySigtermMidPollLeavesNoGhostLease) {
+  ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");  // default lease: 60 s
+  auto first = StartWorker("stopped", {"--lease-wait-ms", "30000"});
+  // Its log says "registered <device class> (lease ...)".
+  const std::string kRegistered = "] registered ";
+  ASSERT_TRUE(WaitUntil([&] { return first->Stderr().find(kRegistered) != std::string::npos; }, 60))
+      << first->Stderr();
+  const std::string log = first->Stderr();
+  const size_t from = log.find(kRegistered) + kRegistered.size();
+  const std::string device_class = log.substr(from, log.find(' ', from) - from);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // its long-poll is waiting
+
+  first->Signal(SIGTERM);
+  CommandResult submit = Run({"submit", "--server", Address(), "--token-file", token_file_, "--device-class",
+                              device_class, "--seq", "64", "--heads", "1", "--head-dim", "32", "--max-trials", "1",
+                              "--variants", "fused", "--json"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const int64_t job_id = nlohmann::json::parse(submit.out)["job_id"].get<int64_t>();
+  ASSERT_EQ(first->Wait(30), 0) << first->Stderr();
+
+  auto second = StartWorker("live", {"--max-jobs", "1"});
+  EXPECT_TRUE(WaitUntil([&] { return JobState(job_id) == "done"; }, 45))
+      << "job " << job_id << " is " << JobState(job_id) << "\n" << second->Stderr();
+  EXPECT_EQ(second->Wait(30), 0) << second->Stderr();
+  serve_->Signal(SIGTERM);
+  EXPECT_EQ(serve_->Wait(15), 0);
+}
+
+TEST_F(ServiceCliTest, EveryServiceCommandDefaultsToTheSamePort) {
+  for (std::vector<std::string> help : {std::vector<std::string>{"serve", "--help"}, {"worker", "--help"},
+                                        {"submit", "--help"}, {"jobs", "--help"}, {"workers", "--help"}}) {
+    CommandResult r = Run(help);
+    EXPECT_EQ(r.exit_code, 0) << help[0] << ": " << r.err;
+    EXPECT_NE(r.out.find("=127.0.0.1:50051"), std::string::npos) << help[0] << ":\n" << r.out;
+  }
+}
+
+TEST_F(ServiceCliTest, MalformedServerAddressesAreUsageErrorsAtStartup) {
+  ::setenv("FUSETUNE_TOKEN", "some-token", 1);
+  for (const std::string bad : {"nonsense", "127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", ":50051"}) {
+    SCOPED_TRACE(bad);
+    // The worker would otherwise retry forever: RunCommand's timeout makes that a failure.
+    CommandResult worker = RunCommand({FUSETUNE_BINARY, "worker", "--server", bad, "--spool", dir_.File("spool"),
+                                       "--cpu-devices", "1"},
+                                      20);
+    EXPECT_EQ(worker.exit_code, 2) << worker.err;
+    EXPECT_NE(worker.err.find("--server"), std::string::npos) << worker.err;
+    for (std::vector<std::string> client : {std::vector<std::string>{"jobs"}, {"workers"},
+                                            {"submit", "--device-class", kClass, "--seq", "64"},
+                                            {"best", "--device-class", kClass, "--seq", "64"}}) {
+      client.push_back("--server");
+      client.push_back(bad);
+      CommandResult r = Run(client);
+      EXPECT_EQ(r.exit_code, 2) << client[0] << ": " << r.err;
+    }
+    CommandResult serve = Run({"serve", "--listen", bad, "--db", dir_.File("x.db"), "--metrics", "off"});
+    EXPECT_EQ(serve.exit_code, 2) << serve.err;
+  }
+  ::unsetenv("FUSETUNE_TOKEN");
 }
 
 }  // namespace

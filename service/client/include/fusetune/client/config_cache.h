@@ -114,6 +114,10 @@ struct GrpcFetcherOptions {
   absl::Duration deadline = absl::Seconds(2);  // per BatchGetBestConfig call
   // PEM root certificates: TLS when set, plaintext otherwise.
   std::string tls_root_certs;
+  // Bounds of the channel's reconnect backoff while the service is away (gRPC's own default
+  // grows to 120 s). ConfigCache::Connect sets them to its retry_initial / retry_max.
+  absl::Duration reconnect_initial = absl::Milliseconds(100);
+  absl::Duration reconnect_max = absl::Seconds(10);
 };
 // A fetcher over gRPC (TuningService.BatchGetBestConfig). Creating it does not connect;
 // the channel connects lazily and reconnects by itself.
@@ -142,7 +146,8 @@ class ConfigCache {
  public:
   // Starts the background thread. `fetcher` must not be null.
   ConfigCache(std::unique_ptr<BestConfigFetcher> fetcher, ConfigCacheOptions options);
-  // A cache over CreateGrpcFetcher(fetcher_options); device_class comes from it.
+  // A cache over CreateGrpcFetcher(fetcher_options); device_class comes from it, and the
+  // channel's reconnect backoff is bounded by options.retry_initial / retry_max.
   static std::unique_ptr<ConfigCache> Connect(const GrpcFetcherOptions& fetcher_options,
                                               ConfigCacheOptions options = {});
   ~ConfigCache();

@@ -20,6 +20,7 @@
 #include "fusetune/kernels/problem.h"
 #include "fusetune/proto/fusetune.pb.h"
 #include "fusetune/tuner/trial.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
 
 namespace fusetune {
@@ -57,8 +58,9 @@ absl::StatusOr<AttentionProblem> JobProblemFromProto(const v1::Problem& proto);
 absl::StatusOr<KernelConfig> ConfigFromProto(const v1::Config& proto);
 void ConfigToProto(const KernelConfig& config, v1::Config* proto);  // sets key too
 
-// Trial: trial_id must equal TrialId(run_id, problem_key, config_key, attempt) (so that a
-// retried upload is recognisably the same trial), run_id > 0, the config key parses, the
+// Trial: trial_id, when set, must equal TrialId(run_id, problem_key, config_key, attempt) (so
+// that a retried upload is recognisably the same trial); when empty the result carries that
+// id (the formula is spelled out in fusetune.proto, message Trial). run_id > 0, the config key parses, the
 // outcome is known, at most kMaxSamplesPerTrial samples, times finite and >= 0, errors
 // >= 0 (+inf allowed for a failed verification, NaN never), strings within bounds.
 absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto);
@@ -73,6 +75,20 @@ void DeviceInfoToProto(const DeviceInfo& info, v1::DeviceInfo* proto);  // sets 
 // absl and gRPC share the canonical status codes; these map one to the other.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// ---- error reasons (fusetune.proto, "Error reasons")
+// Some errors carry a machine-readable reason in the trailing metadata entry
+// kErrorReasonMetadata, so that a client branches on it instead of on message text.
+inline constexpr char kErrorReasonMetadata[] = "fusetune-error-reason";
+// FAILED_PRECONDITION: the worker named by the call is not registered with this server (a
+// fresh database, or a server that never saw it): RegisterWorker, then retry the call.
+inline constexpr char kReasonWorkerNotRegistered[] = "WORKER_NOT_REGISTERED";
+
+// FromGrpcStatus of a finished call, keeping the reason the server sent (if any) as the
+// payload kErrorReasonMetadata of the returned status.
+absl::Status FromGrpcCall(const grpc::Status& status, const grpc::ClientContext& finished_call);
+// The reason carried by a status made by FromGrpcCall ("" when none).
+std::string ErrorReason(const absl::Status& status);
 
 }  // namespace fusetune
 

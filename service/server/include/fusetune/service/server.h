@@ -49,7 +49,8 @@ struct ServerOptions {
 class Server {
  public:
   // Opens the store, starts the exporter and the gRPC server. InvalidArgument for bad
-  // options (no token, half a TLS pair, non-positive durations), NotFound when a token or
+  // options (no token, half a TLS pair, non-positive durations, a listen address that is not
+  // host:port), NotFound when a token or
   // TLS file is missing, Unavailable when an address cannot be bound (the message names
   // it), the store's error when the database cannot be opened.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
