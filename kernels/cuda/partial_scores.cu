@@ -3,8 +3,8 @@
 //
 // One thread block owns block_m query rows of one (sequence, q head). It streams the visible
 // keys in tiles of block_s twice: the first pass keeps each row's running max and sum (online
-// softmax, log2 domain), the second recomputes the scores and writes normalised
-// probabilities. Recomputing costs a second QK^T but never stores S, which is what separates
+// softmax, log2 domain; the max in score units, see ScaledLog2Diff), the second recomputes the
+// scores and writes normalised probabilities. Recomputing costs a second QK^T but never stores S, which is what separates
 // this variant from the materialized one.
 //
 // Two bodies: exact fp32 (SIMT FMAs; Q and K tiles as float rows padded by 4 floats, so
@@ -107,31 +107,25 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
       for (int r = warp; r < bm; r += nwarps) {
         for (int c = lane; c < bs; c += 32) {
           float x = -INFINITY;
-          if (t0 + c < row_visible[r]) x = Dot<D>(qs + r * kRow, ks + c * kRow) * a.scale_log2;
+          if (t0 + c < row_visible[r]) x = Dot<D>(qs + r * kRow, ks + c * kRow);
           ss[r * (bs + 1) + c] = x;
         }
       }
       __syncthreads();
       for (int r = warp; r < rows_here; r += nwarps) {
         float m = -INFINITY, l = 0.0f;
-        for (int c = lane; c < bs; c += 32) {
-          const float x = ss[r * (bs + 1) + c];
-          if (x == -INFINITY) continue;
-          if (x > m) {
-            l = l * exp2f(m - x) + 1.0f;
-            m = x;
-          } else {
-            l += exp2f(x - m);
-          }
-        }
-        WarpReduceMaxSum(m, l);
-        if (lane == 0) MergeMaxSum(row_m[r], row_l[r], m, l);
+        for (int c = lane; c < bs; c += 32) AddToMaxSum(m, l, ss[r * (bs + 1) + c], a.scale_log2);
+        WarpReduceMaxSum(m, l, a.scale_log2);
+        if (lane == 0) MergeMaxSum(row_m[r], row_l[r], m, l, a.scale_log2);
       }
       // The next tile's K load touches ks only; ss is rewritten after the barrier below it.
     }
     __syncthreads();
 
-    for (int r = tid; r < bm; r += nthreads) row_l[r] = row_l[r] > 0.0f ? 1.0f / row_l[r] : 0.0f;
+    for (int r = tid; r < bm; r += nthreads) {
+      row_l[r] = InverseOfSum(row_l[r]);
+      row_m[r] = ShiftOfMax(row_m[r]);
+    }
     __syncthreads();
 
     // Pass 2: probabilities (zeros past each row's visible keys, up to k_len).
@@ -147,8 +141,9 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
           const int col = t0 + c;
           float p = 0.0f;
           if (any_visible && col < row_visible[r]) {
-            const float x = Dot<D>(qs + r * kRow, ks + c * kRow) * a.scale_log2;
-            p = exp2f(x - row_m[r]) * row_l[r];  // row_l holds 1/sum by now
+            // Recomputed bit for bit as in pass 1, so the max's exponent is exactly 0.
+            const float x = Dot<D>(qs + r * kRow, ks + c * kRow);
+            p = exp2f(ScaledLog2Diff(x, row_m[r], a.scale_log2)) * row_l[r];  // row_l = 1/sum
           }
           p_row[col] = FromFloat<PT>(p);
         }
@@ -280,22 +275,18 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresMmaKernel(Par
       for (int r = warp; r < rows_here; r += nwarps) {
         float m = -INFINITY, l = 0.0f;
         for (int c = lane; c < bs; c += 32) {
-          if (t0 + c >= row_visible[r]) continue;
-          const float x = ss[r * ss_ld + c] * a.scale_log2;
-          if (x > m) {
-            l = l * exp2f(m - x) + 1.0f;
-            m = x;
-          } else {
-            l += exp2f(x - m);
-          }
+          if (t0 + c < row_visible[r]) AddToMaxSum(m, l, ss[r * ss_ld + c], a.scale_log2);
         }
-        WarpReduceMaxSum(m, l);
-        if (lane == 0) MergeMaxSum(row_m[r], row_l[r], m, l);
+        WarpReduceMaxSum(m, l, a.scale_log2);
+        if (lane == 0) MergeMaxSum(row_m[r], row_l[r], m, l, a.scale_log2);
       }
       __syncthreads();  // ss and ks are rewritten by the next tile
     }
 
-    for (int r = tid; r < bm; r += nthreads) row_l[r] = row_l[r] > 0.0f ? 1.0f / row_l[r] : 0.0f;
+    for (int r = tid; r < bm; r += nthreads) {
+      row_l[r] = InverseOfSum(row_l[r]);
+      row_m[r] = ShiftOfMax(row_m[r]);
+    }
     __syncthreads();
 
     // Pass 2: probabilities (zeros past each row's visible keys, up to k_len).
@@ -308,7 +299,7 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresMmaKernel(Par
           const int col = t0 + c;
           float p = 0.0f;
           if (any_visible && col < row_visible[r]) {
-            p = exp2f(ss[r * ss_ld + c] * a.scale_log2 - row_m[r]) * row_l[r];  // row_l = 1/sum
+            p = exp2f(ScaledLog2Diff(ss[r * ss_ld + c], row_m[r], a.scale_log2)) * row_l[r];  // row_l = 1/sum
           }
           p_row[col] = FromFloat<PT>(p);
         }

@@ -29,25 +29,21 @@ __global__ void SoftmaxRowsKernel(const float* scores, PT* probs, int64_t rows,
     const float* s = scores + row * ld;
     PT* p = probs + row * ld;
 
-    // Online (max, sum) per thread over its columns, in the log2 domain.
+    // Online (max, sum) per thread over its columns, in the log2 domain (max in score units).
     float m = -INFINITY, l = 0.0f;
     for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-      const float x = s[j] * scale_log2;
+      const float x = s[j];
       if (kCached) row_cache[j] = x;
-      if (x > m) {
-        l = l * exp2f(m - x) + 1.0f;
-        m = x;
-      } else {
-        l += exp2f(x - m);
-      }
+      AddToMaxSum(m, l, x, scale_log2);
     }
-    BlockReduceMaxSum(m, l, reduce_m, reduce_l);
-    const float inv_l = (visible > 0 && l > 0.0f) ? 1.0f / l : 0.0f;
+    BlockReduceMaxSum(m, l, reduce_m, reduce_l, scale_log2);
+    const float inv_l = InverseOfSum(l);
+    const float m_shift = ShiftOfMax(m);
     for (int j = threadIdx.x; j < k_len; j += blockDim.x) {
       float out = 0.0f;
       if (j < visible) {
-        const float x = kCached ? row_cache[j] : s[j] * scale_log2;
-        out = exp2f(x - m) * inv_l;
+        const float x = kCached ? row_cache[j] : s[j];
+        out = exp2f(ScaledLog2Diff(x, m_shift, scale_log2)) * inv_l;
       }
       p[j] = FromFloat<PT>(out);
     }

@@ -57,23 +57,23 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
-// score(n) = exp2(score(n) * c - m_scaled) for n < kN (c = scale * log2(e) folded into one
-// FFMA); returns their sum.
+// score(n) = exp2((score(n) - m_shift) * c) for n < kN (ScaledLog2Diff: the max gets exactly 1
+// at any scale); returns their sum.
 template <int kN, class ScoreRef>
-__device__ __forceinline__ float ExpShiftedAndSum(ScoreRef&& score, float m_scaled, float c_log2) {
+__device__ __forceinline__ float ExpShiftedAndSum(ScoreRef&& score, float m_shift, float c_log2) {
   float sum = 0.f;
 #pragma unroll
   for (int n = 0; n < kN; ++n) {
     float& x = score(n);
-    x = FastExp2(fmaf(x, c_log2, -m_scaled));
+    x = FastExp2(ScaledLog2Diff(x, m_shift, c_log2));
     sum += x;
   }
   return sum;
 }
 
-// One row's online-softmax step for a key tile (FlashAttention's update, exp2 with
-// c = scale * log2(e) folded into one FFMA): the kN scores score(0..kN-1) this thread holds for
-// the row (masked ones already -inf) become probabilities exp2(s*c - m*c); the row max is reduced
+// One row's online-softmax step for a key tile (FlashAttention's update in the exp2 domain, the
+// running max m kept in score units): the kN scores score(0..kN-1) this thread holds for the
+// row (masked ones already -inf) become probabilities exp2((s - m) * c); the row max is reduced
 // over the kLanes consecutive lanes that share the row (xor shuffles); m and this thread's
 // partial l are updated. Returns alpha = exp2((m_old - m_new) * c), the factor the row's O must
 // be scaled by. A row that has seen no key keeps m = -inf and gets p = 0 and alpha = 0, never
@@ -87,10 +87,10 @@ __device__ __forceinline__ float OnlineSoftmaxRow(ScoreRef&& score, float& m_run
 #pragma unroll
   for (int off = kLanes / 2; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   const float m_new = fmaxf(m_run, mx);
-  const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
-  const float alpha = FastExp2(m_run * c_log2 - m_scaled);
+  const float m_shift = m_new == -INFINITY ? 0.f : m_new;
+  const float alpha = FastExp2(ScaledLog2Diff(m_run, m_shift, c_log2));
   m_run = m_new;
-  l_run = l_run * alpha + ExpShiftedAndSum<kN>(score, m_scaled, c_log2);
+  l_run = l_run * alpha + ExpShiftedAndSum<kN>(score, m_shift, c_log2);
   return alpha;
 }
 
