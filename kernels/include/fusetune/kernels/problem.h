@@ -53,7 +53,7 @@ inline constexpr int64_t kMaxHeads = 1 << 10;
 inline constexpr int64_t kMaxSeqLen = 1 << 20;
 inline constexpr int64_t kMaxTotalElements = int64_t{1} << 34;  // per tensor
 // Largest softmax scale: kernels compute exp2 with the factor scale * log2(e), which must be a
-// finite float (FLT_MAX / log2(e) is about 2.36e38).
+// finite float (FLT_MAX / log2(e) is about 2.36e38). Validate() refuses larger scales.
 inline constexpr float kMaxSoftmaxScale = 2e38f;
 
 struct AttentionProblem {
