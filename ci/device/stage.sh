@@ -17,8 +17,9 @@ JOBS=${JOBS:-2}
 cmake -S "$ROOT" -B "$BUILD" -DFUSETUNE_WITH_CUDA=ON -DFUSETUNE_WITH_SERVICE=OFF \
   -DFUSETUNE_WITH_HIP=OFF >/dev/null
 
-# Targets that exist in this checkout (the CLI and the fused dev driver land separately).
-wanted=(cuda_backend_test cuda_attention_bench fusetune_capi fusetune)
+# Targets that exist in this checkout (the CLI and the fused dev driver land separately);
+# STAGE_TARGETS="a b" packs only those (e.g. the kernel checks need no CLI).
+read -r -a wanted <<<"${STAGE_TARGETS:-cuda_backend_test cuda_attention_bench fusetune_capi fusetune}"
 available=$(cmake --build "$BUILD" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
 targets=()
 for t in "${wanted[@]}"; do

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "fusetune/kernels/backend.h"
 
 struct fusetune_handle {
@@ -53,7 +54,10 @@ absl::Status ToProblem(const fusetune_problem* in, AttentionProblem* out) {
   p.q_len = in->q_len;
   p.kv_len = in->kv_len;
   p.head_dim = in->head_dim;
-  p.causal = in->causal != 0;
+  if (in->causal != 0 && in->causal != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("causal must be 0 or 1, got ", in->causal));
+  }
+  p.causal = in->causal == 1;
   switch (in->dtype) {
     case FUSETUNE_FP32: p.dtype = fusetune::DType::kFp32; break;
     case FUSETUNE_FP16: p.dtype = fusetune::DType::kFp16; break;
@@ -120,11 +124,8 @@ absl::Status PrepareCall(const fusetune_handle* h, const fusetune_problem* probl
 }
 
 // The four tensors of a run, all required.
-absl::Status CheckTensors(const void* q, const void* k, const void* v, const void* o) {
-  if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) {
-    return absl::InvalidArgumentError("q, k, v and o must be non-NULL");
-  }
-  return absl::OkStatus();
+absl::Status CheckTensors(const void* q, const void* k, const void* v, void* o) {
+  return fusetune::ValidateBuffers(fusetune::AttentionBuffers{q, k, v, o});
 }
 
 // Runs `body` and turns any escaping C++ exception into INTERNAL.

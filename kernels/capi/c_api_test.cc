@@ -3,6 +3,7 @@
 #include "fusetune/c_api.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
@@ -159,6 +160,51 @@ TEST(CApi, NullArgumentsAreInvalidArgumentNotCrashes) {
             FUSETUNE_INVALID_ARGUMENT);
   EXPECT_EQ(fusetune_create(nullptr, 0, nullptr, nullptr, 0), FUSETUNE_INVALID_ARGUMENT);
   fusetune_destroy(nullptr);
+}
+
+TEST(CApi, MisalignedTensorIsInvalidArgumentAndOutputUntouched) {
+  Handle h;
+  fusetune_problem p = Problem(1, 1, 1, 4, 4, 32, false);
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  std::vector<float> buf(4 * 32 + 4, 0.5f), o(4 * 32 + 4, 7.0f);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(buf.data()) % 16, 0u);
+  char err[256] = "";
+  // One float past a 16-byte boundary, for each tensor in turn.
+  EXPECT_EQ(fusetune_run(h.h, &p, &c, buf.data() + 1, buf.data(), buf.data(), o.data(), err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("aligned"), std::string::npos) << err;
+  EXPECT_EQ(fusetune_run(h.h, &p, &c, buf.data(), buf.data() + 1, buf.data(), o.data(), err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_run(h.h, &p, &c, buf.data(), buf.data(), buf.data() + 1, o.data(), err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_run(h.h, &p, &c, buf.data(), buf.data(), buf.data(), o.data() + 1, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  for (float x : o) ASSERT_EQ(x, 7.0f);
+  double median = 0;
+  int count = 0;
+  EXPECT_EQ(fusetune_time(h.h, &p, &c, buf.data() + 1, buf.data(), buf.data(), o.data(), 0, 1, 1.0, 0,
+                          &median, nullptr, 0, &count, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_run(h.h, &p, &c, buf.data(), buf.data(), buf.data(), o.data(), err, sizeof err),
+            FUSETUNE_OK) << err;
+}
+
+TEST(CApi, CausalOtherThanZeroOrOneIsInvalidArgument) {
+  Handle h;
+  fusetune_problem p = Problem(1, 1, 1, 4, 4, 32, false);
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  std::vector<float> buf(4 * 32, 0.5f), o(4 * 32, 7.0f);
+  char err[256] = "";
+  for (int32_t causal : {2, -1, 255}) {
+    p.causal = causal;
+    EXPECT_EQ(fusetune_can_implement(h.h, &p, &c, err, sizeof err), FUSETUNE_INVALID_ARGUMENT) << causal;
+    EXPECT_NE(std::string(err).find("causal"), std::string::npos) << err;
+    EXPECT_EQ(fusetune_run(h.h, &p, &c, buf.data(), buf.data(), buf.data(), o.data(), err, sizeof err),
+              FUSETUNE_INVALID_ARGUMENT);
+  }
+  for (float x : o) ASSERT_EQ(x, 7.0f);
+  p.causal = 1;
+  EXPECT_EQ(fusetune_can_implement(h.h, &p, &c, err, sizeof err), FUSETUNE_OK) << err;
 }
 
 TEST(CApi, LongMessagesAreTruncatedAndTerminated) {

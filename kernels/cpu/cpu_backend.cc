@@ -143,10 +143,7 @@ class CpuBackend final : public Backend {
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
-    if (buffers.q == nullptr || buffers.k == nullptr || buffers.v == nullptr ||
-        buffers.o == nullptr) {
-      return absl::InvalidArgumentError("cpu: q, k, v and o must all be non-null");
-    }
+    if (auto s = ValidateBuffers(buffers); !s.ok()) return s;
     return Launch(problem, config, buffers);
   }
 

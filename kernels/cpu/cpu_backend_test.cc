@@ -179,6 +179,62 @@ TEST(CpuBackend, SingleKeyOutputReproducesStoredValuesExactly) {
   }
 }
 
+// Every element against the reference, non-finite ones included: a NaN reference element must
+// be NaN in the output, a finite one finite and within the tolerance.
+void ExpectMatchesReferenceIncludingNonFinite(const AttentionProblem& problem, const KernelConfig& config,
+                                              const Inputs& in) {
+  auto ref = ReferenceAttention(problem, in.q, in.k, in.v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
+    SCOPED_TRACE(Describe(problem, config) + " isa=" + isa);
+    auto out = RunBackend(*backend, problem, config, in);
+    ASSERT_TRUE(out.ok()) << out.status();
+    int mismatched = 0;
+    double worst = 0;
+    for (size_t i = 0; i < out->size(); ++i) {
+      if (std::isnan((*ref)[i]) || !std::isfinite((*out)[i])) {
+        mismatched += std::isnan((*ref)[i]) == std::isnan((*out)[i]) ? 0 : 1;
+        continue;
+      }
+      worst = std::max(worst, std::abs((*out)[i] - (*ref)[i]));
+    }
+    EXPECT_EQ(mismatched, 0) << "elements NaN in one of output and reference but not the other";
+    EXPECT_LE(worst, Tolerance(config.precision, problem.dtype));
+  }
+}
+
+// Softmax scales up to the largest allowed: the probabilities are exp2((s - m) * c), so the
+// row max gets exactly 1 and nothing overflows (s * c alone is inf past ~FLT_MAX / 8 here).
+TEST(CpuBackend, HugeSoftmaxScalesMatchReference) {
+  for (float scale : {1e6f, 1e10f, 1e30f, 1e38f}) {
+    AttentionProblem p = Problem(37, 53, 64, /*causal=*/true);
+    p.softmax_scale = scale;
+    for (Variant variant : kVariants) {
+      ExpectMatchesReferenceIncludingNonFinite(p, Config(variant, 16, 32, 2), RandomInputs(p, 3));
+    }
+  }
+}
+
+// +Inf in one key component: that key's score is -inf for queries with a negative component
+// (weight 0) and +inf for the others (NaN rows); with +Inf in every key, rows whose scores are
+// all -inf are zeros, as the reference defines.
+TEST(CpuBackend, InfinityInKeysFollowsTheReference) {
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (bool all_keys : {false, true}) {
+      AttentionProblem p = Problem(21, 45, 32, /*causal=*/false);
+      p.dtype = dtype;
+      Inputs in = RandomInputs(p, all_keys ? 14 : 15);
+      const size_t row = static_cast<size_t>(p.kv_heads) * p.head_dim;
+      for (int key = 0; key < p.kv_len; ++key) {
+        if (all_keys || key == 5) in.k[key * row + 1] = std::numeric_limits<float>::infinity();
+      }
+      for (Variant variant : kVariants) {
+        ExpectMatchesReferenceIncludingNonFinite(p, Config(variant, 16, 16, 1), in);
+      }
+    }
+  }
+}
+
 // Inf in a stored value reaches the output as Inf even when averaged with another key
 // (an fp16 decoder that turned Inf into 65536 would give a finite 32768 here).
 TEST(CpuBackend, InfinityInStoredValuesPropagates) {

@@ -353,12 +353,7 @@ class CudaBackend final : public Backend {
     return cuda::PlanBaseline(problem, config.variant == Variant::kMaterialized, probs_bytes);
   }
 
-  static absl::Status CheckBuffers(const AttentionBuffers& b) {
-    if (b.q == nullptr || b.k == nullptr || b.v == nullptr || b.o == nullptr) {
-      return absl::InvalidArgumentError("q, k, v and o must be device pointers (got a null)");
-    }
-    return absl::OkStatus();
-  }
+  static absl::Status CheckBuffers(const AttentionBuffers& b) { return ValidateBuffers(b); }
 
   // Every public call starts here: the right device, and no use of a faulted context.
   absl::Status Enter() {

@@ -4,7 +4,13 @@
 // One thread block owns block_m query rows of one (sequence, q head). It streams the visible
 // keys in tiles of block_s twice: the first pass keeps each row's running max and sum (online
 // softmax, log2 domain), the second recomputes the scores and writes normalised
-// probabilities. Recomputing costs a second QK^T but never stores S, which is what separates
+// probabilities.
+//
+// Scores are scaled once each, x = s * c rounded (__fmul_rn, c = scale * log2(e)), and both
+// passes use that same rounded x, so the row max's probability is exp2(0) = 1 at any scale
+// (a contracted fmaf(s, c, -m) in pass 2 against pass 1's rounded x differed by up to half an
+// ulp of x: a wrong output from scale ~1e6, NaN at 1e10). The limit is fp32's range:
+// |s| * c must stay below FLT_MAX (beyond, x is inf and the row NaN, never a plausible number). Recomputing costs a second QK^T but never stores S, which is what separates
 // this variant from the materialized one.
 //
 // Two bodies: exact fp32 (SIMT FMAs; Q and K tiles as float rows padded by 4 floats, so
@@ -36,6 +42,40 @@ __device__ __forceinline__ float Dot(const float* a, const float* b) {
     acc3 = fmaf(u.w, w.w, acc3);
   }
   return (acc0 + acc1) + (acc2 + acc3);
+}
+
+// A score in the exp2 domain, rounded once (never contracted into a later subtraction).
+__device__ __forceinline__ float ScaledScore(float s, float c_log2) { return __fmul_rn(s, c_log2); }
+
+// Online (max, sum of exp2(x - max)) over scaled scores x, per lane, then merged across the
+// warp and into the row. x = -inf (masked, or an infinite key component against the query)
+// contributes nothing; NaN makes l NaN.
+__device__ __forceinline__ void AddScaledScore(float& m, float& l, float x) {
+  if (x == -INFINITY) return;
+  if (x > m) {
+    l = l * exp2f(m - x) + 1.0f;
+    m = x;
+  } else {
+    l += exp2f(x - m);
+  }
+}
+__device__ __forceinline__ void MergeScaledMaxSum(float& m, float& l, float m2, float l2) {
+  if (!(l == l) || !(l2 == l2)) {  // a NaN score: the row is NaN
+    l = NAN;
+    return;
+  }
+  const float m_new = fmaxf(m, m2);
+  if (m_new == -INFINITY) return;  // both empty
+  l = (m == -INFINITY ? 0.0f : l * exp2f(m - m_new)) + (m2 == -INFINITY ? 0.0f : l2 * exp2f(m2 - m_new));
+  m = m_new;
+}
+__device__ __forceinline__ void WarpReduceScaledMaxSum(float& m, float& l) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
+    const float l2 = __shfl_xor_sync(0xffffffffu, l, offset);
+    MergeScaledMaxSum(m, l, m2, l2);
+  }
 }
 
 template <int D, typename T, typename PT>
@@ -107,31 +147,27 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
       for (int r = warp; r < bm; r += nwarps) {
         for (int c = lane; c < bs; c += 32) {
           float x = -INFINITY;
-          if (t0 + c < row_visible[r]) x = Dot<D>(qs + r * kRow, ks + c * kRow) * a.scale_log2;
+          if (t0 + c < row_visible[r]) x = ScaledScore(Dot<D>(qs + r * kRow, ks + c * kRow), a.scale_log2);
           ss[r * (bs + 1) + c] = x;
         }
       }
       __syncthreads();
       for (int r = warp; r < rows_here; r += nwarps) {
         float m = -INFINITY, l = 0.0f;
-        for (int c = lane; c < bs; c += 32) {
-          const float x = ss[r * (bs + 1) + c];
-          if (x == -INFINITY) continue;
-          if (x > m) {
-            l = l * exp2f(m - x) + 1.0f;
-            m = x;
-          } else {
-            l += exp2f(x - m);
-          }
-        }
-        WarpReduceMaxSum(m, l);
-        if (lane == 0) MergeMaxSum(row_m[r], row_l[r], m, l);
+        for (int c = lane; c < bs; c += 32) AddScaledScore(m, l, ss[r * (bs + 1) + c]);
+        WarpReduceScaledMaxSum(m, l);
+        if (lane == 0) MergeScaledMaxSum(row_m[r], row_l[r], m, l);
       }
       // The next tile's K load touches ks only; ss is rewritten after the barrier below it.
     }
     __syncthreads();
 
-    for (int r = tid; r < bm; r += nthreads) row_l[r] = row_l[r] > 0.0f ? 1.0f / row_l[r] : 0.0f;
+    // 1/l (0 for a row of only -inf scores: zeros; NaN stays NaN) and the shift (0 for such a
+    // row, so its -inf scores give exp2(-inf) = 0, not NaN).
+    for (int r = tid; r < bm; r += nthreads) {
+      row_l[r] = InverseOfSum(row_l[r]);
+      if (row_m[r] == -INFINITY) row_m[r] = 0.0f;
+    }
     __syncthreads();
 
     // Pass 2: probabilities (zeros past each row's visible keys, up to k_len).
@@ -147,7 +183,7 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
           const int col = t0 + c;
           float p = 0.0f;
           if (any_visible && col < row_visible[r]) {
-            const float x = Dot<D>(qs + r * kRow, ks + c * kRow) * a.scale_log2;
+            const float x = ScaledScore(Dot<D>(qs + r * kRow, ks + c * kRow), a.scale_log2);
             p = exp2f(x - row_m[r]) * row_l[r];  // row_l holds 1/sum by now
           }
           p_row[col] = FromFloat<PT>(p);
@@ -280,22 +316,20 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresMmaKernel(Par
       for (int r = warp; r < rows_here; r += nwarps) {
         float m = -INFINITY, l = 0.0f;
         for (int c = lane; c < bs; c += 32) {
-          if (t0 + c >= row_visible[r]) continue;
-          const float x = ss[r * ss_ld + c] * a.scale_log2;
-          if (x > m) {
-            l = l * exp2f(m - x) + 1.0f;
-            m = x;
-          } else {
-            l += exp2f(x - m);
-          }
+          if (t0 + c < row_visible[r]) AddScaledScore(m, l, ScaledScore(ss[r * ss_ld + c], a.scale_log2));
         }
-        WarpReduceMaxSum(m, l);
-        if (lane == 0) MergeMaxSum(row_m[r], row_l[r], m, l);
+        WarpReduceScaledMaxSum(m, l);
+        if (lane == 0) MergeScaledMaxSum(row_m[r], row_l[r], m, l);
       }
       __syncthreads();  // ss and ks are rewritten by the next tile
     }
 
-    for (int r = tid; r < bm; r += nthreads) row_l[r] = row_l[r] > 0.0f ? 1.0f / row_l[r] : 0.0f;
+    // 1/l (0 for a row of only -inf scores: zeros; NaN stays NaN) and the shift (0 for such a
+    // row, so its -inf scores give exp2(-inf) = 0, not NaN).
+    for (int r = tid; r < bm; r += nthreads) {
+      row_l[r] = InverseOfSum(row_l[r]);
+      if (row_m[r] == -INFINITY) row_m[r] = 0.0f;
+    }
     __syncthreads();
 
     // Pass 2: probabilities (zeros past each row's visible keys, up to k_len).
@@ -308,7 +342,7 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresMmaKernel(Par
           const int col = t0 + c;
           float p = 0.0f;
           if (any_visible && col < row_visible[r]) {
-            p = exp2f(ss[r * ss_ld + c] * a.scale_log2 - row_m[r]) * row_l[r];  // row_l = 1/sum
+            p = exp2f(ScaledScore(ss[r * ss_ld + c], a.scale_log2) - row_m[r]) * row_l[r];  // row_l = 1/sum
           }
           p_row[col] = FromFloat<PT>(p);
         }

@@ -29,25 +29,33 @@ __global__ void SoftmaxRowsKernel(const float* scores, PT* probs, int64_t rows,
     const float* s = scores + row * ld;
     PT* p = probs + row * ld;
 
-    // Online (max, sum) per thread over its columns, in the log2 domain.
+    // The row's max (scores in score units) and sum of exp2(e(s)) relative to it (ExpShift,
+    // device_common.cuh). A cached row takes the max first and then the sum over the cache (no
+    // exp2 on a dependency chain); a long row is read once for an online (max, sum).
     float m = -INFINITY, l = 0.0f;
-    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-      const float x = s[j] * scale_log2;
-      if (kCached) row_cache[j] = x;
-      if (x > m) {
-        l = l * exp2f(m - x) + 1.0f;
-        m = x;
-      } else {
-        l += exp2f(x - m);
+    if (kCached) {
+      for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+        const float x = s[j];
+        row_cache[j] = x;
+        m = fmaxf(m, x);
       }
+      m = BlockReduceMax(m, reduce_m);
+      const ExpShift e = ExpShiftOfMax(m, scale_log2);
+      for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+        l += exp2f(ShiftedExponent(row_cache[j], e, scale_log2));  // this thread's own entries
+      }
+      l = BlockReduceSum(l, reduce_l);
+    } else {
+      for (int j = threadIdx.x; j < visible; j += blockDim.x) AddToMaxSum(m, l, s[j], scale_log2);
+      BlockReduceMaxSum(m, l, reduce_m, reduce_l, scale_log2);
     }
-    BlockReduceMaxSum(m, l, reduce_m, reduce_l);
-    const float inv_l = (visible > 0 && l > 0.0f) ? 1.0f / l : 0.0f;
+    const float inv_l = InverseOfSum(l);
+    const ExpShift e = ExpShiftOfMax(m, scale_log2);
     for (int j = threadIdx.x; j < k_len; j += blockDim.x) {
       float out = 0.0f;
       if (j < visible) {
-        const float x = kCached ? row_cache[j] : s[j] * scale_log2;
-        out = exp2f(x - m) * inv_l;
+        const float x = kCached ? row_cache[j] : s[j];
+        out = exp2f(ShiftedExponent(x, e, scale_log2)) * inv_l;
       }
       p[j] = FromFloat<PT>(out);
     }

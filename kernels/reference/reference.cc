@@ -49,12 +49,15 @@ void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const
     if (std::isnan(scores[j])) saw_nan = true;
     max_score = std::max(max_score, scores[j]);
   }
-  if (saw_nan || std::isinf(max_score)) {
+  if (saw_nan || max_score == std::numeric_limits<double>::infinity()) {
     // NaN in, NaN out (never a silently plausible number). +Inf scores make the softmax
     // undefined as well.
     std::fill(out, out + d, std::numeric_limits<double>::quiet_NaN());
     return;
   }
+  // A -inf score gives its key weight 0, as a mask does; when every visible score is -inf no
+  // key contributes and the row is zeros, as for a row that sees no key.
+  if (max_score == -std::numeric_limits<double>::infinity()) return;
   double sum = 0.0;
   for (int j = 0; j < visible; ++j) {
     scores[j] = std::exp(scores[j] - max_score);

@@ -1,6 +1,7 @@
 #include "fusetune/kernels/reference.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -41,6 +42,31 @@ TEST(ReferenceAttention, SingleKeyOutputEqualsItsValueRow) {
   for (int t = 0; t < 3; ++t) {
     for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[t * 32 + x], v[x]);
   }
+}
+
+// Non-finite scores: -inf gives the key weight 0 (like a mask), every visible score -inf gives
+// zeros (as a row that sees no key), a +inf score gives a NaN row.
+TEST(ReferenceAttention, InfiniteScoresAreMaskedZeroOrNaN) {
+  AttentionProblem p = Small(2, 3);
+  std::vector<float> q(p.QElements(), 1.0f);
+  for (int x = 0; x < 32; ++x) q[32 + x] = -1.0f;  // query 1: the opposite signs
+  auto k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  k[0] = std::numeric_limits<float>::infinity();  // key 0: +inf for query 0, -inf for query 1
+  auto out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(std::isnan((*out)[0]));
+  // Query 1 without key 0: the softmax over keys 1 and 2.
+  AttentionProblem two = Small(1, 2);
+  std::vector<float> q1(q.begin() + 32, q.end()), k12(k.begin() + 32, k.end()), v12(v.begin() + 32, v.end());
+  auto want = ReferenceAttention(two, q1, k12, v12);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int x = 0; x < 32; ++x) EXPECT_NEAR((*out)[32 + x], (*want)[x], 1e-12);
+
+  for (int key = 0; key < 3; ++key) k[key * 32] = std::numeric_limits<float>::infinity();
+  out = ReferenceAttention(p, q, k, v);
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int x = 0; x < 32; ++x) EXPECT_EQ((*out)[32 + x], 0.0) << "every score -inf: zeros";
+  EXPECT_TRUE(std::isnan((*out)[0]));
 }
 
 TEST(ReferenceAttention, UniformScoresGiveMeanOfValues) {

@@ -1,5 +1,8 @@
 #include "fusetune/kernels/backend.h"
 
+#include <cstdint>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace fusetune {
@@ -23,6 +26,19 @@ std::string Sanitize(std::string_view s) {
 
 std::string DeviceInfo::DeviceClass() const {
   return absl::StrCat(Sanitize(backend), "/", Sanitize(name), "/", Sanitize(arch));
+}
+
+absl::Status ValidateBuffers(const AttentionBuffers& buffers) {
+  const std::pair<const char*, const void*> tensors[] = {
+      {"q", buffers.q}, {"k", buffers.k}, {"v", buffers.v}, {"o", buffers.o}};
+  for (const auto& [name, ptr] : tensors) {
+    if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, " is a null pointer"));
+    if (reinterpret_cast<uintptr_t>(ptr) % kBufferAlignment != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " (", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                                                     ") is not aligned to ", kBufferAlignment, " bytes"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fusetune

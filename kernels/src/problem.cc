@@ -106,8 +106,10 @@ absl::Status AttentionProblem::Validate() const {
                                                    kMinHeadDim, ", ", kMaxHeadDim, "], got ",
                                                    head_dim));
   }
-  if (!std::isfinite(softmax_scale) || softmax_scale < 0.0f) {
-    return absl::InvalidArgumentError("softmax_scale must be finite and >= 0 (0 = 1/sqrt(d))");
+  if (!std::isfinite(softmax_scale) || softmax_scale < 0.0f || softmax_scale > kMaxSoftmaxScale) {
+    return absl::InvalidArgumentError(
+        internal::Cat("softmax_scale must be in [0, ", kMaxSoftmaxScale, "] (0 = 1/sqrt(d)), got ",
+                      softmax_scale));
   }
   if (page_block_size != 0) {
     return absl::UnimplementedError(

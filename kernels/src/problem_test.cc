@@ -110,6 +110,13 @@ TEST(AttentionProblem, RejectsBadKeyPaddingAndLengths) {
   AttentionProblem nan_scale = Dense();
   nan_scale.softmax_scale = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(nan_scale.Validate().code(), absl::StatusCode::kInvalidArgument);
+  // scale * log2(e) must stay a finite float: up to kMaxSoftmaxScale is valid, beyond is not.
+  AttentionProblem huge_scale = Dense();
+  huge_scale.softmax_scale = kMaxSoftmaxScale;
+  EXPECT_TRUE(huge_scale.Validate().ok()) << huge_scale.Validate();
+  huge_scale.softmax_scale = 3e38f;
+  EXPECT_EQ(huge_scale.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(huge_scale.Validate().message().find("softmax_scale"), std::string::npos);
 }
 
 TEST(AttentionProblem, KeyRoundTripsThroughFromKey) {

@@ -1,7 +1,12 @@
 #include "fusetune/tuner/runner.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
+#include "fusetune/kernels/cpu_backend.h"
+#include "fusetune/kernels/reference.h"
 #include "gtest/gtest.h"
 #include "testing/host_backend.h"
 
@@ -173,6 +178,117 @@ TEST(Tolerance, LooserForNarrowerPrecisionAndStorage) {
   EXPECT_LT(ToleranceFor(Precision::kTf32, DType::kFp32), ToleranceFor(Precision::kFp16, DType::kFp16));
   EXPECT_LT(ToleranceFor(Precision::kFp16, DType::kFp16), ToleranceFor(Precision::kBf16, DType::kBf16));
   EXPECT_GE(ToleranceFor(Precision::kFp32, DType::kBf16), 1.6e-2);
+}
+
+// Large-magnitude inputs: Q, K, V uniform in [-8, 8] (logits up to ~200 at the default scale,
+// 20x the bound of the runner's own inputs), d = 64, fp32 storage.
+struct LargeInputs {
+  AttentionProblem problem;
+  std::vector<float> q, k, v;
+};
+LargeInputs LargeMagnitudeInputs() {
+  LargeInputs in;
+  in.problem.batch = 1;
+  in.problem.q_heads = 2;
+  in.problem.kv_heads = 2;
+  in.problem.q_len = 256;
+  in.problem.kv_len = 256;
+  in.problem.head_dim = 64;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
+  for (auto* t : {&in.q, &in.k, &in.v}) {
+    t->resize(static_cast<size_t>(in.problem.QElements()));
+    for (float& x : *t) x = dist(rng);
+  }
+  return in;
+}
+
+// The CPU backend's fused kernel with tf32 products: it rounds every operand of both products
+// to tf32 exactly as the tensor cores do, with fp32 accumulation (a correct TF32 kernel).
+std::vector<float> CpuTf32Output(const LargeInputs& in) {
+  auto backend = CreateCpuBackend();
+  KernelConfig c = Fused();
+  c.precision = Precision::kTf32;
+  EXPECT_TRUE(backend->CanImplement(in.problem, c).ok()) << backend->CanImplement(in.problem, c);
+  const size_t bytes = in.q.size() * sizeof(float);
+  auto dq = backend->Allocate(bytes), dk = backend->Allocate(bytes), dv = backend->Allocate(bytes),
+       d_o = backend->Allocate(bytes);
+  EXPECT_TRUE(dq.ok() && dk.ok() && dv.ok() && d_o.ok());
+  EXPECT_TRUE(backend->CopyToDevice(dq->data(), in.q.data(), bytes).ok());
+  EXPECT_TRUE(backend->CopyToDevice(dk->data(), in.k.data(), bytes).ok());
+  EXPECT_TRUE(backend->CopyToDevice(dv->data(), in.v.data(), bytes).ok());
+  EXPECT_TRUE(backend->Run(in.problem, c, {dq->data(), dk->data(), dv->data(), d_o->data()}).ok());
+  std::vector<float> out(in.q.size());
+  EXPECT_TRUE(backend->CopyToHost(out.data(), d_o->data(), bytes).ok());
+  return out;
+}
+
+// The runner's metric: max |out - ref| / max |ref|.
+double RelativeError(const std::vector<float>& out, const std::vector<double>& ref) {
+  double worst = 0, max_ref = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - ref[i]));
+    max_ref = std::max(max_ref, std::fabs(ref[i]));
+  }
+  return worst / max_ref;
+}
+
+double LargeInputsTf32Tolerance(const LargeInputs& in) {
+  return ToleranceFor(Precision::kTf32, DType::kFp32, LogitBound(in.problem, in.q, in.k),
+                      in.problem.head_dim);
+}
+
+TEST(Tolerance, ExactTf32EmulationOnLargeMagnitudeInputsPasses) {
+  const LargeInputs in = LargeMagnitudeInputs();
+  auto ref = ReferenceAttention(in.problem, in.q, in.k, in.v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const double error = RelativeError(CpuTf32Output(in), *ref);
+  const double tolerance = LargeInputsTf32Tolerance(in);
+  std::printf("[ info ] tf32 emulation error %.3g, fixed tolerance %.3g, derived %.3g (logit bound %.3g)\n",
+              error, ToleranceFor(Precision::kTf32, DType::kFp32), tolerance,
+              LogitBound(in.problem, in.q, in.k));
+  // The fixed tolerance would fail this correct kernel; the derived one must not.
+  EXPECT_GT(error, ToleranceFor(Precision::kTf32, DType::kFp32));
+  EXPECT_LE(error, tolerance);
+}
+
+TEST(Tolerance, DefectsOnLargeMagnitudeInputsStillFail) {
+  const LargeInputs in = LargeMagnitudeInputs();
+  auto ref = ReferenceAttention(in.problem, in.q, in.k, in.v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const std::vector<float> good = CpuTf32Output(in);
+  const double tolerance = LargeInputsTf32Tolerance(in);
+  const size_t row = static_cast<size_t>(in.problem.head_dim);
+  const size_t heads = static_cast<size_t>(in.problem.q_heads);
+
+  // One wrong row: token 100, head 1 holds token 101's output.
+  std::vector<float> wrong_row = good;
+  std::copy_n(good.begin() + (101 * heads + 1) * row, row, wrong_row.begin() + (100 * heads + 1) * row);
+  const double wrong_row_error = RelativeError(wrong_row, *ref);
+
+  // A dropped key tile: the output of a kernel that skipped the last 64 keys.
+  AttentionProblem short_keys = in.problem;
+  short_keys.kv_valid_lens = {in.problem.kv_len - 64};
+  auto dropped = ReferenceAttention(short_keys, in.q, in.k, in.v);
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  const std::vector<float> dropped_tile(dropped->begin(), dropped->end());
+  const double dropped_error = RelativeError(dropped_tile, *ref);
+
+  std::printf("[ info ] tolerance %.3g: one wrong row %.3g, a dropped key tile %.3g\n", tolerance,
+              wrong_row_error, dropped_error);
+  EXPECT_GT(wrong_row_error, tolerance);
+  EXPECT_GT(dropped_error, tolerance);
+}
+
+TEST(Tolerance, RunnerInputsKeepTheFixedTolerance) {
+  // Inputs in [-1, 1] at the default scale never exceed the calibrated logit bound.
+  AttentionProblem p = Small();
+  std::vector<float> q(static_cast<size_t>(p.QElements()), 1.0f), k(static_cast<size_t>(p.KVElements()), -0.5f);
+  EXPECT_LE(LogitBound(p, q, k), std::sqrt(static_cast<double>(p.head_dim)) * (1 + 1e-6));
+  for (Precision precision : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+    EXPECT_DOUBLE_EQ(ToleranceFor(precision, DType::kFp32, LogitBound(p, q, k), p.head_dim),
+                     ToleranceFor(precision, DType::kFp32));
+  }
 }
 
 TEST(Quantile, InterpolatesBetweenOrderStatistics) {

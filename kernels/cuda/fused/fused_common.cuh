@@ -57,27 +57,34 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
-// score(n) = exp2(score(n) * c - m_scaled) for n < kN (c = scale * log2(e) folded into one
-// FFMA); returns their sum.
+// score(n) = exp2(e(score(n))) for n < kN, e relative to the row's shift `e` (ExpShift in
+// device_common.cuh: one FFMA per score in the common folded mode); returns their sum. The exact
+// mode first subtracts m in place and then runs the same FFMA with r = 0, fmaf(s - m, c, 0) =
+// (s - m) * c, so the hot loop exists once.
 template <int kN, class ScoreRef>
-__device__ __forceinline__ float ExpShiftedAndSum(ScoreRef&& score, float m_scaled, float c_log2) {
+__device__ __forceinline__ float ExpShiftedAndSum(ScoreRef&& score, const ExpShift& e, float c_log2) {
+  if (!e.folded) {
+#pragma unroll
+    for (int n = 0; n < kN; ++n) score(n) -= e.m;
+  }
+  const float r = e.folded ? e.r : 0.f;
   float sum = 0.f;
 #pragma unroll
   for (int n = 0; n < kN; ++n) {
     float& x = score(n);
-    x = FastExp2(fmaf(x, c_log2, -m_scaled));
+    x = FastExp2(fmaf(x, c_log2, -r));
     sum += x;
   }
   return sum;
 }
 
-// One row's online-softmax step for a key tile (FlashAttention's update, exp2 with
-// c = scale * log2(e) folded into one FFMA): the kN scores score(0..kN-1) this thread holds for
-// the row (masked ones already -inf) become probabilities exp2(s*c - m*c); the row max is reduced
-// over the kLanes consecutive lanes that share the row (xor shuffles); m and this thread's
-// partial l are updated. Returns alpha = exp2((m_old - m_new) * c), the factor the row's O must
-// be scaled by. A row that has seen no key keeps m = -inf and gets p = 0 and alpha = 0, never
-// NaN. `score(n)` returns a float& into the caller's accumulator layout.
+// One row's online-softmax step for a key tile (FlashAttention's update in the exp2 domain, the
+// running max m kept in score units): the kN scores score(0..kN-1) this thread holds for the
+// row (masked ones already -inf) become probabilities exp2(e(s)); the row max is reduced over
+// the kLanes consecutive lanes that share the row (xor shuffles); m and this thread's partial l
+// are updated. Returns alpha = exp2(R(m_old) - R(m_new)), the factor the row's O must be scaled
+// by. A row that has seen no key keeps m = -inf and gets p = 0 and alpha = 0, never NaN.
+// `score(n)` returns a float& into the caller's accumulator layout.
 template <int kN, int kLanes, class ScoreRef>
 __device__ __forceinline__ float OnlineSoftmaxRow(ScoreRef&& score, float& m_run, float& l_run,
                                                   float c_log2) {
@@ -87,10 +94,10 @@ __device__ __forceinline__ float OnlineSoftmaxRow(ScoreRef&& score, float& m_run
 #pragma unroll
   for (int off = kLanes / 2; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   const float m_new = fmaxf(m_run, mx);
-  const float m_scaled = m_new == -INFINITY ? 0.f : m_new * c_log2;
-  const float alpha = FastExp2(m_run * c_log2 - m_scaled);
+  const ExpShift to = ExpShiftOfMax(m_new, c_log2);
+  const float alpha = FastExp2(RescaleExponent(MakeExpShift(m_run, c_log2), to, c_log2));
   m_run = m_new;
-  l_run = l_run * alpha + ExpShiftedAndSum<kN>(score, m_scaled, c_log2);
+  l_run = l_run * alpha + ExpShiftedAndSum<kN>(score, to, c_log2);
   return alpha;
 }
 

@@ -412,7 +412,7 @@ struct SimtOuterThread {
 #pragma unroll
       for (int n = 1; n < TN; ++n) mx = fmaxf(mx, s[i][n]);
       // NaN (m = -inf, mx = -inf) and +inf (m = -inf) compare false: the full update.
-      grows |= !(fmaf(mx, c_log2, -(m_run[i] * c_log2)) <= kLazyRescaleLog2);
+      grows |= !(ShiftedExponent(mx, MakeExpShift(m_run[i], c_log2), c_log2) <= kLazyRescaleLog2);
     }
     return __any_sync(0xffffffffu, grows);
   }
@@ -421,7 +421,7 @@ struct SimtOuterThread {
                                                            float (&l_run)[TM], float c_log2) {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
-      l_run[i] += ExpShiftedAndSum<TN>([&](int n) -> float& { return s[i][n]; }, m_run[i] * c_log2, c_log2);
+      l_run[i] += ExpShiftedAndSum<TN>([&](int n) -> float& { return s[i][n]; }, MakeExpShift(m_run[i], c_log2), c_log2);
   }
 
   // P (the softmaxed s) to this row group's transposed tile: Pt[key][row] (pt_base = Pt + 4*ty).
@@ -597,9 +597,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
       const float m1 = scratch[(kAccValues + i) * NTG + lt];
       const float l1 = scratch[(kAccValues + TM + i) * NTG + lt];
       const float mm = fmaxf(m_run[i], m1);
-      const float m_scaled = mm == -INFINITY ? 0.f : mm * c_log2;
-      const float a0 = FastExp2(m_run[i] * c_log2 - m_scaled);
-      const float a1 = FastExp2(m1 * c_log2 - m_scaled);
+      const ExpShift to = ExpShiftOfMax(mm, c_log2);
+      const float a0 = FastExp2(RescaleExponent(MakeExpShift(m_run[i], c_log2), to, c_log2));
+      const float a1 = FastExp2(RescaleExponent(MakeExpShift(m1, c_log2), to, c_log2));
       l_run[i] = fmaf(l1, a1, l_run[i] * a0);
 #pragma unroll
       for (int c = 0; c < TD; ++c) acc[i][c] = fmaf(scratch[(i * TD + c) * NTG + lt], a1, acc[i][c] * a0);

@@ -5,7 +5,8 @@
  * exported. Tensors use the layout of fusetune/kernels/problem.h:
  *   Q, O : [total_q][q_heads][head_dim],  K, V : [total_k][kv_heads][head_dim]
  * in the problem's storage dtype, as device pointers for the "cuda" backend and host
- * pointers for the "cpu" backend. Length arrays in fusetune_problem are HOST arrays.
+ * pointers for the "cpu" backend, each 16-byte aligned (INVALID_ARGUMENT otherwise). Length
+ * arrays in fusetune_problem are HOST arrays.
  *
  * Every function returns a fusetune_status code; on failure it writes a NUL-terminated
  * message into err[0..errlen) when err is non-NULL (truncated to fit).
@@ -65,7 +66,7 @@ typedef struct fusetune_problem {
   int32_t q_len;            /* uniform length, or the longest sequence when varlen */
   int32_t kv_len;
   int32_t head_dim;
-  int32_t causal;           /* 0 or 1, bottom-right aligned */
+  int32_t causal;           /* 0 or 1 (anything else: INVALID_ARGUMENT), bottom-right aligned */
   int32_t dtype;            /* fusetune_dtype */
   float softmax_scale;      /* 0 = 1/sqrt(head_dim) */
   const int32_t* cu_seqlens_q;  /* varlen: batch+1 prefix sums (host), or NULL */

@@ -86,6 +86,15 @@ struct AttentionBuffers {
   void* o = nullptr;
 };
 
+// Every backend requires each of the four tensors to start on a kBufferAlignment-byte boundary
+// (the kernels' 16-byte vector loads and cp.async copies; Backend::Allocate, cudaMalloc and
+// PyTorch's allocator all give at least that).
+inline constexpr size_t kBufferAlignment = 16;
+
+// OK when all four pointers are non-null and kBufferAlignment-aligned; otherwise
+// InvalidArgument naming the tensor. Every backend's Run and Time call it first.
+absl::Status ValidateBuffers(const AttentionBuffers& buffers);
+
 struct TimingOptions {
   int warmup = 3;            // untimed launches first
   int repeats = 20;          // timed launches (samples); the backend may stop early when
@@ -112,7 +121,8 @@ class Backend {
                                     const KernelConfig& config) const = 0;
 
   // Computes O for the problem. Returns CanImplement's error without touching O when it
-  // fails; Internal/Unavailable on a launch or device error. Synchronous: O is complete
+  // fails, ValidateBuffers' error (InvalidArgument) for a null or misaligned tensor;
+  // Internal/Unavailable on a launch or device error. Synchronous: O is complete
   // when this returns OK.
   virtual absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                            const AttentionBuffers& buffers) = 0;

@@ -52,6 +52,9 @@ inline constexpr int64_t kMaxBatch = 1 << 16;
 inline constexpr int64_t kMaxHeads = 1 << 10;
 inline constexpr int64_t kMaxSeqLen = 1 << 20;
 inline constexpr int64_t kMaxTotalElements = int64_t{1} << 34;  // per tensor
+// Largest softmax scale: kernels compute exp2 with the factor scale * log2(e), which must be a
+// finite float (FLT_MAX / log2(e) is about 2.36e38). Validate() refuses larger scales.
+inline constexpr float kMaxSoftmaxScale = 2e38f;
 
 struct AttentionProblem {
   ProblemKind kind = ProblemKind::kPrefill;
@@ -71,7 +74,7 @@ struct AttentionProblem {
   int head_dim = 64;
   bool causal = false;
   DType dtype = DType::kFp32;
-  // Softmax scale; 0 means 1/sqrt(head_dim).
+  // Softmax scale; 0 means 1/sqrt(head_dim). At most kMaxSoftmaxScale.
   float softmax_scale = 0.0f;
   // Paged KV cache block size in tokens for decode; 0 = contiguous KV.
   int page_block_size = 0;

@@ -3,7 +3,9 @@
 // Computes softmax(scale * Q K^T + mask) V in double precision from float inputs (the
 // caller passes inputs already rounded to the storage dtype, so the reference sees exactly
 // what the kernel sees). Masks and layout as documented in problem.h; a query row that
-// sees no key yields zeros.
+// sees no key yields zeros. Non-finite scores (from Inf/NaN inputs): a -inf score gives its
+// key weight 0 (like a mask), so a row whose visible scores are all -inf is zeros; a NaN or
+// +inf score makes the whole row NaN.
 //
 // Thread-safety: pure functions.
 #ifndef FUSETUNE_KERNELS_REFERENCE_H_
