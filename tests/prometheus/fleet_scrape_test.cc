@@ -1,10 +1,6 @@
 // `fusetune serve` and `fusetune worker` as the README builds them (with the CUDA backend
 // whenever nvcc was found, so the binary loads cuBLAS) serve /metrics, and the real
 // Prometheus server scrapes both processes.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -13,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/ports.h"
 #include "common/subprocess.h"
 #include "fusetune/kernels/backend.h"
 #include "gtest/gtest.h"
@@ -24,33 +21,6 @@ namespace {
 
 constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr int kDefaultMetricsPort = 9464;  // `fusetune serve --metrics` default
-
-// A port that was free a moment ago.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-bool PortIsFree(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return free;
-}
 
 template <typename Pred>
 bool WaitFor(Pred pred, double seconds) {
@@ -92,7 +62,7 @@ class FleetScrapeTest : public ::testing::Test {
 };
 
 TEST_F(FleetScrapeTest, ServeWithItsDefaultMetricsAddressStartsAndServesMetrics) {
-  if (!PortIsFree(kDefaultMetricsPort)) {
+  if (!LoopbackPortIsFree(kDefaultMetricsPort)) {
     GTEST_SKIP() << "127.0.0.1:" << kDefaultMetricsPort << " is taken on this machine; the default cannot be tried";
   }
   auto ports = StartServe({});
@@ -129,7 +99,7 @@ TEST_F(FleetScrapeTest, PrometheusScrapesTheServeAndWorkerProcesses) {
       << "(the setup script does)";
   auto ports = StartServe({"--metrics", "127.0.0.1:0"});
   ASSERT_TRUE(ports.has_value()) << serve_->Stderr();
-  const int worker_metrics_port = FreePort();
+  const int worker_metrics_port = FreeLoopbackPort();
   ASSERT_GT(worker_metrics_port, 0);
   const std::string server = "127.0.0.1:" + std::to_string(ports->first);
   Subprocess worker({FUSETUNE_BINARY, "worker", "--server", server, "--token-file", dir_.File("token"), "--spool",
@@ -147,7 +117,7 @@ TEST_F(FleetScrapeTest, PrometheusScrapesTheServeAndWorkerProcesses) {
                                     180);
   ASSERT_EQ(submit.exit_code, 0) << submit.out << submit.err << worker.Stderr();
 
-  const int prometheus_port = FreePort();
+  const int prometheus_port = FreeLoopbackPort();
   {
     std::ofstream config(dir_.File("prometheus.yml"));
     config << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"

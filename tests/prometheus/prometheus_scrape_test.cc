@@ -3,9 +3,6 @@
 //
 // Prometheus is a test dependency installed by the setup script; when it is missing this
 // test FAILS (it does not skip).
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -13,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/ports.h"
 #include "common/subprocess.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/service/convert.h"
@@ -28,23 +26,6 @@ namespace {
 constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr char kToken[] = "prometheus-test-token";
 constexpr char kClass[] = "cpu/Test-CPU/x86_64";
-
-// A port that was free a moment ago (the kernel picks it; we release it for Prometheus).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::unique_ptr<grpc::ClientContext> Ctx(const std::string& worker_id = "") {
   auto ctx = std::make_unique<grpc::ClientContext>();
@@ -147,7 +128,7 @@ TEST(PrometheusScrape, ServerSeriesAreQueryableThroughPrometheus) {
   const std::string key = ProblemFromProto(problem).value().Key();
   TuneOneProblem((*server)->port(), key, problem);
 
-  const int prometheus_port = FreePort();
+  const int prometheus_port = FreeLoopbackPort();
   ASSERT_GT(prometheus_port, 0);
   {
     std::ofstream config(dir.File("prometheus.yml"));
