@@ -38,11 +38,14 @@ if(TARGET fusetune_client)
   set(FUSETUNE_INSTALL_CLIENT ON)
   # fusetune::client and the static libraries it links (exported so that the consumer's link
   # line has them; only the client's headers and what they include are installed).
-  set(_fusetune_client_libraries fusetune_client fusetune_service_convert fusetune_proto
+  set(_fusetune_client_libraries fusetune_client fusetune_service_convert fusetune_service_address fusetune_proto
       fusetune_tuner_types fusetune_kernels_core)
+  # In link order (each before what it needs): the same list is fusetune-client.pc's Libs.
+  set(FUSETUNE_PC_CLIENT_LIBS "")
   foreach(_lib IN LISTS _fusetune_client_libraries)
     string(REGEX REPLACE "^fusetune_" "" _name ${_lib})
     set_target_properties(${_lib} PROPERTIES EXPORT_NAME ${_name})
+    string(APPEND FUSETUNE_PC_CLIENT_LIBS " -l${_lib}")
   endforeach()
   install(TARGETS ${_fusetune_client_libraries} EXPORT fusetuneTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -11,16 +11,16 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
-#include <mutex>
 #include <condition_variable>
+#include <mutex>
 #include <set>
 #include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "fusetune/service/address.h"
 
 namespace fusetune {
 namespace {
@@ -180,24 +180,10 @@ MetricsEndpoint::MetricsEndpoint(std::shared_ptr<State> state) : state_(std::mov
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& address,
                                                                         std::function<std::string()> render) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address '", address, "' has no port (expected host:port, e.g. 127.0.0.1:9464)"));
-  }
-  std::string host = address.substr(0, colon);
-  const std::string port_text = address.substr(colon + 1);
-  int port = -1;
-  if (port_text.empty() || port_text.find_first_not_of("0123456789") != std::string::npos ||
-      !absl::SimpleAtoi(port_text, &port) || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address '", address, "': port must be a number in [0, 65535]"));
-  }
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address '", address, "' has no host (use 0.0.0.0 for every interface)"));
-  }
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address, "metrics address", /*listening=*/true, "127.0.0.1:9464");
+  if (!parsed.ok()) return parsed.status();
+  const std::string& host = parsed->host;
+  const std::string port_text = std::to_string(parsed->port);
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

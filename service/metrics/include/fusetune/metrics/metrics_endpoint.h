@@ -35,8 +35,8 @@ class MetricsEndpoint {
   static constexpr std::chrono::milliseconds kResponseTimeout{10000};
 
   // Listens on `address` ("host:port", "[v6-host]:port"; port 0 picks a free port) and
-  // serves `render()` on /metrics. InvalidArgument when the address is malformed (no port,
-  // a port outside [0, 65535], an empty host); Unavailable, with the system's reason
+  // serves `render()` on /metrics. InvalidArgument when the address is malformed
+  // (ParseHostPort, fusetune/service/address.h); Unavailable, with the system's reason
   // ("Address already in use", "Cannot assign requested address", a name that does not
   // resolve), when it cannot listen there.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& address,

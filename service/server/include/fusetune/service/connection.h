@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "fusetune/service/address.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace fusetune {
@@ -19,9 +20,8 @@ namespace fusetune {
 inline constexpr int kDefaultServicePort = 50051;
 inline constexpr char kDefaultServiceAddress[] = "127.0.0.1:50051";
 
-// OK when `address` is "host:port": a host name, IPv4 address or bracketed IPv6 address
-// ("[::1]:50051"), then a decimal port in 1..65535 (also 0 when `listening`: any free port).
-// InvalidArgument naming `flag` and what is wrong otherwise (no port, a bad port, no host).
+// OK when `address` is a service address ParseHostPort accepts (port 0 only when
+// `listening`); its InvalidArgument otherwise, with the default address as the example.
 absl::Status ValidateServiceAddress(std::string_view address, std::string_view flag, bool listening = false);
 
 // Channel arguments for a client of the service whose own retries back off from
