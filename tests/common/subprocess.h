@@ -7,8 +7,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fusetune::testing {
@@ -62,6 +64,17 @@ class TempDir {
 };
 
 std::string ReadFile(const std::string& path);
+
+// Polls `pred` every 50 ms until it holds or `seconds` pass; its last answer.
+template <typename Pred>
+bool WaitFor(Pred pred, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
 
 }  // namespace fusetune::testing
 

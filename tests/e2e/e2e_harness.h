@@ -29,16 +29,7 @@ namespace fusetune::e2e {
 
 inline constexpr char kToken[] = "e2e-secret-token";
 
-// Polls `pred` every 50 ms until it holds or `seconds` pass.
-template <typename Pred>
-bool WaitFor(Pred pred, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return pred();
-}
+using testing::WaitFor;
 
 struct ServerFlags {
   int64_t lease_ms = 10000;

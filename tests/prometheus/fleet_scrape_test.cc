@@ -13,7 +13,7 @@
 #include "common/subprocess.h"
 #include "fusetune/kernels/backend.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
+#include "prometheus_query.h"
 #include "testing/http_get.h"
 
 namespace fusetune::testing {
@@ -21,16 +21,6 @@ namespace {
 
 constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr int kDefaultMetricsPort = 9464;  // `fusetune serve --metrics` default
-
-template <typename Pred>
-bool WaitFor(Pred pred, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pred();
-}
 
 class FleetScrapeTest : public ::testing::Test {
  protected:
@@ -132,15 +122,7 @@ TEST_F(FleetScrapeTest, PrometheusScrapesTheServeAndWorkerProcesses) {
                          "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port), "--log.level=warn"},
                         dir_.path());
   ASSERT_TRUE(prometheus.started());
-  auto query = [&](const std::string& promql) -> std::optional<double> {
-    auto r = HttpGet(prometheus_port, "/api/v1/query?query=" + UrlEncode(promql));
-    if (!r.ok() || r->status != 200) return std::nullopt;
-    auto j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || j.value("status", "") != "success") return std::nullopt;
-    const auto& result = j["data"]["result"];
-    if (!result.is_array() || result.size() != 1) return std::nullopt;
-    return std::stod(result[0]["value"][1].get<std::string>());
-  };
+  auto query = [&](const std::string& promql) { return QueryScalar(prometheus_port, promql); };
   std::optional<double> server_up, worker_up, completed, recorded;
   WaitFor(
       [&] {

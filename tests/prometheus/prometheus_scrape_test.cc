@@ -17,7 +17,7 @@
 #include "fusetune/service/server.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
+#include "prometheus_query.h"
 #include "testing/http_get.h"
 
 namespace fusetune::testing {
@@ -91,17 +91,6 @@ void TuneOneProblem(int port, const std::string& problem_key, const v1::Problem&
   best.set_device_class(kClass);
   v1::GetBestConfigResponse answer;
   ASSERT_TRUE(tuning->GetBestConfig(Ctx().get(), best, &answer).ok());
-}
-
-// Value of the single sample an instant query returns; nullopt when there is none yet.
-std::optional<double> QueryScalar(int prometheus_port, const std::string& promql) {
-  auto r = HttpGet(prometheus_port, "/api/v1/query?query=" + UrlEncode(promql));
-  if (!r.ok() || r->status != 200) return std::nullopt;
-  auto j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || j.value("status", "") != "success") return std::nullopt;
-  const auto& result = j["data"]["result"];
-  if (!result.is_array() || result.size() != 1) return std::nullopt;
-  return std::stod(result[0]["value"][1].get<std::string>());
 }
 
 TEST(PrometheusScrape, ServerSeriesAreQueryableThroughPrometheus) {

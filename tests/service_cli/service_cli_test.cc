@@ -60,17 +60,6 @@ class ServiceCliTest : public ::testing::Test {
     return nlohmann::json::parse(r.out);
   }
 
-  // Polls `done` every 100 ms for up to `seconds`.
-  template <typename F>
-  static bool WaitUntil(F done, double seconds) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (std::chrono::steady_clock::now() < until) {
-      if (done()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return done();
-  }
-
   std::string JobState(int64_t job_id) {
     CommandResult r = Run({"jobs", "--server", Address(), "--token-file", token_file_, "--id",
                            std::to_string(job_id), "--json"});
@@ -151,7 +140,7 @@ TEST_F(ServiceCliTest, ServeReportsTakenPortAndMissingToken) {
 TEST_F(ServiceCliTest, WorkersListsARunningWorkerWithItsHostClassAndLastSeen) {
   ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
   auto worker = StartWorker("cli-w");
-  ASSERT_TRUE(WaitUntil([&] { return Workers().size() == 1; }, 60)) << worker->Stderr();
+  ASSERT_TRUE(WaitFor([&] { return Workers().size() == 1; }, 60)) << worker->Stderr();
   nlohmann::json w = Workers()[0];
   EXPECT_EQ(w["worker_id"], "cli-w-d0");
   EXPECT_FALSE(w["host"].get<std::string>().empty());
@@ -184,7 +173,7 @@ TEST_F(ServiceCliTest, WorkerStoppedBySigtermMidPollLeavesNoGhostLease) {
   auto first = StartWorker("stopped", {"--lease-wait-ms", "30000"});
   // Its log says "registered <device class> (lease ...)".
   const std::string kRegistered = "] registered ";
-  ASSERT_TRUE(WaitUntil([&] { return first->Stderr().find(kRegistered) != std::string::npos; }, 60))
+  ASSERT_TRUE(WaitFor([&] { return first->Stderr().find(kRegistered) != std::string::npos; }, 60))
       << first->Stderr();
   const std::string log = first->Stderr();
   const size_t from = log.find(kRegistered) + kRegistered.size();
@@ -200,7 +189,7 @@ TEST_F(ServiceCliTest, WorkerStoppedBySigtermMidPollLeavesNoGhostLease) {
   ASSERT_EQ(first->Wait(30), 0) << first->Stderr();
 
   auto second = StartWorker("live", {"--max-jobs", "1"});
-  EXPECT_TRUE(WaitUntil([&] { return JobState(job_id) == "done"; }, 45))
+  EXPECT_TRUE(WaitFor([&] { return JobState(job_id) == "done"; }, 45))
       << "job " << job_id << " is " << JobState(job_id) << "\n" << second->Stderr();
   EXPECT_EQ(second->Wait(30), 0) << second->Stderr();
   serve_->Signal(SIGTERM);
