@@ -41,18 +41,6 @@ Inputs RandomInputs(const AttentionProblem& p, uint32_t seed) {
   return in;
 }
 
-// Largest |out - ref| / max|ref| allowed (the runner's metric): product precision and the
-// rounding of the stored output.
-double Tolerance(Precision precision, DType dtype) {
-  double t = 1e-4;
-  if (precision == Precision::kTf32) t = 5e-3;
-  if (precision == Precision::kFp16) t = 1e-2;
-  if (precision == Precision::kBf16) t = 3e-2;
-  if (dtype == DType::kFp16) t = std::max(t, 2e-3);
-  if (dtype == DType::kBf16) t = std::max(t, 1.6e-2);
-  return t;
-}
-
 class CudaBackendTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -202,7 +190,7 @@ class CudaBackendTest : public ::testing::Test {
       EXPECT_TRUE(r.status.ok()) << r.status;
       if (!r.status.ok()) continue;
       EXPECT_TRUE(r.finite) << "NaN/Inf (or an unwritten element) in the output";
-      EXPECT_LE(r.rel_error, Tolerance(precision, p.dtype));
+      EXPECT_LE(r.rel_error, ToleranceFor(precision, p.dtype));
       if (c.variant == Variant::kFused) ++fused_runs;
     }
     return fused_runs;
@@ -309,7 +297,7 @@ TEST_P(CudaVariantsTest, FusedKernelsIgnoreNaNStoredInPaddedKeys) {
       Result r = RunAndCompare(p, c, in, *ref);
       ASSERT_TRUE(r.status.ok()) << r.status;
       EXPECT_TRUE(r.finite) << "NaN from a padded key reached the output";
-      EXPECT_LE(r.rel_error, Tolerance(cs.precision, p.dtype));
+      EXPECT_LE(r.rel_error, ToleranceFor(cs.precision, p.dtype));
       ++fused_runs;
     }
   }
@@ -338,7 +326,7 @@ TEST_P(CudaVariantsTest, RowMaxRisingAcrossKeyTilesIsRescaled) {
       Result r = RunAndCompare(p, c, in, *ref);
       ASSERT_TRUE(r.status.ok()) << r.status;
       EXPECT_TRUE(r.finite);
-      EXPECT_LE(r.rel_error, Tolerance(cs.precision, p.dtype));
+      EXPECT_LE(r.rel_error, ToleranceFor(cs.precision, p.dtype));
     }
   }
 }
@@ -382,7 +370,7 @@ TEST_P(CudaVariantsTest, HugeSoftmaxScalesMatchReference) {
         Result r = RunAndCompare(p, c, in, *ref);
         ASSERT_TRUE(r.status.ok()) << r.status;
         EXPECT_TRUE(r.finite) << "NaN/Inf in the output at scale " << scale;
-        EXPECT_LE(r.rel_error, Tolerance(cs.precision, p.dtype)) << "scale " << scale;
+        EXPECT_LE(r.rel_error, ToleranceFor(cs.precision, p.dtype)) << "scale " << scale;
       }
     }
   }
@@ -433,7 +421,7 @@ TEST_P(CudaVariantsTest, InfinityInKeysFollowsTheReference) {
           max_diff = std::max(max_diff, std::abs(out[i] - (*ref)[i]));
         }
         EXPECT_EQ(mismatched, 0) << "elements finite where the reference is NaN or the reverse";
-        EXPECT_LE(max_diff / std::max(max_ref, 1e-30), Tolerance(cs.precision, p.dtype));
+        EXPECT_LE(max_diff / std::max(max_ref, 1e-30), ToleranceFor(cs.precision, p.dtype));
       }
     }
   }

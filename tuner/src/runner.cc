@@ -147,69 +147,6 @@ Verification Verify(const AttentionProblem& problem, const KernelConfig& config,
 
 }  // namespace
 
-namespace {
-
-// The two parts of ToleranceFor's fixed tolerance: the products' precision and the stored
-// output's rounding.
-double ProductTolerance(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32: return 1e-4;
-    case Precision::kTf32: return 5e-3;
-    case Precision::kFp16: return 1e-2;
-    case Precision::kBf16: return 3e-2;
-  }
-  return 1e-4;
-}
-
-double StorageTolerance(DType dtype) {
-  switch (dtype) {
-    case DType::kFp32: return 0;
-    case DType::kFp16: return 2e-3;
-    case DType::kBf16: return 1.6e-2;
-  }
-  return 0;
-}
-
-}  // namespace
-
-double ToleranceFor(Precision precision, DType dtype) {
-  return std::max(ProductTolerance(precision), StorageTolerance(dtype));
-}
-
-namespace {
-
-// Largest 2-norm of a head_dim-long row of `x` (tokens-major, heads inner), skipping
-// non-finite elements (padding rows may hold anything).
-double MaxRowNorm(const std::vector<float>& x, int head_dim) {
-  double worst = 0;
-  for (size_t row = 0; row + static_cast<size_t>(head_dim) <= x.size(); row += static_cast<size_t>(head_dim)) {
-    double sum = 0;
-    for (int e = 0; e < head_dim; ++e) {
-      const double value = x[row + static_cast<size_t>(e)];
-      if (std::isfinite(value)) sum += value * value;
-    }
-    worst = std::max(worst, sum);
-  }
-  return std::sqrt(worst);
-}
-
-}  // namespace
-
-double LogitBound(const AttentionProblem& problem, const std::vector<float>& q,
-                  const std::vector<float>& k) {
-  const int d = problem.head_dim;
-  if (d <= 0) return 0;
-  return static_cast<double>(problem.EffectiveScale()) * MaxRowNorm(q, d) * MaxRowNorm(k, d);
-}
-
-double ToleranceFor(Precision precision, DType dtype, double logit_bound, int head_dim) {
-  const double calibrated_bound = std::sqrt(static_cast<double>(std::max(head_dim, 1)));
-  if (!(logit_bound > calibrated_bound)) return ToleranceFor(precision, dtype);  // NaN too
-  // Only the products' part grows with the logits; the output's rounding does not.
-  return std::max(ProductTolerance(precision) * (logit_bound / calibrated_bound),
-                  StorageTolerance(dtype));
-}
-
 double Quantile(std::vector<double> samples, double q) {
   if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
 
 namespace fusetune {
@@ -41,6 +42,30 @@ int SequenceOfQueryToken(const AttentionProblem& problem, int64_t token);
 // Number of keys visible to query `i` (0-based within its sequence b): the causal and
 // padding masks in one place, so every backend agrees. Keys [0, result) are visible.
 int VisibleKeysForQuery(const AttentionProblem& problem, int b, int i);
+
+
+// Largest allowed |out - ref| / max|ref| for a precision and storage dtype on the tuner runner's own
+// inputs (uniform in [-1, 1], scale 1/sqrt(head_dim)): the larger of
+//   precision of the products: fp32 1e-4, tf32 5e-3, fp16 1e-2, bf16 3e-2
+//   rounding of the stored output: fp32 0, fp16 2e-3, bf16 1.6e-2 (a few ulps of max|ref|)
+// A dropped online-softmax rescale or an off-by-one mask gives errors of order 1e-1..1.
+double ToleranceFor(Precision precision, DType dtype);
+
+// Bound on every logit |scale * q.k| of the inputs: scale * max ||q row|| * max ||k row||
+// (Cauchy-Schwarz; non-finite elements are skipped). On inputs in [-1, 1] with the default
+// scale it is at most sqrt(head_dim).
+double LogitBound(const AttentionProblem& problem, const std::vector<float>& q,
+                  const std::vector<float>& k);
+
+// The tolerance for inputs whose logits are bounded by `logit_bound`. Rounding the product
+// operands to a mantissa with unit roundoff u (tf32 and fp16 2^-11, bf16 2^-8, fp32 2^-24)
+// perturbs each logit by at most about 2u * |scale| * sum|q||k| <= 2u * logit_bound, and to
+// first order the softmax output moves in proportion to that perturbation. The fixed
+// tolerance above holds up to the bound of the runner's inputs, sqrt(head_dim); beyond it the
+// tolerance grows by logit_bound / sqrt(head_dim), so a correct kernel on large-magnitude
+// inputs (e.g. an exact TF32 emulation at |x| <= 4) is not failed, while on the runner's
+// inputs nothing is looser than before.
+double ToleranceFor(Precision precision, DType dtype, double logit_bound, int head_dim);
 
 }  // namespace fusetune
 
