@@ -113,7 +113,7 @@ ServiceMetrics::RpcSeries& ServiceMetrics::RpcSeriesOf(const std::string& method
   auto it = rpc_.find(method);
   if (it != rpc_.end()) return it->second;
   RpcSeries series{};
-  for (int code = 0; code < 17; ++code) {
+  for (int code = 0; code < kStatusCodes; ++code) {
     series.by_code[code] =
         &rpc_requests_->Add({{"method", method}, {"code", CodeName(static_cast<grpc::StatusCode>(code))}});
   }
@@ -128,7 +128,7 @@ void ServiceMetrics::ObserveRpc(const char* method, grpc::StatusCode code, doubl
     std::lock_guard<std::mutex> lock(mu_);
     RpcSeries& series = RpcSeriesOf(method);
     const int index = static_cast<int>(code);
-    counter = series.by_code[index >= 0 && index < 17 ? index : static_cast<int>(grpc::StatusCode::UNKNOWN)];
+    counter = series.by_code[index >= 0 && index < kStatusCodes ? index : static_cast<int>(grpc::StatusCode::UNKNOWN)];
     latency = series.latency;
   }
   counter->Increment();

@@ -72,8 +72,10 @@ class ServiceMetrics {
  private:
   ServiceMetrics() = default;
 
+  // grpc::StatusCode's values are 0 (OK) .. 16 (UNAUTHENTICATED).
+  static constexpr int kStatusCodes = static_cast<int>(grpc::StatusCode::UNAUTHENTICATED) + 1;
   struct RpcSeries {
-    prometheus::Counter* by_code[17];  // indexed by grpc::StatusCode (0..16)
+    prometheus::Counter* by_code[kStatusCodes];  // indexed by grpc::StatusCode
     prometheus::Histogram* latency;
   };
   // The series of `method`, created on first use; requires mu_.
