@@ -32,12 +32,7 @@ class LeaseDeliveryTest : public ::testing::Test {
   }
 
   void Register(const std::string& worker_id) {
-    v1::RegisterWorkerRequest req;
-    req.set_worker_id(worker_id);
-    req.set_host("test-host");
-    *req.mutable_device() = CpuDevice();
-    v1::RegisterWorkerResponse resp;
-    grpc::Status s = stubs_.worker->RegisterWorker(Ctx().get(), req, &resp);
+    grpc::Status s = RegisterCpuWorker(stubs_, worker_id);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
 
@@ -71,22 +66,10 @@ class LeaseDeliveryTest : public ::testing::Test {
     return resp.leased() ? resp.job().job_id() : 0;
   }
 
-  std::string LeasedBy(int64_t job_id) {
-    v1::GetJobRequest req;
-    req.set_job_id(job_id);
-    v1::Job job;
-    grpc::Status s = stubs_.tuning->GetJob(Ctx().get(), req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job.leased_by();
-  }
+  std::string LeasedBy(int64_t job_id) { return GetJobOrFail(stubs_, job_id).leased_by(); }
 
   void Complete(const std::string& worker_id, int64_t job_id) {
-    v1::CompleteJobRequest req;
-    req.set_worker_id(worker_id);
-    req.set_job_id(job_id);
-    req.set_success(true);
-    v1::CompleteJobResponse resp;
-    grpc::Status s = stubs_.worker->CompleteJob(Ctx().get(), req, &resp);
+    grpc::Status s = CompleteJob(stubs_, worker_id, job_id);
     EXPECT_TRUE(s.ok()) << s.error_message();
   }
 

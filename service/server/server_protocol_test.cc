@@ -31,12 +31,7 @@ class ServerProtocolTest : public ::testing::Test {
   }
 
   void Register(const std::string& worker_id, const std::string& host = "test-host") {
-    v1::RegisterWorkerRequest req;
-    req.set_worker_id(worker_id);
-    req.set_host(host);
-    *req.mutable_device() = CpuDevice();
-    v1::RegisterWorkerResponse resp;
-    grpc::Status s = stubs_.worker->RegisterWorker(Ctx().get(), req, &resp);
+    grpc::Status s = RegisterCpuWorker(stubs_, worker_id, host);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
 

@@ -68,12 +68,7 @@ class ServerTest : public ::testing::Test {
   }
 
   void Register(const std::string& worker_id) {
-    v1::RegisterWorkerRequest req;
-    req.set_worker_id(worker_id);
-    req.set_host("test-host");
-    *req.mutable_device() = CpuDevice();
-    v1::RegisterWorkerResponse resp;
-    grpc::Status s = stubs_.worker->RegisterWorker(Ctx().get(), req, &resp);
+    grpc::Status s = RegisterCpuWorker(stubs_, worker_id);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
 
@@ -101,22 +96,10 @@ class ServerTest : public ::testing::Test {
   }
 
   grpc::Status Complete(const std::string& worker_id, int64_t job_id, bool success = true) {
-    v1::CompleteJobRequest req;
-    req.set_worker_id(worker_id);
-    req.set_job_id(job_id);
-    req.set_success(success);
-    v1::CompleteJobResponse resp;
-    return stubs_.worker->CompleteJob(Ctx().get(), req, &resp);
+    return CompleteJob(stubs_, worker_id, job_id, success);
   }
 
-  v1::Job GetJob(int64_t job_id) {
-    v1::GetJobRequest req;
-    req.set_job_id(job_id);
-    v1::Job job;
-    grpc::Status s = stubs_.tuning->GetJob(Ctx().get(), req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job;
-  }
+  v1::Job GetJob(int64_t job_id) { return GetJobOrFail(stubs_, job_id); }
 
   ScratchDir dir_;
   std::unique_ptr<Server> server_;

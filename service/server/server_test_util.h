@@ -86,6 +86,37 @@ inline v1::DeviceInfo CpuDevice() {
   return d;
 }
 
+// RegisterWorker of `worker_id` with a CPU device.
+inline grpc::Status RegisterCpuWorker(const Stubs& s, const std::string& worker_id,
+                                      const std::string& host = "test-host") {
+  v1::RegisterWorkerRequest req;
+  req.set_worker_id(worker_id);
+  req.set_host(host);
+  *req.mutable_device() = CpuDevice();
+  v1::RegisterWorkerResponse resp;
+  return s.worker->RegisterWorker(Ctx().get(), req, &resp);
+}
+
+// CompleteJob of `job_id` by `worker_id`.
+inline grpc::Status CompleteJob(const Stubs& s, const std::string& worker_id, int64_t job_id, bool success = true) {
+  v1::CompleteJobRequest req;
+  req.set_worker_id(worker_id);
+  req.set_job_id(job_id);
+  req.set_success(success);
+  v1::CompleteJobResponse resp;
+  return s.worker->CompleteJob(Ctx().get(), req, &resp);
+}
+
+// GetJob of `job_id` (a failed call is a test failure and returns an empty Job).
+inline v1::Job GetJobOrFail(const Stubs& s, int64_t job_id) {
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::Job job;
+  grpc::Status st = s.tuning->GetJob(Ctx().get(), req, &job);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return job;
+}
+
 // An ok trial with three samples around `median_us`.
 inline v1::Trial MakeTrial(int64_t run_id, const std::string& problem_key, const std::string& config_key,
                            double median_us, int attempt = 0) {
