@@ -242,7 +242,7 @@ class CudaBackend final : public Backend {
                    const AttentionBuffers& buffers) override {
     if (auto s = Enter(); !s.ok()) return s;
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
-    if (auto s = CheckBuffers(buffers); !s.ok()) return s;
+    if (auto s = ValidateBuffers(buffers); !s.ok()) return s;
     auto prepared = Prepare(problem, config, buffers);
     if (!prepared.ok()) return prepared.status();
     if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
@@ -254,7 +254,7 @@ class CudaBackend final : public Backend {
                                      const TimingOptions& options) override {
     if (auto s = Enter(); !s.ok()) return s;
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
-    if (auto s = CheckBuffers(buffers); !s.ok()) return s;
+    if (auto s = ValidateBuffers(buffers); !s.ok()) return s;
     if (options.repeats < 1 || options.warmup < 0) {
       return absl::InvalidArgumentError("timing needs repeats >= 1 and warmup >= 0");
     }
@@ -352,8 +352,6 @@ class CudaBackend final : public Backend {
     const int probs_bytes = problem.dtype == DType::kFp32 ? 4 : 2;
     return cuda::PlanBaseline(problem, config.variant == Variant::kMaterialized, probs_bytes);
   }
-
-  static absl::Status CheckBuffers(const AttentionBuffers& b) { return ValidateBuffers(b); }
 
   // Every public call starts here: the right device, and no use of a faulted context.
   absl::Status Enter() {
