@@ -43,6 +43,8 @@ done
 
 # Shared libraries to carry: everything ldd resolves except glibc/libstdc++/libgcc (newer on
 # the device) and cuBLAS (the device has it; too big to carry). libcudart is small: carried.
+# nullglob: STAGE_TARGETS may name no shared library.
+shopt -s nullglob
 for f in "$STAGE"/bin/* "$STAGE"/lib/*.so; do
   ldd "$f" | awk '/=> \//{print $3}'
 done | sort -u | while read -r lib; do
