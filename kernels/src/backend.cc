@@ -1,5 +1,6 @@
 #include "fusetune/kernels/backend.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -26,6 +27,14 @@ std::string Sanitize(std::string_view s) {
 
 std::string DeviceInfo::DeviceClass() const {
   return absl::StrCat(Sanitize(backend), "/", Sanitize(name), "/", Sanitize(arch));
+}
+
+bool DeviceStateMoved(const DeviceState& before, const DeviceState& after) {
+  if (!before.known || !after.known) return false;
+  if (before.throttle_reasons != after.throttle_reasons) return true;
+  const int lo = std::min(before.sm_clock_mhz, after.sm_clock_mhz);
+  const int hi = std::max(before.sm_clock_mhz, after.sm_clock_mhz);
+  return lo > 0 ? (hi - lo) * 50 > lo : hi > 0;  // more than 2 %
 }
 
 absl::Status ValidateBuffers(const AttentionBuffers& buffers) {

@@ -36,11 +36,28 @@ absl::StatusOr<TrialOutcome> ParseTrialOutcome(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown trial outcome '", std::string(name), "'"));
 }
 
+std::string_view TrialStageName(TrialStage s) {
+  switch (s) {
+    case TrialStage::kScreen: return "screen";
+    case TrialStage::kFinal: return "final";
+    case TrialStage::kAudit: return "audit";
+  }
+  return "?";
+}
+
+absl::StatusOr<TrialStage> ParseTrialStage(std::string_view name) {
+  for (TrialStage s : {TrialStage::kScreen, TrialStage::kFinal, TrialStage::kAudit}) {
+    if (TrialStageName(s) == name) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown trial stage '", std::string(name), "'"));
+}
+
 std::string TrialId(int64_t run_id, std::string_view problem_key, std::string_view config_key,
-                    int attempt) {
+                    int attempt, TrialStage stage) {
   // '\x1f' separates fields so that ("a/b", "c") and ("a", "b/c") differ.
-  const std::string text = absl::StrCat(run_id, "\x1f", std::string(problem_key), "\x1f",
-                                         std::string(config_key), "\x1f", attempt);
+  std::string text = absl::StrCat(run_id, "\x1f", std::string(problem_key), "\x1f",
+                                   std::string(config_key), "\x1f", attempt);
+  if (stage != TrialStage::kScreen) absl::StrAppend(&text, "\x1f", std::string(TrialStageName(stage)));
   // Two independent 64-bit FNV-1a lanes: 128 bits, stable across hosts and builds.
   const uint64_t a = Fnv1a(text, 1469598103934665603ull);
   const uint64_t b = Fnv1a(text, 0x9e3779b97f4a7c15ull);

@@ -166,6 +166,16 @@ class Store : public TrialSink {
   // Newest first; commit empty = all commits. limit in [1, 100000] else InvalidArgument.
   absl::StatusOr<std::vector<Regression>> ListRegressions(std::string_view commit = {}, int limit = 1000);
 
+  // ---- audits (AuditSummary: a recorded best re-measured against its whole space)
+  // Inserts one audit; returns its audit_id. InvalidArgument for an empty device class,
+  // problem key or config key, or a negative count; NotFound if run_id is set and the run
+  // does not exist.
+  absl::StatusOr<int64_t> RecordAudit(const AuditSummary& audit);
+  // Newest first; empty filters match all. limit in [1, 100000] else InvalidArgument.
+  absl::StatusOr<std::vector<AuditSummary>> ListAudits(std::string_view device_class = {},
+                                                       std::string_view problem_key = {},
+                                                       int limit = 1000);
+
   // ---- workers
   absl::Status UpsertWorker(const WorkerRecord& w);
   absl::Status TouchWorker(std::string_view worker_id, int64_t now_unix_ms);

@@ -102,9 +102,27 @@ struct TimingOptions {
   bool flush_l2 = true;      // GPU: evict L2 (or rotate inputs) before each timed launch
 };
 
+// The device's clock and power state, read just before and just after a block of timed
+// launches: a block during which the clock moved or a throttle reason appeared is not a
+// steady measurement. All zero (known = false) where the backend cannot read it (the CPU,
+// a GPU without NVML).
+struct DeviceState {
+  bool known = false;
+  int sm_clock_mhz = 0;           // current SM clock, MHz
+  int power_mw = 0;               // board power draw, milliwatts
+  uint64_t throttle_reasons = 0;  // NVML clocks-event reasons bitmask, idle bit cleared
+};
+
+// True when the state moved between `before` and `after` enough to distrust the block:
+// the SM clock changed by more than 2 % or the set of throttle reasons changed. False when
+// either side is unknown.
+bool DeviceStateMoved(const DeviceState& before, const DeviceState& after);
+
 struct TimingSamples {
   std::vector<double> micros;  // one per timed launch, in launch order
   int sm_clock_mhz = 0;        // SM clock read during timing (0 if unknown)
+  DeviceState before;          // read before the first timed launch (after warm-up)
+  DeviceState after;           // read after the last timed launch
 };
 
 class Backend {
@@ -119,6 +137,14 @@ class Backend {
   // memory or register budget exceeded, ...). Never launches anything.
   virtual absl::Status CanImplement(const AttentionProblem& problem,
                                     const KernelConfig& config) const = 0;
+
+  // Every config this backend can run for `problem` on this device, all variants and
+  // precisions: CanImplement is OK for each one, and every config CanImplement accepts
+  // that differs in a way that can change the kernel's speed is here (the CUDA backend
+  // from its compiled instance table, the CPU backend from its tile and thread ranges).
+  // Sorted by ConfigOrderLess, without duplicates; empty when the backend cannot run the
+  // problem at all (e.g. an unsupported head_dim) or the problem is invalid.
+  virtual std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& problem) const = 0;
 
   // Computes O for the problem. Returns CanImplement's error without touching O when it
   // fails, ValidateBuffers' error (InvalidArgument) for a null or misaligned tensor;

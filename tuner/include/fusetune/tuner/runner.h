@@ -27,7 +27,10 @@
 #ifndef FUSETUNE_TUNER_RUNNER_H_
 #define FUSETUNE_TUNER_RUNNER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,9 +53,11 @@ struct RunnerOptions {
   int sampled_rows = 64;
   // A verification run slower than this is recorded as kTimedOut and not timed.
   double trial_time_limit_seconds = 60.0;
-  // Seeds the input generator; each trial mixes in its problem and config keys and attempt,
-  // so inputs differ between trials yet are reproducible.
+  // Seeds the input generator (mixed with the problem key): every config of a problem runs
+  // on the same inputs, reproducible on every host.
   uint64_t seed = 1;
+  // Also verify every config on the problem's adversarial inputs (see ProblemInputs).
+  bool adversarial_check = true;
 };
 
 // Order statistics of timing samples, linear interpolation; q in [0, 1]. 0 for no samples.
@@ -62,6 +67,7 @@ class Runner {
  public:
   // `backend` must outlive the Runner.
   Runner(Backend& backend, RunnerOptions options = {});
+  ~Runner();
 
   // Measures one trial. Always returns a Trial with trial_id, run_id, keys, attempt,
   // outcome, message (for every outcome but kOk), flops and created_unix_ms filled.
@@ -69,11 +75,35 @@ class Runner {
   Trial Measure(const AttentionProblem& problem, const KernelConfig& config, int64_t run_id,
                 int attempt = 0);
 
+  // Interleaved rounds: measures `configs` (already verified on these inputs, e.g. by
+  // Measure) in `rounds` rounds; each round visits every config once in a fresh random
+  // order (seeded by `order_seed` and the round) and runs one Backend::Time block of
+  // `block` per config. Returns one Trial per config, in the order of `configs`, with
+  // `stage` and `attempt`: kOk with samples_us = the per-round block medians and blocks
+  // the per-round blocks; or the outcome of the first failing block (kUnsupported /
+  // kLaunchFailed), the others still measured. Stops early (returning the rounds done)
+  // when `max_seconds` > 0 is exceeded after at least 3 rounds, or `*cancel` is true.
+  std::vector<Trial> MeasureRounds(const AttentionProblem& problem,
+                                   std::span<const KernelConfig> configs, int rounds,
+                                   const TimingOptions& block, uint64_t order_seed,
+                                   int64_t run_id, TrialStage stage, int attempt,
+                                   double max_seconds = 0,
+                                   const std::atomic<bool>* cancel = nullptr);
+
+  // Seconds spent preparing the current problem's inputs and references (0 before any).
+  double prepare_seconds() const { return prepare_seconds_; }
+
   const RunnerOptions& options() const { return options_; }
 
  private:
+  class ProblemInputs;
+  // The inputs of `problem`, made on first use and reused until another problem comes.
+  absl::StatusOr<ProblemInputs*> InputsFor(const AttentionProblem& problem);
+
   Backend& backend_;
   RunnerOptions options_;
+  std::unique_ptr<ProblemInputs> inputs_;
+  double prepare_seconds_ = 0;
 };
 
 }  // namespace fusetune

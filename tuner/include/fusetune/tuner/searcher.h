@@ -33,8 +33,17 @@ class Searcher {
   virtual std::optional<KernelConfig> Next(std::span<const Trial> history) = 0;
 };
 
-enum class SearchStrategy { kExhaustive, kRandom };
-std::string_view SearchStrategyName(SearchStrategy s);  // "exhaustive", "random"
+// How a sweep walks a variant's space (sweep.h says what each does with the budget):
+//   kAuto               exhaustive when the variant's space has at most
+//                       kExhaustiveSpaceLimit configs, else successive halving;
+//   kExhaustive         every config, screened with the full timing options;
+//   kSuccessiveHalving  every config screened with few samples, then the better half
+//                       re-measured in interleaved rounds with doubled rounds, and so on;
+//   kRandom             configs in a seeded random order until the budget is spent.
+enum class SearchStrategy { kAuto, kExhaustive, kSuccessiveHalving, kRandom };
+inline constexpr int kExhaustiveSpaceLimit = 64;
+// "auto", "exhaustive", "halving", "random"
+std::string_view SearchStrategyName(SearchStrategy s);
 absl::StatusOr<SearchStrategy> ParseSearchStrategy(std::string_view name);
 
 // Proposes `configs` in the given order.
@@ -42,6 +51,7 @@ std::unique_ptr<Searcher> CreateExhaustiveSearcher(std::vector<KernelConfig> con
 // Proposes `configs` in a random order fixed by `seed` (a seeded shuffle, reproducible on
 // every host: it uses its own generator, not std::shuffle's unspecified one).
 std::unique_ptr<Searcher> CreateRandomSearcher(std::vector<KernelConfig> configs, uint64_t seed);
+// kRandom: CreateRandomSearcher; every other strategy screens in the given order.
 std::unique_ptr<Searcher> CreateSearcher(SearchStrategy strategy, std::vector<KernelConfig> configs,
                                          uint64_t seed);
 

@@ -35,6 +35,26 @@ bool BeatsIncumbent(const Trial& challenger, const Trial& incumbent);
 std::optional<Trial> SelectBestTrial(std::span<const Trial> trials,
                                      std::optional<Variant> variant = std::nullopt);
 
+// Two trials measured in the same interleaved rounds (samples_us paired by index), as the
+// distribution of the per-round ratios a_i / b_i.
+struct RoundRatio {
+  double median = 0;   // median of a_i / b_i
+  double low = 0;      // 90 % confidence interval of that median (order statistics; the
+  double high = 0;     //   whole range when there are too few rounds for 90 %)
+  int rounds = 0;
+};
+// InvalidArgument when either trial is not kOk or the two have different numbers of rounds
+// (or none).
+absl::StatusOr<RoundRatio> CompareRounds(const Trial& a, const Trial& b);
+
+// The best among trials of the same interleaved rounds (final-stage trials), optionally of
+// one variant. Visited in ConfigOrderLess order; a challenger replaces the incumbent only
+// when its per-round ratio to the incumbent has median < 1 and a confidence interval that
+// lies below 1 (faster in a way the rounds agree on); so a config within the noise of the
+// first in ConfigOrderLess never displaces it, and two tunes of one problem agree.
+std::optional<Trial> SelectBestOfRounds(std::span<const Trial> trials,
+                                        std::optional<Variant> variant = std::nullopt);
+
 // The BestConfig of one problem: the best trial over all variants, with the best fused
 // trial's speedup over the best materialized and the best partial trial (ratio of medians,
 // baseline / fused; 0 when either side has no kOk trial). NotFound when no trial is kOk.

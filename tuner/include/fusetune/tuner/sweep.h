@@ -43,9 +43,19 @@
 
 namespace fusetune {
 
+// The interleaved final rounds after the search (see the top of this file).
+struct FinalRoundOptions {
+  int rounds = 9;                 // 0 = no final rounds (the pick is the screen's)
+  double near_fraction = 0.05;    // fused contenders: screen median within this of the leader
+  int min_candidates = 3;         // fused contenders at least (when that many verified)
+  int max_candidates = 6;         // fused contenders at most
+  int baseline_candidates = 2;    // contenders of each baseline variant (partial, materialized)
+};
+
 struct SweepOptions {
   ConfigSpaceOptions space;                // variants, precisions, block sizes, ...
-  SearchStrategy strategy = SearchStrategy::kRandom;
+  SearchStrategy strategy = SearchStrategy::kAuto;
+  FinalRoundOptions final_rounds;
   uint64_t seed = 1;                       // searcher seed (mixed with the problem key)
   int max_trials_per_variant = 0;          // 0 = exhaustive
   double max_seconds_per_problem = 0;      // 0 = unbounded

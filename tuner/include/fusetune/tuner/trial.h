@@ -29,29 +29,59 @@ enum class TrialOutcome {
 std::string_view TrialOutcomeName(TrialOutcome o);  // "ok", "unsupported", "launch_failed", ...
 absl::StatusOr<TrialOutcome> ParseTrialOutcome(std::string_view name);
 
+// Which measurement of a sweep a trial is.
+enum class TrialStage {
+  kScreen,  // the search: verified, then timed in one block (the first look at a config)
+  kFinal,   // the interleaved final rounds among the screen's leaders: one block per round
+  kAudit,   // an audit's interleaved rounds over a problem's whole space: one block per round
+};
+std::string_view TrialStageName(TrialStage s);  // "screen", "final", "audit"
+absl::StatusOr<TrialStage> ParseTrialStage(std::string_view name);
+
+// One Backend::Time call: `samples` timed launches, summarised by their median, with the
+// device state read around it. In interleaved rounds a trial has one block per round, in
+// round order, so blocks of two trials of the same rounds pair up by index.
+struct SampleBlock {
+  int samples = 0;
+  double median_us = 0;
+  DeviceState before;
+  DeviceState after;
+  bool unsteady = false;  // DeviceStateMoved(before, after): clock or throttle state moved
+};
+
 // One measured (problem, config).
 struct Trial {
-  std::string trial_id;     // TrialId(run_id, problem_key, config_key, attempt)
+  std::string trial_id;     // TrialId(run_id, problem_key, config_key, attempt, stage)
   int64_t run_id = 0;
   std::string problem_key;  // AttentionProblem::Key()
   std::string config_key;   // KernelConfig::Key()
   int attempt = 0;
+  TrialStage stage = TrialStage::kScreen;
   TrialOutcome outcome = TrialOutcome::kOk;
   std::string message;      // why, for every outcome other than kOk
-  std::vector<double> samples_us;  // kept timing samples (kOk only), microseconds
+  // kOk only, microseconds. Screen: the kept timing samples of its one block. Final and
+  // audit: one value per round, that round's block median (so samples_us[i] of two trials
+  // of the same rounds were measured side by side).
+  std::vector<double> samples_us;
+  std::vector<SampleBlock> blocks;  // kOk only: the timing blocks, in order
   double median_us = 0, p10_us = 0, p90_us = 0;
   double max_abs_error = 0;  // vs the fp64 reference, over the checked elements
   double max_rel_error = 0;  // max |out-ref| / (|ref| + 1e-6 * ||ref||_inf) style, see runner.h
   int64_t checked_elements = 0;
-  int sm_clock_mhz = 0;
+  int sm_clock_mhz = 0;      // SM clock read during the (last) timing block, MHz
   double flops = 0;          // problem.Flops(), for derived TFLOP/s
   int64_t created_unix_ms = 0;
+  // Wall time of the whole measurement (inputs reused, run, verification, timing), seconds;
+  // 0 for trials recorded before it was kept. For a final/audit trial: its share of the
+  // rounds (the rounds' wall time over the candidates).
+  double wall_seconds = 0;
 };
 
-// Deterministic trial id: a hex digest of (run_id, problem_key, config_key, attempt), so a
-// retried upload of the same trial is recognisably the same row.
+// Deterministic trial id: a hex digest of (run_id, problem_key, config_key, attempt, stage),
+// so a retried upload of the same trial is recognisably the same row. Screen-stage ids are
+// the digest of the first four fields alone, as they were before stages existed.
 std::string TrialId(int64_t run_id, std::string_view problem_key, std::string_view config_key,
-                    int attempt);
+                    int attempt, TrialStage stage = TrialStage::kScreen);
 
 // Where a sweep came from: identifies a run.
 struct RunInfo {
@@ -82,6 +112,27 @@ struct BestConfig {
   int64_t run_id = 0;         // provenance
   std::string commit;
   int64_t updated_unix_ms = 0;
+};
+
+// The outcome of an audit: a problem's recorded best config re-measured, interleaved,
+// against every config of its space. regret = recorded / best - 1 from per-round ratios.
+struct AuditSummary {
+  int64_t audit_id = 0;            // assigned by the store
+  int64_t run_id = 0;              // the audit's run (its trials, stage kAudit)
+  std::string device_class;
+  std::string problem_key;
+  std::string recorded_config_key; // the best config the store held when the audit started
+  std::string best_config_key;     // the fastest config the audit measured
+  double recorded_us = 0;          // median over the final rounds, microseconds
+  double best_us = 0;
+  double regret = 0;               // median over rounds of recorded/best, minus 1 (>= 0 means slower)
+  double regret_low = 0;           // 90 % confidence interval of that median (order statistics)
+  double regret_high = 0;
+  int rounds = 0;                  // interleaved rounds of the final comparison
+  int configs_measured = 0;        // configs of the space that verified and were timed
+  int configs_failed = 0;          // configs that failed (unsupported ones not counted)
+  std::string commit;
+  int64_t created_unix_ms = 0;
 };
 
 // Receives trials as they complete (the SQLite store, the worker's spool/uploader, ...).
