@@ -29,12 +29,14 @@ enum class Fault {
   kCannotImplement, // CanImplement() says no
   kThrows,          // Run() throws
   kSlow,            // Run() sleeps 50 ms
+  kInfKeysAsZero,   // Run() reads a -inf key element as 0 (a kernel that mishandles masked keys)
 };
 
 class HostBackend : public Backend {
  public:
   Fault fault = Fault::kNone;
   int runs = 0;
+  int uploads = 0;  // CopyToDevice calls
   // Configs CanImplement refuses (besides kCannotImplement refusing all).
   std::function<bool(const KernelConfig&)> refuse = [](const KernelConfig&) { return false; };
   // Median latency reported by Time(), per config key (default 100 us), and the spread.
@@ -63,6 +65,11 @@ class HostBackend : public Backend {
     DecodeTensor(p.dtype, b.q, q.size(), q.data());
     DecodeTensor(p.dtype, b.k, k.size(), k.data());
     DecodeTensor(p.dtype, b.v, v.size(), v.data());
+    if (fault == Fault::kInfKeysAsZero) {
+      for (float& x : k) {
+        if (std::isinf(x)) x = 0;
+      }
+    }
     absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p, q, k, v);
     if (!ref.ok()) return ref.status();
     std::vector<float> out(ref->begin(), ref->end());
@@ -91,6 +98,7 @@ class HostBackend : public Backend {
     return DeviceMemory(p, bytes, [](void* x) { std::free(x); });
   }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    ++uploads;
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
