@@ -78,7 +78,7 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
     if (absl::Status s = p.Validate(); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("problem ", p.Key(), ": ", s.message()));
     }
-    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, device, options.space);
+    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, backend, options.space);
     if (!space.ok()) return space.status();
     spaces.push_back(*std::move(space));
   }
