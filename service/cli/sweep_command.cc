@@ -99,7 +99,7 @@ int RunSweepCommand(const SweepFlags& f) {
   const std::string device_class = device.DeviceClass();
   // Check the options against the device before touching the database.
   for (const AttentionProblem& p : *problems) {
-    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, device, options.space);
+    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, **backend, options.space);
     if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
   }
 

@@ -4,6 +4,7 @@
 #ifndef FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
 #define FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -39,6 +40,10 @@ class HostBackend : public Backend {
   int uploads = 0;  // CopyToDevice calls
   // Configs CanImplement refuses (besides kCannotImplement refusing all).
   std::function<bool(const KernelConfig&)> refuse = [](const KernelConfig&) { return false; };
+  // What CandidateConfigs() offers; empty = the CPU backend's grid for two hardware threads
+  // (all variants, tiles {16, 32, 64, 128}^2, threads {1, 2}, the storage dtype's precisions).
+  // Not filtered by `refuse`, so a refusing double still hands the Runner configs to reject.
+  std::vector<KernelConfig> candidates;
   // Median latency reported by Time(), per config key (default 100 us), and the spread.
   std::function<double(const KernelConfig&)> latency_us = [](const KernelConfig&) { return 100.0; };
 
@@ -54,6 +59,35 @@ class HostBackend : public Backend {
     if (fault == Fault::kCannotImplement || refuse(c)) return absl::UnimplementedError("test: cannot implement");
     if (auto s = p.Validate(); !s.ok()) return s;
     return c.Validate();
+  }
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& p) const override {
+    std::vector<KernelConfig> out = candidates;
+    if (!p.Validate().ok()) return {};
+    if (out.empty()) {
+      std::vector<Precision> precisions = {Precision::kFp32};
+      if (p.dtype == DType::kFp16) precisions.push_back(Precision::kFp16);
+      if (p.dtype == DType::kBf16) precisions.push_back(Precision::kBf16);
+      for (Variant variant : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
+        for (Precision precision : precisions) {
+          for (int bm : {16, 32, 64, 128}) {
+            for (int bs : {16, 32, 64, 128}) {
+              for (int t : {1, 2}) {
+                KernelConfig c;
+                c.variant = variant;
+                c.precision = precision;
+                c.block_m = bm;
+                c.block_s = bs;
+                c.threads = t;
+                out.push_back(c);
+              }
+            }
+          }
+        }
+      }
+    }
+    std::sort(out.begin(), out.end(), ConfigOrderLess);
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
   }
   absl::Status Run(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b) override {
     ++runs;
