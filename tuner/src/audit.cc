@@ -43,7 +43,7 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
   result.trials.push_back(recorded_screen);
   if (recorded_screen.outcome != TrialOutcome::kOk) {
     return absl::FailedPreconditionError(absl::StrCat("the recorded config ", recorded_key, " is ",
-                                                      TrialOutcomeName(recorded_screen.outcome), " here: ",
+                                                      std::string(TrialOutcomeName(recorded_screen.outcome)), " here: ",
                                                       recorded_screen.message));
   }
   std::vector<Trial> ok{recorded_screen};

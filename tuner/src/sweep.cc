@@ -179,7 +179,7 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         report.trials_measured += static_cast<int>(measured.size());
         return measured;
       }
-      return absl::InternalError(absl::StrCat("every attempt of the ", TrialStageName(stage),
+      return absl::InternalError(absl::StrCat("every attempt of the ", std::string(TrialStageName(stage)),
                                               " rounds of ", problem_key, " is recorded in part"));
     };
 

@@ -372,7 +372,8 @@ TEST(SweepInputs, AKernelThatMishandlesMaskedKeysFailsOnTheAdversarialInputs) {
   SweepOptions o = Quick(2);
   o.space.variants = {Variant::kFused};
   MemorySink sink;
-  std::vector<AttentionProblem> problems = {Tiny(64, 64)};
+  // Causal: the first query rows see only masked keys, so their output must be zeros.
+  std::vector<AttentionProblem> problems = {Tiny(64, 64, true)};
   ASSERT_TRUE(RunSweep(backend, problems, o, 1, sink, NoResume()).ok());
   ASSERT_FALSE(sink.trials.empty());
   for (const Trial& t : sink.trials) {
