@@ -63,20 +63,15 @@ NvmlDevice Handle(const Nvml& nvml, const std::string& pci_bus_id) {
   return device;
 }
 
-int Query(const std::string& pci_bus_id, bool max_clock) {
+}  // namespace
+
+int NvmlMaxSmClockMhz(const std::string& pci_bus_id) {
   const Nvml& nvml = LoadNvml();
   NvmlDevice device = Handle(nvml, pci_bus_id);
   if (device == nullptr) return 0;
   unsigned int mhz = 0;
-  const NvmlReturn r = max_clock ? nvml.max_clock_info(device, kNvmlClockSm, &mhz)
-                                 : nvml.clock_info(device, kNvmlClockSm, &mhz);
-  return r == 0 ? static_cast<int>(mhz) : 0;
+  return nvml.max_clock_info(device, kNvmlClockSm, &mhz) == 0 ? static_cast<int>(mhz) : 0;
 }
-
-}  // namespace
-
-int NvmlSmClockMhz(const std::string& pci_bus_id) { return Query(pci_bus_id, false); }
-int NvmlMaxSmClockMhz(const std::string& pci_bus_id) { return Query(pci_bus_id, true); }
 
 DeviceState NvmlDeviceState(const std::string& pci_bus_id) {
   DeviceState state;

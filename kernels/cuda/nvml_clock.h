@@ -15,12 +15,10 @@
 
 namespace fusetune::cuda {
 
-// Current SM clock in MHz of the device with this PCI bus id (cudaDeviceGetPCIBusId form).
-int NvmlSmClockMhz(const std::string& pci_bus_id);
-// Maximum SM clock in MHz of that device.
+// Maximum SM clock in MHz of the device with this PCI bus id (cudaDeviceGetPCIBusId form).
 int NvmlMaxSmClockMhz(const std::string& pci_bus_id);
 
-// The device's current SM clock, board power and clocks-event (throttle) reasons, with the
+// That device's current SM clock, board power and clocks-event (throttle) reasons, with the
 // GPU-idle reason cleared (it only says no kernel was running at the instant of the read).
 // known = true when the SM clock could be read; power_mw and throttle_reasons stay 0 where
 // the board or driver does not report them.

@@ -8,7 +8,8 @@
 // the key length. So no config the backend can run is unreachable, and every config in the
 // space passes CanImplement.
 //
-// Thread-safety: a ConfigSpace is an immutable value after Create(); safe to share.
+// Thread-safety: a ConfigSpace is an immutable value after Create(); safe to share. Create()
+// calls the backend (CandidateConfigs, Describe), so it runs on the thread that owns it.
 #ifndef FUSETUNE_TUNER_CONFIG_SPACE_H_
 #define FUSETUNE_TUNER_CONFIG_SPACE_H_
 
