@@ -16,20 +16,15 @@ STEPS=${*:-tests bench compare sweep}
 SWEEP_TRIALS=${SWEEP_TRIALS:-0}   # 0 = the CLI's default budget
 exec > >(tee -a "$OUT/run.log") 2>&1
 
-B=/tmp/fusetune-bundle
-rm -rf "$B" && mkdir -p "$B"
-tar -C "$B" -xJf "$ROOT/.device-carry/backend/bundle.tar.xz" || { echo "cannot unpack the bundle"; exit 1; }
-echo "bundle commit $(cat "$ROOT/.device-carry/backend/commit.txt" 2>/dev/null)"
-
-# cuBLAS/cudart of the device image: the toolkit's folders, else PyTorch's wheels.
+# The bundle's binaries and libraries, with cuBLAS/cudart of the device image (the toolkit's
+# folders, else PyTorch's wheels) on LD_LIBRARY_PATH.
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
-cuda_dirs=$(device_cuda_lib_dirs)
-export LD_LIBRARY_PATH="$B/lib${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+B=/tmp/fusetune-bundle
+unpack_bundle "$ROOT/.device-carry/backend" "$B" || exit 1
+export LD_LIBRARY_PATH=$(bundle_library_path "$B")
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv || true
-for f in "$B"/bin/*; do
-  if ldd "$f" | grep -q "not found"; then echo "MISSING LIBS for $f:"; ldd "$f" | grep "not found"; fi
-done
+report_missing_libs "$LD_LIBRARY_PATH" "$B"/bin/*
 
 summary=()
 step() { [[ " $STEPS " == *" $1 "* ]]; }
