@@ -81,12 +81,13 @@ esac
 
 now() { date +%s.%N; }
 # run_bounded DEADLINE CMD...: runs CMD with SIGTERM at DEADLINE (a stopped sweep finishes its
-# trial in flight and commits); 124 when no time was left to start it.
+# trial in flight and commits; timeout then returns 124); NOT_STARTED when no time was left.
+NOT_STARTED=200
 run_bounded() {
   local deadline=$1 left
   shift
   left=$((deadline - SECONDS))
-  if (( left < 5 )); then echo "regret_study: no time left for: $*"; return 124; fi
+  if (( left < 5 )); then echo "regret_study: no time left for: $*"; return $NOT_STARTED; fi
   timeout --signal=TERM --kill-after=20 "$left" "$@"
 }
 
@@ -105,6 +106,7 @@ while IFS='|' read -r label flags; do
     rc=$?
     t1=$(now)
     seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+    (( rc == NOT_STARTED )) && { seconds=""; rc=skipped; }
     sed "s/^/  [$label $side] /" "$log"
     # The sweep's progress line: "[i/n] <problem key>: N trials (...) in X s; best ..."
     progress=$(grep -E '^\[[0-9]+/[0-9]+\] ' "$log" | tail -1 | tr '\t' ' ')
@@ -135,6 +137,10 @@ for side in A B; do
   audit_rc+=("$side=$rc")
 done
 
+# One file per database (the device tool brings back at most 8 files): fold the WAL back in.
+for side in A B; do
+  [[ -s "$OUT/$side.db" ]] && python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("PRAGMA journal_mode=DELETE"); c.close()' "$OUT/$side.db"
+done
 echo "==== step 3: summary (study took $((SECONDS - START)) s; audits ${audit_rc[*]})"
 python3 "$ROOT/ci/device/regret_summary.py" --tunes "$OUT/tunes.tsv" --audit-a "$OUT/audit_A.json" \
   --audit-b "$OUT/audit_B.json" --db-a "$OUT/A.db" --db-b "$OUT/B.db" > "$OUT/regret.md"

@@ -163,7 +163,7 @@ def render(rows, agree, notes):
 
     def secs(wall, sweep, rc):
         if wall is None:
-            return "—"
+            return "not run" if rc == "skipped" else "—"
         s = f"{wall:.1f}"
         if sweep is not None:
             s += f" ({sweep:.1f})"
