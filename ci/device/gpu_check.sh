@@ -4,7 +4,10 @@
 # the steps named as arguments (default: all), each logged under $OUT:
 #   tests    the GPU tests (cuda_backend_test)                     -> gpu_tests.log
 #   bench    the Google Benchmark binary                           -> bench.txt
-#   compare  ci/device/compare_torch.py (ours vs PyTorch SDPA)     -> compare.csv, compare.md
+#   compare  ci/device/compare_torch.py (ours vs PyTorch SDPA,
+#            interleaved rounds; COMPARE_ARGS)                     -> compare.csv, compare.md
+#   cupti    compare_torch.py --cupti-check (our timer vs CUPTI
+#            kernel durations; CUPTI_ARGS; not in the default)      -> cupti_check.csv, cupti_check.md
 #   sweep    fusetune sweep --backend cuda on the target shapes,
 #            then fusetune report                                  -> fusetune.db, report.txt
 # Everything else printed goes to run.log. Prints a short summary last.
@@ -52,6 +55,14 @@ if step compare; then
   summary+=("compare: rc=$rc $((SECONDS - t0))s")
 fi
 
+if step cupti; then
+  t0=$SECONDS
+  PYTHONUNBUFFERED=1 python3 "$ROOT/ci/device/compare_torch.py" --lib "$B/lib/libfusetune_capi.so" --out "$OUT" \
+    --cupti-check ${CUPTI_ARGS:-}
+  rc=$?
+  summary+=("cupti: rc=$rc $((SECONDS - t0))s")
+fi
+
 if step sweep; then
   t0=$SECONDS
   if [[ -x "$B/bin/fusetune" ]]; then
@@ -71,4 +82,5 @@ fi
 echo "==== summary"
 printf '%s\n' "${summary[@]}"
 [[ -f "$OUT/compare.md" ]] && cat "$OUT/compare.md"
+[[ -f "$OUT/cupti_check.md" ]] && cat "$OUT/cupti_check.md"
 exit 0
