@@ -739,7 +739,7 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log):
                        "timer_profiled_median_us": statistics.median(with_prof),
                        "cupti_median_us": None, "gap_pct": None, "paired_gap_median_us": None,
                        "kernels_per_launch": per_call, "kernel_events": matched,
-                       "sm_mhz": f"{before.get('sm_mhz')}->{after.get('sm_mhz')}",
+                       "sm_mhz": f"{before.get('sm_mhz', '?')}->{after.get('sm_mhz', '?')}",
                        "reasons": reasons_text(after.get("reasons"))}
                 if device:
                     cm = statistics.median(device)
@@ -876,14 +876,14 @@ def main():
         return self_test(args.out)
     if not args.lib:
         raise SystemExit("--lib is required (path to libfusetune_capi.so)")
-    if torch is None:
-        raise SystemExit("this needs PyTorch with CUDA")
     shape_ids = parse_list(args.cupti_shapes if args.cupti_check else args.shapes, list(SHAPES), "--shapes")
     names = parse_list(args.candidates, ALL_CANDIDATES, "--candidates")
     fixed = parse_configs(args.config)
     rounds = 5 if args.quick else args.rounds
-    if rounds < 3 or args.launches < 1 or args.warmup < 0:
-        raise SystemExit("--rounds must be >= 3, --launches >= 1, --warmup >= 0")
+    if rounds < 3 or args.launches < 1 or args.warmup < 0 or args.cupti_launches < 1:
+        raise SystemExit("--rounds must be >= 3, --launches and --cupti-launches >= 1, --warmup >= 0")
+    if torch is None:
+        raise SystemExit("this needs PyTorch with CUDA")
     if "ours" not in names:
         names.insert(0, "ours")
     os.makedirs(args.out, exist_ok=True)
