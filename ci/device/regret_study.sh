@@ -16,7 +16,9 @@
 # Knobs: REGRET_SHAPES a file of "label|fusetune sweep problem flags" lines, or "cpu" for the
 #   dry-run list (default: the 13 GPU shapes below); REGRET_TIMEOUT whole study, s (480);
 #   REGRET_TUNE_BUDGET s for step 1 (240; what is left goes to the audits); REGRET_SEEDS ("1 2");
-#   REGRET_SWEEP_EXTRA / REGRET_AUDIT_EXTRA extra flags; REGRET_BACKEND (cuda).
+#   REGRET_SWEEP_EXTRA / REGRET_AUDIT_EXTRA extra flags; REGRET_BACKEND (cuda);
+#   REGRET_AUDIT_MODE "all" (one `audit --all` per database; A gets at most half of the time
+#   left) or "per-problem" (`audit --problem KEY` for A and B shape by shape, merged).
 # CPU dry run here (no GPU; a fusetune built with the audit command):
 #   FUSETUNE_BIN=build/service/cli/fusetune REGRET_BACKEND=cpu REGRET_SHAPES=cpu OUT=/tmp/regret \
 #     bash ci/device/regret_study.sh
@@ -120,22 +122,64 @@ while IFS='|' read -r label flags; do
   (IFS=$'\t'; echo "${row[*]}") >> "$OUT/tunes.tsv"
 done <<<"$shapes"
 
-echo "==== step 2: audits, $((DEADLINE - SECONDS)) s left"
+echo "==== step 2: audits (${REGRET_AUDIT_MODE:-all}), $((DEADLINE - SECONDS)) s left"
 audit_rc=()
-for side in A B; do
-  : > "$OUT/audit_$side.json"
-  if [[ ! -s "$OUT/$side.db" ]]; then echo "no $side.db: no audit"; audit_rc+=("$side=skipped"); continue; fi
-  # A gets at most half of what is left so that B is measured too.
-  deadline=$DEADLINE
-  [[ $side == A ]] && deadline=$((SECONDS + (DEADLINE - SECONDS) / 2))
-  t0=$(now)
+audit() {  # audit SIDE DEADLINE [--all | --problem KEY]: the audit's JSON on stdout
+  local side=$1 deadline=$2
+  shift 2
   run_bounded "$deadline" env LD_LIBRARY_PATH="$LIBPATH" "$BIN" audit --backend "$BACKEND" --db "$OUT/$side.db" \
-    --all --json ${REGRET_AUDIT_EXTRA:-} < /dev/null > "$OUT/audit_$side.json"
-  rc=$?
-  t1=$(now)
-  echo "audit $side: rc=$rc, $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s, $(wc -c < "$OUT/audit_$side.json") bytes of JSON"
-  audit_rc+=("$side=$rc")
-done
+    "$@" --json ${REGRET_AUDIT_EXTRA:-} < /dev/null
+}
+if [[ "${REGRET_AUDIT_MODE:-all}" == per-problem ]]; then
+  # One audit process per problem, A then B for each, so that when time runs out both
+  # databases have results for the same shapes. The outputs are merged into one list.
+  tmp=$(mktemp -d)
+  n=0
+  while IFS=$'\t' read -r label key _; do
+    [[ -n "$key" && "$label" != label ]] || continue
+    n=$((n + 1))
+    for side in A B; do
+      [[ -s "$OUT/$side.db" ]] || continue
+      audit "$side" "$DEADLINE" --problem "$key" > "$tmp/$side.$n.json"
+      rc=$?
+      echo "audit $side $label: rc=$rc"
+      audit_rc+=("$side/$label=$rc")
+    done
+  done < "$OUT/tunes.tsv"
+  for side in A B; do
+    python3 - "$tmp" "$side" > "$OUT/audit_$side.json" <<'PY'
+import glob, json, sys
+merged = []
+for path in sorted(glob.glob(f"{sys.argv[1]}/{sys.argv[2]}.*.json"), key=lambda p: int(p.split(".")[-2])):
+    text = open(path).read().strip()
+    if not text:
+        continue
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        continue
+    if isinstance(data, dict):
+        data = data.get("audits", data.get("results", [data]))
+    merged.extend(data if isinstance(data, list) else [data])
+print(json.dumps(merged, indent=1))
+PY
+  done
+  rm -rf "$tmp"
+else
+  for side in A B; do
+    : > "$OUT/audit_$side.json"
+    if [[ ! -s "$OUT/$side.db" ]]; then echo "no $side.db: no audit"; audit_rc+=("$side=skipped"); continue; fi
+    # A gets at most half of what is left so that B is measured too.
+    deadline=$DEADLINE
+    [[ $side == A ]] && deadline=$((SECONDS + (DEADLINE - SECONDS) / 2))
+    t0=$(now)
+    audit "$side" "$deadline" --all > "$OUT/audit_$side.json"
+    rc=$?
+    t1=$(now)
+    echo "audit $side: rc=$rc, $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s, $(wc -c < "$OUT/audit_$side.json") bytes of JSON"
+    audit_rc+=("$side=$rc")
+  done
+fi
 
 # One file per database (the device tool brings back at most 8 files): fold the WAL back in.
 for side in A B; do
