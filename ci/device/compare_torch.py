@@ -644,7 +644,7 @@ def kernel_events(trace_path):
     with open(trace_path) as f:
         trace = json.load(f)
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
-    out = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") == "kernel"]
+    out = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"]
     out.sort(key=lambda e: float(e.get("ts", 0)))
     return [(e.get("name", ""), float(e.get("ts", 0)), float(e.get("dur", 0))) for e in out]
 
@@ -827,7 +827,9 @@ def build_parser():
     ap.add_argument("--cupti-check", action="store_true", help="the timer check instead of the comparison")
     ap.add_argument("--cupti-shapes", default=",".join(DEFAULT_CUPTI_SHAPES))
     ap.add_argument("--cupti-launches", type=int, default=30)
-    ap.add_argument("--keep-traces", action="store_true", help="write the profiler traces under --out")
+    ap.add_argument("--keep-traces", action="store_true",
+                    help="write the profiler traces under --out (several files per shape: more than the "
+                         "device tool brings back)")
     ap.add_argument("--self-test", action="store_true", help="check statistics and report code; no GPU")
     return ap
 
