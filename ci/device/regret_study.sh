@@ -113,6 +113,15 @@ while IFS='|' read -r label flags; do
     # The sweep's progress line: "[i/n] <problem key>: N trials (...) in X s; best ..."
     progress=$(grep -E '^\[[0-9]+/[0-9]+\] ' "$log" | tail -1 | tr '\t' ' ')
     key=$(sed -n 's/^\[[0-9]*\/[0-9]*\] \([^ ]*\): .*/\1/p' <<<"$progress")
+    if [[ -z "$key" && -s "$OUT/$side.db" && $rc != skipped ]]; then  # the newest run's problem
+      key=$(python3 - "$OUT/$side.db" <<'PY' 2>/dev/null
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+row = db.execute("SELECT problem_key FROM trials WHERE run_id = (SELECT MAX(run_id) FROM runs) LIMIT 1").fetchone()
+print(row[0] if row else "")
+PY
+)
+    fi
     [[ -n "$key" ]] && row[1]=$key
     row+=("$seconds" "$rc" "$progress")
     echo "tune $side $label: ${seconds} s wall, rc=$rc"
