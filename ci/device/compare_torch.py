@@ -39,7 +39,9 @@ launches; the torch cuDNN (else flash/efficient) kernel likewise with this scrip
 timer. Prints timer median, CUPTI median and the gap in %; writes cupti_check.csv and
 cupti_check.md. Nsight Systems is an alternative where it exists (the H200 image had no
 working nsys when last checked): nsys profile --stats=true python3 compare_torch.py
---cupti-check ... gives the same kernel durations in its cuda_gpu_kern_sum table.
+--cupti-check ... gives the same kernel durations in its cuda_gpu_kern_sum table. Nsight Compute
+works there: ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum
+times each kernel alone with the caches flushed (comparable to the flush mode, not to steady).
 
 --self-test checks the statistics and the report writer on synthetic blocks (no GPU, no torch).
 """

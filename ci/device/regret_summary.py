@@ -140,6 +140,7 @@ def build_rows(tunes, audits_a, audits_b, picks_a, picks_b, agree):
                      "regret_a": ra, "low_a": number(a, "regret_low"), "high_a": number(a, "regret_high"),
                      "regret_b": rb, "low_b": number(b, "regret_low"), "high_b": number(b, "regret_high"),
                      "best_a": (a or {}).get("best_config_key"), "best_b": (b or {}).get("best_config_key"),
+                     "configs_a": number(a, "configs_measured"), "configs_b": number(b, "configs_measured"),
                      "ratio": ratio, "how": how,
                      "agree": (abs(ratio - 1.0) <= agree) if ratio is not None else None})
     return rows
@@ -152,14 +153,18 @@ def _float(v):
         return None
 
 
+def _count(v):
+    return f"{v:.0f}" if v is not None else "—"
+
+
 def short_config(key):
     return key if key else "—"
 
 
 def render(rows, agree, notes):
     out = ["| shape | tune A s (sweep) | tune B s (sweep) | pick A | pick B | regret A [90 % CI] | regret B [90 % CI] "
-           "| time A / time B | agree (≤ {:g} %) |".format(agree * 100),
-           "|---|---:|---:|---|---|---:|---:|---:|---|"]
+           "| time A / time B | agree (≤ {:g} %) | configs audited A/B |".format(agree * 100),
+           "|---|---:|---:|---|---|---:|---:|---:|---|---:|"]
 
     def secs(wall, sweep, rc):
         if wall is None:
@@ -182,7 +187,8 @@ def render(rows, agree, notes):
         out.append(f"| {r['label']} | {secs(r['wall_a'], r['sweep_a'], r['rc_a'])} | "
                    f"{secs(r['wall_b'], r['sweep_b'], r['rc_b'])} | {short_config(r['pick_a'])} | "
                    f"{short_config(r['pick_b'])} | {regret(r['regret_a'], r['low_a'], r['high_a'])} | "
-                   f"{regret(r['regret_b'], r['low_b'], r['high_b'])} | {ratio} | {agreed} |")
+                   f"{regret(r['regret_b'], r['low_b'], r['high_b'])} | {ratio} | {agreed} | "
+                   f"{_count(r['configs_a'])}/{_count(r['configs_b'])} |")
     out.append("")
     ra = [r["regret_a"] for r in rows if r["regret_a"] is not None]
     rb = [r["regret_b"] for r in rows if r["regret_b"] is not None]
@@ -252,7 +258,7 @@ def self_test():
         f.write("s2\tp2\t70.1\t0\t[1/1] p2: 30 trials in 1m05s; best y\t5.0\t124\t\t--seq 2\n")
         f.write("s3\tp3\t3.0\t0\t\t3.0\t0\t\t--seq 3\n")
     a = [{"problem_key": "p1", "recorded_config_key": "c1", "best_config_key": "c1", "regret": 0.0,
-          "regret_low": -0.002, "regret_high": 0.003, "recorded_us": 40.0, "best_us": 40.0},
+          "regret_low": -0.002, "regret_high": 0.003, "recorded_us": 40.0, "best_us": 40.0, "configs_measured": 31},
          {"problem_key": "p2", "recorded_config_key": "c2", "best_config_key": "c3", "regret": 0.05,
           "regret_low": 0.04, "regret_high": 0.06, "recorded_us": 105.0, "best_us": 100.0},
          {"problem_key": "p3", "recorded_config_key": "c5", "best_config_key": "c5", "regret": 0.001,
@@ -280,6 +286,7 @@ def self_test():
     text = render(rows, 0.01, ["self-test"])
     assert "regret A: median 0.10 %" in text and "worst 5.00 %" in text, text
     assert "1/3 shapes (33 %)" in text, text
+    assert "| 31/— |" in text, text
     sys.stdout.write(text)
     print("self-test passed")
     return 0
