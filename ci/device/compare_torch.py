@@ -327,9 +327,15 @@ class DeviceStateReader:
     def read(self):
         if self.nvml is not None:
             n = self.nvml
-            return {"sm_mhz": int(n.nvmlDeviceGetClockInfo(self.handle, n.NVML_CLOCK_SM)),
-                    "power_w": n.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
-                    "reasons": int(self.reasons_fn(self.handle)) & ~NVML_IDLE_REASON}
+            try:
+                return {"sm_mhz": int(n.nvmlDeviceGetClockInfo(self.handle, n.NVML_CLOCK_SM)),
+                        "power_w": n.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
+                        "reasons": int(self.reasons_fn(self.handle)) & ~NVML_IDLE_REASON}
+            except Exception as e:  # a reading that fails mid-run leaves the block's state unknown
+                if self.source != "nvml":  # the probe in __init__: let it fall back
+                    raise
+                print(f"NVML reading failed: {e}")
+                return {}
         if self.source == "nvidia-smi":
             return read_nvidia_smi(self.smi_index)
         return {}
