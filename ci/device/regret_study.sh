@@ -5,8 +5,11 @@
 #   1. every shape of the list is tuned twice with the default `fusetune sweep --backend cuda`,
 #      into A.db (--seed 1) and B.db (--seed 2), A then B shape by shape; the wall time of each
 #      tune (process included) and the sweep's own seconds for the problem are kept;
-#   2. `fusetune audit --all --json` on A.db, then on B.db: each recorded best re-measured
-#      against its whole space, interleaved: regret (recorded / best - 1) with its 90 % CI;
+#   2. `fusetune audit --json` of each shape's recorded best in A.db and then in B.db
+#      (`--problem KEY`, one process each, so that a failing audit costs only its own result
+#      and a deadline leaves A and B audited on the same shapes; REGRET_AUDIT_MODE=all runs one
+#      `audit --all` per database instead): the pick re-measured against its whole space,
+#      interleaved: regret (recorded / best - 1) with its 90 % CI;
 #   3. ci/device/regret_summary.py: per shape the tune seconds, both picks, both regrets, and
 #      whether the two picks' times differ by <= 1 % ((1 + regret_A) / (1 + regret_B): both
 #      audits measure the same space, so each pick's time over its audit's best compares
@@ -17,8 +20,8 @@
 #   dry-run list (default: the 13 GPU shapes below); REGRET_TIMEOUT whole study, s (480);
 #   REGRET_TUNE_BUDGET s for step 1 (240; what is left goes to the audits); REGRET_SEEDS ("1 2");
 #   REGRET_SWEEP_EXTRA / REGRET_AUDIT_EXTRA extra flags; REGRET_BACKEND (cuda);
-#   REGRET_AUDIT_MODE "all" (one `audit --all` per database; A gets at most half of the time
-#   left) or "per-problem" (`audit --problem KEY` for A and B shape by shape, merged).
+#   REGRET_AUDIT_MODE "per-problem" (default) or "all" (one `audit --all` per database; A gets
+#   at most half of the time left; a run that fails part-way prints no JSON at all).
 # CPU dry run here (no GPU; a fusetune built with the audit command):
 #   FUSETUNE_BIN=build/service/cli/fusetune REGRET_BACKEND=cpu REGRET_SHAPES=cpu OUT=/tmp/regret \
 #     bash ci/device/regret_study.sh
@@ -131,7 +134,7 @@ PY
   (IFS=$'\t'; echo "${row[*]}") >> "$OUT/tunes.tsv"
 done <<<"$shapes"
 
-echo "==== step 2: audits (${REGRET_AUDIT_MODE:-all}), $((DEADLINE - SECONDS)) s left"
+echo "==== step 2: audits (${REGRET_AUDIT_MODE:-per-problem}), $((DEADLINE - SECONDS)) s left"
 audit_rc=()
 audit() {  # audit SIDE DEADLINE [--all | --problem KEY]: the audit's JSON on stdout
   local side=$1 deadline=$2
@@ -139,7 +142,7 @@ audit() {  # audit SIDE DEADLINE [--all | --problem KEY]: the audit's JSON on st
   run_bounded "$deadline" env LD_LIBRARY_PATH="$LIBPATH" "$BIN" audit --backend "$BACKEND" --db "$OUT/$side.db" \
     "$@" --json ${REGRET_AUDIT_EXTRA:-} < /dev/null
 }
-if [[ "${REGRET_AUDIT_MODE:-all}" == per-problem ]]; then
+if [[ "${REGRET_AUDIT_MODE:-per-problem}" == per-problem ]]; then
   # One audit process per problem, A then B for each, so that when time runs out both
   # databases have results for the same shapes. The outputs are merged into one list.
   tmp=$(mktemp -d)
@@ -149,10 +152,11 @@ if [[ "${REGRET_AUDIT_MODE:-all}" == per-problem ]]; then
     n=$((n + 1))
     for side in A B; do
       [[ -s "$OUT/$side.db" ]] || continue
+      t0=$(now)
       audit "$side" "$DEADLINE" --problem "$key" > "$tmp/$side.$n.json"
       rc=$?
-      echo "audit $side $label: rc=$rc"
-      audit_rc+=("$side/$label=$rc")
+      echo "audit $side $label: rc=$rc, $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s"
+      (( rc == 0 )) || audit_rc+=("$side/$label=$rc")
     done
   done < "$OUT/tunes.tsv"
   for side in A B; do
@@ -194,7 +198,7 @@ fi
 for side in A B; do
   [[ -s "$OUT/$side.db" ]] && python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("PRAGMA journal_mode=DELETE"); c.close()' "$OUT/$side.db"
 done
-echo "==== step 3: summary (study took $((SECONDS - START)) s; audits ${audit_rc[*]})"
+echo "==== step 3: summary (study took $((SECONDS - START)) s; audits not ok: ${audit_rc[*]:-none})"
 python3 "$ROOT/ci/device/regret_summary.py" --tunes "$OUT/tunes.tsv" --audit-a "$OUT/audit_A.json" \
   --audit-b "$OUT/audit_B.json" --db-a "$OUT/A.db" --db-b "$OUT/B.db" > "$OUT/regret.md"
 summary_rc=$?

@@ -5,8 +5,9 @@ Inputs: the study's tunes.tsv (label, problem key, wall seconds and the sweep's 
 tune A and tune B) and the JSON of `fusetune audit --all --json` on each database (a list of
 audit summaries, or an object holding one under "audits", or one object per line; per problem:
 problem_key, recorded_config_key, best_config_key, recorded_us, best_us, regret, regret_low,
-regret_high as fractions). --db-a/--db-b supply the picks (best_configs) where an audit is
-missing.
+regret_high as fractions; the command itself prints them as problem, recorded_config and
+best_config, and both spellings are read). --db-a/--db-b supply the picks (best_configs) where
+an audit is missing.
 
 Per shape: the tune seconds (wall, and the sweep's own seconds for the problem), the picks of A
 and B, regret A with its 90 % CI, regret B, and the agreement of the two picks: the ratio of
@@ -59,9 +60,26 @@ def load_audits(path):
                     pass
     out = {}
     for e in entries:
-        if isinstance(e, dict) and e.get("problem_key"):
+        e = normalized(e)
+        if e:
             out[e["problem_key"]] = e
     return out, f"{len(out)} audits" if out else "no audit entries"
+
+
+# `fusetune audit --json` names the fields problem, recorded_config and best_config; the
+# store's AuditSummary (and this script) say problem_key, recorded_config_key, best_config_key.
+FIELD_ALIASES = {"problem": "problem_key", "recorded_config": "recorded_config_key", "best_config": "best_config_key"}
+
+
+def normalized(entry):
+    """The audit entry with the store's field names, or None when it names no problem."""
+    if not isinstance(entry, dict):
+        return None
+    e = dict(entry)
+    for short, full in FIELD_ALIASES.items():
+        if not e.get(full) and e.get(short):
+            e[full] = e[short]
+    return e if e.get("problem_key") else None
 
 
 def load_picks(path):
@@ -141,6 +159,7 @@ def build_rows(tunes, audits_a, audits_b, picks_a, picks_b, agree):
                      "regret_b": rb, "low_b": number(b, "regret_low"), "high_b": number(b, "regret_high"),
                      "best_a": (a or {}).get("best_config_key"), "best_b": (b or {}).get("best_config_key"),
                      "configs_a": number(a, "configs_measured"), "configs_b": number(b, "configs_measured"),
+                     "audit_s_a": number(a, "seconds"), "audit_s_b": number(b, "seconds"),
                      "ratio": ratio, "how": how,
                      "agree": (abs(ratio - 1.0) <= agree) if ratio is not None else None})
     return rows
@@ -153,6 +172,12 @@ def _float(v):
         return None
 
 
+def _audit_seconds(r):
+    if r["audit_s_a"] is None and r["audit_s_b"] is None:
+        return ""
+    return " ({}/{})".format(*(f"{v:.1f}" if v is not None else "—" for v in (r["audit_s_a"], r["audit_s_b"])))
+
+
 def _count(v):
     return f"{v:.0f}" if v is not None else "—"
 
@@ -163,7 +188,7 @@ def short_config(key):
 
 def render(rows, agree, notes):
     out = ["| shape | tune A s (sweep) | tune B s (sweep) | pick A | pick B | regret A [90 % CI] | regret B [90 % CI] "
-           "| time A / time B | agree (≤ {:g} %) | configs audited A/B |".format(agree * 100),
+           "| time A / time B | agree (≤ {:g} %) | configs audited A/B (audit s) |".format(agree * 100),
            "|---|---:|---:|---|---|---:|---:|---:|---|---:|"]
 
     def secs(wall, sweep, rc):
@@ -188,7 +213,7 @@ def render(rows, agree, notes):
                    f"{secs(r['wall_b'], r['sweep_b'], r['rc_b'])} | {short_config(r['pick_a'])} | "
                    f"{short_config(r['pick_b'])} | {regret(r['regret_a'], r['low_a'], r['high_a'])} | "
                    f"{regret(r['regret_b'], r['low_b'], r['high_b'])} | {ratio} | {agreed} | "
-                   f"{_count(r['configs_a'])}/{_count(r['configs_b'])} |")
+                   f"{_count(r['configs_a'])}/{_count(r['configs_b'])}{_audit_seconds(r)} |")
     out.append("")
     ra = [r["regret_a"] for r in rows if r["regret_a"] is not None]
     rb = [r["regret_b"] for r in rows if r["regret_b"] is not None]
@@ -264,9 +289,10 @@ def self_test():
          {"problem_key": "p3", "recorded_config_key": "c5", "best_config_key": "c5", "regret": 0.001,
           "regret_low": 0.0, "regret_high": 0.002, "recorded_us": 10.0, "best_us": 10.0,
           "contenders": [{"config_key": "c5", "median_us": 10.0}, {"config_key": "c6", "median_us": 10.5}]}]
-    b = [{"problem_key": "p1", "recorded_config_key": "c1", "regret": 0.001, "regret_low": 0.0, "regret_high": 0.002},
-         {"problem_key": "p2", "recorded_config_key": "c3", "regret": 0.0, "regret_low": -0.01, "regret_high": 0.01},
-         {"problem_key": "p3", "recorded_config_key": "c6", "regret": 0.04, "regret_low": 0.03, "regret_high": 0.05}]
+    b = [{"problem": "p1", "recorded_config": "c1", "regret": 0.001, "regret_low": 0.0, "regret_high": 0.002},
+         {"problem": "p2", "recorded_config": "c3", "best_config": "c3", "regret": 0.0, "regret_low": -0.01,
+          "regret_high": 0.01},
+         {"problem": "p3", "recorded_config": "c6", "regret": 0.04, "regret_low": 0.03, "regret_high": 0.05}]
     pa, pb = os.path.join(d, "a.json"), os.path.join(d, "b.json")
     json.dump({"audits": a}, open(pa, "w"))
     with open(pb, "w") as f:  # one object per line, with a stray log line
@@ -283,6 +309,7 @@ def self_test():
     assert abs(by["s2"]["ratio"] - 1.05) < 1e-12 and not by["s2"]["agree"] and by["s2"]["how"] == "(1+rA)/(1+rB)"
     assert abs(by["s3"]["ratio"] - 10.0 / 10.5) < 1e-12 and by["s3"]["how"] == "audit A measured both"
     assert by["s2"]["sweep_a"] == 65 and by["s1"]["sweep_b"] == 1.8
+    assert by["s2"]["pick_b"] == "c3" and by["s2"]["best_b"] == "c3"
     text = render(rows, 0.01, ["self-test"])
     assert "regret A: median 0.10 %" in text and "worst 5.00 %" in text, text
     assert "1/3 shapes (33 %)" in text, text
