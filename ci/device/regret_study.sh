@@ -22,8 +22,9 @@
 #   REGRET_SWEEP_EXTRA / REGRET_AUDIT_EXTRA extra flags; REGRET_BACKEND (cuda);
 #   REGRET_AUDIT_MODE "per-problem" (default) or "all" (one `audit --all` per database; A gets
 #   at most half of the time left; a run that fails part-way prints no JSON at all).
-# CPU dry run here (no GPU; a fusetune built with the audit command):
+# CPU dry run here (no GPU; a fusetune built with the audit command; about a minute):
 #   FUSETUNE_BIN=build/service/cli/fusetune REGRET_BACKEND=cpu REGRET_SHAPES=cpu OUT=/tmp/regret \
+#     REGRET_SWEEP_EXTRA="--max-seconds 3" REGRET_AUDIT_EXTRA="--rounds 5 --repeats 3 --variants fused" \
 #     bash ci/device/regret_study.sh
 set -uo pipefail
 ROOT=$(pwd)
