@@ -420,6 +420,22 @@ void AuditSummaryToProto(const AuditSummary& a, v1::AuditSummary* proto) {
   proto->set_created_unix_ms(a.created_unix_ms);
 }
 
+std::string_view JobKindName(v1::JobKind kind) {
+  switch (kind) {
+    case v1::JOB_KIND_TUNE: return "tune";
+    case v1::JOB_KIND_AUDIT: return "audit";
+    default: break;
+  }
+  return "?";
+}
+
+absl::StatusOr<v1::JobKind> ParseJobKind(std::string_view name) {
+  for (v1::JobKind kind : {v1::JOB_KIND_TUNE, v1::JOB_KIND_AUDIT}) {
+    if (JobKindName(kind) == name) return kind;
+  }
+  return absl::InvalidArgumentError(Cat("unknown job kind '", name, "' (expected tune or audit)"));
+}
+
 absl::StatusOr<DeviceInfo> DeviceInfoFromProto(const v1::DeviceInfo& proto) {
   if (proto.backend() != "cpu" && proto.backend() != "cuda" && proto.backend() != "hip") {
     return Invalid("device.backend", Cat("unknown backend '", proto.backend().substr(0, 64),

@@ -304,6 +304,17 @@ TEST(ServiceConvert, AuditSummaryRejectsMalformedFields) {
             absl::StatusCode::kOk);
 }
 
+TEST(ServiceConvert, JobKindNamesRoundTrip) {
+  for (v1::JobKind kind : {v1::JOB_KIND_TUNE, v1::JOB_KIND_AUDIT}) {
+    auto back = ParseJobKind(JobKindName(kind));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, kind);
+  }
+  EXPECT_EQ(JobKindName(v1::JOB_KIND_AUDIT), "audit");
+  EXPECT_EQ(ParseJobKind("Audit").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobKind("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ServiceConvert, DeviceClassShape) {
   EXPECT_TRUE(ValidateDeviceClass("cuda/NVIDIA-H200/sm90").ok());
   EXPECT_TRUE(ValidateDeviceClass("cpu/AMD-EPYC-7B13/x86_64-avx2").ok());

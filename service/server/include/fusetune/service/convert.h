@@ -91,6 +91,10 @@ void TrialToProto(const Trial& trial, v1::Trial* proto);
 absl::StatusOr<AuditSummary> AuditSummaryFromProto(const v1::AuditSummary& proto);
 void AuditSummaryToProto(const AuditSummary& audit, v1::AuditSummary* proto);
 
+// Job kind names: "tune" and "audit" (the CLI's `submit --kind`, `jobs` output).
+std::string_view JobKindName(v1::JobKind kind);  // "?" for a value outside the enum
+absl::StatusOr<v1::JobKind> ParseJobKind(std::string_view name);  // InvalidArgument otherwise
+
 // DeviceInfo: backend cpu/cuda/hip, strings within kMaxKeyLength, counts >= 0. The
 // proto's device_class, when set, must be a valid class; it is not stored in DeviceInfo
 // (DeviceInfo::DeviceClass() derives it), so callers that need it read the proto field.
