@@ -189,6 +189,7 @@ absl::StatusOr<TrialStage> TrialStageFromProto(v1::TrialStage stage) {
     case v1::TRIAL_STAGE_SCREEN: return TrialStage::kScreen;
     case v1::TRIAL_STAGE_FINAL: return TrialStage::kFinal;
     case v1::TRIAL_STAGE_AUDIT: return TrialStage::kAudit;
+    case v1::TRIAL_STAGE_HALVING: return TrialStage::kHalving;
     default: break;
   }
   return Invalid("trial.stage", Cat("unknown stage ", static_cast<int>(stage)));
@@ -199,6 +200,7 @@ v1::TrialStage TrialStageToProto(TrialStage stage) {
     case TrialStage::kScreen: return v1::TRIAL_STAGE_SCREEN;
     case TrialStage::kFinal: return v1::TRIAL_STAGE_FINAL;
     case TrialStage::kAudit: return v1::TRIAL_STAGE_AUDIT;
+    case TrialStage::kHalving: return v1::TRIAL_STAGE_HALVING;
   }
   return v1::TRIAL_STAGE_SCREEN;
 }
