@@ -46,14 +46,20 @@ bool Cancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
 }
 
-// Ranks kOk trials by median (ties by config order): the order contenders are taken in.
+// The time a trial is ranked by when choosing who goes on: a screen block's p10 (another
+// process or a clock dip only ever slows a launch, so the fast end of a short block is the
+// steadier estimate), the median of the per-round block medians for round trials.
+double RankingUs(const Trial& t) { return t.stage == TrialStage::kScreen ? t.p10_us : t.median_us; }
+
+// kOk trials, fastest first by RankingUs (ties by config key): the order contenders are
+// taken in.
 std::vector<Trial> RankedOk(const std::vector<Trial>& trials) {
   std::vector<Trial> ok;
   for (const Trial& t : trials) {
     if (t.outcome == TrialOutcome::kOk) ok.push_back(t);
   }
   std::stable_sort(ok.begin(), ok.end(), [](const Trial& a, const Trial& b) {
-    if (a.median_us != b.median_us) return a.median_us < b.median_us;
+    if (RankingUs(a) != RankingUs(b)) return RankingUs(a) < RankingUs(b);
     return a.config_key < b.config_key;
   });
   return ok;
@@ -75,7 +81,7 @@ std::vector<Trial> Contenders(const std::vector<Trial>& ranked, double near_frac
   std::vector<Trial> out;
   for (const Trial& t : ranked) {
     if (static_cast<int>(out.size()) >= max_count) break;
-    const bool near = !out.empty() && t.median_us <= out.front().median_us * (1.0 + near_fraction);
+    const bool near = !out.empty() && RankingUs(t) <= RankingUs(out.front()) * (1.0 + near_fraction);
     if (out.empty() || near || static_cast<int>(out.size()) < min_count) out.push_back(t);
   }
   return out;
@@ -256,10 +262,13 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
       problem_trials.insert(problem_trials.end(), history.begin(), history.end());
       if (result.cancelled) break;
 
-      // Successive halving: the better half of the survivors in interleaved rounds, the
-      // rounds doubling each rung, until few enough remain for the final rounds.
+      // Halving rungs, whatever the strategy: the better half of the survivors in
+      // interleaved rounds, the rounds doubling each rung, until few enough remain for the
+      // final rounds. A screen is one block per config, measured one config after another,
+      // so anything that slowed the machine for a while (another process, a clock dip)
+      // skews whole stretches of it; interleaved rounds share such spells out evenly.
       std::vector<Trial> ranked = RankedOk(history);
-      if (strategy == SearchStrategy::kSuccessiveHalving) {
+      {
         int rounds = 2;
         for (int rung = 1; static_cast<int>(ranked.size()) > fin.max_candidates && !result.cancelled; ++rung) {
           // The rungs count against the variant's time: once it is spent, the current

@@ -9,9 +9,12 @@
 //      - exhaustive / random: each proposed config is screened (verified on both input
 //        sets, timed in one block of RunnerOptions::timing) until the searcher runs out
 //        or the StopCondition is reached;
-//      - halving: every config screened with a quarter of the samples (at least 2), then
-//        the better half re-measured in interleaved rounds (2, 4, 8, ... rounds, stage
-//        kHalving) until at most FinalRoundOptions::max_candidates remain.
+//      - halving: the same with a quarter of the samples per block (at least 2).
+//      Then, whatever the strategy, halving rungs: while more than
+//      FinalRoundOptions::max_candidates configs verified, the better half is re-measured
+//      in interleaved rounds (2, 4, 8, ... rounds, stage kHalving, the screen's block
+//      size). A screen measures one config after another, so a spell of interference
+//      skews a stretch of it; the rungs share such spells out evenly.
 //   2. Final rounds: the fused leaders (within near_fraction of the fastest, between
 //      min_candidates and max_candidates) and the best baseline_candidates of each
 //      baseline variant are measured together in FinalRoundOptions::rounds interleaved
@@ -69,7 +72,8 @@ namespace fusetune {
 // The interleaved final rounds after the search (see the top of this file).
 struct FinalRoundOptions {
   int rounds = 9;                 // 0 = no final rounds (the pick is the screen's)
-  double near_fraction = 0.05;    // fused contenders: screen median within this of the leader
+  double near_fraction = 0.05;    // fused contenders: within this of the leader (screen p10,
+                                  //   or median of a halving rung's rounds)
   int min_candidates = 3;         // fused contenders at least (when that many verified)
   int max_candidates = 6;         // fused contenders at most
   int baseline_candidates = 1;    // contenders of each baseline variant (partial, materialized)
