@@ -192,7 +192,7 @@ int RunAuditCommand(const AuditFlags& f) {
   for (const Target& t : targets) {
     absl::StatusOr<AuditResult> result =
         RunAudit(**backend, t.problem, t.recorded, options, *run_id, stop_on_signal->flag());
-    if (absl::IsCancelled(result.status()) || stop_on_signal->stop_requested()) {
+    if (absl::IsCancelled(result.status())) {
       cancelled = true;
       break;
     }
@@ -219,6 +219,12 @@ int RunAuditCommand(const AuditFlags& f) {
       std::fflush(stdout);
     }
     audited.push_back(std::move(summary));
+    // A signal during the last measurement of an audit that still completed: keep the
+    // audit, start no other.
+    if (stop_on_signal->stop_requested()) {
+      cancelled = true;
+      break;
+    }
   }
   stop_on_signal.reset();
   // The run holds what was measured, whole audits only; there is nothing to resume.

@@ -70,7 +70,7 @@ absl::StatusOr<std::optional<AuditSummary>> NewestAuditOf(Store& store, const Be
 
 std::string Regret(const std::optional<AuditSummary>& a) {
   if (!a.has_value()) return "-";
-  return fmt::format("{:.2f}% ({:.2f}-{:.2f}%)", 100 * a->regret, 100 * a->regret_low, 100 * a->regret_high);
+  return fmt::format("{:.2f}% ({:.2f} to {:.2f}%)", 100 * a->regret, 100 * a->regret_low, 100 * a->regret_high);
 }
 
 int RunReportCommand(const ReportFlags& f) {
