@@ -1,38 +1,377 @@
 #!/usr/bin/env python3
-"""Ours vs PyTorch on the issue-3 target shapes, side by side in one process on one GPU.
+"""Ours vs PyTorch SDPA, measured interleaved on one GPU; and a check of our timer against CUPTI.
 
-Ours: libfusetune_capi.so through ctypes on the data_ptr()s of torch tensors (layout
-[tokens][heads][head_dim]), timed by fusetune_time (CUDA events around each launch, a 256 MB
-memset before each to flush the L2, median of the kept samples). For each variant a few
-configs are timed and the fastest is reported (the sweep in the database is the real tuner).
+Comparison (default mode). For each shape the candidates are
+  ours               the fused kernel through libfusetune_capi.so + ctypes on the data_ptr()s of
+                     torch tensors (layout [tokens][heads][head_dim]); the config given with
+                     --config SHAPE=KEY, else the fastest of a short candidate list (one block
+                     each, measured first);
+  ours-materialized  the materialized baseline, the fastest of its softmax thread counts;
+  cudnn, flash, efficient (and math, unfused with --candidates): scaled_dot_product_attention
+                     with the backend forced through torch.nn.attention.sdpa_kernel, on
+                     (b, h, s, d) contiguous copies of the same values.
+Every candidate's output is first checked against a float64 reference computed on the GPU
+(|out - ref|max / |ref|max, ours on a NaN-poisoned output); one that fails or cannot run is
+left out of the timing and listed with the reason.
 
-PyTorch: scaled_dot_product_attention with each backend forced through
-torch.nn.attention.sdpa_kernel (flash, efficient, cudnn, math) on (b, h, s, d) contiguous
-tensors (its preferred layout), and a matmul -> softmax -> matmul; timed the same way
-(torch.cuda.Event around each call, a 256 MB zero_() before each, warm-up, median).
+Then R rounds (--rounds, default 15), each a fresh random order of the candidates; each
+candidate one block per round: 2 warm-up launches, then N (--launches) launches each timed
+with CUDA events, the block's value = the median of its N. Before every timed launch a
+256 MiB buffer is written (L2 flush) unless --steady (back-to-back launches, warm L2).
+  ours: fusetune_time (events around each launch, host sync after each; with --steady the
+        event-to-kernel launch latency stays inside each sample: --cupti-check measures it);
+  torch: the whole block is queued behind a short spin kernel (torch.cuda._sleep), so that
+        Python's dispatch time never sits between a start event and its kernel.
+Per block the SM clock, power draw and throttle reasons are read before and after (NVML via
+pynvml; else nvidia-smi at round boundaries); a block whose clock moved by more than 2 % or
+whose throttle reasons changed is counted as unsteady.
 
-Every output is compared with a float64 reference computed on the GPU: |out - ref|max /
-|ref|max. Prints a table; writes compare.csv and compare.md under --out.
+Reported per shape: per candidate the median of its block values (and p10/p90 over rounds),
+TFLOP/s and error; per pair (ours / X) the median of the per-round ratios with its 90 %
+confidence interval (order statistics of the per-round ratios: the distribution-free
+interval for a median; its exact coverage is printed). Writes compare.csv (every block) and
+compare.md (the tables) under --out, prints the tables last.
+
+Timer check (--cupti-check). For each --cupti-shapes shape: ours (as above) timed by
+fusetune_time with the flush off (steady back-to-back launches) and on, once plainly and
+once under torch.profiler (ProfilerActivity.CUDA: kernel durations from CUPTI) for the same
+launches; the torch cuDNN (else flash/efficient) kernel likewise with this script's own
+timer. Prints timer median, CUPTI median and the gap in %; writes cupti_check.csv and
+cupti_check.md. Nsight Systems is an alternative where it exists (the H200 image had no
+working nsys when last checked): nsys profile --stats=true python3 compare_torch.py
+--cupti-check ... gives the same kernel durations in its cuda_gpu_kern_sum table. Nsight Compute
+works there: ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum
+times each kernel alone with the caches flushed (comparable to the flush mode, not to steady).
+
+--self-test checks the statistics and the report writer on synthetic blocks (no GPU, no torch).
 """
 import argparse
-import ctypes
 import csv
+import ctypes
+import json
 import math
 import os
+import random
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # --self-test runs without torch
+    torch = None
 
 FP32, FP16, BF16 = 0, 1, 2
-FUSED, PARTIAL, MATERIALIZED = 0, 1, 2
-PREC = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
-TORCH_DTYPE = {FP32: torch.float32, FP16: torch.float16, BF16: torch.bfloat16}
+TORCH_DTYPE_NAME = {FP32: "float32", FP16: "float16", BF16: "bfloat16"}
+L2_FLUSH_BYTES = 256 << 20
+# |out - ref|max / |ref|max above this fails verification (random inputs in [-1, 1]).
+TOLERANCE = {"fp32": 1e-4, "tf32": 1e-2, "fp16": 2e-2, "bf16": 5e-2}
+UNSTEADY_CLOCK_FRACTION = 0.02   # as DeviceStateMoved in the C++ backend
+NVML_IDLE_REASON = 0x1
+THROTTLE_REASON_NAMES = {0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
+                         0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks"}
 
+
+@dataclass(frozen=True)
+class Shape:
+    label: str
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    causal: bool
+    dtype: int
+    precision: str
+
+    def flops(self):
+        pairs = self.seq * (self.seq + 1) / 2 if self.causal else self.seq * self.seq
+        return 4.0 * self.batch * self.heads * self.head_dim * pairs
+
+
+def _seed_shapes():
+    out = {}
+    for s in (128, 256, 512, 1024, 2048):
+        out[f"fp32-d64-s{s}"] = Shape(f"fp32 b1 h12 d64 S={s}", 1, 12, s, 64, False, FP32, "fp32")
+        out[f"tf32-d64-s{s}"] = Shape(f"tf32 b1 h12 d64 S={s}", 1, 12, s, 64, False, FP32, "tf32")
+    return out
+
+
+SHAPES = {
+    "fp16-d64-s2048": Shape("fp16 b1 h12 d64 S=2048", 1, 12, 2048, 64, False, FP16, "fp16"),
+    "bf16-d128-s4096": Shape("bf16 b4 h16 d128 S=4096", 4, 16, 4096, 128, False, BF16, "bf16"),
+    "bf16-d128-s4096-causal": Shape("bf16 b4 h16 d128 S=4096 causal", 4, 16, 4096, 128, True, BF16, "bf16"),
+    **_seed_shapes(),
+}
+DEFAULT_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096", "bf16-d128-s4096-causal", "fp32-d64-s2048"]
+DEFAULT_CUPTI_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096"]
+ALL_CANDIDATES = ["ours", "ours-partial", "ours-materialized", "cudnn", "flash", "efficient", "math", "unfused"]
+DEFAULT_CANDIDATES = ["ours", "ours-materialized", "cudnn", "flash", "efficient"]
+
+# Candidate configs per variant (keys as KernelConfig::Key prints them, precision filled in).
+# The t256/t384/t512 ones with bm64/128/192 are the Hopper (wgmma + TMA) kernel for fp16/bf16.
+CONFIG_CANDIDATES = {
+    "ours": ["fused/bm128/bs128/t384/{p}/st3", "fused/bm128/bs128/t384/{p}/st2",
+             "fused/bm192/bs64/t512/{p}/st3", "fused/bm192/bs64/t512/{p}/st2",
+             "fused/bm64/bs128/t256/{p}/st2", "fused/bm128/bs64/t384/{p}/st3",
+             "fused/bm64/bs64/t128/{p}/st2", "fused/bm128/bs64/t256/{p}/st2",
+             "fused/bm128/bs128/t256/{p}/st2", "fused/bm64/bs32/t128/{p}/st2",
+             "fused/bm128/bs64/t256/{p}/st3", "fused/bm64/bs64/t128/{p}/st1",
+             "fused/bm128/bs32/t256/{p}/st2", "fused/bm32/bs64/t128/{p}/st1",
+             "fused/bm64/bs64/t256/{p}/st2", "fused/bm64/bs128/t128/{p}/st2"],
+    "ours-partial": ["partial/bm32/bs64/t256/{p}/st1", "partial/bm64/bs64/t256/{p}/st1",
+                     "partial/bm16/bs128/t256/{p}/st1"],
+    "ours-materialized": ["materialized/bm64/bs64/t128/{p}/st1", "materialized/bm64/bs64/t256/{p}/st1",
+                          "materialized/bm64/bs64/t384/{p}/st1", "materialized/bm64/bs64/t512/{p}/st1"],
+}
+VARIANT_OF_PREFIX = {"fused": "ours", "partial": "ours-partial", "materialized": "ours-materialized"}
+
+
+# ---------------------------------------------------------------- statistics (no torch)
+
+def median_ci(values, confidence=0.90):
+    """(median, low, high, coverage): the distribution-free interval for a median from order
+    statistics, [x_(k), x_(n+1-k)] with the largest k whose two tails hold at most
+    (1 - confidence) / 2 each; coverage is that interval's exact confidence. With too few
+    values for the asked confidence the interval is [min, max] with its (lower) coverage."""
+    x = sorted(values)
+    n = len(x)
+    if n == 0:
+        return None, None, None, 0.0
+    med = statistics.median(x)
+    tail_limit = (1.0 - confidence) / 2.0
+    k, tail = 0, 0.0
+    for j in range(n + 1):
+        p = math.comb(n, j) / 2.0 ** n
+        if tail + p > tail_limit + 1e-12:
+            break
+        tail += p
+        k = j + 1
+    if k == 0:  # even [min, max] misses the asked confidence
+        return med, x[0], x[-1], 1.0 - 2.0 * (1.0 / 2.0 ** n)
+    k = min(k, (n + 1) // 2)
+    return med, x[k - 1], x[n - k], 1.0 - 2.0 * tail
+
+
+def quantile(values, q):
+    x = sorted(values)
+    if not x:
+        return None
+    pos = q * (len(x) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(x) - 1)
+    return x[lo] + (x[hi] - x[lo]) * (pos - lo)
+
+
+def reasons_text(mask):
+    if mask is None:
+        return ""
+    names = [n for bit, n in THROTTLE_REASON_NAMES.items() if mask & bit]
+    return "+".join(names) if names else "none"
+
+
+def state_moved(before, after):
+    if not before or not after or before.get("sm_mhz") is None or after.get("sm_mhz") is None:
+        return False
+    b, a = before["sm_mhz"], after["sm_mhz"]
+    if b <= 0 or a <= 0:
+        return False
+    if abs(a - b) > UNSTEADY_CLOCK_FRACTION * b:
+        return True
+    return before.get("reasons") != after.get("reasons")
+
+
+def summarize(blocks, candidates_by_shape, flops_by_shape):
+    """blocks: dicts with shape, round, candidate, median_us, unsteady. Returns (per-candidate
+    rows, per-pair rows), both lists of dicts, in shape order then candidate order."""
+    cand_rows, pair_rows = [], []
+    for shape, cands in candidates_by_shape.items():
+        per = {c["name"]: {} for c in cands}
+        unsteady = {c["name"]: 0 for c in cands}
+        for b in blocks:
+            if b["shape"] == shape and b["candidate"] in per:
+                per[b["candidate"]][b["round"]] = b["median_us"]
+                unsteady[b["candidate"]] += 1 if b.get("unsteady") else 0
+        for c in cands:
+            vals = list(per[c["name"]].values())
+            med = statistics.median(vals) if vals else None
+            cand_rows.append({"shape": shape, "candidate": c["name"], "config": c.get("config", "-"),
+                              "rounds": len(vals), "median_us": med,
+                              "p10_us": quantile(vals, 0.1), "p90_us": quantile(vals, 0.9),
+                              "tflops": flops_by_shape[shape] / (med * 1e-6) / 1e12 if med else None,
+                              "rel_err": c.get("rel_err"), "unsteady_blocks": unsteady[c["name"]],
+                              "note": c.get("note", "")})
+        ours = per.get("ours")
+        if not ours:
+            continue
+        for c in cands:
+            if c["name"] == "ours" or not per[c["name"]]:
+                continue
+            common = sorted(set(ours) & set(per[c["name"]]))
+            ratios = [ours[r] / per[c["name"]][r] for r in common if per[c["name"]][r] > 0]
+            med, low, high, cover = median_ci(ratios)
+            if med is None:
+                continue
+            verdict = "ours faster" if high < 1 else ("ours slower" if low > 1 else "level (CI holds 1)")
+            pair_rows.append({"shape": shape, "pair": f"ours / {c['name']}", "rounds": len(ratios),
+                              "median_ratio": med, "ci_low": low, "ci_high": high, "coverage": cover,
+                              "verdict": verdict})
+    return cand_rows, pair_rows
+
+
+def fmt(v, spec):
+    return format(v, spec) if v is not None else ""
+
+
+def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, state_ranges):
+    fields = ["shape", "round", "position", "candidate", "config", "median_us", "min_us", "max_us", "launches",
+              "sm_mhz_before", "sm_mhz_after", "power_w_before", "power_w_after", "reasons_before",
+              "reasons_after", "unsteady", "state_source"]
+    with open(os.path.join(out_dir, "compare.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for b in blocks:
+            w.writerow(b)
+    lines = [f"Interleaved comparison: {mode_text}", f"Device: {device_text}", ""]
+    lines.append("| shape | candidate | config | median µs | p10–p90 µs | TFLOP/s | rel. error | rounds | unsteady blocks |")
+    lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in cand_rows:
+        if r["median_us"] is None:
+            lines.append(f"| {r['shape']} | {r['candidate']} | {r['config']} | n/a ({r['note']}) | | | "
+                         f"{fmt(r['rel_err'], '.1e')} | 0 | |")
+            continue
+        lines.append(f"| {r['shape']} | {r['candidate']} | {r['config']} | {r['median_us']:.1f} | "
+                     f"{r['p10_us']:.1f}–{r['p90_us']:.1f} | {fmt(r['tflops'], '.1f')} | {fmt(r['rel_err'], '.1e')} | "
+                     f"{r['rounds']} | {r['unsteady_blocks']} |")
+    lines += ["", "Per pair: median over rounds of ours / X (same round), 90 % CI from order statistics "
+              "(coverage: the interval's exact confidence).", ""]
+    lines.append("| shape | pair | median ratio | 90 % CI | coverage | rounds | verdict |")
+    lines.append("|---|---|---:|---:|---:|---:|---|")
+    for p in pair_rows:
+        lines.append(f"| {p['shape']} | {p['pair']} | {p['median_ratio']:.3f} | {p['ci_low']:.3f}–{p['ci_high']:.3f} | "
+                     f"{p['coverage']:.3f} | {p['rounds']} | {p['verdict']} |")
+    if state_ranges:
+        lines += ["", "| shape | SM MHz min–max | power W min–max | throttle reasons seen |", "|---|---|---|---|"]
+        for shape, s in state_ranges.items():
+            lines.append(f"| {shape} | {s['mhz']} | {s['power']} | {s['reasons']} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "compare.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def state_ranges_of(blocks):
+    out = {}
+    for shape in dict.fromkeys(b["shape"] for b in blocks):
+        mhz = [v for b in blocks if b["shape"] == shape for v in (b.get("sm_mhz_before"), b.get("sm_mhz_after"))
+               if isinstance(v, (int, float)) and v > 0]
+        pw = [v for b in blocks if b["shape"] == shape for v in (b.get("power_w_before"), b.get("power_w_after"))
+              if isinstance(v, (int, float)) and v > 0]
+        reasons = sorted({r for b in blocks if b["shape"] == shape
+                          for r in (b.get("reasons_before"), b.get("reasons_after")) if r})
+        out[shape] = {"mhz": f"{min(mhz)}–{max(mhz)}" if mhz else "unknown",
+                      "power": f"{min(pw):.0f}–{max(pw):.0f}" if pw else "unknown",
+                      "reasons": ", ".join(reasons) if reasons else "unknown"}
+    return out
+
+
+# ---------------------------------------------------------------- device state
+
+class DeviceStateReader:
+    """SM clock (MHz), power (W) and throttle reasons (NVML bitmask, idle bit cleared)."""
+
+    def __init__(self, cuda_index):
+        self.source = "none"
+        self.nvml = None
+        self.handle = None
+        self.smi_index = str(cuda_index)
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = self._nvml_handle(pynvml, cuda_index)
+            self.reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
+            self.read()
+            self.source = "nvml"
+        except Exception as e:  # no pynvml, or NVML refuses: fall back to nvidia-smi
+            print(f"pynvml unavailable ({e}); reading nvidia-smi at round boundaries")
+            self.nvml = None
+            if shutil.which("nvidia-smi"):
+                self.source = "nvidia-smi"
+
+    @staticmethod
+    def _nvml_handle(pynvml, cuda_index):
+        uuid = None
+        try:
+            uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
+        except Exception:
+            pass
+        if uuid:
+            for candidate in (uuid, "GPU-" + uuid):
+                try:
+                    return pynvml.nvmlDeviceGetHandleByUUID(candidate.encode())
+                except Exception:
+                    continue
+        return pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
+
+    @property
+    def per_block(self):
+        return self.source == "nvml"
+
+    def read(self):
+        if self.nvml is not None:
+            n = self.nvml
+            try:
+                return {"sm_mhz": int(n.nvmlDeviceGetClockInfo(self.handle, n.NVML_CLOCK_SM)),
+                        "power_w": n.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
+                        "reasons": int(self.reasons_fn(self.handle)) & ~NVML_IDLE_REASON}
+            except Exception as e:  # a reading that fails mid-run leaves the block's state unknown
+                if self.source != "nvml":  # the probe in __init__: let it fall back
+                    raise
+                print(f"NVML reading failed: {e}")
+                return {}
+        if self.source == "nvidia-smi":
+            return read_nvidia_smi(self.smi_index)
+        return {}
+
+
+def read_nvidia_smi(index):
+    """One nvidia-smi query (~20 ms): SM clock, power, active clocks-event reasons."""
+    for field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-i", index, f"--query-gpu=clocks.sm,power.draw,{field}",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        if out.returncode != 0:
+            continue
+        parts = [p.strip() for p in out.stdout.strip().splitlines()[0].split(",")]
+        if len(parts) < 3:
+            return {}
+        state = {}
+        try:
+            state["sm_mhz"] = int(float(parts[0]))
+        except ValueError:
+            pass
+        try:
+            state["power_w"] = float(parts[1])
+        except ValueError:
+            pass
+        try:
+            state["reasons"] = int(parts[2], 16) & ~NVML_IDLE_REASON
+        except ValueError:
+            pass
+        return state
+    return {}
+
+
+# ---------------------------------------------------------------- ours through the C API
 
 class Problem(ctypes.Structure):
     _fields_ = [("batch", ctypes.c_int32), ("q_heads", ctypes.c_int32), ("kv_heads", ctypes.c_int32),
@@ -47,22 +386,6 @@ class Config(ctypes.Structure):
     _fields_ = [("variant", ctypes.c_int32), ("block_m", ctypes.c_int32), ("block_s", ctypes.c_int32),
                 ("threads", ctypes.c_int32), ("precision", ctypes.c_int32), ("stages", ctypes.c_int32),
                 ("split_kv", ctypes.c_int32)]
-
-
-# Candidate configs per variant (keys as KernelConfig::Key prints them, precision filled in).
-# The t256/t384/t512 ones with bm64/128/192 are the Hopper (wgmma + TMA) kernel for fp16/bf16.
-FUSED_CANDIDATES = ["fused/bm128/bs128/t384/{p}/st3", "fused/bm128/bs128/t384/{p}/st2",
-                    "fused/bm192/bs64/t512/{p}/st3", "fused/bm192/bs64/t512/{p}/st2",
-                    "fused/bm64/bs128/t256/{p}/st2", "fused/bm128/bs64/t384/{p}/st3",
-                    "fused/bm64/bs64/t128/{p}/st2", "fused/bm128/bs64/t256/{p}/st2",
-                    "fused/bm128/bs128/t256/{p}/st2", "fused/bm64/bs32/t128/{p}/st2",
-                    "fused/bm128/bs64/t256/{p}/st3", "fused/bm64/bs64/t128/{p}/st1",
-                    "fused/bm128/bs32/t256/{p}/st2", "fused/bm32/bs64/t128/{p}/st1",
-                    "fused/bm64/bs64/t256/{p}/st2", "fused/bm64/bs128/t128/{p}/st2"]
-PARTIAL_CANDIDATES = ["partial/bm32/bs64/t256/{p}/st1", "partial/bm64/bs64/t256/{p}/st1",
-                      "partial/bm16/bs128/t256/{p}/st1"]
-MATERIALIZED_CANDIDATES = ["materialized/bm64/bs64/t128/{p}/st1", "materialized/bm64/bs64/t256/{p}/st1",
-                           "materialized/bm64/bs64/t384/{p}/st1", "materialized/bm64/bs64/t512/{p}/st1"]
 
 
 class Fusetune:
@@ -86,7 +409,8 @@ class Fusetune:
         L.fusetune_status_name.restype = ctypes.c_char_p
         self.err = ctypes.create_string_buffer(1024)
         self.handle = ctypes.c_void_p()
-        rc = L.fusetune_create(b"cuda", 0, ctypes.byref(self.handle), self.err, len(self.err))
+        rc = L.fusetune_create(b"cuda", torch.cuda.current_device(), ctypes.byref(self.handle), self.err,
+                               len(self.err))
         if rc != 0:
             raise RuntimeError(f"fusetune_create: {self.err.value.decode()}")
 
@@ -107,191 +431,516 @@ class Fusetune:
                                              self.err, len(self.err))
         return rc == 0, self.err.value.decode()
 
+    def _fail(self, what, rc):
+        raise RuntimeError(f"{what}: {self.lib.fusetune_status_name(rc).decode()}: {self.err.value.decode()}")
+
     def run(self, problem, config, q, k, v, o):
         rc = self.lib.fusetune_run(self.handle, ctypes.byref(problem), ctypes.byref(config), q.data_ptr(),
                                    k.data_ptr(), v.data_ptr(), o.data_ptr(), self.err, len(self.err))
         if rc != 0:
-            raise RuntimeError(f"{self.lib.fusetune_status_name(rc).decode()}: {self.err.value.decode()}")
+            self._fail("fusetune_run", rc)
 
-    def time(self, problem, config, q, k, v, o, warmup, repeats, max_seconds):
+    def time(self, problem, config, q, k, v, o, warmup, repeats, flush_l2):
+        """Samples (µs) of `repeats` launches, each timed alone; no early stop."""
         median = ctypes.c_double()
         samples = (ctypes.c_double * repeats)()
         count = ctypes.c_int()
         rc = self.lib.fusetune_time(self.handle, ctypes.byref(problem), ctypes.byref(config), q.data_ptr(),
-                                    k.data_ptr(), v.data_ptr(), o.data_ptr(), warmup, repeats, max_seconds, 1,
-                                    ctypes.byref(median), samples, repeats, ctypes.byref(count), self.err,
-                                    len(self.err))
+                                    k.data_ptr(), v.data_ptr(), o.data_ptr(), warmup, repeats, 1e6,
+                                    1 if flush_l2 else 0, ctypes.byref(median), samples, repeats,
+                                    ctypes.byref(count), self.err, len(self.err))
         if rc != 0:
-            raise RuntimeError(f"{self.lib.fusetune_status_name(rc).decode()}: {self.err.value.decode()}")
-        return median.value, count.value
+            self._fail("fusetune_time", rc)
+        return list(samples[:count.value])
 
 
-def time_torch(fn, flush, warmup, repeats, max_seconds):
-    """Median microseconds of fn() with events around each call and an L2 flush before it."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples, t0 = [], time.time()
-    for _ in range(repeats):
-        flush.zero_()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1000.0)
-        if time.time() - t0 > max_seconds and len(samples) >= 3:
-            break
-    return statistics.median(samples)
+# ---------------------------------------------------------------- per-shape setup
 
+class ShapeBench:
+    """Inputs, the fp64 reference and the runnable candidates of one shape."""
 
-def flops(b, h, s, d, causal):
-    pairs = s * (s + 1) / 2 if causal else s * s
-    return 4.0 * b * h * d * pairs
-
-
-def rel_error(out, ref):
-    out = out.double()
-    if not torch.isfinite(out).all():
-        return float("nan")
-    return ((out - ref).abs().max() / ref.abs().max()).item()
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lib", required=True, help="path to libfusetune_capi.so")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--repeats", type=int, default=30)
-    ap.add_argument("--max-seconds", type=float, default=1.0)
-    ap.add_argument("--quick", action="store_true", help="seed S=2048 and the bf16 shapes only")
-    args = ap.parse_args()
-
-    warnings.filterwarnings("ignore")  # sdpa_kernel explains every backend it skips
-    torch.manual_seed(0)
-    torch.cuda.init()
-    ft = Fusetune(args.lib)
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()} | ours: {ft.describe()}")
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-
-    # (label, batch, heads, seq, head_dim, causal, dtype, precision)
-    shapes = []
-    seeds = [2048] if args.quick else [128, 256, 512, 1024, 2048]
-    for s in seeds:
-        shapes.append((f"seed S={s} fp32", 1, 12, s, 64, False, FP32, "fp32"))
-    for s in seeds:
-        shapes.append((f"seed S={s} tf32", 1, 12, s, 64, False, FP32, "tf32"))
-    shapes.append(("seed S=2048 fp16", 1, 12, 2048, 64, False, FP16, "fp16"))
-    shapes.append(("bf16 d128 S=4096 b4 h16", 4, 16, 4096, 128, False, BF16, "bf16"))
-    shapes.append(("bf16 d128 S=4096 b4 h16 causal", 4, 16, 4096, 128, True, BF16, "bf16"))
-
-    rows = []
-    for label, b, h, s, d, causal, dtype, prec in shapes:
-        tdt = TORCH_DTYPE[dtype]
+    def __init__(self, shape, ft, flush, spin_us_per_launch):
+        s = shape
+        self.shape, self.ft, self.flush, self.spin_us_per_launch = s, ft, flush, spin_us_per_launch
+        tdt = getattr(torch, TORCH_DTYPE_NAME[s.dtype])
+        b, h, n, d = s.batch, s.heads, s.seq, s.head_dim
         # Ours: [b*s][h][d]; torch: (b, h, s, d) contiguous copies of the same values.
-        q = (torch.rand(b, s, h, d, device="cuda") * 2 - 1).to(tdt)
-        k = (torch.rand(b, s, h, d, device="cuda") * 2 - 1).to(tdt)
-        v = (torch.rand(b, s, h, d, device="cuda") * 2 - 1).to(tdt)
-        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-        scale = 1.0 / math.sqrt(d)
+        self.q = (torch.rand(b, n, h, d, device="cuda") * 2 - 1).to(tdt)
+        self.k = (torch.rand(b, n, h, d, device="cuda") * 2 - 1).to(tdt)
+        self.v = (torch.rand(b, n, h, d, device="cuda") * 2 - 1).to(tdt)
+        self.qt, self.kt, self.vt = (x.transpose(1, 2).contiguous() for x in (self.q, self.k, self.v))
+        self.scale = 1.0 / math.sqrt(d)
         with torch.no_grad():
-            sc = torch.matmul(qt.double(), kt.double().transpose(-1, -2)) * scale
-            if causal:
-                sc.masked_fill_(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
-            ref = torch.matmul(torch.softmax(sc, dim=-1), vt.double())  # (b, h, s, d)
+            sc = torch.matmul(self.qt.double(), self.kt.double().transpose(-1, -2)) * self.scale
+            if s.causal:
+                sc.masked_fill_(torch.ones(n, n, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+            self.ref = torch.matmul(torch.softmax(sc, dim=-1), self.vt.double())  # (b, h, s, d)
             del sc
-        ref_ours = ref.transpose(1, 2)  # (b, s, h, d)
-        fl = flops(b, h, s, d, causal)
-        problem = Problem(b, h, h, s, s, d, 1 if causal else 0, dtype, 0.0, None, None, None)
-        shape_rows = []
+        self.ref_ours = self.ref.transpose(1, 2)  # (b, s, h, d)
+        self.problem = Problem(b, h, h, n, n, d, 1 if s.causal else 0, s.dtype, 0.0, None, None, None)
+        self.mask = torch.ones(n, n, dtype=torch.bool, device="cuda").triu(1) if s.causal else None
+        self.o = torch.empty_like(self.q)
 
-        def add(method, config, us, err, note=""):
-            shape_rows.append({"shape": label, "method": method, "config": config,
-                               "median_us": us, "tflops": (fl / (us * 1e-6) / 1e12) if us else None,
-                               "rel_err": err, "note": note})
+    def rel_error(self, out, ref):
+        out = out.double()
+        if not torch.isfinite(out).all():
+            return float("nan")
+        return ((out - ref).abs().max() / ref.abs().max()).item()
 
-        for variant, cands in (("fused", FUSED_CANDIDATES), ("partial", PARTIAL_CANDIDATES),
-                               ("materialized", MATERIALIZED_CANDIDATES)):
-            best, why = None, ""
-            for tmpl in cands:
-                key = tmpl.format(p=prec)
-                cfg = ft.config(key)
-                ok, msg = ft.can_implement(problem, cfg)
+    def verify_ours(self, cfg):
+        o = torch.full_like(self.q, float("nan"))
+        self.ft.run(self.problem, cfg, self.q, self.k, self.v, o)
+        return self.rel_error(o, self.ref_ours)
+
+    # ours: one block = fusetune_time (warm-up, then `launches` launches each timed alone)
+    def ours_block(self, cfg, warmup, launches):
+        return self.ft.time(self.problem, cfg, self.q, self.k, self.v, self.o, warmup, launches, self.flush is not None)
+
+    def torch_fn(self, name):
+        s = self.shape
+        if name == "unfused":
+            def unfused():
+                sc = torch.matmul(self.qt, self.kt.transpose(-1, -2)) * self.scale
+                if self.mask is not None:
+                    sc = sc.masked_fill(self.mask, float("-inf"))
+                return torch.matmul(torch.softmax(sc, dim=-1), self.vt)
+            return unfused, None
+        from torch.nn.attention import SDPBackend
+        backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                   "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
+
+        def sdpa():
+            return F.scaled_dot_product_attention(self.qt, self.kt, self.vt, is_causal=s.causal)
+        return sdpa, backend
+
+    def torch_block(self, name, warmup, launches):
+        """Block of `launches` calls, each between CUDA events, queued behind a spin kernel so the
+        host's dispatch time is never inside a measured interval."""
+        from torch.nn.attention import sdpa_kernel
+        fn, backend = self.torch_fn(name)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
+        stops = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
+        ctx = sdpa_kernel(backend) if backend is not None else _null_context()
+        with torch.no_grad(), ctx:
+            for _ in range(warmup):
+                fn()
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(self.spin_us_per_launch * (launches + 1) * 2000))  # ~2 GHz SM clock
+            for i in range(launches):
+                if self.flush is not None:
+                    self.flush.zero_()
+                starts[i].record()
+                fn()
+                stops[i].record()
+            torch.cuda.synchronize()
+        return [a.elapsed_time(b) * 1000.0 for a, b in zip(starts, stops)]
+
+    def verify_torch(self, name):
+        from torch.nn.attention import sdpa_kernel
+        fn, backend = self.torch_fn(name)
+        ctx = sdpa_kernel(backend) if backend is not None else _null_context()
+        with torch.no_grad(), ctx:
+            out = fn()
+        torch.cuda.synchronize()
+        return self.rel_error(out, self.ref)
+
+
+class _null_context:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def set_tf32(enabled):
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def prepare_candidates(bench, names, fixed_configs, warmup, launches, log):
+    """Verifies every candidate; for ours* picks the config (fixed, else the fastest of the list,
+    one block each). Returns (runnable candidates, all candidates for the report)."""
+    s = bench.shape
+    tol = TOLERANCE[s.precision]
+    runnable, report = [], []
+    for name in names:
+        entry = {"name": name, "config": "-", "rel_err": None, "note": ""}
+        report.append(entry)
+        if name.startswith("ours"):
+            keys = [fixed_configs[name]] if name in fixed_configs else \
+                [t.format(p=s.precision) for t in CONFIG_CANDIDATES[name]]
+            best, why = None, "no candidate config"
+            for key in keys:
+                cfg = bench.ft.config(key)
+                ok, msg = bench.ft.can_implement(bench.problem, cfg)
                 if not ok:
-                    why = msg
+                    why = f"{key}: {msg}"
                     continue
-                o = torch.full_like(q, float("nan"))
                 try:
-                    ft.run(problem, cfg, q, k, v, o)
-                    err = rel_error(o, ref_ours)
-                    us, _ = ft.time(problem, cfg, q, k, v, o, 3, args.repeats, args.max_seconds)
+                    err = bench.verify_ours(cfg)
+                    if not err <= tol:
+                        why = f"{key}: rel. error {err:.2e} over {tol:g}"
+                        log(f"  {name} {key}: FAILED verification, rel. error {err:.2e}")
+                        continue
+                    us = statistics.median(bench.ours_block(cfg, warmup, launches)) if len(keys) > 1 else 0.0
                 except RuntimeError as e:
-                    why = str(e)
+                    why = f"{key}: {e}"
                     continue
+                if len(keys) > 1:
+                    log(f"  screen {name} {key}: {us:.1f} us, rel. error {err:.1e}")
                 if best is None or us < best[1]:
-                    best = (key, us, err)
+                    best = (key, us, err, cfg)
             if best is None:
-                add(f"ours {variant}", "-", None, None, why[:80])
-            else:
-                add(f"ours {variant}", best[0], best[1], best[2])
-
-        torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
-        torch.backends.cudnn.allow_tf32 = prec == "tf32"
-        for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
-                              ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)):
-            def fn(backend=backend):
-                with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                entry["note"] = why[:160]
+                log(f"  {name}: not runnable: {entry['note']}")
+                continue
+            entry.update(config=best[0], rel_err=best[2])
+            cfg = best[3]
+            runnable.append({"name": name, "block": lambda cfg=cfg: bench.ours_block(cfg, warmup, launches)})
+        else:
             try:
-                with torch.no_grad():
-                    out = fn()
-                    err = rel_error(out, ref)
-                    us = time_torch(fn, flush, 3, args.repeats, args.max_seconds)
-                add(f"torch sdpa {name}", "-", us, err)
+                err = bench.verify_torch(name)
             except Exception as e:  # a backend that cannot run this dtype/shape
-                add(f"torch sdpa {name}", "-", None, None, str(e).splitlines()[0][:80])
-        mask = torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1) if causal else None
+                entry["note"] = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+                log(f"  {name}: not runnable: {entry['note']}")
+                continue
+            entry["rel_err"] = err
+            if not err <= tol:
+                entry["note"] = f"rel. error {err:.2e} over {tol:g}"
+                log(f"  {name}: FAILED verification ({entry['note']})")
+                continue
+            runnable.append({"name": name, "block": lambda name=name: bench.torch_block(name, warmup, launches)})
+        log(f"  {name}: {entry['config']} rel. error {entry['rel_err']:.1e}")
+    return runnable, report
 
-        def unfused():
-            sc = torch.matmul(qt, kt.transpose(-1, -2)) * scale
-            if mask is not None:
-                sc = sc.masked_fill(mask, float("-inf"))
-            return torch.matmul(torch.softmax(sc, dim=-1), vt)
-        with torch.no_grad():
-            err = rel_error(unfused(), ref)
-            us = time_torch(unfused, flush, 3, args.repeats, args.max_seconds)
-        add("torch matmul-softmax-matmul", "-", us, err)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
 
-        mat = next((r["median_us"] for r in shape_rows if r["method"] == "ours materialized"), None)
-        for r in shape_rows:
-            r["vs_ours_materialized"] = (mat / r["median_us"]) if (mat and r["median_us"]) else None
-            us = f"{r['median_us']:.1f}" if r["median_us"] else "n/a"
-            tf = f"{r['tflops']:.1f}" if r["tflops"] else ""
-            er = f"{r['rel_err']:.1e}" if r["rel_err"] is not None else ""
-            sp = f"{r['vs_ours_materialized']:.2f}x" if r["vs_ours_materialized"] else ""
-            print(f"{label:32s} {r['method']:28s} {us:>9s} us {tf:>7s} TF/s err {er:>8s} {sp:>7s} "
-                  f"{r['config']} {r['note']}")
-        rows.extend(shape_rows)
-        del q, k, v, qt, kt, vt, ref, ref_ours
+def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log):
+    blocks = []
+    for r in range(rounds):
+        order = list(runnable)
+        rng.shuffle(order)
+        round_state = reader.read() if not reader.per_block else None
+        for pos, c in enumerate(order):
+            before = reader.read() if reader.per_block else round_state
+            samples = c["block"]()
+            after = reader.read() if reader.per_block else None
+            blocks.append({"shape": shape_id, "round": r, "position": pos, "candidate": c["name"],
+                           "config": configs.get(c["name"], "-"), "median_us": statistics.median(samples),
+                           "min_us": min(samples), "max_us": max(samples), "launches": len(samples),
+                           "sm_mhz_before": (before or {}).get("sm_mhz"), "sm_mhz_after": (after or {}).get("sm_mhz"),
+                           "power_w_before": (before or {}).get("power_w"),
+                           "power_w_after": (after or {}).get("power_w"),
+                           "reasons_before": reasons_text((before or {}).get("reasons")),
+                           "reasons_after": reasons_text((after or {}).get("reasons")),
+                           "unsteady": int(state_moved(before, after)), "state_source": reader.source})
+        if not reader.per_block:  # nvidia-smi: one reading at each round boundary
+            end_state = reader.read()
+            moved = int(state_moved(round_state, end_state))
+            for b in blocks[-len(order):]:
+                b["sm_mhz_after"], b["power_w_after"] = end_state.get("sm_mhz"), end_state.get("power_w")
+                b["reasons_after"] = reasons_text(end_state.get("reasons"))
+                b["unsteady"] = moved
+        log(f"  round {r + 1}/{rounds}: " + ", ".join(
+            f"{b['candidate']} {b['median_us']:.1f}" for b in blocks[-len(order):]))
+    return blocks
+
+
+# ---------------------------------------------------------------- CUPTI check
+
+def kernel_events(trace_path):
+    with open(trace_path) as f:
+        trace = json.load(f)
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+    out = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"]
+    out.sort(key=lambda e: float(e.get("ts", 0)))
+    return [(e.get("name", ""), float(e.get("ts", 0)), float(e.get("dur", 0))) for e in out]
+
+
+def profiled(fn, trace_dir, tag):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        torch.cuda.synchronize()
+    path = os.path.join(trace_dir, f"trace_{tag}.json")
+    prof.export_chrome_trace(path)
+    return result, kernel_events(path)
+
+
+def per_launch_device_us(events, names, kernels_per_launch, launches):
+    """Device time of each of the last `launches` launches: the summed durations of its kernels
+    (those named in `names`, `kernels_per_launch` of them per launch)."""
+    mine = [e for e in events if e[0] in names]
+    need = kernels_per_launch * launches
+    if kernels_per_launch <= 0 or len(mine) < need:
+        return None, len(mine)
+    mine = mine[-need:]
+    return [sum(e[2] for e in mine[i * kernels_per_launch:(i + 1) * kernels_per_launch])
+            for i in range(launches)], len(mine)
+
+
+def cupti_check(args, ft, reader, shape_ids, fixed, log):
+    trace_dir = tempfile.mkdtemp(prefix="cupti-")
+    if args.keep_traces:
+        trace_dir = args.out
+    rows = []
+    profiled(lambda: torch.zeros(1, device="cuda").add_(1), trace_dir, "init")  # CUPTI start-up cost
+    for shape_id in shape_ids:
+        s = SHAPES[shape_id]
+        log(f"== {shape_id}: {s.label}")
+        set_tf32(s.precision == "tf32")
+        flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
+        fixed_here = fixed.get(shape_id, {})
+        runnable, report = prepare_candidates(bench, ["ours", "cudnn", "flash", "efficient"], fixed_here,
+                                              args.warmup, args.launches, log)
+        by_name = {c["name"]: c for c in runnable}
+        ours_cfg_key = next((r["config"] for r in report if r["name"] == "ours"), "-")
+        torch_name = next((n for n in ("cudnn", "flash", "efficient") if n in by_name), None)
+        n = args.cupti_launches
+        subjects = []
+        if "ours" in by_name:
+            cfg = ft.config(ours_cfg_key)
+            subjects.append(("ours", ours_cfg_key,
+                             lambda: ft.run(bench.problem, cfg, bench.q, bench.k, bench.v, bench.o),
+                             lambda flush_on: ft.time(bench.problem, cfg, bench.q, bench.k, bench.v, bench.o,
+                                                      args.warmup, n, flush_on)))
+        if torch_name:
+            fn, backend = bench.torch_fn(torch_name)
+
+            def one_call(fn=fn, backend=backend):
+                from torch.nn.attention import sdpa_kernel
+                with torch.no_grad(), sdpa_kernel(backend):
+                    fn()
+
+            def torch_timer(flush_on, name=torch_name):
+                saved = bench.flush
+                bench.flush = flush if flush_on else None
+                try:
+                    return bench.torch_block(name, args.warmup, n)
+                finally:
+                    bench.flush = saved
+            subjects.append((f"torch {torch_name}", "-", one_call, torch_timer))
+        # Kernels of the flush and of the spin are never counted as the measured call's.
+        _, noise = profiled(lambda: (flush.zero_(), torch.cuda._sleep(1000)), trace_dir, f"{shape_id}_noise")
+        noise_names = {e[0] for e in noise}
+        for who, cfg_key, single, timer in subjects:
+            single()
+            _, ev = profiled(single, trace_dir, f"{shape_id}_{who.replace(' ', '_')}_single")
+            ev = [e for e in ev if e[0] not in noise_names]
+            names = {e[0] for e in ev}
+            per_call = len(ev)
+            if per_call == 0:
+                log(f"  {who}: CUPTI recorded no kernel of one call (noise kernels: {sorted(noise_names)[:4]}); skipped")
+                continue
+            log(f"  {who}: one call = {per_call} kernel(s): {', '.join(sorted(names))[:200]}")
+            for flush_on in (False, True):
+                mode = "flush" if flush_on else "steady"
+                before = reader.read()
+                plain = timer(flush_on)
+                with_prof, events = profiled(lambda: timer(flush_on), trace_dir,
+                                             f"{shape_id}_{who.replace(' ', '_')}_{mode}")
+                after = reader.read()
+                device, matched = per_launch_device_us(events, names, per_call, len(with_prof))
+                row = {"shape": shape_id, "timer_of": who, "config": cfg_key, "mode": mode,
+                       "launches": len(with_prof), "timer_median_us": statistics.median(plain),
+                       "timer_profiled_median_us": statistics.median(with_prof),
+                       "cupti_median_us": None, "gap_pct": None, "paired_gap_median_us": None,
+                       "kernels_per_launch": per_call, "kernel_events": matched,
+                       "sm_mhz": f"{before.get('sm_mhz', '?')}->{after.get('sm_mhz', '?')}",
+                       "reasons": reasons_text(after.get("reasons"))}
+                if device:
+                    cm = statistics.median(device)
+                    row["cupti_median_us"] = cm
+                    row["gap_pct"] = (row["timer_profiled_median_us"] / cm - 1.0) * 100.0
+                    row["paired_gap_median_us"] = statistics.median(t - d for t, d in zip(with_prof, device))
+                else:
+                    log(f"  {who} {mode}: CUPTI recorded {matched} matching kernel events, "
+                        f"{per_call * len(with_prof)} expected; kernels seen: "
+                        f"{sorted({e[0] for e in events})[:6]}")
+                rows.append(row)
+                log(f"  {who} {mode}: timer {row['timer_median_us']:.2f} us (profiled {row['timer_profiled_median_us']:.2f}), "
+                    f"CUPTI {fmt(row['cupti_median_us'], '.2f')} us, gap {fmt(row['gap_pct'], '+.2f')} %")
+        del bench, flush
         torch.cuda.empty_cache()
-
-    fields = ["shape", "method", "config", "median_us", "tflops", "rel_err", "vs_ours_materialized", "note"]
-    with open(os.path.join(args.out, "compare.csv"), "w", newline="") as f:
+    fields = ["shape", "timer_of", "config", "mode", "launches", "timer_median_us", "timer_profiled_median_us",
+              "cupti_median_us", "gap_pct", "paired_gap_median_us", "kernels_per_launch", "kernel_events",
+              "sm_mhz", "reasons"]
+    with open(os.path.join(args.out, "cupti_check.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:
-            w.writerow({k: r.get(k) for k in fields})
-    with open(os.path.join(args.out, "compare.md"), "w") as f:
-        f.write("| shape | method | config | median µs | TFLOP/s | rel. error | speedup vs ours materialized |\n")
-        f.write("|---|---|---|---:|---:|---:|---:|\n")
-        for r in rows:
-            us = f"{r['median_us']:.1f}" if r["median_us"] else f"n/a ({r['note']})"
-            tf = f"{r['tflops']:.1f}" if r["tflops"] else ""
-            er = f"{r['rel_err']:.1e}" if r["rel_err"] is not None else ""
-            sp = f"{r['vs_ours_materialized']:.2f}x" if r.get("vs_ours_materialized") else ""
-            f.write(f"| {r['shape']} | {r['method']} | {r['config']} | {us} | {tf} | {er} | {sp} |\n")
-    print(f"wrote {args.out}/compare.csv and compare.md")
+            w.writerow(r)
+    lines = ["Timer vs CUPTI (torch.profiler, ProfilerActivity.CUDA): the same launches; gap = timer / CUPTI - 1.",
+             "steady: back-to-back launches, no L2 flush; flush: a 256 MiB write before each launch.", "",
+             "| shape | timer of | config | mode | launches | timer median µs | same, profiled | CUPTI median µs "
+             "| gap % | median paired gap µs | kernels/launch | SM MHz | throttle |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['timer_of']} | {r['config']} | {r['mode']} | {r['launches']} | "
+                     f"{r['timer_median_us']:.2f} | {r['timer_profiled_median_us']:.2f} | "
+                     f"{fmt(r['cupti_median_us'], '.2f')} | {fmt(r['gap_pct'], '+.2f')} | "
+                     f"{fmt(r['paired_gap_median_us'], '.2f')} | {r['kernels_per_launch']} | {r['sm_mhz']} | {r['reasons']} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(args.out, "cupti_check.md"), "w") as f:
+        f.write(text)
+    if not args.keep_traces:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    return text
+
+
+# ---------------------------------------------------------------- main
+
+def parse_configs(items):
+    """--config SHAPE=KEY: {shape: {candidate: key}}; the key's variant names the candidate."""
+    out = {}
+    for item in items:
+        shape, sep, key = item.partition("=")
+        if not sep or shape not in SHAPES:
+            raise SystemExit(f"--config {item}: expected SHAPE=KEY with SHAPE one of {', '.join(SHAPES)}")
+        variant = key.split("/", 1)[0]
+        if variant not in VARIANT_OF_PREFIX:
+            raise SystemExit(f"--config {item}: the key must start with fused/, partial/ or materialized/")
+        out.setdefault(shape, {})[VARIANT_OF_PREFIX[variant]] = key
+    return out
+
+
+def parse_list(text, allowed, what):
+    items = [x for x in text.split(",") if x]
+    bad = [x for x in items if x not in allowed]
+    if bad:
+        raise SystemExit(f"{what}: unknown {', '.join(bad)} (choose from {', '.join(allowed)})")
+    return items
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Shapes: " + ", ".join(SHAPES))
+    ap.add_argument("--lib", help="path to libfusetune_capi.so (required except with --self-test)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help="comma-separated shape ids")
+    ap.add_argument("--candidates", default=",".join(DEFAULT_CANDIDATES),
+                    help=f"comma-separated, from {', '.join(ALL_CANDIDATES)}")
+    ap.add_argument("--config", action="append", default=[], metavar="SHAPE=KEY",
+                    help="fix a config of ours (fused/...) or ours-materialized (materialized/...) for a shape")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (>= 3)")
+    ap.add_argument("--launches", type=int, default=10, help="timed launches per block")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed launches before each block")
+    ap.add_argument("--steady", action="store_true", help="no L2 flush: back-to-back launches")
+    ap.add_argument("--seed", type=int, default=1, help="round order and inputs")
+    ap.add_argument("--spin-us-per-launch", type=float, default=150.0,
+                    help="torch blocks: GPU spin queued first, per launch, to cover the host's dispatch")
+    ap.add_argument("--quick", action="store_true", help="5 rounds (a smoke run)")
+    ap.add_argument("--cupti-check", action="store_true", help="the timer check instead of the comparison")
+    ap.add_argument("--cupti-shapes", default=",".join(DEFAULT_CUPTI_SHAPES))
+    ap.add_argument("--cupti-launches", type=int, default=30)
+    ap.add_argument("--keep-traces", action="store_true",
+                    help="write the profiler traces under --out (several files per shape: more than the "
+                         "device tool brings back)")
+    ap.add_argument("--self-test", action="store_true", help="check statistics and report code; no GPU")
+    return ap
+
+
+def self_test(out_dir):
+    # Order statistics: n = 15 gives [x_(4), x_(12)] at 96.5 %; n = 3 cannot reach 90 %.
+    med, lo, hi, cover = median_ci(list(range(1, 16)))
+    assert (med, lo, hi) == (8, 4, 12) and abs(cover - 0.9648) < 1e-3, (med, lo, hi, cover)
+    med, lo, hi, cover = median_ci([3.0, 1.0, 2.0])
+    assert (med, lo, hi) == (2.0, 1.0, 3.0) and abs(cover - 0.75) < 1e-9, (med, lo, hi, cover)
+    med, lo, hi, cover = median_ci(list(range(1, 101)))
+    assert (lo, hi) == (42, 59) and cover >= 0.90, (lo, hi, cover)
+    assert abs(quantile([1, 2, 3, 4, 5], 0.1) - 1.4) < 1e-12
+    assert state_moved({"sm_mhz": 1980, "reasons": 0}, {"sm_mhz": 1700, "reasons": 0})
+    assert state_moved({"sm_mhz": 1980, "reasons": 0}, {"sm_mhz": 1980, "reasons": 4})
+    assert not state_moved({"sm_mhz": 1980, "reasons": 4}, {"sm_mhz": 1970, "reasons": 4})
+    assert not state_moved({}, {"sm_mhz": 1980})
+    assert reasons_text(0x4 | 0x40) == "sw_power_cap+hw_thermal" and reasons_text(0) == "none"
+    # Synthetic rounds: ours 0.9x cudnn in every round with noise, level with flash.
+    rng = random.Random(7)
+    blocks = []
+    for r in range(15):
+        drift = 1.0 + 0.1 * math.sin(r)  # power-capped clock moving between rounds
+        for name, base in (("ours", 90.0), ("cudnn", 100.0), ("flash", 90.0)):
+            blocks.append({"shape": "s", "round": r, "candidate": name,
+                           "median_us": base * drift * (1 + rng.uniform(-0.01, 0.01)), "unsteady": r == 3})
+    cands = {"s": [{"name": "ours", "config": "fused/x"}, {"name": "cudnn"}, {"name": "flash"},
+                   {"name": "efficient", "note": "not runnable"}]}
+    cand_rows, pair_rows = summarize(blocks, cands, {"s": 1e9})
+    pairs = {p["pair"]: p for p in pair_rows}
+    assert pairs["ours / cudnn"]["verdict"] == "ours faster", pairs
+    assert 0.88 < pairs["ours / cudnn"]["median_ratio"] < 0.92
+    assert pairs["ours / flash"]["ci_low"] < 1 < pairs["ours / flash"]["ci_high"], pairs["ours / flash"]
+    assert [r["unsteady_blocks"] for r in cand_rows] == [1, 1, 1, 0]
+    text = write_report(out_dir, "self-test", blocks, cand_rows, pair_rows, "none", state_ranges_of(blocks))
+    assert "ours / cudnn" in text and os.path.exists(os.path.join(out_dir, "compare.csv"))
+    print(text)
+    print("self-test passed")
+    return 0
+
+
+def main():
+    args = build_parser().parse_args()
+    if args.self_test:
+        os.makedirs(args.out, exist_ok=True)
+        return self_test(args.out)
+    if not args.lib:
+        raise SystemExit("--lib is required (path to libfusetune_capi.so)")
+    shape_ids = parse_list(args.cupti_shapes if args.cupti_check else args.shapes, list(SHAPES), "--shapes")
+    names = parse_list(args.candidates, ALL_CANDIDATES, "--candidates")
+    fixed = parse_configs(args.config)
+    rounds = 5 if args.quick else args.rounds
+    if rounds < 3 or args.launches < 1 or args.warmup < 0 or args.cupti_launches < 1:
+        raise SystemExit("--rounds must be >= 3, --launches and --cupti-launches >= 1, --warmup >= 0")
+    if torch is None:
+        raise SystemExit("this needs PyTorch with CUDA")
+    if "ours" not in names:
+        names.insert(0, "ours")
+    os.makedirs(args.out, exist_ok=True)
+
+    def log(msg):
+        print(msg, flush=True)
+
+    warnings.filterwarnings("ignore")  # sdpa_kernel explains every backend it skips
+    torch.manual_seed(args.seed)
+    torch.cuda.init()
+    ft = Fusetune(args.lib)
+    reader = DeviceStateReader(torch.cuda.current_device())
+    device_text = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, ours: {ft.describe()}, " \
+                  f"device state from {reader.source}"
+    log(device_text)
+    t_start = time.time()
+    if args.cupti_check:
+        text = cupti_check(args, ft, reader, shape_ids, fixed, log)
+        log(f"==== timer check ({time.time() - t_start:.0f} s)")
+        print(text)
+        return 0
+
+    flush = None if args.steady else torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    rng = random.Random(args.seed)
+    all_blocks, report_by_shape, flops_by_shape = [], {}, {}
+    for shape_id in shape_ids:
+        s = SHAPES[shape_id]
+        t0 = time.time()
+        log(f"== {shape_id}: {s.label}")
+        set_tf32(s.precision == "tf32")
+        bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
+        runnable, report = prepare_candidates(bench, names, fixed.get(shape_id, {}), args.warmup, args.launches, log)
+        configs = {r["name"]: r["config"] for r in report}
+        all_blocks += run_rounds(shape_id, runnable, rounds, rng, reader, configs, log)
+        report_by_shape[shape_id] = report
+        flops_by_shape[shape_id] = s.flops()
+        set_tf32(False)
+        del bench
+        torch.cuda.empty_cache()
+        log(f"  {shape_id}: {time.time() - t0:.1f} s")
+    cand_rows, pair_rows = summarize(all_blocks, report_by_shape, flops_by_shape)
+    mode = (f"{rounds} rounds, fresh random order each; per block {args.warmup} warm-up + {args.launches} timed "
+            f"launches, block value = median; " + ("steady (no L2 flush)" if args.steady else
+                                                   "256 MiB L2 flush before every timed launch"))
+    text = write_report(args.out, mode, all_blocks, cand_rows, pair_rows, device_text, state_ranges_of(all_blocks))
+    log(f"==== comparison ({time.time() - t_start:.0f} s); wrote {args.out}/compare.csv and compare.md")
+    print(text)
     return 0
 
 

@@ -4,7 +4,10 @@
 # the steps named as arguments (default: all), each logged under $OUT:
 #   tests    the GPU tests (cuda_backend_test)                     -> gpu_tests.log
 #   bench    the Google Benchmark binary                           -> bench.txt
-#   compare  ci/device/compare_torch.py (ours vs PyTorch SDPA)     -> compare.csv, compare.md
+#   compare  ci/device/compare_torch.py (ours vs PyTorch SDPA,
+#            interleaved rounds; COMPARE_ARGS)                     -> compare.csv, compare.md
+#   cupti    compare_torch.py --cupti-check (our timer vs CUPTI
+#            kernel durations; CUPTI_ARGS; not in the default)      -> cupti_check.csv, cupti_check.md
 #   sweep    fusetune sweep --backend cuda on the target shapes,
 #            then fusetune report                                  -> fusetune.db, report.txt
 # Everything else printed goes to run.log. Prints a short summary last.
@@ -16,20 +19,15 @@ STEPS=${*:-tests bench compare sweep}
 SWEEP_TRIALS=${SWEEP_TRIALS:-0}   # 0 = the CLI's default budget
 exec > >(tee -a "$OUT/run.log") 2>&1
 
-B=/tmp/fusetune-bundle
-rm -rf "$B" && mkdir -p "$B"
-tar -C "$B" -xJf "$ROOT/.device-carry/backend/bundle.tar.xz" || { echo "cannot unpack the bundle"; exit 1; }
-echo "bundle commit $(cat "$ROOT/.device-carry/backend/commit.txt" 2>/dev/null)"
-
-# cuBLAS/cudart of the device image: the toolkit's folders, else PyTorch's wheels.
+# The bundle's binaries and libraries, with cuBLAS/cudart of the device image (the toolkit's
+# folders, else PyTorch's wheels) on LD_LIBRARY_PATH.
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
-cuda_dirs=$(device_cuda_lib_dirs)
-export LD_LIBRARY_PATH="$B/lib${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+B=/tmp/fusetune-bundle
+unpack_bundle "$ROOT/.device-carry/backend" "$B" || exit 1
+export LD_LIBRARY_PATH=$(bundle_library_path "$B")
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv || true
-for f in "$B"/bin/*; do
-  if ldd "$f" | grep -q "not found"; then echo "MISSING LIBS for $f:"; ldd "$f" | grep "not found"; fi
-done
+report_missing_libs "$LD_LIBRARY_PATH" "$B"/bin/*
 
 summary=()
 step() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -57,6 +55,14 @@ if step compare; then
   summary+=("compare: rc=$rc $((SECONDS - t0))s")
 fi
 
+if step cupti; then
+  t0=$SECONDS
+  PYTHONUNBUFFERED=1 python3 "$ROOT/ci/device/compare_torch.py" --lib "$B/lib/libfusetune_capi.so" --out "$OUT" \
+    --cupti-check ${CUPTI_ARGS:-}
+  rc=$?
+  summary+=("cupti: rc=$rc $((SECONDS - t0))s")
+fi
+
 if step sweep; then
   t0=$SECONDS
   if [[ -x "$B/bin/fusetune" ]]; then
@@ -76,4 +82,5 @@ fi
 echo "==== summary"
 printf '%s\n' "${summary[@]}"
 [[ -f "$OUT/compare.md" ]] && cat "$OUT/compare.md"
+[[ -f "$OUT/cupti_check.md" ]] && cat "$OUT/cupti_check.md"
 exit 0

@@ -24,17 +24,17 @@ AB_MIN_TIME=${AB_MIN_TIME:-0.3}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 
-for side in before after; do
-  rm -rf "/tmp/ab-$side" && mkdir -p "/tmp/ab-$side"
-  tar -C "/tmp/ab-$side" -xJf "$ROOT/$AB_DIR/$side/bundle.tar.xz" || { echo "cannot unpack $side"; exit 1; }
-  echo "$side: commit $(cat "$ROOT/$AB_DIR/$side/commit.txt" 2>/dev/null)"
-done
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
-cuda_dirs=$(device_cuda_lib_dirs)
+declare -A side_libpath
+for side in before after; do
+  echo -n "$side: "
+  unpack_bundle "$ROOT/$AB_DIR/$side" "/tmp/ab-$side" || exit 1
+  side_libpath[$side]=$(bundle_library_path "/tmp/ab-$side")
+done
 with_libs() {  # with_libs SIDE CMD...: runs CMD with that side's libraries
   local side=$1
   shift
-  LD_LIBRARY_PATH="/tmp/ab-$side/lib${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
+  LD_LIBRARY_PATH="${side_libpath[$side]}" "$@"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv || true
 

@@ -26,13 +26,11 @@ nvidia-smi -L || true
 B=/tmp/fusetune-worker-bundle
 BIN=${FUSETUNE_BIN:-$B/bin/fusetune}
 BACKEND=${MGPU_BACKEND:-cuda}
-if [[ -z "${FUSETUNE_BIN:-}" ]]; then
-  rm -rf "$B" && mkdir -p "$B"
-  tar -C "$B" -xJf "$ROOT/.device-carry/worker/bundle.tar.xz" || { echo "cannot unpack the bundle"; exit 1; }
-  echo "bundle commit $(cat "$ROOT/.device-carry/worker/commit.txt" 2>/dev/null)"
-fi
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
-LIBPATH="$B/lib$(device_cuda_lib_dirs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [[ -z "${FUSETUNE_BIN:-}" ]]; then
+  unpack_bundle "$ROOT/.device-carry/worker" "$B" || exit 1
+fi
+LIBPATH=$(bundle_library_path "$B")
 ft() { LD_LIBRARY_PATH="$LIBPATH" "$BIN" "$@"; }
 
 phase() {  # name, device flags

@@ -32,14 +32,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 B=/tmp/fusetune-worker-bundle
 BIN=${FUSETUNE_BIN:-$B/bin/fusetune}   # FUSETUNE_BIN: a local binary instead (CPU dry run)
 BACKEND=${WORKER_BACKEND:-cuda}
-if [[ -z "${FUSETUNE_BIN:-}" ]]; then
-  rm -rf "$B" && mkdir -p "$B"
-  tar -C "$B" -xJf "$ROOT/.device-carry/worker/bundle.tar.xz" || { echo "cannot unpack the bundle"; exit 1; }
-  echo "bundle commit $(cat "$ROOT/.device-carry/worker/commit.txt" 2>/dev/null)"
-fi
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
-cuda_dirs=$(device_cuda_lib_dirs)
-LIBPATH="$B/lib${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [[ -z "${FUSETUNE_BIN:-}" ]]; then
+  unpack_bundle "$ROOT/.device-carry/worker" "$B" || exit 1
+fi
+LIBPATH=$(bundle_library_path "$B")
 echo "LD_LIBRARY_PATH=$LIBPATH"
 # Only fusetune sees the carried libraries (curl, nvidia-smi keep the image's own). The
 # daemons start as plain commands (not through ft), so $! is their own pid for SIGTERM.

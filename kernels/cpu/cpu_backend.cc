@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "attention_cpu_params.h"
@@ -93,7 +95,26 @@ int64_t WorkspaceFloats(const AttentionProblem& p) {
   return total;
 }
 
-bool IsSupportedTile(int v) { return v == 16 || v == 32 || v == 64 || v == 128; }
+// The tile sizes the kernel bodies are written for (block_m and block_s alike).
+constexpr int kSupportedTiles[] = {16, 32, 64, 128};
+
+bool IsSupportedTile(int v) {
+  return std::find(std::begin(kSupportedTiles), std::end(kSupportedTiles), v) != std::end(kSupportedTiles);
+}
+
+// The product precisions worth running for a storage dtype. The kernels emulate narrower
+// products by rounding the operands, which is extra work and never faster: fp32 storage
+// runs exact fp32 only (tf32 or 16-bit products would give up precision the caller kept,
+// and tf32 is a tensor-core mode with no CPU counterpart); 16-bit storage runs exact fp32
+// and its own type.
+std::vector<Precision> CandidatePrecisions(DType dtype) {
+  switch (dtype) {
+    case DType::kFp32: return {Precision::kFp32};
+    case DType::kFp16: return {Precision::kFp32, Precision::kFp16};
+    case DType::kBf16: return {Precision::kFp32, Precision::kBf16};
+  }
+  return {Precision::kFp32};
+}
 
 // The whole kernel family on host threads. Owns a thread pool (threads created on first
 // use and kept), per-worker scratch tiles and the partial/materialized score workspace; all
@@ -138,6 +159,40 @@ class CpuBackend final : public Backend {
       }
     }
     return absl::OkStatus();
+  }
+
+  // Every supported tile pair x worker counts of powers of two below the hardware threads
+  // plus that count itself (CanImplement accepts up to 4x, but workers beyond the hardware
+  // only add contention) x the precisions of CandidatePrecisions, for all three variants.
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& problem) const override {
+    std::vector<KernelConfig> out;
+    if (!problem.Validate().ok()) return out;
+    const int hw = HardwareThreads();
+    std::vector<int> threads;
+    for (int t = 1; t < hw; t *= 2) threads.push_back(t);
+    threads.push_back(hw);
+    for (Variant variant : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
+      for (Precision precision : CandidatePrecisions(problem.dtype)) {
+        for (int bm : kSupportedTiles) {
+          for (int bs : kSupportedTiles) {
+            for (int t : threads) {
+              KernelConfig c;
+              c.variant = variant;
+              c.precision = precision;
+              c.block_m = bm;
+              c.block_s = bs;
+              c.threads = t;
+              c.stages = 1;
+              c.split_kv = 1;
+              if (CanImplement(problem, c).ok()) out.push_back(c);
+            }
+          }
+        }
+      }
+    }
+    std::sort(out.begin(), out.end(), ConfigOrderLess);
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
   }
 
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,

@@ -1,5 +1,6 @@
 #include "fusetune/kernels/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -439,6 +440,62 @@ TEST(CpuBackend, CanImplementRejectsConfigsTheCpuCannotRun) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Every candidate the backend offers runs and is correct: a small causal GQA problem with
+// lengths that are not tile multiples, 16-bit storage so that both precisions appear.
+TEST(CpuBackend, EveryCandidateConfigPassesCanImplementAndMatchesReference) {
+  auto backend = CreateCpuBackend();
+  AttentionProblem p = Problem(20, 37, 32, /*causal=*/true);
+  p.q_heads = 4;
+  p.kv_heads = 2;
+  p.dtype = DType::kBf16;
+  const std::vector<KernelConfig> candidates = backend->CandidateConfigs(p);
+  ASSERT_FALSE(candidates.empty());
+  std::set<Precision> precisions;
+  for (const KernelConfig& c : candidates) {
+    precisions.insert(c.precision);
+    ASSERT_TRUE(backend->CanImplement(p, c).ok()) << c.Key();
+    ExpectMatchesReference(p, c);
+  }
+  EXPECT_EQ(precisions, (std::set<Precision>{Precision::kFp32, Precision::kBf16}));
+}
+
+TEST(CpuBackend, CandidateConfigsCoverTilesVariantsAndThreadsUpToTheHardware) {
+  auto backend = CreateCpuBackend();
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::set<int> expected_threads;
+  for (int t = 1; t < hw; t *= 2) expected_threads.insert(t);
+  expected_threads.insert(hw);
+  const AttentionProblem p = Problem(256, 256);
+  const std::vector<KernelConfig> candidates = backend->CandidateConfigs(p);
+  EXPECT_EQ(candidates.size(), 3u * 4 * 4 * expected_threads.size());
+  EXPECT_TRUE(std::is_sorted(candidates.begin(), candidates.end(), ConfigOrderLess));
+  EXPECT_EQ(std::adjacent_find(candidates.begin(), candidates.end()), candidates.end());
+  std::set<int> threads, tiles;
+  std::set<Variant> variants;
+  for (const KernelConfig& c : candidates) {
+    threads.insert(c.threads);
+    tiles.insert(c.block_m);
+    tiles.insert(c.block_s);
+    variants.insert(c.variant);
+    EXPECT_EQ(c.precision, Precision::kFp32) << c.Key();  // fp32 storage: exact products only
+    EXPECT_EQ(c.stages, 1);
+    EXPECT_EQ(c.split_kv, 1);
+  }
+  EXPECT_EQ(threads, expected_threads);
+  EXPECT_EQ(tiles, (std::set<int>{16, 32, 64, 128}));
+  EXPECT_EQ(variants.size(), 3u);
+
+  // Too big for a score workspace: only the fused variant is offered.
+  AttentionProblem big = Problem(32768, 32768);
+  big.q_heads = big.kv_heads = 16;
+  for (const KernelConfig& c : backend->CandidateConfigs(big)) EXPECT_EQ(c.variant, Variant::kFused) << c.Key();
+  EXPECT_FALSE(backend->CandidateConfigs(big).empty());
+  // An invalid problem: nothing.
+  AttentionProblem bad = Problem(8, 8);
+  bad.kv_heads = 3;
+  EXPECT_TRUE(backend->CandidateConfigs(bad).empty());
+}
+
 TEST(CpuBackend, TimeKeepsAtLeastThreeSamples) {
   auto backend = CreateCpuBackend();
   AttentionProblem p = Problem(64, 64);
@@ -454,6 +511,9 @@ TEST(CpuBackend, TimeKeepsAtLeastThreeSamples) {
   ASSERT_TRUE(samples.ok()) << samples.status();
   EXPECT_EQ(samples->micros.size(), 3u);
   for (double us : samples->micros) EXPECT_GT(us, 0.0);
+  // The CPU reports no clock/power/throttle state per block.
+  EXPECT_FALSE(samples->before.known);
+  EXPECT_FALSE(samples->after.known);
   options.max_seconds = 100;
   samples = backend->Time(p, Config(Variant::kMaterialized), buffers, options);
   ASSERT_TRUE(samples.ok());

@@ -25,6 +25,9 @@
 #include "baseline_plan.h"
 #include "fusetune/kernels/cuda_backend.h"
 #include "nvml_clock.h"
+#if defined(FUSETUNE_HAVE_CUDA_FUSED)
+#include "fused/fused_configs.h"
+#endif
 
 namespace fusetune {
 namespace {
@@ -102,6 +105,20 @@ absl::Status CheckBaselinePrecision(const AttentionProblem& p, const KernelConfi
       p.dtype == DType::kFp32 ? "fp32 or tf32" : DTypeName(p.dtype), ", not ",
       PrecisionName(c.precision)));
 }
+
+// The grids CandidateConfigs offers for the two non-fused variants (the fused variant's
+// come from its compiled instance table). Partial: its kernel takes any tile up to 256 and
+// any warp multiple up to kPartialMaxThreads; it assigns a warp per row (exact path) or per
+// 16x16 score tile (tensor cores), and rows and tiles come in powers of two, so only
+// power-of-two warp counts divide the work evenly. Materialized: cuBLAS picks the GEMM
+// tiles, so block_m/block_s change nothing there and stay at one value; only the softmax
+// kernel's block size (one block per row) varies.
+constexpr int kPartialTiles[] = {16, 32, 64, 128, 256};
+constexpr int kPartialThreads[] = {32, 64, 128, 256, cuda::kPartialMaxThreads};
+constexpr int kMaterializedTile = 64;
+constexpr int kSoftmaxThreads[] = {32, 64, 128, 256, 512, 1024};
+constexpr Precision kAllPrecisions[] = {Precision::kFp32, Precision::kTf32, Precision::kFp16,
+                                        Precision::kBf16};
 
 // Device copy of a small host int array, re-uploaded only when its contents change.
 class DeviceIntArray {
@@ -238,6 +255,46 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // Fused: the compiled instance table for (head_dim, dtype); partial and materialized:
+  // the grids above over every precision. Each kept only where CanImplement accepts it
+  // (this GPU's architecture and shared memory, the workspace limit, the PV precision).
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& problem) const override {
+    std::vector<KernelConfig> out;
+    if (!problem.Validate().ok()) return out;
+    auto keep = [&](const KernelConfig& c) {
+      if (CanImplement(problem, c).ok()) out.push_back(c);
+    };
+#if defined(FUSETUNE_HAVE_CUDA_FUSED)
+    for (const KernelConfig& c : cuda::FusedCompiledConfigs(problem.head_dim, problem.dtype)) keep(c);
+#endif
+    for (Precision precision : kAllPrecisions) {
+      KernelConfig c;
+      c.precision = precision;
+      c.stages = 1;
+      c.split_kv = 1;
+      c.variant = Variant::kPartial;
+      for (int bm : kPartialTiles) {
+        for (int bs : kPartialTiles) {
+          for (int t : kPartialThreads) {
+            c.block_m = bm;
+            c.block_s = bs;
+            c.threads = t;
+            keep(c);
+          }
+        }
+      }
+      c.variant = Variant::kMaterialized;
+      c.block_m = c.block_s = kMaterializedTile;
+      for (int t : kSoftmaxThreads) {
+        c.threads = t;
+        keep(c);
+      }
+    }
+    std::sort(out.begin(), out.end(), ConfigOrderLess);
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
     if (auto s = Enter(); !s.ok()) return s;
@@ -278,6 +335,7 @@ class CudaBackend final : public Backend {
     if (auto s = Check(cudaStreamSynchronize(kStream), "warm-up"); !s.ok()) return s;
 
     TimingSamples out;
+    out.before = cuda::NvmlDeviceState(pci_bus_id_);
     const auto begin = std::chrono::steady_clock::now();
     for (int i = 0; i < options.repeats; ++i) {
       if (options.flush_l2) {
@@ -301,7 +359,9 @@ class CudaBackend final : public Backend {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
       if (elapsed > options.max_seconds && out.micros.size() >= 3) break;
     }
-    out.sm_clock_mhz = cuda::NvmlSmClockMhz(pci_bus_id_);  // read while the clocks are up
+    // Read while the clocks are up: the last launch has just finished.
+    out.after = cuda::NvmlDeviceState(pci_bus_id_);
+    out.sm_clock_mhz = out.after.sm_clock_mhz;  // 0 when unknown
     return out;
   }
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,8 +18,12 @@
 
 #include "fusetune/kernels/backend.h"
 #include "fusetune/kernels/cuda_backend.h"
+#include "fusetune/kernels/default_config.h"
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
+#ifdef FUSETUNE_HAVE_CUDA_FUSED
+#include "fused/fused_configs.h"
+#endif
 
 namespace fusetune {
 namespace {
@@ -545,6 +550,203 @@ TEST_F(CudaBackendTest, TimeKeepsOneSampleperLaunchAndReadsTheClock) {
   auto early = backend_->Time(p, c, {dq->data(), dk->data(), dv->data(), d_o->data()}, opt);
   ASSERT_TRUE(early.ok());
   EXPECT_EQ(early->micros.size(), 3u);
+}
+
+// --- Candidate configs: what the tuner's space is built from. ---
+
+bool Contains(const std::vector<KernelConfig>& v, const KernelConfig& c) {
+  return std::find(v.begin(), v.end(), c) != v.end();
+}
+
+std::vector<KernelConfig> OfVariant(const std::vector<KernelConfig>& v, Variant variant) {
+  std::vector<KernelConfig> out;
+  for (const KernelConfig& c : v) {
+    if (c.variant == variant) out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<AttentionProblem> CandidateProblems() {
+  std::vector<AttentionProblem> out;
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (int d : {64, 128}) {
+      out.push_back(MakeProblem(1, 12, 12, 128, 128, d, false, dtype));
+      out.push_back(MakeProblem(2, 8, 2, 1000, 1000, d, true, dtype));
+    }
+  }
+  return out;
+}
+
+TEST_F(CudaBackendTest, EveryCandidatePassesCanImplementSortedWithoutDuplicates) {
+  for (const AttentionProblem& p : CandidateProblems()) {
+    SCOPED_TRACE(p.Key());
+    const std::vector<KernelConfig> candidates = backend_->CandidateConfigs(p);
+    ASSERT_FALSE(candidates.empty());
+    EXPECT_TRUE(std::is_sorted(candidates.begin(), candidates.end(), ConfigOrderLess));
+    EXPECT_EQ(std::adjacent_find(candidates.begin(), candidates.end()), candidates.end());
+    for (const KernelConfig& c : candidates) {
+      const absl::Status s = backend_->CanImplement(p, c);
+      EXPECT_TRUE(s.ok()) << c.Key() << ": " << s;
+    }
+    for (Variant v : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
+      EXPECT_FALSE(OfVariant(candidates, v).empty()) << VariantName(v);
+    }
+    // Materialized: cuBLAS owns the GEMM tiles, so only the softmax block size varies.
+    std::set<std::pair<int, int>> blocks;
+    std::set<int> threads;
+    for (const KernelConfig& c : OfVariant(candidates, Variant::kMaterialized)) {
+      blocks.insert({c.block_m, c.block_s});
+      threads.insert(c.threads);
+    }
+    EXPECT_EQ(blocks.size(), 1u);
+    EXPECT_GT(threads.size(), 1u);
+    std::printf("[ info ] %s: %zu fused, %zu partial, %zu materialized candidates\n", p.Key().c_str(),
+                OfVariant(candidates, Variant::kFused).size(), OfVariant(candidates, Variant::kPartial).size(),
+                OfVariant(candidates, Variant::kMaterialized).size());
+  }
+  // Nothing for a head_dim the backend does not run, or an invalid problem.
+  EXPECT_TRUE(backend_->CandidateConfigs(MakeProblem(1, 2, 2, 16, 16, 96, false, DType::kFp16)).empty());
+  EXPECT_TRUE(backend_->CandidateConfigs(MakeProblem(1, 12, 5, 16, 16, 64, false, DType::kFp16)).empty());
+}
+
+TEST_F(CudaBackendTest, EveryCandidateRunsAndMatchesTheReference) {
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (int d : {64, 128}) {
+      const AttentionProblem p = MakeProblem(1, 2, 1, 77, 93, d, true, dtype);
+      const Inputs in = RandomInputs(p, 21);
+      auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      for (const KernelConfig& c : backend_->CandidateConfigs(p)) {
+        SCOPED_TRACE(p.Key() + " " + c.Key());
+        Result r = RunAndCompare(p, c, in, *ref);
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        EXPECT_TRUE(r.finite);
+        EXPECT_LE(r.rel_error, ToleranceFor(c.precision, p.dtype));
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, TheDefaultConfigIsACandidateForEveryProblemClass) {
+  for (const AttentionProblem& base : CandidateProblems()) {
+    for (ProblemKind kind : {ProblemKind::kPrefill, ProblemKind::kDecode}) {
+      AttentionProblem p = base;
+      p.kind = kind;
+      if (kind == ProblemKind::kDecode) p.q_len = 1;  // decode: at most 16 new queries
+      ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+      absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
+      ASSERT_TRUE(c.ok()) << c.status();
+      EXPECT_TRUE(Contains(backend_->CandidateConfigs(p), *c)) << p.Key() << " " << c->Key();
+    }
+  }
+}
+
+#ifdef FUSETUNE_HAVE_CUDA_FUSED
+// The fused candidates are exactly the compiled instances this GPU can run: nothing of the
+// table that CanImplement accepts is missing, nothing outside it is offered.
+TEST_F(CudaBackendTest, FusedCandidatesAreTheCompiledInstancesThisGpuAccepts) {
+  for (const AttentionProblem& p : CandidateProblems()) {
+    SCOPED_TRACE(p.Key());
+    const std::vector<KernelConfig> fused = OfVariant(backend_->CandidateConfigs(p), Variant::kFused);
+    const std::vector<KernelConfig> compiled = cuda::FusedCompiledConfigs(p.head_dim, p.dtype);
+    size_t accepted = 0;
+    for (const KernelConfig& c : compiled) {
+      if (!backend_->CanImplement(p, c).ok()) continue;
+      ++accepted;
+      EXPECT_TRUE(Contains(fused, c)) << c.Key() << " is compiled and accepted but not a candidate";
+    }
+    for (const KernelConfig& c : fused) EXPECT_TRUE(Contains(compiled, c)) << c.Key() << " is not compiled";
+    EXPECT_EQ(fused.size(), accepted);
+  }
+}
+
+// The exact-fp32 32-row instances (64 and 128 threads) were outside the tuner's old fixed
+// grid although they are the fastest at short fp32 sequences.
+TEST_F(CudaBackendTest, Fp32ShortSequenceInstancesAreCandidates) {
+  const AttentionProblem p = MakeProblem(1, 12, 12, 128, 128, 64, false, DType::kFp32);
+  const std::vector<KernelConfig> candidates = backend_->CandidateConfigs(p);
+  for (int threads : {64, 128}) {
+    KernelConfig c;
+    c.variant = Variant::kFused;
+    c.block_m = 32;
+    c.block_s = 64;
+    c.threads = threads;
+    c.precision = Precision::kFp32;
+    c.stages = 1;
+    ASSERT_GE(cuda::FusedSharedMemoryBytes(64, DType::kFp32, c), 0) << c.Key() << " is no longer compiled";
+    EXPECT_TRUE(Contains(candidates, c)) << c.Key();
+  }
+}
+
+// Candidates follow the instance table per (head_dim, dtype) and the PV precision rule of the
+// cuBLAS variants.
+TEST_F(CudaBackendTest, CandidatesDifferByHeadDimAndDtypeAsTheInstanceTableSays) {
+  auto fused_of = [&](int d, DType dtype) {
+    return OfVariant(backend_->CandidateConfigs(MakeProblem(1, 12, 12, 2048, 2048, d, false, dtype)),
+                     Variant::kFused);
+  };
+  EXPECT_NE(fused_of(64, DType::kFp16), fused_of(128, DType::kFp16));
+  EXPECT_NE(fused_of(128, DType::kBf16), fused_of(128, DType::kFp32));
+  for (int d : {64, 128}) {
+    for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+      const AttentionProblem p = MakeProblem(1, 12, 12, 2048, 2048, d, false, dtype);
+      std::set<Precision> fused, baseline;
+      for (const KernelConfig& c : backend_->CandidateConfigs(p)) {
+        (c.variant == Variant::kFused ? fused : baseline).insert(c.precision);
+      }
+      std::set<Precision> table;
+      for (const KernelConfig& c : cuda::FusedCompiledConfigs(d, dtype)) {
+        if (backend_->CanImplement(p, c).ok()) table.insert(c.precision);
+      }
+      EXPECT_EQ(fused, table) << p.Key();
+      const std::set<Precision> expected_baseline =
+          dtype == DType::kFp32   ? std::set<Precision>{Precision::kFp32, Precision::kTf32}
+          : dtype == DType::kFp16 ? std::set<Precision>{Precision::kFp16}
+                                  : std::set<Precision>{Precision::kBf16};
+      EXPECT_EQ(baseline, expected_baseline) << p.Key();
+    }
+  }
+}
+#endif  // FUSETUNE_HAVE_CUDA_FUSED
+
+// Each timing block carries the device state read before its first and after its last
+// launch (NVML: SM clock, board power, clocks-event reasons without the idle bit).
+TEST_F(CudaBackendTest, TimeReadsTheDeviceStateBeforeAndAfterTheBlock) {
+  AttentionProblem p = MakeProblem(1, 12, 12, 1024, 1024, 64, false, DType::kFp16);
+  const Inputs in = RandomInputs(p, 13);
+  std::vector<uint8_t> bytes(in.q.size() * 2);
+  auto dq = backend_->Allocate(bytes.size());
+  auto dk = backend_->Allocate(bytes.size());
+  auto dv = backend_->Allocate(bytes.size());
+  auto d_o = backend_->Allocate(bytes.size());
+  ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && d_o.ok());
+  for (auto* t : {&in.q, &in.k, &in.v}) {
+    EncodeTensor(p.dtype, *t, bytes.data());
+    void* dst = t == &in.q ? dq->data() : t == &in.k ? dk->data() : dv->data();
+    ASSERT_TRUE(backend_->CopyToDevice(dst, bytes.data(), bytes.size()).ok());
+  }
+  absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
+  ASSERT_TRUE(c.ok());
+  TimingOptions opt;
+  opt.warmup = 3;
+  opt.repeats = 20;
+  opt.max_seconds = 10;
+  auto t = backend_->Time(p, *c, {dq->data(), dk->data(), dv->data(), d_o->data()}, opt);
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const DeviceState* s : {&t->before, &t->after}) {
+    ASSERT_TRUE(s->known) << "NVML did not report the device state";
+    EXPECT_GT(s->sm_clock_mhz, 100);
+    EXPECT_LE(s->sm_clock_mhz, backend_->Describe().max_clock_mhz + 50);
+    EXPECT_GT(s->power_mw, 1000);      // a powered board draws more than 1 W
+    EXPECT_LT(s->power_mw, 2000000);   // and less than 2 kW
+    EXPECT_EQ(s->throttle_reasons & 0x1, 0u) << "the GPU-idle reason must be cleared";
+  }
+  EXPECT_EQ(t->sm_clock_mhz, t->after.sm_clock_mhz);
+  std::printf("[ info ] before: %d MHz %.1f W reasons 0x%llx | after: %d MHz %.1f W reasons 0x%llx | moved %d\n",
+              t->before.sm_clock_mhz, t->before.power_mw / 1000.0,
+              static_cast<unsigned long long>(t->before.throttle_reasons), t->after.sm_clock_mhz,
+              t->after.power_mw / 1000.0, static_cast<unsigned long long>(t->after.throttle_reasons),
+              DeviceStateMoved(t->before, t->after) ? 1 : 0);
 }
 
 }  // namespace

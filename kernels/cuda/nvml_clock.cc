@@ -12,12 +12,17 @@ namespace {
 using NvmlReturn = int;  // NVML_SUCCESS == 0
 using NvmlDevice = struct NvmlDeviceOpaque*;
 constexpr int kNvmlClockSm = 1;  // NVML_CLOCK_SM
+// nvmlClocksEventReasonGpuIdle: nothing is running, the clocks are allowed to drop.
+constexpr unsigned long long kNvmlReasonGpuIdle = 0x1ull;
 
 struct Nvml {
   NvmlReturn (*init)() = nullptr;
   NvmlReturn (*handle_by_pci)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*clock_info)(NvmlDevice, int, unsigned int*) = nullptr;
   NvmlReturn (*max_clock_info)(NvmlDevice, int, unsigned int*) = nullptr;
+  // Optional: a missing one leaves its DeviceState field at 0.
+  NvmlReturn (*power_usage)(NvmlDevice, unsigned int*) = nullptr;
+  NvmlReturn (*clocks_event_reasons)(NvmlDevice, unsigned long long*) = nullptr;
   bool ok = false;
 };
 
@@ -34,6 +39,13 @@ const Nvml& LoadNvml() {
         dlsym(lib, "nvmlDeviceGetClockInfo"));
     nvml.max_clock_info = reinterpret_cast<NvmlReturn (*)(NvmlDevice, int, unsigned int*)>(
         dlsym(lib, "nvmlDeviceGetMaxClockInfo"));
+    nvml.power_usage = reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned int*)>(
+        dlsym(lib, "nvmlDeviceGetPowerUsage"));
+    // Drivers before 535 have only the older name of the same call.
+    void* reasons = dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (reasons == nullptr) reasons = dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    nvml.clocks_event_reasons =
+        reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned long long*)>(reasons);
     if (nvml.init == nullptr || nvml.handle_by_pci == nullptr || nvml.clock_info == nullptr ||
         nvml.max_clock_info == nullptr) {
       return;  // the library stays loaded; harmless
@@ -43,20 +55,42 @@ const Nvml& LoadNvml() {
   return nvml;
 }
 
-int Query(const std::string& pci_bus_id, bool max_clock) {
-  const Nvml& nvml = LoadNvml();
-  if (!nvml.ok || pci_bus_id.empty()) return 0;
+// The NVML handle of the device, or nullptr.
+NvmlDevice Handle(const Nvml& nvml, const std::string& pci_bus_id) {
+  if (!nvml.ok || pci_bus_id.empty()) return nullptr;
   NvmlDevice device = nullptr;
-  if (nvml.handle_by_pci(pci_bus_id.c_str(), &device) != 0) return 0;
-  unsigned int mhz = 0;
-  const NvmlReturn r = max_clock ? nvml.max_clock_info(device, kNvmlClockSm, &mhz)
-                                 : nvml.clock_info(device, kNvmlClockSm, &mhz);
-  return r == 0 ? static_cast<int>(mhz) : 0;
+  if (nvml.handle_by_pci(pci_bus_id.c_str(), &device) != 0) return nullptr;
+  return device;
 }
 
 }  // namespace
 
-int NvmlSmClockMhz(const std::string& pci_bus_id) { return Query(pci_bus_id, false); }
-int NvmlMaxSmClockMhz(const std::string& pci_bus_id) { return Query(pci_bus_id, true); }
+int NvmlMaxSmClockMhz(const std::string& pci_bus_id) {
+  const Nvml& nvml = LoadNvml();
+  NvmlDevice device = Handle(nvml, pci_bus_id);
+  if (device == nullptr) return 0;
+  unsigned int mhz = 0;
+  return nvml.max_clock_info(device, kNvmlClockSm, &mhz) == 0 ? static_cast<int>(mhz) : 0;
+}
+
+DeviceState NvmlDeviceState(const std::string& pci_bus_id) {
+  DeviceState state;
+  const Nvml& nvml = LoadNvml();
+  NvmlDevice device = Handle(nvml, pci_bus_id);
+  if (device == nullptr) return state;
+  unsigned int mhz = 0;
+  if (nvml.clock_info(device, kNvmlClockSm, &mhz) != 0) return state;
+  state.known = true;
+  state.sm_clock_mhz = static_cast<int>(mhz);
+  unsigned int milliwatts = 0;
+  if (nvml.power_usage != nullptr && nvml.power_usage(device, &milliwatts) == 0) {
+    state.power_mw = static_cast<int>(milliwatts);
+  }
+  unsigned long long reasons = 0;
+  if (nvml.clocks_event_reasons != nullptr && nvml.clocks_event_reasons(device, &reasons) == 0) {
+    state.throttle_reasons = static_cast<uint64_t>(reasons & ~kNvmlReasonGpuIdle);
+  }
+  return state;
+}
 
 }  // namespace fusetune::cuda

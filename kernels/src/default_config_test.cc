@@ -2,6 +2,7 @@
 // when nothing is tuned and what the client cache serves while the service is unreachable.
 #include "fusetune/kernels/default_config.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "gtest/gtest.h"
 #ifdef FUSETUNE_HAVE_CUDA_FUSED
 #include "attention_params.h"
+#include "fused/fused_configs.h"
 #endif
 
 namespace fusetune {
@@ -92,6 +94,10 @@ TEST(DefaultConfig, CpuDefaultRunsEveryProblemClassAndMatchesTheReference) {
     ASSERT_TRUE(c.ok()) << c.status();
     const absl::Status can = cpu->CanImplement(p, *c);
     ASSERT_TRUE(can.ok()) << p.Key() << " " << c->Key() << ": " << can;
+    // ... and it is one of the configs the tuner's space can reach.
+    const std::vector<KernelConfig> candidates = cpu->CandidateConfigs(p);
+    EXPECT_NE(std::find(candidates.begin(), candidates.end(), *c), candidates.end())
+        << p.Key() << " " << c->Key() << " is not among the CPU backend's candidates";
     // Running every class is cheap at these sizes; one head_dim per dtype keeps it short.
     if (p.head_dim != 64 && p.head_dim != 256) continue;
     testing_util::Inputs in = testing_util::RandomInputs(p, 7);
@@ -125,6 +131,9 @@ TEST(DefaultConfig, CudaDefaultHasACompiledInstanceForEveryProblemClass) {
       EXPECT_TRUE(can.ok()) << "sm_" << gpu.sm_version << " " << p.Key() << " " << c->Key() << ": " << can;
       ++checked;
     }
+    // The compiled table is where the CUDA backend's candidates come from.
+    const std::vector<KernelConfig> compiled = cuda::FusedCompiledConfigs(p.head_dim, p.dtype);
+    EXPECT_NE(std::find(compiled.begin(), compiled.end(), *c), compiled.end()) << p.Key() << " " << c->Key();
   }
   EXPECT_EQ(checked, 3 * 2 * 2 * 3 * 3 * 4);
 }

@@ -22,9 +22,10 @@ struct SweepFlags {
   std::string db = "./fusetune.db";
   std::vector<std::string> variants;
   std::vector<std::string> precisions;
-  int max_trials = 6;
+  int max_trials = 0;
   double max_seconds = 60;
-  std::string strategy = "random";
+  std::string strategy = "auto";
+  int final_rounds = FinalRoundOptions{}.rounds;
   uint64_t seed = 1;
   int repeats = 10;
   int warmup = 1;
@@ -57,6 +58,7 @@ int RunSweepCommand(const SweepFlags& f) {
   options.seed = f.seed;
   options.max_trials_per_variant = f.max_trials;
   options.max_seconds_per_problem = f.max_seconds;
+  options.final_rounds.rounds = f.final_rounds;
   options.runner.timing.repeats = f.repeats;
   options.runner.timing.warmup = f.warmup;
   options.runner.timing.max_seconds = f.timing_seconds;
@@ -74,7 +76,7 @@ int RunSweepCommand(const SweepFlags& f) {
   const std::string device_class = device.DeviceClass();
   // Check the options against the device before touching the database.
   for (const AttentionProblem& p : *problems) {
-    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, device, options.space);
+    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, **backend, options.space);
     if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
   }
 
@@ -97,10 +99,12 @@ int RunSweepCommand(const SweepFlags& f) {
     absl::StatusOr<int64_t> id = (*store)->BeginRun(LocalRunInfo(device, options.commit, f.label));
     if (!id.ok()) return Failure(cmd, std::string(id.status().message()));
     run_id = *id;
-    std::printf("run %lld on %s, commit %s, label %s: %zu problem(s), up to %d trials per variant%s\n",
+    std::printf("run %lld on %s, commit %s, label %s: %zu problem(s), search %s%s%s, %d final rounds\n",
                 static_cast<long long>(run_id), device_class.c_str(), options.commit.c_str(),
-                f.label.c_str(), problems->size(), f.max_trials,
-                f.max_seconds > 0 ? fmt::format(", {} s per problem", f.max_seconds).c_str() : "");
+                f.label.c_str(), problems->size(), f.strategy.c_str(),
+                f.max_trials > 0 ? fmt::format(", up to {} trials per variant", f.max_trials).c_str() : "",
+                f.max_seconds > 0 ? fmt::format(", {} s per problem", f.max_seconds).c_str() : "",
+                f.final_rounds);
   } else {
     return Failure(cmd, std::string(unfinished.status().message()));
   }
@@ -163,15 +167,22 @@ void AddSweepCommand(CLI::App& app, CommandContext& context) {
   sweep->add_option("--precisions", flags->precisions,
                     "comma-separated: fp32, tf32, fp16, bf16 (default: by dtype and backend)")
       ->delimiter(',');
-  sweep->add_option("--max-trials", flags->max_trials, "trials per problem and variant (0 = every config)")
+  sweep->add_option("--max-trials", flags->max_trials, "screen trials per problem and variant (0 = no cap)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  sweep->add_option("--max-seconds", flags->max_seconds, "measuring time per problem (0 = unbounded)")
+  sweep->add_option("--max-seconds", flags->max_seconds,
+                    "time budget per problem, s: 3/4 for the search, the rest for the final rounds (0 = unbounded)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  sweep->add_option("--strategy", flags->strategy, "config order: random (seeded) or exhaustive")
-      ->check(CLI::IsMember({"random", "exhaustive"}))
+  sweep->add_option("--strategy", flags->strategy,
+                    "search: auto (exhaustive up to 64 configs per variant, else halving), exhaustive, halving "
+                    "(successive halving), random (seeded order, with --max-trials/--max-seconds)")
+      ->check(CLI::IsMember({"auto", "exhaustive", "halving", "random"}))
       ->capture_default_str();
+  sweep->add_option("--final-rounds", flags->final_rounds,
+                    "interleaved rounds among the leaders after the search (0 = pick from the search alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   sweep->add_option("--seed", flags->seed, "seed of the random search and of the inputs")->capture_default_str();
   sweep->add_option("--repeats", flags->repeats, "timed launches per trial")
       ->capture_default_str()

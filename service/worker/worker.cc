@@ -501,7 +501,6 @@ class Worker::DeviceRunner {
       for (int t = 1; t <= thread_cap_; t *= 2) o.space.threads.push_back(t);
       if (o.space.threads.back() != thread_cap_) o.space.threads.push_back(thread_cap_);
     }
-    o.strategy = SearchStrategy::kRandom;
     o.seed = shared_.options.search_seed;
     o.max_trials_per_variant = std::max(0, lease.max_trials());
     o.max_seconds_per_problem = std::max(0.0, lease.max_seconds());

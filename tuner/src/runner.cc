@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <exception>
+#include <limits>
+#include <numeric>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "fusetune/kernels/dtype.h"
@@ -17,18 +21,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+uint64_t Mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+
+uint64_t SplitMix64(uint64_t& state) { return Mix64(state += 0x9e3779b97f4a7c15ull); }
 
 uint64_t HashString(std::string_view s, uint64_t h) {
   for (unsigned char c : s) {
@@ -38,20 +47,70 @@ uint64_t HashString(std::string_view s, uint64_t h) {
   return h;
 }
 
+// Runs body(begin, end) over [0, n) in contiguous chunks on up to the hardware's threads;
+// small ranges stay on the calling thread.
+template <typename Body>
+void ParallelFor(int64_t n, int64_t min_chunk, const Body& body) {
+  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const int64_t workers = std::clamp<int64_t>(n / std::max<int64_t>(min_chunk, 1), 1, hw);
+  if (workers <= 1) {
+    body(int64_t{0}, n);
+    return;
+  }
+  std::vector<std::thread> threads;
+  const int64_t chunk = (n + workers - 1) / workers;
+  for (int64_t w = 0; w < workers; ++w) {
+    const int64_t begin = w * chunk, end = std::min(n, begin + chunk);
+    if (begin >= end) break;
+    threads.emplace_back([&body, begin, end] { body(begin, end); });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
 // Uniform in [-1, 1], never exactly (or nearly) zero: an all-zero or sparse input would let
-// a kernel that skips work pass verification.
-void FillRandom(std::vector<float>& values, uint64_t& state) {
-  for (float& x : values) {
-    const double u = static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;  // [0, 1)
-    double v = 2.0 * u - 1.0;
-    if (std::fabs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3;
-    x = static_cast<float>(v);
+// a kernel that skips work pass verification. Counter-based (element i depends only on the
+// seed and i), so it fills in parallel and gives the same tensor on every host.
+float UniformAt(uint64_t seed, uint64_t i) {
+  const double u = static_cast<double>(Mix64(seed + i * 0x9e3779b97f4a7c15ull) >> 11) * 0x1.0p-53;
+  double v = 2.0 * u - 1.0;
+  if (std::fabs(v) < 1e-3) v = v < 0 ? -1e-3 : 1e-3;
+  return static_cast<float>(v);
+}
+
+void FillUniform(std::vector<float>& values, uint64_t seed) {
+  ParallelFor(static_cast<int64_t>(values.size()), int64_t{1} << 20, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) values[static_cast<size_t>(i)] = UniformAt(seed, static_cast<uint64_t>(i));
+  });
+}
+
+// The adversarial inputs (see runner.h): in every head, query dim 0 is 1 (the rest small),
+// key dim 0 grows with the key's position so every later key tile raises the running max,
+// some keys are -inf in dim 0 (their scores are -inf: masked; the first quarter of each
+// sequence up to 24 keys and every 7th), and values are large.
+void MakeAdversarial(const AttentionProblem& p, std::vector<float>& q, std::vector<float>& k,
+                     std::vector<float>& v) {
+  const int d = p.head_dim;
+  const double scale = std::fabs(static_cast<double>(p.EffectiveScale()));
+  // Logits reach ~12: e^12 between the first and last key, far past fp16's range.
+  const float growth = static_cast<float>(std::min(1000.0, scale > 0 ? 12.0 / scale : 1000.0));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = (i % static_cast<size_t>(d) == 0) ? 1.0f : 0.25f * q[i];
+  for (float& x : v) x *= 64.0f;
+  for (int b = 0; b < p.batch; ++b) {
+    const int len = p.KeyLen(b);
+    const int masked_prefix = std::min(24, len / 4);
+    for (int pos = 0; pos < len; ++pos) {
+      const bool masked = pos < masked_prefix || pos % 7 == 5;
+      const float dim0 = masked ? -std::numeric_limits<float>::infinity()
+                                : growth * static_cast<float>(pos + 1) / static_cast<float>(len);
+      const int64_t row = (p.KeyStart(b) + pos) * p.kv_heads;
+      for (int h = 0; h < p.kv_heads; ++h) k[static_cast<size_t>((row + h) * d)] = dim0;
+    }
   }
 }
 
 // Query tokens to verify in a large problem: first and last of each sequence (while they
 // fit), the rest drawn at random, deduplicated and sorted.
-std::vector<int64_t> SampledTokens(const AttentionProblem& problem, int count, uint64_t& state) {
+std::vector<int64_t> SampledTokens(const AttentionProblem& problem, int count, uint64_t state) {
   std::set<int64_t> tokens;
   const int64_t total = problem.TotalQueries();
   for (int b = 0; b < problem.batch && static_cast<int>(tokens.size()) + 2 <= count; ++b) {
@@ -67,6 +126,29 @@ std::vector<int64_t> SampledTokens(const AttentionProblem& problem, int count, u
   return {tokens.begin(), tokens.end()};
 }
 
+// Index of the first non-finite element of raw storage (NaN/Inf: exponent all ones), or -1.
+int64_t FirstNonFinite(DType dtype, const uint8_t* data, int64_t count, int64_t* how_many) {
+  int64_t first = -1, bad = 0;
+  auto scan = [&](auto word, auto exponent_mask) {
+    using W = decltype(word);
+    for (int64_t i = 0; i < count; ++i) {
+      W w;
+      std::memcpy(&w, data + i * static_cast<int64_t>(sizeof(W)), sizeof(W));
+      if ((w & exponent_mask) == exponent_mask) {
+        if (first < 0) first = i;
+        ++bad;
+      }
+    }
+  };
+  switch (dtype) {
+    case DType::kFp32: scan(uint32_t{0}, uint32_t{0x7f800000u}); break;
+    case DType::kFp16: scan(uint16_t{0}, uint16_t{0x7c00u}); break;
+    case DType::kBf16: scan(uint16_t{0}, uint16_t{0x7f80u}); break;
+  }
+  *how_many = bad;
+  return first;
+}
+
 struct Verification {
   bool passed = false;
   std::string message;
@@ -75,74 +157,139 @@ struct Verification {
   int64_t checked = 0;
 };
 
+}  // namespace
+
+// One problem's inputs, on the device, and the fp64 reference of the checked rows: made
+// once per problem, reused by every config.
+struct InputSet {
+  std::string name;  // "random", "adversarial"
+  DeviceMemory q, k, v;
+  std::vector<double> ref;  // [token of `tokens`][q_heads][head_dim]
+  double max_ref = 0;
+  double logit_bound = 0;
+};
+
+class Runner::ProblemInputs {
+ public:
+  std::string problem_key;
+  std::vector<int64_t> tokens;  // checked query tokens, sorted
+  std::vector<InputSet> sets;   // [0] random (timed), [1] adversarial (when enabled)
+  DeviceMemory out;
+  std::vector<uint8_t> out_host;
+};
+
+namespace {
+
+absl::StatusOr<DeviceMemory> Upload(Backend& backend, DType dtype, const std::vector<float>& values) {
+  const size_t bytes = values.size() * static_cast<size_t>(DTypeBytes(dtype));
+  absl::StatusOr<DeviceMemory> mem = backend.Allocate(bytes);
+  if (!mem.ok()) return mem.status();
+  std::vector<uint8_t> staging(bytes);
+  EncodeTensor(dtype, values, staging.data());
+  if (absl::Status s = backend.CopyToDevice(mem->data(), staging.data(), bytes); !s.ok()) return s;
+  return mem;
+}
+
+absl::StatusOr<InputSet> MakeInputSet(Backend& backend, const AttentionProblem& problem, std::string name,
+                                      uint64_t seed, bool adversarial, const std::vector<int64_t>& tokens) {
+  InputSet set;
+  set.name = std::move(name);
+  std::vector<float> q(static_cast<size_t>(problem.QElements()));
+  std::vector<float> k(static_cast<size_t>(problem.KVElements()));
+  std::vector<float> v(static_cast<size_t>(problem.KVElements()));
+  FillUniform(q, Mix64(seed ^ 1));
+  FillUniform(k, Mix64(seed ^ 2));
+  FillUniform(v, Mix64(seed ^ 3));
+  if (adversarial) MakeAdversarial(problem, q, k, v);
+  RoundToDType(problem.dtype, q);
+  RoundToDType(problem.dtype, k);
+  RoundToDType(problem.dtype, v);
+  set.logit_bound = LogitBound(problem, q, k);
+
+  const int heads = problem.q_heads, d = problem.head_dim;
+  set.ref.assign(tokens.size() * static_cast<size_t>(heads) * static_cast<size_t>(d), 0.0);
+  std::vector<absl::Status> failures(tokens.size() * static_cast<size_t>(heads));
+  // Each (token, head) row costs ~4·keys·d flops; spread the rows over the host's threads.
+  ParallelFor(static_cast<int64_t>(failures.size()), 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const size_t ti = static_cast<size_t>(r / heads);
+      const int h = static_cast<int>(r % heads);
+      std::span<double> row(set.ref.data() + static_cast<size_t>(r) * d, static_cast<size_t>(d));
+      failures[static_cast<size_t>(r)] = ReferenceAttentionRow(problem, q, k, v, tokens[ti], h, row);
+    }
+  });
+  for (const absl::Status& s : failures) {
+    if (!s.ok()) return absl::InternalError(absl::StrCat("the fp64 reference failed: ", s.message()));
+  }
+  for (double x : set.ref) set.max_ref = std::max(set.max_ref, std::fabs(x));
+
+  absl::StatusOr<DeviceMemory> dq = Upload(backend, problem.dtype, q);
+  if (!dq.ok()) return dq.status();
+  absl::StatusOr<DeviceMemory> dk = Upload(backend, problem.dtype, k);
+  if (!dk.ok()) return dk.status();
+  absl::StatusOr<DeviceMemory> dv = Upload(backend, problem.dtype, v);
+  if (!dv.ok()) return dv.status();
+  set.q = *std::move(dq);
+  set.k = *std::move(dk);
+  set.v = *std::move(dv);
+  return set;
+}
+
+// Checks the output in `host` (raw storage, the whole tensor) against the set's reference.
 Verification Verify(const AttentionProblem& problem, const KernelConfig& config,
-                    const std::vector<float>& q, const std::vector<float>& k,
-                    const std::vector<float>& v, const std::vector<float>& out,
-                    const RunnerOptions& options, uint64_t& state) {
+                    const std::vector<int64_t>& tokens, const InputSet& set,
+                    const std::vector<uint8_t>& host) {
   Verification r;
   const int d = problem.head_dim;
   const int heads = problem.q_heads;
   // 1. NaN/Inf anywhere: also catches elements the kernel never wrote (poisoned NaN).
-  int64_t bad = 0, first_bad = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!std::isfinite(out[i])) {
-      if (first_bad < 0) first_bad = static_cast<int64_t>(i);
-      ++bad;
-    }
-  }
+  int64_t bad = 0;
+  const int64_t first_bad = FirstNonFinite(problem.dtype, host.data(), problem.OElements(), &bad);
   if (bad > 0) {
     const int64_t row = first_bad / d;
     r.message = absl::StrCat(bad, " output element(s) are NaN/Inf (unwritten or overflowed); first at token ",
                              row / heads, " head ", row % heads, " dim ", first_bad % d);
     return r;
   }
-  // 2. Compare against the fp64 reference.
-  std::vector<int64_t> tokens;
-  if (problem.OElements() <= options.full_check_max_elements) {
-    tokens.resize(static_cast<size_t>(problem.TotalQueries()));
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i);
-  } else {
-    tokens = SampledTokens(problem, options.sampled_rows, state);
-  }
-  std::vector<double> ref(static_cast<size_t>(tokens.size()) * heads * d);
-  for (size_t ti = 0; ti < tokens.size(); ++ti) {
-    for (int h = 0; h < heads; ++h) {
-      std::span<double> row(ref.data() + (ti * heads + h) * d, static_cast<size_t>(d));
-      absl::Status s = ReferenceAttentionRow(problem, q, k, v, tokens[ti], h, row);
-      if (!s.ok()) {
-        r.message = absl::StrCat("reference failed: ", s.message());
-        return r;
-      }
-    }
-  }
-  double max_ref = 0;
-  for (double x : ref) max_ref = std::max(max_ref, std::fabs(x));
-  // All-zero reference (every row fully masked): compare absolutely against a tiny floor.
-  const double denom = std::max(max_ref, 1e-30);
+  // 2. The checked rows against the fp64 reference.
+  const size_t row_elems = static_cast<size_t>(heads) * static_cast<size_t>(d);
+  const size_t esize = static_cast<size_t>(DTypeBytes(problem.dtype));
+  std::vector<float> out(row_elems);
+  const double denom = std::max(set.max_ref, 1e-30);  // all-zero reference: absolute floor
   int64_t worst = -1;
   for (size_t ti = 0; ti < tokens.size(); ++ti) {
-    const size_t base = static_cast<size_t>(tokens[ti]) * heads * d;
-    for (int e = 0; e < heads * d; ++e) {
-      const double err = std::fabs(static_cast<double>(out[base + e]) - ref[ti * heads * d + e]);
+    const size_t base = static_cast<size_t>(tokens[ti]) * row_elems;
+    DecodeTensor(problem.dtype, host.data() + base * esize, row_elems, out.data());
+    for (size_t e = 0; e < row_elems; ++e) {
+      const double err = std::fabs(static_cast<double>(out[e]) - set.ref[ti * row_elems + e]);
       if (err > r.max_abs_error) {
         r.max_abs_error = err;
         worst = static_cast<int64_t>(base + e);
       }
     }
   }
-  r.checked = static_cast<int64_t>(ref.size());
-  r.max_rel_error = max_ref > 0 ? r.max_abs_error / denom : (r.max_abs_error > 0 ? INFINITY : 0.0);
-  const double tol =
-      ToleranceFor(config.precision, problem.dtype, LogitBound(problem, q, k), problem.head_dim);
+  r.checked = static_cast<int64_t>(set.ref.size());
+  r.max_rel_error = set.max_ref > 0 ? r.max_abs_error / denom : (r.max_abs_error > 0 ? INFINITY : 0.0);
+  const double tol = ToleranceFor(config.precision, problem.dtype, set.logit_bound, problem.head_dim);
   if (!(r.max_rel_error <= tol)) {
     const int64_t row = worst / d;
-    r.message = absl::StrCat("max error ", r.max_abs_error, " = ", r.max_rel_error,
-                             " of max|ref| ", max_ref, " exceeds tolerance ", tol, " (worst at token ",
-                             row / heads, " head ", row % heads, " dim ", worst % d, ")");
+    r.message = absl::StrCat("max error ", r.max_abs_error, " = ", r.max_rel_error, " of max|ref| ", set.max_ref,
+                             " exceeds tolerance ", tol, " (worst at token ", row / heads, " head ", row % heads,
+                             " dim ", worst % d, ")");
     return r;
   }
   r.passed = true;
   return r;
+}
+
+SampleBlock ToBlock(const TimingSamples& timing) {
+  SampleBlock b;
+  b.samples = static_cast<int>(timing.micros.size());
+  b.median_us = Quantile(timing.micros, 0.5);
+  b.before = timing.before;
+  b.after = timing.after;
+  b.unsteady = DeviceStateMoved(timing.before, timing.after);
+  return b;
 }
 
 }  // namespace
@@ -159,19 +306,61 @@ double Quantile(std::vector<double> samples, double q) {
 }
 
 Runner::Runner(Backend& backend, RunnerOptions options) : backend_(backend), options_(std::move(options)) {}
+Runner::~Runner() = default;
+
+absl::StatusOr<Runner::ProblemInputs*> Runner::InputsFor(const AttentionProblem& problem) {
+  const std::string key = problem.Key();
+  if (inputs_ != nullptr && inputs_->problem_key == key) return inputs_.get();
+  inputs_.reset();  // free the previous problem's device memory first
+  const auto start = Clock::now();
+  auto inputs = std::make_unique<ProblemInputs>();
+  inputs->problem_key = key;
+  const uint64_t seed = HashString(key, Mix64(options_.seed));
+  if (problem.OElements() <= options_.full_check_max_elements) {
+    inputs->tokens.resize(static_cast<size_t>(problem.TotalQueries()));
+    std::iota(inputs->tokens.begin(), inputs->tokens.end(), int64_t{0});
+  } else {
+    inputs->tokens = SampledTokens(problem, options_.sampled_rows, seed);
+  }
+  absl::StatusOr<InputSet> random = MakeInputSet(backend_, problem, "random", seed, false, inputs->tokens);
+  if (!random.ok()) return random.status();
+  inputs->sets.push_back(*std::move(random));
+  if (options_.adversarial_check) {
+    absl::StatusOr<InputSet> adversarial =
+        MakeInputSet(backend_, problem, "adversarial", Mix64(seed + 1), true, inputs->tokens);
+    if (!adversarial.ok()) return adversarial.status();
+    inputs->sets.push_back(*std::move(adversarial));
+  }
+  const size_t o_bytes = static_cast<size_t>(problem.OElements()) * static_cast<size_t>(DTypeBytes(problem.dtype));
+  absl::StatusOr<DeviceMemory> out = backend_.Allocate(o_bytes);
+  if (!out.ok()) return out.status();
+  inputs->out = *std::move(out);
+  inputs->out_host.resize(o_bytes);
+  inputs_ = std::move(inputs);
+  prepare_seconds_ = SecondsSince(start);
+  return inputs_.get();
+}
 
 Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& config, int64_t run_id,
                       int attempt) {
+  return Measure(problem, config, options_.timing, run_id, attempt);
+}
+
+Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& config, const TimingOptions& timing_options,
+                      int64_t run_id, int attempt, TrialStage stage) {
+  const auto start = Clock::now();
   Trial t;
   t.run_id = run_id;
   t.problem_key = problem.Key();
   t.config_key = config.Key();
   t.attempt = attempt;
-  t.trial_id = TrialId(run_id, t.problem_key, t.config_key, attempt);
+  t.stage = stage;
+  t.trial_id = TrialId(run_id, t.problem_key, t.config_key, attempt, stage);
   t.created_unix_ms = NowUnixMs();
-  auto finish = [&t](TrialOutcome outcome, std::string message) {
+  auto finish = [&t, start](TrialOutcome outcome, std::string message) {
     t.outcome = outcome;
     t.message = std::move(message);
+    t.wall_seconds = SecondsSince(start);
     return t;
   };
 
@@ -188,72 +377,51 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
     if (absl::Status s = backend_.CanImplement(problem, config); !s.ok()) {
       return finish(TrialOutcome::kUnsupported, std::string(s.ToString()));
     }
-
-    uint64_t state = HashString(t.config_key, HashString(t.problem_key, options_.seed)) ^
-                     (static_cast<uint64_t>(attempt) * 0x9e3779b97f4a7c15ull);
-    std::vector<float> q(static_cast<size_t>(problem.QElements()));
-    std::vector<float> k(static_cast<size_t>(problem.KVElements()));
-    std::vector<float> v(static_cast<size_t>(problem.KVElements()));
-    FillRandom(q, state);
-    FillRandom(k, state);
-    FillRandom(v, state);
-    RoundToDType(problem.dtype, q);
-    RoundToDType(problem.dtype, k);
-    RoundToDType(problem.dtype, v);
-
-    const size_t esize = static_cast<size_t>(DTypeBytes(problem.dtype));
-    const size_t q_bytes = q.size() * esize, kv_bytes = k.size() * esize, o_bytes = q_bytes;
-    auto alloc = [&](size_t bytes) { return backend_.Allocate(bytes); };
-    auto dq = alloc(q_bytes), dk = alloc(kv_bytes), dv = alloc(kv_bytes), dout = alloc(o_bytes);
-    for (auto* m : {&dq, &dk, &dv, &dout}) {
-      if (!m->ok()) return finish(TrialOutcome::kLaunchFailed, absl::StrCat("allocation failed: ", m->status().ToString()));
+    absl::StatusOr<ProblemInputs*> prepared = InputsFor(problem);
+    if (!prepared.ok()) {
+      return finish(TrialOutcome::kLaunchFailed,
+                    absl::StrCat("preparing the problem's inputs failed: ", prepared.status().ToString()));
     }
-    std::vector<uint8_t> staging(std::max(q_bytes, kv_bytes));
-    auto upload = [&](const std::vector<float>& src, DeviceMemory& dst) {
-      EncodeTensor(problem.dtype, src, staging.data());
-      return backend_.CopyToDevice(dst.data(), staging.data(), src.size() * esize);
-    };
-    for (auto [src, dst] : {std::pair{&q, &*dq}, std::pair{&k, &*dk}, std::pair{&v, &*dv}}) {
-      if (absl::Status s = upload(*src, *dst); !s.ok()) {
-        return finish(TrialOutcome::kLaunchFailed, absl::StrCat("upload failed: ", s.ToString()));
+    ProblemInputs& in = **prepared;
+    const size_t o_bytes = in.out_host.size();
+    for (size_t si = 0; si < in.sets.size(); ++si) {
+      const InputSet& set = in.sets[si];
+      const std::string where = si == 0 ? "" : absl::StrCat("on the ", set.name, " inputs: ");
+      if (absl::Status s = backend_.Fill(in.out.data(), 0xFF, o_bytes); !s.ok()) {
+        return finish(TrialOutcome::kLaunchFailed, absl::StrCat("poisoning the output failed: ", s.ToString()));
       }
+      const AttentionBuffers buffers{set.q.data(), set.k.data(), set.v.data(), in.out.data()};
+      const auto run_start = Clock::now();
+      if (absl::Status s = backend_.Run(problem, config, buffers); !s.ok()) {
+        return finish(TrialOutcome::kLaunchFailed, absl::StrCat(where, s.ToString()));
+      }
+      const double run_seconds = SecondsSince(run_start);
+      if (options_.trial_time_limit_seconds > 0 && run_seconds > options_.trial_time_limit_seconds) {
+        return finish(TrialOutcome::kTimedOut,
+                      absl::StrCat("one run took ", run_seconds, " s, over the per-trial limit of ",
+                                   options_.trial_time_limit_seconds, " s"));
+      }
+      if (absl::Status s = backend_.CopyToHost(in.out_host.data(), in.out.data(), o_bytes); !s.ok()) {
+        return finish(TrialOutcome::kLaunchFailed, absl::StrCat("download failed: ", s.ToString()));
+      }
+      Verification check = Verify(problem, config, in.tokens, set, in.out_host);
+      if (si == 0) {  // the errors recorded are those of the random inputs, the timed ones
+        t.max_abs_error = check.max_abs_error;
+        t.max_rel_error = check.max_rel_error;
+        t.checked_elements = check.checked;
+      }
+      if (!check.passed) return finish(TrialOutcome::kVerifyFailed, absl::StrCat(where, check.message));
     }
-    if (absl::Status s = backend_.Fill(dout->data(), 0xFF, o_bytes); !s.ok()) {
-      return finish(TrialOutcome::kLaunchFailed, absl::StrCat("poisoning the output failed: ", s.ToString()));
-    }
-    AttentionBuffers buffers{dq->data(), dk->data(), dv->data(), dout->data()};
 
-    const auto start = Clock::now();
-    if (absl::Status s = backend_.Run(problem, config, buffers); !s.ok()) {
-      return finish(TrialOutcome::kLaunchFailed, std::string(s.ToString()));
-    }
-    const double run_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (options_.trial_time_limit_seconds > 0 && run_seconds > options_.trial_time_limit_seconds) {
-      return finish(TrialOutcome::kTimedOut,
-                    absl::StrCat("one run took ", run_seconds, " s, over the per-trial limit of ",
-                                 options_.trial_time_limit_seconds, " s"));
-    }
-
-    std::vector<uint8_t> out_bytes(o_bytes);
-    if (absl::Status s = backend_.CopyToHost(out_bytes.data(), dout->data(), o_bytes); !s.ok()) {
-      return finish(TrialOutcome::kLaunchFailed, absl::StrCat("download failed: ", s.ToString()));
-    }
-    std::vector<float> out(q.size());
-    DecodeTensor(problem.dtype, out_bytes.data(), out.size(), out.data());
-    Verification check = Verify(problem, config, q, k, v, out, options_, state);
-    t.max_abs_error = check.max_abs_error;
-    t.max_rel_error = check.max_rel_error;
-    t.checked_elements = check.checked;
-    if (!check.passed) return finish(TrialOutcome::kVerifyFailed, std::move(check.message));
-
-    absl::StatusOr<TimingSamples> timing = backend_.Time(problem, config, buffers, options_.timing);
+    const InputSet& timed = in.sets.front();
+    const AttentionBuffers buffers{timed.q.data(), timed.k.data(), timed.v.data(), in.out.data()};
+    absl::StatusOr<TimingSamples> timing = backend_.Time(problem, config, buffers, timing_options);
     if (!timing.ok()) {
       return finish(TrialOutcome::kLaunchFailed, absl::StrCat("timing failed: ", timing.status().ToString()));
     }
-    if (timing->micros.empty()) {
-      return finish(TrialOutcome::kLaunchFailed, "timing returned no samples");
-    }
+    if (timing->micros.empty()) return finish(TrialOutcome::kLaunchFailed, "timing returned no samples");
     t.samples_us = timing->micros;
+    t.blocks.push_back(ToBlock(*timing));
     t.sm_clock_mhz = timing->sm_clock_mhz;
     t.median_us = Quantile(t.samples_us, 0.5);
     t.p10_us = Quantile(t.samples_us, 0.1);
@@ -264,6 +432,94 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
   } catch (...) {
     return finish(TrialOutcome::kLaunchFailed, "unknown exception from the backend");
   }
+}
+
+std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::span<const KernelConfig> configs,
+                                         int rounds, const TimingOptions& block, uint64_t order_seed, int64_t run_id,
+                                         TrialStage stage, int attempt, double max_seconds,
+                                         const std::atomic<bool>* cancel) {
+  const auto start = Clock::now();
+  std::vector<Trial> trials(configs.size());
+  const std::string problem_key = problem.Key();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    Trial& t = trials[i];
+    t.run_id = run_id;
+    t.problem_key = problem_key;
+    t.config_key = configs[i].Key();
+    t.attempt = attempt;
+    t.stage = stage;
+    t.trial_id = TrialId(run_id, problem_key, t.config_key, attempt, stage);
+    t.created_unix_ms = NowUnixMs();
+    t.flops = problem.Flops();
+  }
+  auto fail = [](Trial& t, TrialOutcome outcome, std::string message) {
+    if (t.outcome != TrialOutcome::kOk) return;  // the first failure is the one kept
+    t.outcome = outcome;
+    t.message = std::move(message);
+  };
+  absl::StatusOr<ProblemInputs*> prepared = InputsFor(problem);
+  if (!prepared.ok()) {
+    for (Trial& t : trials) {
+      fail(t, TrialOutcome::kLaunchFailed,
+           absl::StrCat("preparing the problem's inputs failed: ", prepared.status().ToString()));
+    }
+    return trials;
+  }
+  const InputSet& timed = (*prepared)->sets.front();
+  const AttentionBuffers buffers{timed.q.data(), timed.k.data(), timed.v.data(), (*prepared)->out.data()};
+  std::vector<size_t> order(configs.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  int done = 0;
+  for (int r = 0; r < rounds; ++r) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) break;
+    if (max_seconds > 0 && done >= 3 && SecondsSince(start) > max_seconds) break;
+    // A fresh order each round (Fisher-Yates on our own generator: same on every host), so
+    // no config always follows the same neighbour or always runs first.
+    uint64_t state = Mix64(order_seed + static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull);
+    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[SplitMix64(state) % i]);
+    for (size_t idx : order) {
+      Trial& t = trials[idx];
+      if (t.outcome != TrialOutcome::kOk) continue;
+      try {
+        absl::StatusOr<TimingSamples> timing = backend_.Time(problem, configs[idx], buffers, block);
+        if (!timing.ok()) {
+          fail(t, absl::IsUnimplemented(timing.status()) || absl::IsFailedPrecondition(timing.status())
+                      ? TrialOutcome::kUnsupported
+                      : TrialOutcome::kLaunchFailed,
+               absl::StrCat("timing failed in round ", r + 1, ": ", timing.status().ToString()));
+          continue;
+        }
+        if (timing->micros.empty()) {
+          fail(t, TrialOutcome::kLaunchFailed, "timing returned no samples");
+          continue;
+        }
+        t.blocks.push_back(ToBlock(*timing));
+        t.samples_us.push_back(t.blocks.back().median_us);
+        t.sm_clock_mhz = timing->sm_clock_mhz;
+      } catch (const std::exception& e) {
+        fail(t, TrialOutcome::kLaunchFailed, absl::StrCat("exception from the backend: ", e.what()));
+      } catch (...) {
+        fail(t, TrialOutcome::kLaunchFailed, "unknown exception from the backend");
+      }
+    }
+    ++done;
+  }
+  const double share = configs.empty() ? 0 : SecondsSince(start) / static_cast<double>(configs.size());
+  for (Trial& t : trials) {
+    t.wall_seconds = share;
+    if (t.outcome == TrialOutcome::kOk && t.samples_us.empty()) {
+      fail(t, TrialOutcome::kLaunchFailed, "no round was measured (cancelled before the first)");
+    }
+    if (t.outcome != TrialOutcome::kOk) {
+      t.samples_us.clear();
+      t.blocks.clear();
+      continue;
+    }
+    t.median_us = Quantile(t.samples_us, 0.5);
+    t.p10_us = Quantile(t.samples_us, 0.1);
+    t.p90_us = Quantile(t.samples_us, 0.9);
+  }
+  return trials;
 }
 
 }  // namespace fusetune

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "fusetune/kernels/cpu_backend.h"
@@ -160,17 +162,91 @@ TEST(Runner, RunOverTheTimeLimitIsTimedOut) {
   EXPECT_TRUE(t.samples_us.empty());
 }
 
-TEST(Runner, InputsDifferBetweenTrialsButAreReproducible) {
+TEST(Runner, EveryConfigOfAProblemSeesTheSameInputsAndTheSeedChangesThem) {
   // The fault backend adds an error proportional to one output value; the measured error
-  // therefore follows the inputs: equal for the same (config, attempt), different otherwise.
+  // therefore follows the inputs: equal across configs and attempts of one problem (made
+  // once, uploaded once), different under another seed, equal again in a fresh Runner.
   HostBackend backend;
   backend.fault = Fault::kWrongValue;
   Runner runner(backend);
   const Trial a = runner.Measure(Small(), Fused(), 1, 0);
-  const Trial b = runner.Measure(Small(), Fused(), 1, 0);
-  const Trial c = runner.Measure(Small(), Fused(), 1, 1);
+  KernelConfig other = Fused();
+  other.block_s = 32;
+  const Trial b = runner.Measure(Small(), other, 1, 1);
   EXPECT_EQ(a.max_abs_error, b.max_abs_error);
+  EXPECT_EQ(backend.uploads, 6) << "two input sets of three tensors, once";
+  RunnerOptions reseeded;
+  reseeded.seed = 2;
+  const Trial c = Runner(backend, reseeded).Measure(Small(), Fused(), 1, 0);
   EXPECT_NE(a.max_abs_error, c.max_abs_error);
+  const Trial d = Runner(backend).Measure(Small(), Fused(), 1, 0);
+  EXPECT_EQ(a.max_abs_error, d.max_abs_error) << "reproducible";
+}
+
+TEST(Runner, AnotherProblemGetsItsOwnInputs) {
+  HostBackend backend;
+  Runner runner(backend);
+  AttentionProblem wider = Small();
+  wider.kv_len += 8;
+  EXPECT_EQ(runner.Measure(Small(), Fused(), 1).outcome, TrialOutcome::kOk);
+  EXPECT_EQ(runner.Measure(wider, Fused(), 1).outcome, TrialOutcome::kOk);
+  EXPECT_EQ(runner.Measure(Small(), Fused(), 1).outcome, TrialOutcome::kOk);
+  EXPECT_EQ(backend.uploads, 18);
+}
+
+TEST(Runner, MeasureRoundsGivesOneBlockPerRoundInAFreshOrderEachRound) {
+  HostBackend backend;
+  std::vector<std::string> order;
+  backend.latency_us = [&order](const KernelConfig& c) {
+    order.push_back(c.Key());
+    return 10.0 * c.block_s;
+  };
+  Runner runner(backend);
+  std::vector<KernelConfig> configs;
+  for (int bs : {16, 32, 64, 128}) {
+    KernelConfig c = Fused();
+    c.block_s = bs;
+    configs.push_back(c);
+  }
+  TimingOptions block{.warmup = 0, .repeats = 3, .max_seconds = 1, .flush_l2 = true};
+  std::vector<Trial> trials =
+      runner.MeasureRounds(Small(), configs, 6, block, /*order_seed=*/9, 1, TrialStage::kFinal, 0);
+  ASSERT_EQ(trials.size(), 4u);
+  for (size_t i = 0; i < trials.size(); ++i) {
+    EXPECT_EQ(trials[i].outcome, TrialOutcome::kOk) << trials[i].message;
+    EXPECT_EQ(trials[i].config_key, configs[i].Key());
+    EXPECT_EQ(trials[i].stage, TrialStage::kFinal);
+    ASSERT_EQ(trials[i].samples_us.size(), 6u);
+    EXPECT_EQ(trials[i].blocks.size(), 6u);
+    EXPECT_EQ(trials[i].blocks[0].samples, 3);
+  }
+  ASSERT_EQ(order.size(), 24u);
+  std::set<std::vector<std::string>> orders;
+  std::set<std::string> firsts;
+  for (size_t r = 0; r < 6; ++r) {
+    std::vector<std::string> round(order.begin() + 4 * r, order.begin() + 4 * (r + 1));
+    EXPECT_EQ(std::set<std::string>(round.begin(), round.end()).size(), 4u) << "each config once per round";
+    orders.insert(round);
+    firsts.insert(round.front());
+  }
+  EXPECT_GT(orders.size(), 1u) << "the order changes between rounds";
+  EXPECT_GT(firsts.size(), 1u) << "no config always goes first";
+}
+
+TEST(Runner, MeasureRoundsKeepsAFailingConfigsFirstErrorAndMeasuresTheOthers) {
+  HostBackend backend;
+  backend.refuse = [](const KernelConfig& c) { return c.block_s == 32; };
+  Runner runner(backend);
+  KernelConfig good = Fused(), bad = Fused();
+  bad.block_s = 32;
+  std::vector<KernelConfig> configs = {good, bad};
+  TimingOptions block{.warmup = 0, .repeats = 2, .max_seconds = 1, .flush_l2 = true};
+  std::vector<Trial> trials = runner.MeasureRounds(Small(), configs, 3, block, 1, 1, TrialStage::kFinal, 0);
+  EXPECT_EQ(trials[0].outcome, TrialOutcome::kOk);
+  EXPECT_EQ(trials[0].samples_us.size(), 3u);
+  EXPECT_EQ(trials[1].outcome, TrialOutcome::kUnsupported);
+  EXPECT_NE(trials[1].message.find("round 1"), std::string::npos) << trials[1].message;
+  EXPECT_TRUE(trials[1].samples_us.empty());
 }
 
 TEST(Tolerance, LooserForNarrowerPrecisionAndStorage) {

@@ -39,14 +39,22 @@ class OrderedSearcher : public Searcher {
 }  // namespace
 
 std::string_view SearchStrategyName(SearchStrategy s) {
-  return s == SearchStrategy::kExhaustive ? "exhaustive" : "random";
+  switch (s) {
+    case SearchStrategy::kAuto: return "auto";
+    case SearchStrategy::kExhaustive: return "exhaustive";
+    case SearchStrategy::kSuccessiveHalving: return "halving";
+    case SearchStrategy::kRandom: return "random";
+  }
+  return "?";
 }
 
 absl::StatusOr<SearchStrategy> ParseSearchStrategy(std::string_view name) {
-  if (name == "exhaustive") return SearchStrategy::kExhaustive;
-  if (name == "random") return SearchStrategy::kRandom;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown search strategy '", std::string(name), "' (expected exhaustive or random)"));
+  for (SearchStrategy s : {SearchStrategy::kAuto, SearchStrategy::kExhaustive, SearchStrategy::kSuccessiveHalving,
+                           SearchStrategy::kRandom}) {
+    if (SearchStrategyName(s) == name) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown search strategy '", std::string(name),
+                                                 "' (expected auto, exhaustive, halving or random)"));
 }
 
 std::unique_ptr<Searcher> CreateExhaustiveSearcher(std::vector<KernelConfig> configs) {
@@ -70,8 +78,12 @@ std::unique_ptr<Searcher> CreateRandomSearcher(std::vector<KernelConfig> configs
 
 std::unique_ptr<Searcher> CreateSearcher(SearchStrategy strategy, std::vector<KernelConfig> configs,
                                          uint64_t seed) {
-  if (strategy == SearchStrategy::kExhaustive) return CreateExhaustiveSearcher(std::move(configs));
-  return CreateRandomSearcher(std::move(configs), seed);
+  // Halving screens in a random order too: if the budget cuts its screen short, the
+  // configs it did screen are an unbiased sample of the space.
+  if (strategy == SearchStrategy::kRandom || strategy == SearchStrategy::kSuccessiveHalving) {
+    return CreateRandomSearcher(std::move(configs), seed);
+  }
+  return CreateExhaustiveSearcher(std::move(configs));
 }
 
 bool StopCondition::Reached(int trials, double elapsed_seconds) const {

@@ -116,4 +116,113 @@ TEST(Selection, TrialsOfTwoProblemsAreRejected) {
 }
 
 }  // namespace
+
+// A final-round trial whose per-round block medians are `rounds`.
+Trial Rounds(const std::string& config_key, std::vector<double> rounds, int attempt = 0) {
+  Trial t;
+  t.problem_key = kProblem;
+  t.config_key = config_key;
+  t.stage = TrialStage::kFinal;
+  t.attempt = attempt;
+  t.trial_id = TrialId(1, kProblem, config_key, attempt, TrialStage::kFinal);
+  t.samples_us = rounds;
+  std::vector<double> sorted = rounds;
+  std::sort(sorted.begin(), sorted.end());
+  t.median_us = sorted[sorted.size() / 2];
+  t.p10_us = sorted.front();
+  t.p90_us = sorted.back();
+  return t;
+}
+
+TEST(SelectionRounds, CompareRoundsPairsRoundsByIndexAndBoundsTheMedian) {
+  // b drifts slower over the rounds (a power-capped GPU warming up) and a stays 2% faster in
+  // every round: the medians of the two would say 5%+, the pairs say 2%.
+  std::vector<double> b_rounds, a_rounds;
+  for (int i = 0; i < 9; ++i) {
+    b_rounds.push_back(100.0 + 10.0 * i);
+    a_rounds.push_back(0.98 * b_rounds.back());
+  }
+  absl::StatusOr<RoundRatio> r = CompareRounds(Rounds("fused/bm64/bs64/t1/fp32/st1", a_rounds),
+                                               Rounds("fused/bm64/bs32/t1/fp32/st1", b_rounds));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->median, 0.98, 1e-12);
+  EXPECT_NEAR(r->low, 0.98, 1e-12);
+  EXPECT_NEAR(r->high, 0.98, 1e-12);
+  EXPECT_EQ(r->rounds, 9);
+}
+
+TEST(SelectionRounds, CompareRoundsIntervalUsesOrderStatistics) {
+  // Ratios 0.91..0.99 (9 rounds): the 90% interval of the median is [x(2), x(8)].
+  std::vector<double> a, b;
+  for (int i = 1; i <= 9; ++i) {
+    a.push_back(90.0 + i);
+    b.push_back(100.0);
+  }
+  absl::StatusOr<RoundRatio> r = CompareRounds(Rounds("fused/bm64/bs64/t1/fp32/st1", a),
+                                               Rounds("fused/bm64/bs32/t1/fp32/st1", b));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->median, 0.95, 1e-12);
+  EXPECT_NEAR(r->low, 0.92, 1e-12);
+  EXPECT_NEAR(r->high, 0.98, 1e-12);
+}
+
+TEST(SelectionRounds, CompareRoundsRefusesUnpairedOrFailedTrials) {
+  Trial a = Rounds("fused/bm64/bs64/t1/fp32/st1", {1, 2, 3});
+  Trial b = Rounds("fused/bm64/bs32/t1/fp32/st1", {1, 2});
+  EXPECT_TRUE(absl::IsInvalidArgument(CompareRounds(a, b).status()));
+  b = Rounds("fused/bm64/bs32/t1/fp32/st1", {1, 2, 3});
+  b.outcome = TrialOutcome::kLaunchFailed;
+  EXPECT_TRUE(absl::IsInvalidArgument(CompareRounds(a, b).status()));
+  b.outcome = TrialOutcome::kOk;
+  b.samples_us = {1, 0, 3};
+  EXPECT_TRUE(absl::IsInvalidArgument(CompareRounds(a, b).status()));
+}
+
+TEST(SelectionRounds, ChallengerFasterInSomeRoundsOnlyKeepsIncumbent) {
+  // bs64 is faster in 6 rounds of 9 and slower in 3: the interval straddles 1, a tie.
+  std::vector<double> first = {100, 100, 100, 100, 100, 100, 100, 100, 100};
+  std::vector<double> second = {99, 99, 99, 99, 99, 99, 101, 101, 101};
+  std::vector<Trial> trials = {Rounds("fused/bm64/bs64/t1/fp32/st1", second),
+                               Rounds("fused/bm64/bs32/t1/fp32/st1", first)};
+  EXPECT_EQ(SelectBestOfRounds(trials)->config_key, "fused/bm64/bs32/t1/fp32/st1");
+}
+
+TEST(SelectionRounds, ChallengerFasterInEveryRoundWinsEvenWhenItsMedianLooksSlower) {
+  // The rounds ran while the clock fell: compared pairwise, bs64 wins every round by 1%,
+  // though its median block (which happened to land on slow rounds) is not lower.
+  std::vector<double> slow_then_fast = {200, 190, 180, 170, 160, 150, 140, 130, 120};
+  std::vector<double> one_percent_less;
+  for (double x : slow_then_fast) one_percent_less.push_back(0.99 * x);
+  std::vector<Trial> trials = {Rounds("fused/bm64/bs32/t1/fp32/st1", slow_then_fast),
+                               Rounds("fused/bm64/bs64/t1/fp32/st1", one_percent_less)};
+  EXPECT_EQ(SelectBestOfRounds(trials)->config_key, "fused/bm64/bs64/t1/fp32/st1");
+}
+
+TEST(SelectionRounds, SelectBestUsesTheLatestFinalSetOverTheScreen) {
+  // The screen says bs32 is fastest; the final rounds (attempt 1, a re-measured set) say
+  // bs64 by 5% in every round. An older, partial set (attempt 0) claims otherwise.
+  std::vector<Trial> trials = {
+      Make("fused/bm64/bs32/t1/fp32/st1", 90.0), Make("fused/bm64/bs64/t1/fp32/st1", 100.0),
+      Rounds("fused/bm64/bs32/t1/fp32/st1", {50, 50, 50}, 0),
+      Rounds("fused/bm64/bs32/t1/fp32/st1", {100, 100, 100, 100, 100}, 1),
+      Rounds("fused/bm64/bs64/t1/fp32/st1", {95, 95, 95, 95, 95}, 1),
+      Rounds("materialized/bm64/bs64/t1/fp32/st1", {190, 190, 190, 190, 190}, 1)};
+  absl::StatusOr<BestConfig> best = SelectBest(trials, "cpu/x/y", 1, "abc");
+  ASSERT_TRUE(best.ok()) << best.status();
+  EXPECT_EQ(best->config_key, "fused/bm64/bs64/t1/fp32/st1");
+  EXPECT_NEAR(best->median_us, 95.0, 1e-9);
+  EXPECT_NEAR(best->speedup_vs_materialized, 2.0, 1e-9);  // 190 / 95, per round
+}
+
+TEST(SelectionRounds, VariantWithoutFinalRoundsFallsBackToItsScreen) {
+  std::vector<Trial> trials = {Rounds("fused/bm64/bs32/t1/fp32/st1", {100, 100, 100}),
+                               Rounds("fused/bm64/bs64/t1/fp32/st1", {101, 101, 101}),
+                               Make("partial/bm64/bs64/t1/fp32/st1", 150.0)};
+  absl::StatusOr<BestConfig> best = SelectBest(trials, "cpu/x/y", 1, "abc");
+  ASSERT_TRUE(best.ok());
+  EXPECT_EQ(best->config_key, "fused/bm64/bs32/t1/fp32/st1");
+  EXPECT_NEAR(best->best_partial_us, 150.0, 1e-9);
+  EXPECT_NEAR(best->speedup_vs_partial, 1.5, 1e-9);
+}
+
 }  // namespace fusetune

@@ -46,6 +46,41 @@ bool Cancelled(const std::atomic<bool>* cancel) {
   return cancel != nullptr && cancel->load(std::memory_order_relaxed);
 }
 
+// Ranks kOk trials by median (ties by config order): the order contenders are taken in.
+std::vector<Trial> RankedOk(const std::vector<Trial>& trials) {
+  std::vector<Trial> ok;
+  for (const Trial& t : trials) {
+    if (t.outcome == TrialOutcome::kOk) ok.push_back(t);
+  }
+  std::stable_sort(ok.begin(), ok.end(), [](const Trial& a, const Trial& b) {
+    if (a.median_us != b.median_us) return a.median_us < b.median_us;
+    return a.config_key < b.config_key;
+  });
+  return ok;
+}
+
+std::vector<KernelConfig> ConfigsOf(const std::vector<Trial>& trials) {
+  std::vector<KernelConfig> out;
+  for (const Trial& t : trials) {
+    absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(t.config_key);
+    if (c.ok()) out.push_back(*c);
+  }
+  return out;
+}
+
+// The contenders of the final rounds among a variant's ranked trials: the leader and those
+// within `near_fraction` of it, at least `min_count` (when there are that many), at most
+// `max_count`.
+std::vector<Trial> Contenders(const std::vector<Trial>& ranked, double near_fraction, int min_count, int max_count) {
+  std::vector<Trial> out;
+  for (const Trial& t : ranked) {
+    if (static_cast<int>(out.size()) >= max_count) break;
+    const bool near = !out.empty() && t.median_us <= out.front().median_us * (1.0 + near_fraction);
+    if (out.empty() || near || static_cast<int>(out.size()) < min_count) out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace
 
 TrialLookup LookupInTrials(std::vector<Trial> trials) {
@@ -69,6 +104,13 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
   if (problems.empty()) return absl::InvalidArgumentError("the sweep has no problems");
   if (options.max_trials_per_variant < 0) return absl::InvalidArgumentError("max_trials_per_variant must be >= 0");
   if (options.max_seconds_per_problem < 0) return absl::InvalidArgumentError("max_seconds_per_problem must be >= 0");
+  const FinalRoundOptions& fin = options.final_rounds;
+  if (fin.rounds < 0 || fin.rounds > 1000 || fin.min_candidates < 1 || fin.max_candidates < fin.min_candidates ||
+      fin.baseline_candidates < 0 || !(fin.near_fraction >= 0)) {
+    return absl::InvalidArgumentError(
+        "final rounds: rounds in [0, 1000], 1 <= min_candidates <= max_candidates, baseline_candidates >= 0, "
+        "near_fraction >= 0");
+  }
   if (!lookup) return absl::InvalidArgumentError("the sweep needs a trial lookup (NoResume() for a fresh run)");
   const DeviceInfo device = backend.Describe();
   // Check every problem and build every space first: a bad tenth problem should fail the
@@ -78,7 +120,7 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
     if (absl::Status s = p.Validate(); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("problem ", p.Key(), ": ", s.message()));
     }
-    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, device, options.space);
+    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, backend, options.space);
     if (!space.ok()) return space.status();
     spaces.push_back(*std::move(space));
   }
@@ -100,18 +142,73 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
     report.problem_count = static_cast<int>(problems.size());
     report.problem_key = problem_key;
     std::vector<Trial> problem_trials;
+    std::vector<Trial> final_contenders;
+    const uint64_t problem_seed = SearchSeed(options.seed, problem_key, Variant::kFused) ^ 0x5bd1e995u;
+
+    // One set of interleaved rounds, resumable: a set found whole is reused; a set found in
+    // part (interrupted while being recorded) is measured again under the next attempt.
+    auto round_set = [&](const std::vector<Trial>& of, TrialStage stage, int attempt_base, int rounds,
+                         const TimingOptions& block, double max_seconds) -> absl::StatusOr<std::vector<Trial>> {
+      const std::vector<KernelConfig> configs = ConfigsOf(of);
+      for (int retry = 0; retry < kHalvingAttemptStride; ++retry) {
+        const int attempt = attempt_base + retry;
+        std::vector<Trial> found;
+        for (const KernelConfig& c : configs) {
+          absl::StatusOr<std::optional<Trial>> existing = lookup(TrialId(run_id, problem_key, c.Key(), attempt, stage));
+          if (!existing.ok()) return existing.status();
+          if (existing->has_value()) found.push_back(**existing);
+        }
+        if (!found.empty() && found.size() == configs.size()) {
+          report.trials_resumed += static_cast<int>(found.size());
+          return found;
+        }
+        if (!found.empty()) continue;
+        std::vector<Trial> measured =
+            runner.MeasureRounds(problem, configs, rounds, block, problem_seed + static_cast<uint64_t>(attempt), run_id,
+                                 stage, attempt, max_seconds, cancel);
+        if (Cancelled(cancel)) {
+          result.cancelled = true;  // a set cut short is not recorded: its rounds are incomplete
+          return std::vector<Trial>();
+        }
+        for (const Trial& t : measured) {
+          if (absl::Status s = sink.RecordTrial(t); !s.ok()) {
+            return absl::Status(s.code(), absl::StrCat("recording trial ", t.trial_id, " (", problem_key, " ",
+                                                       t.config_key, "): ", s.message()));
+          }
+        }
+        report.trials_measured += static_cast<int>(measured.size());
+        return measured;
+      }
+      return absl::InternalError(absl::StrCat("every attempt of the ", std::string(TrialStageName(stage)),
+                                              " rounds of ", problem_key, " is recorded in part"));
+    };
 
     for (size_t vi = 0; vi < variants.size() && !result.cancelled; ++vi) {
+      const Variant variant = variants[vi];
+      const std::vector<KernelConfig> configs = spaces[pi].ForVariant(variant);
+      SearchStrategy strategy = options.strategy;
+      if (strategy == SearchStrategy::kAuto) {
+        strategy = configs.size() <= static_cast<size_t>(kExhaustiveSpaceLimit) ? SearchStrategy::kExhaustive
+                                                                                 : SearchStrategy::kSuccessiveHalving;
+      }
       StopCondition stop;
       stop.max_trials = options.max_trials_per_variant;
       if (options.max_seconds_per_problem > 0) {
-        const double left = options.max_seconds_per_problem - SecondsSince(problem_start);
+        // The search gets three quarters of the budget, shared by the variants left (an
+        // early finisher donates); the final rounds get the rest.
+        const double left = 0.75 * options.max_seconds_per_problem - SecondsSince(problem_start);
         // A variant always gets a little time, so every variant has a chance to measure.
         stop.max_seconds = std::max(left / static_cast<double>(variants.size() - vi), 1e-3);
       }
+      // Halving screens with few samples: its rungs and the final rounds measure more.
+      TimingOptions screen_timing = options.runner.timing;
+      auto use_halving_timing = [&] {
+        screen_timing.repeats = std::max(2, options.runner.timing.repeats / 4);
+        screen_timing.max_seconds = options.runner.timing.max_seconds / 4;
+      };
+      if (strategy == SearchStrategy::kSuccessiveHalving) use_halving_timing();
       std::unique_ptr<Searcher> searcher =
-          CreateSearcher(options.strategy, spaces[pi].ForVariant(variants[vi]),
-                         SearchSeed(options.seed, problem_key, variants[vi]));
+          CreateSearcher(strategy, configs, SearchSeed(options.seed, problem_key, variant));
       std::vector<Trial> history;
       int counted = 0;  // unsupported configs cost nothing, so they do not use the budget
       const auto variant_start = Clock::now();
@@ -130,7 +227,7 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
           trial = **existing;
           ++report.trials_resumed;
         } else {
-          trial = runner.Measure(problem, *config, run_id, 0);
+          trial = runner.Measure(problem, *config, screen_timing, run_id, 0);
           if (absl::Status s = sink.RecordTrial(trial); !s.ok()) {
             return absl::Status(s.code(), absl::StrCat("recording trial ", trial.trial_id, " (",
                                                        problem_key, " ", trial.config_key, "): ", s.message()));
@@ -140,12 +237,60 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         if (trial.outcome != TrialOutcome::kUnsupported) ++counted;
         if (trial.outcome == TrialOutcome::kOk) ++report.trials_ok;
         history.push_back(std::move(trial));
+        // kAuto's exhaustive screen that the budget would cut short becomes halving: the
+        // rest of the space is screened in a random order with few samples.
+        if (options.strategy == SearchStrategy::kAuto && strategy == SearchStrategy::kExhaustive &&
+            stop.max_seconds > 0 && counted == 1 &&
+            history.back().wall_seconds * static_cast<double>(configs.size()) > stop.max_seconds) {
+          strategy = SearchStrategy::kSuccessiveHalving;
+          use_halving_timing();
+          searcher = CreateSearcher(strategy, configs, SearchSeed(options.seed, problem_key, variant));
+        }
       }
       problem_trials.insert(problem_trials.end(), history.begin(), history.end());
+      if (result.cancelled) break;
+
+      // Successive halving: the better half of the survivors in interleaved rounds, the
+      // rounds doubling each rung, until few enough remain for the final rounds.
+      std::vector<Trial> ranked = RankedOk(history);
+      if (strategy == SearchStrategy::kSuccessiveHalving) {
+        int rounds = 2;
+        for (int rung = 1; static_cast<int>(ranked.size()) > fin.max_candidates && !result.cancelled; ++rung) {
+          const size_t keep = std::max<size_t>(static_cast<size_t>(fin.max_candidates), (ranked.size() + 1) / 2);
+          ranked.resize(keep);
+          absl::StatusOr<std::vector<Trial>> rung_trials =
+              round_set(ranked, TrialStage::kHalving, rung * kHalvingAttemptStride, rounds, screen_timing, 0);
+          if (!rung_trials.ok()) return rung_trials.status();
+          problem_trials.insert(problem_trials.end(), rung_trials->begin(), rung_trials->end());
+          ranked = RankedOk(*rung_trials);
+          rounds *= 2;
+          if (rung_trials->empty()) break;
+        }
+      }
+      const bool fused = variant == Variant::kFused;
+      std::vector<Trial> contenders = fused ? Contenders(ranked, fin.near_fraction, fin.min_candidates, fin.max_candidates)
+                                            : Contenders(ranked, 0, fin.baseline_candidates, fin.baseline_candidates);
+      final_contenders.insert(final_contenders.end(), contenders.begin(), contenders.end());
     }
     result.trials_measured += report.trials_measured;
     result.trials_resumed += report.trials_resumed;
     if (result.cancelled) break;  // an unfinished problem is neither reported nor selected
+
+    // The interleaved final rounds: the leaders of every variant side by side, so the pick
+    // and the speedups over the baselines come from per-round ratios.
+    if (fin.rounds > 0 && final_contenders.size() >= 2) {
+      const double left = options.max_seconds_per_problem > 0
+                              ? std::max(options.max_seconds_per_problem - SecondsSince(problem_start), 1e-3)
+                              : 0;
+      const int before_measured = report.trials_measured, before_resumed = report.trials_resumed;
+      absl::StatusOr<std::vector<Trial>> finals =
+          round_set(final_contenders, TrialStage::kFinal, 0, fin.rounds, options.runner.timing, left);
+      if (!finals.ok()) return finals.status();
+      result.trials_measured += report.trials_measured - before_measured;
+      result.trials_resumed += report.trials_resumed - before_resumed;
+      if (result.cancelled) break;
+      problem_trials.insert(problem_trials.end(), finals->begin(), finals->end());
+    }
 
     absl::StatusOr<BestConfig> best = SelectBest(problem_trials, device.DeviceClass(), run_id, options.commit);
     if (best.ok()) {

@@ -1,5 +1,7 @@
 #include "fusetune/tuner/sweep.h"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -42,9 +44,11 @@ AttentionProblem Tiny(int q, int k, bool causal = false) {
   return p;
 }
 
+// Screen only (no final rounds), few samples: the tests of the search itself.
 SweepOptions Quick(int max_trials) {
   SweepOptions o;
   o.max_trials_per_variant = max_trials;
+  o.final_rounds.rounds = 0;
   o.runner.timing.repeats = 3;
   o.runner.timing.warmup = 0;
   o.commit = "test-commit";
@@ -132,7 +136,7 @@ TEST(Sweep, SinkFailureStopsTheSweepWithItsError) {
   std::vector<AttentionProblem> problems = {Tiny(20, 20)};
   absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(2), 1, sink, NoResume());
   EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
-  EXPECT_EQ(backend.runs, 2) << "one trial (verify run + timing), then stop";
+  EXPECT_EQ(backend.runs, 3) << "one trial (a verify run per input set + timing), then stop";
 }
 
 TEST(Sweep, UnsupportedConfigsAreRecordedButDoNotUseTheBudget) {
@@ -207,6 +211,180 @@ TEST(Sweep, BadInputIsAnErrorBeforeAnythingRuns) {
   EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, {}, Quick(1), 1, sink, NoResume()).status()));
   SweepOptions neg = Quick(-1);
   EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, problems, neg, 1, sink, NoResume()).status()));
+}
+
+
+int CountStage(const std::vector<Trial>& trials, TrialStage stage) {
+  return static_cast<int>(std::count_if(trials.begin(), trials.end(), [stage](const Trial& t) { return t.stage == stage; }));
+}
+
+TEST(SweepFinalRounds, InterleavedRoundsOverruleAMisleadingScreen) {
+  // Each config's first timing block (its screen) is distorted: bs16 looks 30% faster than
+  // it is, as a kernel does that runs first on a cool GPU. The rounds measure the truth:
+  // bs64 is fastest.
+  HostBackend backend;
+  std::map<std::string, int> blocks;
+  backend.latency_us = [&blocks](const KernelConfig& c) {
+    const double truth = c.block_s == 64 ? 80.0 : 100.0;
+    const bool screen = blocks[c.Key()]++ == 0;
+    return screen && c.block_s == 16 ? 0.7 * truth : truth;
+  };
+  SweepOptions o = Quick(0);
+  o.space.variants = {Variant::kFused};
+  o.space.threads = {1};
+  o.space.block_m = {16};
+  o.final_rounds.rounds = 5;
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(64, 64)};
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->best.size(), 1u);
+  EXPECT_EQ(KernelConfig::FromKey(r->best[0].config_key)->block_s, 64) << r->best[0].config_key;
+  const int finals = CountStage(sink.trials, TrialStage::kFinal);
+  EXPECT_GE(finals, 3) << "at least the top 3 are re-measured";
+  for (const Trial& t : sink.trials) {
+    if (t.stage != TrialStage::kFinal) continue;
+    EXPECT_EQ(t.samples_us.size(), 5u) << "one block median per round";
+    EXPECT_EQ(t.blocks.size(), 5u);
+    EXPECT_EQ(t.trial_id, TrialId(1, t.problem_key, t.config_key, 0, TrialStage::kFinal));
+  }
+}
+
+TEST(SweepFinalRounds, BaselinesRunInTheSameRoundsAndGiveThePerRoundSpeedup) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) {
+    return c.variant == Variant::kFused ? 100.0 : c.variant == Variant::kPartial ? 150.0 : 300.0;
+  };
+  SweepOptions o = Quick(0);
+  o.space.threads = {1};
+  o.space.block_m = {16};
+  o.space.block_s = {16, 32};
+  o.final_rounds.rounds = 3;
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(32, 32)};
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->best.size(), 1u);
+  std::set<Variant> in_rounds;
+  for (const Trial& t : sink.trials) {
+    if (t.stage == TrialStage::kFinal) in_rounds.insert(KernelConfig::FromKey(t.config_key)->variant);
+  }
+  EXPECT_EQ(in_rounds.size(), 3u) << "fused, partial and materialized leaders side by side";
+  EXPECT_NEAR(r->best[0].speedup_vs_materialized, 3.0, 0.05);
+  EXPECT_NEAR(r->best[0].speedup_vs_partial, 1.5, 0.05);
+}
+
+TEST(SweepFinalRounds, ResumeReusesAWholeRoundSetAndRemeasuresAPartOne) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s; };
+  SweepOptions o = Quick(0);
+  o.space.variants = {Variant::kFused};
+  o.space.threads = {1};
+  o.final_rounds.rounds = 3;
+  std::vector<AttentionProblem> problems = {Tiny(40, 40)};
+  MemorySink full;
+  ASSERT_TRUE(RunSweep(backend, problems, o, 1, full, NoResume()).ok());
+
+  // All of it on disk: nothing is measured again.
+  MemorySink again;
+  absl::StatusOr<SweepResult> b = RunSweep(backend, problems, o, 1, again, LookupInTrials(full.trials));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->trials_measured, 0);
+
+  // A crash while the final set was being recorded: one of its trials is missing. The set
+  // is measured again, whole, under attempt 1, and the pick comes from that set.
+  std::vector<Trial> on_disk;
+  bool dropped = false;
+  for (const Trial& t : full.trials) {
+    if (!dropped && t.stage == TrialStage::kFinal) {
+      dropped = true;
+      continue;
+    }
+    on_disk.push_back(t);
+  }
+  ASSERT_TRUE(dropped);
+  MemorySink resumed;
+  for (const Trial& t : on_disk) ASSERT_TRUE(resumed.RecordTrial(t).ok());
+  absl::StatusOr<SweepResult> c = RunSweep(backend, problems, o, 1, resumed, LookupInTrials(on_disk));
+  ASSERT_TRUE(c.ok()) << c.status();
+  const int finals = CountStage(full.trials, TrialStage::kFinal);
+  EXPECT_EQ(c->trials_measured, finals);
+  int attempt1 = 0;
+  for (const Trial& t : resumed.trials) attempt1 += t.stage == TrialStage::kFinal && t.attempt == 1;
+  EXPECT_EQ(attempt1, finals);
+  ASSERT_EQ(c->best.size(), 1u);
+  EXPECT_EQ(c->best[0].config_key, b->best[0].config_key);
+}
+
+TEST(SweepHalving, HalvesTheSurvivorsWithDoublingRounds) {
+  HostBackend backend;
+  // Distinct latencies: the ranking is unambiguous.
+  backend.latency_us = [](const KernelConfig& c) { return 10.0 * c.block_m + c.block_s + c.threads; };
+  SweepOptions o = Quick(0);
+  o.strategy = SearchStrategy::kSuccessiveHalving;
+  o.space.variants = {Variant::kFused};
+  o.final_rounds.rounds = 3;
+  o.final_rounds.max_candidates = 3;
+  std::vector<AttentionProblem> problems = {Tiny(128, 128)};
+  MemorySink sink;
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int screened = CountStage(sink.trials, TrialStage::kScreen);
+  ASSERT_GT(screened, 6);
+  std::map<int, int> per_rung;
+  for (const Trial& t : sink.trials) {
+    if (t.stage != TrialStage::kHalving) continue;
+    ++per_rung[t.attempt / kHalvingAttemptStride];
+    EXPECT_EQ(t.samples_us.size(), size_t{1} << (t.attempt / kHalvingAttemptStride)) << "2, 4, 8 ... rounds";
+  }
+  ASSERT_FALSE(per_rung.empty());
+  EXPECT_EQ(per_rung[1], std::max(3, (screened + 1) / 2));
+  for (auto it = std::next(per_rung.begin()); it != per_rung.end(); ++it) {
+    EXPECT_LE(it->second, std::max(3, (std::prev(it)->second + 1) / 2));
+  }
+  // The screen used a quarter of the samples (at least 2).
+  for (const Trial& t : sink.trials) {
+    if (t.stage == TrialStage::kScreen && t.outcome == TrialOutcome::kOk) EXPECT_EQ(t.samples_us.size(), 2u);
+  }
+  ASSERT_EQ(r->best.size(), 1u);
+  const KernelConfig best = *KernelConfig::FromKey(r->best[0].config_key);
+  EXPECT_EQ(best.block_m, 16);
+  EXPECT_EQ(best.block_s, 16);
+  EXPECT_EQ(best.threads, 1);
+}
+
+TEST(SweepInputs, EveryConfigOfAProblemRunsOnTheSameUploadedInputs) {
+  HostBackend backend;
+  SweepOptions o = Quick(0);
+  o.space.variants = {Variant::kFused};
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(40, 40), Tiny(24, 24)};
+  ASSERT_TRUE(RunSweep(backend, problems, o, 1, sink, NoResume()).ok());
+  ASSERT_GT(sink.trials.size(), 4u);
+  // Two input sets (random, adversarial) x three tensors per problem, whatever the number
+  // of configs.
+  EXPECT_EQ(backend.uploads, 2 * 2 * 3);
+}
+
+TEST(SweepInputs, AKernelThatMishandlesMaskedKeysFailsOnTheAdversarialInputs) {
+  HostBackend backend;
+  backend.fault = Fault::kInfKeysAsZero;
+  SweepOptions o = Quick(2);
+  o.space.variants = {Variant::kFused};
+  MemorySink sink;
+  // Causal: the first query rows see only masked keys, so their output must be zeros.
+  std::vector<AttentionProblem> problems = {Tiny(64, 64, true)};
+  ASSERT_TRUE(RunSweep(backend, problems, o, 1, sink, NoResume()).ok());
+  ASSERT_FALSE(sink.trials.empty());
+  for (const Trial& t : sink.trials) {
+    EXPECT_EQ(t.outcome, TrialOutcome::kVerifyFailed);
+    EXPECT_NE(t.message.find("adversarial"), std::string::npos) << t.message;
+  }
+  // The same kernel passes the random inputs alone.
+  o.runner.adversarial_check = false;
+  MemorySink lenient;
+  ASSERT_TRUE(RunSweep(backend, problems, o, 2, lenient, NoResume()).ok());
+  for (const Trial& t : lenient.trials) EXPECT_EQ(t.outcome, TrialOutcome::kOk) << t.message;
 }
 
 }  // namespace

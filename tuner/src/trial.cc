@@ -39,6 +39,7 @@ absl::StatusOr<TrialOutcome> ParseTrialOutcome(std::string_view name) {
 std::string_view TrialStageName(TrialStage s) {
   switch (s) {
     case TrialStage::kScreen: return "screen";
+    case TrialStage::kHalving: return "halving";
     case TrialStage::kFinal: return "final";
     case TrialStage::kAudit: return "audit";
   }
@@ -46,7 +47,7 @@ std::string_view TrialStageName(TrialStage s) {
 }
 
 absl::StatusOr<TrialStage> ParseTrialStage(std::string_view name) {
-  for (TrialStage s : {TrialStage::kScreen, TrialStage::kFinal, TrialStage::kAudit}) {
+  for (TrialStage s : {TrialStage::kScreen, TrialStage::kHalving, TrialStage::kFinal, TrialStage::kAudit}) {
     if (TrialStageName(s) == name) return s;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown trial stage '", std::string(name), "'"));

@@ -4,6 +4,7 @@
 #ifndef FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
 #define FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -29,14 +30,20 @@ enum class Fault {
   kCannotImplement, // CanImplement() says no
   kThrows,          // Run() throws
   kSlow,            // Run() sleeps 50 ms
+  kInfKeysAsZero,   // Run() reads a -inf key element as 0 (a kernel that mishandles masked keys)
 };
 
 class HostBackend : public Backend {
  public:
   Fault fault = Fault::kNone;
   int runs = 0;
+  int uploads = 0;  // CopyToDevice calls
   // Configs CanImplement refuses (besides kCannotImplement refusing all).
   std::function<bool(const KernelConfig&)> refuse = [](const KernelConfig&) { return false; };
+  // What CandidateConfigs() offers; empty = the CPU backend's grid for two hardware threads
+  // (all variants, tiles {16, 32, 64, 128}^2, threads {1, 2}, the storage dtype's precisions).
+  // Not filtered by `refuse`, so a refusing double still hands the Runner configs to reject.
+  std::vector<KernelConfig> candidates;
   // Median latency reported by Time(), per config key (default 100 us), and the spread.
   std::function<double(const KernelConfig&)> latency_us = [](const KernelConfig&) { return 100.0; };
 
@@ -53,6 +60,35 @@ class HostBackend : public Backend {
     if (auto s = p.Validate(); !s.ok()) return s;
     return c.Validate();
   }
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& p) const override {
+    std::vector<KernelConfig> out = candidates;
+    if (!p.Validate().ok()) return {};
+    if (out.empty()) {
+      std::vector<Precision> precisions = {Precision::kFp32};
+      if (p.dtype == DType::kFp16) precisions.push_back(Precision::kFp16);
+      if (p.dtype == DType::kBf16) precisions.push_back(Precision::kBf16);
+      for (Variant variant : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
+        for (Precision precision : precisions) {
+          for (int bm : {16, 32, 64, 128}) {
+            for (int bs : {16, 32, 64, 128}) {
+              for (int t : {1, 2}) {
+                KernelConfig c;
+                c.variant = variant;
+                c.precision = precision;
+                c.block_m = bm;
+                c.block_s = bs;
+                c.threads = t;
+                out.push_back(c);
+              }
+            }
+          }
+        }
+      }
+    }
+    std::sort(out.begin(), out.end(), ConfigOrderLess);
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
   absl::Status Run(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b) override {
     ++runs;
     if (auto s = CanImplement(p, c); !s.ok()) return s;
@@ -63,6 +99,11 @@ class HostBackend : public Backend {
     DecodeTensor(p.dtype, b.q, q.size(), q.data());
     DecodeTensor(p.dtype, b.k, k.size(), k.data());
     DecodeTensor(p.dtype, b.v, v.size(), v.data());
+    if (fault == Fault::kInfKeysAsZero) {
+      for (float& x : k) {
+        if (std::isinf(x)) x = 0;
+      }
+    }
     absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p, q, k, v);
     if (!ref.ok()) return ref.status();
     std::vector<float> out(ref->begin(), ref->end());
@@ -91,6 +132,7 @@ class HostBackend : public Backend {
     return DeviceMemory(p, bytes, [](void* x) { std::free(x); });
   }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    ++uploads;
     std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }

@@ -1,14 +1,15 @@
 // ConfigSpace: the kernel configs worth trying for one problem on one device.
 //
-// The space is the cross product of the option lists below, filtered by constraints written
-// in code (ConfigSpace::Create): a block larger than the sequence it tiles is dropped
-// unless it is the smallest such block (it would only repeat the smallest one), threads
-// are capped by the device (CPU: hardware threads; GPU: 1024 and a warp multiple), and
-// precisions follow the storage dtype. Whether the backend can really run a config is
-// Backend::CanImplement's question, asked by the Runner; a "no" is recorded as an
-// unsupported trial, not hidden.
+// The space is what the backend says it can run (Backend::CandidateConfigs: every config
+// CanImplement accepts, for every variant and precision), narrowed by the user's option
+// lists, minus redundant tiles: a config whose block_m is larger than the smallest
+// candidate block_m that already covers the query length, everything else equal, is
+// dropped (it would rerun the same single, partly empty tile), and likewise block_s against
+// the key length. So no config the backend can run is unreachable, and every config in the
+// space passes CanImplement.
 //
-// Thread-safety: a ConfigSpace is an immutable value after Create(); safe to share.
+// Thread-safety: a ConfigSpace is an immutable value after Create(); safe to share. Create()
+// calls the backend (CandidateConfigs, Describe), so it runs on the thread that owns it.
 #ifndef FUSETUNE_TUNER_CONFIG_SPACE_H_
 #define FUSETUNE_TUNER_CONFIG_SPACE_H_
 
@@ -21,32 +22,25 @@
 
 namespace fusetune {
 
-// Each empty list means "the default for this problem and device" (see DefaultSpaceOptions).
+// Filters on the backend's candidates: a config stays when each non-empty list holds its
+// value. An empty list filters nothing, so the default space is everything the backend can
+// run for the problem.
 struct ConfigSpaceOptions {
-  std::vector<Variant> variants;      // empty = fused, partial, materialized
-  std::vector<Precision> precisions;  // empty = DefaultPrecisions(dtype, device)
-  std::vector<int> block_m;           // empty = {16, 32, 64, 128} (GPU: {64, 128, 192})
-  std::vector<int> block_s;           // empty = {16, 32, 64, 128}
-  std::vector<int> threads;           // empty = CPU: powers of two up to the hardware
-                                      //   threads (and that count); GPU: {128, 256, 384, 512}
-  std::vector<int> stages;            // empty = CPU: {1}; GPU: {1, 2, 3}
+  std::vector<Variant> variants;
+  std::vector<Precision> precisions;
+  std::vector<int> block_m;
+  std::vector<int> block_s;
+  std::vector<int> threads;
+  std::vector<int> stages;
 };
-
-// Precisions tried by default for a storage dtype: fp32 storage -> fp32 (plus tf32 on GPU
-// backends); fp16 -> fp16 and fp32; bf16 -> bf16 and fp32.
-std::vector<Precision> DefaultPrecisions(DType dtype, const DeviceInfo& device);
-
-// `options` with every empty list replaced by its default for `device`.
-ConfigSpaceOptions DefaultSpaceOptions(const ConfigSpaceOptions& options, DType dtype,
-                                       const DeviceInfo& device);
 
 class ConfigSpace {
  public:
-  // Enumerates the space. InvalidArgument when the problem is invalid, a list holds an
-  // out-of-range value (block sizes and threads in [1, 1024], stages in [1, 8]), or the
-  // constraints leave nothing to try.
-  static absl::StatusOr<ConfigSpace> Create(const AttentionProblem& problem,
-                                            const DeviceInfo& device,
+  // Enumerates the space from backend.CandidateConfigs(problem). InvalidArgument when the
+  // problem is invalid, a list holds an out-of-range value (block sizes and threads in
+  // [1, 1024], stages in [1, 8]), the backend can run nothing for the problem, or the
+  // options leave nothing (the message names the option that removed the last configs).
+  static absl::StatusOr<ConfigSpace> Create(const AttentionProblem& problem, const Backend& backend,
                                             const ConfigSpaceOptions& options = {});
 
   // Every config, sorted by ConfigOrderLess, without duplicates.

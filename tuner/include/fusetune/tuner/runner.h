@@ -1,27 +1,45 @@
-// Runner: measures one (problem, config) on a backend and returns the Trial, whatever
+// Runner: measures (problem, config) pairs on a backend and returns Trials, whatever
 // happens. Following KTT, a failing config is an outcome, never an exception or an error
-// return:
+// return.
 //
+// Per-problem work is done once: the first measurement of a problem makes its inputs and
+// keeps them (on the device) until a different problem comes, so every config of a
+// problem runs on the same tensors and the fp64 reference is computed once:
+//   - the random set: uniform in [-1, 1], never zero, rounded to the storage dtype, from a
+//     counter-based generator seeded by (RunnerOptions::seed, problem key), reproducible
+//     on every host; it is the set that is timed;
+//   - the adversarial set (RunnerOptions::adversarial_check): in every head query dim 0 is
+//     1 (the rest in [-0.25, 0.25]), key dim 0 grows with the key's position so that each
+//     later key tile raises the running max (logits span ~12, e^12 between first and last
+//     key), some keys are -inf in dim 0 (scores -inf: masked; the first quarter of each
+//     sequence up to 24 keys, and every 7th key, so some rows see no key at all), values
+//     scaled by 64;
+//   - the checked rows: every query token of a small problem (OElements() <=
+//     full_check_max_elements); else `sampled_rows` tokens, all heads, including the first
+//     and last token of each sequence (as many as fit), the rest drawn at random;
+//   - each set's fp64 reference (ReferenceAttentionRow) of the checked rows, computed on
+//     the host's threads.
+//
+// Measure, the screen of one config:
 //   1. Backend::CanImplement says no                      -> kUnsupported
-//   2. fresh random inputs (uniform in [-1, 1], never zero), rounded to the storage dtype;
-//      O poisoned with 0xFF bytes (NaN in fp32, fp16 and bf16);
-//      one Run(); a Run error                              -> kLaunchFailed
-//   3. the run took longer than trial_time_limit_seconds  -> kTimedOut
-//   4. verification against the fp64 reference (ReferenceAttentionRow):
+//   2. for each input set: O poisoned with 0xFF bytes (NaN in fp32, fp16 and bf16), one
+//      Run(); a Run error                                  -> kLaunchFailed
+//   3. the random set's run took longer than trial_time_limit_seconds -> kTimedOut
+//   4. verification of each set's output:
 //      - the whole output is scanned for NaN/Inf (an unwritten element stays NaN);
-//      - small problems (OElements() <= full_check_max_elements): every element is compared;
-//        large ones: `sampled_rows` query tokens, all heads, always including the first and
-//        last token of each sequence (as many as fit), the rest drawn at random;
-//      - error metric: |out - ref| / max|ref| over the checked elements ("relative to the
-//        largest reference magnitude", so near-zero outputs do not blow it up);
-//      - a NaN/Inf anywhere or an error above ToleranceFor(precision, dtype, LogitBound(...),
-//        head_dim)                                          -> kVerifyFailed
-//   5. Backend::Time with warm-up and repeats; a timing error  -> kLaunchFailed;
+//      - the checked rows are compared with the reference; error metric |out - ref| /
+//        max|ref| over the checked elements ("relative to the largest reference
+//        magnitude", so near-zero outputs do not blow it up);
+//      - a NaN/Inf anywhere or an error above ToleranceFor(precision, dtype,
+//        LogitBound(set), head_dim)                        -> kVerifyFailed (the message
+//        names the adversarial set when that one failed)
+//   5. Backend::Time on the random set, one block; a timing error -> kLaunchFailed;
 //      median, p10 and p90 of the kept samples (linear interpolation between order
 //      statistics)                                          -> kOk
-//
 // Trial::max_abs_error is max |out - ref| and Trial::max_rel_error the metric above, both
-// over the checked elements (both 0 when verification did not run).
+// over the random set's checked elements (both 0 when verification did not run).
+//
+// MeasureRounds, the interleaved comparison of already verified configs: see below.
 //
 // Thread-safety: not thread-safe (it drives one Backend, which is not).
 #ifndef FUSETUNE_TUNER_RUNNER_H_
@@ -69,11 +87,18 @@ class Runner {
   Runner(Backend& backend, RunnerOptions options = {});
   ~Runner();
 
-  // Measures one trial. Always returns a Trial with trial_id, run_id, keys, attempt,
-  // outcome, message (for every outcome but kOk), flops and created_unix_ms filled.
-  // An invalid problem or config gives kUnsupported with the validation message.
+  // Measures one screen trial with RunnerOptions::timing. Always returns a Trial with
+  // trial_id, run_id, keys, attempt, stage, outcome, message (for every outcome but kOk),
+  // flops, wall_seconds and created_unix_ms filled. An invalid problem or config gives
+  // kUnsupported with the validation message; inputs that cannot be prepared (device
+  // memory) give kLaunchFailed.
   Trial Measure(const AttentionProblem& problem, const KernelConfig& config, int64_t run_id,
                 int attempt = 0);
+  // The same with its own timing block and stage (successive halving screens with fewer
+  // samples; an audit screens under stage kAudit).
+  Trial Measure(const AttentionProblem& problem, const KernelConfig& config,
+                const TimingOptions& timing, int64_t run_id, int attempt,
+                TrialStage stage = TrialStage::kScreen);
 
   // Interleaved rounds: measures `configs` (already verified on these inputs, e.g. by
   // Measure) in `rounds` rounds; each round visits every config once in a fresh random

@@ -51,7 +51,7 @@ std::unique_ptr<Searcher> CreateExhaustiveSearcher(std::vector<KernelConfig> con
 // Proposes `configs` in a random order fixed by `seed` (a seeded shuffle, reproducible on
 // every host: it uses its own generator, not std::shuffle's unspecified one).
 std::unique_ptr<Searcher> CreateRandomSearcher(std::vector<KernelConfig> configs, uint64_t seed);
-// kRandom: CreateRandomSearcher; every other strategy screens in the given order.
+// kRandom and kSuccessiveHalving: CreateRandomSearcher; kExhaustive and kAuto: the given order.
 std::unique_ptr<Searcher> CreateSearcher(SearchStrategy strategy, std::vector<KernelConfig> configs,
                                          uint64_t seed);
 

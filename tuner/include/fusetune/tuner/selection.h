@@ -9,6 +9,13 @@
 // that comes first in ConfigOrderLess (fused before partial before materialized, then
 // precision, block_m, block_s, threads, stages).
 //
+// Rule (SelectBestOfRounds), for trials measured in the same interleaved rounds: the same
+// visiting order; a challenger replaces the incumbent only when the rounds agree it is
+// faster (per-round ratio challenger/incumbent: median < 1 and its 90 % interval below 1).
+//
+// SelectBest uses the interleaved final rounds where a sweep ran them (for each variant,
+// the latest set of kFinal trials), the screen trials otherwise.
+//
 // Thread-safety: pure functions.
 #ifndef FUSETUNE_TUNER_SELECTION_H_
 #define FUSETUNE_TUNER_SELECTION_H_
@@ -55,9 +62,12 @@ absl::StatusOr<RoundRatio> CompareRounds(const Trial& a, const Trial& b);
 std::optional<Trial> SelectBestOfRounds(std::span<const Trial> trials,
                                         std::optional<Variant> variant = std::nullopt);
 
-// The BestConfig of one problem: the best trial over all variants, with the best fused
-// trial's speedup over the best materialized and the best partial trial (ratio of medians,
-// baseline / fused; 0 when either side has no kOk trial). NotFound when no trial is kOk.
+// The BestConfig of one problem: per variant the best final-round trial (SelectBestOfRounds
+// over the latest kFinal set) or, for a variant without one, the best screen trial
+// (SelectBestTrial); the best of those over all variants; and the best fused trial's
+// speedup over the best materialized and the best partial trial (baseline / fused: the
+// median per-round ratio when both ran in the final rounds, else the ratio of medians; 0
+// when either side has no kOk trial). Halving-rung trials are not used. NotFound when no trial is kOk.
 // InvalidArgument when the trials are of more than one problem.
 absl::StatusOr<BestConfig> SelectBest(std::span<const Trial> trials, const std::string& device_class,
                                       int64_t run_id, const std::string& commit);

@@ -1,22 +1,43 @@
 // Sweep: tunes a list of problems on one backend and reports every trial to a sink.
 //
-// For each problem, for each variant: a searcher walks that variant's ConfigSpace until
-// its StopCondition is reached; each proposed config is measured by the Runner and sent to
-// the TrialSink before the next one starts. Then SelectBest picks the problem's BestConfig.
+// For each problem (its inputs and fp64 references made once by the Runner and shared by
+// every config):
+//   1. Search, per variant, over that variant's ConfigSpace (what the backend can run,
+//      filtered by the options). kAuto is exhaustive for spaces of at most
+//      kExhaustiveSpaceLimit configs and successive halving above; an exhaustive screen
+//      whose first trial shows that the budget cannot cover the space becomes halving.
+//      - exhaustive / random: each proposed config is screened (verified on both input
+//        sets, timed in one block of RunnerOptions::timing) until the searcher runs out
+//        or the StopCondition is reached;
+//      - halving: every config screened with a quarter of the samples (at least 2), then
+//        the better half re-measured in interleaved rounds (2, 4, 8, ... rounds, stage
+//        kHalving) until at most FinalRoundOptions::max_candidates remain.
+//   2. Final rounds: the fused leaders (within near_fraction of the fastest, between
+//      min_candidates and max_candidates) and the best baseline_candidates of each
+//      baseline variant are measured together in FinalRoundOptions::rounds interleaved
+//      rounds (Runner::MeasureRounds: a fresh random order each round, one block each,
+//      same inputs and L2 state; stage kFinal).
+//   3. SelectBest picks the problem's BestConfig from the per-round ratios (selection.h).
+// Every trial goes to the TrialSink before the next measurement starts; a set of rounds is
+// recorded when all its rounds are done.
 //
 // Resume: before measuring, the sweep asks `lookup` whether the trial id (run, problem,
-// config, attempt 0) is already recorded; a recorded trial is not measured again but
-// counts toward the budget and takes part in selection, exactly as if it had just run.
-// Because searchers are deterministic, a sweep killed midway and started again with the
-// same run id, problems and options proposes the same configs and continues where it
-// stopped, losing and duplicating nothing.
+// config, attempt, stage) is already recorded; a recorded trial is not measured again but
+// counts toward the budget and takes part in selection, exactly as if it had just run. A
+// set of rounds is reused only when every trial of it is recorded (its rounds pair up by
+// index); one recorded in part is measured again under the next attempt number. Because
+// searchers and round orders are deterministic, a sweep killed midway and started again
+// with the same run id, problems and options continues where it stopped.
 //
-// Budgets: max_trials_per_variant caps trials (measured + resumed) per (problem, variant);
-// max_seconds_per_problem caps measuring time per problem, shared by its variants (each
-// variant gets the time left divided by the variants left, so an early finisher donates).
+// Budgets: max_trials_per_variant caps screen trials (measured + resumed) per (problem,
+// variant); max_seconds_per_problem caps the time per problem: the search gets three
+// quarters of it, shared by its variants (each gets the time left divided by the variants
+// left, so an early finisher donates), the final rounds the rest (they stop after at least
+// 3 rounds once it is spent).
 //
-// Cancellation: `*cancel` is read between trials; once true the sweep returns the problems
-// finished so far with cancelled = true. A trial in flight finishes first.
+// Cancellation: `*cancel` is read between trials and between blocks of the rounds; once
+// true the sweep returns the problems finished so far with cancelled = true. A trial in
+// flight finishes first; rounds cut short are not recorded.
 //
 // This API takes no Store: the `fusetune sweep` command passes its SQLite store as the
 // sink, the worker daemon its spool/uploader.
@@ -57,7 +78,7 @@ struct SweepOptions {
   SearchStrategy strategy = SearchStrategy::kAuto;
   FinalRoundOptions final_rounds;
   uint64_t seed = 1;                       // searcher seed (mixed with the problem key)
-  int max_trials_per_variant = 0;          // 0 = exhaustive
+  int max_trials_per_variant = 0;          // screen trials; 0 = no cap
   double max_seconds_per_problem = 0;      // 0 = unbounded
   RunnerOptions runner;
   std::string commit;                      // provenance written into each BestConfig

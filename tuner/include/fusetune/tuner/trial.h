@@ -31,12 +31,19 @@ absl::StatusOr<TrialOutcome> ParseTrialOutcome(std::string_view name);
 
 // Which measurement of a sweep a trial is.
 enum class TrialStage {
-  kScreen,  // the search: verified, then timed in one block (the first look at a config)
+  kScreen,   // the search: verified, then timed in one block (the first look at a config)
+  kHalving,  // a successive-halving rung: the survivors in interleaved rounds (attempt
+             //   = rung * kHalvingAttemptStride + retry)
   kFinal,   // the interleaved final rounds among the screen's leaders: one block per round
   kAudit,   // an audit's interleaved rounds over a problem's whole space: one block per round
 };
-std::string_view TrialStageName(TrialStage s);  // "screen", "final", "audit"
+std::string_view TrialStageName(TrialStage s);  // "screen", "halving", "final", "audit"
 absl::StatusOr<TrialStage> ParseTrialStage(std::string_view name);
+
+// Interleaved rounds are paired by index, so a set of round trials is only usable whole.
+// A set interrupted while being recorded is measured again under the next attempt number;
+// halving rungs keep their rung in the attempt's higher digits.
+inline constexpr int kHalvingAttemptStride = 16;
 
 // One Backend::Time call: `samples` timed launches, summarised by their median, with the
 // device state read around it. In interleaved rounds a trial has one block per round, in

@@ -1,0 +1,114 @@
+#include "fusetune/tuner/audit.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "fusetune/tuner/selection.h"
+
+namespace fusetune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool Cancelled(const std::atomic<bool>* cancel) {
+  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& problem,
+                                     const KernelConfig& recorded, const AuditOptions& options,
+                                     int64_t run_id, const std::atomic<bool>* cancel) {
+  const auto start = Clock::now();
+  if (options.rounds < 3 || options.rounds > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("audit rounds must be in [3, 1000], got ", options.rounds));
+  }
+  if (options.min_contenders < 1 || options.max_contenders < options.min_contenders ||
+      !(options.contender_fraction >= 0)) {
+    return absl::InvalidArgumentError("audit: need 1 <= min_contenders <= max_contenders and contender_fraction >= 0");
+  }
+  if (absl::Status s = problem.Validate(); !s.ok()) return s;
+  if (absl::Status s = recorded.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("recorded config ", recorded.Key(), ": ", s.message()));
+  }
+  absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(problem, backend, options.space);
+  if (!space.ok()) return space.status();
+
+  AuditResult result;
+  Runner runner(backend, options.runner);
+  const std::string recorded_key = recorded.Key();
+  // The recorded config first: if it cannot run here there is nothing to audit.
+  Trial recorded_screen = runner.Measure(problem, recorded, options.runner.timing, run_id, 0, TrialStage::kAudit);
+  result.trials.push_back(recorded_screen);
+  if (recorded_screen.outcome != TrialOutcome::kOk) {
+    return absl::FailedPreconditionError(absl::StrCat("the recorded config ", recorded_key, " is ",
+                                                      std::string(TrialOutcomeName(recorded_screen.outcome)), " here: ",
+                                                      recorded_screen.message));
+  }
+  std::vector<Trial> ok{recorded_screen};
+  int failed = 0;
+  for (const KernelConfig& c : space->configs()) {
+    if (c.Key() == recorded_key) continue;
+    if (Cancelled(cancel)) return absl::CancelledError("audit stopped");
+    Trial t = runner.Measure(problem, c, options.runner.timing, run_id, 0, TrialStage::kAudit);
+    if (t.outcome == TrialOutcome::kOk) {
+      ok.push_back(t);
+    } else if (t.outcome != TrialOutcome::kUnsupported) {
+      ++failed;
+    }
+    result.trials.push_back(std::move(t));
+  }
+
+  // The contenders: the fastest screens (and the recorded config, whatever its screen).
+  std::stable_sort(ok.begin(), ok.end(), [](const Trial& a, const Trial& b) { return a.median_us < b.median_us; });
+  std::vector<KernelConfig> contenders{recorded};
+  for (const Trial& t : ok) {
+    if (static_cast<int>(contenders.size()) > options.max_contenders) break;
+    if (t.config_key == recorded_key) continue;
+    const bool near = t.median_us <= ok.front().median_us * (1.0 + options.contender_fraction);
+    if (!near && static_cast<int>(contenders.size()) > options.min_contenders) break;
+    absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(t.config_key);
+    if (c.ok()) contenders.push_back(*c);
+  }
+  std::vector<Trial> rounds = runner.MeasureRounds(problem, contenders, options.rounds, options.runner.timing,
+                                                   options.seed, run_id, TrialStage::kAudit, 1, 0, cancel);
+  if (Cancelled(cancel)) return absl::CancelledError("audit stopped");
+  const Trial& recorded_rounds = rounds.front();
+  if (recorded_rounds.outcome != TrialOutcome::kOk) {
+    return absl::FailedPreconditionError(absl::StrCat("the recorded config ", recorded_key,
+                                                      " failed in the rounds: ", recorded_rounds.message));
+  }
+
+  AuditSummary& s = result.summary;
+  s.run_id = run_id;
+  s.device_class = backend.Describe().DeviceClass();
+  s.problem_key = problem.Key();
+  s.recorded_config_key = recorded_key;
+  s.best_config_key = recorded_key;
+  s.recorded_us = recorded_rounds.median_us;
+  s.best_us = recorded_rounds.median_us;
+  s.rounds = static_cast<int>(recorded_rounds.samples_us.size());
+  double best_ratio = 1.0;
+  for (size_t i = 1; i < rounds.size(); ++i) {
+    if (rounds[i].outcome != TrialOutcome::kOk) continue;
+    absl::StatusOr<RoundRatio> r = CompareRounds(recorded_rounds, rounds[i]);  // recorded / contender
+    if (!r.ok() || !(r->median > best_ratio)) continue;
+    best_ratio = r->median;
+    s.best_config_key = rounds[i].config_key;
+    s.best_us = rounds[i].median_us;
+    s.regret = r->median - 1.0;
+    s.regret_low = r->low - 1.0;
+    s.regret_high = r->high - 1.0;
+  }
+  s.configs_measured = static_cast<int>(ok.size());
+  s.configs_failed = failed;
+  s.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  result.trials.insert(result.trials.end(), rounds.begin(), rounds.end());
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+}  // namespace fusetune

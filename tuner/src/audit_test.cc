@@ -1,0 +1,134 @@
+#include "fusetune/tuner/audit.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "fusetune/kernels/cpu_backend.h"
+#include "fusetune/kernels/problem.h"
+#include "fusetune/tuner/sweep.h"
+#include "gtest/gtest.h"
+#include "testing/host_backend.h"
+
+namespace fusetune {
+namespace {
+
+using testing::HostBackend;
+
+AttentionProblem Tiny() {
+  AttentionProblem p;
+  p.batch = 1;
+  p.q_heads = 2;
+  p.kv_heads = 1;
+  p.q_len = 64;
+  p.kv_len = 64;
+  p.head_dim = 32;
+  return p;
+}
+
+AuditOptions Quick() {
+  AuditOptions o;
+  o.space.variants = {Variant::kFused};
+  o.space.threads = {1};
+  o.runner.timing.repeats = 3;
+  o.runner.timing.warmup = 0;
+  o.rounds = 5;
+  return o;
+}
+
+KernelConfig Fused(int block_m, int block_s) {
+  KernelConfig c;
+  c.block_m = block_m;
+  c.block_s = block_s;
+  c.threads = 1;
+  return c;
+}
+
+TEST(Audit, MeasuresTheRegretOfASlowerRecordedConfig) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return c.block_s == 64 && c.block_m == 64 ? 100.0 : 110.0; };
+  absl::StatusOr<AuditResult> r = RunAudit(backend, Tiny(), Fused(16, 16), Quick(), /*run_id=*/3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const AuditSummary& s = r->summary;
+  EXPECT_EQ(s.recorded_config_key, Fused(16, 16).Key());
+  EXPECT_EQ(s.best_config_key, Fused(64, 64).Key());
+  EXPECT_NEAR(s.regret, 0.10, 1e-9);
+  EXPECT_LE(s.regret_low, s.regret);
+  EXPECT_GE(s.regret_high, s.regret);
+  EXPECT_EQ(s.rounds, 5);
+  EXPECT_EQ(s.problem_key, Tiny().Key());
+  EXPECT_EQ(s.device_class, backend.Describe().DeviceClass());
+  EXPECT_GE(s.configs_measured, 4);
+  int screens = 0, rounds = 0;
+  for (const Trial& t : r->trials) {
+    EXPECT_EQ(t.stage, TrialStage::kAudit);
+    EXPECT_EQ(t.run_id, 3);
+    screens += t.attempt == 0;
+    rounds += t.attempt == 1;
+  }
+  EXPECT_EQ(screens, s.configs_measured + s.configs_failed);
+  EXPECT_GE(rounds, 2) << "the recorded config and at least the best in interleaved rounds";
+}
+
+TEST(Audit, ARecordedBestHasNoRegret) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return c.block_s == 32 ? 90.0 : 100.0; };
+  absl::StatusOr<AuditResult> r = RunAudit(backend, Tiny(), Fused(16, 32), Quick(), 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.regret, 0);
+  // Every bs32 config ties with the recorded one: none is faster, so the recorded stays.
+  EXPECT_EQ(r->summary.best_config_key, Fused(16, 32).Key());
+}
+
+TEST(Audit, ARecordedConfigThatCannotRunHereIsAnError) {
+  HostBackend backend;
+  backend.refuse = [](const KernelConfig& c) { return c.block_m == 128; };
+  absl::StatusOr<AuditResult> r = RunAudit(backend, Tiny(), Fused(128, 16), Quick(), 1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("unsupported"), std::string::npos) << r.status();
+}
+
+TEST(Audit, BadOptionsAndCancelAreErrors) {
+  HostBackend backend;
+  AuditOptions o = Quick();
+  o.rounds = 2;
+  EXPECT_TRUE(absl::IsInvalidArgument(RunAudit(backend, Tiny(), Fused(16, 16), o, 1).status()));
+  std::atomic<bool> cancel{true};
+  EXPECT_TRUE(absl::IsCancelled(RunAudit(backend, Tiny(), Fused(16, 16), Quick(), 1, &cancel).status()));
+}
+
+// The CPU backend as CI runs it: the default tune of each seed-preset shape (here the
+// fused variant, the one whose pick matters) is the exhaustive best or within the audit's
+// measured noise. FUSETUNE_AUDIT_TEST_MAX_SEQ caps the shapes (default: the preset up to
+// 1024 tokens, which keeps the test a few minutes on a loaded 2-core machine).
+TEST(AuditCpu, DefaultTuneOfTheSeedPresetIsWithinNoiseOfTheExhaustiveBest) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  int max_seq = 1024;
+  if (const char* env = std::getenv("FUSETUNE_AUDIT_TEST_MAX_SEQ")) max_seq = std::atoi(env);
+  class Discard : public TrialSink {
+   public:
+    absl::Status RecordTrial(const Trial&) override { return absl::OkStatus(); }
+  } sink;
+  for (const AttentionProblem& p : SeedPresetProblems()) {
+    if (p.q_len > max_seq) continue;
+    SweepOptions tune;
+    tune.space.variants = {Variant::kFused};
+    std::vector<AttentionProblem> one = {p};
+    absl::StatusOr<SweepResult> r = RunSweep(*cpu, one, tune, 1, sink, NoResume());
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->best.size(), 1u) << p.Key();
+    AuditOptions audit;
+    audit.space.variants = {Variant::kFused};
+    absl::StatusOr<AuditResult> a = RunAudit(*cpu, p, *KernelConfig::FromKey(r->best[0].config_key), audit, 2);
+    ASSERT_TRUE(a.ok()) << a.status();
+    const AuditSummary& s = a->summary;
+    std::printf("%s: tuned %s, audit best %s, regret %.2f%% [%.2f%%, %.2f%%]\n", p.Key().c_str(),
+                s.recorded_config_key.c_str(), s.best_config_key.c_str(), 100 * s.regret, 100 * s.regret_low,
+                100 * s.regret_high);
+    // Within noise: the rounds do not agree that the audit's best is faster (its interval
+    // reaches 0), or the regret is within 3% on a machine that may be running other work.
+    EXPECT_TRUE(s.regret_low <= 0 || s.regret <= 0.03) << p.Key() << ": regret " << s.regret;
+  }
+}
+
+}  // namespace
+}  // namespace fusetune
