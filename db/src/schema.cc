@@ -123,7 +123,7 @@ CREATE INDEX jobs_by_lease_expiry ON jobs (state, lease_expiry_unix_ms);
 // and with wall time 0. A NULL run_id in audits means "no run".
 constexpr char kMigration2[] = R"sql(
 ALTER TABLE trials ADD COLUMN stage TEXT NOT NULL DEFAULT 'screen'
-  CHECK (stage IN ('screen', 'final', 'audit'));
+  CHECK (stage IN ('screen', 'halving', 'final', 'audit'));
 ALTER TABLE trials ADD COLUMN blocks_json TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE trials ADD COLUMN wall_seconds REAL NOT NULL DEFAULT 0;
 

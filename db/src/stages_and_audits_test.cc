@@ -128,11 +128,17 @@ TEST(StoreTrialStages, BlocksAreStoredWithTheDocumentedKeys) {
 TEST(StoreTrialStages, TheSameConfigAtEachStageIsItsOwnRow) {
   auto store = OpenOrDie(":memory:");
   const int64_t run = *store->BeginRun(TestRun());
-  absl::StatusOr<int> inserted = store->RecordTrialsCountingNew(
-      {StagedTrial(run, kConfigA, TrialStage::kScreen), StagedTrial(run, kConfigA, TrialStage::kFinal),
-       StagedTrial(run, kConfigA, TrialStage::kAudit)});
+  const std::vector<TrialStage> stages = {TrialStage::kScreen, TrialStage::kHalving, TrialStage::kFinal,
+                                          TrialStage::kAudit};
+  std::vector<Trial> trials;
+  for (TrialStage stage : stages) trials.push_back(StagedTrial(run, kConfigA, stage));
+  absl::StatusOr<int> inserted = store->RecordTrialsCountingNew(trials);
   ASSERT_TRUE(inserted.ok()) << inserted.status();
-  EXPECT_EQ(*inserted, 3);
+  EXPECT_EQ(*inserted, 4);
+  absl::StatusOr<std::vector<Trial>> got = store->ListTrials(run);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), stages.size());
+  for (size_t i = 0; i < stages.size(); ++i) EXPECT_EQ((*got)[i].stage, stages[i]) << TrialStageName(stages[i]);
   // A retry of the final trial is still a duplicate.
   EXPECT_EQ(*store->RecordTrialsCountingNew({StagedTrial(run, kConfigA, TrialStage::kFinal)}), 0);
 }

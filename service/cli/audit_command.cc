@@ -107,7 +107,7 @@ int RunAuditCommand(const AuditFlags& f) {
   const std::string device_class = device.DeviceClass();
   // Check the options against the device before touching the database.
   for (const AttentionProblem& p : problems) {
-    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, device, options.space);
+    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, **backend, options.space);
     if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
   }
 
@@ -145,7 +145,7 @@ int RunAuditCommand(const AuditFlags& f) {
         ++failures;
         continue;
       }
-      if (absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(*p, device, options.space); !space.ok()) {
+      if (absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(*p, **backend, options.space); !space.ok()) {
         std::fprintf(stderr, "fusetune audit: %s: %s\n", b.problem_key.c_str(),
                      std::string(space.status().message()).c_str());
         ++failures;
@@ -274,7 +274,7 @@ void AddAuditCommand(CLI::App& app, CommandContext& context) {
       ->delimiter(',');
   audit->add_option("--rounds", flags->rounds, "interleaved rounds of the final comparison")
       ->capture_default_str()
-      ->check(CLI::Range(3, 10000));
+      ->check(CLI::Range(3, 1000));
   audit->add_option("--repeats", flags->repeats, "timed launches per block")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000));

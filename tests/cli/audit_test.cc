@@ -161,6 +161,7 @@ TEST(AuditCommand, BadFlagsAreUsageErrorsAndCreateNothing) {
       {"audit", "--db", db},                                  // which problems?
       {"audit", "--db", db, "--all", "--seq", "48"},          // both
       {"audit", "--db", db, "--seq", "48", "--rounds", "2"},  // fewer than 3 rounds
+      {"audit", "--db", db, "--seq", "48", "--rounds", "1001"},
       {"audit", "--db", db, "--seq", "48", "--repeats", "0"},
       {"audit", "--db", db, "--seq", "48", "--variants", "fused,bogus"},
       {"audit", "--db", db, "--seq", "48", "--precisions", "fp16"},  // nothing left for fp32 storage
@@ -182,7 +183,7 @@ TEST(AuditCommand, SigtermStopsItWithExitFour) {
   const std::string db = dir.File("fusetune.db");
   ASSERT_NO_FATAL_FAILURE(Sweep(db));
   // Enough rounds and repeats that the audit is still measuring when the signal comes.
-  Subprocess audit(With({FUSETUNE_BINARY, "audit", "--db", db, "--rounds", "5000", "--repeats", "200"}, kProblem),
+  Subprocess audit(With({FUSETUNE_BINARY, "audit", "--db", db, "--rounds", "1000", "--repeats", "200"}, kProblem),
                    dir.path());
   ASSERT_TRUE(audit.started());
   // The run line is printed just before the measurements start.
