@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -218,7 +219,7 @@ class CpuBackend final : public Backend {
     TimingSamples samples;
     double timed_seconds = 0;
     for (int i = 0; i < options.repeats; ++i) {
-      if (options.flush_l2) FlushCaches();
+      if (options.flush_l2) FlushCaches(problem, buffers);
       const auto start = std::chrono::steady_clock::now();
       if (auto s = Run(problem, config, buffers); !s.ok()) return s;
       const auto stop = std::chrono::steady_clock::now();
@@ -262,7 +263,9 @@ class CpuBackend final : public Backend {
 
   absl::Status Launch(const AttentionProblem& problem, const KernelConfig& config,
                       const AttentionBuffers& buffers);
-  void FlushCaches();
+  // Evicts what a launch reads and writes (Q, K, V, O and the score workspace) from every
+  // cache level, so each timed launch starts cold, as on a GPU after its L2 flush.
+  void FlushCaches(const AttentionProblem& problem, const AttentionBuffers& buffers);
   static int CurrentClockMhz();
 
   std::string isa_;
@@ -416,13 +419,34 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
 
 // Streams over a buffer twice the last-level cache so that the next sample starts cold,
 // like an L2 flush before a GPU launch.
-void CpuBackend::FlushCaches() {
+void CpuBackend::FlushCaches(const AttentionProblem& problem, const AttentionBuffers& buffers) {
+  const size_t esize = static_cast<size_t>(DTypeBytes(problem.dtype));
+  const std::pair<const void*, size_t> regions[] = {
+      {buffers.q, static_cast<size_t>(problem.QElements()) * esize},
+      {buffers.k, static_cast<size_t>(problem.KVElements()) * esize},
+      {buffers.v, static_cast<size_t>(problem.KVElements()) * esize},
+      {buffers.o, static_cast<size_t>(problem.OElements()) * esize},
+      {workspace_.data.get(), workspace_.count * sizeof(float)}};
+#if defined(__x86_64__) || defined(__i386__)
+  // clflush evicts a line from every level of this core's and the other cores' caches:
+  // the cost is the tensors' size, not the last-level cache's (which a VM may report as
+  // hundreds of MiB).
+  for (const auto& [ptr, bytes] : regions) {
+    if (ptr == nullptr) continue;
+    const char* base = static_cast<const char*>(ptr);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_ia32_clflush(base + off);
+  }
+  __builtin_ia32_mfence();
+#else
+  (void)regions;
+  // No portable line eviction: write a buffer twice the last-level cache's size.
   static const size_t floats =
       static_cast<size_t>(std::clamp<int64_t>(2 * cpu::LastLevelCacheBytes(), 8ll << 20, 512ll << 20)) /
       sizeof(float);
   if (!flush_buffer_.Reserve(floats)) return;  // best effort: timing still valid, just warmer
   float* p = flush_buffer_.data.get();
   for (size_t i = 0; i < floats; i += 16) p[i] += 1.0f;
+#endif
 }
 
 int CpuBackend::CurrentClockMhz() {

@@ -64,6 +64,7 @@ void AddServeCommand(CLI::App& app, CommandContext& context);   // serve_command
 void AddSubmitCommand(CLI::App& app, CommandContext& context);  // submit_command.cc
 void AddJobsCommand(CLI::App& app, CommandContext& context);    // jobs_command.cc
 void AddWorkersCommand(CLI::App& app, CommandContext& context);  // workers_command.cc
+void AddAuditsCommand(CLI::App& app, CommandContext& context);   // audits_command.cc
 
 }  // namespace fusetune::cli
 

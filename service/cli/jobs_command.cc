@@ -1,10 +1,10 @@
 // fusetune jobs: list the tuning jobs of a fusetune server, or show one.
 #include <cstdio>
-#include <ctime>
 #include <memory>
 #include <string>
 
 #include "commands.h"
+#include "fusetune/service/convert.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"
@@ -25,6 +25,7 @@ nlohmann::json JobJson(const v1::Job& j) {
   for (const auto& k : j.problem_keys()) keys.push_back(k);
   return {{"job_id", j.job_id()},
           {"state", j.state()},
+          {"kind", std::string(JobKindName(j.kind()))},
           {"device_class", j.device_class()},
           {"commit", j.commit()},
           {"problems", keys},
@@ -36,16 +37,6 @@ nlohmann::json JobJson(const v1::Job& j) {
           {"error", j.error()},
           {"created_unix_ms", j.created_unix_ms()},
           {"finished_unix_ms", j.finished_unix_ms()}};
-}
-
-std::string Time(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 int RunJobs(const JobsFlags& f) {
@@ -61,10 +52,11 @@ int RunJobs(const JobsFlags& f) {
     if (f.json) {
       std::printf("%s\n", JobJson(job).dump(2).c_str());
     } else {
-      std::printf("job %lld  %s  %s  commit %s\n", static_cast<long long>(job.job_id()), job.state().c_str(),
-                  job.device_class().c_str(), job.commit().c_str());
-      std::printf("  created %s  finished %s  attempts %d  leased by %s\n", Time(job.created_unix_ms()).c_str(),
-                  Time(job.finished_unix_ms()).c_str(), job.attempts(),
+      std::printf("job %lld  %s  %s  %s  commit %s\n", static_cast<long long>(job.job_id()),
+                  std::string(JobKindName(job.kind())).c_str(), job.state().c_str(), job.device_class().c_str(),
+                  job.commit().c_str());
+      std::printf("  created %s  finished %s  attempts %d  leased by %s\n", UtcTime(job.created_unix_ms()).c_str(),
+                  UtcTime(job.finished_unix_ms()).c_str(), job.attempts(),
                   job.leased_by().empty() ? "-" : job.leased_by().c_str());
       std::printf("  run %lld  trials recorded %lld%s%s\n", static_cast<long long>(job.run_id()),
                   static_cast<long long>(job.trials_recorded()), job.error().empty() ? "" : "  error: ",
@@ -85,11 +77,12 @@ int RunJobs(const JobsFlags& f) {
     std::printf("%s\n", all.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("%-6s %-7s %-8s %-9s %-20s %-12s %s\n", "JOB", "STATE", "PROBLEMS", "ATTEMPTS", "CREATED", "LEASED_BY",
-              "DEVICE_CLASS");
+  std::printf("%-6s %-5s %-7s %-8s %-9s %-20s %-12s %s\n", "JOB", "KIND", "STATE", "PROBLEMS", "ATTEMPTS", "CREATED",
+              "LEASED_BY", "DEVICE_CLASS");
   for (const auto& j : resp.jobs()) {
-    std::printf("%-6lld %-7s %-8d %-9d %-20s %-12s %s\n", static_cast<long long>(j.job_id()), j.state().c_str(),
-                j.problem_keys_size(), j.attempts(), Time(j.created_unix_ms()).c_str(),
+    std::printf("%-6lld %-5s %-7s %-8d %-9d %-20s %-12s %s\n", static_cast<long long>(j.job_id()),
+                std::string(JobKindName(j.kind())).c_str(), j.state().c_str(), j.problem_keys_size(), j.attempts(),
+                UtcTime(j.created_unix_ms()).c_str(),
                 j.leased_by().empty() ? "-" : j.leased_by().c_str(), j.device_class().c_str());
   }
   return kExitOk;

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   AddSubmitCommand(app, context);
   AddJobsCommand(app, context);
   AddWorkersCommand(app, context);
+  AddAuditsCommand(app, context);
 #endif
 
   try {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -85,6 +86,16 @@ int RpcFailure(const std::string& command, const grpc::Status& status) {
     case grpc::StatusCode::NOT_FOUND: return kExitNotFound;
     default: return kExitFailure;
   }
+}
+
+std::string UtcTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace fusetune::cli

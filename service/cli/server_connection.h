@@ -46,6 +46,9 @@ class ServerConnection {
 // (usage for INVALID_ARGUMENT, not found for NOT_FOUND, failure otherwise).
 int RpcFailure(const std::string& command, const grpc::Status& status);
 
+// A server timestamp for tables: "2026-12-01T14:35:49Z" (UTC), "-" for 0 (not yet).
+std::string UtcTime(int64_t unix_ms);
+
 // `fusetune best --server`: asks the server (GetBestConfig) and prints the answer with its
 // provenance (exact / nearest with the source shape and distance / default). Exit 0 for any
 // answer (a default is an answer), usage/failure codes as RpcFailure.

@@ -1,4 +1,5 @@
-// fusetune submit: queue a tuning job on `fusetune serve` (and optionally wait for it).
+// fusetune submit: queue a job (tune, or audit the recorded best configs) on `fusetune
+// serve`, and optionally wait for it.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -19,6 +20,7 @@ struct SubmitFlags {
   ServerConnectionFlags connection;
   ProblemFlags problem;
   std::string device_class;
+  std::string kind = "tune";
   std::string commit;
   int max_trials = 0;
   double max_seconds = 0;
@@ -36,12 +38,15 @@ int RunSubmit(const SubmitFlags& f) {
   if (auto s = ValidateDeviceClass(f.device_class); !s.ok()) return UsageError(cmd, std::string(s.message()));
   if (auto v = ParseVariants(f.variants); !v.ok()) return UsageError(cmd, std::string(v.status().message()));
   if (auto p = ParsePrecisions(f.precisions); !p.ok()) return UsageError(cmd, std::string(p.status().message()));
+  auto kind = ParseJobKind(f.kind);
+  if (!kind.ok()) return UsageError(cmd, std::string(kind.status().message()));
   auto connection = ServerConnection::Open(f.connection);
   if (!connection.ok()) return UsageError(cmd, std::string(connection.status().message()));
 
   v1::SubmitTuningJobRequest req;
   for (const AttentionProblem& p : *problems) ProblemToProto(p, req.add_problems());
   req.set_device_class(f.device_class);
+  req.set_kind(*kind);
   req.set_commit(f.commit.empty() ? BuiltCommit() : f.commit);
   req.set_max_trials(f.max_trials);
   req.set_max_seconds(f.max_seconds);
@@ -54,7 +59,7 @@ int RunSubmit(const SubmitFlags& f) {
     if (f.json) {
       std::printf("%s\n", nlohmann::json{{"job_id", resp.job_id()}}.dump().c_str());
     } else {
-      std::printf("job %lld queued: %d problem(s) on %s\n", static_cast<long long>(resp.job_id()),
+      std::printf("%s job %lld queued: %d problem(s) on %s\n", f.kind.c_str(), static_cast<long long>(resp.job_id()),
                   req.problems_size(), f.device_class.c_str());
     }
     return kExitOk;
@@ -101,11 +106,17 @@ int RunSubmit(const SubmitFlags& f) {
 
 void AddSubmitCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<SubmitFlags>();
-  CLI::App* submit = app.add_subcommand("submit", "Queue a tuning job on a fusetune server.");
+  CLI::App* submit = app.add_subcommand(
+      "submit", "Queue a job on a fusetune server: tune its problems, or audit their recorded best configs.");
   flags->connection.Register(submit, /*with_server=*/true);
   flags->problem.Register(submit, /*allow_list=*/true);
   submit->add_option("--device-class", flags->device_class, "device class that must run it, e.g. cpu/<model>/<isa>")
       ->required();
+  submit->add_option("--kind", flags->kind,
+                     "tune: sweep and record the best configs; audit: re-measure each problem's recorded best "
+                     "against its whole space and report the regret (see `fusetune audits`)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tune", "audit"}));
   submit->add_option("--commit", flags->commit, "fusetune commit to run (default: this binary's)");
   submit->add_option("--max-trials", flags->max_trials, "trials per problem and variant (0 = exhaustive)")
       ->capture_default_str()

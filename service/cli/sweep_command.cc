@@ -26,6 +26,7 @@ struct SweepFlags {
   double max_seconds = 60;
   std::string strategy = "auto";
   int final_rounds = FinalRoundOptions{}.rounds;
+  double baseline_time_ratio = SweepOptions{}.baseline_time_ratio;
   uint64_t seed = 1;
   int repeats = 10;
   int warmup = 1;
@@ -59,6 +60,7 @@ int RunSweepCommand(const SweepFlags& f) {
   options.max_trials_per_variant = f.max_trials;
   options.max_seconds_per_problem = f.max_seconds;
   options.final_rounds.rounds = f.final_rounds;
+  options.baseline_time_ratio = f.baseline_time_ratio;
   options.runner.timing.repeats = f.repeats;
   options.runner.timing.warmup = f.warmup;
   options.runner.timing.max_seconds = f.timing_seconds;
@@ -183,6 +185,11 @@ void AddSweepCommand(CLI::App& app, CommandContext& context) {
                     "interleaved rounds among the leaders after the search (0 = pick from the search alone)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
+  sweep->add_option("--baseline-time-ratio", flags->baseline_time_ratio,
+                    "each baseline variant (partial, materialized) is searched for at most this many times the "
+                    "fused search's time, at least 0.5 s (0 = no cap: the baselines share --max-seconds)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sweep->add_option("--seed", flags->seed, "seed of the random search and of the inputs")->capture_default_str();
   sweep->add_option("--repeats", flags->repeats, "timed launches per trial")
       ->capture_default_str()

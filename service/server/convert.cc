@@ -184,6 +184,73 @@ void ConfigToProto(const KernelConfig& c, v1::Config* proto) {
   proto->set_key(c.Key());
 }
 
+absl::StatusOr<TrialStage> TrialStageFromProto(v1::TrialStage stage) {
+  switch (stage) {
+    case v1::TRIAL_STAGE_SCREEN: return TrialStage::kScreen;
+    case v1::TRIAL_STAGE_FINAL: return TrialStage::kFinal;
+    case v1::TRIAL_STAGE_AUDIT: return TrialStage::kAudit;
+    case v1::TRIAL_STAGE_HALVING: return TrialStage::kHalving;
+    default: break;
+  }
+  return Invalid("trial.stage", Cat("unknown stage ", static_cast<int>(stage)));
+}
+
+v1::TrialStage TrialStageToProto(TrialStage stage) {
+  switch (stage) {
+    case TrialStage::kScreen: return v1::TRIAL_STAGE_SCREEN;
+    case TrialStage::kFinal: return v1::TRIAL_STAGE_FINAL;
+    case TrialStage::kAudit: return v1::TRIAL_STAGE_AUDIT;
+    case TrialStage::kHalving: return v1::TRIAL_STAGE_HALVING;
+  }
+  return v1::TRIAL_STAGE_SCREEN;
+}
+
+absl::StatusOr<DeviceState> DeviceStateFromProto(const v1::DeviceState& proto, std::string_view field) {
+  if (proto.sm_clock_mhz() < 0) return Invalid(Cat(field, ".sm_clock_mhz"), "must be >= 0");
+  if (proto.power_mw() < 0) return Invalid(Cat(field, ".power_mw"), "must be >= 0");
+  DeviceState d;
+  d.known = proto.known();
+  d.sm_clock_mhz = proto.sm_clock_mhz();
+  d.power_mw = proto.power_mw();
+  d.throttle_reasons = proto.throttle_reasons();
+  return d;
+}
+
+void DeviceStateToProto(const DeviceState& state, v1::DeviceState* proto) {
+  proto->Clear();
+  proto->set_known(state.known);
+  proto->set_sm_clock_mhz(state.sm_clock_mhz);
+  proto->set_power_mw(state.power_mw);
+  proto->set_throttle_reasons(state.throttle_reasons);
+}
+
+absl::StatusOr<SampleBlock> SampleBlockFromProto(const v1::SampleBlock& proto, std::string_view field) {
+  if (proto.samples() < 0 || proto.samples() > kMaxSamplesPerBlock) {
+    return Invalid(Cat(field, ".samples"), Cat("must be in [0, ", kMaxSamplesPerBlock, "]"));
+  }
+  if (auto s = CheckNonNegative(proto.median_us(), Cat(field, ".median_us")); !s.ok()) return s;
+  auto before = DeviceStateFromProto(proto.before(), Cat(field, ".before"));
+  if (!before.ok()) return before.status();
+  auto after = DeviceStateFromProto(proto.after(), Cat(field, ".after"));
+  if (!after.ok()) return after.status();
+  SampleBlock b;
+  b.samples = proto.samples();
+  b.median_us = proto.median_us();
+  b.before = *before;
+  b.after = *after;
+  b.unsteady = proto.unsteady();
+  return b;
+}
+
+void SampleBlockToProto(const SampleBlock& block, v1::SampleBlock* proto) {
+  proto->Clear();
+  proto->set_samples(block.samples);
+  proto->set_median_us(block.median_us);
+  DeviceStateToProto(block.before, proto->mutable_before());
+  DeviceStateToProto(block.after, proto->mutable_after());
+  proto->set_unsteady(block.unsteady);
+}
+
 absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   Trial t;
   if (!proto.trial_id().empty()) {
@@ -201,10 +268,13 @@ absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   }
   // Empty: the id is derived here from the same fields, so a retried upload still maps to
   // the same row. Set: it must be that derivation (a mismatch is a client bug, refused).
-  std::string trial_id = TrialId(proto.run_id(), proto.problem_key(), proto.config_key(), proto.attempt());
+  auto stage = TrialStageFromProto(proto.stage());
+  if (!stage.ok()) return stage.status();
+  std::string trial_id =
+      TrialId(proto.run_id(), proto.problem_key(), proto.config_key(), proto.attempt(), *stage);
   if (!proto.trial_id().empty() && proto.trial_id() != trial_id) {
     return Invalid("trial.trial_id",
-                   Cat("is not TrialId(run_id, problem_key, config_key, attempt) = '", trial_id, "'"));
+                   Cat("is not TrialId(run_id, problem_key, config_key, attempt, stage) = '", trial_id, "'"));
   }
   auto outcome = ParseTrialOutcome(proto.outcome());
   if (!outcome.ok()) return Invalid("trial.outcome", outcome.status().message());
@@ -226,12 +296,23 @@ absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   if (proto.checked_elements() < 0) return Invalid("trial.checked_elements", "must be >= 0");
   if (proto.sm_clock_mhz() < 0) return Invalid("trial.sm_clock_mhz", "must be >= 0");
   if (proto.created_unix_ms() < 0) return Invalid("trial.created_unix_ms", "must be >= 0");
+  if (auto s = CheckNonNegative(proto.wall_seconds(), "trial.wall_seconds"); !s.ok()) return s;
+  if (proto.blocks_size() > kMaxBlocksPerTrial) {
+    return Invalid("trial.blocks", Cat("more than ", kMaxBlocksPerTrial, " blocks"));
+  }
+  t.blocks.reserve(static_cast<size_t>(proto.blocks_size()));
+  for (int i = 0; i < proto.blocks_size(); ++i) {
+    auto block = SampleBlockFromProto(proto.blocks(i), Cat("trial.blocks[", i, "]"));
+    if (!block.ok()) return block.status();
+    t.blocks.push_back(*block);
+  }
 
   t.trial_id = std::move(trial_id);
   t.run_id = proto.run_id();
   t.problem_key = proto.problem_key();
   t.config_key = proto.config_key();
   t.attempt = proto.attempt();
+  t.stage = *stage;
   t.outcome = *outcome;
   t.message = proto.message();
   t.samples_us.assign(proto.samples_us().begin(), proto.samples_us().end());
@@ -244,6 +325,7 @@ absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   t.sm_clock_mhz = proto.sm_clock_mhz();
   t.flops = proto.flops();
   t.created_unix_ms = proto.created_unix_ms();
+  t.wall_seconds = proto.wall_seconds();
   return t;
 }
 
@@ -266,6 +348,94 @@ void TrialToProto(const Trial& t, v1::Trial* proto) {
   proto->set_sm_clock_mhz(t.sm_clock_mhz);
   proto->set_flops(t.flops);
   proto->set_created_unix_ms(t.created_unix_ms);
+  proto->set_stage(TrialStageToProto(t.stage));
+  for (const SampleBlock& b : t.blocks) SampleBlockToProto(b, proto->add_blocks());
+  proto->set_wall_seconds(t.wall_seconds);
+}
+
+absl::StatusOr<AuditSummary> AuditSummaryFromProto(const v1::AuditSummary& proto) {
+  if (proto.audit_id() < 0) return Invalid("audit.audit_id", "must be >= 0");
+  if (proto.run_id() < 0) return Invalid("audit.run_id", "must be >= 0");
+  if (!proto.device_class().empty()) {
+    if (auto s = ValidateDeviceClass(proto.device_class()); !s.ok()) {
+      return absl::InvalidArgumentError(Cat("audit.", s.message()));
+    }
+  }
+  if (proto.problem_key().empty()) return Invalid("audit.problem_key", "must not be empty");
+  if (auto s = CheckLength(proto.problem_key(), kMaxKeyLength, "audit.problem_key"); !s.ok()) return s;
+  for (auto [key, name] : {std::pair{&proto.recorded_config_key(), "audit.recorded_config_key"},
+                           std::pair{&proto.best_config_key(), "audit.best_config_key"}}) {
+    if (auto s = CheckLength(*key, kMaxKeyLength, name); !s.ok()) return s;
+    if (auto c = KernelConfig::FromKey(*key); !c.ok()) return Invalid(name, c.status().message());
+  }
+  if (auto s = CheckNonNegative(proto.recorded_us(), "audit.recorded_us"); !s.ok()) return s;
+  if (auto s = CheckNonNegative(proto.best_us(), "audit.best_us"); !s.ok()) return s;
+  for (auto [v, name] : {std::pair{proto.regret(), "audit.regret"}, std::pair{proto.regret_low(), "audit.regret_low"},
+                         std::pair{proto.regret_high(), "audit.regret_high"}}) {
+    if (!std::isfinite(v) || v <= -1) return Invalid(name, "must be finite and > -1 (a fraction)");
+  }
+  if (proto.regret_low() > proto.regret() || proto.regret() > proto.regret_high()) {
+    return Invalid("audit.regret", "must lie within [regret_low, regret_high]");
+  }
+  if (proto.rounds() < 1) return Invalid("audit.rounds", "must be >= 1");
+  if (proto.configs_measured() < 1) return Invalid("audit.configs_measured", "must be >= 1");
+  if (proto.configs_failed() < 0) return Invalid("audit.configs_failed", "must be >= 0");
+  if (auto s = CheckLength(proto.commit(), kMaxKeyLength, "audit.commit"); !s.ok()) return s;
+  if (proto.created_unix_ms() < 0) return Invalid("audit.created_unix_ms", "must be >= 0");
+  AuditSummary a;
+  a.audit_id = proto.audit_id();
+  a.run_id = proto.run_id();
+  a.device_class = proto.device_class();
+  a.problem_key = proto.problem_key();
+  a.recorded_config_key = proto.recorded_config_key();
+  a.best_config_key = proto.best_config_key();
+  a.recorded_us = proto.recorded_us();
+  a.best_us = proto.best_us();
+  a.regret = proto.regret();
+  a.regret_low = proto.regret_low();
+  a.regret_high = proto.regret_high();
+  a.rounds = proto.rounds();
+  a.configs_measured = proto.configs_measured();
+  a.configs_failed = proto.configs_failed();
+  a.commit = proto.commit();
+  a.created_unix_ms = proto.created_unix_ms();
+  return a;
+}
+
+void AuditSummaryToProto(const AuditSummary& a, v1::AuditSummary* proto) {
+  proto->Clear();
+  proto->set_audit_id(a.audit_id);
+  proto->set_run_id(a.run_id);
+  proto->set_device_class(a.device_class);
+  proto->set_problem_key(a.problem_key);
+  proto->set_recorded_config_key(a.recorded_config_key);
+  proto->set_best_config_key(a.best_config_key);
+  proto->set_recorded_us(a.recorded_us);
+  proto->set_best_us(a.best_us);
+  proto->set_regret(a.regret);
+  proto->set_regret_low(a.regret_low);
+  proto->set_regret_high(a.regret_high);
+  proto->set_rounds(a.rounds);
+  proto->set_configs_measured(a.configs_measured);
+  proto->set_configs_failed(a.configs_failed);
+  proto->set_commit(a.commit);
+  proto->set_created_unix_ms(a.created_unix_ms);
+}
+
+std::string_view JobKindName(v1::JobKind kind) {
+  switch (kind) {
+    case v1::JOB_KIND_TUNE: return "tune";
+    case v1::JOB_KIND_AUDIT: return "audit";
+    default: break;
+  }
+  return "?";
+}
+
+absl::StatusOr<v1::JobKind> ParseJobKind(std::string_view name) {
+  for (v1::JobKind kind : {v1::JOB_KIND_TUNE, v1::JOB_KIND_AUDIT}) {
+    if (JobKindName(kind) == name) return kind;
+  }
+  return absl::InvalidArgumentError(Cat("unknown job kind '", name, "' (expected tune or audit)"));
 }
 
 absl::StatusOr<DeviceInfo> DeviceInfoFromProto(const v1::DeviceInfo& proto) {

@@ -149,6 +149,172 @@ TEST(ServiceConvert, TrialRejectsForgedIdsSamplesAndNaN) {
             absl::StatusCode::kOk);
 }
 
+v1::Trial GoodFinalTrial() {
+  v1::Trial t = GoodTrial();
+  t.set_stage(v1::TRIAL_STAGE_FINAL);
+  t.set_attempt(1);
+  t.set_trial_id(TrialId(7, t.problem_key(), t.config_key(), 1, TrialStage::kFinal));
+  for (double m : {10.0, 11.0, 12.0}) {
+    v1::SampleBlock* b = t.add_blocks();
+    b->set_samples(25);
+    b->set_median_us(m);
+    b->mutable_before()->set_known(true);
+    b->mutable_before()->set_sm_clock_mhz(1980);
+    b->mutable_before()->set_power_mw(650000);
+    b->mutable_before()->set_throttle_reasons(0x4);
+    b->mutable_after()->set_known(true);
+    b->mutable_after()->set_sm_clock_mhz(1755);
+    b->mutable_after()->set_power_mw(690000);
+    b->mutable_after()->set_throttle_reasons(0x4);
+    b->set_unsteady(m == 12.0);
+  }
+  t.set_wall_seconds(0.125);
+  return t;
+}
+
+TEST(ServiceConvert, TrialStageBlocksAndWallSecondsRoundTrip) {
+  auto t = TrialFromProto(GoodFinalTrial());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->stage, TrialStage::kFinal);
+  ASSERT_EQ(t->blocks.size(), 3u);
+  EXPECT_EQ(t->blocks[0].samples, 25);
+  EXPECT_EQ(t->blocks[1].median_us, 11.0);
+  EXPECT_TRUE(t->blocks[0].before.known);
+  EXPECT_EQ(t->blocks[0].before.sm_clock_mhz, 1980);
+  EXPECT_EQ(t->blocks[0].after.power_mw, 690000);
+  EXPECT_EQ(t->blocks[0].after.throttle_reasons, 0x4u);
+  EXPECT_FALSE(t->blocks[0].unsteady);
+  EXPECT_TRUE(t->blocks[2].unsteady);
+  EXPECT_EQ(t->wall_seconds, 0.125);
+  v1::Trial back;
+  TrialToProto(*t, &back);
+  EXPECT_EQ(back.SerializeAsString(), GoodFinalTrial().SerializeAsString());
+}
+
+TEST(ServiceConvert, TrialIdIncludesTheStageOfNonScreenTrials) {
+  // The screen formula on a final trial is a forged id.
+  v1::Trial t = GoodFinalTrial();
+  t.set_trial_id(TrialId(7, t.problem_key(), t.config_key(), 1));
+  absl::Status refused = TrialFromProto(t).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find(TrialId(7, t.problem_key(), t.config_key(), 1, TrialStage::kFinal)),
+            std::string::npos)
+      << refused;
+  // An empty id is derived with the stage, so a screen and an audit trial never collide.
+  t.clear_trial_id();
+  t.set_stage(v1::TRIAL_STAGE_AUDIT);
+  auto audit = TrialFromProto(t);
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  EXPECT_EQ(audit->trial_id, TrialId(7, t.problem_key(), t.config_key(), 1, TrialStage::kAudit));
+  t.set_stage(v1::TRIAL_STAGE_SCREEN);
+  auto screen = TrialFromProto(t);
+  ASSERT_TRUE(screen.ok()) << screen.status();
+  EXPECT_NE(screen->trial_id, audit->trial_id);
+}
+
+TEST(ServiceConvert, TrialWithoutStageFieldsReadsAsScreen) {
+  // What a worker built before stages existed sends.
+  auto t = TrialFromProto(GoodTrial());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->stage, TrialStage::kScreen);
+  EXPECT_TRUE(t->blocks.empty());
+  EXPECT_EQ(t->wall_seconds, 0.0);
+}
+
+TEST(ServiceConvert, TrialRejectsBadStageBlocksAndWallSeconds) {
+  auto with = [](auto edit) {
+    v1::Trial t = GoodFinalTrial();
+    edit(t);
+    return TrialFromProto(t).status().code();
+  };
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_stage(static_cast<v1::TrialStage>(7)); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_wall_seconds(-1); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_wall_seconds(std::nan("")); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.set_wall_seconds(std::numeric_limits<double>::infinity()); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.mutable_blocks(0)->set_median_us(std::nan("")); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.mutable_blocks(0)->set_median_us(-2); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.mutable_blocks(1)->set_samples(-1); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.mutable_blocks(1)->mutable_before()->set_sm_clock_mhz(-5); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) { t.mutable_blocks(2)->mutable_after()->set_power_mw(-1); }), kInvalid);
+  EXPECT_EQ(with([](v1::Trial& t) {
+              for (int i = 0; i < kMaxBlocksPerTrial; ++i) t.add_blocks();
+            }),
+            kInvalid);
+  EXPECT_EQ(with([](v1::Trial&) {}), absl::StatusCode::kOk);
+}
+
+v1::AuditSummary GoodAudit() {
+  v1::AuditSummary a;
+  a.set_run_id(7);
+  a.set_device_class("cpu/Test-CPU/x86_64-avx2");
+  a.set_problem_key("prefill/b1/hq12/hkv12/q128/k128/d64/causal0/fp32");
+  a.set_recorded_config_key("fused/bm64/bs32/t4/fp32/st1");
+  a.set_best_config_key("fused/bm32/bs32/t4/fp32/st1");
+  a.set_recorded_us(11.5);
+  a.set_best_us(11.0);
+  a.set_regret(0.045);
+  a.set_regret_low(0.01);
+  a.set_regret_high(0.08);
+  a.set_rounds(15);
+  a.set_configs_measured(40);
+  a.set_configs_failed(2);
+  a.set_commit("abc123");
+  a.set_created_unix_ms(1700000000000);
+  return a;
+}
+
+TEST(ServiceConvert, AuditSummaryRoundTrip) {
+  auto a = AuditSummaryFromProto(GoodAudit());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->problem_key, GoodAudit().problem_key());
+  EXPECT_EQ(a->regret_high, 0.08);
+  EXPECT_EQ(a->configs_failed, 2);
+  v1::AuditSummary back;
+  AuditSummaryToProto(*a, &back);
+  EXPECT_EQ(back.SerializeAsString(), GoodAudit().SerializeAsString());
+}
+
+TEST(ServiceConvert, AuditSummaryRejectsMalformedFields) {
+  auto with = [](auto edit) {
+    v1::AuditSummary a = GoodAudit();
+    edit(a);
+    return AuditSummaryFromProto(a).status().code();
+  };
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.clear_problem_key(); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_recorded_config_key("fused/garbage"); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.clear_best_config_key(); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_device_class("tpu/x/y"); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_best_us(std::nan("")); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_recorded_us(-1); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_regret(std::numeric_limits<double>::infinity()); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_regret(0.5); }), kInvalid);       // above regret_high
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_regret_low(-1.5); }), kInvalid);  // a ratio below 0
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_rounds(0); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_configs_measured(0); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_configs_failed(-1); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_run_id(-3); }), kInvalid);
+  // The server fills these from the job.
+  EXPECT_EQ(with([](v1::AuditSummary& a) {
+              a.clear_device_class();
+              a.clear_run_id();
+              a.clear_commit();
+            }),
+            absl::StatusCode::kOk);
+}
+
+TEST(ServiceConvert, JobKindNamesRoundTrip) {
+  for (v1::JobKind kind : {v1::JOB_KIND_TUNE, v1::JOB_KIND_AUDIT}) {
+    auto back = ParseJobKind(JobKindName(kind));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, kind);
+  }
+  EXPECT_EQ(JobKindName(v1::JOB_KIND_AUDIT), "audit");
+  EXPECT_EQ(ParseJobKind("Audit").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobKind("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ServiceConvert, DeviceClassShape) {
   EXPECT_TRUE(ValidateDeviceClass("cuda/NVIDIA-H200/sm90").ok());
   EXPECT_TRUE(ValidateDeviceClass("cpu/AMD-EPYC-7B13/x86_64-avx2").ok());

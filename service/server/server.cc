@@ -122,6 +122,23 @@ void AnswerToProto(const BestConfigAnswer& a, v1::GetBestConfigResponse* out) {
   out->set_max_rel_error(a.source.max_rel_error);
 }
 
+// The job's spec: the SubmitTuningJobRequest it was queued from, stored as JSON.
+absl::StatusOr<v1::SubmitTuningJobRequest> JobSpec(const Job& job) {
+  v1::SubmitTuningJobRequest spec;
+  if (auto s = google::protobuf::util::JsonStringToMessage(job.spec_json, &spec); !s.ok()) {
+    return absl::InternalError(Cat("job ", job.job_id, ": stored spec is unreadable"));
+  }
+  return spec;
+}
+
+// Tune or audit, as submitted (the kind lives in the spec: a job stored before kinds
+// existed has none there and is a tune job). An unreadable spec reads as tune here; such a
+// job fails at its lease.
+v1::JobKind JobKindOf(const Job& job) {
+  auto spec = JobSpec(job);
+  return spec.ok() ? spec->kind() : v1::JOB_KIND_TUNE;
+}
+
 void JobToProto(const Job& job, v1::Job* out) {
   out->set_job_id(job.job_id);
   out->set_state(std::string(JobStateName(job.state)));
@@ -135,6 +152,7 @@ void JobToProto(const Job& job, v1::Job* out) {
   out->set_error(job.error);
   out->set_created_unix_ms(job.created_unix_ms);
   out->set_finished_unix_ms(job.finished_unix_ms);
+  out->set_kind(JobKindOf(job));
 }
 
 void RegressionToProto(const Regression& r, v1::Regression* out) {
@@ -275,6 +293,7 @@ class Server::Impl {
   grpc::Status ListTrials(const v1::ListTrialsRequest& req, v1::ListTrialsResponse* resp);
   grpc::Status ListRegressions(const v1::ListRegressionsRequest& req, v1::ListRegressionsResponse* resp);
   grpc::Status ListWorkers(const v1::ListWorkersRequest& req, v1::ListWorkersResponse* resp);
+  grpc::Status ListAudits(const v1::ListAuditsRequest& req, v1::ListAuditsResponse* resp);
 
   // ---- WorkerService
   grpc::Status RegisterWorker(const v1::RegisterWorkerRequest& req, v1::RegisterWorkerResponse* resp);
@@ -286,6 +305,8 @@ class Server::Impl {
   grpc::Status ReportTrials(grpc::ServerContext* ctx, grpc::ServerReader<v1::Trial>* reader,
                             v1::ReportTrialsResponse* resp);
   grpc::Status CompleteJob(const v1::CompleteJobRequest& req);
+  grpc::Status ReportAudit(grpc::ServerContextBase* ctx, const v1::ReportAuditRequest& req,
+                           v1::ReportAuditResponse* resp);
   grpc::Status ReleaseJob(const v1::ReleaseJobRequest& req);
 
  private:
@@ -435,6 +456,13 @@ class TuningServiceImpl final : public v1::TuningService::Service {
       return impl_->ListWorkers(*req, resp);
     });
   }
+  grpc::Status ListAudits(grpc::ServerContext* ctx, const v1::ListAuditsRequest* req,
+                          v1::ListAuditsResponse* resp) override {
+    return impl_->Handle("ListAudits", [&] {
+      if (auto s = impl_->AuthenticateRead(ctx); !s.ok()) return s;
+      return impl_->ListAudits(*req, resp);
+    });
+  }
 
  private:
   Server::Impl* impl_;
@@ -475,6 +503,13 @@ class WorkerServiceImpl final : public v1::WorkerService::WithCallbackMethod_Lea
     return impl_->Handle("CompleteJob", [&] {
       if (auto s = impl_->Authenticate(ctx); !s.ok()) return s;
       return impl_->CompleteJob(*req);
+    });
+  }
+  grpc::Status ReportAudit(grpc::ServerContext* ctx, const v1::ReportAuditRequest* req,
+                           v1::ReportAuditResponse* resp) override {
+    return impl_->Handle("ReportAudit", [&] {
+      if (auto s = impl_->Authenticate(ctx); !s.ok()) return s;
+      return impl_->ReportAudit(ctx, *req, resp);
     });
   }
   grpc::Status ReleaseJob(grpc::ServerContext* ctx, const v1::ReleaseJobRequest* req,
@@ -652,6 +687,9 @@ grpc::Status Server::Impl::SubmitTuningJob(const v1::SubmitTuningJobRequest& req
   for (const auto& v : req.variants()) {
     if (!ParseVariant(v).ok()) return Invalid(Cat("variants: unknown variant '", v.substr(0, 64), "'"));
   }
+  if (req.kind() != v1::JOB_KIND_TUNE && req.kind() != v1::JOB_KIND_AUDIT) {
+    return Invalid(Cat("kind: unknown job kind ", static_cast<int>(req.kind())));
+  }
   if (req.precisions_size() > 4) return Invalid("precisions: at most 4");
   for (const auto& p : req.precisions()) {
     if (!ParsePrecision(p).ok()) return Invalid(Cat("precisions: unknown precision '", p.substr(0, 64), "'"));
@@ -802,6 +840,18 @@ grpc::Status Server::Impl::ListWorkers(const v1::ListWorkersRequest& req, v1::Li
   }
   resp->set_now_unix_ms(now);
   resp->set_alive_window_ms(options_.worker_alive_ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status Server::Impl::ListAudits(const v1::ListAuditsRequest& req, v1::ListAuditsResponse* resp) {
+  if (!req.device_class().empty()) {
+    if (auto s = ValidateDeviceClass(req.device_class()); !s.ok()) return ToGrpcStatus(s);
+  }
+  if (auto s = CheckText(req.problem_key(), kMaxKeyLength, "problem_key"); !s.ok()) return s;
+  if (req.limit() < 0 || req.limit() > 1000) return Invalid("limit: must be in [1, 1000] (0 = 100)");
+  auto audits = store_->ListAudits(req.device_class(), req.problem_key(), req.limit() == 0 ? 100 : req.limit());
+  if (!audits.ok()) return ToGrpcStatus(audits.status());
+  for (const AuditSummary& a : *audits) AuditSummaryToProto(a, resp->add_audits());
   return grpc::Status::OK;
 }
 
@@ -1029,12 +1079,28 @@ grpc::Status Server::Impl::LeaseJob(LeaseCall& call, const v1::LeaseJobRequest& 
 }
 
 grpc::Status Server::Impl::FillLease(Job job, const WorkerRecord& worker, v1::LeaseJobResponse* resp) {
-  v1::SubmitTuningJobRequest spec;
-  google::protobuf::util::JsonParseOptions parse;
-  if (auto s = google::protobuf::util::JsonStringToMessage(job.spec_json, &spec, parse); !s.ok()) {
+  auto spec = JobSpec(job);
+  if (!spec.ok()) {
     // A spec that cannot be read will never run: fail the job rather than lease it forever.
     (void)store_->CompleteJob(job.job_id, worker.worker_id, false, "stored job spec is unreadable", NowUnixMs());
-    return grpc::Status(grpc::StatusCode::INTERNAL, Cat("job ", job.job_id, ": stored spec is unreadable"));
+    return ToGrpcStatus(spec.status());
+  }
+  // An audit re-measures the best config recorded now: looked up at each lease, so a job
+  // resumed after a lapse audits what the store holds then.
+  std::vector<std::string> recorded_keys;
+  if (spec->kind() == v1::JOB_KIND_AUDIT) {
+    for (const std::string& key : job.problem_keys) {
+      auto best = store_->GetBestConfig(job.device_class, key);
+      if (best.ok()) {
+        recorded_keys.push_back(best->config_key);
+      } else if (absl::IsNotFound(best.status())) {
+        recorded_keys.emplace_back();
+      } else {
+        (void)store_->ReleaseJob(job.job_id, worker.worker_id);
+        NotifyQueue();
+        return ToGrpcStatus(best.status());
+      }
+    }
   }
   if (job.run_id == 0) {
     RunInfo run;
@@ -1064,11 +1130,12 @@ grpc::Status Server::Impl::FillLease(Job job, const WorkerRecord& worker, v1::Le
   (void)store_->TouchWorker(worker.worker_id, NowUnixMs());
   resp->set_leased(true);
   JobToProto(job, resp->mutable_job());
-  *resp->mutable_problems() = spec.problems();
-  resp->set_max_trials(spec.max_trials());
-  resp->set_max_seconds(spec.max_seconds());
-  *resp->mutable_variants() = spec.variants();
-  *resp->mutable_precisions() = spec.precisions();
+  *resp->mutable_problems() = spec->problems();
+  resp->set_max_trials(spec->max_trials());
+  resp->set_max_seconds(spec->max_seconds());
+  *resp->mutable_variants() = spec->variants();
+  *resp->mutable_precisions() = spec->precisions();
+  for (std::string& key : recorded_keys) resp->add_recorded_config_keys(std::move(key));
   RefreshGauges();
   return grpc::Status::OK;
 }
@@ -1234,7 +1301,8 @@ grpc::Status Server::Impl::CompleteJob(const v1::CompleteJobRequest& req) {
   if (job->state == JobState::kLeased && job->leased_by == req.worker_id()) {
     // Best configs first: if this server dies in between, the job is still leased and the
     // worker's retry recomputes them; never a "done" job without its best configs.
-    if (req.success() && job->run_id > 0) {
+    // An audit measures the recorded best configs; it does not replace them.
+    if (req.success() && job->run_id > 0 && JobKindOf(*job) == v1::JOB_KIND_TUNE) {
       if (auto s = ComputeBestConfigs(*job); !s.ok()) return ToGrpcStatus(s);
     }
     if (job->run_id > 0) (void)store_->FinishRun(job->run_id);
@@ -1246,6 +1314,55 @@ grpc::Status Server::Impl::CompleteJob(const v1::CompleteJobRequest& req) {
   }
   RefreshIndex();
   RefreshGauges();
+  return grpc::Status::OK;
+}
+
+grpc::Status Server::Impl::ReportAudit(grpc::ServerContextBase* ctx, const v1::ReportAuditRequest& req,
+                                       v1::ReportAuditResponse* resp) {
+  if (auto s = ValidateId(req.worker_id(), "worker_id"); !s.ok()) return ToGrpcStatus(s);
+  if (req.job_id() <= 0) return Invalid("job_id: must be > 0");
+  if (!req.has_audit()) return Invalid("audit: required");
+  auto audit = AuditSummaryFromProto(req.audit());
+  if (!audit.ok()) return ToGrpcStatus(audit.status());
+  if (!FindWorker(req.worker_id())) return WorkerNotRegistered(ctx, req.worker_id());
+  auto job = store_->GetJob(req.job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  if (JobKindOf(*job) != v1::JOB_KIND_AUDIT) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, Cat("job ", job->job_id, " is not an audit job"));
+  }
+  if (job->state != JobState::kLeased || job->leased_by != req.worker_id()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        Cat("job ", job->job_id, " is not leased by worker '", req.worker_id(), "'"));
+  }
+  // The job decides where the audit belongs; a summary naming anything else is a client bug.
+  if (audit->run_id != 0 && audit->run_id != job->run_id) {
+    return Invalid(Cat("audit.run_id: ", audit->run_id, " is not job ", job->job_id, "'s run ", job->run_id));
+  }
+  if (!audit->device_class.empty() && audit->device_class != job->device_class) {
+    return Invalid(Cat("audit.device_class: '", audit->device_class, "' is not the job's '", job->device_class, "'"));
+  }
+  if (!audit->commit.empty() && audit->commit != job->commit) {
+    return Invalid(Cat("audit.commit: '", audit->commit, "' is not the job's '", job->commit, "'"));
+  }
+  if (std::find(job->problem_keys.begin(), job->problem_keys.end(), audit->problem_key) == job->problem_keys.end()) {
+    return Invalid(Cat("audit.problem_key: '", audit->problem_key, "' is not a problem of job ", job->job_id));
+  }
+  audit->run_id = job->run_id;
+  audit->device_class = job->device_class;
+  audit->commit = job->commit;
+  if (audit->created_unix_ms == 0) audit->created_unix_ms = NowUnixMs();
+  // A retried report (its reply lost) must not store a second audit of the same measurement.
+  auto existing = store_->ListAudits(audit->device_class, audit->problem_key, 100000);
+  if (!existing.ok()) return ToGrpcStatus(existing.status());
+  for (const AuditSummary& a : *existing) {
+    if (a.run_id == audit->run_id) {
+      resp->set_audit_id(a.audit_id);
+      return grpc::Status::OK;
+    }
+  }
+  auto id = store_->RecordAudit(*audit);
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  resp->set_audit_id(*id);
   return grpc::Status::OK;
 }
 

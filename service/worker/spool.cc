@@ -127,9 +127,31 @@ absl::Status SyncDirectoryOf(const std::string& path) {
   return absl::OkStatus();
 }
 
+nlohmann::json DeviceStateToJson(const DeviceState& d) {
+  return {{"known", d.known}, {"sm_clock_mhz", d.sm_clock_mhz}, {"power_mw", d.power_mw},
+          {"throttle_reasons", d.throttle_reasons}};
+}
+
+DeviceState DeviceStateFromJson(const nlohmann::json& j) {
+  DeviceState d;
+  d.known = j.at("known").get<bool>();
+  d.sm_clock_mhz = j.at("sm_clock_mhz").get<int>();
+  d.power_mw = j.at("power_mw").get<int>();
+  d.throttle_reasons = j.at("throttle_reasons").get<uint64_t>();
+  return d;
+}
+
 }  // namespace
 
 std::string TrialToJson(const Trial& t) {
+  nlohmann::json blocks = nlohmann::json::array();
+  for (const SampleBlock& b : t.blocks) {
+    blocks.push_back({{"samples", b.samples},
+                      {"median_us", b.median_us},
+                      {"before", DeviceStateToJson(b.before)},
+                      {"after", DeviceStateToJson(b.after)},
+                      {"unsteady", b.unsteady}});
+  }
   nlohmann::json j = {
       {"trial_id", t.trial_id},
       {"run_id", t.run_id},
@@ -148,6 +170,9 @@ std::string TrialToJson(const Trial& t) {
       {"sm_clock_mhz", t.sm_clock_mhz},
       {"flops", t.flops},
       {"created_unix_ms", t.created_unix_ms},
+      {"stage", std::string(TrialStageName(t.stage))},
+      {"blocks", std::move(blocks)},
+      {"wall_seconds", t.wall_seconds},
   };
   // Invalid UTF-8 in a message (from a driver, say) must not make the trial unwritable.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -176,6 +201,25 @@ absl::StatusOr<Trial> TrialFromJson(std::string_view json) {
     t.sm_clock_mhz = j.at("sm_clock_mhz").get<int>();
     t.flops = j.at("flops").get<double>();
     t.created_unix_ms = j.at("created_unix_ms").get<int64_t>();
+    // Spools written before stages, blocks and wall time were kept have none of these keys:
+    // such a trial is a screen trial without blocks whose wall time was not measured.
+    if (auto it = j.find("stage"); it != j.end()) {
+      absl::StatusOr<TrialStage> stage = ParseTrialStage(it->get<std::string>());
+      if (!stage.ok()) return stage.status();
+      t.stage = *stage;
+    }
+    if (auto it = j.find("blocks"); it != j.end()) {
+      for (const nlohmann::json& b : *it) {
+        SampleBlock block;
+        block.samples = b.at("samples").get<int>();
+        block.median_us = b.at("median_us").get<double>();
+        block.before = DeviceStateFromJson(b.at("before"));
+        block.after = DeviceStateFromJson(b.at("after"));
+        block.unsteady = b.at("unsteady").get<bool>();
+        t.blocks.push_back(block);
+      }
+    }
+    if (auto it = j.find("wall_seconds"); it != j.end()) t.wall_seconds = it->get<double>();
     if (t.trial_id.empty()) return absl::InvalidArgumentError("trial without trial_id");
     return t;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 namespace fusetune {
 namespace {
@@ -69,6 +70,101 @@ TEST_F(SpoolTest, PendingTrialsSurviveReopenWithEveryFieldIntact) {
   EXPECT_EQ(got.checked_elements, want.checked_elements);
   EXPECT_EQ(got.created_unix_ms, want.created_unix_ms);
   EXPECT_EQ(pending[0].outcome, TrialOutcome::kUnsupported);
+}
+
+Trial MakeFinalTrial(int64_t run) {
+  Trial t = MakeTrial(run, 1);
+  t.stage = TrialStage::kFinal;
+  t.attempt = 1;
+  t.trial_id = TrialId(run, t.problem_key, t.config_key, 1, TrialStage::kFinal);
+  for (int i = 0; i < 2; ++i) {
+    SampleBlock b;
+    b.samples = 20 + i;
+    b.median_us = 2.0 + 1.0 / 3.0 + i;
+    b.before = {.known = true, .sm_clock_mhz = 1980, .power_mw = 640123, .throttle_reasons = 0};
+    b.after = {.known = true, .sm_clock_mhz = 1755, .power_mw = 690001, .throttle_reasons = uint64_t{1} << 40};
+    b.unsteady = i == 1;
+    t.blocks.push_back(b);
+  }
+  t.wall_seconds = 0.1 + 1.0 / 7.0;
+  return t;
+}
+
+TEST_F(SpoolTest, StageBlocksAndWallSecondsSurviveReopen) {
+  const Trial want = MakeFinalTrial(5);
+  {
+    auto spool = TrialSpool::Open(path_);
+    ASSERT_TRUE(spool.ok()) << spool.status();
+    ASSERT_TRUE((*spool)->RecordTrial(want).ok());
+  }
+  auto spool = TrialSpool::Open(path_);
+  ASSERT_TRUE(spool.ok()) << spool.status();
+  std::vector<Trial> pending = (*spool)->Pending(100);
+  ASSERT_EQ(pending.size(), 1u);
+  const Trial& got = pending[0];
+  EXPECT_EQ(got.trial_id, want.trial_id);
+  EXPECT_EQ(got.stage, TrialStage::kFinal);
+  EXPECT_EQ(got.wall_seconds, want.wall_seconds);  // exact double
+  ASSERT_EQ(got.blocks.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(got.blocks[i].samples, want.blocks[i].samples);
+    EXPECT_EQ(got.blocks[i].median_us, want.blocks[i].median_us);
+    EXPECT_EQ(got.blocks[i].before.known, true);
+    EXPECT_EQ(got.blocks[i].before.sm_clock_mhz, 1980);
+    EXPECT_EQ(got.blocks[i].before.power_mw, 640123);
+    EXPECT_EQ(got.blocks[i].after.sm_clock_mhz, 1755);
+    EXPECT_EQ(got.blocks[i].after.throttle_reasons, uint64_t{1} << 40);
+    EXPECT_EQ(got.blocks[i].unsteady, want.blocks[i].unsteady);
+  }
+}
+
+// A trial record exactly as spools wrote it before stages, blocks and wall time existed.
+constexpr char kOldTrialJson[] =
+    R"({"attempt":0,"checked_elements":8192,"config_key":"fused/bm16/bs32/t1/fp32/st1",)"
+    R"("created_unix_ms":1764400000001,"flops":1234000000.0,"max_abs_error":1e-07,)"
+    R"("max_rel_error":2.5e-06,"median_us":2.25,"message":"","outcome":"ok","p10_us":0.3333333333333333,)"
+    R"("p90_us":3.5,"problem_key":"prefill/b1/hq2/hkv2/q64/k64/d64/causal0/fp32","run_id":5,)"
+    R"("samples_us":[2.5,2.25,0.42857142857142855],"sm_clock_mhz":1980,)"
+    R"("trial_id":"0123456789abcdef0123456789abcdef"})";
+
+TEST(SpoolJson, TrialWrittenBeforeStagesReadsAsScreenWithoutBlocks) {
+  absl::StatusOr<Trial> t = TrialFromJson(kOldTrialJson);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->stage, TrialStage::kScreen);
+  EXPECT_TRUE(t->blocks.empty());
+  EXPECT_EQ(t->wall_seconds, 0.0);
+  EXPECT_EQ(t->median_us, 2.25);
+  EXPECT_EQ(t->samples_us.size(), 3u);
+}
+
+TEST_F(SpoolTest, SpoolFileWrittenBeforeStagesStillReplays) {
+  // One trial record in the spool's framing: u32 length, u32 CRC-32 of type byte + payload,
+  // u8 type (1 = trial), payload; little-endian.
+  const std::string payload = kOldTrialJson;
+  const unsigned char type = 1;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, &type, 1);
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size()));
+  std::string record;
+  for (uint32_t v : {static_cast<uint32_t>(payload.size()), static_cast<uint32_t>(crc)}) {
+    for (int i = 0; i < 4; ++i) record.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  }
+  record.push_back(static_cast<char>(type));
+  record += payload;
+  {
+    FILE* f = std::fopen(path_.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(record.data(), 1, record.size(), f), record.size());
+    std::fclose(f);
+  }
+  auto spool = TrialSpool::Open(path_);
+  ASSERT_TRUE(spool.ok()) << spool.status();
+  std::vector<Trial> pending = (*spool)->Pending(100);
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].trial_id, "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(pending[0].stage, TrialStage::kScreen);
+  EXPECT_TRUE(pending[0].blocks.empty());
+  EXPECT_EQ(pending[0].wall_seconds, 0.0);
 }
 
 TEST_F(SpoolTest, AcknowledgedTrialsAreNoLongerPendingAfterReopen) {
@@ -190,6 +286,13 @@ TEST(SpoolJson, RejectsMalformedPayloads) {
   EXPECT_FALSE(TrialFromJson("{").ok());
   EXPECT_FALSE(TrialFromJson("{\"trial_id\": 3}").ok());
   EXPECT_FALSE(TrialFromJson("[]").ok());
+  // Present but malformed new keys are corruption, not an old record.
+  std::string bad_stage = kOldTrialJson;
+  bad_stage.insert(1, R"("stage":"warmup",)");
+  EXPECT_FALSE(TrialFromJson(bad_stage).ok());
+  std::string bad_block = kOldTrialJson;
+  bad_block.insert(1, R"("blocks":[{"samples":3}],)");
+  EXPECT_FALSE(TrialFromJson(bad_block).ok());
 }
 
 }  // namespace

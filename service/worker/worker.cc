@@ -16,12 +16,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/service/connection.h"
 #include "fusetune/service/convert.h"
+#include "fusetune/tuner/audit.h"
 #include "fusetune/tuner/sweep.h"
 #include "fusetune/worker/spool.h"
 #include "grpcpp/grpcpp.h"
@@ -51,6 +53,16 @@ Trial SanitizeForUpload(Trial t) {
   }
   for (double* e : {&t.max_abs_error, &t.max_rel_error}) {
     if (std::isnan(*e) || *e < 0) *e = std::numeric_limits<double>::infinity();
+  }
+  if (!std::isfinite(t.wall_seconds) || t.wall_seconds < 0) t.wall_seconds = 0;
+  if (t.blocks.size() > static_cast<size_t>(kMaxBlocksPerTrial)) t.blocks.resize(kMaxBlocksPerTrial);
+  for (SampleBlock& b : t.blocks) {
+    b.samples = std::clamp(b.samples, 0, kMaxSamplesPerBlock);
+    if (!std::isfinite(b.median_us) || b.median_us < 0) b.median_us = 0;
+    for (DeviceState* d : {&b.before, &b.after}) {
+      d->sm_clock_mhz = std::max(0, d->sm_clock_mhz);
+      d->power_mw = std::max(0, d->power_mw);
+    }
   }
   return t;
 }
@@ -141,6 +153,7 @@ class Worker::DeviceRunner {
         backend_(std::move(backend)),
         spool_(std::move(spool)),
         thread_cap_(thread_cap) {
+    watchdog_limit_ms_.store(absl::ToInt64Milliseconds(shared_.options.trial_timeout));
     info_ = backend_->Describe();
     info_.device_index = slot;  // CPU slots share index 0; report the slot we drive
     device_class_ = info_.DeviceClass();
@@ -343,6 +356,12 @@ class Worker::DeviceRunner {
       Complete(job_id, false, options.ok() ? "job without problems" : std::string(options.status().message()));
       return finish(true);
     }
+    if (lease.job().kind() == v1::JOB_KIND_AUDIT) return finish(RunAuditJob(lease, problems, *options));
+    if (lease.job().kind() != v1::JOB_KIND_TUNE) {
+      Complete(job_id, false, absl::StrCat("unknown job kind ", static_cast<int>(lease.job().kind()),
+                                           " (this worker runs tune and audit jobs)"));
+      return finish(true);
+    }
 
     // Resume: what the server already stored for this run, plus what our spool holds.
     absl::StatusOr<std::vector<Trial>> known = KnownTrials(run_id);
@@ -483,6 +502,228 @@ class Worker::DeviceRunner {
     }
     Complete(job_id, true, "");
     return finish(true);
+  }
+
+  // An audit job: for each problem, its recorded best config (from the lease) re-measured
+  // against the problem's space with RunAudit; the audit's trials go through the spool and
+  // the uploader like a sweep's, then its summary goes to ReportAudit. A problem that cannot
+  // be audited (nothing recorded, or the recorded config does not verify here) is named in
+  // the job's error and the others still run; the job fails when any problem did. True when
+  // the job was completed, false when it was released or lost.
+  bool RunAuditJob(const v1::LeaseJobResponse& lease, const std::vector<AttentionProblem>& problems,
+                   const SweepOptions& sweep) {
+    const int64_t job_id = lease.job().job_id();
+    const int64_t run_id = lease.job().run_id();
+    if (lease.recorded_config_keys_size() != static_cast<int>(problems.size())) {
+      Complete(job_id, false, absl::StrCat("audit lease carries ", lease.recorded_config_keys_size(),
+                                           " recorded configs for ", problems.size(), " problems"));
+      return true;
+    }
+    AuditOptions audit;
+    audit.space = sweep.space;
+    audit.runner = sweep.runner;
+    audit.seed = shared_.options.search_seed;
+
+    // Cancels the audit between measurements when the worker stops.
+    std::atomic<bool>& cancel = cancel_;
+    std::atomic<bool> audits_done{false};
+    std::thread stop_watch([&] {
+      while (!cancel.load() && !audits_done.load()) {
+        if (shared_.stopping()) cancel.store(true);
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    });
+    struct JoinAtExit {
+      std::atomic<bool>& done;
+      std::thread& thread;
+      ~JoinAtExit() {
+        done.store(true);
+        thread.join();
+      }
+    } join_at_exit{audits_done, stop_watch};
+
+    std::vector<std::string> failures;
+    int audited = 0;
+    bool stopped = false;
+    for (size_t i = 0; i < problems.size() && !cancel_.load(); ++i) {
+      const AttentionProblem& problem = problems[i];
+      const std::string key = problem.Key();
+      const std::string& recorded_key = lease.recorded_config_keys(static_cast<int>(i));
+      if (recorded_key.empty()) {
+        failures.push_back(absl::StrCat(key, ": no best config recorded on ", lease.job().device_class(),
+                                        " (tune it first)"));
+        Log(absl::StrCat("job ", job_id, " ", failures.back()));
+        continue;
+      }
+      absl::StatusOr<KernelConfig> recorded = KernelConfig::FromKey(recorded_key);
+      if (!recorded.ok()) {
+        failures.push_back(absl::StrCat(key, ": recorded config '", recorded_key, "': ", recorded.status().message()));
+        continue;
+      }
+      if (AlreadyAudited(run_id, lease.job().device_class(), key)) {  // a resumed job
+        ++audited;
+        continue;
+      }
+      // The watchdog allows the whole audit: every candidate once, then the rounds.
+      const int64_t measurements =
+          std::max<int64_t>(1, static_cast<int64_t>(backend_->CandidateConfigs(problem).size())) +
+          int64_t{audit.rounds} * (audit.max_contenders + 1);
+      watchdog_limit_ms_.store(measurements * absl::ToInt64Milliseconds(shared_.options.trial_timeout));
+      last_trial_ms_.store(NowMs());
+      audit_running_.store(true);
+      sweep_running_.store(true);
+      const absl::Time t0 = absl::Now();
+      absl::StatusOr<AuditResult> result = RunAudit(*backend_, problem, *recorded, audit, run_id, &cancel_);
+      sweep_running_.store(false);
+      audit_running_.store(false);
+      last_trial_ms_.store(NowMs());
+      watchdog_limit_ms_.store(absl::ToInt64Milliseconds(shared_.options.trial_timeout));
+
+      if (hung_.load()) {
+        Log(absl::StrCat("job ", job_id, ": audit returned after the watchdog gave the job up"));
+        MarkDeviceFailed();
+        return false;
+      }
+      if (lease_lost_.load()) {
+        Log(absl::StrCat("job ", job_id, ": lease taken back by the server; dropping it"));
+        shared_.jobs_lost.fetch_add(1);
+        return false;
+      }
+      if (absl::IsCancelled(result.status())) {  // stopping: released below
+        stopped = true;
+        break;
+      }
+      if (absl::IsFailedPrecondition(result.status()) || absl::IsInvalidArgument(result.status())) {
+        failures.push_back(absl::StrCat(key, ": ", result.status().message()));
+        Log(absl::StrCat("job ", job_id, " cannot audit ", failures.back()));
+        continue;
+      }
+      absl::Status spooled = result.status();
+      if (result.ok()) {
+        for (const Trial& t : result->trials) {
+          spooled = spool_->RecordTrial(SanitizeForUpload(t));
+          if (!spooled.ok()) break;
+          shared_.trials_recorded.fetch_add(1);
+        }
+        upload_cv_.notify_all();
+      }
+      if (!spooled.ok()) {
+        shared_.device_failures.fetch_add(1);
+        Log(absl::StrCat("job ", job_id, ": audit of ", key, " failed: ", StatusText(spooled),
+                         "; releasing and resting the device"));
+        WaitUploaded(run_id, shared_.options.shutdown_upload_timeout);
+        Release(job_id, "device failure");
+        MarkDeviceFailed();
+        return false;
+      }
+      AuditSummary summary = result->summary;
+      summary.run_id = run_id;
+      summary.device_class = lease.job().device_class();
+      summary.problem_key = key;
+      summary.recorded_config_key = recorded_key;
+      summary.commit = lease.job().commit();
+      Log(absl::StrCat("job ", job_id, " audited ", key, " in ",
+                       absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Milliseconds(1))), ": recorded ",
+                       recorded_key, " ", summary.recorded_us, " us, best ", summary.best_config_key, " ",
+                       summary.best_us, " us, regret ", 100 * summary.regret, "% [", 100 * summary.regret_low, ", ",
+                       100 * summary.regret_high, "]"));
+      // The summary refers to its trials: they go first.
+      if (!WaitUploaded(run_id, absl::InfiniteDuration())) {
+        if (lease_lost_.load()) {
+          shared_.jobs_lost.fetch_add(1);
+          Log(absl::StrCat("job ", job_id, ": lease lost while uploading"));
+          return false;
+        }
+        if (!WaitUploaded(run_id, shared_.options.shutdown_upload_timeout)) {
+          Release(job_id, "worker shutting down before its trials were uploaded");
+          return false;
+        }
+      }
+      absl::Status reported = ReportAudit(job_id, summary);
+      if (reported.ok()) {
+        ++audited;
+      } else if (absl::IsInvalidArgument(reported)) {
+        failures.push_back(absl::StrCat(key, ": audit refused by the server: ", reported.message()));
+      } else if (absl::IsFailedPrecondition(reported) || absl::IsNotFound(reported)) {
+        shared_.jobs_lost.fetch_add(1);
+        Log(absl::StrCat("job ", job_id, ": audit report refused (", StatusText(reported), "); dropping the job"));
+        return false;
+      } else {  // transport trouble until shutdown: another holder audits the rest
+        WaitUploaded(run_id, shared_.options.shutdown_upload_timeout);
+        Release(job_id, absl::StrCat("audit report failed: ", reported.message()));
+        return false;
+      }
+    }
+    if (stopped || cancel_.load()) {
+      if (lease_lost_.load()) {
+        shared_.jobs_lost.fetch_add(1);
+        Log(absl::StrCat("job ", job_id, ": lease taken back by the server; dropping it"));
+        return false;
+      }
+      WaitUploaded(run_id, shared_.options.shutdown_upload_timeout);
+      Release(job_id, "worker shutting down");
+      return false;
+    }
+    Log(absl::StrCat("job ", job_id, ": ", audited, " of ", problems.size(), " problems audited"));
+    if (failures.empty()) {
+      Complete(job_id, true, "");
+    } else {
+      Complete(job_id, false,
+               absl::StrCat(failures.size(), " of ", problems.size(), " problems not audited: ",
+                            absl::StrJoin(failures, "; ")));
+    }
+    return true;
+  }
+
+  // True when the server already holds this run's audit of `problem_key` (the job was
+  // resumed after another holder's lease lapsed). False when not, or when it cannot tell:
+  // the audit is then measured again, and ReportAudit answers the stored one.
+  bool AlreadyAudited(int64_t run_id, const std::string& device_class, const std::string& problem_key) {
+    v1::ListAuditsRequest req;
+    req.set_device_class(device_class);
+    req.set_problem_key(problem_key);
+    req.set_limit(1000);
+    v1::ListAuditsResponse resp;
+    grpc::ClientContext ctx;
+    shared_.Prepare(ctx, absl::Seconds(30));
+    grpc::Status st = shared_.tuning_stub->ListAudits(&ctx, req, &resp);
+    shared_.Done(ctx);
+    if (!st.ok()) return false;
+    for (const v1::AuditSummary& a : resp.audits()) {
+      if (a.run_id() == run_id) return true;
+    }
+    return false;
+  }
+
+  // ReportAudit, retried (backoff) while the service is unreachable; the server's answer
+  // otherwise. Gives up after a few tries once the worker is stopping.
+  absl::Status ReportAudit(int64_t job_id, const AuditSummary& summary) {
+    Backoff backoff(shared_.options.backoff);
+    while (true) {
+      v1::ReportAuditRequest req;
+      req.set_worker_id(worker_id_);
+      req.set_job_id(job_id);
+      AuditSummaryToProto(summary, req.mutable_audit());
+      v1::ReportAuditResponse resp;
+      grpc::ClientContext ctx;
+      shared_.Prepare(ctx, absl::Seconds(30));
+      grpc::Status st = shared_.worker_stub->ReportAudit(&ctx, req, &resp);
+      shared_.Done(ctx);
+      if (st.ok()) return absl::OkStatus();
+      absl::Status status = FromGrpcCall(st, ctx);
+      if (ErrorReason(status) == kReasonWorkerNotRegistered) {
+        if (!Register()) return status;  // stopping
+        continue;
+      }
+      if (st.error_code() != grpc::StatusCode::UNAVAILABLE && st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
+          st.error_code() != grpc::StatusCode::CANCELLED) {
+        return status;
+      }
+      if (lease_lost_.load() || (shared_.stopping() && backoff.attempt() > 5)) return status;
+      const int64_t delay = backoff.NextDelayMs();
+      Log(absl::StrCat("report audit failed: ", st.error_message(), "; retry in ", delay, " ms"));
+      absl::SleepFor(absl::Milliseconds(delay));
+    }
   }
 
   absl::StatusOr<SweepOptions> SweepOptionsFor(const v1::LeaseJobResponse& lease) {
@@ -632,11 +873,12 @@ class Worker::DeviceRunner {
       }
       // Watchdog: one trial running for longer than the timeout is a hung device.
       if (job_id != 0 && sweep_running_.load() && !hung_.load() &&
-          now - last_trial_ms_.load() > absl::ToInt64Milliseconds(shared_.options.trial_timeout)) {
+          now - last_trial_ms_.load() > watchdog_limit_ms_.load()) {
         hung_.store(true);
         cancel_.store(true);
         shared_.device_failures.fetch_add(1);
-        Log(absl::StrCat("watchdog: no trial finished in ", absl::FormatDuration(shared_.options.trial_timeout),
+        Log(absl::StrCat("watchdog: no ", audit_running_.load() ? "audit" : "trial", " finished in ",
+                         absl::FormatDuration(absl::Milliseconds(watchdog_limit_ms_.load())),
                          "; device considered hung, releasing job ", job_id));
         Release(job_id, "device hung");
         ReturnReservation();
@@ -853,6 +1095,11 @@ class Worker::DeviceRunner {
   std::atomic<bool> sweep_running_{false};
   std::atomic<bool> sweep_done_{false};
   std::atomic<int64_t> last_trial_ms_{0};
+  // How long the running measurement may go without progress before the device counts as
+  // hung: one trial's timeout for a sweep (progress = a trial), a whole audit's bound for an
+  // audit (RunAudit reports nothing until it returns).
+  std::atomic<int64_t> watchdog_limit_ms_{0};
+  std::atomic<bool> audit_running_{false};
   bool needs_new_backend_ = false;          // main thread only
   absl::Time device_failed_until_ = absl::InfinitePast();  // main thread (and watchdog: benign)
 

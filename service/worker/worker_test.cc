@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -30,6 +31,9 @@ class BrokenBackend : public Backend {
   enum class Mode { kError, kHang };
   BrokenBackend(Mode mode, std::atomic<bool>* release) : inner_(CreateCpuBackend()), mode_(mode), release_(release) {}
   DeviceInfo Describe() const override { return inner_->Describe(); }
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& p) const override {
+    return inner_->CandidateConfigs(p);
+  }
   absl::Status CanImplement(const AttentionProblem& p, const KernelConfig& c) const override {
     return inner_->CanImplement(p, c);
   }
@@ -85,8 +89,7 @@ class WorkerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  int64_t Submit(int len, int max_trials) {
-    v1::SubmitTuningJobRequest req;
+  static AttentionProblem Problem(int len) {
     AttentionProblem p;
     p.batch = 1;
     p.q_heads = 2;
@@ -94,9 +97,16 @@ class WorkerTest : public ::testing::Test {
     p.q_len = len;
     p.kv_len = len;
     p.head_dim = 32;
-    ProblemToProto(p, req.add_problems());
+    return p;
+  }
+
+  int64_t Submit(int len, int max_trials) { return Submit(std::vector<int>{len}, max_trials, v1::JOB_KIND_TUNE); }
+  int64_t Submit(const std::vector<int>& lens, int max_trials, v1::JobKind kind) {
+    v1::SubmitTuningJobRequest req;
+    for (int len : lens) ProblemToProto(Problem(len), req.add_problems());
     req.set_device_class(device_class_);
     req.set_max_trials(max_trials);
+    req.set_kind(kind);
     req.add_variants("fused");
     v1::SubmitTuningJobResponse resp;
     grpc::ClientContext ctx;
@@ -276,6 +286,62 @@ TEST_F(WorkerTest, SpooledTrialsOfARunItDoesNotHoldAreParkedAndThoseStoredAlread
   ASSERT_EQ(pending.size(), 1u);  // kept, not lost: parked until this device holds the run
   EXPECT_EQ(pending[0].trial_id, only_here.trial_id);
   EXPECT_FALSE(*server_->store()->HasTrial(only_here.trial_id));
+}
+
+TEST_F(WorkerTest, AuditJobAuditsTheTunedProblemReportsItAndNamesTheUntunedOne) {
+  // A tune job records a best config for the 64-token problem; the audit job after it
+  // audits that problem and a 72-token one that nothing was recorded for.
+  const int64_t tune = Submit(64, 3);
+  const int64_t audit = Submit({64, 72}, 0, v1::JOB_KIND_AUDIT);
+  WorkerOptions o = Options([](int) -> absl::StatusOr<std::unique_ptr<Backend>> { return CreateCpuBackend(); });
+  o.cpu_devices = 1;  // one device: the audit is leased only after the tune completed
+  o.max_jobs = 2;
+  auto worker = Worker::Create(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE(RunWithDeadline(**worker, 300).ok());
+  WorkerStats s = (*worker)->stats();
+  EXPECT_EQ(s.jobs_completed, 1);  // the tune
+  EXPECT_EQ(s.jobs_failed, 1);     // the audit: one of its problems could not be audited
+
+  auto tuned = server_->store()->GetJob(tune);
+  ASSERT_TRUE(tuned.ok());
+  EXPECT_EQ(tuned->state, JobState::kDone);
+  const std::string key64 = Problem(64).Key(), key72 = Problem(72).Key();
+  auto best = server_->store()->GetBestConfig(device_class_, key64);
+  ASSERT_TRUE(best.ok()) << best.status();
+
+  auto audited = server_->store()->GetJob(audit);
+  ASSERT_TRUE(audited.ok());
+  EXPECT_EQ(audited->state, JobState::kFailed);
+  EXPECT_NE(audited->error.find(key72), std::string::npos) << audited->error;
+  EXPECT_NE(audited->error.find("no best config recorded"), std::string::npos) << audited->error;
+  EXPECT_EQ(audited->error.find(key64), std::string::npos) << audited->error;
+
+  // The audit is listed, under the audit job's run, of the recorded config.
+  v1::ListAuditsRequest req;
+  req.set_device_class(device_class_);
+  v1::ListAuditsResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status st = stub_->ListAudits(&ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.audits_size(), 1);
+  const v1::AuditSummary& a = resp.audits(0);
+  EXPECT_EQ(a.problem_key(), key64);
+  EXPECT_EQ(a.run_id(), audited->run_id);
+  EXPECT_EQ(a.recorded_config_key(), best->config_key);
+  EXPECT_FALSE(a.best_config_key().empty());
+  EXPECT_GE(a.configs_measured(), 1);
+  EXPECT_GE(a.rounds(), 1);
+  EXPECT_TRUE(std::isfinite(a.regret()));
+  // Its trials went through the spool to the server, and the recorded best is unchanged.
+  auto trials = server_->store()->ListTrials(audited->run_id);
+  ASSERT_TRUE(trials.ok());
+  EXPECT_GE(static_cast<int>(trials->size()), a.configs_measured());
+  for (const Trial& t : *trials) EXPECT_EQ(t.problem_key, key64);
+  auto best_after = server_->store()->GetBestConfig(device_class_, key64);
+  ASSERT_TRUE(best_after.ok());
+  EXPECT_EQ(best_after->config_key, best->config_key);
+  EXPECT_EQ(best_after->run_id, best->run_id);
 }
 
 TEST_F(WorkerTest, BadOptionsAreClearErrors) {

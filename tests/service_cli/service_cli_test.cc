@@ -1,4 +1,5 @@
-// `fusetune serve`, `worker`, `submit`, `jobs`, `workers` and `best --server` as real processes.
+// `fusetune serve`, `worker`, `submit`, `jobs`, `workers`, `audits` and `best --server` as real
+// processes.
 #include <csignal>
 #include <chrono>
 #include <cstdlib>
@@ -196,9 +197,67 @@ TEST_F(ServiceCliTest, WorkerStoppedBySigtermMidPollLeavesNoGhostLease) {
   EXPECT_EQ(serve_->Wait(15), 0);
 }
 
+// A tune job records a best config; an audit job of the same problem run by a worker
+// process then shows up in `fusetune audits`.
+TEST_F(ServiceCliTest, AuditJobSubmittedWithKindAuditIsListedByAudits) {
+  ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
+  auto worker = StartWorker("auditor", {"--max-jobs", "2"});
+  ASSERT_TRUE(WaitFor([&] { return Workers().size() == 1; }, 60)) << worker->Stderr();
+  const std::string device_class = Workers()[0]["device_class"].get<std::string>();
+  const std::vector<std::string> problem = {"--seq", "64", "--heads", "1", "--head-dim", "32", "--variants", "fused"};
+  auto submit = [&](const std::string& kind) {
+    std::vector<std::string> args = {"submit", "--server", Address(), "--token-file", token_file_, "--device-class",
+                                     device_class, "--max-trials", "2", "--kind", kind, "--json"};
+    args.insert(args.end(), problem.begin(), problem.end());
+    CommandResult r = Run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["job_id"].get<int64_t>() : 0;
+  };
+  const int64_t tune = submit("tune");
+  const int64_t audit = submit("audit");
+  CommandResult shown = Run({"jobs", "--server", Address(), "--token-file", token_file_, "--id",
+                             std::to_string(audit), "--json"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_EQ(nlohmann::json::parse(shown.out)["kind"], "audit");
+  EXPECT_TRUE(WaitFor([&] { return JobState(tune) == "done" && JobState(audit) == "done"; }, 240))
+      << "tune " << JobState(tune) << ", audit " << JobState(audit) << "\n" << worker->Stderr();
+
+  CommandResult listed = Run({"audits", "--server", Address(), "--token-file", token_file_, "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  auto audits = nlohmann::json::parse(listed.out);
+  ASSERT_EQ(audits.size(), 1u) << listed.out;
+  EXPECT_EQ(audits[0]["problem_key"], "prefill/b1/hq1/hkv1/q64/k64/d32/causal0/fp32");
+  EXPECT_EQ(audits[0]["device_class"], device_class);
+  EXPECT_FALSE(audits[0]["best_config_key"].get<std::string>().empty());
+  CommandResult table = Run({"audits", "--server", Address(), "--token-file", token_file_, "--device-class",
+                             device_class});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("REGRET"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("q64/k64/d32"), std::string::npos) << table.out;
+  CommandResult other = Run({"audits", "--server", Address(), "--token-file", token_file_, "--device-class",
+                             "cuda/NVIDIA-H200/sm90", "--json"});
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_TRUE(nlohmann::json::parse(other.out).empty());
+
+  CommandResult bad_kind = Run({"submit", "--server", Address(), "--token-file", token_file_, "--device-class",
+                                device_class, "--seq", "64", "--kind", "verify"});
+  EXPECT_EQ(bad_kind.exit_code, 2) << bad_kind.err;
+  CommandResult bad_class = Run({"audits", "--server", Address(), "--token-file", token_file_, "--device-class",
+                                 "tpu/x/y"});
+  EXPECT_EQ(bad_class.exit_code, 2) << bad_class.err;
+  CommandResult no_token = Run({"audits", "--server", Address()});
+  EXPECT_EQ(no_token.exit_code, 1);
+  EXPECT_NE(no_token.err.find("UNAUTHENTICATED"), std::string::npos) << no_token.err;
+
+  EXPECT_EQ(worker->Wait(60), 0) << worker->Stderr();  // --max-jobs 2: exits after both
+  serve_->Signal(SIGTERM);
+  EXPECT_EQ(serve_->Wait(15), 0);
+}
+
 TEST_F(ServiceCliTest, EveryServiceCommandDefaultsToTheSamePort) {
   for (std::vector<std::string> help : {std::vector<std::string>{"serve", "--help"}, {"worker", "--help"},
-                                        {"submit", "--help"}, {"jobs", "--help"}, {"workers", "--help"}}) {
+                                        {"submit", "--help"}, {"jobs", "--help"}, {"workers", "--help"},
+                                        {"audits", "--help"}}) {
     CommandResult r = Run(help);
     EXPECT_EQ(r.exit_code, 0) << help[0] << ": " << r.err;
     EXPECT_NE(r.out.find("=127.0.0.1:50051"), std::string::npos) << help[0] << ":\n" << r.out;
@@ -215,7 +274,7 @@ TEST_F(ServiceCliTest, MalformedServerAddressesAreUsageErrorsAtStartup) {
                                       20);
     EXPECT_EQ(worker.exit_code, 2) << worker.err;
     EXPECT_NE(worker.err.find("--server"), std::string::npos) << worker.err;
-    for (std::vector<std::string> client : {std::vector<std::string>{"jobs"}, {"workers"},
+    for (std::vector<std::string> client : {std::vector<std::string>{"jobs"}, {"workers"}, {"audits"},
                                             {"submit", "--device-class", kClass, "--seq", "64"},
                                             {"best", "--device-class", kClass, "--seq", "64"}}) {
       client.push_back("--server");

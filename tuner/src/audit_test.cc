@@ -1,5 +1,7 @@
 #include "fusetune/tuner/audit.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -96,18 +98,19 @@ TEST(Audit, BadOptionsAndCancelAreErrors) {
   EXPECT_TRUE(absl::IsCancelled(RunAudit(backend, Tiny(), Fused(16, 16), Quick(), 1, &cancel).status()));
 }
 
-// The CPU backend as CI runs it: the default tune of each seed-preset shape (here the
-// fused variant, the one whose pick matters) is the exhaustive best or within the audit's
-// measured noise. FUSETUNE_AUDIT_TEST_MAX_SEQ caps the shapes (default: the preset up to
-// 1024 tokens, which keeps the test a few minutes on a loaded 2-core machine).
+// The CPU backend as CI runs it: the default tune of each seed-preset shape (the fused
+// variant, the one whose pick is served) is the exhaustive best or within the audit's
+// measured noise. FUSETUNE_AUDIT_TEST_MAX_SEQ caps the shapes (default 512: the preset's
+// three smallest, about a minute on a 2-core machine; 2048 runs all five).
 TEST(AuditCpu, DefaultTuneOfTheSeedPresetIsWithinNoiseOfTheExhaustiveBest) {
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
-  int max_seq = 1024;
+  int max_seq = 512;
   if (const char* env = std::getenv("FUSETUNE_AUDIT_TEST_MAX_SEQ")) max_seq = std::atoi(env);
   class Discard : public TrialSink {
    public:
     absl::Status RecordTrial(const Trial&) override { return absl::OkStatus(); }
   } sink;
+  int audited = 0;
   for (const AttentionProblem& p : SeedPresetProblems()) {
     if (p.q_len > max_seq) continue;
     SweepOptions tune;
@@ -120,14 +123,23 @@ TEST(AuditCpu, DefaultTuneOfTheSeedPresetIsWithinNoiseOfTheExhaustiveBest) {
     audit.space.variants = {Variant::kFused};
     absl::StatusOr<AuditResult> a = RunAudit(*cpu, p, *KernelConfig::FromKey(r->best[0].config_key), audit, 2);
     ASSERT_TRUE(a.ok()) << a.status();
+    ++audited;
     const AuditSummary& s = a->summary;
-    std::printf("%s: tuned %s, audit best %s, regret %.2f%% [%.2f%%, %.2f%%]\n", p.Key().c_str(),
-                s.recorded_config_key.c_str(), s.best_config_key.c_str(), 100 * s.regret, 100 * s.regret_low,
-                100 * s.regret_high);
-    // Within noise: the rounds do not agree that the audit's best is faster (its interval
-    // reaches 0), or the regret is within 3% on a machine that may be running other work.
-    EXPECT_TRUE(s.regret_low <= 0 || s.regret <= 0.03) << p.Key() << ": regret " << s.regret;
+    // The noise the audit measured: the relative p10..p90 half-spread of the per-round
+    // times of the tuned config and of the audit's best.
+    double noise = 0;
+    for (const Trial& t : a->trials) {
+      if (t.attempt != 1 || t.outcome != TrialOutcome::kOk || !(t.median_us > 0)) continue;
+      if (t.config_key != s.recorded_config_key && t.config_key != s.best_config_key) continue;
+      noise = std::max(noise, (t.p90_us - t.p10_us) / (2 * t.median_us));
+    }
+    std::printf("%s: tuned %s, audit best %s, regret %.2f%% [%.2f%%, %.2f%%], noise %.2f%%, %.1f s\n",
+                p.Key().c_str(), s.recorded_config_key.c_str(), s.best_config_key.c_str(), 100 * s.regret,
+                100 * s.regret_low, 100 * s.regret_high, 100 * noise, a->seconds);
+    EXPECT_TRUE(s.regret_low <= 0 || s.regret <= noise)
+        << p.Key() << ": regret " << s.regret << " [" << s.regret_low << ", " << s.regret_high << "], noise " << noise;
   }
+  EXPECT_GE(audited, 1);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "fusetune/tuner/runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -126,27 +127,36 @@ std::vector<int64_t> SampledTokens(const AttentionProblem& problem, int count, u
   return {tokens.begin(), tokens.end()};
 }
 
-// Index of the first non-finite element of raw storage (NaN/Inf: exponent all ones), or -1.
+// Index of the first non-finite element of raw storage (NaN/Inf: exponent all ones), or -1;
+// `how_many` gets their count. Scanned on the host's threads: a large output is tens of MB.
 int64_t FirstNonFinite(DType dtype, const uint8_t* data, int64_t count, int64_t* how_many) {
-  int64_t first = -1, bad = 0;
+  std::atomic<int64_t> first{-1}, bad{0};
   auto scan = [&](auto word, auto exponent_mask) {
     using W = decltype(word);
-    for (int64_t i = 0; i < count; ++i) {
-      W w;
-      std::memcpy(&w, data + i * static_cast<int64_t>(sizeof(W)), sizeof(W));
-      if ((w & exponent_mask) == exponent_mask) {
-        if (first < 0) first = i;
-        ++bad;
+    ParallelFor(count, int64_t{1} << 21, [&](int64_t b, int64_t e) {
+      int64_t local_first = -1, local_bad = 0;
+      for (int64_t i = b; i < e; ++i) {
+        W w;
+        std::memcpy(&w, data + i * static_cast<int64_t>(sizeof(W)), sizeof(W));
+        if ((w & exponent_mask) == exponent_mask) {
+          if (local_first < 0) local_first = i;
+          ++local_bad;
+        }
       }
-    }
+      if (local_bad == 0) return;
+      bad += local_bad;
+      int64_t seen = first.load();
+      while ((seen < 0 || local_first < seen) && !first.compare_exchange_weak(seen, local_first)) {
+      }
+    });
   };
   switch (dtype) {
     case DType::kFp32: scan(uint32_t{0}, uint32_t{0x7f800000u}); break;
     case DType::kFp16: scan(uint16_t{0}, uint16_t{0x7c00u}); break;
     case DType::kBf16: scan(uint16_t{0}, uint16_t{0x7f80u}); break;
   }
-  *how_many = bad;
-  return first;
+  *how_many = bad.load();
+  return first.load();
 }
 
 struct Verification {

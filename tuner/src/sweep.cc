@@ -106,10 +106,11 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
   if (options.max_seconds_per_problem < 0) return absl::InvalidArgumentError("max_seconds_per_problem must be >= 0");
   const FinalRoundOptions& fin = options.final_rounds;
   if (fin.rounds < 0 || fin.rounds > 1000 || fin.min_candidates < 1 || fin.max_candidates < fin.min_candidates ||
-      fin.baseline_candidates < 0 || !(fin.near_fraction >= 0)) {
+      fin.baseline_candidates < 0 || !(fin.near_fraction >= 0) || !(fin.time_ratio >= 0) ||
+      !(fin.min_seconds >= 0) || !(options.baseline_time_ratio >= 0)) {
     return absl::InvalidArgumentError(
         "final rounds: rounds in [0, 1000], 1 <= min_candidates <= max_candidates, baseline_candidates >= 0, "
-        "near_fraction >= 0");
+        "near_fraction, time_ratio and min_seconds >= 0; baseline_time_ratio >= 0");
   }
   if (!lookup) return absl::InvalidArgumentError("the sweep needs a trial lookup (NoResume() for a fresh run)");
   const DeviceInfo device = backend.Describe();
@@ -143,6 +144,7 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
     report.problem_key = problem_key;
     std::vector<Trial> problem_trials;
     std::vector<Trial> final_contenders;
+    double fused_search_seconds = -1;  // < 0 until the fused variant has been searched
     const uint64_t problem_seed = SearchSeed(options.seed, problem_key, Variant::kFused) ^ 0x5bd1e995u;
 
     // One set of interleaved rounds, resumable: a set found whole is reused; a set found in
@@ -200,6 +202,10 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         // A variant always gets a little time, so every variant has a chance to measure.
         stop.max_seconds = std::max(left / static_cast<double>(variants.size() - vi), 1e-3);
       }
+      if (variant != Variant::kFused && options.baseline_time_ratio > 0 && fused_search_seconds >= 0) {
+        const double cap = std::max(kMinBaselineSeconds, options.baseline_time_ratio * fused_search_seconds);
+        stop.max_seconds = stop.max_seconds > 0 ? std::min(stop.max_seconds, cap) : cap;
+      }
       // Halving screens with few samples: its rungs and the final rounds measure more.
       TimingOptions screen_timing = options.runner.timing;
       auto use_halving_timing = [&] {
@@ -256,6 +262,9 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
       if (strategy == SearchStrategy::kSuccessiveHalving) {
         int rounds = 2;
         for (int rung = 1; static_cast<int>(ranked.size()) > fin.max_candidates && !result.cancelled; ++rung) {
+          // The rungs count against the variant's time: once it is spent, the current
+          // ranking stands.
+          if (stop.max_seconds > 0 && SecondsSince(variant_start) >= stop.max_seconds) break;
           const size_t keep = std::max<size_t>(static_cast<size_t>(fin.max_candidates), (ranked.size() + 1) / 2);
           ranked.resize(keep);
           absl::StatusOr<std::vector<Trial>> rung_trials =
@@ -268,6 +277,7 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         }
       }
       const bool fused = variant == Variant::kFused;
+      if (fused) fused_search_seconds = SecondsSince(variant_start);
       std::vector<Trial> contenders = fused ? Contenders(ranked, fin.near_fraction, fin.min_candidates, fin.max_candidates)
                                             : Contenders(ranked, 0, fin.baseline_candidates, fin.baseline_candidates);
       final_contenders.insert(final_contenders.end(), contenders.begin(), contenders.end());
@@ -279,9 +289,14 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
     // The interleaved final rounds: the leaders of every variant side by side, so the pick
     // and the speedups over the baselines come from per-round ratios.
     if (fin.rounds > 0 && final_contenders.size() >= 2) {
-      const double left = options.max_seconds_per_problem > 0
-                              ? std::max(options.max_seconds_per_problem - SecondsSince(problem_start), 1e-3)
-                              : 0;
+      const double search_seconds = SecondsSince(problem_start);
+      double left = options.max_seconds_per_problem > 0
+                        ? std::max(options.max_seconds_per_problem - search_seconds, 1e-3)
+                        : 0;
+      if (fin.time_ratio > 0) {
+        const double cap = std::max(fin.min_seconds, fin.time_ratio * search_seconds);
+        left = left > 0 ? std::min(left, cap) : cap;
+      }
       const int before_measured = report.trials_measured, before_resumed = report.trials_resumed;
       absl::StatusOr<std::vector<Trial>> finals =
           round_set(final_contenders, TrialStage::kFinal, 0, fin.rounds, options.runner.timing, left);

@@ -33,7 +33,9 @@
 // variant); max_seconds_per_problem caps the time per problem: the search gets three
 // quarters of it, shared by its variants (each gets the time left divided by the variants
 // left, so an early finisher donates), the final rounds the rest (they stop after at least
-// 3 rounds once it is spent).
+// 3 rounds once it is spent). Within that, each baseline variant's search (screen and
+// halving rungs) is capped by baseline_time_ratio x the fused search's time, and the final
+// rounds by FinalRoundOptions::time_ratio x the whole search's time.
 //
 // Cancellation: `*cancel` is read between trials and between blocks of the rounds; once
 // true the sweep returns the problems finished so far with cancelled = true. A trial in
@@ -70,19 +72,32 @@ struct FinalRoundOptions {
   double near_fraction = 0.05;    // fused contenders: screen median within this of the leader
   int min_candidates = 3;         // fused contenders at least (when that many verified)
   int max_candidates = 6;         // fused contenders at most
-  int baseline_candidates = 2;    // contenders of each baseline variant (partial, materialized)
+  int baseline_candidates = 1;    // contenders of each baseline variant (partial, materialized)
+  // The rounds stop, after at least 3, once they took this many times the problem's
+  // search time (at least min_seconds): slow baselines must not make the rounds cost more
+  // than the search they refine. 0 = no such cap.
+  double time_ratio = 0.5;
+  double min_seconds = 1.0;
 };
 
 struct SweepOptions {
   ConfigSpaceOptions space;                // variants, precisions, block sizes, ...
   SearchStrategy strategy = SearchStrategy::kAuto;
   FinalRoundOptions final_rounds;
+  // Each baseline variant (partial, materialized) is searched for at most this many times
+  // the fused variant's search time (at least kMinBaselineSeconds): the baselines are there
+  // for the speedup figure, and a slow baseline's large space must not cost the problem
+  // many times what the served kernel's search did. 0 = no such cap (the baselines share
+  // the budget like any variant).
+  double baseline_time_ratio = 1.0;
   uint64_t seed = 1;                       // searcher seed (mixed with the problem key)
   int max_trials_per_variant = 0;          // screen trials; 0 = no cap
   double max_seconds_per_problem = 0;      // 0 = unbounded
   RunnerOptions runner;
   std::string commit;                      // provenance written into each BestConfig
 };
+
+inline constexpr double kMinBaselineSeconds = 0.5;
 
 // Sent after each problem finishes (also the last one).
 struct SweepProgress {

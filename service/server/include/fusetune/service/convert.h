@@ -32,6 +32,8 @@ inline constexpr size_t kMaxKeyLength = 256;           // problem and config key
 inline constexpr size_t kMaxTextLength = 4096;         // free text: trial messages, errors, JSON
 inline constexpr int kMaxSamplesPerTrial = 1000;       // timing samples in one trial
 inline constexpr int kMaxAttempt = 1000;               // trial attempt number
+inline constexpr int kMaxBlocksPerTrial = 1000;        // timing blocks in one trial
+inline constexpr int kMaxSamplesPerBlock = 1000000;    // timed launches in one block
 // A tuning job must be runnable: a worker allocates Q, K, V and O. Lookups (GetBestConfig)
 // accept anything AttentionProblem::Validate accepts (up to 2^34 elements per tensor); a
 // submitted job's tensors are capped at 2^31 elements each (8 GiB in fp32).
@@ -58,13 +60,40 @@ absl::StatusOr<AttentionProblem> JobProblemFromProto(const v1::Problem& proto);
 absl::StatusOr<KernelConfig> ConfigFromProto(const v1::Config& proto);
 void ConfigToProto(const KernelConfig& config, v1::Config* proto);  // sets key too
 
-// Trial: trial_id, when set, must equal TrialId(run_id, problem_key, config_key, attempt) (so
-// that a retried upload is recognisably the same trial); when empty the result carries that
-// id (the formula is spelled out in fusetune.proto, message Trial). run_id > 0, the config key parses, the
-// outcome is known, at most kMaxSamplesPerTrial samples, times finite and >= 0, errors
-// >= 0 (+inf allowed for a failed verification, NaN never), strings within bounds.
+// Trial stage: the three known stages; any other enum value is InvalidArgument.
+absl::StatusOr<TrialStage> TrialStageFromProto(v1::TrialStage stage);
+v1::TrialStage TrialStageToProto(TrialStage stage);
+
+// DeviceState: clock and power >= 0. `field` names it in the error message.
+absl::StatusOr<DeviceState> DeviceStateFromProto(const v1::DeviceState& proto, std::string_view field);
+void DeviceStateToProto(const DeviceState& state, v1::DeviceState* proto);
+
+// SampleBlock: samples in [0, kMaxSamplesPerBlock], median finite and >= 0, both device
+// states valid. `unsteady` is carried as sent (the worker computed it from the states).
+absl::StatusOr<SampleBlock> SampleBlockFromProto(const v1::SampleBlock& proto, std::string_view field);
+void SampleBlockToProto(const SampleBlock& block, v1::SampleBlock* proto);
+
+// Trial: trial_id, when set, must equal TrialId(run_id, problem_key, config_key, attempt,
+// stage) (so that a retried upload is recognisably the same trial; the stage is part of the
+// id for non-screen trials); when empty the result carries that id (the formula is spelled
+// out in fusetune.proto, message Trial). run_id > 0, the config key parses, the outcome and
+// stage are known, at most kMaxSamplesPerTrial samples and kMaxBlocksPerTrial blocks, times
+// (samples, medians, wall_seconds) finite and >= 0, errors >= 0 (+inf allowed for a failed
+// verification, NaN never), strings within bounds. A trial sent without the stage, blocks
+// and wall_seconds fields reads as a screen trial with no blocks and wall_seconds 0.
 absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto);
 void TrialToProto(const Trial& trial, v1::Trial* proto);
+
+// AuditSummary: problem key set, both config keys parse, times finite and >= 0, regret and
+// its interval finite, > -1 and regret_low <= regret <= regret_high, rounds >= 1,
+// configs_measured >= 1, configs_failed >= 0, strings within bounds. device_class (valid
+// when set), run_id and commit may be empty/0: the server fills them from the audit's job.
+absl::StatusOr<AuditSummary> AuditSummaryFromProto(const v1::AuditSummary& proto);
+void AuditSummaryToProto(const AuditSummary& audit, v1::AuditSummary* proto);
+
+// Job kind names: "tune" and "audit" (the CLI's `submit --kind`, `jobs` output).
+std::string_view JobKindName(v1::JobKind kind);  // "?" for a value outside the enum
+absl::StatusOr<v1::JobKind> ParseJobKind(std::string_view name);  // InvalidArgument otherwise
 
 // DeviceInfo: backend cpu/cuda/hip, strings within kMaxKeyLength, counts >= 0. The
 // proto's device_class, when set, must be a valid class; it is not stored in DeviceInfo

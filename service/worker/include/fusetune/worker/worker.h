@@ -6,12 +6,15 @@
 //   main thread   RegisterWorker (DeviceInfo of its device) -> long-poll LeaseJob for its
 //                 device class -> RunSweep over the leased problems (variants, precisions
 //                 and budgets from the lease) -> wait until the job's trials are uploaded ->
-//                 CompleteJob. One job per device at a time.
+//                 CompleteJob. An audit job instead runs RunAudit per problem on the
+//                 recorded best config the lease carries, uploads the audit's trials, then
+//                 sends its summary (ReportAudit). One job per device at a time.
 //   uploader      sends spooled trials with ReportTrials (a stream per run) and marks them
 //                 acknowledged in the spool once the server confirmed them.
 //   heartbeat     renews the lease every heartbeat_ms; lease_valid=false cancels the sweep
 //                 (the job was taken back); also the watchdog: a trial running longer than
-//                 trial_timeout marks the device failed and releases its job.
+//                 trial_timeout (an audit: longer than its whole bound of measurements
+//                 times trial_timeout) marks the device failed and releases its job.
 //
 // Durability: the sweep's sink is the spool (fsync'ed before the trial counts as done), so
 // measured trials survive a worker kill or a service outage; on restart the spool is

@@ -1,0 +1,93 @@
+// fusetune audits: the audits reported to a fusetune server (ListAudits): for each audited
+// problem, its recorded best config against the fastest config of its space, and the regret.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "fusetune/service/convert.h"
+#include "nlohmann/json.hpp"
+#include "problem_flags.h"
+#include "server_connection.h"
+
+namespace fusetune::cli {
+namespace {
+
+struct AuditsFlags {
+  ServerConnectionFlags connection;
+  std::string device_class;
+  std::string problem_key;
+  int limit = 100;
+  bool json = false;
+};
+
+nlohmann::json AuditJson(const v1::AuditSummary& a) {
+  return {{"audit_id", a.audit_id()},
+          {"run_id", a.run_id()},
+          {"device_class", a.device_class()},
+          {"problem_key", a.problem_key()},
+          {"recorded_config_key", a.recorded_config_key()},
+          {"best_config_key", a.best_config_key()},
+          {"recorded_us", a.recorded_us()},
+          {"best_us", a.best_us()},
+          {"regret", a.regret()},
+          {"regret_low", a.regret_low()},
+          {"regret_high", a.regret_high()},
+          {"rounds", a.rounds()},
+          {"configs_measured", a.configs_measured()},
+          {"configs_failed", a.configs_failed()},
+          {"commit", a.commit()},
+          {"created_unix_ms", a.created_unix_ms()}};
+}
+
+int RunAudits(const AuditsFlags& f) {
+  const std::string cmd = "audits";
+  if (!f.device_class.empty()) {
+    if (auto s = ValidateDeviceClass(f.device_class); !s.ok()) return UsageError(cmd, std::string(s.message()));
+  }
+  auto connection = ServerConnection::Open(f.connection);
+  if (!connection.ok()) return UsageError(cmd, std::string(connection.status().message()));
+  v1::ListAuditsRequest req;
+  req.set_device_class(f.device_class);
+  req.set_problem_key(f.problem_key);
+  req.set_limit(f.limit);
+  v1::ListAuditsResponse resp;
+  grpc::Status status = connection->tuning().ListAudits(connection->Context().get(), req, &resp);
+  if (!status.ok()) return RpcFailure(cmd, status);
+  if (f.json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& a : resp.audits()) all.push_back(AuditJson(a));
+    std::printf("%s\n", all.dump(2).c_str());
+    return kExitOk;
+  }
+  // Regret in percent with its 90 % interval; times in µs.
+  std::printf("%-6s %-20s %-22s %-8s %-10s %-10s %-6s %-7s %-30s %-30s %s\n", "AUDIT", "CREATED", "REGRET_%[90%CI]",
+              "ROUNDS", "RECORDED_US", "BEST_US", "CONFIGS", "FAILED", "RECORDED", "BEST", "PROBLEM / DEVICE_CLASS");
+  for (const auto& a : resp.audits()) {
+    char regret[64];
+    std::snprintf(regret, sizeof(regret), "%.2f [%.2f, %.2f]", 100 * a.regret(), 100 * a.regret_low(),
+                  100 * a.regret_high());
+    std::printf("%-6lld %-20s %-22s %-8d %-10.2f %-10.2f %-6d %-7d %-30s %-30s %s %s\n",
+                static_cast<long long>(a.audit_id()), UtcTime(a.created_unix_ms()).c_str(), regret, a.rounds(),
+                a.recorded_us(), a.best_us(), a.configs_measured(), a.configs_failed(),
+                a.recorded_config_key().c_str(), a.best_config_key().c_str(), a.problem_key().c_str(),
+                a.device_class().c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddAuditsCommand(CLI::App& app, CommandContext& context) {
+  auto flags = std::make_shared<AuditsFlags>();
+  CLI::App* audits = app.add_subcommand(
+      "audits", "List the audits reported to a fusetune server (audit jobs: `submit --kind audit`), newest first.");
+  flags->connection.Register(audits, /*with_server=*/true);
+  audits->add_option("--device-class", flags->device_class, "only audits measured on this device class");
+  audits->add_option("--problem-key", flags->problem_key, "only audits of this problem key");
+  audits->add_option("--limit", flags->limit, "at most this many")->capture_default_str()->check(CLI::Range(1, 1000));
+  audits->add_flag("--json", flags->json, "print JSON");
+  SetAction(audits, context, [flags] { return RunAudits(*flags); });
+}
+
+}  // namespace fusetune::cli
