@@ -117,12 +117,44 @@ CREATE INDEX jobs_by_queue ON jobs (state, device_class, job_id);
 CREATE INDEX jobs_by_lease_expiry ON jobs (state, lease_expiry_unix_ms);
 )sql";
 
+// Version 2: what a trial's measurement was (stage), its timing blocks with the device state
+// read around each (blocks_json, see db/README.md for the keys) and its wall time; and the
+// audits table (AuditSummary). Rows of version 1 read back as screen trials without blocks
+// and with wall time 0. A NULL run_id in audits means "no run".
+constexpr char kMigration2[] = R"sql(
+ALTER TABLE trials ADD COLUMN stage TEXT NOT NULL DEFAULT 'screen'
+  CHECK (stage IN ('screen', 'halving', 'final', 'audit'));
+ALTER TABLE trials ADD COLUMN blocks_json TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE trials ADD COLUMN wall_seconds REAL NOT NULL DEFAULT 0;
+
+CREATE TABLE audits (
+  audit_id             INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id               INTEGER REFERENCES runs (run_id),
+  device_class         TEXT    NOT NULL,
+  problem_key          TEXT    NOT NULL,
+  recorded_config_key  TEXT    NOT NULL,
+  best_config_key      TEXT    NOT NULL,
+  recorded_us          REAL,
+  best_us              REAL,
+  regret               REAL,
+  regret_low           REAL,
+  regret_high          REAL,
+  rounds               INTEGER NOT NULL,
+  configs_measured     INTEGER NOT NULL,
+  configs_failed       INTEGER NOT NULL,
+  commit_hash          TEXT    NOT NULL,
+  created_unix_ms      INTEGER NOT NULL
+);
+CREATE INDEX audits_by_device_problem ON audits (device_class, problem_key, created_unix_ms, audit_id);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
   // Append new migrations at the end; never edit a released one.
   static const std::vector<Migration>* const kMigrations = new std::vector<Migration>{
       {1, "runs, trials, best_configs, regressions, workers, jobs", kMigration1},
+      {2, "trials.stage, trials.blocks_json, trials.wall_seconds; audits", kMigration2},
   };
   return *kMigrations;
 }

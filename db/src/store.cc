@@ -129,6 +129,55 @@ absl::StatusOr<std::vector<double>> SamplesFromJson(const std::string& text) {
   }
 }
 
+// A trial's timing blocks, compactly (db/README.md lists the keys): {"n": samples,
+// "us": median_us, "b": before, "a": after, "u": unsteady}, a device state as {"mhz":
+// sm_clock_mhz, "mw": power_mw, "thr": throttle_reasons}. An unknown state is left out
+// (its fields mean nothing) and reads back as DeviceState{}.
+nlohmann::json DeviceStateToJson(const DeviceState& d) {
+  return {{"mhz", d.sm_clock_mhz}, {"mw", d.power_mw}, {"thr", d.throttle_reasons}};
+}
+
+DeviceState DeviceStateFromJson(const nlohmann::json& j) {
+  DeviceState d;
+  d.known = true;
+  d.sm_clock_mhz = j.at("mhz").get<int>();
+  d.power_mw = j.at("mw").get<int>();
+  d.throttle_reasons = j.at("thr").get<uint64_t>();
+  return d;
+}
+
+std::string BlocksToJson(const std::vector<SampleBlock>& blocks) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const SampleBlock& b : blocks) {
+    nlohmann::json block = {{"n", b.samples}, {"us", b.median_us}, {"u", b.unsteady}};
+    if (b.before.known) block["b"] = DeviceStateToJson(b.before);
+    if (b.after.known) block["a"] = DeviceStateToJson(b.after);
+    j.push_back(std::move(block));
+  }
+  return j.dump();
+}
+
+absl::StatusOr<std::vector<SampleBlock>> BlocksFromJson(const std::string& text) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (!j.is_array()) return absl::DataLossError("blocks_json is not an array");
+    std::vector<SampleBlock> out;
+    out.reserve(j.size());
+    for (const auto& block : j) {
+      SampleBlock b;
+      b.samples = block.at("n").get<int>();
+      b.median_us = block.at("us").get<double>();
+      b.unsteady = block.at("u").get<bool>();
+      if (block.contains("b")) b.before = DeviceStateFromJson(block.at("b"));
+      if (block.contains("a")) b.after = DeviceStateFromJson(block.at("a"));
+      out.push_back(b);
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("malformed blocks JSON in the database: ", e.what()));
+  }
+}
+
 // Strict: a key that is not valid UTF-8 is refused rather than silently altered.
 absl::StatusOr<std::string> StringsToJson(const std::vector<std::string>& v) {
   try {
@@ -180,6 +229,29 @@ absl::Status ValidateTrial(const Trial& t) {
   if (t.created_unix_ms < 0) return absl::InvalidArgumentError("created_unix_ms must be >= 0");
   if (TrialOutcomeName(t.outcome) == "?")
     return absl::InvalidArgumentError("unknown trial outcome");
+  if (TrialStageName(t.stage) == "?") return absl::InvalidArgumentError("unknown trial stage");
+  if (!std::isfinite(t.wall_seconds) || t.wall_seconds < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trial wall_seconds must be finite and >= 0, got ", t.wall_seconds));
+  }
+  for (size_t i = 0; i < t.blocks.size(); ++i) {
+    const SampleBlock& b = t.blocks[i];
+    const bool states_ok = b.before.sm_clock_mhz >= 0 && b.before.power_mw >= 0 &&
+                           b.after.sm_clock_mhz >= 0 && b.after.power_mw >= 0;
+    if (b.samples < 0 || !std::isfinite(b.median_us) || b.median_us < 0 || !states_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trial block ", i, ": samples, median_us, sm_clock_mhz and power_mw must be finite and >= 0"));
+    }
+  }
+  // The id is derived from the fields, so that a retried upload is recognised and two stages
+  // of one config never share a row (a final trial under its screen trial's id would be
+  // dropped as a duplicate).
+  const std::string expected_id = TrialId(t.run_id, t.problem_key, t.config_key, t.attempt, t.stage);
+  if (t.trial_id != expected_id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trial_id '", t.trial_id, "' is not TrialId(run_id, problem_key, config_key, attempt, stage) = '",
+        expected_id, "'"));
+  }
   return absl::OkStatus();
 }
 
@@ -206,7 +278,8 @@ absl::StatusOr<RunInfo> ReadRun(const Statement& s) {
 constexpr char kTrialColumns[] =
     "t.trial_id, t.run_id, t.problem_key, t.config_key, t.attempt, t.outcome, t.message, "
     "t.samples_json, t.median_us, t.p10_us, t.p90_us, t.max_abs_error, t.max_rel_error, "
-    "t.checked_elements, t.sm_clock_mhz, t.flops, t.created_unix_ms";
+    "t.checked_elements, t.sm_clock_mhz, t.flops, t.created_unix_ms, t.stage, t.blocks_json, "
+    "t.wall_seconds";
 
 absl::StatusOr<Trial> ReadTrial(const Statement& s) {
   Trial t;
@@ -229,7 +302,38 @@ absl::StatusOr<Trial> ReadTrial(const Statement& s) {
   t.sm_clock_mhz = static_cast<int>(s.Int64(14));
   t.flops = s.Double(15);
   t.created_unix_ms = s.Int64(16);
+  absl::StatusOr<TrialStage> stage = ParseTrialStage(s.Text(17));
+  if (!stage.ok()) return absl::DataLossError(stage.status().message());
+  t.stage = *stage;
+  FT_DB_ASSIGN_OR_RETURN(t.blocks, BlocksFromJson(s.Text(18)));
+  t.wall_seconds = s.Double(19);
   return t;
+}
+
+constexpr char kAuditColumns[] =
+    "audit_id, run_id, device_class, problem_key, recorded_config_key, best_config_key, "
+    "recorded_us, best_us, regret, regret_low, regret_high, rounds, configs_measured, "
+    "configs_failed, commit_hash, created_unix_ms";
+
+AuditSummary ReadAudit(const Statement& s) {
+  AuditSummary a;
+  a.audit_id = s.Int64(0);
+  a.run_id = s.IsNull(1) ? 0 : s.Int64(1);
+  a.device_class = s.Text(2);
+  a.problem_key = s.Text(3);
+  a.recorded_config_key = s.Text(4);
+  a.best_config_key = s.Text(5);
+  a.recorded_us = s.Double(6);
+  a.best_us = s.Double(7);
+  a.regret = s.Double(8);
+  a.regret_low = s.Double(9);
+  a.regret_high = s.Double(10);
+  a.rounds = static_cast<int>(s.Int64(11));
+  a.configs_measured = static_cast<int>(s.Int64(12));
+  a.configs_failed = static_cast<int>(s.Int64(13));
+  a.commit = s.Text(14);
+  a.created_unix_ms = s.Int64(15);
+  return a;
 }
 
 constexpr char kBestColumns[] =
@@ -423,9 +527,10 @@ absl::StatusOr<int> InsertTrials(Connection& c, const std::vector<Trial>& trials
         Statement s,
         c.Prepare("INSERT INTO trials (trial_id, run_id, problem_key, config_key, attempt, "
                   "outcome, message, samples_json, median_us, p10_us, p90_us, max_abs_error, "
-                  "max_rel_error, checked_elements, sm_clock_mhz, flops, created_unix_ms) "
+                  "max_rel_error, checked_elements, sm_clock_mhz, flops, created_unix_ms, "
+                  "stage, blocks_json, wall_seconds) "
                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                  "?16, ?17) ON CONFLICT (trial_id) DO NOTHING"));
+                  "?16, ?17, ?18, ?19, ?20) ON CONFLICT (trial_id) DO NOTHING"));
     s.Bind(1, t.trial_id)
         .Bind(2, t.run_id)
         .Bind(3, t.problem_key)
@@ -442,7 +547,10 @@ absl::StatusOr<int> InsertTrials(Connection& c, const std::vector<Trial>& trials
         .Bind(14, t.checked_elements)
         .Bind(15, t.sm_clock_mhz)
         .Bind(16, t.flops)
-        .Bind(17, t.created_unix_ms != 0 ? t.created_unix_ms : now);
+        .Bind(17, t.created_unix_ms != 0 ? t.created_unix_ms : now)
+        .Bind(18, TrialStageName(t.stage))
+        .Bind(19, BlocksToJson(t.blocks))
+        .Bind(20, t.wall_seconds);
     FT_DB_RETURN_IF_ERROR(s.Run());
     inserted += static_cast<int>(c.Changes());
   }
@@ -895,6 +1003,72 @@ absl::StatusOr<std::vector<Regression>> Store::ListRegressions(std::string_view 
     FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
     out.push_back(ReadRegression(s));
+  }
+  return out;
+}
+
+// ---- audits
+
+absl::StatusOr<int64_t> Store::RecordAudit(const AuditSummary& a) {
+  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(a.device_class, "audit device_class"));
+  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(a.problem_key, "audit problem_key"));
+  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(a.recorded_config_key, "audit recorded_config_key"));
+  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(a.best_config_key, "audit best_config_key"));
+  if (a.run_id < 0) return absl::InvalidArgumentError("audit run_id must be >= 0");
+  if (a.rounds < 0 || a.configs_measured < 0 || a.configs_failed < 0) {
+    return absl::InvalidArgumentError("audit rounds, configs_measured and configs_failed must be >= 0");
+  }
+  if (a.recorded_us < 0 || a.best_us < 0) {
+    return absl::InvalidArgumentError("audit recorded_us and best_us must not be negative");
+  }
+  if (a.created_unix_ms < 0) return absl::InvalidArgumentError("created_unix_ms must be >= 0");
+  absl::MutexLock lock(&impl_->mu);
+  int64_t id = 0;
+  FT_DB_RETURN_IF_ERROR(impl_->WriteTransaction([&](Connection& c) -> absl::Status {
+    if (a.run_id != 0) FT_DB_RETURN_IF_ERROR(CheckRunExists(c, a.run_id));
+    FT_DB_ASSIGN_OR_RETURN(
+        Statement s,
+        c.Prepare("INSERT INTO audits (run_id, device_class, problem_key, recorded_config_key, "
+                  "best_config_key, recorded_us, best_us, regret, regret_low, regret_high, rounds, "
+                  "configs_measured, configs_failed, commit_hash, created_unix_ms) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"));
+    s.BindIdOrNull(1, a.run_id)
+        .Bind(2, a.device_class)
+        .Bind(3, a.problem_key)
+        .Bind(4, a.recorded_config_key)
+        .Bind(5, a.best_config_key)
+        .Bind(6, a.recorded_us)
+        .Bind(7, a.best_us)
+        .Bind(8, a.regret)
+        .Bind(9, a.regret_low)
+        .Bind(10, a.regret_high)
+        .Bind(11, a.rounds)
+        .Bind(12, a.configs_measured)
+        .Bind(13, a.configs_failed)
+        .Bind(14, a.commit)
+        .Bind(15, a.created_unix_ms != 0 ? a.created_unix_ms : NowUnixMs());
+    FT_DB_RETURN_IF_ERROR(s.Run());
+    id = c.LastInsertRowId();
+    return absl::OkStatus();
+  }));
+  return id;
+}
+
+absl::StatusOr<std::vector<AuditSummary>> Store::ListAudits(std::string_view device_class,
+                                                            std::string_view problem_key, int limit) {
+  FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
+  absl::MutexLock lock(&impl_->mu);
+  FT_DB_ASSIGN_OR_RETURN(
+      Statement s, impl_->conn->Prepare(absl::StrCat(
+                       "SELECT ", kAuditColumns,
+                       " FROM audits WHERE (?1 = '' OR device_class = ?1) AND (?2 = '' OR problem_key = ?2) "
+                       "ORDER BY created_unix_ms DESC, audit_id DESC LIMIT ?3")));
+  s.Bind(1, device_class).Bind(2, problem_key).Bind(3, limit);
+  std::vector<AuditSummary> out;
+  while (true) {
+    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back(ReadAudit(s));
   }
   return out;
 }

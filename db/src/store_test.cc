@@ -218,6 +218,9 @@ void ExpectSameTrial(const Trial& a, const Trial& b) {
   EXPECT_EQ(a.sm_clock_mhz, b.sm_clock_mhz);
   EXPECT_EQ(a.flops, b.flops);
   EXPECT_EQ(a.created_unix_ms, b.created_unix_ms);
+  EXPECT_EQ(a.stage, b.stage);
+  EXPECT_EQ(a.blocks.size(), b.blocks.size());
+  EXPECT_EQ(a.wall_seconds, b.wall_seconds);
 }
 
 TEST(StoreTrials, RoundTripsEveryFieldIncludingFailuresAndNaN) {

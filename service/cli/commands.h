@@ -7,9 +7,11 @@
 #ifndef FUSETUNE_SERVICE_CLI_COMMANDS_H_
 #define FUSETUNE_SERVICE_CLI_COMMANDS_H_
 
+#include <atomic>
 #include <functional>
 
 #include "CLI/CLI.hpp"
+#include "fusetune/tuner/trial.h"
 
 namespace fusetune::cli {
 
@@ -28,14 +30,34 @@ struct CommandContext {
 // exception becomes kExitFailure with its message on stderr.
 void SetAction(CLI::App* command, CommandContext& context, std::function<int()> body);
 
+// While alive, SIGINT and SIGTERM set stop_requested() instead of killing the process, so
+// that a long command (sweep, audit) stops between measurements and exits kExitCancelled
+// with what it finished recorded; the destructor restores the default actions. One at a
+// time (the flag is process-wide); not thread-safe to construct.
+class StopOnSignal {
+ public:
+  StopOnSignal();
+  ~StopOnSignal();
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  // The flag the handlers set, for the tuner's `cancel` parameters.
+  const std::atomic<bool>* flag() const;
+  bool stop_requested() const { return flag()->load(); }
+};
+
 // The commit baked in at configure time ("unknown" outside a git checkout).
 const char* BuiltCommit();
 const char* ToolVersion();
+
+// The RunInfo of a run this process measures on `device`: this host, this binary's version
+// and compiler, started now.
+RunInfo LocalRunInfo(const DeviceInfo& device, const std::string& commit, const std::string& label);
 
 void AddSweepCommand(CLI::App& app, CommandContext& context);
 void AddBestCommand(CLI::App& app, CommandContext& context);
 void AddReportCommand(CLI::App& app, CommandContext& context);
 void AddBenchCommand(CLI::App& app, CommandContext& context);
+void AddAuditCommand(CLI::App& app, CommandContext& context);  // audit_command.cc
 // Service commands (FUSETUNE_WITH_SERVICE builds only).
 void AddWorkerCommand(CLI::App& app, CommandContext& context);  // worker_command.cc
 void AddServeCommand(CLI::App& app, CommandContext& context);   // serve_command.cc

@@ -1,5 +1,10 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 
@@ -13,6 +18,43 @@ extern const char kBuildCommit[];  // build_info.cc, generated at build time
 
 const char* BuiltCommit() { return kBuildCommit; }
 const char* ToolVersion() { return FUSETUNE_VERSION; }
+
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);  // so the handler is async-signal-safe
+
+extern "C" void OnStopSignal(int) { g_stop_requested.store(true); }
+
+}  // namespace
+
+StopOnSignal::StopOnSignal() {
+  g_stop_requested.store(false);
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+}
+
+StopOnSignal::~StopOnSignal() {
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+const std::atomic<bool>* StopOnSignal::flag() const { return &g_stop_requested; }
+
+RunInfo LocalRunInfo(const DeviceInfo& device, const std::string& commit, const std::string& label) {
+  RunInfo info;
+  info.commit = commit;
+  char host[256] = {};
+  info.host = gethostname(host, sizeof(host) - 1) == 0 ? host : "unknown";
+  info.device = device;
+  info.tool_version = ToolVersion();
+  info.environment = std::string("compiler ") + __VERSION__;
+  info.label = label;
+  info.started_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  return info;
+}
 
 void SetAction(CLI::App* command, CommandContext& context, std::function<int()> body) {
   command->callback([&context, name = command->get_name(), body = std::move(body)] {

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   AddBestCommand(app, context);
   AddReportCommand(app, context);
   AddBenchCommand(app, context);
+  AddAuditCommand(app, context);
 #ifdef FUSETUNE_WITH_SERVICE
   AddWorkerCommand(app, context);
   AddServeCommand(app, context);

@@ -1,6 +1,7 @@
 #include "problem_flags.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "fusetune/db/store.h"
 
@@ -114,15 +115,29 @@ CLI::Option* AddDatabaseOption(CLI::App* command, std::string* path, const std::
           "FILE", "non-empty path"));
 }
 
+namespace {
+
+absl::Status MissingDatabase(const std::string& path, const absl::Status& status) {
+  return absl::NotFoundError(std::string(status.message()) + " (run 'fusetune sweep --db " + path +
+                             "' first, or check the path)");
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(const std::string& path) {
   StoreOptions options;
   options.access = StoreAccess::kReadOnly;
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path, options);
-  if (absl::IsNotFound(store.status())) {
-    return absl::NotFoundError(std::string(store.status().message()) + " (run 'fusetune sweep --db " + path +
-                               "' first, or check the path)");
-  }
+  if (absl::IsNotFound(store.status())) return MissingDatabase(path, store.status());
   return store;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> OpenExistingStoreForWriting(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) {
+    return MissingDatabase(path, absl::NotFoundError("no database at " + path));
+  }
+  return Store::Open(path);
 }
 
 int UsageError(const std::string& command, const std::string& message) {

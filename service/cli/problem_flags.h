@@ -53,6 +53,11 @@ CLI::Option* AddDatabaseOption(CLI::App* command, std::string* path, const std::
 // an empty database; other errors name the file and say what to do.
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(const std::string& path);
 
+// Opens an existing database for a command that reads recorded results and adds to them
+// (audit): migrates it like any writer, but a missing file is NotFound with the same hint as
+// OpenExistingStore instead of a new empty database.
+absl::StatusOr<std::unique_ptr<Store>> OpenExistingStoreForWriting(const std::string& path);
+
 // Prints "fusetune <command>: <message>" and a hint to stderr; returns kExitUsage.
 int UsageError(const std::string& command, const std::string& message);
 // Prints "fusetune <command>: <message>" to stderr; returns kExitFailure.

@@ -3,7 +3,9 @@
 #include <cctype>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "fmt/format.h"
@@ -54,6 +56,23 @@ bool NaturalLess(const std::string& a, const std::string& b) {
 
 std::string Ratio(double r) { return r > 0 ? fmt::format("{:.2f}x", r) : "-"; }
 
+// The newest audit of `b`'s config (an audit of an earlier pick says nothing about this one);
+// nullopt when it was never audited.
+absl::StatusOr<std::optional<AuditSummary>> NewestAuditOf(Store& store, const BestConfig& b) {
+  constexpr int kAuditsSearched = 100;
+  absl::StatusOr<std::vector<AuditSummary>> audits = store.ListAudits(b.device_class, b.problem_key, kAuditsSearched);
+  if (!audits.ok()) return audits.status();
+  for (AuditSummary& a : *audits) {
+    if (a.recorded_config_key == b.config_key) return std::optional<AuditSummary>(std::move(a));
+  }
+  return std::optional<AuditSummary>();
+}
+
+std::string Regret(const std::optional<AuditSummary>& a) {
+  if (!a.has_value()) return "-";
+  return fmt::format("{:.2f}% ({:.2f} to {:.2f}%)", 100 * a->regret, 100 * a->regret_low, 100 * a->regret_high);
+}
+
 int RunReportCommand(const ReportFlags& f) {
   const std::string cmd = "report";
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
@@ -64,9 +83,22 @@ int RunReportCommand(const ReportFlags& f) {
     if (a.device_class != b.device_class) return a.device_class < b.device_class;
     return NaturalLess(a.problem_key, b.problem_key);
   });
+  std::vector<std::optional<AuditSummary>> audits;
+  for (const BestConfig& b : *best) {
+    absl::StatusOr<std::optional<AuditSummary>> a = NewestAuditOf(**store, b);
+    if (!a.ok()) return Failure(cmd, std::string(a.status().message()));
+    audits.push_back(*std::move(a));
+  }
   if (f.json) {
     nlohmann::json rows = nlohmann::json::array();
-    for (const BestConfig& b : *best) {
+    for (size_t i = 0; i < best->size(); ++i) {
+      const BestConfig& b = (*best)[i];
+      nlohmann::json audit = nullptr;
+      if (const std::optional<AuditSummary>& a = audits[i]; a.has_value()) {
+        audit = {{"audit_id", a->audit_id},       {"regret", a->regret},
+                 {"regret_low", a->regret_low},   {"regret_high", a->regret_high},
+                 {"best_config", a->best_config_key}, {"rounds", a->rounds}};
+      }
       rows.push_back({{"device_class", b.device_class},
                       {"problem", b.problem_key},
                       {"config", b.config_key},
@@ -81,7 +113,8 @@ int RunReportCommand(const ReportFlags& f) {
                       {"max_abs_error", b.max_abs_error},
                       {"max_rel_error", b.max_rel_error},
                       {"run_id", b.run_id},
-                      {"commit", b.commit}});
+                      {"commit", b.commit},
+                      {"audit", audit}});
     }
     std::printf("%s\n", rows.dump(2).c_str());
     return kExitOk;
@@ -93,16 +126,18 @@ int RunReportCommand(const ReportFlags& f) {
   }
   // Markdown, so the table pastes into docs/perf.md as it is.
   std::string device;
-  for (const BestConfig& b : *best) {
+  for (size_t i = 0; i < best->size(); ++i) {
+    const BestConfig& b = (*best)[i];
     if (b.device_class != device) {
       device = b.device_class;
-      std::printf("%sdevice %s\n\n", &b == &best->front() ? "" : "\n", device.c_str());
-      std::printf("| problem | best config | median us | p10-p90 us | TFLOP/s | fused vs materialized | fused vs partial | max rel error |\n");
-      std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+      std::printf("%sdevice %s\n\n", i == 0 ? "" : "\n", device.c_str());
+      std::printf("| problem | best config | median us | p10-p90 us | TFLOP/s | fused vs materialized | fused vs partial | max rel error | audit regret (90%% CI) |\n");
+      std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     }
-    std::printf("| %s | %s | %.1f | %.1f-%.1f | %.4g | %s | %s | %.1e |\n", b.problem_key.c_str(),
+    std::printf("| %s | %s | %.1f | %.1f-%.1f | %.4g | %s | %s | %.1e | %s |\n", b.problem_key.c_str(),
                 b.config_key.c_str(), b.median_us, b.p10_us, b.p90_us, Tflops(b),
-                Ratio(b.speedup_vs_materialized).c_str(), Ratio(b.speedup_vs_partial).c_str(), b.max_rel_error);
+                Ratio(b.speedup_vs_materialized).c_str(), Ratio(b.speedup_vs_partial).c_str(), b.max_rel_error,
+                Regret(audits[i]).c_str());
   }
   return kExitOk;
 }
@@ -112,12 +147,14 @@ int RunReportCommand(const ReportFlags& f) {
 void AddReportCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<ReportFlags>();
   CLI::App* report = app.add_subcommand(
-      "report", "Print every recorded best config: latency, TFLOP/s, the fused speedups and the error.");
+      "report",
+      "Print every recorded best config: latency, TFLOP/s, the fused speedups, the error, and the regret the "
+      "newest 'fusetune audit' of that config measured.");
   AddDatabaseOption(report, &flags->db, "SQLite database file (only read)");
   report->add_option("--device-class", flags->device_class, "only this device class");
   report->add_flag("--json", flags->json,
                    "print a JSON array (fields: problem, config, median_us, tflops, speedup_vs_materialized, "
-                   "speedup_vs_partial, max_rel_error, ...)");
+                   "speedup_vs_partial, max_rel_error, audit (the newest audit of this config, or null), ...)");
   SetAction(report, context, [flags] { return RunReportCommand(*flags); });
 }
 

@@ -1,11 +1,7 @@
 // fusetune sweep: tune problems on a local backend into the SQLite store, resumably.
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,13 +14,6 @@
 
 namespace fusetune::cli {
 namespace {
-
-// Set by SIGINT/SIGTERM; the sweep stops between trials (the trial in flight finishes and
-// is committed), leaving the run unfinished so that the same command resumes it.
-std::atomic<bool> g_stop_requested{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-
-extern "C" void OnStopSignal(int) { g_stop_requested.store(true); }
 
 struct SweepFlags {
   ProblemFlags problem;
@@ -46,18 +35,6 @@ struct SweepFlags {
   std::string commit;
   std::string label = "sweep";
 };
-
-std::string Hostname() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
-}
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string Seconds(double s) {
   if (s < 60) return fmt::format("{:.1f} s", s);
@@ -121,15 +98,7 @@ int RunSweepCommand(const SweepFlags& f) {
                 static_cast<long long>(run_id), recorded.size(), device_class.c_str(),
                 options.commit.c_str(), f.label.c_str());
   } else if (absl::IsNotFound(unfinished.status())) {
-    RunInfo info;
-    info.commit = options.commit;
-    info.host = Hostname();
-    info.device = device;
-    info.tool_version = ToolVersion();
-    info.environment = fmt::format("compiler {}", __VERSION__);
-    info.label = f.label;
-    info.started_unix_ms = NowUnixMs();
-    absl::StatusOr<int64_t> id = (*store)->BeginRun(info);
+    absl::StatusOr<int64_t> id = (*store)->BeginRun(LocalRunInfo(device, options.commit, f.label));
     if (!id.ok()) return Failure(cmd, std::string(id.status().message()));
     run_id = *id;
     std::printf("run %lld on %s, commit %s, label %s: %zu problem(s), search %s%s%s, %d final rounds\n",
@@ -143,8 +112,10 @@ int RunSweepCommand(const SweepFlags& f) {
   }
   std::fflush(stdout);
 
-  std::signal(SIGINT, OnStopSignal);
-  std::signal(SIGTERM, OnStopSignal);
+  // SIGINT/SIGTERM stop the sweep between trials (the trial in flight finishes and is
+  // committed), leaving the run unfinished so that the same command resumes it.
+  std::optional<StopOnSignal> stop_on_signal;
+  stop_on_signal.emplace();
   absl::Status best_error;
   auto progress = [&](const SweepProgress& p) {
     std::string best = "no successful trial";
@@ -165,9 +136,8 @@ int RunSweepCommand(const SweepFlags& f) {
   };
   absl::StatusOr<SweepResult> result = RunSweep(**backend, *problems, options, run_id, **store,
                                                 LookupInTrials(std::move(recorded)), progress,
-                                                &g_stop_requested);
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+                                                stop_on_signal->flag());
+  stop_on_signal.reset();
   if (!result.ok()) return Failure(cmd, std::string(result.status().ToString()));
   if (!best_error.ok()) return Failure(cmd, fmt::format("recording a best config: {}", best_error.ToString()));
   if (result->cancelled) {

@@ -69,7 +69,7 @@ TEST(Cli, BadFlagsAreUsageErrorsAndCreateNothing) {
 }
 
 TEST(Cli, EveryCommandHasHelp) {
-  for (const char* command : {"sweep", "best", "report", "bench"}) {
+  for (const char* command : {"sweep", "best", "report", "bench", "audit"}) {
     CommandResult r = Fusetune({command, "--help"});
     EXPECT_EQ(r.exit_code, 0) << command;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << command << ": " << r.out;
@@ -77,7 +77,7 @@ TEST(Cli, EveryCommandHasHelp) {
   }
   CommandResult top = Fusetune({"--help"});
   EXPECT_EQ(top.exit_code, 0);
-  for (const char* command : {"sweep", "best", "report", "bench"}) {
+  for (const char* command : {"sweep", "best", "report", "bench", "audit"}) {
     EXPECT_NE(top.out.find(command), std::string::npos) << command;
   }
   EXPECT_NE(top.out.find("Exit codes"), std::string::npos);

@@ -138,7 +138,10 @@ class Store : public TrialSink {
                                             std::string_view label);
 
   // ---- trials
-  // Idempotent by trial_id. NotFound if the run does not exist.
+  // Idempotent by trial_id. NotFound if the run does not exist. InvalidArgument (nothing
+  // written) for empty keys, an unknown outcome or stage, a negative or non-finite wall time
+  // or block number, or a trial_id that is not TrialId(run_id, problem_key, config_key,
+  // attempt, stage).
   absl::Status RecordTrial(const Trial& trial) override;
   absl::Status RecordTrials(const std::vector<Trial>& trials);  // one transaction
   // Same as RecordTrials; returns how many of `trials` were new rows (the rest were
