@@ -37,9 +37,6 @@ class BrokenBackend : public Backend {
   absl::Status CanImplement(const AttentionProblem& p, const KernelConfig& c) const override {
     return inner_->CanImplement(p, c);
   }
-  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& p) const override {
-    return inner_->CandidateConfigs(p);
-  }
   absl::Status Run(const AttentionProblem&, const KernelConfig&, const AttentionBuffers&) override {
     if (mode_ == Mode::kHang) {
       while (!release_->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
