@@ -185,8 +185,7 @@ class CudaBackend final : public Backend {
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (flush_buffer_ != nullptr) cudaFree(flush_buffer_);
     if (pointer_arrays_ != nullptr) cudaFree(pointer_arrays_);
-    if (start_event_ != nullptr) cudaEventDestroy(start_event_);
-    if (stop_event_ != nullptr) cudaEventDestroy(stop_event_);
+    for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
     cu_seqlens_q_.Reset();
     cu_seqlens_k_.Reset();
     kv_valid_lens_.Reset();
@@ -325,39 +324,56 @@ class CudaBackend final : public Backend {
             Cat("allocating the L2 flush buffer: ", CudaErrorText(e)));
       }
     }
-    if (start_event_ == nullptr) {
-      if (auto s = Check(cudaEventCreate(&start_event_), "cudaEventCreate"); !s.ok()) return s;
-      if (auto s = Check(cudaEventCreate(&stop_event_), "cudaEventCreate"); !s.ok()) return s;
-    }
+    // Warm-up, timed on the host: how long a launch takes decides how many fit in
+    // max_seconds (at least 3), since the timed launches are queued all at once.
+    const auto warm_begin = std::chrono::steady_clock::now();
     for (int i = 0; i < options.warmup; ++i) {
       if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
     }
     if (auto s = Check(cudaStreamSynchronize(kStream), "warm-up"); !s.ok()) return s;
+    int count = options.repeats;
+    if (options.warmup > 0 && options.max_seconds > 0) {
+      const double per_launch =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_begin).count() / options.warmup;
+      if (per_launch * count > options.max_seconds) {
+        count = std::max(3, static_cast<int>(options.max_seconds / std::max(per_launch, 1e-9)));
+        count = std::min(count, options.repeats);
+      }
+    }
+    while (static_cast<int>(timing_events_.size()) < 2 * count) {
+      cudaEvent_t e = nullptr;
+      if (auto s = Check(cudaEventCreate(&e), "cudaEventCreate"); !s.ok()) return s;
+      timing_events_.push_back(e);
+    }
 
+    // Every timed launch is queued before the first is waited for, each between its own
+    // pair of events (after its L2 flush when asked), so the GPU never idles waiting for
+    // the host and a sample is the kernels' time plus the GPU-side gap from the start
+    // event to the first kernel, not the host's launch latency.
     TimingSamples out;
     out.before = cuda::NvmlDeviceState(pci_bus_id_);
-    const auto begin = std::chrono::steady_clock::now();
-    for (int i = 0; i < options.repeats; ++i) {
+    for (int i = 0; i < count; ++i) {
       if (options.flush_l2) {
-        if (auto s = Check(cudaMemsetAsync(flush_buffer_, i & 0xff, kL2FlushBytes, kStream),
-                           "L2 flush");
+        if (auto s = Check(cudaMemsetAsync(flush_buffer_, i & 0xff, kL2FlushBytes, kStream), "L2 flush");
             !s.ok()) {
           return s;
         }
       }
-      if (auto s = Check(cudaEventRecord(start_event_, kStream), "cudaEventRecord"); !s.ok()) return s;
+      if (auto s = Check(cudaEventRecord(timing_events_[2 * i], kStream), "cudaEventRecord"); !s.ok()) return s;
       if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
-      if (auto s = Check(cudaEventRecord(stop_event_, kStream), "cudaEventRecord"); !s.ok()) return s;
-      if (auto s = Check(cudaEventSynchronize(stop_event_), "timed launch"); !s.ok()) return s;
+      if (auto s = Check(cudaEventRecord(timing_events_[2 * i + 1], kStream), "cudaEventRecord"); !s.ok()) {
+        return s;
+      }
+    }
+    if (auto s = Check(cudaEventSynchronize(timing_events_[2 * count - 1]), "timed launches"); !s.ok()) return s;
+    for (int i = 0; i < count; ++i) {
       float ms = 0;
-      if (auto s = Check(cudaEventElapsedTime(&ms, start_event_, stop_event_), "cudaEventElapsedTime");
+      if (auto s = Check(cudaEventElapsedTime(&ms, timing_events_[2 * i], timing_events_[2 * i + 1]),
+                         "cudaEventElapsedTime");
           !s.ok()) {
         return s;
       }
       out.micros.push_back(static_cast<double>(ms) * 1000.0);
-      const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-      if (elapsed > options.max_seconds && out.micros.size() >= 3) break;
     }
     // Read while the clocks are up: the last launch has just finished.
     out.after = cuda::NvmlDeviceState(pci_bus_id_);
@@ -685,8 +701,7 @@ class CudaBackend final : public Backend {
   void* pointer_arrays_ = nullptr;
   size_t pointer_capacity_ = 0;
   std::vector<const void*> pointer_host_;
-  cudaEvent_t start_event_ = nullptr;
-  cudaEvent_t stop_event_ = nullptr;
+  std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of the timed launches, grown on demand
   DeviceIntArray cu_seqlens_q_, cu_seqlens_k_, kv_valid_lens_;
 };
 

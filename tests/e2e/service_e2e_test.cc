@@ -37,16 +37,18 @@ void ExpectJobStoredExactlyOnce(const std::string& db, int64_t job_id, const std
   auto trials = (*store)->ListTrials(job->run_id);
   ASSERT_TRUE(trials.ok()) << trials.status();
   std::set<std::string> ids;
-  std::map<std::tuple<std::string, std::string, int>, int> per_cell;
+  std::map<std::tuple<std::string, std::string, int, TrialStage>, int> per_cell;
+  size_t screen = 0;
   for (const Trial& t : *trials) {
     ids.insert(t.trial_id);
-    ++per_cell[{t.problem_key, t.config_key, t.attempt}];
+    ++per_cell[{t.problem_key, t.config_key, t.attempt, t.stage}];
+    screen += t.stage == TrialStage::kScreen;
   }
   EXPECT_EQ(ids.size(), trials->size()) << "a trial id is stored twice";
   for (const auto& [cell, n] : per_cell) {
     EXPECT_EQ(n, 1) << std::get<0>(cell) << " " << std::get<1>(cell) << " attempt " << std::get<2>(cell);
   }
-  EXPECT_EQ(trials->size(), expected_trials);
+  EXPECT_EQ(screen, expected_trials) << "screen trials (the final rounds come on top)";
   size_t spooled = 0;
   for (WorkerProcess* w : workers) {
     for (const std::string& id : SpooledTrialIds(w->spool_dir(), job->run_id)) {
@@ -57,8 +59,8 @@ void ExpectJobStoredExactlyOnce(const std::string& db, int64_t job_id, const std
   EXPECT_GT(spooled, 0u);
 }
 
-// Trials a job will have: every variant gets max_trials configs (the CPU space of these
-// problems is larger than that).
+// Screen trials a job will have: every variant gets max_trials configs (the CPU space of
+// these problems is larger than that); the final rounds' trials come on top.
 constexpr int kMaxTrials = 3;
 
 TEST(ServiceEndToEnd, TwoCpuWorkersTuneJobsAndGetBestConfigMatchesTheDatabase) {

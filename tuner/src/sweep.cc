@@ -208,7 +208,10 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         // A variant always gets a little time, so every variant has a chance to measure.
         stop.max_seconds = std::max(left / static_cast<double>(variants.size() - vi), 1e-3);
       }
-      if (variant != Variant::kFused && options.baseline_time_ratio > 0 && fused_search_seconds >= 0) {
+      // An explicit trial cap is a deliberate request for that many trials: it replaces
+      // the baselines' time cap.
+      if (variant != Variant::kFused && options.baseline_time_ratio > 0 && fused_search_seconds >= 0 &&
+          options.max_trials_per_variant == 0) {
         const double cap = std::max(kMinBaselineSeconds, options.baseline_time_ratio * fused_search_seconds);
         stop.max_seconds = stop.max_seconds > 0 ? std::min(stop.max_seconds, cap) : cap;
       }

@@ -92,8 +92,9 @@ struct SweepOptions {
   // the fused variant's search time (at least kMinBaselineSeconds): the baselines are there
   // for the speedup figure, and a slow baseline's large space must not cost the problem
   // many times what the served kernel's search did. 0 = no such cap (the baselines share
-  // the budget like any variant).
-  double baseline_time_ratio = 1.0;
+  // the budget like any variant). Not applied when max_trials_per_variant is set: an
+  // explicit trial count is honoured.
+  double baseline_time_ratio = 0.5;
   uint64_t seed = 1;                       // searcher seed (mixed with the problem key)
   int max_trials_per_variant = 0;          // screen trials; 0 = no cap
   double max_seconds_per_problem = 0;      // 0 = unbounded

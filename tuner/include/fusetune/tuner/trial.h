@@ -78,7 +78,8 @@ struct Trial {
   int sm_clock_mhz = 0;      // SM clock read during the (last) timing block, MHz
   double flops = 0;          // problem.Flops(), for derived TFLOP/s
   int64_t created_unix_ms = 0;
-  // Wall time of the whole measurement (inputs reused, run, verification, timing), seconds;
+  // Wall time of the whole measurement (runs, verification, timing; not the problem's
+  // one-time input preparation), seconds;
   // 0 for trials recorded before it was kept. For a final/audit trial: its share of the
   // rounds (the rounds' wall time over the candidates).
   double wall_seconds = 0;
