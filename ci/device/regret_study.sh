@@ -17,7 +17,7 @@
 # Files under $OUT (7): run.log, tunes.tsv, A.db, B.db, audit_A.json, audit_B.json, regret.md.
 #
 # Knobs: REGRET_SHAPES a file of "label|fusetune sweep problem flags" lines, or "cpu" for the
-#   dry-run list (default: the 13 GPU shapes below); REGRET_TIMEOUT whole study, s (480);
+#   dry-run list (default: the 14 GPU shapes below); REGRET_TIMEOUT whole study, s (480);
 #   REGRET_TUNE_BUDGET s for step 1 (240; what is left goes to the audits); REGRET_SEEDS ("1 2");
 #   REGRET_SWEEP_EXTRA / REGRET_AUDIT_EXTRA extra flags; REGRET_BACKEND (cuda);
 #   REGRET_AUDIT_MODE "per-problem" (default) or "all" (one `audit --all` per database; A gets
@@ -70,6 +70,7 @@ bf16-b1-h24-d128-q1024-k3072-causal|--dtype bf16 --batch 1 --heads 24 --head-dim
 fp16-b8-h12-d64-s513|--dtype fp16 --batch 8 --heads 12 --head-dim 64 --seq 513
 bf16-b3-h20-kv4-d64-s2047-causal|--dtype bf16 --batch 3 --heads 20 --kv-heads 4 --head-dim 64 --seq 2047 --causal
 fp16-decode-b8-h32-kv8-d128-k4096|--kind decode --dtype fp16 --batch 8 --heads 32 --kv-heads 8 --head-dim 128 --seq 4096
+fp16-b2-h16-kv4-d128-s777|--dtype fp16 --batch 2 --heads 16 --kv-heads 4 --head-dim 128 --seq 777
 EOF
 }
 cpu_shapes() {
