@@ -187,7 +187,8 @@ void AddSweepCommand(CLI::App& app, CommandContext& context) {
       ->check(CLI::Range(0, 1000));
   sweep->add_option("--baseline-time-ratio", flags->baseline_time_ratio,
                     "each baseline variant (partial, materialized) is searched for at most this many times the "
-                    "fused search's time, at least 0.5 s (0 = no cap: the baselines share --max-seconds)")
+                    "fused search's time, at least 0.5 s, unless --max-trials is set (0 = no cap: the baselines "
+                    "share --max-seconds)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   sweep->add_option("--seed", flags->seed, "seed of the random search and of the inputs")->capture_default_str();

@@ -113,6 +113,7 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
   const FinalRoundOptions& fin = options.final_rounds;
   if (fin.rounds < 0 || fin.rounds > 1000 || fin.min_candidates < 1 || fin.max_candidates < fin.min_candidates ||
       fin.baseline_candidates < 0 || !(fin.near_fraction >= 0) || !(fin.time_ratio >= 0) ||
+      !(fin.max_baseline_ratio > 0) ||
       !(fin.min_seconds >= 0) || !(options.baseline_time_ratio >= 0)) {
     return absl::InvalidArgumentError(
         "final rounds: rounds in [0, 1000], 1 <= min_candidates <= max_candidates, baseline_candidates >= 0, "
@@ -151,6 +152,7 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
     std::vector<Trial> problem_trials;
     std::vector<Trial> final_contenders;
     double fused_search_seconds = -1;  // < 0 until the fused variant has been searched
+    double fused_leader_us = 0;        // the fused leader's ranking time, 0 until known
     const uint64_t problem_seed = SearchSeed(options.seed, problem_key, Variant::kFused) ^ 0x5bd1e995u;
 
     // One set of interleaved rounds, resumable: a set found whole is reused; a set found in
@@ -292,6 +294,14 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
       if (fused) fused_search_seconds = SecondsSince(variant_start);
       std::vector<Trial> contenders = fused ? Contenders(ranked, fin.near_fraction, fin.min_candidates, fin.max_candidates)
                                             : Contenders(ranked, 0, fin.baseline_candidates, fin.baseline_candidates);
+      if (fused && !contenders.empty()) fused_leader_us = RankingUs(contenders.front());
+      // A baseline far slower than the fused leader changes no decision in the rounds and
+      // would dominate their time; its speedup comes from its own measurements.
+      if (!fused && fused_leader_us > 0) {
+        std::erase_if(contenders, [&](const Trial& t) {
+          return RankingUs(t) > fin.max_baseline_ratio * fused_leader_us;
+        });
+      }
       final_contenders.insert(final_contenders.end(), contenders.begin(), contenders.end());
     }
     result.trials_measured += report.trials_measured;

@@ -97,8 +97,10 @@ absl::Status ValidateBuffers(const AttentionBuffers& buffers);
 
 struct TimingOptions {
   int warmup = 3;            // untimed launches first
-  int repeats = 20;          // timed launches (samples); the backend may stop early when
-  double max_seconds = 2.0;  //   the total timed wall time exceeds max_seconds (>= 3 kept)
+  int repeats = 20;          // timed launches (samples); the backend may take fewer when
+  double max_seconds = 2.0;  //   they would take longer than max_seconds in all (>= 3 kept;
+                             //   CUDA estimates that from the warm-up, as it queues the
+                             //   timed launches together)
   bool flush_l2 = true;      // GPU: evict L2 (or rotate inputs) before each timed launch
 };
 

@@ -77,6 +77,10 @@ struct FinalRoundOptions {
   int min_candidates = 3;         // fused contenders at least (when that many verified)
   int max_candidates = 6;         // fused contenders at most
   int baseline_candidates = 1;    // contenders of each baseline variant (partial, materialized)
+  // A baseline contender slower than this many times the fused leader is left out of the
+  // rounds (they would take its time and decide nothing; its speedup is then the ratio of
+  // its own and the fused pick's medians).
+  double max_baseline_ratio = 3.0;
   // The rounds stop, after at least 3, once they took this many times the problem's
   // search time (at least min_seconds): slow baselines must not make the rounds cost more
   // than the search they refine. 0 = no such cap.
@@ -94,7 +98,7 @@ struct SweepOptions {
   // many times what the served kernel's search did. 0 = no such cap (the baselines share
   // the budget like any variant). Not applied when max_trials_per_variant is set: an
   // explicit trial count is honoured.
-  double baseline_time_ratio = 0.5;
+  double baseline_time_ratio = 0.25;
   uint64_t seed = 1;                       // searcher seed (mixed with the problem key)
   int max_trials_per_variant = 0;          // screen trials; 0 = no cap
   double max_seconds_per_problem = 0;      // 0 = unbounded
