@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "fusetune/tuner/selection.h"
@@ -90,17 +91,24 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
   s.recorded_us = recorded_rounds.median_us;
   s.best_us = recorded_rounds.median_us;
   s.rounds = static_cast<int>(recorded_rounds.samples_us.size());
-  double best_ratio = 1.0;
+  // The closest contender: the largest median of recorded / contender. Above 1 it is the
+  // best and the regret is its excess; otherwise the recorded config is the best, regret
+  // 0, and the interval says how clearly (how much faster than the runner-up it is).
+  std::optional<RoundRatio> closest;
   for (size_t i = 1; i < rounds.size(); ++i) {
     if (rounds[i].outcome != TrialOutcome::kOk) continue;
     absl::StatusOr<RoundRatio> r = CompareRounds(recorded_rounds, rounds[i]);  // recorded / contender
-    if (!r.ok() || !(r->median > best_ratio)) continue;
-    best_ratio = r->median;
-    s.best_config_key = rounds[i].config_key;
-    s.best_us = rounds[i].median_us;
-    s.regret = r->median - 1.0;
-    s.regret_low = r->low - 1.0;
-    s.regret_high = r->high - 1.0;
+    if (!r.ok() || (closest.has_value() && !(r->median > closest->median))) continue;
+    closest = *r;
+    if (r->median > 1.0) {
+      s.best_config_key = rounds[i].config_key;
+      s.best_us = rounds[i].median_us;
+    }
+  }
+  if (closest.has_value()) {
+    s.regret = std::max(0.0, closest->median - 1.0);
+    s.regret_low = std::min(s.regret, closest->low - 1.0);
+    s.regret_high = std::max(s.regret, closest->high - 1.0);
   }
   s.configs_measured = static_cast<int>(ok.size());
   s.configs_failed = failed;

@@ -81,6 +81,21 @@ TEST(Audit, ARecordedBestHasNoRegret) {
   EXPECT_EQ(r->summary.best_config_key, Fused(16, 32).Key());
 }
 
+TEST(Audit, AClearlyBestRecordedConfigSaysByHowMuchItBeatsTheRunnerUp) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) {
+    return c.block_m == 32 && c.block_s == 32 ? 90.0 : 100.0 + c.block_m + c.block_s;
+  };
+  absl::StatusOr<AuditResult> r = RunAudit(backend, Tiny(), Fused(32, 32), Quick(), 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const AuditSummary& s = r->summary;
+  EXPECT_EQ(s.best_config_key, Fused(32, 32).Key());
+  EXPECT_EQ(s.regret, 0);
+  // The runner-up (bm16/bs16) takes 132 us: the recorded one is 90/132 - 1 = -31.8 % of it.
+  EXPECT_NEAR(s.regret_low, 90.0 / 132.0 - 1.0, 1e-9);
+  EXPECT_EQ(s.regret_high, 0);
+}
+
 TEST(Audit, ARecordedConfigThatCannotRunHereIsAnError) {
   HostBackend backend;
   backend.refuse = [](const KernelConfig& c) { return c.block_m == 128; };

@@ -10,10 +10,12 @@
 //      each round, one timing block per config per round, the L2 state the timing options
 //      say);
 //   3. for each contender c the per-round ratios recorded_i / c_i give the median ratio;
-//      the best config is the contender with the largest median ratio (the recorded config
-//      itself when none is faster), and regret = that median ratio - 1, with a 90 %
-//      confidence interval from the order statistics of the per-round ratios (the
-//      distribution-free interval for a median).
+//      the closest contender is the one with the largest median ratio. When that is above
+//      1 it is the best config and regret = that median ratio - 1; otherwise the recorded
+//      config is the best and regret = 0. Either way the 90 % confidence interval is that
+//      of the closest contender's ratio (order statistics of the per-round ratios, the
+//      distribution-free interval for a median), widened to contain the regret: see
+//      AuditSummary.
 // A recorded config the backend cannot run (or that fails verification) is an error, not
 // an audit: FailedPrecondition with the trial's message.
 //

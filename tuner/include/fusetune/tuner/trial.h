@@ -133,8 +133,12 @@ struct AuditSummary {
   std::string best_config_key;     // the fastest config the audit measured
   double recorded_us = 0;          // median over the final rounds, microseconds
   double best_us = 0;
-  double regret = 0;               // median over rounds of recorded/best, minus 1 (>= 0 means slower)
-  double regret_low = 0;           // 90 % confidence interval of that median (order statistics)
+  double regret = 0;               // median over rounds of recorded/best, minus 1 (>= 0)
+  // 90 % confidence interval (order statistics) of recorded / closest contender - 1, the
+  // closest being the contender with the largest such median: around the regret when a
+  // faster config was found; when the recorded config is the best (regret 0), regret_low
+  // < 0 says by how much it beats the runner-up. Always regret_low <= regret <= regret_high.
+  double regret_low = 0;
   double regret_high = 0;
   int rounds = 0;                  // interleaved rounds of the final comparison
   int configs_measured = 0;        // configs of the space that verified and were timed
