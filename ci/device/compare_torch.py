@@ -837,7 +837,7 @@ def build_parser():
     ap.add_argument("--cupti-launches", type=int, default=30)
     ap.add_argument("--keep-traces", action="store_true",
                     help="write the profiler traces under --out (several files per shape: more than the "
-                         "device tool brings back)")
+                         "8 files a remote run may bring back)")
     ap.add_argument("--self-test", action="store_true", help="check statistics and report code; no GPU")
     return ap
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Run ON A MULTI-GPU DEVICE (nvidia-h200-x2), from the repository root, after
 # ci/device/stage_worker.sh packed .device-carry/worker (name it in the run's carry).
-# Issue 5's measurement: one `fusetune worker` driving every GPU of the host.
+# The multi-GPU measurement: one `fusetune worker` driving every GPU of the host.
 #   phase "one": serve (fresh DB) + worker --devices 0,   N identical jobs, wall time to all done
 #   phase "all": serve (fresh DB) + worker --devices all, the same N jobs
 # Jobs/hour = N / wall for each phase; ci/device/multi_gpu_summary.py then compares, cell by cell
 # ((problem, config) measured by jobs that ran on different GPUs), the medians of the two GPUs
 # against each cell's own p10-p90 spread. Knobs: MGPU_JOBS (4), MGPU_TRIALS (4 per problem and
-# variant), MGPU_SEQ (1024,2048), MGPU_DTYPE (fp16). Files under $OUT (8: what the device tool
+# variant), MGPU_SEQ (1024,2048), MGPU_DTYPE (fp16). Files under $OUT (8: what a remote GPU run
 # brings back): run.log, one.db, all.db, worker_one.log, worker_all.log, submit_one.log,
 # submit_all.log, summary.txt (the servers' logs go to the temp folder). CPU dry run of the script itself (no GPU):
 #   FUSETUNE_BIN=build/service/cli/fusetune MGPU_BACKEND=cpu MGPU_SEQ=128 MGPU_DTYPE=fp32 \

@@ -196,7 +196,7 @@ else
   done
 fi
 
-# One file per database (the device tool brings back at most 8 files): fold the WAL back in.
+# One file per database (a GPU host run brings back at most 8 files): fold the WAL back in.
 for side in A B; do
   [[ -s "$OUT/$side.db" ]] && python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("PRAGMA journal_mode=DELETE"); c.close()' "$OUT/$side.db"
 done
