@@ -180,6 +180,17 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
           result.cancelled = true;  // a set cut short is not recorded: its rounds are incomplete
           return std::vector<Trial>();
         }
+        // The rounds only time: each trial keeps the verification errors of the measurement
+        // it continues, so the pick's record says how accurate it is.
+        std::map<std::string, const Trial*> source;
+        for (const Trial& t : of) source[t.config_key] = &t;
+        for (Trial& t : measured) {
+          auto it = source.find(t.config_key);
+          if (it == source.end()) continue;
+          t.max_abs_error = it->second->max_abs_error;
+          t.max_rel_error = it->second->max_rel_error;
+          t.checked_elements = it->second->checked_elements;
+        }
         for (const Trial& t : measured) {
           if (absl::Status s = sink.RecordTrial(t); !s.ok()) {
             return absl::Status(s.code(), absl::StrCat("recording trial ", t.trial_id, " (", problem_key, " ",

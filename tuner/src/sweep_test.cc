@@ -89,6 +89,29 @@ TEST(Sweep, CpuBackendTinyProblemsRecordEveryTrialAndPickABestConfig) {
   EXPECT_GE(reports[1].elapsed_seconds, reports[0].elapsed_seconds);
 }
 
+TEST(Sweep, APickFromTheFinalRoundsKeepsItsVerificationError) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  std::vector<AttentionProblem> problems = {Tiny(33, 33)};
+  SweepOptions o = Quick(0);
+  o.space.variants = {Variant::kFused};
+  o.final_rounds.rounds = 3;
+  MemorySink sink;
+  absl::StatusOr<SweepResult> r = RunSweep(*cpu, problems, o, 1, sink, NoResume());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->best.size(), 1u);
+  const Trial* screen = nullptr;
+  for (const Trial& t : sink.trials) {
+    if (t.stage == TrialStage::kScreen && t.config_key == r->best[0].config_key) screen = &t;
+  }
+  ASSERT_NE(screen, nullptr);
+  EXPECT_GT(screen->max_rel_error, 0) << "fp32 CPU kernels round differently from the fp64 reference";
+  EXPECT_EQ(r->best[0].max_rel_error, screen->max_rel_error);
+  EXPECT_EQ(r->best[0].max_abs_error, screen->max_abs_error);
+  for (const Trial& t : sink.trials) {
+    if (t.stage == TrialStage::kFinal) EXPECT_GT(t.checked_elements, 0) << t.config_key;
+  }
+}
+
 TEST(Sweep, ResumeSkipsRecordedTrialsAndReachesTheSameResult) {
   HostBackend backend;
   backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s + 10 * c.block_m; };
