@@ -6,15 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "fusetune/tuner/selection.h"
+#include "internal.h"
 
 namespace fusetune {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-bool Cancelled(const std::atomic<bool>* cancel) {
-  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
-}
+using tuner_internal::Cancelled;
+using tuner_internal::Clock;
 
 }  // namespace
 
@@ -61,15 +59,17 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
     result.trials.push_back(std::move(t));
   }
 
-  // The contenders: the fastest screens (and the recorded config, whatever its screen).
-  // Ranked by the screen block's p10: interference only slows a launch (as in the sweep).
-  std::stable_sort(ok.begin(), ok.end(), [](const Trial& a, const Trial& b) { return a.p10_us < b.p10_us; });
+  // The contenders: the recorded config, whatever its screen, and the fastest other screens,
+  // ranked as the sweep ranks its own (within contender_fraction of the fastest of all).
+  const std::vector<Trial> ranked = tuner_internal::RankedOk(ok);
+  std::vector<Trial> others;
+  for (const Trial& t : ranked) {
+    if (t.config_key != recorded_key) others.push_back(t);
+  }
   std::vector<KernelConfig> contenders{recorded};
-  for (const Trial& t : ok) {
-    if (static_cast<int>(contenders.size()) > options.max_contenders) break;
-    if (t.config_key == recorded_key) continue;
-    const bool near = t.p10_us <= ok.front().p10_us * (1.0 + options.contender_fraction);
-    if (!near && static_cast<int>(contenders.size()) > options.min_contenders) break;
+  for (const Trial& t : tuner_internal::Contenders(others, tuner_internal::RankingUs(ranked.front()),
+                                                   options.contender_fraction, options.min_contenders,
+                                                   options.max_contenders)) {
     absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(t.config_key);
     if (c.ok()) contenders.push_back(*c);
   }
@@ -112,11 +112,9 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
   }
   s.configs_measured = static_cast<int>(ok.size());
   s.configs_failed = failed;
-  s.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  s.created_unix_ms = tuner_internal::NowUnixMs();
   result.trials.insert(result.trials.end(), rounds.begin(), rounds.end());
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.seconds = tuner_internal::SecondsSince(start);
   return result;
 }
 

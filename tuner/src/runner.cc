@@ -16,21 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
+#include "internal.h"
 
 namespace fusetune {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using tuner_internal::Clock;
+using tuner_internal::NowUnixMs;
+using tuner_internal::SecondsSince;
 
 uint64_t Mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -303,6 +296,20 @@ Verification Verify(const AttentionProblem& problem, const KernelConfig& config,
   return r;
 }
 
+// A trial's identity, before anything is measured.
+Trial NewTrial(const std::string& problem_key, const KernelConfig& config, int64_t run_id, int attempt,
+               TrialStage stage) {
+  Trial t;
+  t.run_id = run_id;
+  t.problem_key = problem_key;
+  t.config_key = config.Key();
+  t.attempt = attempt;
+  t.stage = stage;
+  t.trial_id = TrialId(run_id, problem_key, t.config_key, attempt, stage);
+  t.created_unix_ms = NowUnixMs();
+  return t;
+}
+
 SampleBlock ToBlock(const TimingSamples& timing) {
   SampleBlock b;
   b.samples = static_cast<int>(timing.micros.size());
@@ -370,14 +377,7 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
 Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& config, const TimingOptions& timing_options,
                       int64_t run_id, int attempt, TrialStage stage) {
   auto start = Clock::now();
-  Trial t;
-  t.run_id = run_id;
-  t.problem_key = problem.Key();
-  t.config_key = config.Key();
-  t.attempt = attempt;
-  t.stage = stage;
-  t.trial_id = TrialId(run_id, t.problem_key, t.config_key, attempt, stage);
-  t.created_unix_ms = NowUnixMs();
+  Trial t = NewTrial(problem.Key(), config, run_id, attempt, stage);
   auto finish = [&t, &start](TrialOutcome outcome, std::string message) {
     t.outcome = outcome;
     t.message = std::move(message);
@@ -463,18 +463,11 @@ std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::s
                                          TrialStage stage, int attempt, double max_seconds,
                                          const std::atomic<bool>* cancel) {
   const auto start = Clock::now();
-  std::vector<Trial> trials(configs.size());
+  std::vector<Trial> trials;
   const std::string problem_key = problem.Key();
-  for (size_t i = 0; i < configs.size(); ++i) {
-    Trial& t = trials[i];
-    t.run_id = run_id;
-    t.problem_key = problem_key;
-    t.config_key = configs[i].Key();
-    t.attempt = attempt;
-    t.stage = stage;
-    t.trial_id = TrialId(run_id, problem_key, t.config_key, attempt, stage);
-    t.created_unix_ms = NowUnixMs();
-    t.flops = problem.Flops();
+  for (const KernelConfig& c : configs) {
+    trials.push_back(NewTrial(problem_key, c, run_id, attempt, stage));
+    trials.back().flops = problem.Flops();
   }
   auto fail = [](Trial& t, TrialOutcome outcome, std::string message) {
     if (t.outcome != TrialOutcome::kOk) return;  // the first failure is the one kept

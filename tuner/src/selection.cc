@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "internal.h"
 
 namespace fusetune {
 namespace {
@@ -167,9 +168,7 @@ absl::StatusOr<BestConfig> SelectBest(std::span<const Trial> trials, const std::
   out.max_rel_error = best->max_rel_error;
   out.run_id = run_id;
   out.commit = commit;
-  out.updated_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+  out.updated_unix_ms = tuner_internal::NowUnixMs();
   if (partial) out.best_partial_us = partial->median_us;
   if (materialized) out.best_materialized_us = materialized->median_us;
   // Baseline over fused: the median per-round ratio when both ran in the same rounds (a

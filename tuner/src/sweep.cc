@@ -6,15 +6,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "fusetune/tuner/selection.h"
+#include "internal.h"
 
 namespace fusetune {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using tuner_internal::Cancelled;
+using tuner_internal::Clock;
+using tuner_internal::Contenders;
+using tuner_internal::RankedOk;
+using tuner_internal::RankingUs;
+using tuner_internal::SecondsSince;
 
 uint64_t SearchSeed(uint64_t seed, std::string_view problem_key, Variant variant) {
   uint64_t h = 1469598103934665603ull ^ seed;
@@ -42,47 +44,11 @@ double EstimateRemaining(std::span<const AttentionProblem> remaining, double las
   return total;
 }
 
-bool Cancelled(const std::atomic<bool>* cancel) {
-  return cancel != nullptr && cancel->load(std::memory_order_relaxed);
-}
-
-// The time a trial is ranked by when choosing who goes on: a screen block's p10 (another
-// process or a clock dip only ever slows a launch, so the fast end of a short block is the
-// steadier estimate), the median of the per-round block medians for round trials.
-double RankingUs(const Trial& t) { return t.stage == TrialStage::kScreen ? t.p10_us : t.median_us; }
-
-// kOk trials, fastest first by RankingUs (ties by config key): the order contenders are
-// taken in.
-std::vector<Trial> RankedOk(const std::vector<Trial>& trials) {
-  std::vector<Trial> ok;
-  for (const Trial& t : trials) {
-    if (t.outcome == TrialOutcome::kOk) ok.push_back(t);
-  }
-  std::stable_sort(ok.begin(), ok.end(), [](const Trial& a, const Trial& b) {
-    if (RankingUs(a) != RankingUs(b)) return RankingUs(a) < RankingUs(b);
-    return a.config_key < b.config_key;
-  });
-  return ok;
-}
-
 std::vector<KernelConfig> ConfigsOf(const std::vector<Trial>& trials) {
   std::vector<KernelConfig> out;
   for (const Trial& t : trials) {
     absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(t.config_key);
     if (c.ok()) out.push_back(*c);
-  }
-  return out;
-}
-
-// The contenders of the final rounds among a variant's ranked trials: the leader and those
-// within `near_fraction` of it, at least `min_count` (when there are that many), at most
-// `max_count`.
-std::vector<Trial> Contenders(const std::vector<Trial>& ranked, double near_fraction, int min_count, int max_count) {
-  std::vector<Trial> out;
-  for (const Trial& t : ranked) {
-    if (static_cast<int>(out.size()) >= max_count) break;
-    const bool near = !out.empty() && RankingUs(t) <= RankingUs(out.front()) * (1.0 + near_fraction);
-    if (out.empty() || near || static_cast<int>(out.size()) < min_count) out.push_back(t);
   }
   return out;
 }
@@ -303,8 +269,10 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
       }
       const bool fused = variant == Variant::kFused;
       if (fused) fused_search_seconds = SecondsSince(variant_start);
-      std::vector<Trial> contenders = fused ? Contenders(ranked, fin.near_fraction, fin.min_candidates, fin.max_candidates)
-                                            : Contenders(ranked, 0, fin.baseline_candidates, fin.baseline_candidates);
+      const double leader_us = ranked.empty() ? 0 : RankingUs(ranked.front());
+      std::vector<Trial> contenders =
+          fused ? Contenders(ranked, leader_us, fin.near_fraction, fin.min_candidates, fin.max_candidates)
+                : Contenders(ranked, leader_us, 0, fin.baseline_candidates, fin.baseline_candidates);
       if (fused && !contenders.empty()) fused_leader_us = RankingUs(contenders.front());
       // A baseline far slower than the fused leader changes no decision in the rounds and
       // would dominate their time; its speedup comes from its own measurements.
