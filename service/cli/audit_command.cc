@@ -83,32 +83,24 @@ int RunAuditCommand(const AuditFlags& f) {
     }
     problems = *std::move(built);
   }
-  absl::StatusOr<std::vector<Variant>> variants = ParseVariants(f.variants);
-  if (!variants.ok()) return UsageError(cmd, std::string(variants.status().message()));
-  absl::StatusOr<std::vector<Precision>> precisions = ParsePrecisions(f.precisions);
-  if (!precisions.ok()) return UsageError(cmd, std::string(precisions.status().message()));
+  absl::StatusOr<ConfigSpaceOptions> space = ParseSpaceFilters(f.variants, f.precisions);
+  if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
 
   AuditOptions options;
-  options.space.variants = *variants;
-  options.space.precisions = *precisions;
+  options.space = *space;
   options.rounds = f.rounds;
   options.runner.timing.repeats = f.repeats;
   options.runner.timing.warmup = f.warmup;
   options.seed = f.seed;
 
-  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(f.backend, f.device);
-  if (!backend.ok()) {
-    if (absl::IsNotFound(backend.status()) || absl::IsInvalidArgument(backend.status())) {
-      return UsageError(cmd, std::string(backend.status().message()));
-    }
-    return Failure(cmd, std::string(backend.status().message()));
-  }
-  const DeviceInfo device = (*backend)->Describe();
+  int exit_code = kExitOk;
+  std::unique_ptr<Backend> backend = CreateLocalBackend(cmd, f.backend, f.device, &exit_code);
+  if (backend == nullptr) return exit_code;
+  const DeviceInfo device = backend->Describe();
   const std::string device_class = device.DeviceClass();
   // Check the options against the device before touching the database.
-  for (const AttentionProblem& p : problems) {
-    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, **backend, options.space);
-    if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
+  if (absl::Status s = CheckSpaces(problems, *backend, options.space); !s.ok()) {
+    return UsageError(cmd, std::string(s.message()));
   }
 
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStoreForWriting(f.db);
@@ -145,7 +137,7 @@ int RunAuditCommand(const AuditFlags& f) {
         ++failures;
         continue;
       }
-      if (absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(*p, **backend, options.space); !space.ok()) {
+      if (absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(*p, *backend, options.space); !space.ok()) {
         std::fprintf(stderr, "fusetune audit: %s: %s\n", b.problem_key.c_str(),
                      std::string(space.status().message()).c_str());
         ++failures;
@@ -191,7 +183,7 @@ int RunAuditCommand(const AuditFlags& f) {
   bool cancelled = false;
   for (const Target& t : targets) {
     absl::StatusOr<AuditResult> result =
-        RunAudit(**backend, t.problem, t.recorded, options, *run_id, stop_on_signal->flag());
+        RunAudit(*backend, t.problem, t.recorded, options, *run_id, stop_on_signal->flag());
     if (absl::IsCancelled(result.status())) {
       cancelled = true;
       break;
@@ -264,14 +256,9 @@ void AddAuditCommand(CLI::App& app, CommandContext& context) {
       "record its regret (how much slower it is than the fastest) with a 90% confidence interval.");
   flags->problem.Register(audit, /*allow_list=*/true);
   audit->add_flag("--all", flags->all, "audit every best config recorded for this backend's device class");
-  audit->add_option("--backend", flags->backend, "cpu, cuda or hip (as compiled in)")->capture_default_str();
-  audit->add_option("--device", flags->device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
+  AddBackendOptions(audit, &flags->backend, &flags->device);
   AddDatabaseOption(audit, &flags->db, "SQLite database file holding the best configs (must exist)");
-  audit->add_option("--variants", flags->variants, "comma-separated: fused, partial, materialized (default all)")
-      ->delimiter(',');
-  audit->add_option("--precisions", flags->precisions,
-                    "comma-separated: fp32, tf32, fp16, bf16 (default: by dtype and backend)")
-      ->delimiter(',');
+  AddSpaceFilterOptions(audit, &flags->variants, &flags->precisions);
   audit->add_option("--rounds", flags->rounds, "interleaved rounds of the final comparison")
       ->capture_default_str()
       ->check(CLI::Range(3, 1000));

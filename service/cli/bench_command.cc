@@ -35,14 +35,10 @@ int RunBenchCommand(const BenchFlags& f) {
   const std::string cmd = "bench";
   absl::StatusOr<std::vector<AttentionProblem>> problems = f.problem.Build();
   if (!problems.ok()) return UsageError(cmd, std::string(problems.status().message()));
-  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(f.backend, f.device);
-  if (!backend.ok()) {
-    if (absl::IsNotFound(backend.status()) || absl::IsInvalidArgument(backend.status())) {
-      return UsageError(cmd, std::string(backend.status().message()));
-    }
-    return Failure(cmd, std::string(backend.status().message()));
-  }
-  const DeviceInfo device = (*backend)->Describe();
+  int exit_code = kExitOk;
+  std::unique_ptr<Backend> backend = CreateLocalBackend(cmd, f.backend, f.device, &exit_code);
+  if (backend == nullptr) return exit_code;
+  const DeviceInfo device = backend->Describe();
 
   std::vector<KernelConfig> configs;
   for (const std::string& key : f.configs) {
@@ -75,7 +71,7 @@ int RunBenchCommand(const BenchFlags& f) {
   options.timing.repeats = f.repeats;
   options.timing.warmup = f.warmup;
   options.timing.max_seconds = f.timing_seconds;
-  Runner runner(**backend, options);
+  Runner runner(*backend, options);
   nlohmann::json rows = nlohmann::json::array();
   if (!f.json) std::printf("device %s\n", device.DeviceClass().c_str());
   for (const AttentionProblem& problem : *problems) {
@@ -126,8 +122,7 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
   CLI::App* bench = app.add_subcommand(
       "bench", "Verify and time given configs (or one config per variant) on problems; no database.");
   flags->problem.Register(bench, /*allow_list=*/true);
-  bench->add_option("--backend", flags->backend, "cpu, cuda or hip (as compiled in)")->capture_default_str();
-  bench->add_option("--device", flags->device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
+  AddBackendOptions(bench, &flags->backend, &flags->device);
   bench->add_option("--config", flags->configs, "config key, e.g. fused/bm64/bs64/t2/fp32/st1 (repeatable)");
   bench->add_option("--variants", flags->variants,
                     "comma-separated variants timed with --block-m/--block-s/--threads (default all, "

@@ -140,6 +140,51 @@ absl::StatusOr<std::unique_ptr<Store>> OpenExistingStoreForWriting(const std::st
   return Store::Open(path);
 }
 
+void AddSpaceFilterOptions(CLI::App* command, std::vector<std::string>* variants,
+                           std::vector<std::string>* precisions) {
+  command->add_option("--variants", *variants, "comma-separated: fused, partial, materialized (default all)")
+      ->delimiter(',');
+  command->add_option("--precisions", *precisions, "comma-separated: fp32, tf32, fp16, bf16 (default: every one the backend runs for the dtype)")
+      ->delimiter(',');
+}
+
+absl::StatusOr<ConfigSpaceOptions> ParseSpaceFilters(const std::vector<std::string>& variants,
+                                                     const std::vector<std::string>& precisions) {
+  ConfigSpaceOptions space;
+  absl::StatusOr<std::vector<Variant>> v = ParseVariants(variants);
+  if (!v.ok()) return v.status();
+  absl::StatusOr<std::vector<Precision>> p = ParsePrecisions(precisions);
+  if (!p.ok()) return p.status();
+  space.variants = *std::move(v);
+  space.precisions = *std::move(p);
+  return space;
+}
+
+absl::Status CheckSpaces(const std::vector<AttentionProblem>& problems, const Backend& backend,
+                         const ConfigSpaceOptions& space) {
+  for (const AttentionProblem& p : problems) {
+    absl::StatusOr<ConfigSpace> s = ConfigSpace::Create(p, backend, space);
+    if (!s.ok()) return s.status();
+  }
+  return absl::OkStatus();
+}
+
+void AddBackendOptions(CLI::App* command, std::string* name, int* device) {
+  command->add_option("--backend", *name, "cpu, cuda or hip (as compiled in)")->capture_default_str();
+  command->add_option("--device", *device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
+}
+
+std::unique_ptr<Backend> CreateLocalBackend(const std::string& command, const std::string& name, int device,
+                                            int* exit_code) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(name, device);
+  if (backend.ok()) return *std::move(backend);
+  const std::string message(backend.status().message());
+  *exit_code = absl::IsNotFound(backend.status()) || absl::IsInvalidArgument(backend.status())
+                   ? UsageError(command, message)
+                   : Failure(command, message);
+  return nullptr;
+}
+
 int UsageError(const std::string& command, const std::string& message) {
   std::fprintf(stderr, "fusetune %s: %s\nRun 'fusetune %s --help' for the options.\n", command.c_str(),
                message.c_str(), command.c_str());

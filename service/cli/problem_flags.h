@@ -1,4 +1,4 @@
-// Problem and tuning flags shared by the sweep, best and bench commands, and the
+// Problem, space-filter and backend flags shared by the sweep, audit, best and bench commands, and the
 // conversions from their text to core types (each a usage error when malformed).
 #ifndef FUSETUNE_SERVICE_CLI_PROBLEM_FLAGS_H_
 #define FUSETUNE_SERVICE_CLI_PROBLEM_FLAGS_H_
@@ -9,8 +9,10 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "fusetune/kernels/backend.h"
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
+#include "fusetune/tuner/config_space.h"
 
 namespace fusetune {
 class Store;
@@ -57,6 +59,25 @@ absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(const std::string& path
 // (audit): migrates it like any writer, but a missing file is NotFound with the same hint as
 // OpenExistingStore instead of a new empty database.
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStoreForWriting(const std::string& path);
+
+// Adds `--variants` and `--precisions` (comma-separated filters on the backend's configs).
+void AddSpaceFilterOptions(CLI::App* command, std::vector<std::string>* variants,
+                           std::vector<std::string>* precisions);
+// The ConfigSpaceOptions those two flags give; InvalidArgument on an unknown name.
+absl::StatusOr<ConfigSpaceOptions> ParseSpaceFilters(const std::vector<std::string>& variants,
+                                                     const std::vector<std::string>& precisions);
+// OK when every problem has a non-empty space on `backend` under `space`; otherwise the
+// first ConfigSpace::Create error (a usage error: the filters leave nothing to run).
+absl::Status CheckSpaces(const std::vector<AttentionProblem>& problems, const Backend& backend,
+                         const ConfigSpaceOptions& space);
+
+// Adds `--backend` (default as given in `*name`) and `--device`.
+void AddBackendOptions(CLI::App* command, std::string* name, int* device);
+// The local backend `name` on device `device`. On failure prints why and returns nullptr
+// with `*exit_code` set: kExitUsage for an unknown name or a bad device index, kExitFailure
+// when it is compiled out or no device is present.
+std::unique_ptr<Backend> CreateLocalBackend(const std::string& command, const std::string& name, int device,
+                                            int* exit_code);
 
 // Prints "fusetune <command>: <message>" and a hint to stderr; returns kExitUsage.
 int UsageError(const std::string& command, const std::string& message);

@@ -45,16 +45,13 @@ int RunSweepCommand(const SweepFlags& f) {
   const std::string cmd = "sweep";
   absl::StatusOr<std::vector<AttentionProblem>> problems = f.problem.Build();
   if (!problems.ok()) return UsageError(cmd, std::string(problems.status().message()));
-  absl::StatusOr<std::vector<Variant>> variants = ParseVariants(f.variants);
-  if (!variants.ok()) return UsageError(cmd, std::string(variants.status().message()));
-  absl::StatusOr<std::vector<Precision>> precisions = ParsePrecisions(f.precisions);
-  if (!precisions.ok()) return UsageError(cmd, std::string(precisions.status().message()));
+  absl::StatusOr<ConfigSpaceOptions> space = ParseSpaceFilters(f.variants, f.precisions);
+  if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
   absl::StatusOr<SearchStrategy> strategy = ParseSearchStrategy(f.strategy);
   if (!strategy.ok()) return UsageError(cmd, std::string(strategy.status().message()));
 
   SweepOptions options;
-  options.space.variants = *variants;
-  options.space.precisions = *precisions;
+  options.space = *space;
   options.strategy = *strategy;
   options.seed = f.seed;
   options.max_trials_per_variant = f.max_trials;
@@ -67,19 +64,14 @@ int RunSweepCommand(const SweepFlags& f) {
   options.runner.trial_time_limit_seconds = f.trial_time_limit;
   options.commit = f.commit.empty() ? BuiltCommit() : f.commit;
 
-  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(f.backend, f.device);
-  if (!backend.ok()) {
-    if (absl::IsNotFound(backend.status()) || absl::IsInvalidArgument(backend.status())) {
-      return UsageError(cmd, std::string(backend.status().message()));
-    }
-    return Failure(cmd, std::string(backend.status().message()));
-  }
-  const DeviceInfo device = (*backend)->Describe();
+  int exit_code = kExitOk;
+  std::unique_ptr<Backend> backend = CreateLocalBackend(cmd, f.backend, f.device, &exit_code);
+  if (backend == nullptr) return exit_code;
+  const DeviceInfo device = backend->Describe();
   const std::string device_class = device.DeviceClass();
   // Check the options against the device before touching the database.
-  for (const AttentionProblem& p : *problems) {
-    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, **backend, options.space);
-    if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
+  if (absl::Status s = CheckSpaces(*problems, *backend, options.space); !s.ok()) {
+    return UsageError(cmd, std::string(s.message()));
   }
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
@@ -134,7 +126,7 @@ int RunSweepCommand(const SweepFlags& f) {
                 Seconds(p.estimated_remaining_seconds).c_str());
     std::fflush(stdout);
   };
-  absl::StatusOr<SweepResult> result = RunSweep(**backend, *problems, options, run_id, **store,
+  absl::StatusOr<SweepResult> result = RunSweep(*backend, *problems, options, run_id, **store,
                                                 LookupInTrials(std::move(recorded)), progress,
                                                 stop_on_signal->flag());
   stop_on_signal.reset();
@@ -161,14 +153,9 @@ void AddSweepCommand(CLI::App& app, CommandContext& context) {
       "Tune problems on a local backend: every trial (failures too) goes to the database; the best config "
       "per problem is recorded. An unfinished run with the same commit, device and label is resumed.");
   flags->problem.Register(sweep, /*allow_list=*/true);
-  sweep->add_option("--backend", flags->backend, "cpu, cuda or hip (as compiled in)")->capture_default_str();
-  sweep->add_option("--device", flags->device, "device index")->capture_default_str()->check(CLI::NonNegativeNumber);
+  AddBackendOptions(sweep, &flags->backend, &flags->device);
   AddDatabaseOption(sweep, &flags->db, "SQLite database file (created if absent)");
-  sweep->add_option("--variants", flags->variants, "comma-separated: fused, partial, materialized (default all)")
-      ->delimiter(',');
-  sweep->add_option("--precisions", flags->precisions,
-                    "comma-separated: fp32, tf32, fp16, bf16 (default: by dtype and backend)")
-      ->delimiter(',');
+  AddSpaceFilterOptions(sweep, &flags->variants, &flags->precisions);
   sweep->add_option("--max-trials", flags->max_trials, "screen trials per problem and variant (0 = no cap)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
