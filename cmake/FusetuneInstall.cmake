@@ -39,7 +39,7 @@ if(TARGET fusetune_client)
   # fusetune::client and the static libraries it links (exported so that the consumer's link
   # line has them; only the client's headers and what they include are installed).
   set(_fusetune_client_libraries fusetune_client fusetune_service_convert fusetune_service_address fusetune_proto
-      fusetune_tuner_types fusetune_kernels_core)
+      fusetune_records fusetune_kernels_core fusetune_base)
   # In link order (each before what it needs): the same list is fusetune-client.pc's Libs.
   set(FUSETUNE_PC_CLIENT_LIBS "")
   foreach(_lib IN LISTS _fusetune_client_libraries)

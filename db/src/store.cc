@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "fusetune/base/time.h"
 #include "nlohmann/json.hpp"
 #include "schema.h"
 #include "sqlite.h"
@@ -56,12 +57,6 @@ namespace {
 
 // Upper bound on any list a caller can ask for: keeps one call's memory bounded.
 constexpr int kMaxListLimit = 100000;
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 absl::StatusOr<JobState> ParseJobState(std::string_view name) {
   for (JobState s : {JobState::kQueued, JobState::kLeased, JobState::kDone, JobState::kFailed}) {

@@ -298,7 +298,7 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
     ws_keys_[b] = problem.VisibleKeyLen(b);
     ws_total += static_cast<int64_t>(q_len_[b]) * problem.q_heads * ws_keys_[b];
     for (int i = 0; i < q_len_[b]; ++i) {
-      visible_[q_start_[b] + i] = VisibleKeysForQuery(problem, b, i);
+      visible_[q_start_[b] + i] = problem.VisibleKeysForQuery(b, i);
     }
   }
 

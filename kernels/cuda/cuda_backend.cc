@@ -23,6 +23,7 @@
 #include "attention_params.h"
 #include "baseline_kernels.h"
 #include "baseline_plan.h"
+#include "fusetune/base/strings.h"
 #include "fusetune/kernels/cuda_backend.h"
 #include "nvml_clock.h"
 #if defined(FUSETUNE_HAVE_CUDA_FUSED)
@@ -36,17 +37,6 @@ using cuda::AttentionParams;
 using cuda::BaselinePlan;
 using cuda::ElemType;
 using cuda::GemmGroup;
-
-// Debian's abseil keeps absl::string_view distinct from std::string_view: convert pieces.
-inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-template <typename T>
-const T& ToAbsl(const T& x) {
-  return x;
-}
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  return absl::StrCat(ToAbsl(args)...);
-}
 
 constexpr cudaStream_t kStream = 0;  // legacy default stream
 // Bigger than twice the H200's 60 MB L2, so one memset evicts everything a launch left there.

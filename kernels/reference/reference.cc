@@ -27,9 +27,9 @@ absl::Status CheckSpans(const AttentionProblem& problem, size_t q, size_t k, siz
 void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const float* v,
                 int64_t token, int head, double* out, std::vector<double>& scores) {
   const int d = p.head_dim;
-  const int b = SequenceOfQueryToken(p, token);
+  const int b = p.SequenceOfQueryToken(token);
   const int i = static_cast<int>(token - p.QueryStart(b));
-  const int visible = VisibleKeysForQuery(p, b, i);
+  const int visible = p.VisibleKeysForQuery(b, i);
   std::fill(out, out + d, 0.0);
   if (visible <= 0) return;  // a row that sees no key is defined as zeros
 
@@ -71,23 +71,6 @@ void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const
 }
 
 }  // namespace
-
-int SequenceOfQueryToken(const AttentionProblem& problem, int64_t token) {
-  if (!problem.is_varlen()) return static_cast<int>(token / problem.q_len);
-  // The last b with cu[b] <= token; empty sequences (cu[b] == cu[b+1]) are skipped.
-  const auto& cu = problem.cu_seqlens_q;
-  auto it = std::upper_bound(cu.begin(), cu.end(), token,
-                             [](int64_t t, int32_t c) { return t < static_cast<int64_t>(c); });
-  return static_cast<int>(it - cu.begin()) - 1;
-}
-
-int VisibleKeysForQuery(const AttentionProblem& problem, int b, int i) {
-  const int64_t k = problem.VisibleKeyLen(b);
-  if (!problem.causal) return static_cast<int>(k);
-  const int64_t q = problem.QueryLen(b);
-  // Bottom-right aligned: query i sees keys j <= i + (k - q).
-  return static_cast<int>(std::clamp<int64_t>(i + k - q + 1, 0, k));
-}
 
 absl::Status ReferenceAttentionRow(const AttentionProblem& problem, std::span<const float> q,
                                    std::span<const float> k, std::span<const float> v,

@@ -108,8 +108,8 @@ TEST(ReferenceAttention, CausalFirstRowSeesOnlyKeyZero) {
   auto out = ReferenceAttention(p, q, k, v);
   ASSERT_TRUE(out.ok());
   for (int x = 0; x < 32; ++x) EXPECT_DOUBLE_EQ((*out)[x], v[x]);
-  EXPECT_EQ(VisibleKeysForQuery(p, 0, 0), 1);
-  EXPECT_EQ(VisibleKeysForQuery(p, 0, 3), 4);
+  EXPECT_EQ(p.VisibleKeysForQuery(0, 0), 1);
+  EXPECT_EQ(p.VisibleKeysForQuery(0, 3), 4);
   // The last row sees everything: equal to the non-causal last row.
   AttentionProblem full = p;
   full.causal = false;
@@ -120,14 +120,14 @@ TEST(ReferenceAttention, CausalFirstRowSeesOnlyKeyZero) {
 TEST(ReferenceAttention, CausalIsBottomRightAligned) {
   AttentionProblem p = Small(2, 5);  // q < k: query i sees keys j <= i + 3
   p.causal = true;
-  EXPECT_EQ(VisibleKeysForQuery(p, 0, 0), 4);
-  EXPECT_EQ(VisibleKeysForQuery(p, 0, 1), 5);
+  EXPECT_EQ(p.VisibleKeysForQuery(0, 0), 4);
+  EXPECT_EQ(p.VisibleKeysForQuery(0, 1), 5);
   AttentionProblem tall = Small(5, 2);  // q > k: query i sees keys j <= i - 3
   tall.causal = true;
-  EXPECT_EQ(VisibleKeysForQuery(tall, 0, 0), 0);
-  EXPECT_EQ(VisibleKeysForQuery(tall, 0, 2), 0);
-  EXPECT_EQ(VisibleKeysForQuery(tall, 0, 3), 1);
-  EXPECT_EQ(VisibleKeysForQuery(tall, 0, 4), 2);
+  EXPECT_EQ(tall.VisibleKeysForQuery(0, 0), 0);
+  EXPECT_EQ(tall.VisibleKeysForQuery(0, 2), 0);
+  EXPECT_EQ(tall.VisibleKeysForQuery(0, 3), 1);
+  EXPECT_EQ(tall.VisibleKeysForQuery(0, 4), 2);
 }
 
 TEST(ReferenceAttention, RowThatSeesNoKeyIsZeros) {
@@ -175,9 +175,9 @@ TEST(ReferenceAttention, VarlenRowsUseTheirOwnSequence) {
   p.cu_seqlens_q = {0, 3, 3, 4};  // the middle sequence is empty
   p.cu_seqlens_k = {0, 1, 3, 5};
   ASSERT_TRUE(p.Validate().ok()) << p.Validate();
-  EXPECT_EQ(SequenceOfQueryToken(p, 0), 0);
-  EXPECT_EQ(SequenceOfQueryToken(p, 2), 0);
-  EXPECT_EQ(SequenceOfQueryToken(p, 3), 2);
+  EXPECT_EQ(p.SequenceOfQueryToken(0), 0);
+  EXPECT_EQ(p.SequenceOfQueryToken(2), 0);
+  EXPECT_EQ(p.SequenceOfQueryToken(3), 2);
   auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
   auto out = ReferenceAttention(p, q, k, v);
   ASSERT_TRUE(out.ok());

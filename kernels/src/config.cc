@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "string_compat.h"
+#include "fusetune/base/strings.h"
 
 namespace fusetune {
 
@@ -24,7 +24,7 @@ absl::StatusOr<Variant> ParseVariant(std::string_view name) {
   if (name == "partial") return Variant::kPartial;
   if (name == "materialized") return Variant::kMaterialized;
   return absl::InvalidArgumentError(
-      internal::Cat("unknown variant '", name, "' (expected fused, partial or materialized)"));
+      Cat("unknown variant '", name, "' (expected fused, partial or materialized)"));
 }
 
 std::string_view PrecisionName(Precision p) {
@@ -43,7 +43,7 @@ absl::StatusOr<Precision> ParsePrecision(std::string_view name) {
   if (name == "fp16") return Precision::kFp16;
   if (name == "bf16") return Precision::kBf16;
   return absl::InvalidArgumentError(
-      internal::Cat("unknown precision '", name, "' (expected fp32, tf32, fp16 or bf16)"));
+      Cat("unknown precision '", name, "' (expected fp32, tf32, fp16 or bf16)"));
 }
 
 absl::Status KernelConfig::Validate() const {
@@ -56,22 +56,22 @@ absl::Status KernelConfig::Validate() const {
 }
 
 std::string KernelConfig::Key() const {
-  std::string key = internal::Cat(VariantName(variant), "/bm", block_m, "/bs", block_s, "/t",
+  std::string key = Cat(VariantName(variant), "/bm", block_m, "/bs", block_s, "/t",
                                  threads, "/", PrecisionName(precision), "/st", stages);
   if (split_kv > 1) absl::StrAppend(&key, "/sk", split_kv);
   return key;
 }
 
 absl::StatusOr<KernelConfig> KernelConfig::FromKey(std::string_view key) {
-  std::vector<std::string> parts = absl::StrSplit(internal::ToAbsl(key), '/');
-  auto bad = [&] { return absl::InvalidArgumentError(internal::Cat("malformed config key '", key, "'")); };
+  std::vector<std::string> parts = absl::StrSplit(ToAbsl(key), '/');
+  auto bad = [&] { return absl::InvalidArgumentError(Cat("malformed config key '", key, "'")); };
   if (parts.size() != 6 && parts.size() != 7) return bad();
   KernelConfig c;
   auto variant = ParseVariant(parts[0]);
   if (!variant.ok()) return variant.status();
   c.variant = *variant;
   auto field = [](std::string_view part, std::string_view prefix, int* out) {
-    return part.substr(0, prefix.size()) == prefix && absl::SimpleAtoi(internal::ToAbsl(part.substr(prefix.size())), out);
+    return part.substr(0, prefix.size()) == prefix && absl::SimpleAtoi(ToAbsl(part.substr(prefix.size())), out);
   };
   if (!field(parts[1], "bm", &c.block_m) || !field(parts[2], "bs", &c.block_s) ||
       !field(parts[3], "t", &c.threads) || !field(parts[5], "st", &c.stages)) {

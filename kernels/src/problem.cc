@@ -8,8 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "string_compat.h"
-#include "fusetune/kernels/reference.h"
+#include "fusetune/base/strings.h"
 
 namespace fusetune {
 namespace {
@@ -37,18 +36,18 @@ std::string Hex(uint64_t v) {
 
 absl::Status CheckPrefixSums(const std::vector<int32_t>& cu, int batch, const char* name) {
   if (static_cast<int64_t>(cu.size()) != static_cast<int64_t>(batch) + 1) {
-    return absl::InvalidArgumentError(internal::Cat(name, " must have batch + 1 = ", batch + 1,
+    return absl::InvalidArgumentError(Cat(name, " must have batch + 1 = ", batch + 1,
                                                    " entries, got ", cu.size()));
   }
-  if (cu[0] != 0) return absl::InvalidArgumentError(internal::Cat(name, "[0] must be 0"));
+  if (cu[0] != 0) return absl::InvalidArgumentError(Cat(name, "[0] must be 0"));
   for (size_t i = 1; i < cu.size(); ++i) {
     if (cu[i] < cu[i - 1]) {
       return absl::InvalidArgumentError(
-          internal::Cat(name, " must be non-decreasing (entry ", i, ")"));
+          Cat(name, " must be non-decreasing (entry ", i, ")"));
     }
     if (cu[i] - cu[i - 1] > kMaxSeqLen) {
       return absl::InvalidArgumentError(
-          internal::Cat(name, ": sequence ", i - 1, " longer than ", kMaxSeqLen));
+          Cat(name, ": sequence ", i - 1, " longer than ", kMaxSeqLen));
     }
   }
   return absl::OkStatus();
@@ -70,7 +69,7 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "fp16" || name == "float16") return DType::kFp16;
   if (name == "bf16" || name == "bfloat16") return DType::kBf16;
   return absl::InvalidArgumentError(
-      internal::Cat("unknown dtype '", name, "' (expected fp32, fp16 or bf16)"));
+      Cat("unknown dtype '", name, "' (expected fp32, fp16 or bf16)"));
 }
 
 int DTypeBytes(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
@@ -83,32 +82,32 @@ absl::StatusOr<ProblemKind> ParseProblemKind(std::string_view name) {
   if (name == "prefill") return ProblemKind::kPrefill;
   if (name == "decode") return ProblemKind::kDecode;
   return absl::InvalidArgumentError(
-      internal::Cat("unknown problem kind '", name, "' (expected prefill or decode)"));
+      Cat("unknown problem kind '", name, "' (expected prefill or decode)"));
 }
 
 absl::Status AttentionProblem::Validate() const {
   if (batch < 1 || batch > kMaxBatch) {
-    return absl::InvalidArgumentError(internal::Cat("batch must be in [1, ", kMaxBatch, "], got ", batch));
+    return absl::InvalidArgumentError(Cat("batch must be in [1, ", kMaxBatch, "], got ", batch));
   }
   if (q_heads < 1 || q_heads > kMaxHeads) {
-    return absl::InvalidArgumentError(internal::Cat("q_heads must be in [1, ", kMaxHeads, "], got ", q_heads));
+    return absl::InvalidArgumentError(Cat("q_heads must be in [1, ", kMaxHeads, "], got ", q_heads));
   }
   if (kv_heads < 1 || kv_heads > q_heads) {
     return absl::InvalidArgumentError(
-        internal::Cat("kv_heads must be in [1, q_heads=", q_heads, "], got ", kv_heads));
+        Cat("kv_heads must be in [1, q_heads=", q_heads, "], got ", kv_heads));
   }
   if (q_heads % kv_heads != 0) {
-    return absl::InvalidArgumentError(internal::Cat("kv_heads (", kv_heads,
+    return absl::InvalidArgumentError(Cat("kv_heads (", kv_heads,
                                                    ") must divide q_heads (", q_heads, ")"));
   }
   if (head_dim < kMinHeadDim || head_dim > kMaxHeadDim || head_dim % 8 != 0) {
-    return absl::InvalidArgumentError(internal::Cat("head_dim must be a multiple of 8 in [",
+    return absl::InvalidArgumentError(Cat("head_dim must be a multiple of 8 in [",
                                                    kMinHeadDim, ", ", kMaxHeadDim, "], got ",
                                                    head_dim));
   }
   if (!std::isfinite(softmax_scale) || softmax_scale < 0.0f || softmax_scale > kMaxSoftmaxScale) {
     return absl::InvalidArgumentError(
-        internal::Cat("softmax_scale must be in [0, ", kMaxSoftmaxScale, "] (0 = 1/sqrt(d)), got ",
+        Cat("softmax_scale must be in [0, ", kMaxSoftmaxScale, "] (0 = 1/sqrt(d)), got ",
                       softmax_scale));
   }
   if (page_block_size != 0) {
@@ -117,7 +116,7 @@ absl::Status AttentionProblem::Validate() const {
   }
   if (q_len < 0 || q_len > kMaxSeqLen || kv_len < 0 || kv_len > kMaxSeqLen) {
     return absl::InvalidArgumentError(
-        internal::Cat("q_len and kv_len must be in [0, ", kMaxSeqLen, "]"));
+        Cat("q_len and kv_len must be in [0, ", kMaxSeqLen, "]"));
   }
   if (cu_seqlens_q.empty() != cu_seqlens_k.empty()) {
     return absl::InvalidArgumentError("cu_seqlens_q and cu_seqlens_k must both be set or both empty");
@@ -138,7 +137,7 @@ absl::Status AttentionProblem::Validate() const {
       max_k = std::max(max_k, cu_seqlens_k[b + 1] - cu_seqlens_k[b]);
     }
     if (max_q != q_len || max_k != kv_len) {
-      return absl::InvalidArgumentError(internal::Cat(
+      return absl::InvalidArgumentError(Cat(
           "for varlen batches q_len/kv_len must equal the longest sequence (", max_q, "/",
           max_k, "), got ", q_len, "/", kv_len));
     }
@@ -147,13 +146,13 @@ absl::Status AttentionProblem::Validate() const {
     if (kv_len < 1) return absl::InvalidArgumentError("kv_len must be >= 1");
     if (!kv_valid_lens.empty()) {
       if (static_cast<int64_t>(kv_valid_lens.size()) != batch) {
-        return absl::InvalidArgumentError(internal::Cat(
+        return absl::InvalidArgumentError(Cat(
             "kv_valid_lens must have batch = ", batch, " entries, got ", kv_valid_lens.size()));
       }
       for (size_t b = 0; b < kv_valid_lens.size(); ++b) {
         if (kv_valid_lens[b] < 0 || kv_valid_lens[b] > kv_len) {
           return absl::InvalidArgumentError(
-              internal::Cat("kv_valid_lens[", b, "] must be in [0, kv_len=", kv_len, "]"));
+              Cat("kv_valid_lens[", b, "] must be in [0, kv_len=", kv_len, "]"));
         }
       }
     }
@@ -187,6 +186,23 @@ int AttentionProblem::KeyLen(int b) const {
 int AttentionProblem::VisibleKeyLen(int b) const {
   return kv_valid_lens.empty() ? KeyLen(b) : kv_valid_lens[b];
 }
+
+int AttentionProblem::SequenceOfQueryToken(int64_t token) const {
+  if (!is_varlen()) return static_cast<int>(token / q_len);
+  // The last b with cu[b] <= token; empty sequences (cu[b] == cu[b+1]) are skipped.
+  const auto& cu = cu_seqlens_q;
+  auto it = std::upper_bound(cu.begin(), cu.end(), token,
+                             [](int64_t t, int32_t c) { return t < static_cast<int64_t>(c); });
+  return static_cast<int>(it - cu.begin()) - 1;
+}
+
+int AttentionProblem::VisibleKeysForQuery(int b, int i) const {
+  const int64_t k = VisibleKeyLen(b);
+  if (!causal) return static_cast<int>(k);
+  const int64_t q = QueryLen(b);
+  // Bottom-right aligned: query i sees keys j <= i + (k - q).
+  return static_cast<int>(std::clamp<int64_t>(i + k - q + 1, 0, k));
+}
 int64_t AttentionProblem::TotalQueries() const {
   return is_varlen() ? (cu_seqlens_q.empty() ? 0 : cu_seqlens_q.back())
                      : static_cast<int64_t>(batch) * q_len;
@@ -205,7 +221,7 @@ double AttentionProblem::Flops() const {
       pairs += static_cast<double>(q) * k;
     } else {
       // Query i sees min(k, max(0, i + k - q + 1)) keys: sum it in closed form per range.
-      for (int i = 0; i < q; ++i) pairs += VisibleKeysForQuery(*this, b, i);
+      for (int i = 0; i < q; ++i) pairs += VisibleKeysForQuery(b, i);
     }
   }
   return 4.0 * head_dim * q_heads * pairs;
@@ -217,7 +233,7 @@ double AttentionProblem::MinBytes() const {
 }
 
 std::string AttentionProblem::Key() const {
-  std::string key = internal::Cat(ProblemKindName(kind), "/b", batch, "/hq", q_heads, "/hkv",
+  std::string key = Cat(ProblemKindName(kind), "/b", batch, "/hq", q_heads, "/hkv",
                                  kv_heads, "/q", q_len, "/k", kv_len, "/d", head_dim, "/causal",
                                  causal ? 1 : 0, "/", DTypeName(dtype));
   if (is_varlen()) absl::StrAppend(&key, "/varlen-", Hex(HashLengths(cu_seqlens_q, cu_seqlens_k)));
@@ -228,9 +244,9 @@ std::string AttentionProblem::Key() const {
 }
 
 absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key) {
-  std::vector<std::string> parts = absl::StrSplit(internal::ToAbsl(key), '/');
+  std::vector<std::string> parts = absl::StrSplit(ToAbsl(key), '/');
   if (parts.size() < 9) {
-    return absl::InvalidArgumentError(internal::Cat("malformed problem key '", key, "'"));
+    return absl::InvalidArgumentError(Cat("malformed problem key '", key, "'"));
   }
   AttentionProblem p;
   auto kind = ParseProblemKind(parts[0]);
@@ -238,14 +254,14 @@ absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key)
   p.kind = *kind;
   auto field = [&](std::string_view part, std::string_view prefix, int* out) -> bool {
     if (part.substr(0, prefix.size()) != prefix) return false;
-    return absl::SimpleAtoi(internal::ToAbsl(part.substr(prefix.size())), out);
+    return absl::SimpleAtoi(ToAbsl(part.substr(prefix.size())), out);
   };
   int causal = 0;
   if (!field(parts[1], "b", &p.batch) || !field(parts[2], "hq", &p.q_heads) ||
       !field(parts[3], "hkv", &p.kv_heads) || !field(parts[4], "q", &p.q_len) ||
       !field(parts[5], "k", &p.kv_len) || !field(parts[6], "d", &p.head_dim) ||
       !field(parts[7], "causal", &causal) || (causal != 0 && causal != 1)) {
-    return absl::InvalidArgumentError(internal::Cat("malformed problem key '", key, "'"));
+    return absl::InvalidArgumentError(Cat("malformed problem key '", key, "'"));
   }
   p.causal = causal == 1;
   auto dtype = ParseDType(parts[8]);
@@ -254,15 +270,15 @@ absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key)
   for (size_t i = 9; i < parts.size(); ++i) {
     std::string_view part = parts[i];
     if (part.substr(0, 5) == "scale") {
-      if (!absl::SimpleAtof(internal::ToAbsl(part.substr(5)), &p.softmax_scale)) {
-        return absl::InvalidArgumentError(internal::Cat("bad scale in key '", key, "'"));
+      if (!absl::SimpleAtof(ToAbsl(part.substr(5)), &p.softmax_scale)) {
+        return absl::InvalidArgumentError(Cat("bad scale in key '", key, "'"));
       }
     } else if (part.substr(0, 4) == "page") {
-      if (!absl::SimpleAtoi(internal::ToAbsl(part.substr(4)), &p.page_block_size)) {
-        return absl::InvalidArgumentError(internal::Cat("bad page size in key '", key, "'"));
+      if (!absl::SimpleAtoi(ToAbsl(part.substr(4)), &p.page_block_size)) {
+        return absl::InvalidArgumentError(Cat("bad page size in key '", key, "'"));
       }
     } else {
-      return absl::InvalidArgumentError(internal::Cat(
+      return absl::InvalidArgumentError(Cat(
           "key '", key, "' names length lists by hash only (", part,
           "); such problems cannot be rebuilt from the key"));
     }

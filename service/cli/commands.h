@@ -11,7 +11,7 @@
 #include <functional>
 
 #include "CLI/CLI.hpp"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/run.h"
 
 namespace fusetune::cli {
 

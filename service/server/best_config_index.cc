@@ -3,12 +3,11 @@
 #include <cmath>
 #include <utility>
 
-#include "string_util.h"
+#include "fusetune/base/strings.h"
 
 namespace fusetune {
 namespace {
 
-using service_internal::Cat;
 
 std::string ExactKey(std::string_view device_class, std::string_view problem_key) {
   return Cat(device_class, "\n", problem_key);

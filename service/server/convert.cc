@@ -7,14 +7,11 @@
 #include "absl/types/optional.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "string_util.h"
+#include "fusetune/base/strings.h"
 
 namespace fusetune {
 namespace {
 
-using service_internal::Cat;
-using service_internal::ToAbsl;
-using service_internal::ToStd;
 
 absl::Status Invalid(std::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(Cat(field, ": ", what));

@@ -35,7 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "fusetune/metrics/metrics_endpoint.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/run.h"
 #include "grpcpp/support/status_code_enum.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"

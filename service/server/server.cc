@@ -31,13 +31,12 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "metrics.h"
-#include "string_util.h"
+#include "fusetune/base/strings.h"
+#include "fusetune/base/time.h"
 
 namespace fusetune {
 namespace {
 
-using service_internal::Cat;
-using service_internal::ToStd;
 
 constexpr int kMaxBatchLookups = 1024;
 constexpr int kMaxJobProblems = 256;
@@ -46,12 +45,6 @@ constexpr int kTrialFlushBatch = 256;
 constexpr int kMaxLeaseWaitMs = 30000;
 constexpr size_t kMaxListTrialsBytes = 3u << 20;  // keeps replies under a client's 4 MiB default
 constexpr char kWorkerIdMetadata[] = "x-fusetune-worker-id";
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 grpc::Status Invalid(std::string msg) { return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(msg)); }
 

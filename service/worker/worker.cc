@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "fusetune/base/time.h"
 #include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/service/connection.h"
@@ -35,8 +36,6 @@ constexpr int kUploadBatch = 256;          // trials per ReportTrials stream (se
 constexpr int kListTrialsLimit = 10000;    // resume lookup: the server's maximum
 constexpr int64_t kDefaultLeaseMs = 30000;
 constexpr absl::Duration kParkRetry = absl::Seconds(60);
-
-int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
 std::string StatusText(const absl::Status& s) { return std::string(s.ToString()); }
 
@@ -382,7 +381,7 @@ class Worker::DeviceRunner {
      public:
       explicit SpoolSink(DeviceRunner& d) : d_(d) {}
       absl::Status RecordTrial(const Trial& trial) override {
-        d_.last_trial_ms_.store(NowMs());
+        d_.last_trial_ms_.store(NowUnixMs());
         if (d_.hung_.load() || d_.device_error_.load()) return absl::OkStatus();
         const int streak = d_.shared_.options.device_error_streak;
         if (trial.outcome == TrialOutcome::kLaunchFailed && streak > 0) {
@@ -417,7 +416,7 @@ class Worker::DeviceRunner {
         }
         if (d_.shared_.options.testing_trial_delay > absl::ZeroDuration()) {
           absl::SleepFor(d_.shared_.options.testing_trial_delay);
-          d_.last_trial_ms_.store(NowMs());
+          d_.last_trial_ms_.store(NowUnixMs());
         }
         return s;
       }
@@ -434,7 +433,7 @@ class Worker::DeviceRunner {
       }
     });
     sweep_done_.store(false);
-    last_trial_ms_.store(NowMs());
+    last_trial_ms_.store(NowUnixMs());
     sweep_running_.store(true);
     const absl::Time t0 = absl::Now();
     absl::StatusOr<SweepResult> result =
@@ -569,14 +568,14 @@ class Worker::DeviceRunner {
           std::max<int64_t>(1, static_cast<int64_t>(backend_->CandidateConfigs(problem).size())) +
           int64_t{audit.rounds} * (audit.max_contenders + 1);
       watchdog_limit_ms_.store(measurements * absl::ToInt64Milliseconds(shared_.options.trial_timeout));
-      last_trial_ms_.store(NowMs());
+      last_trial_ms_.store(NowUnixMs());
       audit_running_.store(true);
       sweep_running_.store(true);
       const absl::Time t0 = absl::Now();
       absl::StatusOr<AuditResult> result = RunAudit(*backend_, problem, *recorded, audit, run_id, &cancel_);
       sweep_running_.store(false);
       audit_running_.store(false);
-      last_trial_ms_.store(NowMs());
+      last_trial_ms_.store(NowUnixMs());
       watchdog_limit_ms_.store(absl::ToInt64Milliseconds(shared_.options.trial_timeout));
 
       if (hung_.load()) {
@@ -865,7 +864,7 @@ class Worker::DeviceRunner {
     while (!threads_stop_.load()) {
       absl::SleepFor(absl::Milliseconds(20));
       if (!ever_registered_.load()) continue;
-      const int64_t now = NowMs();
+      const int64_t now = NowUnixMs();
       int64_t job_id;
       {
         std::lock_guard<std::mutex> lock(job_mu_);

@@ -112,7 +112,7 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
   }
   s.configs_measured = static_cast<int>(ok.size());
   s.configs_failed = failed;
-  s.created_unix_ms = tuner_internal::NowUnixMs();
+  s.created_unix_ms = NowUnixMs();
   result.trials.insert(result.trials.end(), rounds.begin(), rounds.end());
   result.seconds = tuner_internal::SecondsSince(start);
   return result;

@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "fusetune/tuner/trial.h"
+#include "fusetune/base/time.h"
+#include "fusetune/records/trial.h"
 
 namespace fusetune::tuner_internal {
 
@@ -19,12 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 inline double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-inline int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 inline bool Cancelled(const std::atomic<bool>* cancel) {

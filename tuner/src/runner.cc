@@ -22,7 +22,6 @@ namespace fusetune {
 namespace {
 
 using tuner_internal::Clock;
-using tuner_internal::NowUnixMs;
 using tuner_internal::SecondsSince;
 
 uint64_t Mix64(uint64_t z) {

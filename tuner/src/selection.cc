@@ -168,7 +168,7 @@ absl::StatusOr<BestConfig> SelectBest(std::span<const Trial> trials, const std::
   out.max_rel_error = best->max_rel_error;
   out.run_id = run_id;
   out.commit = commit;
-  out.updated_unix_ms = tuner_internal::NowUnixMs();
+  out.updated_unix_ms = NowUnixMs();
   if (partial) out.best_partial_us = partial->median_us;
   if (materialized) out.best_materialized_us = materialized->median_us;
   // Baseline over fused: the median per-round ratio when both ran in the same rounds (a

@@ -19,7 +19,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
+#include "fusetune/records/run.h"
+#include "fusetune/records/sink.h"
 
 namespace fusetune {
 

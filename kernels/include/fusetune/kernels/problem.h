@@ -95,6 +95,13 @@ struct AttentionProblem {
   int KeyLen(int b) const;
   // Number of keys visible to sequence b (KeyLen minus key padding).
   int VisibleKeyLen(int b) const;
+  // Number of keys visible to query `i` (0-based within its sequence b): the causal and
+  // padding masks in one place, so every backend and the reference agree. Keys [0, result)
+  // are visible; causal masks are bottom-right aligned (query i sees keys j <= i + k - q).
+  int VisibleKeysForQuery(int b, int i) const;
+  // Index of the sequence that global query row `token` belongs to (binary search over
+  // cu_seqlens for varlen problems; empty sequences are skipped). Token in [0, TotalQueries()).
+  int SequenceOfQueryToken(int64_t token) const;
   int64_t TotalQueries() const;
   int64_t TotalKeys() const;
   // Element counts of the tensors in the layout above.

@@ -35,14 +35,6 @@ absl::StatusOr<std::vector<double>> ReferenceAttention(const AttentionProblem& p
                                                        std::span<const float> k,
                                                        std::span<const float> v);
 
-// Index of the sequence that global query row `token` belongs to (binary search over
-// cu_seqlens for varlen problems). Requires a valid problem and token in range.
-int SequenceOfQueryToken(const AttentionProblem& problem, int64_t token);
-
-// Number of keys visible to query `i` (0-based within its sequence b): the causal and
-// padding masks in one place, so every backend agrees. Keys [0, result) are visible.
-int VisibleKeysForQuery(const AttentionProblem& problem, int b, int i);
-
 
 // Largest allowed |out - ref| / max|ref| for a precision and storage dtype on the tuner runner's own
 // inputs (uniform in [-1, 1], scale 1/sqrt(head_dim)): the larger of

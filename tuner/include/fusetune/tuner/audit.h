@@ -33,7 +33,8 @@
 #include "fusetune/kernels/problem.h"
 #include "fusetune/tuner/config_space.h"
 #include "fusetune/tuner/runner.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
+#include "fusetune/records/run.h"
 
 namespace fusetune {
 

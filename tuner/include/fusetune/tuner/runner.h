@@ -56,7 +56,7 @@
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/kernels/reference.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
 
 namespace fusetune {
 

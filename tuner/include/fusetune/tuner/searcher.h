@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "fusetune/kernels/config.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
 
 namespace fusetune {
 

@@ -26,7 +26,8 @@
 
 #include "absl/status/statusor.h"
 #include "fusetune/kernels/config.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
+#include "fusetune/records/run.h"
 
 namespace fusetune {
 

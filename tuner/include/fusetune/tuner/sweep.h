@@ -65,7 +65,9 @@
 #include "fusetune/tuner/config_space.h"
 #include "fusetune/tuner/runner.h"
 #include "fusetune/tuner/searcher.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
+#include "fusetune/records/run.h"
+#include "fusetune/records/sink.h"
 
 namespace fusetune {
 

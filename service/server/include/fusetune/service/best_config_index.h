@@ -31,7 +31,7 @@
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/default_config.h"
 #include "fusetune/kernels/problem.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/run.h"
 
 namespace fusetune {
 

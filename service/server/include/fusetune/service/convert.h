@@ -19,7 +19,8 @@
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/proto/fusetune.pb.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
+#include "fusetune/records/run.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
 

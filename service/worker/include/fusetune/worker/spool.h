@@ -33,7 +33,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
+#include "fusetune/records/sink.h"
 
 namespace fusetune {
 

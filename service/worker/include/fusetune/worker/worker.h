@@ -49,7 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "fusetune/kernels/backend.h"
-#include "fusetune/worker/backoff.h"
+#include "fusetune/base/backoff.h"
 
 namespace fusetune {
 

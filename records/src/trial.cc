@@ -1,4 +1,4 @@
-#include "fusetune/tuner/trial.h"
+#include "fusetune/records/trial.h"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-#include "fusetune/worker/backoff.h"
+#include "fusetune/base/backoff.h"
 
 #include <gtest/gtest.h>
 

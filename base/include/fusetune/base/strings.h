@@ -1,7 +1,12 @@
-// Debian 12's abseil is built with its own absl::string_view (not std::string_view), so
-// std::string_view pieces must be converted before StrCat/StrSplit. Internal to service/.
-#ifndef FUSETUNE_SERVICE_SERVER_STRING_UTIL_H_
-#define FUSETUNE_SERVICE_SERVER_STRING_UTIL_H_
+// String helpers every component shares.
+//
+// Debian 12's abseil (20220623) is built with ABSL_OPTION_USE_STD_STRING_VIEW 0: its
+// absl::string_view is a distinct type, so std::string_view arguments to StrCat, StrSplit
+// and SimpleAtoi must be converted explicitly. Cat() is absl::StrCat accepting both.
+//
+// Thread-safety: pure functions.
+#ifndef FUSETUNE_BASE_STRINGS_H_
+#define FUSETUNE_BASE_STRINGS_H_
 
 #include <string>
 #include <string_view>
@@ -9,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace fusetune::service_internal {
+namespace fusetune {
 
 inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 template <typename T>
@@ -24,6 +29,6 @@ std::string Cat(const Args&... args) {
   return absl::StrCat(ToAbsl(args)...);
 }
 
-}  // namespace fusetune::service_internal
+}  // namespace fusetune
 
-#endif  // FUSETUNE_SERVICE_SERVER_STRING_UTIL_H_
+#endif  // FUSETUNE_BASE_STRINGS_H_

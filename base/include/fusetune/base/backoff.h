@@ -2,12 +2,12 @@
 //
 // Attempt n (0-based) waits a random time in [(1 - jitter) * d, d] with
 // d = min(max_ms, initial_ms * multiplier^n): exponential so a long outage costs few
-// attempts, capped so the worker notices the service's return within max_ms, and jittered
-// so a fleet of workers cut off together does not reconnect in lock-step.
+// attempts, capped so a caller notices the service's return within max_ms, and jittered
+// so a fleet of workers or clients cut off together does not reconnect in lock-step.
 //
 // Thread-safety: not thread-safe (one per retry loop).
-#ifndef FUSETUNE_WORKER_BACKOFF_H_
-#define FUSETUNE_WORKER_BACKOFF_H_
+#ifndef FUSETUNE_BASE_BACKOFF_H_
+#define FUSETUNE_BASE_BACKOFF_H_
 
 #include <cstdint>
 #include <random>
@@ -39,4 +39,4 @@ class Backoff {
 
 }  // namespace fusetune
 
-#endif  // FUSETUNE_WORKER_BACKOFF_H_
+#endif  // FUSETUNE_BASE_BACKOFF_H_

@@ -1,0 +1,25 @@
+#include "fusetune/base/strings.h"
+
+#include <string>
+#include <string_view>
+
+#include <gtest/gtest.h>
+
+namespace fusetune {
+namespace {
+
+TEST(Cat, JoinsStdStringViewsStringsAndNumbers) {
+  const std::string_view view = "prefill";
+  const std::string text = "/b";
+  EXPECT_EQ(Cat(view, text, 4, "/d", 128), "prefill/b4/d128");
+}
+
+TEST(ToStd, KeepsTheBytesOfAnAbslView) {
+  const std::string data("a\0b", 3);
+  const std::string_view back = ToStd(ToAbsl(std::string_view(data)));
+  EXPECT_EQ(back.size(), 3u);
+  EXPECT_EQ(back.data(), data.data());
+}
+
+}  // namespace
+}  // namespace fusetune
