@@ -1,12 +1,12 @@
 #include <unistd.h>
 
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
 
 #include "commands.h"
+#include "fusetune/base/time.h"
 
 #ifndef FUSETUNE_VERSION
 #define FUSETUNE_VERSION "0.0.0"
@@ -50,9 +50,7 @@ RunInfo LocalRunInfo(const DeviceInfo& device, const std::string& commit, const 
   info.tool_version = ToolVersion();
   info.environment = std::string("compiler ") + __VERSION__;
   info.label = label;
-  info.started_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  info.started_unix_ms = NowUnixMs();
   return info;
 }
 
