@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "fusetune/kernels/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "testing/host_backend.h"
@@ -259,11 +260,12 @@ TEST(Sweep, ASinkThatCannotSayWhatIsRecordedStopsTheSweepBeforeItMeasures) {
   HostBackend backend;
   MemorySink sink;
   sink.fail_recorded = true;
-  std::vector<AttentionProblem> problems = {Tiny(20, 20)};
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(2), 3, sink);
-  EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
-  EXPECT_EQ(backend.runs, 0);
-  EXPECT_TRUE(sink.trials.empty());
+  const std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  const absl::Status st = RunSweep(backend, problems, Quick(2), /*run_id=*/3, sink).status();
+  EXPECT_TRUE(absl::IsUnavailable(st) && absl::StrContains(st.message(), "run 3")) << st;
+  EXPECT_EQ(sink.recorded_asked, (std::vector<int64_t>{3}));
+  EXPECT_EQ(backend.runs, 0) << "nothing measured";
+  EXPECT_TRUE(sink.trials.empty() && sink.best.empty());
 }
 
 TEST(Sweep, UnsupportedConfigsAreRecordedButDoNotUseTheBudget) {
