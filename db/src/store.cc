@@ -830,6 +830,8 @@ absl::StatusOr<std::vector<Trial>> Store::ListTrials(int64_t run_id, std::string
   return out;
 }
 
+absl::StatusOr<std::vector<Trial>> Store::RecordedTrials(int64_t run_id) { return ListTrials(run_id); }
+
 absl::StatusOr<std::vector<Trial>> Store::ListTrialsForProblem(std::string_view device_class,
                                                                std::string_view problem_key,
                                                                int limit) {
@@ -910,6 +912,8 @@ absl::Status Store::UpsertBestConfig(const BestConfig& b) {
     return s.Run();
   });
 }
+
+absl::Status Store::RecordBestConfig(const BestConfig& best) { return UpsertBestConfig(best); }
 
 absl::StatusOr<BestConfig> Store::GetBestConfig(std::string_view device_class,
                                                 std::string_view problem_key) {

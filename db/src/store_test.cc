@@ -405,6 +405,40 @@ TEST(StoreBestConfigs, UnknownProvenanceRunIsNotFound) {
   EXPECT_TRUE(store->ListBestConfigs()->empty());
 }
 
+// ---- the store as a sweep's RecordSink
+
+TEST(StoreRecordSink, ASweepsRecordsGoInAndARunsRecordedTrialsComeBack) {
+  auto store = OpenOrDie(":memory:");
+  const int64_t run = *store->BeginRun(TestRun());
+  const int64_t other = *store->BeginRun(TestRun());
+  RecordSink& sink = *store;
+  absl::StatusOr<std::vector<Trial>> fresh = sink.RecordedTrials(run);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_TRUE(fresh->empty()) << "a fresh run holds nothing";
+  ASSERT_TRUE(sink.RecordTrial(TestTrial(run, kProblemA, kConfig1)).ok());
+  ASSERT_TRUE(sink.RecordTrial(TestTrial(run, kProblemB, kConfig2)).ok());
+  ASSERT_TRUE(sink.RecordTrial(TestTrial(other, kProblemA, kConfig2)).ok());
+  absl::StatusOr<std::vector<Trial>> recorded = sink.RecordedTrials(run);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  ASSERT_EQ(recorded->size(), 2u) << "the run's own trials only";
+  EXPECT_EQ((*recorded)[0].trial_id, TestTrial(run, kProblemA, kConfig1).trial_id);
+  EXPECT_EQ((*recorded)[1].trial_id, TestTrial(run, kProblemB, kConfig2).trial_id);
+  EXPECT_EQ(sink.RecordedTrials(run + 100).status().code(), absl::StatusCode::kNotFound);
+
+  const BestConfig best = TestBest(run, kProblemA, kConfig1, 42);
+  ASSERT_TRUE(sink.RecordBestConfig(best).ok());
+  ASSERT_TRUE(sink.RecordBestConfig(best).ok()) << "idempotent";
+  absl::StatusOr<BestConfig> got = store->GetBestConfig(best.device_class, kProblemA);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->config_key, kConfig1);
+  EXPECT_EQ(got->median_us, 42);
+  EXPECT_EQ(got->updated_unix_ms, best.updated_unix_ms);
+  EXPECT_EQ(store->ListBestConfigs()->size(), 1u);
+  BestConfig empty_key = best;
+  empty_key.config_key.clear();
+  EXPECT_EQ(sink.RecordBestConfig(empty_key).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // ---- regressions
 
 TEST(StoreRegressions, RoundTripNewestFirstAndFilterByCommit) {

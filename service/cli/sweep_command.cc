@@ -77,17 +77,16 @@ int RunSweepCommand(const SweepFlags& f) {
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
 
-  // Resume the newest unfinished run of the same commit, device and label, if any.
+  // Resume the newest unfinished run of the same commit, device and label, if any (the
+  // sweep itself reads that run's recorded trials from the store, its sink).
   int64_t run_id = 0;
-  std::vector<Trial> recorded;
   absl::StatusOr<RunInfo> unfinished = (*store)->FindUnfinishedRun(options.commit, device_class, f.label);
   if (unfinished.ok()) {
     run_id = unfinished->run_id;
-    absl::StatusOr<std::vector<Trial>> trials = (*store)->ListTrials(run_id);
-    if (!trials.ok()) return Failure(cmd, std::string(trials.status().message()));
-    recorded = *std::move(trials);
-    std::printf("resuming run %lld (%zu trials recorded) on %s, commit %s, label %s\n",
-                static_cast<long long>(run_id), recorded.size(), device_class.c_str(),
+    absl::StatusOr<int64_t> recorded = (*store)->CountTrials(run_id);
+    if (!recorded.ok()) return Failure(cmd, std::string(recorded.status().message()));
+    std::printf("resuming run %lld (%lld trials recorded) on %s, commit %s, label %s\n",
+                static_cast<long long>(run_id), static_cast<long long>(*recorded), device_class.c_str(),
                 options.commit.c_str(), f.label.c_str());
   } else if (absl::IsNotFound(unfinished.status())) {
     absl::StatusOr<int64_t> id = (*store)->BeginRun(LocalRunInfo(device, options.commit, f.label));
@@ -108,7 +107,6 @@ int RunSweepCommand(const SweepFlags& f) {
   // committed), leaving the run unfinished so that the same command resumes it.
   std::optional<StopOnSignal> stop_on_signal;
   stop_on_signal.emplace();
-  absl::Status best_error;
   auto progress = [&](const SweepProgress& p) {
     std::string best = "no successful trial";
     if (p.best) {
@@ -117,7 +115,6 @@ int RunSweepCommand(const SweepFlags& f) {
         best += fmt::format(", fused {:.2f}x vs materialized", p.best->speedup_vs_materialized);
       }
       if (p.best->speedup_vs_partial > 0) best += fmt::format(", {:.2f}x vs partial", p.best->speedup_vs_partial);
-      if (absl::Status s = (*store)->UpsertBestConfig(*p.best); !s.ok() && best_error.ok()) best_error = s;
     }
     std::printf("[%d/%d] %s: %d trials (%d resumed, %d ok) in %s; %s; elapsed %s, ~%s remaining\n",
                 p.problem_index + 1, p.problem_count, p.problem_key.c_str(),
@@ -126,12 +123,11 @@ int RunSweepCommand(const SweepFlags& f) {
                 Seconds(p.estimated_remaining_seconds).c_str());
     std::fflush(stdout);
   };
-  absl::StatusOr<SweepResult> result = RunSweep(*backend, *problems, options, run_id, **store,
-                                                LookupInTrials(std::move(recorded)), progress,
-                                                stop_on_signal->flag());
+  // The store is the sweep's sink: trials and best configs go to it as they are made.
+  absl::StatusOr<SweepResult> result =
+      RunSweep(*backend, *problems, options, run_id, **store, progress, stop_on_signal->flag());
   stop_on_signal.reset();
   if (!result.ok()) return Failure(cmd, std::string(result.status().ToString()));
-  if (!best_error.ok()) return Failure(cmd, fmt::format("recording a best config: {}", best_error.ToString()));
   if (result->cancelled) {
     std::printf("stopped by a signal after %d problem(s); run the same command again to resume run %lld\n",
                 result->problems_finished, static_cast<long long>(run_id));

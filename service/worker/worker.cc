@@ -370,16 +370,28 @@ class Worker::DeviceRunner {
       return finish(false);
     }
     const size_t resumed = known->size();
-    TrialLookup lookup = LookupInTrials(*std::move(known));
 
     // Trials go to the spool, except the evidence of a broken device: launch failures are
     // held back while they form a streak, and a streak of device_error_streak of them marks
     // the device failed and is discarded, so that the next holder of the job measures those
     // configs on a healthy device instead of resuming from the broken device's failures.
     // A trial that a hung device returns after the watchdog gave up is discarded too.
-    class SpoolSink : public TrialSink {
+    class SpoolSink : public RecordSink {
      public:
-      explicit SpoolSink(DeviceRunner& d) : d_(d) {}
+      SpoolSink(DeviceRunner& d, int64_t run_id, std::vector<Trial> known)
+          : d_(d), run_id_(run_id), known_(std::move(known)) {}
+      // The run's trials on the server and in the spool when the job started (KnownTrials,
+      // read before the watchdog is armed: a slow server is not a hung device, and a failed
+      // read releases the job instead of resting the device).
+      absl::StatusOr<std::vector<Trial>> RecordedTrials(int64_t run_id) override {
+        if (run_id != run_id_) {
+          return absl::InternalError(absl::StrCat("the job's sink holds run ", run_id_, ", not run ", run_id));
+        }
+        return known_;
+      }
+      // Nothing to do: the server selects the job's best configs from the uploaded trials
+      // when the job completes, and that selection is the authority.
+      absl::Status RecordBestConfig(const BestConfig&) override { return absl::OkStatus(); }
       absl::Status RecordTrial(const Trial& trial) override {
         d_.last_trial_ms_.store(NowUnixMs());
         if (d_.hung_.load() || d_.device_error_.load()) return absl::OkStatus();
@@ -421,8 +433,10 @@ class Worker::DeviceRunner {
         return s;
       }
       DeviceRunner& d_;
+      const int64_t run_id_;
+      const std::vector<Trial> known_;
       std::vector<Trial> held_;
-    } sink(*this);
+    } sink(*this, run_id, *std::move(known));
 
     // The sweep stops between trials when we stop, lose the lease, or hang.
     std::atomic<bool>& cancel = cancel_;
@@ -437,7 +451,7 @@ class Worker::DeviceRunner {
     sweep_running_.store(true);
     const absl::Time t0 = absl::Now();
     absl::StatusOr<SweepResult> result =
-        RunSweep(*backend_, problems, *options, run_id, sink, lookup,
+        RunSweep(*backend_, problems, *options, run_id, sink,
                  [&](const SweepProgress& p) {
                    Log(absl::StrCat("job ", job_id, " problem ", p.problem_index + 1, "/", p.problem_count, " ",
                                     p.problem_key, ": ", p.trials_measured, " measured, ", p.trials_resumed,
@@ -749,6 +763,8 @@ class Worker::DeviceRunner {
     return o;
   }
 
+  // The trials of `run_id` the spool holds plus those the server stored (retried until it
+  // answers, the worker stops or the lease is lost): what a job's sweep resumes from.
   absl::StatusOr<std::vector<Trial>> KnownTrials(int64_t run_id) {
     std::vector<Trial> known = spool_->TrialsForRun(run_id);
     absl::flat_hash_set<std::string> ids;

@@ -121,9 +121,11 @@ TEST(AuditCpu, DefaultTuneOfTheSeedPresetIsWithinNoiseOfTheExhaustiveBest) {
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
   int max_seq = 512;
   if (const char* env = std::getenv("FUSETUNE_AUDIT_TEST_MAX_SEQ")) max_seq = std::atoi(env);
-  class Discard : public TrialSink {
+  class Discard : public RecordSink {
    public:
     absl::Status RecordTrial(const Trial&) override { return absl::OkStatus(); }
+    absl::Status RecordBestConfig(const BestConfig&) override { return absl::OkStatus(); }
+    absl::StatusOr<std::vector<Trial>> RecordedTrials(int64_t) override { return std::vector<Trial>(); }
   } sink;
   int audited = 0;
   for (const AttentionProblem& p : SeedPresetProblems()) {
@@ -138,7 +140,7 @@ TEST(AuditCpu, DefaultTuneOfTheSeedPresetIsWithinNoiseOfTheExhaustiveBest) {
       tune.space.variants = {Variant::kFused};
       tune.seed = 1 + static_cast<uint64_t>(attempt);
       std::vector<AttentionProblem> one = {p};
-      absl::StatusOr<SweepResult> r = RunSweep(*cpu, one, tune, 1, sink, NoResume());
+      absl::StatusOr<SweepResult> r = RunSweep(*cpu, one, tune, 1, sink);
       ASSERT_TRUE(r.ok()) << r.status();
       ASSERT_EQ(r->best.size(), 1u) << p.Key();
       AuditOptions audit;

@@ -44,6 +44,22 @@ double EstimateRemaining(std::span<const AttentionProblem> remaining, double las
   return total;
 }
 
+// The run's trials recorded before this sweep started, by trial id: what resume reuses.
+class RecordedTrialIndex {
+ public:
+  explicit RecordedTrialIndex(std::vector<Trial> trials) {
+    for (Trial& t : trials) by_id_.emplace(t.trial_id, std::move(t));
+  }
+  // The recorded trial with this id, or null when it is not recorded.
+  const Trial* Find(const std::string& trial_id) const {
+    auto it = by_id_.find(trial_id);
+    return it == by_id_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::map<std::string, Trial> by_id_;
+};
+
 std::vector<KernelConfig> ConfigsOf(const std::vector<Trial>& trials) {
   std::vector<KernelConfig> out;
   for (const Trial& t : trials) {
@@ -55,23 +71,9 @@ std::vector<KernelConfig> ConfigsOf(const std::vector<Trial>& trials) {
 
 }  // namespace
 
-TrialLookup LookupInTrials(std::vector<Trial> trials) {
-  auto by_id = std::make_shared<std::map<std::string, Trial>>();
-  for (Trial& t : trials) by_id->emplace(t.trial_id, std::move(t));
-  return [by_id](const std::string& id) -> absl::StatusOr<std::optional<Trial>> {
-    auto it = by_id->find(id);
-    if (it == by_id->end()) return std::optional<Trial>();
-    return std::optional<Trial>(it->second);
-  };
-}
-
-TrialLookup NoResume() {
-  return [](const std::string&) -> absl::StatusOr<std::optional<Trial>> { return std::optional<Trial>(); };
-}
-
 absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const AttentionProblem> problems,
-                                     const SweepOptions& options, int64_t run_id, TrialSink& sink,
-                                     const TrialLookup& lookup, const SweepProgressCallback& progress,
+                                     const SweepOptions& options, int64_t run_id, RecordSink& sink,
+                                     const SweepProgressCallback& progress,
                                      const std::atomic<bool>* cancel) {
   if (problems.empty()) return absl::InvalidArgumentError("the sweep has no problems");
   if (options.max_trials_per_variant < 0) return absl::InvalidArgumentError("max_trials_per_variant must be >= 0");
@@ -85,7 +87,6 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         "final rounds: rounds in [0, 1000], 1 <= min_candidates <= max_candidates, baseline_candidates >= 0, "
         "near_fraction, time_ratio and min_seconds >= 0; baseline_time_ratio >= 0");
   }
-  if (!lookup) return absl::InvalidArgumentError("the sweep needs a trial lookup (NoResume() for a fresh run)");
   const DeviceInfo device = backend.Describe();
   // Check every problem and build every space first: a bad tenth problem should fail the
   // sweep before nine problems' worth of measuring, not after.
@@ -98,6 +99,12 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
     if (!space.ok()) return space.status();
     spaces.push_back(*std::move(space));
   }
+  absl::StatusOr<std::vector<Trial>> recorded_trials = sink.RecordedTrials(run_id);
+  if (!recorded_trials.ok()) {
+    return absl::Status(recorded_trials.status().code(), absl::StrCat("reading the recorded trials of run ", run_id,
+                                                                      ": ", recorded_trials.status().message()));
+  }
+  const RecordedTrialIndex recorded(*std::move(recorded_trials));
 
   Runner runner(backend, options.runner);
   SweepResult result;
@@ -130,9 +137,9 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         const int attempt = attempt_base + retry;
         std::vector<Trial> found;
         for (const KernelConfig& c : configs) {
-          absl::StatusOr<std::optional<Trial>> existing = lookup(TrialId(run_id, problem_key, c.Key(), attempt, stage));
-          if (!existing.ok()) return existing.status();
-          if (existing->has_value()) found.push_back(**existing);
+          if (const Trial* t = recorded.Find(TrialId(run_id, problem_key, c.Key(), attempt, stage))) {
+            found.push_back(*t);
+          }
         }
         if (!found.empty() && found.size() == configs.size()) {
           report.trials_resumed += static_cast<int>(found.size());
@@ -213,12 +220,9 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         }
         std::optional<KernelConfig> config = searcher->Next(history);
         if (!config.has_value()) break;
-        const std::string id = TrialId(run_id, problem_key, config->Key(), 0);
-        absl::StatusOr<std::optional<Trial>> existing = lookup(id);
-        if (!existing.ok()) return existing.status();
         Trial trial;
-        if (existing->has_value()) {
-          trial = **existing;
+        if (const Trial* existing = recorded.Find(TrialId(run_id, problem_key, config->Key(), 0))) {
+          trial = *existing;
           ++report.trials_resumed;
         } else {
           trial = runner.Measure(problem, *config, screen_timing, run_id, 0);
@@ -310,6 +314,10 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
 
     absl::StatusOr<BestConfig> best = SelectBest(problem_trials, device.DeviceClass(), run_id, options.commit);
     if (best.ok()) {
+      if (absl::Status s = sink.RecordBestConfig(*best); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("recording the best config of ", problem_key, " (",
+                                                   best->config_key, "): ", s.message()));
+      }
       report.best = *best;
       result.best.push_back(*best);
     } else if (!absl::IsNotFound(best.status())) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "fusetune/kernels/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "testing/host_backend.h"
@@ -15,12 +16,16 @@ namespace {
 using testing::Fault;
 using testing::HostBackend;
 
-// The in-memory TrialSink: what a Store would hold, plus switches for failure tests.
-class MemorySink : public TrialSink {
+// The in-memory RecordSink: what a Store would hold, plus switches for failure tests.
+class MemorySink : public RecordSink {
  public:
   std::vector<Trial> trials;
+  std::vector<BestConfig> best;
   std::function<void(const Trial&)> after_record;
   bool fail = false;
+  bool fail_best = false;
+  bool fail_recorded = false;
+  std::vector<int64_t> recorded_asked;  // the run ids RecordedTrials was asked for
   absl::Status RecordTrial(const Trial& trial) override {
     if (fail) return absl::UnavailableError("test: disk full");
     for (const Trial& t : trials) {
@@ -29,6 +34,20 @@ class MemorySink : public TrialSink {
     trials.push_back(trial);
     if (after_record) after_record(trial);
     return absl::OkStatus();
+  }
+  absl::Status RecordBestConfig(const BestConfig& b) override {
+    if (fail_best) return absl::ResourceExhaustedError("test: disk full");
+    best.push_back(b);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<Trial>> RecordedTrials(int64_t run_id) override {
+    recorded_asked.push_back(run_id);
+    if (fail_recorded) return absl::UnavailableError("test: database away");
+    std::vector<Trial> of_run;
+    for (const Trial& t : trials) {
+      if (t.run_id == run_id) of_run.push_back(t);
+    }
+    return of_run;
   }
 };
 
@@ -60,7 +79,7 @@ TEST(Sweep, CpuBackendTinyProblemsRecordEveryTrialAndPickABestConfig) {
   std::vector<AttentionProblem> problems = {Tiny(24, 40, true), Tiny(33, 33)};
   MemorySink sink;
   std::vector<SweepProgress> reports;
-  absl::StatusOr<SweepResult> r = RunSweep(*cpu, problems, Quick(2), /*run_id=*/5, sink, NoResume(),
+  absl::StatusOr<SweepResult> r = RunSweep(*cpu, problems, Quick(2), /*run_id=*/5, sink,
                                            [&](const SweepProgress& p) { reports.push_back(p); });
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->cancelled);
@@ -96,7 +115,7 @@ TEST(Sweep, APickFromTheFinalRoundsKeepsItsVerificationError) {
   o.space.variants = {Variant::kFused};
   o.final_rounds.rounds = 3;
   MemorySink sink;
-  absl::StatusOr<SweepResult> r = RunSweep(*cpu, problems, o, 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(*cpu, problems, o, 1, sink);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->best.size(), 1u);
   const Trial* screen = nullptr;
@@ -117,14 +136,14 @@ TEST(Sweep, ResumeSkipsRecordedTrialsAndReachesTheSameResult) {
   backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s + 10 * c.block_m; };
   std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
   MemorySink full;
-  absl::StatusOr<SweepResult> a = RunSweep(backend, problems, Quick(3), 1, full, NoResume());
+  absl::StatusOr<SweepResult> a = RunSweep(backend, problems, Quick(3), 1, full);
   ASSERT_TRUE(a.ok()) << a.status();
 
   // A crash after the first 7 trials: those are on disk; resume from them.
   MemorySink resumed;
   std::vector<Trial> on_disk(full.trials.begin(), full.trials.begin() + 7);
   for (const Trial& t : on_disk) ASSERT_TRUE(resumed.RecordTrial(t).ok());
-  absl::StatusOr<SweepResult> b = RunSweep(backend, problems, Quick(3), 1, resumed, LookupInTrials(on_disk));
+  absl::StatusOr<SweepResult> b = RunSweep(backend, problems, Quick(3), 1, resumed);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->trials_resumed, 7);
   EXPECT_EQ(b->trials_measured, static_cast<int>(full.trials.size()) - 7);
@@ -144,7 +163,7 @@ TEST(Sweep, CancelFlagStopsBetweenTrials) {
     if (sink.trials.size() == 3) cancel = true;
   };
   std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(4), 1, sink, NoResume(), nullptr, &cancel);
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(4), 1, sink, nullptr, &cancel);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->cancelled);
   EXPECT_EQ(sink.trials.size(), 3u);
@@ -157,9 +176,96 @@ TEST(Sweep, SinkFailureStopsTheSweepWithItsError) {
   MemorySink sink;
   sink.fail = true;
   std::vector<AttentionProblem> problems = {Tiny(20, 20)};
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(2), 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(2), 1, sink);
   EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
   EXPECT_EQ(backend.runs, 3) << "one trial (a verify run per input set + timing), then stop";
+}
+
+TEST(Sweep, EachFinishedProblemsBestConfigGoesToTheSinkBeforeItsProgress) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s + 10 * c.block_m; };
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
+  MemorySink sink;
+  std::vector<size_t> best_recorded_at_report;
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(2), 1, sink, [&](const SweepProgress& p) {
+    best_recorded_at_report.push_back(sink.best.size());
+    ASSERT_FALSE(sink.best.empty());
+    EXPECT_EQ(sink.best.back().problem_key, p.problem_key);
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(sink.best.size(), 2u);
+  ASSERT_EQ(r->best.size(), 2u);
+  for (size_t i = 0; i < sink.best.size(); ++i) {
+    EXPECT_EQ(sink.best[i].problem_key, problems[i].Key());
+    EXPECT_EQ(sink.best[i].config_key, r->best[i].config_key);
+    EXPECT_EQ(sink.best[i].run_id, 1);
+  }
+  EXPECT_EQ(best_recorded_at_report, (std::vector<size_t>{1, 2}));
+}
+
+TEST(Sweep, AProblemWithoutAnOkTrialSendsNoBestConfig) {
+  HostBackend backend;
+  backend.fault = Fault::kWrongValue;
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  ASSERT_TRUE(RunSweep(backend, problems, Quick(1), 1, sink).ok());
+  EXPECT_TRUE(sink.best.empty());
+}
+
+TEST(Sweep, BestConfigSinkFailureStopsTheSweepWithItsError) {
+  HostBackend backend;
+  MemorySink sink;
+  sink.fail_best = true;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
+  int reports = 0;
+  absl::StatusOr<SweepResult> r =
+      RunSweep(backend, problems, Quick(1), 1, sink, [&](const SweepProgress&) { ++reports; });
+  EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find(problems[0].Key()), std::string::npos) << r.status();
+  EXPECT_EQ(reports, 0) << "a problem whose best config is not recorded is not reported";
+  ASSERT_FALSE(sink.trials.empty()) << "the first problem's trials stay recorded";
+  for (const Trial& t : sink.trials) EXPECT_EQ(t.problem_key, problems[0].Key()) << "the second never starts";
+}
+
+TEST(Sweep, AResumedSweepTakesTheRunsRecordedTrialsFromTheSinkAndMeasuresTheRest) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s + 10 * c.block_m; };
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
+  MemorySink full;
+  ASSERT_TRUE(RunSweep(backend, problems, Quick(3), 7, full).ok());
+  ASSERT_GE(full.trials.size(), 4u);
+
+  // The sink holds the first half of run 7, and a whole other run that must not count.
+  MemorySink half;
+  const size_t kept = full.trials.size() / 2;
+  for (size_t i = 0; i < kept; ++i) ASSERT_TRUE(half.RecordTrial(full.trials[i]).ok());
+  ASSERT_TRUE(RunSweep(backend, problems, Quick(3), 8, half).ok());
+  const size_t before = half.trials.size();
+  std::vector<std::string> measured_now;
+  half.after_record = [&](const Trial& t) { measured_now.push_back(t.trial_id); };
+  half.recorded_asked.clear();
+
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(3), 7, half);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(half.recorded_asked, (std::vector<int64_t>{7})) << "asked once, for its own run";
+  EXPECT_EQ(r->trials_resumed, static_cast<int>(kept));
+  EXPECT_EQ(r->trials_measured, static_cast<int>(full.trials.size() - kept));
+  std::vector<std::string> rest;
+  for (size_t i = kept; i < full.trials.size(); ++i) rest.push_back(full.trials[i].trial_id);
+  EXPECT_EQ(measured_now, rest) << "only the trials the sink did not hold are measured";
+  EXPECT_EQ(half.trials.size(), before + rest.size());
+}
+
+TEST(Sweep, ASinkThatCannotSayWhatIsRecordedStopsTheSweepBeforeItMeasures) {
+  HostBackend backend;
+  MemorySink sink;
+  sink.fail_recorded = true;
+  const std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  const absl::Status st = RunSweep(backend, problems, Quick(2), /*run_id=*/3, sink).status();
+  EXPECT_TRUE(absl::IsUnavailable(st) && absl::StrContains(st.message(), "run 3")) << st;
+  EXPECT_EQ(sink.recorded_asked, (std::vector<int64_t>{3}));
+  EXPECT_EQ(backend.runs, 0) << "nothing measured";
+  EXPECT_TRUE(sink.trials.empty() && sink.best.empty());
 }
 
 TEST(Sweep, UnsupportedConfigsAreRecordedButDoNotUseTheBudget) {
@@ -169,7 +275,7 @@ TEST(Sweep, UnsupportedConfigsAreRecordedButDoNotUseTheBudget) {
   std::vector<AttentionProblem> problems = {Tiny(40, 40)};
   SweepOptions o = Quick(3);
   o.strategy = SearchStrategy::kExhaustive;  // block_s 16 comes first in each variant
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink);
   ASSERT_TRUE(r.ok());
   int ok = 0, unsupported = 0;
   for (const Trial& t : sink.trials) {
@@ -185,7 +291,7 @@ TEST(Sweep, FailingConfigsAreTrialsNotErrors) {
   backend.fault = Fault::kWrongValue;
   MemorySink sink;
   std::vector<AttentionProblem> problems = {Tiny(20, 20)};
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(1), 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(1), 1, sink);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(sink.trials.size(), 3u);
   for (const Trial& t : sink.trials) EXPECT_EQ(t.outcome, TrialOutcome::kVerifyFailed);
@@ -200,7 +306,7 @@ TEST(Sweep, TimeBudgetCapsEachProblem) {
   std::vector<AttentionProblem> problems = {Tiny(64, 64)};
   SweepOptions o = Quick(0);  // exhaustive: 3 x 3 x 3 x 2 configs without the time cap
   o.max_seconds_per_problem = 0.6;
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink);
   ASSERT_TRUE(r.ok());
   EXPECT_GE(sink.trials.size(), 3u) << "every variant gets a turn";
   EXPECT_LT(sink.trials.size(), 12u);
@@ -214,7 +320,7 @@ TEST(Sweep, RemainingEstimateIsCappedByTheTimeBudget) {
   SweepOptions o = Quick(1);
   o.max_seconds_per_problem = 0.05;
   std::vector<double> estimates;
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume(),
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink,
                                            [&](const SweepProgress& p) { estimates.push_back(p.estimated_remaining_seconds); });
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(estimates.size(), 3u);
@@ -229,11 +335,11 @@ TEST(Sweep, BadInputIsAnErrorBeforeAnythingRuns) {
   MemorySink sink;
   std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(20, 20)};
   problems[1].head_dim = 12;
-  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, problems, Quick(1), 1, sink, NoResume()).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, problems, Quick(1), 1, sink).status()));
   EXPECT_EQ(backend.runs, 0);
-  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, {}, Quick(1), 1, sink, NoResume()).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, {}, Quick(1), 1, sink).status()));
   SweepOptions neg = Quick(-1);
-  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, problems, neg, 1, sink, NoResume()).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(RunSweep(backend, problems, neg, 1, sink).status()));
 }
 
 
@@ -259,7 +365,7 @@ TEST(SweepFinalRounds, InterleavedRoundsOverruleAMisleadingScreen) {
   o.final_rounds.rounds = 5;
   MemorySink sink;
   std::vector<AttentionProblem> problems = {Tiny(64, 64)};
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->best.size(), 1u);
   EXPECT_EQ(KernelConfig::FromKey(r->best[0].config_key)->block_s, 64) << r->best[0].config_key;
@@ -285,7 +391,7 @@ TEST(SweepFinalRounds, BaselinesRunInTheSameRoundsAndGiveThePerRoundSpeedup) {
   o.final_rounds.rounds = 3;
   MemorySink sink;
   std::vector<AttentionProblem> problems = {Tiny(32, 32)};
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->best.size(), 1u);
   std::set<Variant> in_rounds;
@@ -309,7 +415,7 @@ TEST(SweepFinalRounds, ABaselineFarSlowerThanTheFusedLeaderStaysOutOfTheRounds) 
   o.final_rounds.rounds = 3;
   MemorySink sink;
   std::vector<AttentionProblem> problems = {Tiny(32, 32)};
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink);
   ASSERT_TRUE(r.ok()) << r.status();
   for (const Trial& t : sink.trials) {
     if (t.stage == TrialStage::kFinal) {
@@ -329,11 +435,12 @@ TEST(SweepFinalRounds, ResumeReusesAWholeRoundSetAndRemeasuresAPartOne) {
   o.final_rounds.rounds = 3;
   std::vector<AttentionProblem> problems = {Tiny(40, 40)};
   MemorySink full;
-  ASSERT_TRUE(RunSweep(backend, problems, o, 1, full, NoResume()).ok());
+  ASSERT_TRUE(RunSweep(backend, problems, o, 1, full).ok());
 
   // All of it on disk: nothing is measured again.
   MemorySink again;
-  absl::StatusOr<SweepResult> b = RunSweep(backend, problems, o, 1, again, LookupInTrials(full.trials));
+  for (const Trial& t : full.trials) ASSERT_TRUE(again.RecordTrial(t).ok());
+  absl::StatusOr<SweepResult> b = RunSweep(backend, problems, o, 1, again);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->trials_measured, 0);
 
@@ -351,7 +458,7 @@ TEST(SweepFinalRounds, ResumeReusesAWholeRoundSetAndRemeasuresAPartOne) {
   ASSERT_TRUE(dropped);
   MemorySink resumed;
   for (const Trial& t : on_disk) ASSERT_TRUE(resumed.RecordTrial(t).ok());
-  absl::StatusOr<SweepResult> c = RunSweep(backend, problems, o, 1, resumed, LookupInTrials(on_disk));
+  absl::StatusOr<SweepResult> c = RunSweep(backend, problems, o, 1, resumed);
   ASSERT_TRUE(c.ok()) << c.status();
   const int finals = CountStage(full.trials, TrialStage::kFinal);
   EXPECT_EQ(c->trials_measured, finals);
@@ -373,7 +480,7 @@ TEST(SweepHalving, HalvesTheSurvivorsWithDoublingRounds) {
   o.final_rounds.max_candidates = 3;
   std::vector<AttentionProblem> problems = {Tiny(128, 128)};
   MemorySink sink;
-  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink, NoResume());
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink);
   ASSERT_TRUE(r.ok()) << r.status();
   const int screened = CountStage(sink.trials, TrialStage::kScreen);
   ASSERT_GT(screened, 6);
@@ -405,7 +512,7 @@ TEST(SweepInputs, EveryConfigOfAProblemRunsOnTheSameUploadedInputs) {
   o.space.variants = {Variant::kFused};
   MemorySink sink;
   std::vector<AttentionProblem> problems = {Tiny(40, 40), Tiny(24, 24)};
-  ASSERT_TRUE(RunSweep(backend, problems, o, 1, sink, NoResume()).ok());
+  ASSERT_TRUE(RunSweep(backend, problems, o, 1, sink).ok());
   ASSERT_GT(sink.trials.size(), 4u);
   // Two input sets (random, adversarial) x three tensors per problem, whatever the number
   // of configs.
@@ -420,7 +527,7 @@ TEST(SweepInputs, AKernelThatMishandlesMaskedKeysFailsOnTheAdversarialInputs) {
   MemorySink sink;
   // Causal: the first query rows see only masked keys, so their output must be zeros.
   std::vector<AttentionProblem> problems = {Tiny(64, 64, true)};
-  ASSERT_TRUE(RunSweep(backend, problems, o, 1, sink, NoResume()).ok());
+  ASSERT_TRUE(RunSweep(backend, problems, o, 1, sink).ok());
   ASSERT_FALSE(sink.trials.empty());
   for (const Trial& t : sink.trials) {
     EXPECT_EQ(t.outcome, TrialOutcome::kVerifyFailed);
@@ -429,7 +536,7 @@ TEST(SweepInputs, AKernelThatMishandlesMaskedKeysFailsOnTheAdversarialInputs) {
   // The same kernel passes the random inputs alone.
   o.runner.adversarial_check = false;
   MemorySink lenient;
-  ASSERT_TRUE(RunSweep(backend, problems, o, 2, lenient, NoResume()).ok());
+  ASSERT_TRUE(RunSweep(backend, problems, o, 2, lenient).ok());
   for (const Trial& t : lenient.trials) EXPECT_EQ(t.outcome, TrialOutcome::kOk) << t.message;
 }
 

@@ -103,7 +103,9 @@ struct StoreOptions {
   int busy_timeout_ms = 10000;
 };
 
-class Store : public TrialSink {
+// A Store is the RecordSink of local sweeps (`fusetune sweep`): trials, best configs and
+// the trials of a resumed run all come from and go to this database.
+class Store : public RecordSink {
  public:
   // Opens the database at `path` (a file name; ":memory:" works for kReadWrite).
   //
@@ -153,6 +155,8 @@ class Store : public TrialSink {
   absl::StatusOr<int64_t> CountTrials(int64_t run_id);
   // Trials of a run, optionally only one problem (empty = all), ordered by insertion.
   absl::StatusOr<std::vector<Trial>> ListTrials(int64_t run_id, std::string_view problem_key = {});
+  // The sink's view of a run: ListTrials(run_id) (NotFound if the run does not exist).
+  absl::StatusOr<std::vector<Trial>> RecordedTrials(int64_t run_id) override;
   // Trials for a problem on a device class across runs (newest first), at most `limit`.
   absl::StatusOr<std::vector<Trial>> ListTrialsForProblem(std::string_view device_class,
                                                           std::string_view problem_key,
@@ -160,7 +164,12 @@ class Store : public TrialSink {
   absl::StatusOr<bool> HasTrial(std::string_view trial_id);
 
   // ---- best configs
+  // Inserts or replaces the best config of (device class, problem key). InvalidArgument
+  // (nothing written) for an empty key or a negative run id or time; NotFound if run_id is
+  // set and the run does not exist. updated_unix_ms 0 is stored as now.
   absl::Status UpsertBestConfig(const BestConfig& best);
+  // The sink's write of a sweep's pick: UpsertBestConfig.
+  absl::Status RecordBestConfig(const BestConfig& best) override;
   // NotFound when none recorded.
   absl::StatusOr<BestConfig> GetBestConfig(std::string_view device_class, std::string_view problem_key);
   // All best configs, optionally restricted to one device class; ordered by problem key.

@@ -19,6 +19,12 @@
 // A recorded config the backend cannot run (or that fails verification) is an error, not
 // an audit: FailedPrecondition with the trial's message.
 //
+// RunAudit records nothing (unlike RunSweep it takes no RecordSink): an audit is kept whole
+// or not at all, and its summary carries the caller's provenance and refers to its trials.
+// So the caller records the returned trials and summary together once the audit is done
+// (`fusetune audit`: one store transaction, then Store::RecordAudit; the worker: its spool,
+// then ReportAudit once those trials are on the server). An audit cut short leaves nothing.
+//
 // Thread-safety: drives one Backend; do not share it meanwhile.
 #ifndef FUSETUNE_TUNER_AUDIT_H_
 #define FUSETUNE_TUNER_AUDIT_H_

@@ -21,16 +21,19 @@
 //      rounds (Runner::MeasureRounds: a fresh random order each round, one block each,
 //      same inputs and L2 state; stage kFinal).
 //   3. SelectBest picks the problem's BestConfig from the per-round ratios (selection.h).
-// Every trial goes to the TrialSink before the next measurement starts; a set of rounds is
-// recorded when all its rounds are done.
+// Every record goes through the RecordSink (records/sink.h): each trial before the next
+// measurement starts (a set of rounds when all its rounds are done), and each problem's
+// best config once it is selected, before the problem's progress is reported.
 //
-// Resume: before measuring, the sweep asks `lookup` whether the trial id (run, problem,
-// config, attempt, stage) is already recorded; a recorded trial is not measured again but
-// counts toward the budget and takes part in selection, exactly as if it had just run. A
-// set of rounds is reused only when every trial of it is recorded (its rounds pair up by
-// index); one recorded in part is measured again under the next attempt number. Because
-// searchers and round orders are deterministic, a sweep killed midway and started again
-// with the same run id, problems and options continues where it stopped.
+// Resume: at its start the sweep reads the run's recorded trials from the sink
+// (RecordSink::RecordedTrials). Before measuring, it looks the trial id (run, problem,
+// config, attempt, stage) up among them; a recorded trial is not measured again but counts
+// toward the budget and takes part in selection, exactly as if it had just run. A set of
+// rounds is reused only when every trial of it is recorded (its rounds pair up by index);
+// one recorded in part is measured again under the next attempt number. Because searchers
+// and round orders are deterministic, a sweep killed midway and started again with the same
+// run id, problems and options continues where it stopped. Which run to resume is the
+// caller's choice (run identity), not the sweep's.
 //
 // Budgets: max_trials_per_variant caps screen trials (measured + resumed) per (problem,
 // variant); max_seconds_per_problem caps the time per problem: the search gets three
@@ -45,7 +48,8 @@
 // flight finishes first; rounds cut short are not recorded.
 //
 // This API takes no Store: the `fusetune sweep` command passes its SQLite store as the
-// sink, the worker daemon its spool/uploader.
+// sink, the worker daemon its spool-backed sink (whose trials reach the server through the
+// uploader, and which leaves best configs to the server's selection at job completion).
 //
 // Thread-safety: RunSweep drives one Backend; do not share that backend meanwhile.
 #ifndef FUSETUNE_TUNER_SWEEP_H_
@@ -110,7 +114,7 @@ struct SweepOptions {
 
 inline constexpr double kMinBaselineSeconds = 0.5;
 
-// Sent after each problem finishes (also the last one).
+// Sent after each problem finishes (also the last one), once its best config is recorded.
 struct SweepProgress {
   int problem_index = 0;                   // 0-based
   int problem_count = 0;
@@ -134,24 +138,17 @@ struct SweepResult {
   bool cancelled = false;
 };
 
-// Answers "is this trial id recorded already, and what was it?" for resume.
-// Return nullopt when it is not recorded; an error aborts the sweep.
-using TrialLookup = std::function<absl::StatusOr<std::optional<Trial>>(const std::string& trial_id)>;
-// A lookup over trials held in memory (e.g. Store::ListTrials of the resumed run).
-TrialLookup LookupInTrials(std::vector<Trial> trials);
-// A lookup that finds nothing (a fresh run).
-TrialLookup NoResume();
-
 using SweepProgressCallback = std::function<void(const SweepProgress&)>;
 
-// Runs the sweep described above. Errors (the sweep stops; trials sent so far stay
-// recorded): InvalidArgument for an invalid problem or option, or an empty problem list;
-// whatever `sink.RecordTrial` or `lookup` returned when they fail. Failing configs are
-// not errors: they are trials with their outcome.
+// Runs the sweep described above. Errors (the sweep stops; records sent so far stay
+// recorded): InvalidArgument for an invalid problem or option, or an empty problem list
+// (before the sink is asked anything); whatever `sink.RecordedTrials` returned when it fails
+// (before anything is measured); whatever `sink.RecordTrial` or `sink.RecordBestConfig`
+// returned when they fail (with the trial or problem named). Failing configs are not
+// errors: they are trials with their outcome.
 // `device_class` for the BestConfigs is backend.Describe().DeviceClass().
 absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const AttentionProblem> problems,
-                                     const SweepOptions& options, int64_t run_id, TrialSink& sink,
-                                     const TrialLookup& lookup,
+                                     const SweepOptions& options, int64_t run_id, RecordSink& sink,
                                      const SweepProgressCallback& progress = nullptr,
                                      const std::atomic<bool>* cancel = nullptr);
 

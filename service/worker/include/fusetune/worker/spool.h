@@ -34,7 +34,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fusetune/records/trial.h"
-#include "fusetune/records/sink.h"
 
 namespace fusetune {
 
@@ -62,7 +61,7 @@ absl::StatusOr<SpoolLog> ReadSpoolLog(const std::string& path);
 std::string TrialToJson(const Trial& trial);
 absl::StatusOr<Trial> TrialFromJson(std::string_view json);
 
-class TrialSpool : public TrialSink {
+class TrialSpool {
  public:
   // Opens or creates the spool at `path` (its directory must exist), replays it and
   // truncates a torn tail. Holds an exclusive lock (flock on `path`.lock) until destroyed:
@@ -70,11 +69,11 @@ class TrialSpool : public TrialSink {
   // Internal on an I/O error (message has errno text).
   static absl::StatusOr<std::unique_ptr<TrialSpool>> Open(const std::string& path,
                                                           TrialSpoolOptions options = {});
-  ~TrialSpool() override;
+  ~TrialSpool();
 
   // Appends the trial durably; OK means it survives a crash from now on. Appending an id
   // that is already pending or acknowledged is OK and writes nothing (idempotent).
-  absl::Status RecordTrial(const Trial& trial) override;
+  absl::Status RecordTrial(const Trial& trial);
 
   // Marks trials acknowledged by the service (unknown ids are ignored). Durable once OK;
   // an acknowledgement lost in a crash only causes one harmless re-upload.
