@@ -23,10 +23,10 @@
 #include "attention_params.h"
 #include "baseline_kernels.h"
 #include "baseline_plan.h"
+#include "fused/fused_configs.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/kernels/cuda_backend.h"
 #include "nvml_clock.h"
-#include "fused/fused_configs.h"
 
 namespace fusetune {
 namespace {
