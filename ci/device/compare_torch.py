@@ -37,7 +37,7 @@ fusetune_time with the flush off (steady back-to-back launches) and on, once pla
 once under torch.profiler (ProfilerActivity.CUDA: kernel durations from CUPTI) for the same
 launches; the torch cuDNN (else flash/efficient) kernel likewise with this script's own
 timer. Prints timer median, CUPTI median and the gap in %; writes cupti_check.csv and
-cupti_check.md. Nsight Systems is an alternative where it exists (the H200 image had no
+cupti_check.md. Nsight Systems is an alternative where it exists (the H200 host measured had no
 working nsys when last checked): nsys profile --stats=true python3 compare_torch.py
 --cupti-check ... gives the same kernel durations in its cuda_gpu_kern_sum table. Nsight Compute
 works there: ncu --clock-control none --cache-control all --metrics gpu__time_duration.sum

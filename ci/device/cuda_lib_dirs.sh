@@ -1,5 +1,5 @@
-# Sourced by the on-device scripts (gpu_check.sh, regret_study.sh, worker_check.sh, ...).
-# device_cuda_lib_dirs: prints ":dir[:dir...]" where the device image keeps libcublas.so.13 and
+# Sourced by the GPU-host scripts (gpu_check.sh, regret_study.sh, worker_check.sh, ...).
+# device_cuda_lib_dirs: prints ":dir[:dir...]" where the GPU host keeps libcublas.so.13 and
 # cudart (the toolkit's folders, else PyTorch's nvidia wheels), or nothing if none is found.
 device_cuda_lib_dirs() {
   local dirs="" d
@@ -20,17 +20,17 @@ PY
   printf '%s' "$dirs"
 }
 
-# unpack_bundle CARRY_DIR DEST: unpacks CARRY_DIR/bundle.tar.xz (made by stage.sh) into DEST
+# unpack_bundle BUNDLE_DIR DEST: unpacks BUNDLE_DIR/bundle.tar.xz (made by stage.sh) into DEST
 # (emptied first) and prints the bundle's commit. Returns 1 when it cannot.
 unpack_bundle() {
-  local carry=$1 dest=$2
+  local bundle=$1 dest=$2
   rm -rf "$dest" && mkdir -p "$dest"
-  tar -C "$dest" -xJf "$carry/bundle.tar.xz" || { echo "cannot unpack $carry/bundle.tar.xz"; return 1; }
-  echo "bundle commit $(cat "$carry/commit.txt" 2>/dev/null)"
+  tar -C "$dest" -xJf "$bundle/bundle.tar.xz" || { echo "cannot unpack $bundle/bundle.tar.xz"; return 1; }
+  echo "bundle commit $(cat "$bundle/commit.txt" 2>/dev/null)"
 }
 
 # bundle_library_path DEST: the LD_LIBRARY_PATH for a bundle unpacked in DEST: its lib folder,
-# the image's cuBLAS/cudart folders, then the current LD_LIBRARY_PATH.
+# the host's cuBLAS/cudart folders, then the current LD_LIBRARY_PATH.
 bundle_library_path() {
   printf '%s' "$1/lib$(device_cuda_lib_dirs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run ON THE DEVICE (the lent H200), from the repository root, after ci/device/stage.sh
-# packed .device-carry/backend (name it in the run's carry). Unpacks the binaries, then runs
+# Run on the GPU host, from the repository root of a checkout holding .gpu-bundle/backend
+# (packed by ci/device/stage.sh on the build machine and copied here). Unpacks the binaries,
+# then runs
 # the steps named as arguments (default: all), each logged under $OUT:
 #   tests    the GPU tests (cuda_backend_test)                     -> gpu_tests.log
 #   bench    the Google Benchmark binary                           -> bench.txt
@@ -8,7 +9,7 @@
 #            interleaved rounds; COMPARE_ARGS)                     -> compare.csv, compare.md
 #   cupti    compare_torch.py --cupti-check (our timer vs CUPTI
 #            kernel durations; CUPTI_ARGS; not in the default)      -> cupti_check.csv, cupti_check.md
-#   sweep    fusetune sweep --backend cuda on the target shapes,
+#   sweep    fusetune sweep --backend cuda on the seed and flagship shapes (sweep.sh),
 #            then fusetune report                                  -> fusetune.db, report.txt
 # Everything else printed goes to run.log. Prints a short summary last.
 set -uo pipefail
@@ -19,11 +20,11 @@ STEPS=${*:-tests bench compare sweep}
 SWEEP_TRIALS=${SWEEP_TRIALS:-0}   # 0 = the CLI's default budget
 exec > >(tee -a "$OUT/run.log") 2>&1
 
-# The bundle's binaries and libraries, with cuBLAS/cudart of the device image (the toolkit's
+# The bundle's binaries and libraries, with cuBLAS/cudart of the GPU host (the toolkit's
 # folders, else PyTorch's wheels) on LD_LIBRARY_PATH.
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
 B=/tmp/fusetune-bundle
-unpack_bundle "$ROOT/.device-carry/backend" "$B" || exit 1
+unpack_bundle "$ROOT/.gpu-bundle/backend" "$B" || exit 1
 export LD_LIBRARY_PATH=$(bundle_library_path "$B")
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv || true

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run ON THE DEVICE (the lent H200): checks a kernel change against the build before it, in one
-# call. Needs two bundles made by ci/device/stage.sh here (STAGE_TARGETS="cuda_backend_test
+# Run on the GPU host: checks a kernel change against the build before it, in one run. Needs
+# two bundles made by ci/device/stage.sh on the build machine (STAGE_TARGETS="cuda_backend_test
 # cuda_attention_bench fusetune_capi" is enough): $AB_DIR/before/bundle.tar.xz (the previous
 # commit, e.g. staged from a `git worktree` of it) and $AB_DIR/after/bundle.tar.xz.
 #   1. after: every GPU test (fp64 reference on fresh random inputs)        -> after_tests.log
@@ -10,12 +10,12 @@
 #   4. timing: cuda_attention_bench, before/after interleaved AB_ROUNDS times
 #      on AB_BENCH_FILTER                                                    -> bench_{before,after}_N.txt
 # Prints a summary table last (median of the rounds per benchmark, after / before).
-# Usage (device call, carry the folder holding AB_DIR):
-#   AB_DIR=.device-carry/ab bash ci/device/kernel_check_ab.sh
+# Usage (on the GPU host, with the folder AB_DIR copied to the same path):
+#   AB_DIR=.gpu-bundle/ab bash ci/device/kernel_check_ab.sh
 set -uo pipefail
 ROOT=$(pwd)
 OUT=${OUT:-/tmp/kernel-ab-out}
-AB_DIR=${AB_DIR:-.device-carry/ab}
+AB_DIR=${AB_DIR:-.gpu-bundle/ab}
 AB_ROUNDS=${AB_ROUNDS:-3}
 AB_BEFORE_FILTER=${AB_BEFORE_FILTER:-*}
 AB_SANITIZER_FILTER=${AB_SANITIZER_FILTER:-*fp16_fp16_d64*}

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Run ON A MULTI-GPU DEVICE (nvidia-h200-x2), from the repository root, after
-# ci/device/stage_worker.sh packed .device-carry/worker (name it in the run's carry).
+# Run on a GPU host with two or more GPUs, from the repository root of a checkout holding
+# .gpu-bundle/worker (packed by ci/device/stage_worker.sh and copied there).
 # The multi-GPU measurement: one `fusetune worker` driving every GPU of the host.
 #   phase "one": serve (fresh DB) + worker --devices 0,   N identical jobs, wall time to all done
 #   phase "all": serve (fresh DB) + worker --devices all, the same N jobs
 # Jobs/hour = N / wall for each phase; ci/device/multi_gpu_summary.py then compares, cell by cell
 # ((problem, config) measured by jobs that ran on different GPUs), the medians of the two GPUs
 # against each cell's own p10-p90 spread. Knobs: MGPU_JOBS (4), MGPU_TRIALS (4 per problem and
-# variant), MGPU_SEQ (1024,2048), MGPU_DTYPE (fp16). Files under $OUT (8: what a remote GPU run
-# brings back): run.log, one.db, all.db, worker_one.log, worker_all.log, submit_one.log,
+# variant), MGPU_SEQ (1024,2048), MGPU_DTYPE (fp16). Files under $OUT (8): run.log, one.db, all.db, worker_one.log, worker_all.log, submit_one.log,
 # submit_all.log, summary.txt (the servers' logs go to the temp folder). CPU dry run of the script itself (no GPU):
 #   FUSETUNE_BIN=build/service/cli/fusetune MGPU_BACKEND=cpu MGPU_SEQ=128 MGPU_DTYPE=fp32 \
 #     bash ci/device/multi_gpu_check.sh   (one CPU device against two)
@@ -28,7 +27,7 @@ BIN=${FUSETUNE_BIN:-$B/bin/fusetune}
 BACKEND=${MGPU_BACKEND:-cuda}
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
 if [[ -z "${FUSETUNE_BIN:-}" ]]; then
-  unpack_bundle "$ROOT/.device-carry/worker" "$B" || exit 1
+  unpack_bundle "$ROOT/.gpu-bundle/worker" "$B" || exit 1
 fi
 LIBPATH=$(bundle_library_path "$B")
 ft() { LD_LIBRARY_PATH="$LIBPATH" "$BIN" "$@"; }

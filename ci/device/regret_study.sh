@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run ON THE DEVICE (the lent H200), from the repository root, after ci/device/stage.sh packed
-# .device-carry/backend with the fusetune binary (name it in the run's carry). The tuner's
-# regret study, in one call:
+# Run on the GPU host, from the repository root of a checkout holding .gpu-bundle/backend
+# with the fusetune binary (packed by ci/device/stage.sh and copied there). The tuner's
+# regret study, in one run:
 #   1. every shape of the list is tuned twice with the default `fusetune sweep --backend cuda`,
 #      into A.db (--seed 1) and B.db (--seed 2), A then B shape by shape; the wall time of each
 #      tune (process included) and the sweep's own seconds for the problem are kept;
@@ -43,7 +43,7 @@ B=/tmp/fusetune-bundle
 if [[ -n "${FUSETUNE_BIN:-}" ]]; then   # a local binary (CPU dry run): nothing to unpack
   BIN=$FUSETUNE_BIN
 else
-  unpack_bundle "$ROOT/.device-carry/backend" "$B" || exit 1
+  unpack_bundle "$ROOT/.gpu-bundle/backend" "$B" || exit 1
   BIN=$B/bin/fusetune
 fi
 [[ -x "$BIN" ]] || { echo "no fusetune binary at $BIN (stage.sh packs it when the CLI target exists)"; exit 1; }

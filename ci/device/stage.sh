@@ -1,30 +1,25 @@
 #!/usr/bin/env bash
-# Run HERE (the build machine, no GPU): builds build-cuda and packs what the H200 run needs
-# into .device-carry/backend/bundle.tar.xz (stripped binaries, libfusetune_capi.so and the
-# shared libraries the device image lacks). The device tool's carry limit is 64 MiB for the
-# working tree plus carried paths; the fused kernels' fatbins compress about 10x with xz.
+# Run on the build machine (nvcc and the build dependencies; no GPU needed): builds
+# build-cuda and packs what the GPU checks need into .gpu-bundle/backend/bundle.tar.xz
+# (stripped binaries, libfusetune_capi.so and the shared libraries a GPU host without the
+# build dependencies lacks). The fused kernels' fatbins compress about 10x with xz.
 #
-# Usage: ci/device/stage.sh            (then: run with carry [".device-carry/backend"]
-#                                        and command "bash ci/device/gpu_check.sh")
+# Usage: ci/device/stage.sh, then copy .gpu-bundle/backend to the same path in a checkout on
+# the GPU host and run `bash ci/device/gpu_check.sh` there. On a GPU host that has the build
+# dependencies, run stage.sh there too and skip the copy.
 # To stage exactly a commit, run the stage.sh of a `git worktree` of it with DEST pointing
-# at this checkout's .device-carry/backend (and BUILD at a build folder of that worktree).
+# at this checkout's .gpu-bundle/backend (and BUILD at a build folder of that worktree).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build-cuda}
-DEST=${DEST:-$ROOT/.device-carry/backend}
+DEST=${DEST:-$ROOT/.gpu-bundle/backend}
 JOBS=${JOBS:-2}
 
 cmake -S "$ROOT" -B "$BUILD" -DFUSETUNE_WITH_CUDA=ON -DFUSETUNE_WITH_SERVICE=OFF \
   -DFUSETUNE_WITH_HIP=OFF >/dev/null
 
-# Targets that exist in this checkout (the CLI and the fused dev driver land separately);
-# STAGE_TARGETS="a b" packs only those (e.g. the kernel checks need no CLI).
-read -r -a wanted <<<"${STAGE_TARGETS:-cuda_backend_test cuda_attention_bench fusetune_capi fusetune}"
-available=$(cmake --build "$BUILD" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p')
-targets=()
-for t in "${wanted[@]}"; do
-  if grep -qx "$t" <<<"$available"; then targets+=("$t"); fi
-done
+# STAGE_TARGETS="a b" packs only those targets (e.g. the kernel checks need no CLI).
+read -r -a targets <<<"${STAGE_TARGETS:-cuda_backend_test cuda_attention_bench fusetune_capi fusetune}"
 echo "stage: building ${targets[*]}"
 cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}"
 
@@ -41,8 +36,9 @@ for t in "${targets[@]}"; do
   esac
 done
 
-# Shared libraries to carry: everything ldd resolves except glibc/libstdc++/libgcc (newer on
-# the device) and cuBLAS (the device has it; too big to carry). libcudart is small: carried.
+# Shared libraries to pack: everything ldd resolves except glibc/libstdc++/libgcc (the GPU
+# host's own, usually newer) and cuBLAS (the GPU host's CUDA toolkit or PyTorch has it; too
+# big to pack). libcudart is small: packed.
 # nullglob: STAGE_TARGETS may name no shared library.
 shopt -s nullglob
 for f in "$STAGE"/bin/* "$STAGE"/lib/*.so; do
@@ -62,7 +58,9 @@ git -C "$ROOT" rev-parse --short=12 HEAD > "$DEST/commit.txt"
 (cd "$STAGE" && find bin lib -type f -printf '%p %s\n') > "$DEST/manifest.txt"
 size=$(stat -c %s "$DEST/bundle.tar.xz")
 echo "stage: $DEST/bundle.tar.xz $((size / 1024 / 1024)) MiB ($(wc -l < "$DEST/manifest.txt") files)"
-if (( size > 48 * 1024 * 1024 )); then
-  echo "stage: bundle over 48 MiB; the 64 MiB carry limit includes the working tree" >&2
+# A bundle this large means something unstripped or unintended was packed.
+max_mib=${MAX_BUNDLE_MIB:-48}
+if (( size > max_mib * 1024 * 1024 )); then
+  echo "stage: bundle over $max_mib MiB (MAX_BUNDLE_MIB): check $DEST/manifest.txt" >&2
   exit 1
 fi

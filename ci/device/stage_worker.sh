@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Run HERE (the build machine, no GPU): builds the `fusetune` CLI with the CUDA backend AND
-# the service (`serve`, `worker`, `submit`, `best --server`), and packs it with the shared
-# libraries the H200 image lacks (gRPC, absl, re2, c-ares, protobuf, prometheus-cpp core,
-# fmt, cudart, ...) into .device-carry/worker/bundle.tar.xz, for
+# Run on the build machine (no GPU needed): builds the `fusetune` CLI with the CUDA backend
+# AND the service (`serve`, `worker`, `submit`, `best --server`), and packs it with the
+# shared libraries a GPU host without the build dependencies lacks (gRPC, absl, re2, c-ares,
+# protobuf, prometheus-cpp core, fmt, cudart, ...) into .gpu-bundle/worker/bundle.tar.xz, for
 # ci/device/worker_check.sh. Same exclusions as stage.sh: glibc, libstdc++, libgcc and
-# cuBLAS/the driver are the device's own.
+# cuBLAS/the driver are the GPU host's own.
 #
-# Usage: ci/device/stage_worker.sh   (then: run with carry [".device-carry/worker"]
-#                                      and command "bash ci/device/worker_check.sh")
+# Usage: ci/device/stage_worker.sh, then copy .gpu-bundle/worker to the same path in a
+# checkout on the GPU host and run `bash ci/device/worker_check.sh` there.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build-devwrk}
-DEST=${DEST:-$ROOT/.device-carry/worker}
+DEST=${DEST:-$ROOT/.gpu-bundle/worker}
 JOBS=${JOBS:-2}
 
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFUSETUNE_WITH_CUDA=ON \
@@ -41,7 +41,9 @@ git -C "$ROOT" rev-parse --short=12 HEAD > "$DEST/commit.txt"
 (cd "$STAGE" && find bin lib -type f -printf '%p %s\n' | sort) > "$DEST/manifest.txt"
 size=$(stat -c %s "$DEST/bundle.tar.xz")
 echo "stage_worker: $DEST/bundle.tar.xz $((size / 1024 / 1024)) MiB ($(wc -l < "$DEST/manifest.txt") files)"
-if (( size > 48 * 1024 * 1024 )); then
-  echo "stage_worker: bundle over 48 MiB; the 64 MiB carry limit includes the working tree" >&2
+# A bundle this large means something unstripped or unintended was packed.
+max_mib=${MAX_BUNDLE_MIB:-48}
+if (( size > max_mib * 1024 * 1024 )); then
+  echo "stage_worker: bundle over $max_mib MiB (MAX_BUNDLE_MIB): check $DEST/manifest.txt" >&2
   exit 1
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run ON THE DEVICE by gpu_check.sh: `fusetune sweep --backend cuda` on the issue-3 target
-# shapes into one SQLite file. Usage: sweep.sh FUSETUNE_BINARY DB_FILE
+# Run on the GPU host by gpu_check.sh: `fusetune sweep --backend cuda` on the seed preset and
+# the flagship shapes (fp16 b1 h12 d64 S=2048; bf16 b4 h16 d128 S=4096, causal and not) into
+# one SQLite file. Usage: sweep.sh FUSETUNE_BINARY DB_FILE
 # Budget knobs (environment): SWEEP_TRIALS trials per problem and variant (default 12),
 # SWEEP_SECONDS measuring seconds per problem (default 25), SWEEP_QUICK=1 one small shape.
 set -uo pipefail
@@ -21,7 +22,8 @@ if [[ -n "${SWEEP_QUICK:-}" ]]; then  # one small shape: checks the pipeline end
   sweep --batch 1 --heads 12 --head-dim 64 --seq 512
   exit $rc
 fi
-# SWEEP_SHAPES=large skips the seed preset (e.g. for an exhaustive fused-only pass:
+# SWEEP_SHAPES=large runs the flagship shapes alone, without the seed preset (e.g. for an
+# exhaustive fused-only pass:
 # SWEEP_EXTRA="--variants fused --strategy exhaustive --max-trials 0").
 [[ "${SWEEP_SHAPES:-all}" == large ]] || sweep --preset seed
 sweep --dtype fp16 --batch 1 --heads 12 --head-dim 64 --seq 2048

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Run ON THE DEVICE after ci/device/stage.sh (carry .device-carry/backend): the wall time of
+# Run on the GPU host with .gpu-bundle/backend (ci/device/stage.sh) in place: the wall time of
 # a default `fusetune sweep --backend cuda` per shape, fused only and with the baselines,
 # each into its own database under $OUT, with the sweep's progress lines in tune_times.log;
 # then ci/device/trial_overhead.py over those databases (trial_overhead.md).
-# Knobs: TUNE_SHAPES (a file of "name|sweep flags" lines; default: the two target shapes
+# Knobs: TUNE_SHAPES (a file of "name|sweep flags" lines; default: two flagship shapes
 # below), TUNE_EXTRA (extra sweep flags for every tune), TUNE_VARIANTS ("fused all").
 set -uo pipefail
 ROOT=$(pwd)
@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/fusetune-out}
 mkdir -p "$OUT"
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
 B=/tmp/fusetune-bundle
-unpack_bundle "$ROOT/.device-carry/backend" "$B" || exit 1
+unpack_bundle "$ROOT/.gpu-bundle/backend" "$B" || exit 1
 export LD_LIBRARY_PATH=$(bundle_library_path "$B")
 default_shapes="fp16-b1-h12-d64-s2048|--seq 2048 --heads 12 --head-dim 64 --dtype fp16
 bf16-b4-h16-d128-s4096|--seq 4096 --batch 4 --heads 16 --head-dim 128 --dtype bf16"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run ON THE DEVICE (the lent H200), from the repository root, after ci/device/stage_worker.sh
-# packed .device-carry/worker (name it in the run's carry). The service end to end on the GPU:
+# Run on the GPU host, from the repository root of a checkout holding .gpu-bundle/worker
+# (packed by ci/device/stage_worker.sh and copied there). The service end to end on the GPU:
 #   1. `fusetune serve` on 127.0.0.1 (ephemeral port, temp DB, token file; /metrics on an
 #      ephemeral port, WORKER_METRICS=host:port or off to change it);
 #   2. `fusetune worker --backend cuda --devices all` (registers each GPU's device class);
@@ -34,11 +34,11 @@ BIN=${FUSETUNE_BIN:-$B/bin/fusetune}   # FUSETUNE_BIN: a local binary instead (C
 BACKEND=${WORKER_BACKEND:-cuda}
 source "$ROOT/ci/device/cuda_lib_dirs.sh"
 if [[ -z "${FUSETUNE_BIN:-}" ]]; then
-  unpack_bundle "$ROOT/.device-carry/worker" "$B" || exit 1
+  unpack_bundle "$ROOT/.gpu-bundle/worker" "$B" || exit 1
 fi
 LIBPATH=$(bundle_library_path "$B")
 echo "LD_LIBRARY_PATH=$LIBPATH"
-# Only fusetune sees the carried libraries (curl, nvidia-smi keep the image's own). The
+# Only fusetune sees the bundle's libraries (curl, nvidia-smi keep the host's own). The
 # daemons start as plain commands (not through ft), so $! is their own pid for SIGTERM.
 ft() { LD_LIBRARY_PATH="$LIBPATH" "$BIN" "$@"; }
 if LD_LIBRARY_PATH="$LIBPATH" ldd "$BIN" | grep "not found"; then echo "MISSING LIBS"; exit 1; fi

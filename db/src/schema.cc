@@ -8,8 +8,9 @@
 namespace fusetune::db_internal {
 namespace {
 
-// Version 1: every table of ARCHITECTURE.md. Times are Unix milliseconds (INTEGER), latencies
-// microseconds (REAL), keys the canonical strings of problem.h / config.h / DeviceInfo.
+// Version 1: the tables of docs/architecture.md ("The store") but audits. Times are Unix
+// milliseconds (INTEGER), latencies microseconds (REAL), keys the canonical strings of
+// problem.h / config.h / DeviceInfo.
 // "commit" is an SQL keyword, hence commit_hash. A NULL REAL means NaN (SQLite stores NaN
 // as NULL); a NULL run_id in best_configs/jobs means "no run".
 constexpr char kMigration1[] = R"sql(

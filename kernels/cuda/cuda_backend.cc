@@ -23,12 +23,10 @@
 #include "attention_params.h"
 #include "baseline_kernels.h"
 #include "baseline_plan.h"
+#include "fused/fused_configs.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/kernels/cuda_backend.h"
 #include "nvml_clock.h"
-#if defined(FUSETUNE_HAVE_CUDA_FUSED)
-#include "fused/fused_configs.h"
-#endif
 
 namespace fusetune {
 namespace {
@@ -196,11 +194,7 @@ class CudaBackend final : public Backend {
           "threads per block must be a multiple of 32 in [32, 1024], got ", config.threads));
     }
     if (config.variant == Variant::kFused) {
-#if defined(FUSETUNE_HAVE_CUDA_FUSED)
       return cuda::FusedCanImplement(problem, config, info_.shared_mem_per_block, sm_version_);
-#else
-      return absl::UnimplementedError("the fused CUDA kernel is not compiled into this build");
-#endif
     }
     if (auto s = CheckBaselinePrecision(problem, config); !s.ok()) return s;
     if (config.stages != 1 || config.split_kv != 1) {
@@ -253,9 +247,7 @@ class CudaBackend final : public Backend {
     auto keep = [&](const KernelConfig& c) {
       if (CanImplement(problem, c).ok()) out.push_back(c);
     };
-#if defined(FUSETUNE_HAVE_CUDA_FUSED)
     for (const KernelConfig& c : cuda::FusedCompiledConfigs(problem.head_dim, problem.dtype)) keep(c);
-#endif
     for (Precision precision : kAllPrecisions) {
       KernelConfig c;
       c.precision = precision;
@@ -580,11 +572,7 @@ class CudaBackend final : public Backend {
                        const PreparedLaunch& prepared) {
     const AttentionParams& p = prepared.params;
     if (config.variant == Variant::kFused) {
-#if defined(FUSETUNE_HAVE_CUDA_FUSED)
       return Check(cuda::LaunchFused(p, config, kStream), "fused launch");
-#else
-      return absl::UnimplementedError("the fused CUDA kernel is not compiled into this build");
-#endif
     }
     const size_t elem = static_cast<size_t>(DTypeBytes(problem.dtype));
     for (const cuda::ZeroRows& z : prepared.plan.zero_rows) {

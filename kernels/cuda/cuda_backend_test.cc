@@ -21,9 +21,7 @@
 #include "fusetune/kernels/default_config.h"
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
-#ifdef FUSETUNE_HAVE_CUDA_FUSED
 #include "fused/fused_configs.h"
-#endif
 
 namespace fusetune {
 namespace {
@@ -641,7 +639,6 @@ TEST_F(CudaBackendTest, TheDefaultConfigIsACandidateForEveryProblemClass) {
   }
 }
 
-#ifdef FUSETUNE_HAVE_CUDA_FUSED
 // The fused candidates are exactly the compiled instances this GPU can run: nothing of the
 // table that CanImplement accepts is missing, nothing outside it is offered.
 TEST_F(CudaBackendTest, FusedCandidatesAreTheCompiledInstancesThisGpuAccepts) {
@@ -707,7 +704,6 @@ TEST_F(CudaBackendTest, CandidatesDifferByHeadDimAndDtypeAsTheInstanceTableSays)
     }
   }
 }
-#endif  // FUSETUNE_HAVE_CUDA_FUSED
 
 // Each timing block carries the device state read before its first and after its last
 // launch (NVML: SM clock, board power, clocks-event reasons without the idle bit).

@@ -227,11 +227,6 @@ double AttentionProblem::Flops() const {
   return 4.0 * head_dim * q_heads * pairs;
 }
 
-double AttentionProblem::MinBytes() const {
-  return static_cast<double>(DTypeBytes(dtype)) *
-         (2.0 * static_cast<double>(QElements()) + 2.0 * static_cast<double>(KVElements()));
-}
-
 std::string AttentionProblem::Key() const {
   std::string key = Cat(ProblemKindName(kind), "/b", batch, "/hq", q_heads, "/hkv",
                                  kv_heads, "/q", q_len, "/k", kv_len, "/d", head_dim, "/causal",

@@ -1,5 +1,4 @@
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "fusetune/kernels/backend.h"
@@ -9,14 +8,6 @@
 #endif
 
 namespace fusetune {
-
-std::vector<std::string> CompiledBackends() {
-  std::vector<std::string> out = {"cpu"};
-#if defined(FUSETUNE_HAVE_CUDA)
-  out.push_back("cuda");
-#endif
-  return out;
-}
 
 int CountDevices(std::string_view name) {
   if (name == "cpu") return 1;
@@ -42,7 +33,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::string_view name, in
 #endif
   }
   if (name == "hip") {
-    return absl::UnavailableError("the HIP backend is compile-only in this build (no AMD GPU runtime)");
+    return absl::UnavailableError("the HIP backend is not built yet");
   }
   return absl::NotFoundError(absl::StrCat("unknown backend '", std::string(name), "' (known: cpu, cuda, hip)"));
 }

@@ -2,7 +2,8 @@
 # Configures the source tree (configure only, no build) with every combination of the build
 # options this machine can satisfy: FUSETUNE_BUILD_TESTS × FUSETUNE_BUILD_BENCHMARKS ×
 # FUSETUNE_WITH_CUDA × FUSETUNE_WITH_SERVICE, where CUDA and the service are tried ON only
-# when the calling build has them (their tools are here). Each configure takes seconds.
+# when the calling build has them (their tools are here); and that FUSETUNE_WITH_HIP=ON
+# fails with its message (there is no HIP backend yet). Each configure takes seconds.
 # Usage: configure_options_test.sh SOURCE_DIR CC CXX WITH_CUDA WITH_SERVICE [CUDA_COMPILER]
 set -euo pipefail
 src=$1 cc=$2 cxx=$3 with_cuda=$4 with_service=$5 cuda_compiler=${6:-}
@@ -39,4 +40,20 @@ for tests in ON OFF; do
   done
 done
 echo "$((total - failed)) of $total combinations configured"
+
+# There is no HIP backend yet: FUSETUNE_WITH_HIP=ON must fail the configure and say why,
+# never configure a build that silently lacks the backend.
+dir=$work/hip-on
+if cmake -S "$src" -B "$dir" "${compiler_args[@]}" -DCMAKE_BUILD_TYPE=Release \
+     -DFUSETUNE_WITH_CUDA=OFF -DFUSETUNE_WITH_SERVICE=OFF -DFUSETUNE_WITH_HIP=ON > "$dir.log" 2>&1; then
+  failed=$((failed + 1))
+  echo "FAILED  FUSETUNE_WITH_HIP=ON configured (it must fail: there is no HIP backend)"
+elif ! grep -q "the HIP backend is not built yet" "$dir.log"; then
+  failed=$((failed + 1))
+  echo "FAILED  FUSETUNE_WITH_HIP=ON failed without saying the HIP backend is not built yet:"
+  grep -A4 "CMake Error" "$dir.log" | sed 's/^/    /'
+else
+  echo "ok      FUSETUNE_WITH_HIP=ON fails: the HIP backend is not built yet"
+fi
+rm -rf "$dir"
 [[ $failed -eq 0 ]]

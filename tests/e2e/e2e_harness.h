@@ -65,10 +65,6 @@ class ServerProcess {
     process_->Signal(SIGKILL);
     process_->Wait(10);
   }
-  std::optional<int> Stop() {
-    process_->Signal(SIGTERM);
-    return process_->Wait(10);
-  }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string db() const { return dir_.File("fusetune.db"); }
   std::string Logs() const { return process_ ? process_->Stderr() : ""; }

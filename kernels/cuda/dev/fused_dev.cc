@@ -4,7 +4,9 @@
 //
 //   fused_dev check [fp32]          correctness of every instance on odd-length problems
 //                                   (fp32: only the exact-fp32 SIMT instances)
-//   fused_dev bench [csv] [samples] timing of the issue-3 shapes; per-config table (+ csv)
+//   fused_dev bench [csv] [samples] timing of the seed shapes (fp32, tf32, fp16) and the
+//                                   flagship shapes (b4 h16 d128 S=4096, bf16 and fp16,
+//                                   causal and not); per-config table (+ csv)
 //   fused_dev seed-fp32 [csv] [samples]  timing of the exact-fp32 instances on the seed shapes
 //   fused_dev launch-cost <problem> <config> [launches]  host and GPU time per back-to-back launch
 //

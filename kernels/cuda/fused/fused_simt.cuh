@@ -277,7 +277,7 @@ struct SimtKvStream {
 //   BM rows); they are merged through shared memory at the end. This doubles the threads per
 //   row block (better latency hiding) while each thread keeps an 8 x 8 output tile.
 // Code-generation options of an outer-product instance (bit flags; measured per config on the
-// H200, docs/perf.md 2026-11-29 "SIMT, round 2"):
+// H200, docs/perf.md "CUDA fused kernel, exact fp32 (SIMT), round 2"):
 // kSimtStreamCopies: whole K/V tiles through SimtKvStream (~3 instead of ~12 instructions per
 //   16-byte copy); kSimtPvValueOuter: PV FMAs ordered value column outer, rows inner (one V
 //   operand register shared by TM consecutive FMAs instead of one P register by 4*TC).

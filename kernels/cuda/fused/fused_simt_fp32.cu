@@ -2,10 +2,11 @@
 //
 // head_dim 64 uses the outer-product kernel (SimtOuterInstance<..., lanes, key groups,
 // options>); for each (block_m, block_s, warps, stages) the layout kept is the faster of the two
-// measured on the H200 (docs/perf.md, 2026-11-29 SIMT section), the options streamed K/V copies
-// and PV FMA order the fastest measured for that config in round 2 (docs/perf.md, "SIMT, round
-// 2"; configs that are nowhere best keep none), and lazy rescaling where it measured faster
-// (docs/perf.md, "SIMT, lazy rescaling"). head_dim 128 keeps the row-major kernel.
+// measured on the H200 (docs/perf.md, "CUDA fused kernel, exact fp32 (SIMT), outer-product
+// layout"), the options streamed K/V copies and PV FMA order the fastest measured for that
+// config (docs/perf.md, "..., round 2"; configs that are nowhere best keep none), and lazy
+// rescaling where it measured faster (docs/perf.md, "..., lazy rescaling"). head_dim 128
+// keeps the row-major kernel.
 #include "fused_simt.cuh"
 
 namespace fusetune::cuda::fused {

@@ -170,9 +170,6 @@ class Backend {
   virtual absl::Status Fill(void* dst, uint8_t value, size_t bytes) = 0;
 };
 
-// Backend names this build knows: always "cpu"; "cuda"/"hip" when compiled in.
-std::vector<std::string> CompiledBackends();
-
 // Creates a backend by name ("cpu", "cuda", "hip") for device `device_index`.
 // NotFound for an unknown name, Unavailable when the backend is compiled out or no device
 // is present (message says which), InvalidArgument for a bad index.

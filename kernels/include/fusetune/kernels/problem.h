@@ -113,8 +113,6 @@ struct AttentionProblem {
   // over query heads. For a dense non-causal uniform problem that is 4*b*hq*q*k*d; a causal
   // square problem counts about half (the exact visible-pair count, not the 1/2 estimate).
   double Flops() const;
-  // Fewest bytes a kernel must move: Q, K, V read once, O written once (storage dtype).
-  double MinBytes() const;
 
   // Canonical, human-readable key, e.g. prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32.
   // Varlen problems append /varlen-<hash of both length lists>, padded ones /kvpad-<hash>,

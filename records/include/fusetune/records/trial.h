@@ -81,14 +81,14 @@ struct Trial {
   int64_t created_unix_ms = 0;
   // Wall time of the whole measurement (runs, verification, timing; not the problem's
   // one-time input preparation), seconds;
-  // 0 for trials recorded before it was kept. For a final/audit trial: its share of the
+  // 0 when not measured (rows of schema version 1, older spool records). For a final/audit trial: its share of the
   // rounds (the rounds' wall time over the candidates).
   double wall_seconds = 0;
 };
 
 // Deterministic trial id: a hex digest of (run_id, problem_key, config_key, attempt, stage),
 // so a retried upload of the same trial is recognisably the same row. Screen-stage ids are
-// the digest of the first four fields alone, as they were before stages existed.
+// the digest of the first four fields alone, so rows of schema version 1 keep their ids.
 std::string TrialId(int64_t run_id, std::string_view problem_key, std::string_view config_key,
                     int attempt, TrialStage stage = TrialStage::kScreen);
 
