@@ -80,9 +80,9 @@ struct Trial {
   double flops = 0;          // problem.Flops(), for derived TFLOP/s
   int64_t created_unix_ms = 0;
   // Wall time of the whole measurement (runs, verification, timing; not the problem's
-  // one-time input preparation), seconds;
-  // 0 when not measured (rows of schema version 1, older spool records). For a final/audit trial: its share of the
-  // rounds (the rounds' wall time over the candidates).
+  // one-time input preparation), seconds; 0 when not measured (rows of schema version 1,
+  // older spool records). For a final/audit trial: its share of the rounds (the rounds'
+  // wall time over the candidates).
   double wall_seconds = 0;
 };
 
