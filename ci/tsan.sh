@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${BUILD_DIR:-build-tsan}
 jobs=${JOBS:-2}
-tests=${TESTS:-"worker_job_state_test worker_launch_failure_streak_test worker_uploader_test worker_spool_test worker_metrics_test worker_connection_test worker_test"}
+tests=${TESTS:-"worker_job_state_test worker_launch_failure_streak_test worker_spool_test worker_metrics_test worker_connection_test worker_test"}
 launcher=()
 if command -v ccache > /dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)

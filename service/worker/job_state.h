@@ -4,13 +4,17 @@
 // Phases and their transitions (anything else is refused with FailedPrecondition and
 // changes nothing):
 //
-//   kIdle ──BeginLeasing──> kLeasing ──Hold──> kHolding ──StartMeasuring──> kMeasuring
-//     ^  │                     │                │  ^                          │     │
-//     │  └─Exit─> kExited      └──EndLeasing──> │  └───────FinishMeasuring────┘     │ watchdog
-//     │                       (back to kIdle)   │  ^                                v (WaitForTick)
-//     │                                         │  └───────FinishMeasuring─── kAbandoned
-//     │                                         └──BeginCompleting──> kCompleting
-//     └────────────EndJob (from kHolding or kCompleting)─────────────────┘
+//   from                  transition        to
+//   kIdle                 BeginLeasing      kLeasing
+//   kLeasing              EndLeasing        kIdle         nothing leased
+//   kLeasing              Hold              kHolding
+//   kHolding              StartMeasuring    kMeasuring
+//   kMeasuring            FinishMeasuring   kHolding
+//   kMeasuring            WaitForTick       kAbandoned    the watchdog's deadline passed
+//   kAbandoned            FinishMeasuring   kHolding      (cause kHung: the job is over)
+//   kHolding              BeginCompleting   kCompleting
+//   kHolding, kCompleting EndJob            kIdle
+//   kIdle                 Exit              kExited
 //
 //   kIdle        no job: registering, resting after a failure, or between jobs.
 //   kLeasing     long-polling LeaseJob, with a max_jobs reservation when one was taken.
