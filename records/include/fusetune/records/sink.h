@@ -20,13 +20,21 @@
 
 namespace fusetune {
 
-class RecordSink {
+// A stream of trials alone: what a sweep's sink passes its trials on to (the worker's
+// launch-failure streak and uploader are TrialSinks behind its RecordSink).
+class TrialSink {
  public:
-  virtual ~RecordSink() = default;
+  virtual ~TrialSink() = default;
 
   // Durably records one trial; idempotent by trial_id (a second write of the same id is OK
   // and changes nothing). An error means the trial was not recorded.
   virtual absl::Status RecordTrial(const Trial& trial) = 0;
+};
+
+// Every record of a sweep: its trials (TrialSink), each problem's best config, and what the
+// run holds already.
+class RecordSink : public TrialSink {
+ public:
 
   // Records a problem's best config, selected from the trials this sink was given; it
   // replaces the one held for the same (device class, problem key). Idempotent: writing the

@@ -52,6 +52,10 @@
 #include "fusetune/base/backoff.h"
 
 namespace fusetune {
+namespace worker_internal {
+class DeviceRunner;
+class WorkerContext;
+}  // namespace worker_internal
 
 struct WorkerOptions {
   std::string server;          // "host:port" of `fusetune serve`
@@ -113,7 +117,8 @@ class Worker {
   // when no device could run at all (e.g. every backend failed to start).
   absl::Status Run();
 
-  // Asks Run() to stop as described above. Async-signal-safe (stores an atomic flag).
+  // Asks Run() to stop as described above. Async-signal-safe (sets an atomic flag and posts
+  // a semaphore that a thread of Run() waits on).
   void RequestStop();
 
   WorkerStats stats() const;
@@ -123,13 +128,11 @@ class Worker {
   std::vector<std::string> spool_paths() const;
 
  private:
-  class DeviceRunner;
-  struct Shared;
-  explicit Worker(std::shared_ptr<Shared> shared);
+  explicit Worker(std::shared_ptr<worker_internal::WorkerContext> context);
 
   // Shared with the devices: a device abandoned in a hung kernel keeps it alive.
-  std::shared_ptr<Shared> shared_;
-  std::vector<std::unique_ptr<DeviceRunner>> devices_;
+  std::shared_ptr<worker_internal::WorkerContext> context_;
+  std::vector<std::unique_ptr<worker_internal::DeviceRunner>> devices_;
 };
 
 }  // namespace fusetune
