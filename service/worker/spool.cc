@@ -201,7 +201,7 @@ absl::StatusOr<Trial> TrialFromJson(std::string_view json) {
     t.sm_clock_mhz = j.at("sm_clock_mhz").get<int>();
     t.flops = j.at("flops").get<double>();
     t.created_unix_ms = j.at("created_unix_ms").get<int64_t>();
-    // Spools written before stages, blocks and wall time were kept have none of these keys:
+    // A record of the older spool format has none of these keys (no stage, blocks or wall time):
     // such a trial is a screen trial without blocks whose wall time was not measured.
     if (auto it = j.find("stage"); it != j.end()) {
       absl::StatusOr<TrialStage> stage = ParseTrialStage(it->get<std::string>());

@@ -118,7 +118,7 @@ TEST_F(SpoolTest, StageBlocksAndWallSecondsSurviveReopen) {
   }
 }
 
-// A trial record exactly as spools wrote it before stages, blocks and wall time existed.
+// A trial record of the older spool format: no stage, blocks or wall time.
 constexpr char kOldTrialJson[] =
     R"({"attempt":0,"checked_elements":8192,"config_key":"fused/bm16/bs32/t1/fp32/st1",)"
     R"("created_unix_ms":1764400000001,"flops":1234000000.0,"max_abs_error":1e-07,)"
