@@ -13,6 +13,7 @@
 
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/wire/convert.h"
+#include "fusetune/wire/status.h"
 #include "fusetune/service/server.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
