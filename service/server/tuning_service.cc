@@ -20,11 +20,11 @@ class TuningServiceImpl final : public v1::TuningService::Service {
 
   grpc::Status GetBestConfig(grpc::ServerContext* ctx, const v1::GetBestConfigRequest* req,
                              v1::GetBestConfigResponse* resp) override {
-    return Read("GetBestConfig", ctx, [&] { return Lookup(*req, resp); });
+    return Read("GetBestConfig", ctx, [&] { return AnswerGetBestConfig(*req, resp); });
   }
   grpc::Status BatchGetBestConfig(grpc::ServerContext* ctx, const v1::BatchGetBestConfigRequest* req,
                                   v1::BatchGetBestConfigResponse* resp) override {
-    return Read("BatchGetBestConfig", ctx, [&] { return BatchLookup(*req, resp); });
+    return Read("BatchGetBestConfig", ctx, [&] { return AnswerBatchGetBestConfig(*req, resp); });
   }
   grpc::Status SubmitTuningJob(grpc::ServerContext* ctx, const v1::SubmitTuningJobRequest* req,
                                v1::SubmitTuningJobResponse* resp) override {
@@ -39,27 +39,27 @@ class TuningServiceImpl final : public v1::TuningService::Service {
     });
   }
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* resp) override {
-    return Read("GetJob", ctx, [&] { return GetJob(*req, resp); });
+    return Read("GetJob", ctx, [&] { return AnswerGetJob(*req, resp); });
   }
   grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override {
-    return Read("ListJobs", ctx, [&] { return ListJobs(*req, resp); });
+    return Read("ListJobs", ctx, [&] { return AnswerListJobs(*req, resp); });
   }
   grpc::Status ListTrials(grpc::ServerContext* ctx, const v1::ListTrialsRequest* req,
                           v1::ListTrialsResponse* resp) override {
-    return Read("ListTrials", ctx, [&] { return ListTrials(*req, resp); });
+    return Read("ListTrials", ctx, [&] { return AnswerListTrials(*req, resp); });
   }
   grpc::Status ListRegressions(grpc::ServerContext* ctx, const v1::ListRegressionsRequest* req,
                                v1::ListRegressionsResponse* resp) override {
-    return Read("ListRegressions", ctx, [&] { return ListRegressions(*req, resp); });
+    return Read("ListRegressions", ctx, [&] { return AnswerListRegressions(*req, resp); });
   }
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override {
-    return Read("ListWorkers", ctx, [&] { return ListWorkers(*req, resp); });
+    return Read("ListWorkers", ctx, [&] { return AnswerListWorkers(*req, resp); });
   }
   grpc::Status ListAudits(grpc::ServerContext* ctx, const v1::ListAuditsRequest* req,
                           v1::ListAuditsResponse* resp) override {
-    return Read("ListAudits", ctx, [&] { return ListAudits(*req, resp); });
+    return Read("ListAudits", ctx, [&] { return AnswerListAudits(*req, resp); });
   }
 
  private:
@@ -72,20 +72,22 @@ class TuningServiceImpl final : public v1::TuningService::Service {
     });
   }
 
-  absl::Status Lookup(const v1::GetBestConfigRequest& req, v1::GetBestConfigResponse* resp);
-  absl::Status BatchLookup(const v1::BatchGetBestConfigRequest& req, v1::BatchGetBestConfigResponse* resp);
-  absl::Status GetJob(const v1::GetJobRequest& req, v1::Job* resp);
-  absl::Status ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
-  absl::Status ListTrials(const v1::ListTrialsRequest& req, v1::ListTrialsResponse* resp);
-  absl::Status ListRegressions(const v1::ListRegressionsRequest& req, v1::ListRegressionsResponse* resp);
-  absl::Status ListWorkers(const v1::ListWorkersRequest& req, v1::ListWorkersResponse* resp);
-  absl::Status ListAudits(const v1::ListAuditsRequest& req, v1::ListAuditsResponse* resp);
+  // Each RPC's body after authentication: validate, call the core, map the answer.
+  absl::Status AnswerGetBestConfig(const v1::GetBestConfigRequest& req, v1::GetBestConfigResponse* resp);
+  absl::Status AnswerBatchGetBestConfig(const v1::BatchGetBestConfigRequest& req, v1::BatchGetBestConfigResponse* resp);
+  absl::Status AnswerGetJob(const v1::GetJobRequest& req, v1::Job* resp);
+  absl::Status AnswerListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
+  absl::Status AnswerListTrials(const v1::ListTrialsRequest& req, v1::ListTrialsResponse* resp);
+  absl::Status AnswerListRegressions(const v1::ListRegressionsRequest& req, v1::ListRegressionsResponse* resp);
+  absl::Status AnswerListWorkers(const v1::ListWorkersRequest& req, v1::ListWorkersResponse* resp);
+  absl::Status AnswerListAudits(const v1::ListAuditsRequest& req, v1::ListAuditsResponse* resp);
 
   ServerCore* const core_;
   const RpcEdge* const edge_;
 };
 
-absl::Status TuningServiceImpl::Lookup(const v1::GetBestConfigRequest& req, v1::GetBestConfigResponse* resp) {
+absl::Status TuningServiceImpl::AnswerGetBestConfig(const v1::GetBestConfigRequest& req,
+                                                     v1::GetBestConfigResponse* resp) {
   if (auto s = ValidateDeviceClass(req.device_class()); !s.ok()) return s;
   auto problem = ProblemFromProto(req.problem());
   if (!problem.ok()) return problem.status();
@@ -95,7 +97,7 @@ absl::Status TuningServiceImpl::Lookup(const v1::GetBestConfigRequest& req, v1::
   return absl::OkStatus();
 }
 
-absl::Status TuningServiceImpl::BatchLookup(const v1::BatchGetBestConfigRequest& req,
+absl::Status TuningServiceImpl::AnswerBatchGetBestConfig(const v1::BatchGetBestConfigRequest& req,
                                             v1::BatchGetBestConfigResponse* resp) {
   if (req.requests_size() > kMaxBatchLookups) {
     return absl::InvalidArgumentError(
@@ -103,7 +105,7 @@ absl::Status TuningServiceImpl::BatchLookup(const v1::BatchGetBestConfigRequest&
   }
   for (const auto& r : req.requests()) {
     auto* entry = resp->add_entries();
-    if (absl::Status s = Lookup(r, entry->mutable_response()); !s.ok()) {
+    if (absl::Status s = AnswerGetBestConfig(r, entry->mutable_response()); !s.ok()) {
       entry->clear_response();
       entry->set_error(std::string(s.message()));
     }
@@ -111,7 +113,7 @@ absl::Status TuningServiceImpl::BatchLookup(const v1::BatchGetBestConfigRequest&
   return absl::OkStatus();
 }
 
-absl::Status TuningServiceImpl::GetJob(const v1::GetJobRequest& req, v1::Job* resp) {
+absl::Status TuningServiceImpl::AnswerGetJob(const v1::GetJobRequest& req, v1::Job* resp) {
   if (req.job_id() <= 0) return absl::InvalidArgumentError("job_id: must be > 0");
   auto job = core_->GetJob(req.job_id());
   if (!job.ok()) return job.status();
@@ -125,7 +127,7 @@ absl::Status TuningServiceImpl::GetJob(const v1::GetJobRequest& req, v1::Job* re
   return absl::OkStatus();
 }
 
-absl::Status TuningServiceImpl::ListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
+absl::Status TuningServiceImpl::AnswerListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp) {
   auto state = JobStateFilterFromProto(req.state());
   if (!state.ok()) return state.status();
   auto limit = ListLimitFromProto(req.limit(), 100, 1000);
@@ -136,7 +138,7 @@ absl::Status TuningServiceImpl::ListJobs(const v1::ListJobsRequest& req, v1::Lis
   return absl::OkStatus();
 }
 
-absl::Status TuningServiceImpl::ListTrials(const v1::ListTrialsRequest& req, v1::ListTrialsResponse* resp) {
+absl::Status TuningServiceImpl::AnswerListTrials(const v1::ListTrialsRequest& req, v1::ListTrialsResponse* resp) {
   if (req.run_id() < 0) return absl::InvalidArgumentError("run_id: must be >= 0");
   auto limit = ListLimitFromProto(req.limit(), 1000, 10000);
   if (!limit.ok()) return limit.status();
@@ -168,7 +170,7 @@ absl::Status TuningServiceImpl::ListTrials(const v1::ListTrialsRequest& req, v1:
   return absl::OkStatus();
 }
 
-absl::Status TuningServiceImpl::ListRegressions(const v1::ListRegressionsRequest& req,
+absl::Status TuningServiceImpl::AnswerListRegressions(const v1::ListRegressionsRequest& req,
                                                 v1::ListRegressionsResponse* resp) {
   if (auto s = ValidateCommit(req.commit()); !s.ok()) return s;
   auto limit = ListLimitFromProto(req.limit(), 100, 1000);
@@ -179,7 +181,7 @@ absl::Status TuningServiceImpl::ListRegressions(const v1::ListRegressionsRequest
   return absl::OkStatus();
 }
 
-absl::Status TuningServiceImpl::ListWorkers(const v1::ListWorkersRequest& req, v1::ListWorkersResponse* resp) {
+absl::Status TuningServiceImpl::AnswerListWorkers(const v1::ListWorkersRequest& req, v1::ListWorkersResponse* resp) {
   auto limit = ListLimitFromProto(req.limit(), 1000, 10000);
   if (!limit.ok()) return limit.status();
   const int64_t now = NowUnixMs();
@@ -199,7 +201,7 @@ absl::Status TuningServiceImpl::ListWorkers(const v1::ListWorkersRequest& req, v
   return absl::OkStatus();
 }
 
-absl::Status TuningServiceImpl::ListAudits(const v1::ListAuditsRequest& req, v1::ListAuditsResponse* resp) {
+absl::Status TuningServiceImpl::AnswerListAudits(const v1::ListAuditsRequest& req, v1::ListAuditsResponse* resp) {
   if (!req.device_class().empty()) {
     if (auto s = ValidateDeviceClass(req.device_class()); !s.ok()) return s;
   }

@@ -26,7 +26,9 @@ absl::Status FromGrpcCall(const grpc::Status& status, const grpc::ClientContext&
 }
 
 absl::Status WithErrorReason(absl::Status status, std::string_view reason) {
-  if (!status.ok()) status.SetPayload(kErrorReasonMetadata, absl::Cord(absl::string_view(reason.data(), reason.size())));
+  if (!status.ok()) {
+    status.SetPayload(kErrorReasonMetadata, absl::Cord(absl::string_view(reason.data(), reason.size())));
+  }
   return status;
 }
 
