@@ -24,6 +24,29 @@ absl::Status CheckErrorValue(double v, std::string_view field) {
   return absl::OkStatus();
 }
 
+// A trial's samples, summary times, errors and counters (not its blocks).
+absl::Status CheckTrialMeasurements(const v1::Trial& proto) {
+  if (proto.samples_us_size() > kMaxSamplesPerTrial) {
+    return InvalidField("trial.samples_us", Cat("more than ", kMaxSamplesPerTrial, " samples"));
+  }
+  for (double v : proto.samples_us()) {
+    if (auto s = CheckNonNegative(v, "trial.samples_us"); !s.ok()) return s;
+  }
+  for (auto [v, name] : {std::pair{proto.median_us(), "trial.median_us"},
+                         std::pair{proto.p10_us(), "trial.p10_us"},
+                         std::pair{proto.p90_us(), "trial.p90_us"},
+                         std::pair{proto.flops(), "trial.flops"}}) {
+    if (auto s = CheckNonNegative(v, name); !s.ok()) return s;
+  }
+  if (auto s = CheckErrorValue(proto.max_abs_error(), "trial.max_abs_error"); !s.ok()) return s;
+  if (auto s = CheckErrorValue(proto.max_rel_error(), "trial.max_rel_error"); !s.ok()) return s;
+  if (proto.checked_elements() < 0) return InvalidField("trial.checked_elements", "must be >= 0");
+  if (proto.sm_clock_mhz() < 0) return InvalidField("trial.sm_clock_mhz", "must be >= 0");
+  if (proto.created_unix_ms() < 0) return InvalidField("trial.created_unix_ms", "must be >= 0");
+  if (auto s = CheckNonNegative(proto.wall_seconds(), "trial.wall_seconds"); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<TrialStage> TrialStageFromProto(v1::TrialStage stage) {
@@ -121,24 +144,7 @@ absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   auto outcome = ParseTrialOutcome(proto.outcome());
   if (!outcome.ok()) return InvalidField("trial.outcome", outcome.status().message());
   if (auto s = ValidateText(proto.message(), kMaxTextLength, "trial.message"); !s.ok()) return s;
-  if (proto.samples_us_size() > kMaxSamplesPerTrial) {
-    return InvalidField("trial.samples_us", Cat("more than ", kMaxSamplesPerTrial, " samples"));
-  }
-  for (double v : proto.samples_us()) {
-    if (auto s = CheckNonNegative(v, "trial.samples_us"); !s.ok()) return s;
-  }
-  for (auto [v, name] : {std::pair{proto.median_us(), "trial.median_us"},
-                         std::pair{proto.p10_us(), "trial.p10_us"},
-                         std::pair{proto.p90_us(), "trial.p90_us"},
-                         std::pair{proto.flops(), "trial.flops"}}) {
-    if (auto s = CheckNonNegative(v, name); !s.ok()) return s;
-  }
-  if (auto s = CheckErrorValue(proto.max_abs_error(), "trial.max_abs_error"); !s.ok()) return s;
-  if (auto s = CheckErrorValue(proto.max_rel_error(), "trial.max_rel_error"); !s.ok()) return s;
-  if (proto.checked_elements() < 0) return InvalidField("trial.checked_elements", "must be >= 0");
-  if (proto.sm_clock_mhz() < 0) return InvalidField("trial.sm_clock_mhz", "must be >= 0");
-  if (proto.created_unix_ms() < 0) return InvalidField("trial.created_unix_ms", "must be >= 0");
-  if (auto s = CheckNonNegative(proto.wall_seconds(), "trial.wall_seconds"); !s.ok()) return s;
+  if (auto s = CheckTrialMeasurements(proto); !s.ok()) return s;
   if (proto.blocks_size() > kMaxBlocksPerTrial) {
     return InvalidField("trial.blocks", Cat("more than ", kMaxBlocksPerTrial, " blocks"));
   }
