@@ -9,7 +9,8 @@
 #   share/fusetune/dashboards/        Grafana dashboards and the Prometheus scrape config
 # and with the service (FUSETUNE_WITH_SERVICE):
 #   lib/libfusetune_client.a and the static libraries it is built from  (fusetune::client)
-#   include/fusetune/client/config_cache.h, include/fusetune/kernels/{problem,config}.h
+#   include/fusetune/client/config_cache.h, include/fusetune/wire/provenance.h,
+#   include/fusetune/kernels/{problem,config,default_config}.h
 #   lib/pkgconfig/fusetune-client.pc
 #
 # fusetune_client is static: its headers carry absl types and it has no ABI of its own to keep,
@@ -38,8 +39,9 @@ if(TARGET fusetune_client)
   set(FUSETUNE_INSTALL_CLIENT ON)
   # fusetune::client and the static libraries it links (exported so that the consumer's link
   # line has them; only the client's headers and what they include are installed).
-  set(_fusetune_client_libraries fusetune_client fusetune_service_convert fusetune_service_address fusetune_proto
-      fusetune_records fusetune_kernels_core fusetune_base)
+  # The client needs the client-facing wire library only: no tuning records, no store.
+  set(_fusetune_client_libraries fusetune_client fusetune_wire fusetune_wire_address fusetune_proto
+      fusetune_kernels_core fusetune_base)
   # In link order (each before what it needs): the same list is fusetune-client.pc's Libs.
   set(FUSETUNE_PC_CLIENT_LIBS "")
   foreach(_lib IN LISTS _fusetune_client_libraries)
@@ -53,6 +55,8 @@ if(TARGET fusetune_client)
           INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   install(FILES ${PROJECT_SOURCE_DIR}/service/client/include/fusetune/client/config_cache.h
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fusetune/client)
+  install(FILES ${PROJECT_SOURCE_DIR}/service/wire/include/fusetune/wire/provenance.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fusetune/wire)
   install(FILES ${PROJECT_SOURCE_DIR}/kernels/include/fusetune/kernels/problem.h
                 ${PROJECT_SOURCE_DIR}/kernels/include/fusetune/kernels/config.h
                 ${PROJECT_SOURCE_DIR}/kernels/include/fusetune/kernels/default_config.h

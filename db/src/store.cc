@@ -53,15 +53,21 @@ std::string_view JobStateName(JobState s) {
   return "?";
 }
 
+std::optional<JobState> ParseJobState(std::string_view name) {
+  for (JobState s : {JobState::kQueued, JobState::kLeased, JobState::kDone, JobState::kFailed}) {
+    if (JobStateName(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 // Upper bound on any list a caller can ask for: keeps one call's memory bounded.
 constexpr int kMaxListLimit = 100000;
 
-absl::StatusOr<JobState> ParseJobState(std::string_view name) {
-  for (JobState s : {JobState::kQueued, JobState::kLeased, JobState::kDone, JobState::kFailed}) {
-    if (JobStateName(s) == name) return s;
-  }
+// A state read back from the database: one it does not name is corruption.
+absl::StatusOr<JobState> StoredJobState(std::string_view name) {
+  if (std::optional<JobState> state = ParseJobState(name)) return *state;
   return absl::DataLossError(
       absl::StrCat("unknown job state '", std::string(name), "' in the database"));
 }
@@ -400,7 +406,7 @@ constexpr char kJobColumns[] =
 absl::StatusOr<Job> ReadJob(const Statement& s) {
   Job j;
   j.job_id = s.Int64(0);
-  FT_DB_ASSIGN_OR_RETURN(j.state, ParseJobState(s.Text(1)));
+  FT_DB_ASSIGN_OR_RETURN(j.state, StoredJobState(s.Text(1)));
   j.device_class = s.Text(2);
   j.commit = s.Text(3);
   FT_DB_ASSIGN_OR_RETURN(j.problem_keys, StringsFromJson(s.Text(4)));
@@ -1343,7 +1349,7 @@ absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> Store::CountJobsByStat
   while (true) {
     FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    FT_DB_ASSIGN_OR_RETURN(JobState st, ParseJobState(s.Text(0)));
+    FT_DB_ASSIGN_OR_RETURN(JobState st, StoredJobState(s.Text(0)));
     for (auto& [state, count] : out) {
       if (state == st) count = s.Int64(1);
     }

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "commands.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/convert.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "commands.h"
-#include "fusetune/service/connection.h"
+#include "fusetune/wire/connection.h"
 #include "fusetune/service/server.h"
 #include "problem_flags.h"
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "commands.h"
-#include "fusetune/service/connection.h"
+#include "fusetune/wire/connection.h"
 
 namespace fusetune::cli {
 namespace {

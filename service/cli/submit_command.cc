@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/convert.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"

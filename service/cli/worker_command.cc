@@ -14,7 +14,7 @@
 #include "absl/strings/strip.h"
 #include "commands.h"
 #include "fusetune/metrics/metrics_endpoint.h"
-#include "fusetune/service/connection.h"
+#include "fusetune/wire/connection.h"
 #include "fusetune/worker/worker.h"
 #include "fusetune/worker/worker_metrics.h"
 

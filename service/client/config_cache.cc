@@ -1,11 +1,11 @@
 #include "fusetune/client/config_cache.h"
 
 #include <algorithm>
-#include <random>
 #include <tuple>
 #include <utility>
 
 #include "absl/hash/hash.h"
+#include "fusetune/base/backoff.h"
 #include "fusetune/kernels/default_config.h"
 
 namespace fusetune {
@@ -24,16 +24,6 @@ struct ReaderSlot {
 thread_local ReaderSlot reader_slot;
 
 }  // namespace
-
-std::string_view ConfigProvenanceName(ConfigProvenance p) {
-  switch (p) {
-    case ConfigProvenance::kExact: return "exact";
-    case ConfigProvenance::kNearest: return "nearest";
-    case ConfigProvenance::kDefault: return "default";
-    case ConfigProvenance::kFallback: return "fallback";
-  }
-  return "unknown";
-}
 
 KernelConfig DefaultKernelConfig(std::string_view device_class, const AttentionProblem& problem) {
   absl::StatusOr<KernelConfig> config = DefaultConfig(BackendOfDeviceClass(device_class), problem);
@@ -195,8 +185,12 @@ bool ConfigCache::FetchAndPublish(std::vector<std::pair<ProblemCacheKey, Attenti
 }
 
 void ConfigCache::FetchLoop() {
-  std::mt19937_64 rng(cache_id_ * 0x9E3779B97F4A7C15ull + 1);
-  absl::Duration retry_delay = options_.retry_initial;
+  // Capped exponential backoff with jitter while fetches fail; stale entries and the
+  // fallback keep serving meanwhile.
+  BackoffOptions backoff_options;
+  backoff_options.initial_ms = absl::ToInt64Milliseconds(options_.retry_initial);
+  backoff_options.max_ms = absl::ToInt64Milliseconds(options_.retry_max);
+  Backoff backoff(backoff_options, cache_id_ * 0x9E3779B97F4A7C15ull + 1);
   while (true) {
     std::vector<std::pair<ProblemCacheKey, AttentionProblem>> batch;
     {
@@ -236,13 +230,10 @@ void ConfigCache::FetchLoop() {
     absl::MutexLock lock(&mu_);
     fetch_in_flight_ = false;
     if (ok) {
-      retry_delay = options_.retry_initial;
+      backoff.Reset();
       retry_after_ = absl::InfinitePast();
     } else {
-      // Capped exponential backoff with jitter; stale entries and the fallback keep serving.
-      std::uniform_real_distribution<double> jitter(0.5, 1.0);
-      retry_after_ = absl::Now() + retry_delay * jitter(rng);
-      retry_delay = std::min(retry_delay * 2, options_.retry_max);
+      retry_after_ = absl::Now() + absl::Milliseconds(backoff.NextDelayMs());
     }
   }
 }

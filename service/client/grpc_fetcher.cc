@@ -7,21 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "fusetune/client/config_cache.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
-#include "fusetune/service/connection.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/connection.h"
+#include "fusetune/wire/convert.h"
+#include "fusetune/wire/status.h"
 #include "grpcpp/grpcpp.h"
 
 namespace fusetune {
 namespace {
-
-ConfigProvenance FromProtoProvenance(v1::GetBestConfigResponse::Provenance p) {
-  switch (p) {
-    case v1::GetBestConfigResponse::EXACT: return ConfigProvenance::kExact;
-    case v1::GetBestConfigResponse::NEAREST: return ConfigProvenance::kNearest;
-    case v1::GetBestConfigResponse::DEFAULT: return ConfigProvenance::kDefault;
-    default: return ConfigProvenance::kFallback;
-  }
-}
 
 class GrpcFetcher : public BestConfigFetcher {
  public:
@@ -71,7 +63,7 @@ class GrpcFetcher : public BestConfigFetcher {
         out.push_back(config.status());
         continue;
       }
-      out.push_back(CachedConfig{*config, FromProtoProvenance(e.response().provenance()),
+      out.push_back(CachedConfig{*config, ConfigProvenanceFromProto(e.response().provenance()),
                                  e.response().median_us()});
     }
     return out;

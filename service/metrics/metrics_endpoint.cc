@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "fusetune/service/address.h"
+#include "fusetune/wire/address.h"
 
 namespace fusetune {
 namespace {

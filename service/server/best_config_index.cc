@@ -19,15 +19,6 @@ double Log2Ratio(int a, int b) {
 
 }  // namespace
 
-std::string_view ProvenanceName(Provenance p) {
-  switch (p) {
-    case Provenance::kExact: return "exact";
-    case Provenance::kNearest: return "nearest";
-    case Provenance::kDefault: return "default";
-  }
-  return "?";
-}
-
 double ShapeDistance(const AttentionProblem& a, const AttentionProblem& b) {
   return Log2Ratio(a.batch, b.batch) + Log2Ratio(a.q_heads, b.q_heads) +
          Log2Ratio(a.kv_heads, b.kv_heads) + Log2Ratio(std::max(a.q_len, 1), std::max(b.q_len, 1)) +
@@ -60,7 +51,7 @@ absl::StatusOr<BestConfigAnswer> BestConfigIndex::Lookup(const AttentionProblem&
   BestConfigAnswer answer;
   answer.problem_key = problem.Key();
   if (auto it = exact_.find(ExactKey(device_class, answer.problem_key)); it != exact_.end()) {
-    answer.provenance = Provenance::kExact;
+    answer.provenance = ConfigProvenance::kExact;
     answer.config = configs_[it->second];
     answer.source = entries_[it->second];
     return answer;
@@ -77,7 +68,7 @@ absl::StatusOr<BestConfigAnswer> BestConfigIndex::Lookup(const AttentionProblem&
       }
     }
     if (best != nullptr) {
-      answer.provenance = Provenance::kNearest;
+      answer.provenance = ConfigProvenance::kNearest;
       answer.config = configs_[best->entry];
       answer.source = entries_[best->entry];
       answer.distance = best_distance;
@@ -86,7 +77,7 @@ absl::StatusOr<BestConfigAnswer> BestConfigIndex::Lookup(const AttentionProblem&
   }
   auto config = DefaultConfig(BackendOfDeviceClass(device_class), problem);
   if (!config.ok()) return config.status();
-  answer.provenance = Provenance::kDefault;
+  answer.provenance = ConfigProvenance::kDefault;
   answer.config = *config;
   return answer;
 }

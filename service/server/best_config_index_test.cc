@@ -50,11 +50,11 @@ TEST(BestConfigIndex, NearestStaysWithinHeadDimDtypeCausalKindAndClass) {
                                        Best(cls, decode, "fused/bm16/bs128/t1/fp32/st1")});
   auto answer = index.Lookup(Shape(1, 12, 1024), cls);  // fp32, non-causal, d64, prefill
   ASSERT_TRUE(answer.ok());
-  EXPECT_EQ(answer->provenance, Provenance::kDefault);
+  EXPECT_EQ(answer->provenance, ConfigProvenance::kDefault);
   EXPECT_TRUE(answer->source.problem_key.empty());
   auto causal_answer = index.Lookup(Shape(1, 12, 2048, 64, true), cls);
   ASSERT_TRUE(causal_answer.ok());
-  EXPECT_EQ(causal_answer->provenance, Provenance::kNearest);
+  EXPECT_EQ(causal_answer->provenance, ConfigProvenance::kNearest);
   EXPECT_EQ(causal_answer->config.Key(), "fused/bm32/bs32/t1/fp32/st1");
   EXPECT_DOUBLE_EQ(causal_answer->distance, 4.0);
 }
@@ -66,7 +66,7 @@ TEST(BestConfigIndex, TiesBreakBySmallerProblemKey) {
                                        Best(cls, Shape(1, 12, 512), "fused/bm32/bs32/t1/fp32/st1")});
   auto answer = index.Lookup(Shape(1, 12, 1024), cls);
   ASSERT_TRUE(answer.ok());
-  EXPECT_EQ(answer->provenance, Provenance::kNearest);
+  EXPECT_EQ(answer->provenance, ConfigProvenance::kNearest);
   EXPECT_DOUBLE_EQ(answer->distance, 2.0);
   // "prefill/b1/hq12/hkv12/q2048..." < "prefill/b1/hq12/hkv12/q512..." as strings.
   EXPECT_EQ(answer->source.problem_key, Shape(1, 12, 2048).Key());
@@ -82,10 +82,10 @@ TEST(BestConfigIndex, VarlenProblemsMatchExactlyButAreNeverNearestSources) {
   auto index = BestConfigIndex::Build({Best(cls, varlen, "fused/bm64/bs64/t1/fp32/st1")});
   auto exact = index.Lookup(varlen, cls);
   ASSERT_TRUE(exact.ok());
-  EXPECT_EQ(exact->provenance, Provenance::kExact);
+  EXPECT_EQ(exact->provenance, ConfigProvenance::kExact);
   auto other = index.Lookup(Shape(2, 12, 300), cls);
   ASSERT_TRUE(other.ok());
-  EXPECT_EQ(other->provenance, Provenance::kDefault);
+  EXPECT_EQ(other->provenance, ConfigProvenance::kDefault);
 }
 
 TEST(BestConfigIndex, SkipsStoredConfigsThatDoNotParse) {
@@ -94,7 +94,7 @@ TEST(BestConfigIndex, SkipsStoredConfigsThatDoNotParse) {
   EXPECT_TRUE(index.entries().empty());
   auto answer = index.Lookup(Shape(1, 12, 512), cls);
   ASSERT_TRUE(answer.ok());
-  EXPECT_EQ(answer->provenance, Provenance::kDefault);
+  EXPECT_EQ(answer->provenance, ConfigProvenance::kDefault);
 }
 
 TEST(BestConfigIndex, DefaultAnswerIsTheBackendsDefaultConfig) {
@@ -105,7 +105,7 @@ TEST(BestConfigIndex, DefaultAnswerIsTheBackendsDefaultConfig) {
     for (const char* cls : {"cpu/x/avx2", "cuda/NVIDIA-H200/sm90", "hip/MI250/gfx90a"}) {
       auto answer = index.Lookup(p, cls);
       ASSERT_TRUE(answer.ok()) << answer.status();
-      EXPECT_EQ(answer->provenance, Provenance::kDefault);
+      EXPECT_EQ(answer->provenance, ConfigProvenance::kDefault);
       EXPECT_EQ(answer->config, *DefaultConfig(BackendOfDeviceClass(cls), p)) << cls;
     }
   }

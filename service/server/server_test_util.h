@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "fusetune/proto/fusetune.grpc.pb.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/convert.h"
+#include "fusetune/wire/status.h"
 #include "fusetune/service/server.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

@@ -16,7 +16,7 @@
 #include "CLI/CLI.hpp"
 #include "fusetune/db/store.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/convert.h"
 #include "fusetune/service/server.h"
 #include "grpcpp/grpcpp.h"
 

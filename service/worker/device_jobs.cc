@@ -10,7 +10,8 @@
 #include "absl/time/clock.h"
 #include "device_runner.h"
 #include "fusetune/base/backoff.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/records_convert.h"
+#include "fusetune/wire/status.h"
 #include "launch_failure_streak.h"
 
 namespace fusetune::worker_internal {

@@ -8,7 +8,8 @@
 #include "absl/time/clock.h"
 #include "fusetune/base/backoff.h"
 #include "fusetune/base/strings.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/records_convert.h"
+#include "fusetune/wire/status.h"
 
 namespace fusetune::worker_internal {
 namespace {

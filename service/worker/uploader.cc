@@ -8,7 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "fusetune/base/backoff.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/records_convert.h"
+#include "fusetune/wire/status.h"
 
 namespace fusetune::worker_internal {
 namespace {
@@ -220,7 +221,7 @@ void Uploader::AcknowledgeAlreadyStored(int64_t run) {
 absl::Status Uploader::UploadRun(const std::vector<Trial>& trials) {
   grpc::ClientContext ctx;
   ctx_.Prepare(ctx, absl::Seconds(30));
-  ctx.AddMetadata("x-fusetune-worker-id", worker_id_);
+  ctx.AddMetadata(kWorkerIdMetadata, worker_id_);
   v1::ReportTrialsResponse resp;
   std::unique_ptr<grpc::ClientWriter<v1::Trial>> writer = ctx_.worker_stub().ReportTrials(&ctx, &resp);
   for (const Trial& t : trials) {

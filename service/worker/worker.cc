@@ -11,8 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "device_runner.h"
 #include "fusetune/kernels/cpu_backend.h"
-#include "fusetune/service/connection.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/connection.h"
+#include "fusetune/wire/records_convert.h"
+#include "fusetune/wire/status.h"
 #include "fusetune/worker/spool.h"
 #include "worker_context.h"
 

@@ -13,8 +13,9 @@
 
 #include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
-#include "fusetune/service/connection.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/connection.h"
+#include "fusetune/wire/convert.h"
+#include "fusetune/wire/status.h"
 #include "fusetune/service/server.h"
 #include "fusetune/worker/worker.h"
 #include "grpcpp/grpcpp.h"

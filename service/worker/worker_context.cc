@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
-#include "fusetune/service/connection.h"
+#include "fusetune/wire/connection.h"
 
 namespace fusetune::worker_internal {
 namespace {

@@ -17,7 +17,7 @@
 #include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/worker/spool.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/convert.h"
 #include "fusetune/service/server.h"
 #include "grpcpp/grpcpp.h"
 

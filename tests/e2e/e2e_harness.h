@@ -21,7 +21,7 @@
 #include "fusetune/db/store.h"
 #include "fusetune/kernels/backend.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/convert.h"
 #include "fusetune/worker/spool.h"
 #include "grpcpp/grpcpp.h"
 

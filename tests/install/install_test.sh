@@ -24,13 +24,16 @@ expected=(bin/fusetune include/fusetune/c_api.h "$libdir/libfusetune_capi.so"
           "$libdir/cmake/fusetune/fusetuneConfig.cmake" "$libdir/cmake/fusetune/fusetuneConfigVersion.cmake"
           "$libdir/pkgconfig/fusetune-capi.pc" share/fusetune/dashboards/grafana/fusetune.json)
 if [[ $with_client == ON ]]; then
-  expected+=(include/fusetune/client/config_cache.h include/fusetune/kernels/problem.h
+  expected+=(include/fusetune/client/config_cache.h include/fusetune/wire/provenance.h
+             include/fusetune/kernels/problem.h
              include/fusetune/kernels/config.h "$libdir/libfusetune_client.a"
              "$libdir/pkgconfig/fusetune-client.pc")
 fi
 for f in "${expected[@]}"; do
   [[ -e $prefix/$f ]] || fail "not installed: $f (installed: $(cd "$prefix" 2>/dev/null && find . -type f | sort | tr '\n' ' '))"
 done
+# Inference code linking the client does not pull in the tuning records.
+[[ ! -e $prefix/$libdir/libfusetune_records.a ]] || fail "the client exports fusetune_records"
 soname=$(readelf -d "$prefix/$libdir/libfusetune_capi.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 echo "soname: $soname"
 [[ $soname == "libfusetune_capi.so.$c_api_version" ]] || fail "soname '$soname', expected libfusetune_capi.so.$c_api_version"

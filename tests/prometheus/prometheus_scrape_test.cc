@@ -13,7 +13,7 @@
 #include "common/ports.h"
 #include "common/subprocess.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/convert.h"
 #include "fusetune/service/server.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

@@ -52,6 +52,8 @@ struct WorkerRecord {
 
 enum class JobState { kQueued, kLeased, kDone, kFailed };
 std::string_view JobStateName(JobState s);  // "queued", "leased", "done", "failed"
+// The state JobStateName names; nullopt for any other name.
+std::optional<JobState> ParseJobState(std::string_view name);
 
 // A tuning job: a list of problems to sweep on one device class at one commit.
 struct Job {

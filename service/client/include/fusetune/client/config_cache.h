@@ -51,18 +51,12 @@
 #include "absl/time/time.h"
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
+#include "fusetune/wire/provenance.h"
 
 namespace fusetune {
 
-// Where an answer came from.
-enum class ConfigProvenance : uint8_t {
-  kExact,     // the service tuned this exact problem on this device class
-  kNearest,   // the service's nearest tuned shape (same head_dim, dtype, causal)
-  kDefault,   // the service had nothing comparable and sent its default
-  kFallback,  // not from the service (not fetched yet, unreachable, or refused): the
-              // cache's own default config
-};
-std::string_view ConfigProvenanceName(ConfigProvenance p);  // "exact", "nearest", ...
+// Where an answer came from: ConfigProvenance (fusetune/wire/provenance.h, the definition
+// the service answers with), kFallback when the answer is the cache's own default.
 
 // What Lookup returns; a small value type (no strings) so a hit copies a few words.
 struct CachedConfig {

@@ -36,7 +36,7 @@ class MetricsEndpoint {
 
   // Listens on `address` ("host:port", "[v6-host]:port"; port 0 picks a free port) and
   // serves `render()` on /metrics. InvalidArgument when the address is malformed
-  // (ParseHostPort, fusetune/service/address.h); Unavailable, with the system's reason
+  // (ParseHostPort, fusetune/wire/address.h); Unavailable, with the system's reason
   // ("Address already in use", "Cannot assign requested address", a name that does not
   // resolve), when it cannot listen there.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& address,

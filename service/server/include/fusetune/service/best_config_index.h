@@ -17,6 +17,8 @@
 // (fusetune/kernels/default_config.h, the same definition the client cache falls back to).
 // It is safe, not fast: the answer says DEFAULT so that callers know to submit a tuning job.
 //
+// Answers are BestConfigAnswer (fusetune/wire/records_convert.h, which maps them to the proto).
+//
 // Thread-safety: immutable after Build(); Lookup is safe to call concurrently.
 #ifndef FUSETUNE_SERVICE_BEST_CONFIG_INDEX_H_
 #define FUSETUNE_SERVICE_BEST_CONFIG_INDEX_H_
@@ -32,20 +34,9 @@
 #include "fusetune/kernels/default_config.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/records/run.h"
+#include "fusetune/wire/records_convert.h"
 
 namespace fusetune {
-
-enum class Provenance { kExact, kNearest, kDefault };
-std::string_view ProvenanceName(Provenance p);  // "exact", "nearest", "default"
-
-struct BestConfigAnswer {
-  Provenance provenance = Provenance::kDefault;
-  KernelConfig config;
-  std::string problem_key;         // the requested problem's key
-  double distance = 0;             // 0 for exact; see above for nearest; 0 for default
-  // The stored best config the answer came from (source.problem_key empty for DEFAULT).
-  BestConfig source;
-};
 
 // The distance above between two problems (both valid).
 double ShapeDistance(const AttentionProblem& a, const AttentionProblem& b);

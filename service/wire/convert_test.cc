@@ -1,4 +1,5 @@
-#include "fusetune/service/convert.h"
+#include "fusetune/wire/records_convert.h"
+#include "fusetune/wire/status.h"
 
 #include <cmath>
 #include <limits>

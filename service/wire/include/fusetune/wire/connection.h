@@ -3,15 +3,15 @@
 // "host:port" flag, and the channel arguments that bound gRPC's own reconnect backoff.
 //
 // Thread-safety: pure functions and constants.
-#ifndef FUSETUNE_SERVICE_CONNECTION_H_
-#define FUSETUNE_SERVICE_CONNECTION_H_
+#ifndef FUSETUNE_WIRE_CONNECTION_H_
+#define FUSETUNE_WIRE_CONNECTION_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "fusetune/service/address.h"
+#include "fusetune/wire/address.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace fusetune {
@@ -33,4 +33,4 @@ grpc::ChannelArguments ReconnectChannelArguments(int64_t initial_ms, int64_t max
 
 }  // namespace fusetune
 
-#endif  // FUSETUNE_SERVICE_CONNECTION_H_
+#endif  // FUSETUNE_WIRE_CONNECTION_H_

@@ -1,4 +1,4 @@
-#include "fusetune/service/address.h"
+#include "fusetune/wire/address.h"
 
 #include <algorithm>
 #include <cctype>

@@ -2,8 +2,8 @@
 // --listen/--server, the /metrics endpoints): one grammar and one set of messages for all.
 //
 // Thread-safety: pure functions.
-#ifndef FUSETUNE_SERVICE_ADDRESS_H_
-#define FUSETUNE_SERVICE_ADDRESS_H_
+#ifndef FUSETUNE_WIRE_ADDRESS_H_
+#define FUSETUNE_WIRE_ADDRESS_H_
 
 #include <string>
 #include <string_view>
@@ -25,4 +25,4 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view address, std::string_vie
 
 }  // namespace fusetune
 
-#endif  // FUSETUNE_SERVICE_ADDRESS_H_
+#endif  // FUSETUNE_WIRE_ADDRESS_H_

@@ -1,4 +1,4 @@
-#include "fusetune/service/connection.h"
+#include "fusetune/wire/connection.h"
 
 #include <algorithm>
 #include <climits>

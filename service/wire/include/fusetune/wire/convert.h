@@ -1,5 +1,8 @@
-// Conversions between the wire types of fusetune.proto (fusetune::v1) and fusetune's own
-// types, with the bounds every service component enforces on what a peer may send.
+// The client-facing half of the wire library: conversions between fusetune.proto's
+// (fusetune::v1) problem, config, device and best-config messages and the kernels' own
+// types, with the bounds every service component enforces on what a peer may send. Needs
+// neither the tuning records nor the store (fusetune/wire/records_convert.h maps those), so
+// inference code linking the client does not pull them in.
 //
 // Every *FromProto function validates: on bad input it returns InvalidArgument with a
 // message naming the offending field, and never crashes or allocates unboundedly (list
@@ -7,8 +10,8 @@
 // Used by the server, the worker and the client alike, so all three agree on the bounds.
 //
 // Thread-safety: pure functions.
-#ifndef FUSETUNE_SERVICE_CONVERT_H_
-#define FUSETUNE_SERVICE_CONVERT_H_
+#ifndef FUSETUNE_WIRE_CONVERT_H_
+#define FUSETUNE_WIRE_CONVERT_H_
 
 #include <cstdint>
 #include <string_view>
@@ -19,10 +22,7 @@
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/proto/fusetune.pb.h"
-#include "fusetune/records/trial.h"
-#include "fusetune/records/run.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/support/status.h"
+#include "fusetune/wire/provenance.h"
 
 namespace fusetune {
 
@@ -35,6 +35,8 @@ inline constexpr int kMaxSamplesPerTrial = 1000;       // timing samples in one 
 inline constexpr int kMaxAttempt = 1000;               // trial attempt number
 inline constexpr int kMaxBlocksPerTrial = 1000;        // timing blocks in one trial
 inline constexpr int kMaxSamplesPerBlock = 1000000;    // timed launches in one block
+// The metadata entry in which a ReportTrials stream names its worker.
+inline constexpr char kWorkerIdMetadata[] = "x-fusetune-worker-id";
 // A tuning job must be runnable: a worker allocates Q, K, V and O. Lookups (GetBestConfig)
 // accept anything AttentionProblem::Validate accepts (up to 2^34 elements per tensor); a
 // submitted job's tensors are capped at 2^31 elements each (8 GiB in fp32).
@@ -47,6 +49,18 @@ absl::Status ValidateDeviceClass(std::string_view device_class);
 
 // OK when `id` is 1..kMaxIdLength characters of [A-Za-z0-9._:@+-] (worker ids, trial ids).
 absl::Status ValidateId(std::string_view id, std::string_view field);
+
+// OK when `value` has at most `max` characters; InvalidArgument naming `field` otherwise.
+absl::Status ValidateText(std::string_view value, size_t max, std::string_view field);
+
+// OK when `commit` (a hex digest or a short name; may be empty) has at most kMaxKeyLength
+// characters and no whitespace or control bytes.
+absl::Status ValidateCommit(std::string_view commit);
+
+// The row limit of a List* request: 0 means `default_limit`; otherwise it must lie in
+// [1, max_limit] (InvalidArgument naming `field` and the range).
+absl::StatusOr<int> ListLimitFromProto(int32_t limit, int default_limit, int max_limit,
+                                       std::string_view field = "limit");
 
 // Problem: kind "" = prefill, kv_heads 0 = q_heads, dtype "" = fp32; then
 // AttentionProblem::Validate(). Length lists longer than kMaxBatch + 1 are refused before
@@ -61,37 +75,6 @@ absl::StatusOr<AttentionProblem> JobProblemFromProto(const v1::Problem& proto);
 absl::StatusOr<KernelConfig> ConfigFromProto(const v1::Config& proto);
 void ConfigToProto(const KernelConfig& config, v1::Config* proto);  // sets key too
 
-// Trial stage: the three known stages; any other enum value is InvalidArgument.
-absl::StatusOr<TrialStage> TrialStageFromProto(v1::TrialStage stage);
-v1::TrialStage TrialStageToProto(TrialStage stage);
-
-// DeviceState: clock and power >= 0. `field` names it in the error message.
-absl::StatusOr<DeviceState> DeviceStateFromProto(const v1::DeviceState& proto, std::string_view field);
-void DeviceStateToProto(const DeviceState& state, v1::DeviceState* proto);
-
-// SampleBlock: samples in [0, kMaxSamplesPerBlock], median finite and >= 0, both device
-// states valid. `unsteady` is carried as sent (the worker computed it from the states).
-absl::StatusOr<SampleBlock> SampleBlockFromProto(const v1::SampleBlock& proto, std::string_view field);
-void SampleBlockToProto(const SampleBlock& block, v1::SampleBlock* proto);
-
-// Trial: trial_id, when set, must equal TrialId(run_id, problem_key, config_key, attempt,
-// stage) (so that a retried upload is recognisably the same trial; the stage is part of the
-// id for non-screen trials); when empty the result carries that id (the formula is spelled
-// out in fusetune.proto, message Trial). run_id > 0, the config key parses, the outcome and
-// stage are known, at most kMaxSamplesPerTrial samples and kMaxBlocksPerTrial blocks, times
-// (samples, medians, wall_seconds) finite and >= 0, errors >= 0 (+inf allowed for a failed
-// verification, NaN never), strings within bounds. A trial sent without the stage, blocks
-// and wall_seconds fields reads as a screen trial with no blocks and wall_seconds 0.
-absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto);
-void TrialToProto(const Trial& trial, v1::Trial* proto);
-
-// AuditSummary: problem key set, both config keys parse, times finite and >= 0, regret and
-// its interval finite, > -1 and regret_low <= regret <= regret_high, rounds >= 1,
-// configs_measured >= 1, configs_failed >= 0, strings within bounds. device_class (valid
-// when set), run_id and commit may be empty/0: the server fills them from the audit's job.
-absl::StatusOr<AuditSummary> AuditSummaryFromProto(const v1::AuditSummary& proto);
-void AuditSummaryToProto(const AuditSummary& audit, v1::AuditSummary* proto);
-
 // Job kind names: "tune" and "audit" (the CLI's `submit --kind`, `jobs` output).
 std::string_view JobKindName(v1::JobKind kind);  // "?" for a value outside the enum
 absl::StatusOr<v1::JobKind> ParseJobKind(std::string_view name);  // InvalidArgument otherwise
@@ -102,24 +85,12 @@ absl::StatusOr<v1::JobKind> ParseJobKind(std::string_view name);  // InvalidArgu
 absl::StatusOr<DeviceInfo> DeviceInfoFromProto(const v1::DeviceInfo& proto);
 void DeviceInfoToProto(const DeviceInfo& info, v1::DeviceInfo* proto);  // sets device_class
 
-// absl and gRPC share the canonical status codes; these map one to the other.
-grpc::Status ToGrpcStatus(const absl::Status& status);
-absl::Status FromGrpcStatus(const grpc::Status& status);
-
-// ---- error reasons (fusetune.proto, "Error reasons")
-// Some errors carry a machine-readable reason in the trailing metadata entry
-// kErrorReasonMetadata, so that a client branches on it instead of on message text.
-inline constexpr char kErrorReasonMetadata[] = "fusetune-error-reason";
-// FAILED_PRECONDITION: the worker named by the call is not registered with this server (a
-// fresh database, or a server that never saw it): RegisterWorker, then retry the call.
-inline constexpr char kReasonWorkerNotRegistered[] = "WORKER_NOT_REGISTERED";
-
-// FromGrpcStatus of a finished call, keeping the reason the server sent (if any) as the
-// payload kErrorReasonMetadata of the returned status.
-absl::Status FromGrpcCall(const grpc::Status& status, const grpc::ClientContext& finished_call);
-// The reason carried by a status made by FromGrpcCall ("" when none).
-std::string ErrorReason(const absl::Status& status);
+// Provenance of a GetBestConfigResponse. kFallback has no proto value (the server never
+// answers with it) and goes out as PROVENANCE_UNSPECIFIED; any value the client does not
+// know (unspecified, or one from a newer server) reads as kFallback.
+v1::GetBestConfigResponse::Provenance ConfigProvenanceToProto(ConfigProvenance provenance);
+ConfigProvenance ConfigProvenanceFromProto(v1::GetBestConfigResponse::Provenance provenance);
 
 }  // namespace fusetune
 
-#endif  // FUSETUNE_SERVICE_CONVERT_H_
+#endif  // FUSETUNE_WIRE_CONVERT_H_

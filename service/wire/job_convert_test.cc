@@ -1,0 +1,166 @@
+// Jobs, leases, workers and best-config answers across the wire (records_convert.h).
+#include <string>
+#include <vector>
+
+#include "fusetune/wire/records_convert.h"
+#include "gtest/gtest.h"
+
+namespace fusetune {
+namespace {
+
+v1::Problem SmallProblem(int q_len) {
+  v1::Problem p;
+  p.set_batch(1);
+  p.set_q_heads(2);
+  p.set_q_len(q_len);
+  p.set_kv_len(q_len);
+  p.set_head_dim(64);
+  return p;
+}
+
+v1::SubmitTuningJobRequest Submission() {
+  v1::SubmitTuningJobRequest req;
+  *req.add_problems() = SmallProblem(16);
+  *req.add_problems() = SmallProblem(32);
+  req.set_device_class("cpu/test/x86_64");
+  req.set_commit("abc123");
+  req.set_max_trials(5);
+  req.set_kind(v1::JOB_KIND_AUDIT);
+  return req;
+}
+
+TEST(WireJobs, SubmissionBecomesAQueuedJobWhoseSpecIsTheRequest) {
+  auto job = JobFromSubmitRequest(Submission());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state, JobState::kQueued);
+  EXPECT_EQ(job->device_class, "cpu/test/x86_64");
+  EXPECT_EQ(job->commit, "abc123");
+  EXPECT_EQ(job->max_trials, 5);
+  ASSERT_EQ(job->problem_keys.size(), 2u);
+  EXPECT_EQ(job->problem_keys[0], "prefill/b1/hq2/hkv2/q16/k16/d64/causal0/fp32");
+  auto spec = JobSpec(*job);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->problems_size(), 2);
+  EXPECT_EQ(JobKindOf(*job), v1::JOB_KIND_AUDIT);
+}
+
+TEST(WireJobs, SubmissionRefusalsNameTheField) {
+  v1::SubmitTuningJobRequest duplicate = Submission();
+  *duplicate.add_problems() = SmallProblem(16);
+  EXPECT_EQ(JobFromSubmitRequest(duplicate).status().message(),
+            "problems[2]: duplicate of prefill/b1/hq2/hkv2/q16/k16/d64/causal0/fp32");
+  v1::SubmitTuningJobRequest none = Submission();
+  none.clear_problems();
+  EXPECT_EQ(JobFromSubmitRequest(none).status().message(), "problems: 1..256 per job, got 0");
+  v1::SubmitTuningJobRequest variant = Submission();
+  variant.add_variants("warp-speed");
+  EXPECT_EQ(JobFromSubmitRequest(variant).status().message(), "variants: unknown variant 'warp-speed'");
+  v1::SubmitTuningJobRequest budget = Submission();
+  budget.set_max_seconds(-1);
+  EXPECT_EQ(JobFromSubmitRequest(budget).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireJobs, AJobWithAnUnreadableSpecIsATuneJob) {
+  Job job;
+  job.spec_json = "{not json";
+  EXPECT_EQ(JobSpec(job).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(JobKindOf(job), v1::JOB_KIND_TUNE);
+}
+
+TEST(WireJobs, StateFilterIsEmptyOrAStateName) {
+  EXPECT_EQ(*JobStateFilterFromProto(""), std::nullopt);
+  EXPECT_EQ(*JobStateFilterFromProto("leased"), JobState::kLeased);
+  auto bad = JobStateFilterFromProto("sleeping");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "state: unknown 'sleeping' (queued, leased, done, failed)");
+}
+
+TEST(WireJobs, LeaseCarriesTheJobItsSpecAndTheRecordedConfigs) {
+  JobLease lease;
+  lease.job = *JobFromSubmitRequest(Submission());
+  lease.job.job_id = 7;
+  lease.spec = *JobSpec(lease.job);
+  lease.recorded_config_keys = {"fused/bm64/bs64/t1/fp32/st1", ""};
+  v1::LeaseJobResponse resp;
+  JobLeaseToProto(lease, &resp);
+  EXPECT_TRUE(resp.leased());
+  EXPECT_EQ(resp.job().job_id(), 7);
+  EXPECT_EQ(resp.job().kind(), v1::JOB_KIND_AUDIT);
+  EXPECT_EQ(resp.problems_size(), 2);
+  EXPECT_EQ(resp.max_trials(), 5);
+  ASSERT_EQ(resp.recorded_config_keys_size(), 2);
+  EXPECT_EQ(resp.recorded_config_keys(1), "");
+}
+
+v1::RegisterWorkerRequest Registration() {
+  v1::RegisterWorkerRequest req;
+  req.set_worker_id("host-a:cpu0");
+  req.set_host("host-a");
+  v1::DeviceInfo* d = req.mutable_device();
+  d->set_backend("cpu");
+  d->set_name("Test CPU");
+  d->set_arch("x86_64");
+  d->set_device_index(3);
+  return req;
+}
+
+TEST(WireWorkers, RegistrationDerivesTheDeviceClassAndStoresTheDevice) {
+  auto worker = WorkerFromRegisterRequest(Registration());
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(worker->worker_id, "host-a:cpu0");
+  EXPECT_EQ(worker->backend, "cpu");
+  EXPECT_EQ(worker->device_class, "cpu/Test-CPU/x86_64");
+  auto device = WorkerDevice(*worker);
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_EQ(device->name, "Test CPU");
+  EXPECT_EQ(device->device_index, 3);
+}
+
+TEST(WireWorkers, RegistrationRefusalsNameTheField) {
+  v1::RegisterWorkerRequest no_device = Registration();
+  no_device.clear_device();
+  EXPECT_EQ(WorkerFromRegisterRequest(no_device).status().message(), "device: required");
+  v1::RegisterWorkerRequest bad_id = Registration();
+  bad_id.set_worker_id("has space");
+  EXPECT_EQ(WorkerFromRegisterRequest(bad_id).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WireWorkers, StatusReportsTheEarliestLeaseExpiry) {
+  WorkerRecord w = *WorkerFromRegisterRequest(Registration());
+  Job a, b;
+  a.job_id = 1;
+  a.lease_expiry_unix_ms = 900;
+  b.job_id = 2;
+  b.lease_expiry_unix_ms = 500;
+  std::vector<const Job*> held = {&a, &b};
+  v1::WorkerStatus status;
+  WorkerStatusToProto(w, true, held, &status);
+  EXPECT_TRUE(status.alive());
+  EXPECT_EQ(status.device_name(), "Test CPU");
+  EXPECT_EQ(status.device_index(), 3);
+  ASSERT_EQ(status.leased_job_ids_size(), 2);
+  EXPECT_EQ(status.lease_expiry_unix_ms(), 500);
+}
+
+TEST(WireAnswers, AnswerCarriesProvenanceConfigAndSource) {
+  BestConfigAnswer answer;
+  answer.provenance = ConfigProvenance::kNearest;
+  answer.config = *KernelConfig::FromKey("fused/bm64/bs64/t1/fp32/st1");
+  answer.problem_key = "requested";
+  answer.distance = 2;
+  answer.source.problem_key = "tuned";
+  answer.source.median_us = 12.5;
+  answer.source.run_id = 4;
+  v1::GetBestConfigResponse resp;
+  BestConfigAnswerToProto(answer, &resp);
+  EXPECT_EQ(resp.provenance(), v1::GetBestConfigResponse::NEAREST);
+  EXPECT_EQ(resp.config().key(), "fused/bm64/bs64/t1/fp32/st1");
+  EXPECT_EQ(resp.problem_key(), "requested");
+  EXPECT_EQ(resp.source_problem_key(), "tuned");
+  EXPECT_DOUBLE_EQ(resp.distance(), 2);
+  EXPECT_DOUBLE_EQ(resp.median_us(), 12.5);
+  EXPECT_EQ(resp.run_id(), 4);
+}
+
+}  // namespace
+}  // namespace fusetune
