@@ -446,11 +446,13 @@ absl::Status ServerCore::CompleteJob(const std::string& worker_id, int64_t job_i
       if (auto s = ComputeBestConfigs(*job); !s.ok()) return s;
     }
     if (job->run_id > 0) (void)store_->FinishRun(job->run_id);
+    // Served before the job reads as done: a caller that waits for "done" and then asks
+    // GetBestConfig gets the job's configs, never the previous snapshot.
+    RefreshIndex();
   }
   // The store decides exactly-once: OK the first time, OK for the same worker's retry,
   // FailedPrecondition otherwise.
   if (auto s = store_->CompleteJob(job_id, worker_id, success, error, now); !s.ok()) return s;
-  RefreshIndex();
   RefreshGauges();
   return absl::OkStatus();
 }

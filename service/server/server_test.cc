@@ -248,6 +248,33 @@ TEST_F(ServerTest, JobFlowStoresTrialsAndServesTheSelectedBest) {
   EXPECT_EQ(jobs.jobs(0).job_id(), job_id);
 }
 
+// A caller that waits for "done" and then asks for the job's best config gets it: the
+// snapshot the reads answer from is refreshed before the job reads as done.
+TEST_F(ServerTest, AJobThatReadsAsDoneAlreadyServesItsBestConfigs) {
+  StartServer();
+  Register("w1");
+  for (int i = 0; i < 20; ++i) {
+    const v1::Problem problem = SeedProblem(128 + 8 * i);
+    const int64_t job_id = Submit({problem});
+    v1::LeaseJobResponse lease = Lease("w1");
+    ASSERT_TRUE(lease.leased());
+    v1::ReportTrialsResponse report;
+    ASSERT_TRUE(Report(stubs_, "w1", {MakeTrial(lease.job().run_id(), KeyOf(problem), kFused, 30)}, &report).ok());
+    std::atomic<bool> go{false};
+    GetBestConfigResponse::Provenance seen = GetBestConfigResponse::DEFAULT;
+    std::thread watcher([&] {
+      go.store(true);
+      while (GetJob(job_id).state() != "done") {
+      }
+      seen = Best(problem, kCpuClass).provenance();
+    });
+    while (!go.load()) std::this_thread::yield();
+    ASSERT_TRUE(Complete("w1", job_id).ok());
+    watcher.join();
+    EXPECT_EQ(seen, GetBestConfigResponse::EXACT) << "job " << job_id;
+  }
+}
+
 TEST_F(ServerTest, CompletesExactlyOnce) {
   StartServer();
   Register("w1");

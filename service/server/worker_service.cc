@@ -148,10 +148,11 @@ bool WorkerService::StartPollThread(LeaseCall* call) {
   try {
     std::thread([this, call] {
       call->Run();
-      // Notified at thread exit, so that WaitForLongPolls (and the destructor) never outrun it.
-      std::unique_lock<std::mutex> lock(poll_threads_mu_);
+      // Notified under the lock: WaitForLongPolls returns (and the service may be destroyed)
+      // only after it reacquires the lock, so never while this thread still touches the cv.
+      std::lock_guard<std::mutex> lock(poll_threads_mu_);
       --poll_threads_;
-      std::notify_all_at_thread_exit(poll_threads_cv_, std::move(lock));
+      poll_threads_cv_.notify_all();
     }).detach();
     return true;
   } catch (const std::system_error&) {
