@@ -81,7 +81,7 @@ int RunAudits(const AuditsFlags& f) {
 void AddAuditsCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<AuditsFlags>();
   CLI::App* audits = app.add_subcommand(
-      "audits", "List the audits reported to a fusetune server (audit jobs: `submit --kind audit`), newest first.");
+      "audits", "List the audits reported to a fusetune server (audit jobs: `submit --job-kind audit`), newest first.");
   flags->connection.Register(audits, /*with_server=*/true);
   audits->add_option("--device-class", flags->device_class, "only audits measured on this device class");
   audits->add_option("--problem-key", flags->problem_key, "only audits of this problem key");

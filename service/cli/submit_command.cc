@@ -112,7 +112,8 @@ void AddSubmitCommand(CLI::App& app, CommandContext& context) {
   flags->problem.Register(submit, /*allow_list=*/true);
   submit->add_option("--device-class", flags->device_class, "device class that must run it, e.g. cpu/<model>/<isa>")
       ->required();
-  submit->add_option("--kind", flags->kind,
+  // Not --kind: that is the problem's kind (prefill or decode), among the problem flags.
+  submit->add_option("--job-kind", flags->kind,
                      "tune: sweep and record the best configs; audit: re-measure each problem's recorded best "
                      "against its whole space and report the regret (see `fusetune audits`)")
       ->capture_default_str()

@@ -124,6 +124,22 @@ TEST_F(ServiceCliTest, SubmitJobsAndBestTalkToServeWhichStopsOnSigterm) {
   EXPECT_NE(serve_->Stdout().find("SIGTERM received"), std::string::npos) << serve_->Stdout();
 }
 
+// --kind is the problem's kind, as in every other command; the job's kind is --job-kind.
+TEST_F(ServiceCliTest, SubmitKindDecodeQueuesADecodeProblem) {
+  ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
+  CommandResult submit = Run({"submit", "--server", Address(), "--token-file", token_file_, "--device-class", kClass,
+                              "--kind", "decode", "--heads", "8", "--head-dim", "64", "--seq", "512", "--json"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const int64_t job_id = nlohmann::json::parse(submit.out)["job_id"].get<int64_t>();
+  CommandResult shown = Run({"jobs", "--server", Address(), "--token-file", token_file_, "--id",
+                             std::to_string(job_id), "--json"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  auto job = nlohmann::json::parse(shown.out);
+  EXPECT_EQ(job["kind"], "tune");
+  ASSERT_EQ(job["problems"].size(), 1u) << shown.out;
+  EXPECT_EQ(job["problems"][0].get<std::string>().rfind("decode/", 0), 0u) << shown.out;
+}
+
 TEST_F(ServiceCliTest, ServeReportsTakenPortAndMissingToken) {
   ASSERT_TRUE(StartServe());
   CommandResult taken = Run({"serve", "--listen", Address(), "--db", dir_.File("g.db"), "--metrics", "off",
@@ -199,7 +215,7 @@ TEST_F(ServiceCliTest, WorkerStoppedBySigtermMidPollLeavesNoGhostLease) {
 
 // A tune job records a best config; an audit job of the same problem run by a worker
 // process then shows up in `fusetune audits`.
-TEST_F(ServiceCliTest, AuditJobSubmittedWithKindAuditIsListedByAudits) {
+TEST_F(ServiceCliTest, AuditJobSubmittedWithJobKindAuditIsListedByAudits) {
   ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
   auto worker = StartWorker("auditor", {"--max-jobs", "2"});
   ASSERT_TRUE(WaitFor([&] { return Workers().size() == 1; }, 60)) << worker->Stderr();
@@ -207,7 +223,7 @@ TEST_F(ServiceCliTest, AuditJobSubmittedWithKindAuditIsListedByAudits) {
   const std::vector<std::string> problem = {"--seq", "64", "--heads", "1", "--head-dim", "32", "--variants", "fused"};
   auto submit = [&](const std::string& kind) {
     std::vector<std::string> args = {"submit", "--server", Address(), "--token-file", token_file_, "--device-class",
-                                     device_class, "--max-trials", "2", "--kind", kind, "--json"};
+                                     device_class, "--max-trials", "2", "--job-kind", kind, "--json"};
     args.insert(args.end(), problem.begin(), problem.end());
     CommandResult r = Run(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -240,7 +256,7 @@ TEST_F(ServiceCliTest, AuditJobSubmittedWithKindAuditIsListedByAudits) {
   EXPECT_TRUE(nlohmann::json::parse(other.out).empty());
 
   CommandResult bad_kind = Run({"submit", "--server", Address(), "--token-file", token_file_, "--device-class",
-                                device_class, "--seq", "64", "--kind", "verify"});
+                                device_class, "--seq", "64", "--job-kind", "verify"});
   EXPECT_EQ(bad_kind.exit_code, 2) << bad_kind.err;
   CommandResult bad_class = Run({"audits", "--server", Address(), "--token-file", token_file_, "--device-class",
                                  "tpu/x/y"});
