@@ -73,7 +73,7 @@ TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
       EXPECT_TRUE(exported.count(it->str())) << "dashboard uses " << it->str() << ", which the server does not export";
     }
   }
-  // Each series family the issue asks for is on the dashboard.
+  // Each series family the dashboard is meant to show is on it.
   for (const char* required : {"fusetune_best_latency_seconds", "fusetune_best_speedup_vs_materialized",
                                "fusetune_best_max_rel_error", "fusetune_jobs", "fusetune_workers_alive",
                                "fusetune_rpc_requests_total", "fusetune_rpc_latency_seconds_bucket",

@@ -214,7 +214,7 @@ TEST(ServiceConvert, TrialIdIncludesTheStageOfNonScreenTrials) {
 }
 
 TEST(ServiceConvert, TrialWithoutStageFieldsReadsAsScreen) {
-  // What a worker built before stages existed sends.
+  // What a worker that sends no stage sends.
   auto t = TrialFromProto(GoodTrial());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->stage, TrialStage::kScreen);

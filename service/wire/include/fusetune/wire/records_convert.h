@@ -71,8 +71,8 @@ void AuditSummaryToProto(const AuditSummary& audit, v1::AuditSummary* proto);
 // Job::spec_json. Internal when the stored JSON does not parse.
 absl::StatusOr<v1::SubmitTuningJobRequest> JobSpec(const Job& job);
 
-// Tune or audit, as submitted (the kind lives in the spec: a job stored before kinds
-// existed has none there and is a tune job). An unreadable spec reads as tune here; such a
+// Tune or audit, as submitted (the kind lives in the spec: a spec without one is a tune
+// job). An unreadable spec reads as tune here; such a
 // job fails at its lease.
 v1::JobKind JobKindOf(const Job& job);
 
