@@ -1,0 +1,83 @@
+// What the files of the Store share: its Impl (the connection, its mutex, the transaction
+// helpers), the input checks every table uses, and the run-exists check. The Store's
+// methods are split by table: store.cc (open, schema, runs), trials_store.cc,
+// results_store.cc (best configs, regressions, audits) and jobs_store.cc (workers, jobs).
+//
+// Internal to db/: nothing outside this directory includes it.
+
+#ifndef FUSETUNE_DB_SRC_STORE_INTERNAL_H_
+#define FUSETUNE_DB_SRC_STORE_INTERNAL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "fusetune/db/store.h"
+#include "sqlite.h"
+
+// Returns early with the error of a StatusOr expression, else assigns its value.
+#define FT_DB_CONCAT_INNER(a, b) a##b
+#define FT_DB_CONCAT(a, b) FT_DB_CONCAT_INNER(a, b)
+#define FT_DB_ASSIGN_OR_RETURN(lhs, expr) \
+  FT_DB_ASSIGN_OR_RETURN_IMPL(FT_DB_CONCAT(_statusor_, __LINE__), lhs, expr)
+#define FT_DB_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                \
+  if (!tmp.ok()) return tmp.status();               \
+  lhs = std::move(*tmp)
+#define FT_DB_RETURN_IF_ERROR(expr) \
+  do {                              \
+    absl::Status _st = (expr);      \
+    if (!_st.ok()) return _st;      \
+  } while (0)
+
+namespace fusetune {
+
+// One connection guarded by one mutex: every Store method holds `mu` while it uses `conn`.
+class Store::Impl {
+ public:
+  Impl(std::unique_ptr<db_internal::Connection> c, StoreAccess a) : access(a), conn(std::move(c)) {}
+
+  const StoreAccess access;
+  absl::Mutex mu;
+  std::unique_ptr<db_internal::Connection> conn ABSL_GUARDED_BY(mu);
+
+  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT. IMMEDIATE takes the write lock up front
+  // (waiting up to the busy timeout), so two processes never deadlock by both upgrading a
+  // read transaction. Any error rolls the whole transaction back. PermissionDenied, before
+  // any SQL, on a read-only Store.
+  absl::Status WriteTransaction(const std::function<absl::Status(db_internal::Connection&)>& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // A read transaction: several SELECTs see one consistent snapshot (WAL readers never
+  // block writers or other readers).
+  absl::Status ReadTransaction(const std::function<absl::Status(db_internal::Connection&)>& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+};
+
+namespace db_internal {
+
+// ---- validation (bad input -> InvalidArgument before any SQL runs)
+
+// InvalidArgument "<what> must not be empty" when `value` is empty.
+absl::Status RequireNonEmpty(std::string_view value, std::string_view what);
+// InvalidArgument "<what> must be positive, got <id>" when `id` <= 0.
+absl::Status RequirePositiveId(int64_t id, std::string_view what);
+// Upper bound on any list a caller can ask for: keeps one call's memory bounded.
+inline constexpr int kMaxListLimit = 100000;
+
+// InvalidArgument unless `limit` is in [1, kMaxListLimit].
+absl::Status RequireLimit(int limit);
+
+// NotFound "run <id> does not exist" unless the run is stored; checked before writing rows
+// that refer to a run, so an unknown run is a clear NotFound, not a constraint error.
+absl::Status CheckRunExists(Connection& c, int64_t run_id);
+
+}  // namespace db_internal
+}  // namespace fusetune
+
+#endif  // FUSETUNE_DB_SRC_STORE_INTERNAL_H_
