@@ -20,6 +20,7 @@ namespace fusetune {
 
 using db_internal::CheckRunExists;
 using db_internal::Connection;
+using db_internal::ReadRows;
 using db_internal::RequireLimit;
 using db_internal::RequireNonEmpty;
 using db_internal::RequirePositiveId;
@@ -193,13 +194,7 @@ absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
   FT_DB_ASSIGN_OR_RETURN(Statement s,
                          impl_->conn->Prepare(absl::StrCat("SELECT ", kWorkerColumns,
                                                            " FROM workers ORDER BY worker_id")));
-  std::vector<WorkerRecord> out;
-  while (true) {
-    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(ReadWorker(s));
-  }
-  return out;
+  return ReadRows<WorkerRecord>(s, ReadWorker);
 }
 
 // ---- jobs
@@ -253,14 +248,7 @@ absl::StatusOr<std::vector<Job>> Store::ListJobs(std::optional<JobState> state, 
                        "SELECT ", kJobColumns,
                        " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY job_id DESC LIMIT ?2")));
   s.Bind(1, state.has_value() ? JobStateName(*state) : std::string_view()).Bind(2, limit);
-  std::vector<Job> out;
-  while (true) {
-    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    FT_DB_ASSIGN_OR_RETURN(Job j, ReadJob(s));
-    out.push_back(std::move(j));
-  }
-  return out;
+  return ReadRows<Job>(s, ReadJob);
 }
 
 absl::StatusOr<Job> Store::LeaseJob(std::string_view worker_id, std::string_view device_class,

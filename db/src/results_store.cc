@@ -16,6 +16,7 @@ namespace fusetune {
 
 using db_internal::CheckRunExists;
 using db_internal::Connection;
+using db_internal::ReadRows;
 using db_internal::RequireLimit;
 using db_internal::RequireNonEmpty;
 using db_internal::Statement;
@@ -172,13 +173,7 @@ absl::StatusOr<std::vector<BestConfig>> Store::ListBestConfigs(std::string_view 
                                           " FROM best_configs WHERE (?1 = '' OR device_class = ?1) "
                                           "ORDER BY problem_key, device_class")));
   s.Bind(1, device_class);
-  std::vector<BestConfig> out;
-  while (true) {
-    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(ReadBest(s));
-  }
-  return out;
+  return ReadRows<BestConfig>(s, ReadBest);
 }
 
 // ---- regressions
@@ -229,13 +224,7 @@ absl::StatusOr<std::vector<Regression>> Store::ListRegressions(std::string_view 
                                           " FROM regressions WHERE (?1 = '' OR commit_hash = ?1) "
                                           "ORDER BY regression_id DESC LIMIT ?2")));
   s.Bind(1, commit).Bind(2, limit);
-  std::vector<Regression> out;
-  while (true) {
-    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(ReadRegression(s));
-  }
-  return out;
+  return ReadRows<Regression>(s, ReadRegression);
 }
 
 // ---- audits
@@ -295,13 +284,7 @@ absl::StatusOr<std::vector<AuditSummary>> Store::ListAudits(std::string_view dev
                        " FROM audits WHERE (?1 = '' OR device_class = ?1) AND (?2 = '' OR problem_key = ?2) "
                        "ORDER BY created_unix_ms DESC, audit_id DESC LIMIT ?3")));
   s.Bind(1, device_class).Bind(2, problem_key).Bind(3, limit);
-  std::vector<AuditSummary> out;
-  while (true) {
-    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(ReadAudit(s));
-  }
-  return out;
+  return ReadRows<AuditSummary>(s, ReadAudit);
 }
 
 }  // namespace fusetune

@@ -1,5 +1,5 @@
 // What the files of the Store share: its Impl (the connection, its mutex, the transaction
-// helpers), the input checks every table uses, and the run-exists check. The Store's
+// helpers), the input checks every table uses, the run-exists check and the row loop. The Store's
 // methods are split by table: store.cc (open, schema, runs), trials_store.cc,
 // results_store.cc (best configs, regressions, audits) and jobs_store.cc (workers, jobs).
 //
@@ -12,10 +12,13 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fusetune/db/store.h"
 #include "sqlite.h"
@@ -76,6 +79,23 @@ absl::Status RequireLimit(int limit);
 // NotFound "run <id> does not exist" unless the run is stored; checked before writing rows
 // that refer to a run, so an unknown run is a clear NotFound, not a constraint error.
 absl::Status CheckRunExists(Connection& c, int64_t run_id);
+
+// Steps `s` through all its rows and reads each with `read`, a row reader that returns the
+// Row, or StatusOr<Row> where a column may be malformed (DataLoss). The first error stops it.
+template <typename Row, typename Reader>
+absl::StatusOr<std::vector<Row>> ReadRows(Statement& s, Reader read) {
+  std::vector<Row> out;
+  while (true) {
+    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return out;
+    if constexpr (std::is_same_v<std::invoke_result_t<Reader, const Statement&>, Row>) {
+      out.push_back(read(s));
+    } else {
+      FT_DB_ASSIGN_OR_RETURN(Row r, read(s));
+      out.push_back(std::move(r));
+    }
+  }
+}
 
 }  // namespace db_internal
 }  // namespace fusetune

@@ -21,6 +21,7 @@ namespace fusetune {
 
 using db_internal::CheckRunExists;
 using db_internal::Connection;
+using db_internal::ReadRows;
 using db_internal::RequireLimit;
 using db_internal::RequireNonEmpty;
 using db_internal::RequirePositiveId;
@@ -273,12 +274,7 @@ absl::StatusOr<std::vector<Trial>> Store::ListTrials(int64_t run_id, std::string
                                " FROM trials t WHERE t.run_id = ?1 "
                                "AND (?2 = '' OR t.problem_key = ?2) ORDER BY t.rowid")));
     s.Bind(1, run_id).Bind(2, problem_key);
-    while (true) {
-      FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
-      FT_DB_ASSIGN_OR_RETURN(Trial t, ReadTrial(s));
-      out.push_back(std::move(t));
-    }
+    FT_DB_ASSIGN_OR_RETURN(out, ReadRows<Trial>(s, ReadTrial));
     return absl::OkStatus();
   }));
   return out;
@@ -300,14 +296,7 @@ absl::StatusOr<std::vector<Trial>> Store::ListTrialsForProblem(std::string_view 
                                         "WHERE t.problem_key = ?1 AND r.device_class = ?2 "
                                         "ORDER BY t.created_unix_ms DESC, t.rowid DESC LIMIT ?3")));
   s.Bind(1, problem_key).Bind(2, device_class).Bind(3, limit);
-  std::vector<Trial> out;
-  while (true) {
-    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    FT_DB_ASSIGN_OR_RETURN(Trial t, ReadTrial(s));
-    out.push_back(std::move(t));
-  }
-  return out;
+  return ReadRows<Trial>(s, ReadTrial);
 }
 
 absl::StatusOr<bool> Store::HasTrial(std::string_view trial_id) {
