@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,27 +70,206 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-int RunAuditCommand(const AuditFlags& f) {
-  const std::string cmd = "audit";
-  const bool problem_flags_given = !f.problem.preset.empty() || !f.problem.problem_key.empty() || !f.problem.seq.empty();
-  if (f.all && problem_flags_given) return UsageError(cmd, "use either --all or --seq/--problem/--preset, not both");
-  std::vector<AttentionProblem> problems;
-  if (!f.all) {
-    absl::StatusOr<std::vector<AttentionProblem>> built = f.problem.Build();
-    if (!built.ok()) {
-      return UsageError(cmd, std::string(built.status().message()) + " (or --all for every recorded best config)");
-    }
-    problems = *std::move(built);
-  }
-  absl::StatusOr<ConfigSpaceOptions> space = ParseSpaceFilters(f.variants, f.precisions);
-  if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
-
+AuditOptions MakeAuditOptions(const AuditFlags& f, const ConfigSpaceOptions& space) {
   AuditOptions options;
-  options.space = *space;
+  options.space = space;
   options.rounds = f.rounds;
   options.runner.timing.repeats = f.repeats;
   options.runner.timing.warmup = f.warmup;
   options.seed = f.seed;
+  return options;
+}
+
+// The problems named on the command line; empty under --all. Returns kExitOk with
+// `*problems` filled, or the usage error's exit code (its message printed).
+int ParseProblems(const std::string& cmd, const AuditFlags& f, std::vector<AttentionProblem>* problems) {
+  const bool problem_flags_given = !f.problem.preset.empty() || !f.problem.problem_key.empty() || !f.problem.seq.empty();
+  if (f.all && problem_flags_given) return UsageError(cmd, "use either --all or --seq/--problem/--preset, not both");
+  if (f.all) return kExitOk;
+  absl::StatusOr<std::vector<AttentionProblem>> built = f.problem.Build();
+  if (!built.ok()) {
+    return UsageError(cmd, std::string(built.status().message()) + " (or --all for every recorded best config)");
+  }
+  *problems = *std::move(built);
+  return kExitOk;
+}
+
+// A problem to audit and its recorded best config.
+struct Target {
+  AttentionProblem problem;
+  KernelConfig recorded;
+};
+
+// What the command audits. A problem without a recorded best config, or whose record names
+// no problem that can be rebuilt, is named and skipped; one whose record cannot be audited is
+// named and counted in `failures`.
+struct Targets {
+  std::vector<Target> list;
+  int failures = 0;
+};
+
+// Every best config recorded on `device_class` (--all). Returns kExitOk with `*targets`
+// filled, or the exit code to end with (its message printed).
+int TargetsOfAllRecords(const std::string& cmd, Store& store, const std::string& device_class, const std::string& db,
+                        const Backend& backend, const ConfigSpaceOptions& space_options, Targets* targets) {
+  absl::StatusOr<std::vector<BestConfig>> best = store.ListBestConfigs(device_class);
+  if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
+  if (best->empty()) {
+    std::fprintf(stderr, "fusetune audit: no best configs recorded on %s in %s (run 'fusetune sweep' first)\n",
+                 device_class.c_str(), db.c_str());
+    return kExitNotFound;
+  }
+  for (const BestConfig& b : *best) {
+    absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(b.problem_key);
+    if (!p.ok()) {
+      // Varlen and padded keys carry only a hash of their lengths: the shape is not in the
+      // database, so such a problem is audited by naming it in full, not from its record.
+      std::fprintf(stderr, "fusetune audit: %s: skipped, the problem cannot be rebuilt from its key (%s)\n",
+                   b.problem_key.c_str(), std::string(p.status().message()).c_str());
+      continue;
+    }
+    absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(b.config_key);
+    if (!c.ok()) {
+      std::fprintf(stderr, "fusetune audit: %s: recorded config '%s' cannot be read: %s\n", b.problem_key.c_str(),
+                   b.config_key.c_str(), std::string(c.status().message()).c_str());
+      ++targets->failures;
+      continue;
+    }
+    if (absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(*p, backend, space_options); !space.ok()) {
+      std::fprintf(stderr, "fusetune audit: %s: %s\n", b.problem_key.c_str(),
+                   std::string(space.status().message()).c_str());
+      ++targets->failures;
+      continue;
+    }
+    targets->list.push_back({*p, *c});
+  }
+  return kExitOk;
+}
+
+// The best config recorded on `device_class` for each of `problems`. Returns kExitOk with
+// `*targets` filled, or the exit code to end with (its message printed).
+int TargetsOfProblems(const std::string& cmd, Store& store, const std::string& device_class,
+                      const std::vector<AttentionProblem>& problems, Targets* targets) {
+  for (const AttentionProblem& p : problems) {
+    absl::StatusOr<BestConfig> best = store.GetBestConfig(device_class, p.Key());
+    if (absl::IsNotFound(best.status())) {
+      std::fprintf(stderr, "fusetune audit: %s: no best config recorded on %s (run 'fusetune sweep' first)\n",
+                   p.Key().c_str(), device_class.c_str());
+      continue;
+    }
+    if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
+    absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(best->config_key);
+    if (!c.ok()) {
+      std::fprintf(stderr, "fusetune audit: %s: recorded config '%s' cannot be read: %s\n", p.Key().c_str(),
+                   best->config_key.c_str(), std::string(c.status().message()).c_str());
+      ++targets->failures;
+      continue;
+    }
+    targets->list.push_back({p, *c});
+  }
+  return kExitOk;
+}
+
+// Where the audits go and what each summary carries besides its measurements.
+struct AuditRecording {
+  Store& store;
+  int64_t run_id;
+  std::string device_class;
+  std::string commit;
+};
+
+// The audits done, as recorded.
+struct Audited {
+  std::vector<AuditSummary> summaries;
+  nlohmann::json rows = nlohmann::json::array();  // --json: one object per audit
+  int failures = 0;                               // targets whose audit failed
+  bool cancelled = false;                         // stopped by a signal
+};
+
+// Records an audit whole: its trials, then its summary. Returns the summary with its
+// audit id; an error's message says which record failed.
+absl::StatusOr<AuditSummary> RecordTrialsAndSummary(const AuditRecording& to, const AuditResult& result) {
+  AuditSummary summary = result.summary;
+  summary.run_id = to.run_id;
+  summary.device_class = to.device_class;
+  summary.commit = to.commit;
+  if (absl::Status s = to.store.RecordTrials(result.trials); !s.ok()) {
+    return absl::Status(s.code(), fmt::format("recording the audit's trials: {}", s.ToString()));
+  }
+  absl::StatusOr<int64_t> audit_id = to.store.RecordAudit(summary);
+  if (!audit_id.ok()) {
+    return absl::Status(audit_id.status().code(), fmt::format("recording the audit: {}", audit_id.status().ToString()));
+  }
+  summary.audit_id = *audit_id;
+  return summary;
+}
+
+// Audits each target in turn, recording and printing each audit once it is done. SIGINT and
+// SIGTERM stop the audits between measurements; audits already finished stay recorded.
+// Returns kExitOk with `*audited` filled, or the exit code to end with (its message printed).
+int AuditTargets(const std::string& cmd, const std::vector<Target>& targets, Backend& backend,
+                 const AuditOptions& options, const AuditRecording& to, bool json, Audited* audited) {
+  StopOnSignal stop_on_signal;
+  for (const Target& t : targets) {
+    absl::StatusOr<AuditResult> result =
+        RunAudit(backend, t.problem, t.recorded, options, to.run_id, stop_on_signal.flag());
+    if (absl::IsCancelled(result.status())) {
+      audited->cancelled = true;
+      break;
+    }
+    if (!result.ok()) {
+      std::fprintf(stderr, "fusetune audit: %s: %s\n", t.problem.Key().c_str(),
+                   std::string(result.status().message()).c_str());
+      ++audited->failures;
+      continue;
+    }
+    absl::StatusOr<AuditSummary> summary = RecordTrialsAndSummary(to, *result);
+    if (!summary.ok()) return Failure(cmd, std::string(summary.status().message()));
+    if (json) {
+      audited->rows.push_back(SummaryJson(*summary, result->seconds));
+    } else {
+      std::printf("%s\n", SummaryLine(*summary).c_str());
+      std::fflush(stdout);
+    }
+    audited->summaries.push_back(*std::move(summary));
+    // A signal during the last measurement of an audit that still completed: keep the
+    // audit, start no other.
+    if (stop_on_signal.stop_requested()) {
+      audited->cancelled = true;
+      break;
+    }
+  }
+  return kExitOk;
+}
+
+// The closing lines: the JSON array, or the median and worst regret for people.
+void PrintAudited(const Audited& audited, int64_t run_id, bool json) {
+  if (json) {
+    std::printf("%s\n", audited.rows.dump(2).c_str());
+    return;
+  }
+  if (audited.summaries.empty()) return;
+  std::vector<double> regrets;
+  const AuditSummary* worst = nullptr;
+  for (const AuditSummary& a : audited.summaries) {
+    if (!std::isfinite(a.regret)) continue;  // an audit without a verdict (NaN) has no place in either
+    regrets.push_back(a.regret);
+    if (worst == nullptr || a.regret > worst->regret) worst = &a;
+  }
+  if (worst != nullptr) {
+    std::printf("audited %zu problem(s) in run %lld: median regret %s, worst %s (%s)\n", audited.summaries.size(),
+                static_cast<long long>(run_id), Percent(Median(regrets)).c_str(), Percent(worst->regret).c_str(),
+                worst->problem_key.c_str());
+  }
+}
+
+int RunAuditCommand(const AuditFlags& f) {
+  const std::string cmd = "audit";
+  std::vector<AttentionProblem> problems;
+  if (int code = ParseProblems(cmd, f, &problems); code != kExitOk) return code;
+  absl::StatusOr<ConfigSpaceOptions> space = ParseSpaceFilters(f.variants, f.precisions);
+  if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
+  const AuditOptions options = MakeAuditOptions(f, *space);
 
   int exit_code = kExitOk;
   std::unique_ptr<Backend> backend = CreateLocalBackend(cmd, f.backend, f.device, &exit_code);
@@ -105,145 +283,35 @@ int RunAuditCommand(const AuditFlags& f) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStoreForWriting(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
-
-  // The recorded best config of each problem; a problem without one is named and skipped.
-  struct Target {
-    AttentionProblem problem;
-    KernelConfig recorded;
-  };
-  std::vector<Target> targets;
-  int failures = 0;
-  if (f.all) {
-    absl::StatusOr<std::vector<BestConfig>> best = (*store)->ListBestConfigs(device_class);
-    if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
-    if (best->empty()) {
-      std::fprintf(stderr, "fusetune audit: no best configs recorded on %s in %s (run 'fusetune sweep' first)\n",
-                   device_class.c_str(), f.db.c_str());
-      return kExitNotFound;
-    }
-    for (const BestConfig& b : *best) {
-      absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(b.problem_key);
-      if (!p.ok()) {
-        // Varlen and padded keys carry only a hash of their lengths: the shape is not in the
-        // database, so such a problem is audited by naming it in full, not from its record.
-        std::fprintf(stderr, "fusetune audit: %s: skipped, the problem cannot be rebuilt from its key (%s)\n",
-                     b.problem_key.c_str(), std::string(p.status().message()).c_str());
-        continue;
-      }
-      absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(b.config_key);
-      if (!c.ok()) {
-        std::fprintf(stderr, "fusetune audit: %s: recorded config '%s' cannot be read: %s\n", b.problem_key.c_str(),
-                     b.config_key.c_str(), std::string(c.status().message()).c_str());
-        ++failures;
-        continue;
-      }
-      if (absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(*p, *backend, options.space); !space.ok()) {
-        std::fprintf(stderr, "fusetune audit: %s: %s\n", b.problem_key.c_str(),
-                     std::string(space.status().message()).c_str());
-        ++failures;
-        continue;
-      }
-      targets.push_back({*p, *c});
-    }
-  } else {
-    for (const AttentionProblem& p : problems) {
-      absl::StatusOr<BestConfig> best = (*store)->GetBestConfig(device_class, p.Key());
-      if (absl::IsNotFound(best.status())) {
-        std::fprintf(stderr, "fusetune audit: %s: no best config recorded on %s (run 'fusetune sweep' first)\n",
-                     p.Key().c_str(), device_class.c_str());
-        continue;
-      }
-      if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
-      absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(best->config_key);
-      if (!c.ok()) {
-        std::fprintf(stderr, "fusetune audit: %s: recorded config '%s' cannot be read: %s\n", p.Key().c_str(),
-                     best->config_key.c_str(), std::string(c.status().message()).c_str());
-        ++failures;
-        continue;
-      }
-      targets.push_back({p, *c});
-    }
-  }
-  if (targets.empty()) return failures > 0 ? kExitFailure : kExitNotFound;
+  Targets targets;
+  exit_code = f.all ? TargetsOfAllRecords(cmd, **store, device_class, f.db, *backend, options.space, &targets)
+                    : TargetsOfProblems(cmd, **store, device_class, problems, &targets);
+  if (exit_code != kExitOk) return exit_code;
+  if (targets.list.empty()) return targets.failures > 0 ? kExitFailure : kExitNotFound;
 
   const std::string commit = BuiltCommit();
   absl::StatusOr<int64_t> run_id = (*store)->BeginRun(LocalRunInfo(device, commit, "audit"));
   if (!run_id.ok()) return Failure(cmd, std::string(run_id.status().message()));
   if (!f.json) {
     std::printf("audit run %lld on %s: %zu problem(s), %d rounds\n", static_cast<long long>(*run_id),
-                device_class.c_str(), targets.size(), options.rounds);
+                device_class.c_str(), targets.list.size(), options.rounds);
     std::fflush(stdout);
   }
-
-  // SIGINT/SIGTERM stop the audit between measurements; audits already finished stay recorded.
-  std::optional<StopOnSignal> stop_on_signal;
-  stop_on_signal.emplace();
-  std::vector<AuditSummary> audited;
-  nlohmann::json rows = nlohmann::json::array();
-  bool cancelled = false;
-  for (const Target& t : targets) {
-    absl::StatusOr<AuditResult> result =
-        RunAudit(*backend, t.problem, t.recorded, options, *run_id, stop_on_signal->flag());
-    if (absl::IsCancelled(result.status())) {
-      cancelled = true;
-      break;
-    }
-    if (!result.ok()) {
-      std::fprintf(stderr, "fusetune audit: %s: %s\n", t.problem.Key().c_str(),
-                   std::string(result.status().message()).c_str());
-      ++failures;
-      continue;
-    }
-    AuditSummary summary = result->summary;
-    summary.run_id = *run_id;
-    summary.device_class = device_class;
-    summary.commit = commit;
-    if (absl::Status s = (*store)->RecordTrials(result->trials); !s.ok()) {
-      return Failure(cmd, fmt::format("recording the audit's trials: {}", s.ToString()));
-    }
-    absl::StatusOr<int64_t> audit_id = (*store)->RecordAudit(summary);
-    if (!audit_id.ok()) return Failure(cmd, fmt::format("recording the audit: {}", audit_id.status().ToString()));
-    summary.audit_id = *audit_id;
-    if (f.json) {
-      rows.push_back(SummaryJson(summary, result->seconds));
-    } else {
-      std::printf("%s\n", SummaryLine(summary).c_str());
-      std::fflush(stdout);
-    }
-    audited.push_back(std::move(summary));
-    // A signal during the last measurement of an audit that still completed: keep the
-    // audit, start no other.
-    if (stop_on_signal->stop_requested()) {
-      cancelled = true;
-      break;
-    }
+  Audited audited;
+  const AuditRecording to{**store, *run_id, device_class, commit};
+  if (int code = AuditTargets(cmd, targets.list, *backend, options, to, f.json, &audited); code != kExitOk) {
+    return code;
   }
-  stop_on_signal.reset();
   // The run holds what was measured, whole audits only; there is nothing to resume.
   if (absl::Status s = (*store)->FinishRun(*run_id); !s.ok()) return Failure(cmd, std::string(s.ToString()));
 
-  if (f.json) {
-    std::printf("%s\n", rows.dump(2).c_str());
-  } else if (!audited.empty()) {
-    std::vector<double> regrets;
-    const AuditSummary* worst = nullptr;
-    for (const AuditSummary& a : audited) {
-      if (!std::isfinite(a.regret)) continue;  // an audit without a verdict (NaN) has no place in either
-      regrets.push_back(a.regret);
-      if (worst == nullptr || a.regret > worst->regret) worst = &a;
-    }
-    if (worst != nullptr) {
-      std::printf("audited %zu problem(s) in run %lld: median regret %s, worst %s (%s)\n", audited.size(),
-                  static_cast<long long>(*run_id), Percent(Median(regrets)).c_str(), Percent(worst->regret).c_str(),
-                  worst->problem_key.c_str());
-    }
-  }
-  if (cancelled) {
-    std::fprintf(stderr, "fusetune audit: stopped by a signal after %zu of %zu problem(s)\n", audited.size(),
-                 targets.size());
+  PrintAudited(audited, *run_id, f.json);
+  if (audited.cancelled) {
+    std::fprintf(stderr, "fusetune audit: stopped by a signal after %zu of %zu problem(s)\n",
+                 audited.summaries.size(), targets.list.size());
     return kExitCancelled;
   }
-  return failures > 0 ? kExitFailure : kExitOk;
+  return targets.failures + audited.failures > 0 ? kExitFailure : kExitOk;
 }
 
 }  // namespace

@@ -14,12 +14,8 @@ namespace {
 using tuner_internal::Cancelled;
 using tuner_internal::Clock;
 
-}  // namespace
-
-absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& problem,
-                                     const KernelConfig& recorded, const AuditOptions& options,
-                                     int64_t run_id, const std::atomic<bool>* cancel) {
-  const auto start = Clock::now();
+absl::Status ValidateAudit(const AttentionProblem& problem, const KernelConfig& recorded,
+                           const AuditOptions& options) {
   if (options.rounds < 3 || options.rounds > 1000) {
     return absl::InvalidArgumentError(absl::StrCat("audit rounds must be in [3, 1000], got ", options.rounds));
   }
@@ -31,36 +27,50 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
   if (absl::Status s = recorded.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("recorded config ", recorded.Key(), ": ", s.message()));
   }
-  absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(problem, backend, options.space);
-  if (!space.ok()) return space.status();
+  return absl::OkStatus();
+}
 
-  AuditResult result;
-  Runner runner(backend, options.runner);
+// Step 1's screens.
+struct Screens {
+  std::vector<Trial> trials;  // every screen trial, in the order measured
+  std::vector<Trial> ok;      // the kOk ones, the recorded config's first
+  int failed = 0;             // neither kOk nor kUnsupported
+};
+
+// Screens every config of `space` once, the recorded config first: if it cannot run here
+// there is nothing to audit (FailedPrecondition).
+absl::StatusOr<Screens> ScreenSpace(Runner& runner, const AttentionProblem& problem, const KernelConfig& recorded,
+                                    const ConfigSpace& space, const TimingOptions& timing, int64_t run_id,
+                                    const std::atomic<bool>* cancel) {
   const std::string recorded_key = recorded.Key();
-  // The recorded config first: if it cannot run here there is nothing to audit.
-  Trial recorded_screen = runner.Measure(problem, recorded, options.runner.timing, run_id, 0, TrialStage::kAudit);
-  result.trials.push_back(recorded_screen);
+  Screens screens;
+  Trial recorded_screen = runner.Measure(problem, recorded, timing, run_id, 0, TrialStage::kAudit);
+  screens.trials.push_back(recorded_screen);
   if (recorded_screen.outcome != TrialOutcome::kOk) {
     return absl::FailedPreconditionError(absl::StrCat("the recorded config ", recorded_key, " is ",
                                                       std::string(TrialOutcomeName(recorded_screen.outcome)), " here: ",
                                                       recorded_screen.message));
   }
-  std::vector<Trial> ok{recorded_screen};
-  int failed = 0;
-  for (const KernelConfig& c : space->configs()) {
+  screens.ok.push_back(recorded_screen);
+  for (const KernelConfig& c : space.configs()) {
     if (c.Key() == recorded_key) continue;
     if (Cancelled(cancel)) return absl::CancelledError("audit stopped");
-    Trial t = runner.Measure(problem, c, options.runner.timing, run_id, 0, TrialStage::kAudit);
+    Trial t = runner.Measure(problem, c, timing, run_id, 0, TrialStage::kAudit);
     if (t.outcome == TrialOutcome::kOk) {
-      ok.push_back(t);
+      screens.ok.push_back(t);
     } else if (t.outcome != TrialOutcome::kUnsupported) {
-      ++failed;
+      ++screens.failed;
     }
-    result.trials.push_back(std::move(t));
+    screens.trials.push_back(std::move(t));
   }
+  return screens;
+}
 
-  // The contenders: the recorded config, whatever its screen, and the fastest other screens,
-  // ranked as the sweep ranks its own (within contender_fraction of the fastest of all).
+// The contenders: the recorded config, whatever its screen, and the fastest other screens,
+// ranked as the sweep ranks its own (within contender_fraction of the fastest of all).
+std::vector<KernelConfig> ChooseContenders(const std::vector<Trial>& ok, const KernelConfig& recorded,
+                                           const AuditOptions& options) {
+  const std::string recorded_key = recorded.Key();
   const std::vector<Trial> ranked = tuner_internal::RankedOk(ok);
   std::vector<Trial> others;
   for (const Trial& t : ranked) {
@@ -73,27 +83,15 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
     absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(t.config_key);
     if (c.ok()) contenders.push_back(*c);
   }
-  std::vector<Trial> rounds = runner.MeasureRounds(problem, contenders, options.rounds, options.runner.timing,
-                                                   options.seed, run_id, TrialStage::kAudit, 1, 0, cancel);
-  if (Cancelled(cancel)) return absl::CancelledError("audit stopped");
-  const Trial& recorded_rounds = rounds.front();
-  if (recorded_rounds.outcome != TrialOutcome::kOk) {
-    return absl::FailedPreconditionError(absl::StrCat("the recorded config ", recorded_key,
-                                                      " failed in the rounds: ", recorded_rounds.message));
-  }
+  return contenders;
+}
 
-  AuditSummary& s = result.summary;
-  s.run_id = run_id;
-  s.device_class = backend.Describe().DeviceClass();
-  s.problem_key = problem.Key();
-  s.recorded_config_key = recorded_key;
-  s.best_config_key = recorded_key;
-  s.recorded_us = recorded_rounds.median_us;
-  s.best_us = recorded_rounds.median_us;
-  s.rounds = static_cast<int>(recorded_rounds.samples_us.size());
-  // The closest contender: the largest median of recorded / contender. Above 1 it is the
-  // best and the regret is its excess; otherwise the recorded config is the best, regret
-  // 0, and the interval says how clearly (how much faster than the runner-up it is).
+// Step 3 on `s`, whose recorded and best fields start as the recorded config's: the closest
+// contender is the largest median of recorded / contender. Above 1 it is the best and the
+// regret is its excess; otherwise the recorded config is the best, regret 0, and the
+// interval says how clearly (how much faster than the runner-up it is).
+void CompareWithContenders(const std::vector<Trial>& rounds, AuditSummary& s) {
+  const Trial& recorded_rounds = rounds.front();
   std::optional<RoundRatio> closest;
   for (size_t i = 1; i < rounds.size(); ++i) {
     if (rounds[i].outcome != TrialOutcome::kOk) continue;
@@ -110,9 +108,48 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
     s.regret_low = std::min(s.regret, closest->low - 1.0);
     s.regret_high = std::max(s.regret, closest->high - 1.0);
   }
-  s.configs_measured = static_cast<int>(ok.size());
-  s.configs_failed = failed;
+}
+
+}  // namespace
+
+absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& problem,
+                                     const KernelConfig& recorded, const AuditOptions& options,
+                                     int64_t run_id, const std::atomic<bool>* cancel) {
+  const auto start = Clock::now();
+  if (absl::Status s = ValidateAudit(problem, recorded, options); !s.ok()) return s;
+  absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(problem, backend, options.space);
+  if (!space.ok()) return space.status();
+
+  Runner runner(backend, options.runner);
+  const std::string recorded_key = recorded.Key();
+  absl::StatusOr<Screens> screens =
+      ScreenSpace(runner, problem, recorded, *space, options.runner.timing, run_id, cancel);
+  if (!screens.ok()) return screens.status();
+  std::vector<Trial> rounds =
+      runner.MeasureRounds(problem, ChooseContenders(screens->ok, recorded, options), options.rounds,
+                           options.runner.timing, options.seed, run_id, TrialStage::kAudit, 1, 0, cancel);
+  if (Cancelled(cancel)) return absl::CancelledError("audit stopped");
+  const Trial& recorded_rounds = rounds.front();
+  if (recorded_rounds.outcome != TrialOutcome::kOk) {
+    return absl::FailedPreconditionError(absl::StrCat("the recorded config ", recorded_key,
+                                                      " failed in the rounds: ", recorded_rounds.message));
+  }
+
+  AuditResult result;
+  AuditSummary& s = result.summary;
+  s.run_id = run_id;
+  s.device_class = backend.Describe().DeviceClass();
+  s.problem_key = problem.Key();
+  s.recorded_config_key = recorded_key;
+  s.best_config_key = recorded_key;
+  s.recorded_us = recorded_rounds.median_us;
+  s.best_us = recorded_rounds.median_us;
+  s.rounds = static_cast<int>(recorded_rounds.samples_us.size());
+  CompareWithContenders(rounds, s);
+  s.configs_measured = static_cast<int>(screens->ok.size());
+  s.configs_failed = screens->failed;
   s.created_unix_ms = NowUnixMs();
+  result.trials = std::move(screens->trials);
   result.trials.insert(result.trials.end(), rounds.begin(), rounds.end());
   result.seconds = tuner_internal::SecondsSince(start);
   return result;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "fusetune/tuner/selection.h"
@@ -69,13 +71,8 @@ std::vector<KernelConfig> ConfigsOf(const std::vector<Trial>& trials) {
   return out;
 }
 
-}  // namespace
-
-absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const AttentionProblem> problems,
-                                     const SweepOptions& options, int64_t run_id, RecordSink& sink,
-                                     const SweepProgressCallback& progress,
-                                     const std::atomic<bool>* cancel) {
-  if (problems.empty()) return absl::InvalidArgumentError("the sweep has no problems");
+// The options' own checks, before any problem is looked at.
+absl::Status ValidateOptions(const SweepOptions& options) {
   if (options.max_trials_per_variant < 0) return absl::InvalidArgumentError("max_trials_per_variant must be >= 0");
   if (options.max_seconds_per_problem < 0) return absl::InvalidArgumentError("max_seconds_per_problem must be >= 0");
   const FinalRoundOptions& fin = options.final_rounds;
@@ -87,26 +84,367 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
         "final rounds: rounds in [0, 1000], 1 <= min_candidates <= max_candidates, baseline_candidates >= 0, "
         "near_fraction, time_ratio and min_seconds >= 0; baseline_time_ratio >= 0");
   }
-  const DeviceInfo device = backend.Describe();
-  // Check every problem and build every space first: a bad tenth problem should fail the
-  // sweep before nine problems' worth of measuring, not after.
+  return absl::OkStatus();
+}
+
+// Checks every problem and builds every space first: a bad tenth problem should fail the
+// sweep before nine problems' worth of measuring, not after.
+absl::StatusOr<std::vector<ConfigSpace>> CreateSpaces(std::span<const AttentionProblem> problems,
+                                                      const Backend& backend, const ConfigSpaceOptions& options) {
   std::vector<ConfigSpace> spaces;
   for (const AttentionProblem& p : problems) {
     if (absl::Status s = p.Validate(); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("problem ", p.Key(), ": ", s.message()));
     }
-    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, backend, options.space);
+    absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(p, backend, options);
     if (!space.ok()) return space.status();
     spaces.push_back(*std::move(space));
   }
+  return spaces;
+}
+
+// What resume reuses, read once before anything is measured.
+absl::StatusOr<RecordedTrialIndex> ReadRecordedTrials(RecordSink& sink, int64_t run_id) {
   absl::StatusOr<std::vector<Trial>> recorded_trials = sink.RecordedTrials(run_id);
   if (!recorded_trials.ok()) {
     return absl::Status(recorded_trials.status().code(), absl::StrCat("reading the recorded trials of run ", run_id,
                                                                       ": ", recorded_trials.status().message()));
   }
-  const RecordedTrialIndex recorded(*std::move(recorded_trials));
+  return RecordedTrialIndex(*std::move(recorded_trials));
+}
 
-  Runner runner(backend, options.runner);
+// Halving screens with few samples: its rungs and the final rounds measure more.
+TimingOptions HalvingScreenTiming(const TimingOptions& timing) {
+  TimingOptions screen = timing;
+  screen.repeats = std::max(2, timing.repeats / 4);
+  screen.max_seconds = timing.max_seconds / 4;
+  return screen;
+}
+
+// One problem while it is tuned: what its steps share and what they found so far.
+struct ProblemState {
+  ProblemState(std::span<const AttentionProblem> problems, size_t index, const ConfigSpace& problem_space,
+               uint64_t seed)
+      : problem(problems[index]),
+        key(problem.Key()),
+        space(problem_space),
+        variants(problem_space.variants()),
+        start(Clock::now()),
+        round_seed(SearchSeed(seed, key, Variant::kFused) ^ 0x5bd1e995u) {
+    report.problem_index = static_cast<int>(index);
+    report.problem_count = static_cast<int>(problems.size());
+    report.problem_key = key;
+  }
+
+  const AttentionProblem& problem;
+  const std::string key;
+  const ConfigSpace& space;
+  const std::vector<Variant> variants;
+  const Clock::time_point start;
+  const uint64_t round_seed;           // the interleaved rounds' order (plus the attempt)
+  SweepProgress report;                // counts as they grow; the rest once the problem is done
+  std::vector<Trial> trials;           // every trial of the problem, what selection reads
+  std::vector<Trial> final_contenders;
+  double fused_search_seconds = -1;    // < 0 until the fused variant has been searched
+  double fused_leader_us = 0;          // the fused leader's ranking time, 0 until known
+  bool cancelled = false;              // the problem is unfinished: neither selected nor reported
+};
+
+// One variant's search of one problem: its space, strategy, budget and screen timing.
+struct VariantSearch {
+  Variant variant = Variant::kFused;
+  std::vector<KernelConfig> configs;
+  // kAuto resolved; an exhaustive screen may become halving midway.
+  SearchStrategy strategy = SearchStrategy::kAuto;
+  StopCondition stop;            // the screen's budget; its seconds also cap the rungs
+  TimingOptions screen_timing;   // also the rungs' block
+  std::unique_ptr<Searcher> searcher;
+  Clock::time_point start;
+};
+
+// The steps of one RunSweep call, over what they all read: the options, the runner, where
+// records go, what was recorded before, and the cancel flag. Each step that sees the flag
+// set marks its problem cancelled and returns OK.
+class SweepSteps {
+ public:
+  SweepSteps(Backend& backend, const SweepOptions& options, int64_t run_id, RecordSink& sink,
+             RecordedTrialIndex recorded, const std::atomic<bool>* cancel)
+      : options_(options),
+        fin_(options.final_rounds),
+        run_id_(run_id),
+        sink_(sink),
+        recorded_(std::move(recorded)),
+        cancel_(cancel),
+        runner_(backend, options.runner) {}
+
+  // Steps 1 and 2 of the top of sweep.h for one problem: every variant's search, then the
+  // final rounds; `p.trials` then holds what SelectBest reads.
+  absl::Status Tune(ProblemState& p) {
+    for (size_t vi = 0; vi < p.variants.size() && !p.cancelled; ++vi) {
+      if (absl::Status s = SearchVariant(p, vi); !s.ok()) return s;
+    }
+    if (p.cancelled) return absl::OkStatus();
+    return FinalRounds(p);
+  }
+
+  // Step 3: the problem's best config, recorded; nullopt when no trial of it was kOk.
+  absl::StatusOr<std::optional<BestConfig>> SelectAndRecord(const ProblemState& p,
+                                                            const std::string& device_class) {
+    absl::StatusOr<BestConfig> best = SelectBest(p.trials, device_class, run_id_, options_.commit);
+    if (absl::IsNotFound(best.status())) return std::nullopt;
+    if (!best.ok()) return best.status();
+    if (absl::Status s = sink_.RecordBestConfig(*best); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("recording the best config of ", p.key, " (", best->config_key,
+                                                 "): ", s.message()));
+    }
+    return *std::move(best);
+  }
+
+ private:
+  // A variant's screen, its halving rungs, and its contenders for the final rounds.
+  absl::Status SearchVariant(ProblemState& p, size_t variant_index) {
+    VariantSearch v = PlanSearch(p, variant_index);
+    absl::StatusOr<std::vector<Trial>> history = Screen(p, v);
+    if (!history.ok()) return history.status();
+    p.trials.insert(p.trials.end(), history->begin(), history->end());
+    if (p.cancelled) return absl::OkStatus();
+    absl::StatusOr<std::vector<Trial>> ranked = HalvingRungs(p, v, RankedOk(*history));
+    if (!ranked.ok()) return ranked.status();
+    if (v.variant == Variant::kFused) p.fused_search_seconds = SecondsSince(v.start);
+    AddContenders(p, v.variant, *ranked);
+    return absl::OkStatus();
+  }
+
+  // The variant's strategy (kAuto resolved by the size of its space), budget, screen timing
+  // and searcher; its clock starts now.
+  VariantSearch PlanSearch(const ProblemState& p, size_t variant_index) const {
+    VariantSearch v;
+    v.variant = p.variants[variant_index];
+    v.configs = p.space.ForVariant(v.variant);
+    v.strategy = options_.strategy;
+    if (v.strategy == SearchStrategy::kAuto) {
+      v.strategy = v.configs.size() <= static_cast<size_t>(kExhaustiveSpaceLimit) ? SearchStrategy::kExhaustive
+                                                                                   : SearchStrategy::kSuccessiveHalving;
+    }
+    v.stop = VariantBudget(p, variant_index);
+    v.screen_timing = v.strategy == SearchStrategy::kSuccessiveHalving ? HalvingScreenTiming(options_.runner.timing)
+                                                                       : options_.runner.timing;
+    v.searcher = CreateSearcher(v.strategy, v.configs, SearchSeed(options_.seed, p.key, v.variant));
+    v.start = Clock::now();
+    return v;
+  }
+
+  // The variant's screen budget ("Budgets" at the top of sweep.h).
+  StopCondition VariantBudget(const ProblemState& p, size_t variant_index) const {
+    StopCondition stop;
+    stop.max_trials = options_.max_trials_per_variant;
+    if (options_.max_seconds_per_problem > 0) {
+      // The search gets three quarters of the budget, shared by the variants left (an
+      // early finisher donates); the final rounds get the rest.
+      const double left = 0.75 * options_.max_seconds_per_problem - SecondsSince(p.start);
+      // A variant always gets a little time, so every variant has a chance to measure.
+      stop.max_seconds = std::max(left / static_cast<double>(p.variants.size() - variant_index), 1e-3);
+    }
+    // An explicit trial cap is a deliberate request for that many trials: it replaces
+    // the baselines' time cap.
+    if (p.variants[variant_index] != Variant::kFused && options_.baseline_time_ratio > 0 &&
+        p.fused_search_seconds >= 0 && options_.max_trials_per_variant == 0) {
+      const double cap = std::max(kMinBaselineSeconds, options_.baseline_time_ratio * p.fused_search_seconds);
+      stop.max_seconds = stop.max_seconds > 0 ? std::min(stop.max_seconds, cap) : cap;
+    }
+    return stop;
+  }
+
+  // Screen trials, one per proposed config, until the searcher runs out or the budget is
+  // reached. Unsupported configs cost nothing, so they do not use the budget.
+  absl::StatusOr<std::vector<Trial>> Screen(ProblemState& p, VariantSearch& v) {
+    std::vector<Trial> history;
+    int counted = 0;
+    while (!v.stop.Reached(counted, SecondsSince(v.start))) {
+      if (Cancelled(cancel_)) {
+        p.cancelled = true;
+        break;
+      }
+      std::optional<KernelConfig> config = v.searcher->Next(history);
+      if (!config.has_value()) break;
+      absl::StatusOr<Trial> trial = ScreenTrial(p, *config, v.screen_timing);
+      if (!trial.ok()) return trial.status();
+      if (trial->outcome != TrialOutcome::kUnsupported) ++counted;
+      if (trial->outcome == TrialOutcome::kOk) ++p.report.trials_ok;
+      history.push_back(*std::move(trial));
+      // kAuto's exhaustive screen that the budget would cut short becomes halving: the
+      // rest of the space is screened in a random order with few samples.
+      if (options_.strategy == SearchStrategy::kAuto && v.strategy == SearchStrategy::kExhaustive &&
+          v.stop.max_seconds > 0 && counted == 1 &&
+          history.back().wall_seconds * static_cast<double>(v.configs.size()) > v.stop.max_seconds) {
+        v.strategy = SearchStrategy::kSuccessiveHalving;
+        v.screen_timing = HalvingScreenTiming(options_.runner.timing);
+        v.searcher = CreateSearcher(v.strategy, v.configs, SearchSeed(options_.seed, p.key, v.variant));
+      }
+    }
+    return history;
+  }
+
+  // The config's screen trial: the recorded one when there is one, else measured and recorded.
+  absl::StatusOr<Trial> ScreenTrial(ProblemState& p, const KernelConfig& config, const TimingOptions& timing) {
+    if (const Trial* existing = recorded_.Find(TrialId(run_id_, p.key, config.Key(), 0))) {
+      ++p.report.trials_resumed;
+      return *existing;
+    }
+    Trial trial = runner_.Measure(p.problem, config, timing, run_id_, 0);
+    if (absl::Status s = Record(p, trial); !s.ok()) return s;
+    ++p.report.trials_measured;
+    return trial;
+  }
+
+  // Halving rungs, whatever the strategy: the better half of the survivors in interleaved
+  // rounds, the rounds doubling each rung, until few enough remain for the final rounds. A
+  // screen is one block per config, measured one config after another, so anything that
+  // slowed the machine for a while (another process, a clock dip) skews whole stretches of
+  // it; interleaved rounds share such spells out evenly. Returns the last ranking.
+  absl::StatusOr<std::vector<Trial>> HalvingRungs(ProblemState& p, const VariantSearch& v, std::vector<Trial> ranked) {
+    int rounds = 2;
+    for (int rung = 1; static_cast<int>(ranked.size()) > fin_.max_candidates && !p.cancelled; ++rung) {
+      // The rungs count against the variant's time: once it is spent, the current ranking
+      // stands.
+      if (v.stop.max_seconds > 0 && SecondsSince(v.start) >= v.stop.max_seconds) break;
+      const size_t keep = std::max<size_t>(static_cast<size_t>(fin_.max_candidates), (ranked.size() + 1) / 2);
+      ranked.resize(keep);
+      absl::StatusOr<std::vector<Trial>> rung_trials =
+          RoundSet(p, ranked, TrialStage::kHalving, rung * kHalvingAttemptStride, rounds, v.screen_timing, 0);
+      if (!rung_trials.ok()) return rung_trials.status();
+      p.trials.insert(p.trials.end(), rung_trials->begin(), rung_trials->end());
+      ranked = RankedOk(*rung_trials);
+      rounds *= 2;
+      if (rung_trials->empty()) break;
+    }
+    return ranked;
+  }
+
+  // The variant's leaders join the final rounds' contenders: the fused ones near the
+  // leader, the best few of a baseline unless far slower than the fused leader.
+  void AddContenders(ProblemState& p, Variant variant, const std::vector<Trial>& ranked) {
+    const bool fused = variant == Variant::kFused;
+    const double leader_us = ranked.empty() ? 0 : RankingUs(ranked.front());
+    std::vector<Trial> contenders =
+        fused ? Contenders(ranked, leader_us, fin_.near_fraction, fin_.min_candidates, fin_.max_candidates)
+              : Contenders(ranked, leader_us, 0, fin_.baseline_candidates, fin_.baseline_candidates);
+    if (fused && !contenders.empty()) p.fused_leader_us = RankingUs(contenders.front());
+    // A baseline far slower than the fused leader changes no decision in the rounds and
+    // would dominate their time; its speedup comes from its own measurements.
+    if (!fused && p.fused_leader_us > 0) {
+      std::erase_if(contenders, [&](const Trial& t) {
+        return RankingUs(t) > fin_.max_baseline_ratio * p.fused_leader_us;
+      });
+    }
+    p.final_contenders.insert(p.final_contenders.end(), contenders.begin(), contenders.end());
+  }
+
+  // The interleaved final rounds: the leaders of every variant side by side, so the pick
+  // and the speedups over the baselines come from per-round ratios.
+  absl::Status FinalRounds(ProblemState& p) {
+    if (fin_.rounds <= 0 || p.final_contenders.size() < 2) return absl::OkStatus();
+    const double search_seconds = SecondsSince(p.start);
+    double left =
+        options_.max_seconds_per_problem > 0 ? std::max(options_.max_seconds_per_problem - search_seconds, 1e-3) : 0;
+    if (fin_.time_ratio > 0) {
+      const double cap = std::max(fin_.min_seconds, fin_.time_ratio * search_seconds);
+      left = left > 0 ? std::min(left, cap) : cap;
+    }
+    absl::StatusOr<std::vector<Trial>> finals =
+        RoundSet(p, p.final_contenders, TrialStage::kFinal, 0, fin_.rounds, options_.runner.timing, left);
+    if (!finals.ok()) return finals.status();
+    if (p.cancelled) return absl::OkStatus();
+    p.trials.insert(p.trials.end(), finals->begin(), finals->end());
+    return absl::OkStatus();
+  }
+
+  // One set of interleaved rounds of the configs of `of`, resumable: a set found whole is
+  // reused; a set found in part (interrupted while being recorded) is measured again under
+  // the next attempt. Empty when cancelled.
+  absl::StatusOr<std::vector<Trial>> RoundSet(ProblemState& p, const std::vector<Trial>& of, TrialStage stage,
+                                              int attempt_base, int rounds, const TimingOptions& block,
+                                              double max_seconds) {
+    const std::vector<KernelConfig> configs = ConfigsOf(of);
+    for (int retry = 0; retry < kHalvingAttemptStride; ++retry) {
+      const int attempt = attempt_base + retry;
+      std::vector<Trial> found;
+      for (const KernelConfig& c : configs) {
+        if (const Trial* t = recorded_.Find(TrialId(run_id_, p.key, c.Key(), attempt, stage))) found.push_back(*t);
+      }
+      if (!found.empty() && found.size() == configs.size()) {
+        p.report.trials_resumed += static_cast<int>(found.size());
+        return found;
+      }
+      if (!found.empty()) continue;
+      return MeasureRoundSet(p, of, configs, stage, attempt, rounds, block, max_seconds);
+    }
+    return absl::InternalError(absl::StrCat("every attempt of the ", std::string(TrialStageName(stage)),
+                                            " rounds of ", p.key, " is recorded in part"));
+  }
+
+  // Measures and records one set of rounds under `attempt`; empty when cancelled.
+  absl::StatusOr<std::vector<Trial>> MeasureRoundSet(ProblemState& p, const std::vector<Trial>& of,
+                                                     const std::vector<KernelConfig>& configs, TrialStage stage,
+                                                     int attempt, int rounds, const TimingOptions& block,
+                                                     double max_seconds) {
+    std::vector<Trial> measured =
+        runner_.MeasureRounds(p.problem, configs, rounds, block, p.round_seed + static_cast<uint64_t>(attempt), run_id_,
+                              stage, attempt, max_seconds, cancel_);
+    if (Cancelled(cancel_)) {
+      p.cancelled = true;  // a set cut short is not recorded: its rounds are incomplete
+      return std::vector<Trial>();
+    }
+    // The rounds only time: each trial keeps the verification errors of the measurement it
+    // continues, so the pick's record says how accurate it is.
+    std::map<std::string, const Trial*> source;
+    for (const Trial& t : of) source[t.config_key] = &t;
+    for (Trial& t : measured) {
+      auto it = source.find(t.config_key);
+      if (it == source.end()) continue;
+      t.max_abs_error = it->second->max_abs_error;
+      t.max_rel_error = it->second->max_rel_error;
+      t.checked_elements = it->second->checked_elements;
+    }
+    for (const Trial& t : measured) {
+      if (absl::Status s = Record(p, t); !s.ok()) return s;
+    }
+    p.report.trials_measured += static_cast<int>(measured.size());
+    return measured;
+  }
+
+  // Sends one trial to the sink; an error names the trial.
+  absl::Status Record(const ProblemState& p, const Trial& t) {
+    absl::Status s = sink_.RecordTrial(t);
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat("recording trial ", t.trial_id, " (", p.key, " ", t.config_key,
+                                               "): ", s.message()));
+  }
+
+  const SweepOptions& options_;
+  const FinalRoundOptions& fin_;
+  const int64_t run_id_;
+  RecordSink& sink_;
+  const RecordedTrialIndex recorded_;
+  const std::atomic<bool>* const cancel_;
+  Runner runner_;
+};
+
+}  // namespace
+
+absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const AttentionProblem> problems,
+                                     const SweepOptions& options, int64_t run_id, RecordSink& sink,
+                                     const SweepProgressCallback& progress,
+                                     const std::atomic<bool>* cancel) {
+  if (problems.empty()) return absl::InvalidArgumentError("the sweep has no problems");
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  const DeviceInfo device = backend.Describe();
+  absl::StatusOr<std::vector<ConfigSpace>> spaces = CreateSpaces(problems, backend, options.space);
+  if (!spaces.ok()) return spaces.status();
+  absl::StatusOr<RecordedTrialIndex> recorded = ReadRecordedTrials(sink, run_id);
+  if (!recorded.ok()) return recorded.status();
+
+  SweepSteps steps(backend, options, run_id, sink, *std::move(recorded), cancel);
   SweepResult result;
   const auto sweep_start = Clock::now();
   for (size_t pi = 0; pi < problems.size(); ++pi) {
@@ -114,221 +452,26 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
       result.cancelled = true;
       break;
     }
-    const AttentionProblem& problem = problems[pi];
-    const std::string problem_key = problem.Key();
-    const std::vector<Variant> variants = spaces[pi].variants();
-    const auto problem_start = Clock::now();
-    SweepProgress report;
-    report.problem_index = static_cast<int>(pi);
-    report.problem_count = static_cast<int>(problems.size());
-    report.problem_key = problem_key;
-    std::vector<Trial> problem_trials;
-    std::vector<Trial> final_contenders;
-    double fused_search_seconds = -1;  // < 0 until the fused variant has been searched
-    double fused_leader_us = 0;        // the fused leader's ranking time, 0 until known
-    const uint64_t problem_seed = SearchSeed(options.seed, problem_key, Variant::kFused) ^ 0x5bd1e995u;
-
-    // One set of interleaved rounds, resumable: a set found whole is reused; a set found in
-    // part (interrupted while being recorded) is measured again under the next attempt.
-    auto round_set = [&](const std::vector<Trial>& of, TrialStage stage, int attempt_base, int rounds,
-                         const TimingOptions& block, double max_seconds) -> absl::StatusOr<std::vector<Trial>> {
-      const std::vector<KernelConfig> configs = ConfigsOf(of);
-      for (int retry = 0; retry < kHalvingAttemptStride; ++retry) {
-        const int attempt = attempt_base + retry;
-        std::vector<Trial> found;
-        for (const KernelConfig& c : configs) {
-          if (const Trial* t = recorded.Find(TrialId(run_id, problem_key, c.Key(), attempt, stage))) {
-            found.push_back(*t);
-          }
-        }
-        if (!found.empty() && found.size() == configs.size()) {
-          report.trials_resumed += static_cast<int>(found.size());
-          return found;
-        }
-        if (!found.empty()) continue;
-        std::vector<Trial> measured =
-            runner.MeasureRounds(problem, configs, rounds, block, problem_seed + static_cast<uint64_t>(attempt), run_id,
-                                 stage, attempt, max_seconds, cancel);
-        if (Cancelled(cancel)) {
-          result.cancelled = true;  // a set cut short is not recorded: its rounds are incomplete
-          return std::vector<Trial>();
-        }
-        // The rounds only time: each trial keeps the verification errors of the measurement
-        // it continues, so the pick's record says how accurate it is.
-        std::map<std::string, const Trial*> source;
-        for (const Trial& t : of) source[t.config_key] = &t;
-        for (Trial& t : measured) {
-          auto it = source.find(t.config_key);
-          if (it == source.end()) continue;
-          t.max_abs_error = it->second->max_abs_error;
-          t.max_rel_error = it->second->max_rel_error;
-          t.checked_elements = it->second->checked_elements;
-        }
-        for (const Trial& t : measured) {
-          if (absl::Status s = sink.RecordTrial(t); !s.ok()) {
-            return absl::Status(s.code(), absl::StrCat("recording trial ", t.trial_id, " (", problem_key, " ",
-                                                       t.config_key, "): ", s.message()));
-          }
-        }
-        report.trials_measured += static_cast<int>(measured.size());
-        return measured;
-      }
-      return absl::InternalError(absl::StrCat("every attempt of the ", std::string(TrialStageName(stage)),
-                                              " rounds of ", problem_key, " is recorded in part"));
-    };
-
-    for (size_t vi = 0; vi < variants.size() && !result.cancelled; ++vi) {
-      const Variant variant = variants[vi];
-      const std::vector<KernelConfig> configs = spaces[pi].ForVariant(variant);
-      SearchStrategy strategy = options.strategy;
-      if (strategy == SearchStrategy::kAuto) {
-        strategy = configs.size() <= static_cast<size_t>(kExhaustiveSpaceLimit) ? SearchStrategy::kExhaustive
-                                                                                 : SearchStrategy::kSuccessiveHalving;
-      }
-      StopCondition stop;
-      stop.max_trials = options.max_trials_per_variant;
-      if (options.max_seconds_per_problem > 0) {
-        // The search gets three quarters of the budget, shared by the variants left (an
-        // early finisher donates); the final rounds get the rest.
-        const double left = 0.75 * options.max_seconds_per_problem - SecondsSince(problem_start);
-        // A variant always gets a little time, so every variant has a chance to measure.
-        stop.max_seconds = std::max(left / static_cast<double>(variants.size() - vi), 1e-3);
-      }
-      // An explicit trial cap is a deliberate request for that many trials: it replaces
-      // the baselines' time cap.
-      if (variant != Variant::kFused && options.baseline_time_ratio > 0 && fused_search_seconds >= 0 &&
-          options.max_trials_per_variant == 0) {
-        const double cap = std::max(kMinBaselineSeconds, options.baseline_time_ratio * fused_search_seconds);
-        stop.max_seconds = stop.max_seconds > 0 ? std::min(stop.max_seconds, cap) : cap;
-      }
-      // Halving screens with few samples: its rungs and the final rounds measure more.
-      TimingOptions screen_timing = options.runner.timing;
-      auto use_halving_timing = [&] {
-        screen_timing.repeats = std::max(2, options.runner.timing.repeats / 4);
-        screen_timing.max_seconds = options.runner.timing.max_seconds / 4;
-      };
-      if (strategy == SearchStrategy::kSuccessiveHalving) use_halving_timing();
-      std::unique_ptr<Searcher> searcher =
-          CreateSearcher(strategy, configs, SearchSeed(options.seed, problem_key, variant));
-      std::vector<Trial> history;
-      int counted = 0;  // unsupported configs cost nothing, so they do not use the budget
-      const auto variant_start = Clock::now();
-      while (!stop.Reached(counted, SecondsSince(variant_start))) {
-        if (Cancelled(cancel)) {
-          result.cancelled = true;
-          break;
-        }
-        std::optional<KernelConfig> config = searcher->Next(history);
-        if (!config.has_value()) break;
-        Trial trial;
-        if (const Trial* existing = recorded.Find(TrialId(run_id, problem_key, config->Key(), 0))) {
-          trial = *existing;
-          ++report.trials_resumed;
-        } else {
-          trial = runner.Measure(problem, *config, screen_timing, run_id, 0);
-          if (absl::Status s = sink.RecordTrial(trial); !s.ok()) {
-            return absl::Status(s.code(), absl::StrCat("recording trial ", trial.trial_id, " (",
-                                                       problem_key, " ", trial.config_key, "): ", s.message()));
-          }
-          ++report.trials_measured;
-        }
-        if (trial.outcome != TrialOutcome::kUnsupported) ++counted;
-        if (trial.outcome == TrialOutcome::kOk) ++report.trials_ok;
-        history.push_back(std::move(trial));
-        // kAuto's exhaustive screen that the budget would cut short becomes halving: the
-        // rest of the space is screened in a random order with few samples.
-        if (options.strategy == SearchStrategy::kAuto && strategy == SearchStrategy::kExhaustive &&
-            stop.max_seconds > 0 && counted == 1 &&
-            history.back().wall_seconds * static_cast<double>(configs.size()) > stop.max_seconds) {
-          strategy = SearchStrategy::kSuccessiveHalving;
-          use_halving_timing();
-          searcher = CreateSearcher(strategy, configs, SearchSeed(options.seed, problem_key, variant));
-        }
-      }
-      problem_trials.insert(problem_trials.end(), history.begin(), history.end());
-      if (result.cancelled) break;
-
-      // Halving rungs, whatever the strategy: the better half of the survivors in
-      // interleaved rounds, the rounds doubling each rung, until few enough remain for the
-      // final rounds. A screen is one block per config, measured one config after another,
-      // so anything that slowed the machine for a while (another process, a clock dip)
-      // skews whole stretches of it; interleaved rounds share such spells out evenly.
-      std::vector<Trial> ranked = RankedOk(history);
-      {
-        int rounds = 2;
-        for (int rung = 1; static_cast<int>(ranked.size()) > fin.max_candidates && !result.cancelled; ++rung) {
-          // The rungs count against the variant's time: once it is spent, the current
-          // ranking stands.
-          if (stop.max_seconds > 0 && SecondsSince(variant_start) >= stop.max_seconds) break;
-          const size_t keep = std::max<size_t>(static_cast<size_t>(fin.max_candidates), (ranked.size() + 1) / 2);
-          ranked.resize(keep);
-          absl::StatusOr<std::vector<Trial>> rung_trials =
-              round_set(ranked, TrialStage::kHalving, rung * kHalvingAttemptStride, rounds, screen_timing, 0);
-          if (!rung_trials.ok()) return rung_trials.status();
-          problem_trials.insert(problem_trials.end(), rung_trials->begin(), rung_trials->end());
-          ranked = RankedOk(*rung_trials);
-          rounds *= 2;
-          if (rung_trials->empty()) break;
-        }
-      }
-      const bool fused = variant == Variant::kFused;
-      if (fused) fused_search_seconds = SecondsSince(variant_start);
-      const double leader_us = ranked.empty() ? 0 : RankingUs(ranked.front());
-      std::vector<Trial> contenders =
-          fused ? Contenders(ranked, leader_us, fin.near_fraction, fin.min_candidates, fin.max_candidates)
-                : Contenders(ranked, leader_us, 0, fin.baseline_candidates, fin.baseline_candidates);
-      if (fused && !contenders.empty()) fused_leader_us = RankingUs(contenders.front());
-      // A baseline far slower than the fused leader changes no decision in the rounds and
-      // would dominate their time; its speedup comes from its own measurements.
-      if (!fused && fused_leader_us > 0) {
-        std::erase_if(contenders, [&](const Trial& t) {
-          return RankingUs(t) > fin.max_baseline_ratio * fused_leader_us;
-        });
-      }
-      final_contenders.insert(final_contenders.end(), contenders.begin(), contenders.end());
+    ProblemState p(problems, pi, (*spaces)[pi], options.seed);
+    if (absl::Status s = steps.Tune(p); !s.ok()) return s;
+    result.trials_measured += p.report.trials_measured;
+    result.trials_resumed += p.report.trials_resumed;
+    if (p.cancelled) {
+      result.cancelled = true;  // an unfinished problem is neither reported nor selected
+      break;
     }
-    result.trials_measured += report.trials_measured;
-    result.trials_resumed += report.trials_resumed;
-    if (result.cancelled) break;  // an unfinished problem is neither reported nor selected
-
-    // The interleaved final rounds: the leaders of every variant side by side, so the pick
-    // and the speedups over the baselines come from per-round ratios.
-    if (fin.rounds > 0 && final_contenders.size() >= 2) {
-      const double search_seconds = SecondsSince(problem_start);
-      double left = options.max_seconds_per_problem > 0
-                        ? std::max(options.max_seconds_per_problem - search_seconds, 1e-3)
-                        : 0;
-      if (fin.time_ratio > 0) {
-        const double cap = std::max(fin.min_seconds, fin.time_ratio * search_seconds);
-        left = left > 0 ? std::min(left, cap) : cap;
-      }
-      const int before_measured = report.trials_measured, before_resumed = report.trials_resumed;
-      absl::StatusOr<std::vector<Trial>> finals =
-          round_set(final_contenders, TrialStage::kFinal, 0, fin.rounds, options.runner.timing, left);
-      if (!finals.ok()) return finals.status();
-      result.trials_measured += report.trials_measured - before_measured;
-      result.trials_resumed += report.trials_resumed - before_resumed;
-      if (result.cancelled) break;
-      problem_trials.insert(problem_trials.end(), finals->begin(), finals->end());
-    }
-
-    absl::StatusOr<BestConfig> best = SelectBest(problem_trials, device.DeviceClass(), run_id, options.commit);
-    if (best.ok()) {
-      if (absl::Status s = sink.RecordBestConfig(*best); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("recording the best config of ", problem_key, " (",
-                                                   best->config_key, "): ", s.message()));
-      }
-      report.best = *best;
-      result.best.push_back(*best);
-    } else if (!absl::IsNotFound(best.status())) {
-      return best.status();
+    absl::StatusOr<std::optional<BestConfig>> best = steps.SelectAndRecord(p, device.DeviceClass());
+    if (!best.ok()) return best.status();
+    if (best->has_value()) {
+      p.report.best = **best;
+      result.best.push_back(**best);
     }
     ++result.problems_finished;
-    report.problem_seconds = SecondsSince(problem_start);
-    report.elapsed_seconds = SecondsSince(sweep_start);
-    report.estimated_remaining_seconds = EstimateRemaining(problems.subspan(pi + 1), report.problem_seconds,
-                                                           problem.Flops(), options.max_seconds_per_problem);
-    if (progress) progress(report);
+    p.report.problem_seconds = SecondsSince(p.start);
+    p.report.elapsed_seconds = SecondsSince(sweep_start);
+    p.report.estimated_remaining_seconds = EstimateRemaining(problems.subspan(pi + 1), p.report.problem_seconds,
+                                                             p.problem.Flops(), options.max_seconds_per_problem);
+    if (progress) progress(p.report);
   }
   return result;
 }
