@@ -65,6 +65,7 @@ void AddSubmitCommand(CLI::App& app, CommandContext& context);  // submit_comman
 void AddJobsCommand(CLI::App& app, CommandContext& context);    // jobs_command.cc
 void AddWorkersCommand(CLI::App& app, CommandContext& context);  // workers_command.cc
 void AddAuditsCommand(CLI::App& app, CommandContext& context);   // audits_command.cc
+void AddRegressionsCommand(CLI::App& app, CommandContext& context);  // regressions_command.cc
 
 }  // namespace fusetune::cli
 

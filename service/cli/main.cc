@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   AddJobsCommand(app, context);
   AddWorkersCommand(app, context);
   AddAuditsCommand(app, context);
+  AddRegressionsCommand(app, context);
 #endif
 
   try {

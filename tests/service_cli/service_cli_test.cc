@@ -1,4 +1,4 @@
-// `fusetune serve`, `worker`, `submit`, `jobs`, `workers`, `audits` and `best --server` as real
+// `fusetune serve`, `worker`, `submit`, `jobs`, `workers`, `audits`, `regressions` and `best --server` as real
 // processes.
 #include <csignal>
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/subprocess.h"
+#include "fusetune/db/store.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -270,10 +271,49 @@ TEST_F(ServiceCliTest, AuditJobSubmittedWithJobKindAuditIsListedByAudits) {
   EXPECT_EQ(serve_->Wait(15), 0);
 }
 
+// The verdicts stored in the server's database, newest first, filtered by commit.
+TEST_F(ServiceCliTest, RegressionsListsTheStoredVerdictsNewestFirst) {
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(dir_.File("f.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < 3; ++i) {
+      Regression r;
+      r.commit = i < 2 ? "c0ffee" : "beef42";
+      r.baseline_commit = "abc123";
+      r.device_class = kClass;
+      r.problem_key = "prefill/b1/hq12/hkv12/q512/k512/d64/causal0/fp32";
+      r.config_key = "fused/bm64/bs64/t2/fp32/st1";
+      r.metric = "latency";
+      r.ratio = 1.0 + 0.01 * (i + 1);
+      r.p_value = 0.001;
+      r.verdict = i == 0 ? "same" : "regressed";
+      r.created_unix_ms = 1764547200000 + i;
+      ASSERT_TRUE((*store)->RecordRegression(r).ok());
+    }
+  }
+  ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
+  CommandResult all = Run({"regressions", "--server", Address(), "--token-file", token_file_, "--json"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  auto listed = nlohmann::json::parse(all.out);
+  ASSERT_EQ(listed.size(), 3u) << all.out;
+  EXPECT_EQ(listed[0]["commit"], "beef42");  // newest first
+  EXPECT_DOUBLE_EQ(listed[0]["ratio"].get<double>(), 1.03);
+  EXPECT_EQ(listed[2]["verdict"], "same");
+  CommandResult one = Run({"regressions", "--server", Address(), "--token-file", token_file_, "--commit", "c0ffee"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("VERDICT"), std::string::npos) << one.out;
+  EXPECT_EQ(one.out.find("beef42"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("regressed"), std::string::npos) << one.out;
+  CommandResult bad = Run({"regressions", "--server", Address(), "--token-file", token_file_, "--commit", "not a commit!"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  CommandResult no_token = Run({"regressions", "--server", Address()});
+  EXPECT_EQ(no_token.exit_code, 1);
+}
+
 TEST_F(ServiceCliTest, EveryServiceCommandDefaultsToTheSamePort) {
   for (std::vector<std::string> help : {std::vector<std::string>{"serve", "--help"}, {"worker", "--help"},
                                         {"submit", "--help"}, {"jobs", "--help"}, {"workers", "--help"},
-                                        {"audits", "--help"}}) {
+                                        {"audits", "--help"}, {"regressions", "--help"}}) {
     CommandResult r = Run(help);
     EXPECT_EQ(r.exit_code, 0) << help[0] << ": " << r.err;
     EXPECT_NE(r.out.find("=127.0.0.1:50051"), std::string::npos) << help[0] << ":\n" << r.out;
