@@ -1,5 +1,6 @@
 #include "fusetune/db/store.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -185,8 +186,7 @@ absl::StatusOr<int64_t> Store::RecordRegression(const Regression& r) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(r.problem_key, "problem_key"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(r.config_key, "config_key"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(r.metric, "metric"));
-  if (r.verdict != "regressed" && r.verdict != "same" && r.verdict != "improved" &&
-      r.verdict != "unknown") {
+  if (std::find(kRegressionVerdicts.begin(), kRegressionVerdicts.end(), r.verdict) == kRegressionVerdicts.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "verdict must be regressed, same, improved or unknown, got '", r.verdict, "'"));
   }

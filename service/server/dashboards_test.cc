@@ -24,6 +24,14 @@ std::set<std::string> ExportedNames() {
   b.device_class = "cpu/x/y";
   b.problem_key = "prefill/b1/hq1/hkv1/q1/k1/d64/causal0/fp32";
   (*metrics)->SetBestConfigs({b});
+  Regression r;
+  r.device_class = b.device_class;
+  r.problem_key = b.problem_key;
+  r.config_key = "fused/bm64/bs64/t2/fp32/st1";
+  r.metric = "latency";
+  r.ratio = 1.02;
+  r.verdict = "same";
+  (*metrics)->SetLatestVerdicts({r});
   std::set<std::string> names;
   // The workers' series are on the dashboard too (a Prometheus scrapes both kinds of process).
   std::istringstream text((*metrics)->Serialize() + RenderWorkerMetrics(WorkerStats{}, {"host-d0"}, "cuda"));
@@ -78,7 +86,8 @@ TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
                                "fusetune_best_max_rel_error", "fusetune_jobs", "fusetune_workers_alive",
                                "fusetune_rpc_requests_total", "fusetune_rpc_latency_seconds_bucket",
                                "fusetune_worker_jobs_total", "fusetune_worker_trials_total",
-                               "fusetune_worker_device_failures_total"}) {
+                               "fusetune_worker_device_failures_total", "fusetune_regression_ratio",
+                               "fusetune_regressions_latest"}) {
     EXPECT_TRUE(used.count(required)) << required << " is not on the dashboard";
   }
 }

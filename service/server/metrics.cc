@@ -1,6 +1,7 @@
 #include "metrics.h"
 
 #include <set>
+#include <tuple>
 
 #include "prometheus/text_serializer.h"
 
@@ -91,6 +92,15 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                       .Name("fusetune_best_run_id")
                       .Help("Run that measured the best config")
                       .Register(r);
+  m->regression_ratio_ = &prometheus::BuildGauge()
+                              .Name("fusetune_regression_ratio")
+                              .Help("Newest regression verdict per compared cell: its ratio new / baseline")
+                              .Register(r);
+  m->regressions_latest_ = &prometheus::BuildGauge()
+                                .Name("fusetune_regressions_latest")
+                                .Help("Compared cells by their newest verdict")
+                                .Register(r);
+  for (std::string_view verdict : kRegressionVerdicts) m->regressions_latest_->Add({{"verdict", std::string(verdict)}}).Set(0);
   m->best_dropped_ = &prometheus::BuildGauge()
                           .Name("fusetune_best_series_dropped")
                           .Help("Best configs not exported because of the per-shape series cap")
@@ -187,6 +197,29 @@ void ServiceMetrics::SetBestConfigs(const std::vector<BestConfig>& best) {
     }
   }
   best_dropped_->Set(static_cast<double>(dropped));
+}
+
+void ServiceMetrics::SetLatestVerdicts(const std::vector<Regression>& newest_first) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (prometheus::Gauge* g : verdict_series_) regression_ratio_->Remove(g);
+  verdict_series_.clear();
+  std::set<std::tuple<std::string, std::string, std::string, std::string>> seen;
+  std::map<std::string, int64_t> by_verdict;
+  for (const Regression& r : newest_first) {
+    if (!seen.emplace(r.device_class, r.problem_key, r.config_key, r.metric).second) continue;  // older
+    ++by_verdict[r.verdict];
+    if (verdict_series_.size() >= kMaxShapeSeries) continue;
+    prometheus::Gauge& g = regression_ratio_->Add({{"device_class", r.device_class},
+                                                   {"problem", r.problem_key},
+                                                   {"config", r.config_key},
+                                                   {"metric", r.metric},
+                                                   {"verdict", r.verdict}});
+    g.Set(r.ratio);
+    verdict_series_.push_back(&g);
+  }
+  for (std::string_view verdict : kRegressionVerdicts) {
+    regressions_latest_->Add({{"verdict", std::string(verdict)}}).Set(static_cast<double>(by_verdict[std::string(verdict)]));
+  }
 }
 
 std::string ServiceMetrics::Serialize() const {

@@ -15,12 +15,16 @@
 //   fusetune_best_max_rel_error{device_class,problem}  gauge
 //   fusetune_best_run_id{device_class,problem}         gauge: the run that measured it
 //   fusetune_best_series_dropped                       gauge: shapes not exported (label cap)
+//   fusetune_regression_ratio{device_class,problem,config,metric,verdict}  gauge: the newest
+//       verdict of each compared cell, its ratio new / baseline (verdict: regressed, improved,
+//       same, unknown); the series of a cell is replaced when its verdict changes
+//   fusetune_regressions_latest{verdict}               gauge: cells by their newest verdict
 // Every RPC counter series (each method of the services times each gRPC code) and every
 // method's latency histogram exists from start-up at 0: a rate() over a series that appears
 // at 1 never sees its first increment, so an error ratio would miss the first errors.
 // Labels are bounded: method and code are finite sets; the per-shape series exist once per
 // stored best config (one per device class and problem, not per trial), capped at
-// kMaxShapeSeries.
+// kMaxShapeSeries, and the regression series once per compared cell, capped the same way.
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef FUSETUNE_SERVICE_SERVER_METRICS_H_
@@ -35,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "fusetune/metrics/metrics_endpoint.h"
+#include "fusetune/db/store.h"
 #include "fusetune/records/run.h"
 #include "grpcpp/support/status_code_enum.h"
 #include "prometheus/counter.h"
@@ -65,6 +70,10 @@ class ServiceMetrics {
   void SetWorkers(int64_t registered, int64_t alive);
   // Replaces the per-shape series with `best` (the first kMaxShapeSeries entries).
   void SetBestConfigs(const std::vector<BestConfig>& best);
+  // Replaces the regression series with the newest verdict of each cell (device class,
+  // problem, config, metric) among `newest_first` (Store::ListRegressions' order); the first
+  // kMaxShapeSeries cells.
+  void SetLatestVerdicts(const std::vector<Regression>& newest_first);
 
   // The text exposition of every series (what /metrics serves); for tests.
   std::string Serialize() const;
@@ -95,6 +104,8 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Gauge>* best_error_ = nullptr;
   prometheus::Family<prometheus::Gauge>* best_run_ = nullptr;
   prometheus::Gauge* best_dropped_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* regression_ratio_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* regressions_latest_ = nullptr;
 
   struct ShapeGauges {
     prometheus::Gauge* latency;
@@ -105,6 +116,7 @@ class ServiceMetrics {
   std::mutex mu_;  // guards the maps below (Family::Add is itself thread-safe)
   std::map<std::string, RpcSeries> rpc_;
   std::map<std::pair<std::string, std::string>, ShapeGauges> shapes_;
+  std::vector<prometheus::Gauge*> verdict_series_;  // regression_ratio_'s current series
   // Last member: destroyed first, so no scrape runs while the series are torn down.
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };

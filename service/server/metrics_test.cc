@@ -32,6 +32,43 @@ TEST(ServiceMetrics, ShapeSeriesFollowTheStoreAndAreCapped) {
   EXPECT_NE(text.find("fusetune_best_series_dropped 0"), std::string::npos);
 }
 
+Regression Verdict(const std::string& config, const std::string& verdict, double ratio) {
+  Regression r;
+  r.commit = "c0ffee";
+  r.baseline_commit = "abc123";
+  r.device_class = "cpu/X/y";
+  r.problem_key = "prefill/b1/hq1/hkv1/q64/k64/d64/causal0/fp32";
+  r.config_key = config;
+  r.metric = "latency";
+  r.ratio = ratio;
+  r.verdict = verdict;
+  return r;
+}
+
+TEST(ServiceMetrics, RegressionSeriesShowTheNewestVerdictPerCell) {
+  auto metrics = ServiceMetrics::Create("", {"GetBestConfig"});
+  ASSERT_TRUE(metrics.ok());
+  std::string text = (*metrics)->Serialize();
+  EXPECT_NE(text.find("fusetune_regressions_latest{verdict=\"regressed\"} 0"), std::string::npos) << text;
+  // Newest first: cell A regressed now (it was the same before), cell B improved.
+  (*metrics)->SetLatestVerdicts({Verdict("fused/a", "regressed", 1.07), Verdict("fused/b", "improved", 0.9),
+                                 Verdict("fused/a", "same", 1.001)});
+  text = (*metrics)->Serialize();
+  EXPECT_NE(text.find("config=\"fused/a\",device_class=\"cpu/X/y\",metric=\"latency\",problem=\"prefill/b1/hq1/hkv1/q64/k64/d64/causal0/fp32\",verdict=\"regressed\"} 1.07"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("verdict=\"same\"} 1.001"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_regressions_latest{verdict=\"regressed\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_regressions_latest{verdict=\"improved\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_regressions_latest{verdict=\"same\"} 0"), std::string::npos) << text;
+  // A later refresh replaces the series: cell A's verdict moved to same.
+  (*metrics)->SetLatestVerdicts({Verdict("fused/a", "same", 1.002)});
+  text = (*metrics)->Serialize();
+  EXPECT_EQ(text.find("verdict=\"regressed\"} 1.07"), std::string::npos) << text;
+  EXPECT_EQ(text.find("fused/b"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_regressions_latest{verdict=\"same\"} 1"), std::string::npos) << text;
+}
+
 TEST(ServiceMetrics, QueueGaugesExportEveryStateAndRpcCodesAreNamed) {
   auto metrics = ServiceMetrics::Create("", {"GetBestConfig", "LeaseJob"});
   ASSERT_TRUE(metrics.ok());

@@ -14,6 +14,9 @@ namespace {
 constexpr int kTrialFlushBatch = 256;
 // Large enough for every leased job, audit or worker one database holds in practice.
 constexpr int kScanLimit = 100000;
+// Newest verdicts read for the regression gauges each refresh: the latest comparison of every
+// cell of a few suites (the series are capped at kMaxShapeSeries anyway).
+constexpr int kLatestVerdictsRead = 10000;
 
 absl::Status WorkerNotRegistered(const std::string& worker_id) {
   return WithErrorReason(
@@ -111,6 +114,9 @@ void ServerCore::RefreshGauges() {
       if (now - w.last_heartbeat_unix_ms <= options_.worker_alive_ms) ++alive;
     }
     metrics_->SetWorkers(static_cast<int64_t>(workers->size()), alive);
+  }
+  if (auto verdicts = store_->ListRegressions({}, kLatestVerdictsRead); verdicts.ok()) {
+    metrics_->SetLatestVerdicts(*verdicts);
   }
 }
 

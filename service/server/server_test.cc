@@ -460,7 +460,7 @@ TEST_F(ServerTest, HealthServiceReportsServing) {
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
-TEST_F(ServerTest, MetricsExposeRpcsQueueWorkersAndBestConfigs) {
+TEST_F(ServerTest, MetricsExposeRpcsQueueWorkersBestConfigsAndVerdicts) {
   StartServer({}, /*with_metrics=*/true);
   Register("w1");
   const int64_t job_id = Submit({SeedProblem(256)});
@@ -473,6 +473,16 @@ TEST_F(ServerTest, MetricsExposeRpcsQueueWorkersAndBestConfigs) {
                       MakeTrial(lease.job().run_id(), key, kMaterialized, 100)},
                      &report)
                   .ok());
+  Regression verdict;  // the gauges refresh with every CompleteJob
+  verdict.commit = "c0ffee";
+  verdict.baseline_commit = "abc123";
+  verdict.device_class = kCpuClass;
+  verdict.problem_key = KeyOf(SeedProblem(256));
+  verdict.config_key = kFused;
+  verdict.metric = "latency";
+  verdict.ratio = 1.08;
+  verdict.verdict = "regressed";
+  ASSERT_TRUE(server_->store()->RecordRegression(verdict).ok());
   ASSERT_TRUE(Complete("w1", job_id).ok());
   Best(SeedProblem(256), kCpuClass);
   v1::GetBestConfigRequest bad;
@@ -499,6 +509,8 @@ TEST_F(ServerTest, MetricsExposeRpcsQueueWorkersAndBestConfigs) {
   EXPECT_NE(text.find("fusetune_best_latency_seconds" + labels + " 2.5e-05"), std::string::npos) << text;
   EXPECT_NE(text.find("fusetune_best_speedup_vs_materialized" + labels + " 4"), std::string::npos);
   EXPECT_NE(text.find("fusetune_best_max_rel_error" + labels), std::string::npos);
+  EXPECT_NE(text.find("fusetune_regressions_latest{verdict=\"regressed\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("verdict=\"regressed\"} 1.08"), std::string::npos) << text;
 }
 
 TEST_F(ServerTest, RefusesTooManyConcurrentLongPolls) {

@@ -10,6 +10,7 @@
 #ifndef FUSETUNE_DB_STORE_H_
 #define FUSETUNE_DB_STORE_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -24,6 +25,9 @@
 #include "fusetune/records/sink.h"
 
 namespace fusetune {
+
+// The verdicts a Regression can carry: the one list of them (the store refuses others).
+inline constexpr std::array<std::string_view, 4> kRegressionVerdicts = {"regressed", "improved", "same", "unknown"};
 
 // Verdict of one regression check (see ci/).
 struct Regression {
