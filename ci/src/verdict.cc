@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -155,7 +156,7 @@ absl::StatusOr<double> RatioNoise(const std::vector<double>& first,
   }
   const double sigma = 1.4826 * Median(deviations);
   const double n1 = static_cast<double>(first.size()), n2 = static_cast<double>(second.size());
-  return sigma * std::sqrt(M_PI / 2) * std::sqrt(1 / n1 + 1 / n2);
+  return sigma * std::sqrt(std::numbers::pi / 2) * std::sqrt(1 / n1 + 1 / n2);
 }
 
 absl::StatusOr<std::vector<CellVerdict>> JudgeSuite(const std::vector<CellInput>& cells,

@@ -21,6 +21,9 @@ namespace fusetune::regress {
 // distribution; above it, the normal approximation.
 inline constexpr int kExactRankTestMaxSize = 20;
 
+// The confidence of the ratio's interval unless a caller asks for another.
+inline constexpr double kDefaultConfidence = 0.9;
+
 // Checks that `sample` is non-empty and every value finite and > 0. `name` goes into the
 // message ("baseline", "candidate").
 absl::Status ValidateSample(const std::vector<double>& sample, const char* name);
@@ -93,7 +96,7 @@ struct RatioEstimate {
   // continuous data.
   double lower = 1;
   double upper = 1;
-  double confidence = 0.9;
+  double confidence = kDefaultConfidence;
 };
 
 // The ratio of medians with a `confidence` interval (0 < confidence < 1). When the samples
@@ -102,7 +105,7 @@ struct RatioEstimate {
 // Fails on invalid samples or confidence.
 absl::StatusOr<RatioEstimate> RatioOfMedians(const std::vector<double>& baseline,
                                              const std::vector<double>& candidate,
-                                             double confidence = 0.9);
+                                             double confidence = kDefaultConfidence);
 
 // The median of a non-empty sample (the mean of the two middle values for even sizes).
 double Median(std::vector<double> sample);

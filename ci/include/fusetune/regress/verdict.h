@@ -58,7 +58,7 @@ struct VerdictOptions {
   double min_floor = 0.015;
   double noise_multiplier = 3.0;
   // Confidence of the ratio's interval (the "same" verdict needs it inside the floor).
-  double confidence = 0.90;
+  double confidence = kDefaultConfidence;
   // Unknown cells are re-measured until each side has this many blocks.
   int max_blocks = 40;
   // Adjustment across the cells of a suite.
