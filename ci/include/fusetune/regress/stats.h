@@ -93,7 +93,7 @@ struct RatioEstimate {
   // baseline times a constant factor, any distribution" (Moses' interval: order statistics of
   // the pairwise ratios at the exact, tie-free Mann–Whitney critical values, or their normal
   // approximation above kExactRankTestMaxSize). Its coverage is at least `confidence` for
-  // continuous data.
+  // continuous data at the exact sizes, and about `confidence` above them.
   double lower = 1;
   double upper = 1;
   double confidence = kDefaultConfidence;
