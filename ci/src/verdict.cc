@@ -1,0 +1,207 @@
+#include "fusetune/regress/verdict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace fusetune::regress {
+namespace {
+
+absl::Status ValidateOptions(const VerdictOptions& o) {
+  if (!(o.alpha > 0 && o.alpha < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("alpha ", o.alpha, " outside (0, 1)"));
+  }
+  if (!(o.confidence > 0 && o.confidence < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("confidence ", o.confidence, " outside (0, 1)"));
+  }
+  if (!(o.min_floor >= 0 && std::isfinite(o.min_floor)) ||
+      !(o.noise_multiplier >= 0 && std::isfinite(o.noise_multiplier))) {
+    return absl::InvalidArgumentError("min_floor and noise_multiplier must be finite and >= 0");
+  }
+  if (o.max_blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_blocks ", o.max_blocks, " < 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCell(const CellInput& cell) {
+  const std::string name = absl::StrCat(cell.problem_key, " ", cell.config_key);
+  if (absl::Status s = ValidateSample(cell.baseline, "baseline"); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
+  }
+  if (absl::Status s = ValidateSample(cell.candidate, "candidate"); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
+  }
+  if (!(cell.aa_noise >= 0 && std::isfinite(cell.aa_noise))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": aa_noise ", cell.aa_noise, " must be finite and >= 0"));
+  }
+  if (cell.accuracy) {
+    const AccuracyInput& a = *cell.accuracy;
+    if (!(a.tolerance > 0 && std::isfinite(a.tolerance)) ||
+        !(a.baseline_error >= 0 && std::isfinite(a.baseline_error)) ||
+        !(a.candidate_error >= 0 || std::isnan(a.candidate_error)) ||
+        !(a.growth_limit >= 1 && std::isfinite(a.growth_limit))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": accuracy needs tolerance > 0, errors >= 0 (the candidate's may be NaN) and "
+                "growth_limit >= 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+AccuracyVerdict JudgeAccuracy(const std::optional<AccuracyInput>& input) {
+  AccuracyVerdict v;
+  if (!input) return v;
+  v.checked = true;
+  const AccuracyInput& a = *input;
+  v.growth = a.baseline_error > 0 ? a.candidate_error / a.baseline_error
+                                  : (a.candidate_error > 0 ? std::numeric_limits<double>::infinity() : 1.0);
+  // NaN compares false: a NaN error fails.
+  v.failed = !(a.candidate_error <= a.tolerance);
+  v.grew = !v.failed && v.growth > a.growth_limit;
+  return v;
+}
+
+absl::StatusOr<std::vector<double>> Adjust(const std::vector<double>& p, Correction correction) {
+  switch (correction) {
+    case Correction::kNone:
+      return p;
+    case Correction::kHolm:
+      return HolmAdjust(p);
+    case Correction::kBenjaminiHochberg:
+      return BenjaminiHochbergAdjust(p);
+  }
+  return absl::InvalidArgumentError("unknown correction");
+}
+
+// Applies the rule of verdict.h to a cell whose statistics and adjusted p-values are filled.
+void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v) {
+  const double hi = 1 + v.floor, lo = 1 / (1 + v.floor);
+  const double r = v.ratio.pairwise_ratio;
+  const std::string numbers = absl::StrFormat(
+      "ratio %.4f [%.4f, %.4f], floor %.2f%%, p(slower) %.3g adj %.3g, p(faster) %.3g adj %.3g, "
+      "%d+%d blocks",
+      r, v.ratio.lower, v.ratio.upper, 100 * v.floor, v.p_slower, v.p_slower_adjusted,
+      v.p_faster, v.p_faster_adjusted, v.baseline_blocks, v.candidate_blocks);
+  if (v.p_slower_adjusted < options.alpha && r > hi) {
+    v.verdict = Verdict::kRegressed;
+    v.why = absl::StrCat("slower beyond the floor: ", numbers);
+  } else if (v.p_faster_adjusted < options.alpha && r < lo) {
+    v.verdict = Verdict::kImproved;
+    v.why = absl::StrCat("faster beyond the floor: ", numbers);
+  } else if (v.ratio.lower >= lo && v.ratio.upper <= hi) {
+    v.verdict = Verdict::kSame;
+    v.why = absl::StrCat("interval inside the floor: ", numbers);
+  } else {
+    v.verdict = Verdict::kUnknown;
+    const int blocks = std::max(v.baseline_blocks, v.candidate_blocks);
+    v.remeasure = blocks < options.max_blocks;
+    v.suggested_blocks = v.remeasure ? std::min(options.max_blocks, 2 * blocks) : blocks;
+    v.why = absl::StrCat(v.remeasure ? "not decided, measure more blocks: "
+                                     : "not decided at the block cap: ",
+                         numbers);
+  }
+  if (v.accuracy.failed) {
+    v.why += absl::StrFormat("; accuracy failed: error %g above tolerance %g",
+                             cell.accuracy->candidate_error, cell.accuracy->tolerance);
+  } else if (v.accuracy.grew) {
+    v.why += absl::StrFormat("; error grew %.2fx (limit %.1fx): %g -> %g", v.accuracy.growth,
+                             cell.accuracy->growth_limit, cell.accuracy->baseline_error,
+                             cell.accuracy->candidate_error);
+  }
+}
+
+}  // namespace
+
+const char* VerdictName(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kRegressed:
+      return "regressed";
+    case Verdict::kImproved:
+      return "improved";
+    case Verdict::kSame:
+      return "same";
+    case Verdict::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+double ErrorGrowthLimit(std::string_view precision) {
+  return precision == "fp16" || precision == "bf16" ? 3.0 : 2.0;
+}
+
+bool CellVerdict::Failed() const {
+  return verdict == Verdict::kRegressed || accuracy.failed || accuracy.grew;
+}
+
+absl::StatusOr<double> RatioNoise(const std::vector<double>& first,
+                                  const std::vector<double>& second) {
+  if (absl::Status s = ValidateSample(first, "first A/A"); !s.ok()) return s;
+  if (absl::Status s = ValidateSample(second, "second A/A"); !s.ok()) return s;
+  if (first.size() < 3 || second.size() < 3) {
+    return absl::InvalidArgumentError("A/A noise needs at least 3 blocks per side");
+  }
+  std::vector<double> deviations;
+  for (const std::vector<double>* set : {&first, &second}) {
+    std::vector<double> logs;
+    for (double v : *set) logs.push_back(std::log(v));
+    const double centre = Median(logs);
+    for (double l : logs) deviations.push_back(std::abs(l - centre));
+  }
+  const double sigma = 1.4826 * Median(deviations);
+  const double n1 = static_cast<double>(first.size()), n2 = static_cast<double>(second.size());
+  return sigma * std::sqrt(std::numbers::pi / 2) * std::sqrt(1 / n1 + 1 / n2);
+}
+
+absl::StatusOr<std::vector<CellVerdict>> JudgeSuite(const std::vector<CellInput>& cells,
+                                                    const VerdictOptions& options) {
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  std::vector<CellVerdict> verdicts(cells.size());
+  std::vector<double> p_slower(cells.size()), p_faster(cells.size());
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const CellInput& cell = cells[i];
+    if (absl::Status s = ValidateCell(cell); !s.ok()) return s;
+    CellVerdict& v = verdicts[i];
+    v.problem_key = cell.problem_key;
+    v.config_key = cell.config_key;
+    v.baseline_blocks = static_cast<int>(cell.baseline.size());
+    v.candidate_blocks = static_cast<int>(cell.candidate.size());
+    v.floor = std::max(options.min_floor, options.noise_multiplier * cell.aa_noise);
+    absl::StatusOr<RankTestResult> slower = MannWhitneySlower(cell.baseline, cell.candidate);
+    if (!slower.ok()) return slower.status();
+    absl::StatusOr<RankTestResult> faster = MannWhitneySlower(cell.candidate, cell.baseline);
+    if (!faster.ok()) return faster.status();
+    absl::StatusOr<RatioEstimate> ratio =
+        RatioOfMedians(cell.baseline, cell.candidate, options.confidence);
+    if (!ratio.ok()) return ratio.status();
+    v.p_slower = p_slower[i] = slower->p_value;
+    v.p_faster = p_faster[i] = faster->p_value;
+    v.exact = slower->exact;
+    v.ratio = *ratio;
+    v.accuracy = JudgeAccuracy(cell.accuracy);
+  }
+  absl::StatusOr<std::vector<double>> slower_adjusted = Adjust(p_slower, options.correction);
+  if (!slower_adjusted.ok()) return slower_adjusted.status();
+  absl::StatusOr<std::vector<double>> faster_adjusted = Adjust(p_faster, options.correction);
+  if (!faster_adjusted.ok()) return faster_adjusted.status();
+  for (size_t i = 0; i < cells.size(); ++i) {
+    verdicts[i].p_slower_adjusted = (*slower_adjusted)[i];
+    verdicts[i].p_faster_adjusted = (*faster_adjusted)[i];
+    Decide(cells[i], options, verdicts[i]);
+  }
+  return verdicts;
+}
+
+absl::StatusOr<CellVerdict> JudgeCell(const CellInput& cell, const VerdictOptions& options) {
+  absl::StatusOr<std::vector<CellVerdict>> verdicts = JudgeSuite({cell}, options);
+  if (!verdicts.ok()) return verdicts.status();
+  return std::move(verdicts->front());
+}
+
+}  // namespace fusetune::regress

@@ -1,0 +1,199 @@
+#include "fusetune/regress/verdict.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace fusetune::regress {
+namespace {
+
+// Ten blocks around `centre` with a deterministic 0.2 % spread.
+std::vector<double> Blocks(double centre, int n = 10) {
+  std::vector<double> blocks;
+  for (int i = 0; i < n; ++i) blocks.push_back(centre * (1 + 0.002 * ((i * 7) % 10 - 4.5) / 4.5));
+  return blocks;
+}
+
+CellInput Cell(double baseline, double candidate, double aa_noise = 0.002) {
+  CellInput cell;
+  cell.problem_key = "prefill/b1/h8/kv8/q512/s512/d64/fp32";
+  cell.config_key = "fused/bm64/bs64/t2/fp32/st1";
+  cell.baseline = Blocks(baseline);
+  cell.candidate = Blocks(candidate);
+  cell.aa_noise = aa_noise;
+  return cell;
+}
+
+TEST(JudgeCell, ClearSlowdownRegresses) {
+  absl::StatusOr<CellVerdict> v = JudgeCell(Cell(100, 106));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->verdict, Verdict::kRegressed) << v->why;
+  EXPECT_TRUE(v->Failed());
+  EXPECT_NEAR(v->ratio.ratio, 1.06, 1e-9);
+  EXPECT_GT(v->ratio.lower, 1.05);
+  EXPECT_LT(v->p_slower, 1e-4);
+  EXPECT_EQ(v->p_slower, v->p_slower_adjusted);
+  EXPECT_DOUBLE_EQ(v->floor, 0.015);  // 3 x 0.2 % is below the 1.5 % minimum
+  EXPECT_NE(v->why.find("slower beyond the floor"), std::string::npos);
+}
+
+TEST(JudgeCell, ClearSpeedupImproves) {
+  absl::StatusOr<CellVerdict> v = JudgeCell(Cell(100, 94));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kImproved) << v->why;
+  EXPECT_FALSE(v->Failed());
+}
+
+TEST(JudgeCell, IdenticalBuildsAreTheSame) {
+  absl::StatusOr<CellVerdict> v = JudgeCell(Cell(100, 100.1));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kSame) << v->why;
+  EXPECT_FALSE(v->remeasure);
+}
+
+TEST(JudgeCell, SignificantButBelowTheFloorIsNotARegression) {
+  // 1 % slower, significant, but the floor is 1.5 %.
+  absl::StatusOr<CellVerdict> v = JudgeCell(Cell(100, 101));
+  ASSERT_TRUE(v.ok());
+  EXPECT_LT(v->p_slower, 0.01);
+  EXPECT_NE(v->verdict, Verdict::kRegressed) << v->why;
+}
+
+TEST(JudgeCell, NoisyCellRaisesTheFloor) {
+  // 5 % slower with 2 % A/A noise: floor 6 %.
+  absl::StatusOr<CellVerdict> v = JudgeCell(Cell(100, 105, 0.02));
+  ASSERT_TRUE(v.ok());
+  EXPECT_DOUBLE_EQ(v->floor, 0.06);
+  EXPECT_NE(v->verdict, Verdict::kRegressed);
+}
+
+TEST(JudgeCell, UndecidedCellAsksForMoreBlocksUpToTheCap) {
+  // Three blocks a side straddling the floor: neither significant nor inside it.
+  CellInput cell = Cell(100, 102);
+  cell.baseline = {100, 103, 97};
+  cell.candidate = {101, 105, 100};
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kUnknown) << v->why;
+  EXPECT_TRUE(v->remeasure);
+  EXPECT_EQ(v->suggested_blocks, 6);
+  VerdictOptions capped;
+  capped.max_blocks = 3;
+  v = JudgeCell(cell, capped);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kUnknown);
+  EXPECT_FALSE(v->remeasure);
+  EXPECT_NE(v->why.find("block cap"), std::string::npos);
+}
+
+TEST(JudgeCell, RejectsBadInput) {
+  CellInput cell = Cell(100, 100);
+  cell.candidate.clear();
+  EXPECT_EQ(JudgeCell(cell).status().code(), absl::StatusCode::kInvalidArgument);
+  cell = Cell(100, 100);
+  cell.baseline[3] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(JudgeCell(cell).ok());
+  cell = Cell(100, 100);
+  cell.candidate[0] = 0;
+  EXPECT_FALSE(JudgeCell(cell).ok());
+  cell = Cell(100, 100, -0.01);
+  EXPECT_FALSE(JudgeCell(cell).ok());
+  VerdictOptions bad;
+  bad.alpha = 0;
+  EXPECT_FALSE(JudgeCell(Cell(100, 100), bad).ok());
+  bad = {};
+  bad.max_blocks = 0;
+  EXPECT_FALSE(JudgeCell(Cell(100, 100), bad).ok());
+  cell = Cell(100, 100);
+  cell.accuracy = AccuracyInput{.baseline_error = 1e-6, .candidate_error = 1e-6, .tolerance = 0};
+  EXPECT_FALSE(JudgeCell(cell).ok());
+}
+
+TEST(JudgeCell, AccuracyAboveTheToleranceFailsTheCell) {
+  CellInput cell = Cell(100, 100);
+  cell.accuracy = AccuracyInput{.baseline_error = 1e-6, .candidate_error = 2e-3,
+                                .tolerance = 1e-3, .growth_limit = ErrorGrowthLimit("fp32")};
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kSame);
+  EXPECT_TRUE(v->accuracy.failed);
+  EXPECT_TRUE(v->Failed());
+  EXPECT_NE(v->why.find("accuracy failed"), std::string::npos);
+  cell.accuracy->candidate_error = std::numeric_limits<double>::quiet_NaN();
+  v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->accuracy.failed);
+}
+
+TEST(JudgeCell, ErrorGrowthIsFlaggedInsideTheTolerancePerPrecision) {
+  EXPECT_EQ(ErrorGrowthLimit("fp32"), 2.0);
+  EXPECT_EQ(ErrorGrowthLimit("bf16"), 3.0);
+  EXPECT_EQ(ErrorGrowthLimit("fp16"), 3.0);
+  CellInput cell = Cell(100, 100);
+  // 2.5x: flagged for fp32, not for bf16.
+  cell.accuracy = AccuracyInput{.baseline_error = 1e-5, .candidate_error = 2.5e-5,
+                                .tolerance = 1e-3, .growth_limit = ErrorGrowthLimit("fp32")};
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->accuracy.failed);
+  EXPECT_TRUE(v->accuracy.grew);
+  EXPECT_NEAR(v->accuracy.growth, 2.5, 1e-12);
+  EXPECT_TRUE(v->Failed());
+  cell.accuracy->growth_limit = ErrorGrowthLimit("bf16");
+  v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->accuracy.grew);
+  EXPECT_FALSE(v->Failed());
+}
+
+TEST(JudgeSuite, AdjustsAcrossCellsAndKeepsTheOrder) {
+  // One cell 2 % slower with a borderline p-value alone; among 20 unchanged cells Holm
+  // raises its p-value 20-fold.
+  CellInput borderline = Cell(100, 100);
+  borderline.config_key = "borderline";
+  borderline.baseline = {100, 101, 99, 100.5, 99.5};
+  borderline.candidate = {101.5, 102.5, 103, 102, 101.8};
+  std::vector<CellInput> cells(20, Cell(100, 100.1));
+  cells.insert(cells.begin() + 7, borderline);
+  VerdictOptions none;
+  none.correction = Correction::kNone;
+  absl::StatusOr<CellVerdict> alone = JudgeCell(borderline, none);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(alone->verdict, Verdict::kRegressed) << alone->why;
+  absl::StatusOr<std::vector<CellVerdict>> suite = JudgeSuite(cells);
+  ASSERT_TRUE(suite.ok());
+  ASSERT_EQ(suite->size(), 21u);
+  const CellVerdict& v = (*suite)[7];
+  EXPECT_EQ(v.config_key, "borderline");
+  EXPECT_NEAR(v.p_slower_adjusted, std::min(1.0, 21 * v.p_slower), 1e-12);
+  EXPECT_NE(v.verdict, Verdict::kRegressed) << v.why;
+  VerdictOptions bh;
+  bh.correction = Correction::kBenjaminiHochberg;
+  suite = JudgeSuite(cells, bh);
+  ASSERT_TRUE(suite.ok());
+  // Step-up: the unchanged cells' common p-value caps it.
+  EXPECT_NEAR((*suite)[7].p_slower_adjusted,
+              std::min(21 * (*suite)[7].p_slower, (*suite)[0].p_slower), 1e-12);
+  // An invalid cell anywhere fails the whole suite.
+  cells[3].baseline.clear();
+  EXPECT_FALSE(JudgeSuite(cells).ok());
+}
+
+TEST(RatioNoise, EstimatesTheSpreadOfTheRatio) {
+  // Blocks spread +-1 % evenly: MAD of the logs about 0.006.
+  std::vector<double> a, b;
+  for (int i = 0; i < 10; ++i) {
+    a.push_back(100 * (1 + 0.01 * (i - 4.5) / 4.5));
+    b.push_back(100 * (1 + 0.01 * (4.5 - i) / 4.5));
+  }
+  absl::StatusOr<double> noise = RatioNoise(a, b);
+  ASSERT_TRUE(noise.ok());
+  EXPECT_GT(*noise, 0.003);
+  EXPECT_LT(*noise, 0.006);
+  EXPECT_FALSE(RatioNoise({1, 2}, {1, 2, 3}).ok());
+}
+
+}  // namespace
+}  // namespace fusetune::regress
