@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "fusetune/db/store.h"
 
 namespace fusetune::regress {
 namespace {
@@ -118,18 +119,12 @@ void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v
 
 }  // namespace
 
+// The names are the store's (kRegressionVerdicts), in the enum's order, so a verdict is
+// recorded under exactly the name the store, the proto and the dashboards use.
+static_assert(kRegressionVerdicts.size() == 4);
 const char* VerdictName(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::kRegressed:
-      return "regressed";
-    case Verdict::kImproved:
-      return "improved";
-    case Verdict::kSame:
-      return "same";
-    case Verdict::kUnknown:
-      return "unknown";
-  }
-  return "unknown";
+  const size_t i = static_cast<size_t>(verdict);
+  return kRegressionVerdicts[i < kRegressionVerdicts.size() ? i : kRegressionVerdicts.size() - 1].data();
 }
 
 double ErrorGrowthLimit(std::string_view precision) {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "fusetune/db/store.h"
 #include "gtest/gtest.h"
 
 namespace fusetune::regress {
@@ -24,6 +25,12 @@ CellInput Cell(double baseline, double candidate, double aa_noise = 0.002) {
   cell.candidate = Blocks(candidate);
   cell.aa_noise = aa_noise;
   return cell;
+}
+
+TEST(VerdictName, IsTheNameTheStoreRecords) {
+  const Verdict all[] = {Verdict::kRegressed, Verdict::kImproved, Verdict::kSame, Verdict::kUnknown};
+  ASSERT_EQ(std::size(all), kRegressionVerdicts.size());
+  for (size_t i = 0; i < std::size(all); ++i) EXPECT_EQ(VerdictName(all[i]), kRegressionVerdicts[i]);
 }
 
 TEST(JudgeCell, ClearSlowdownRegresses) {
