@@ -201,21 +201,35 @@ void ServiceMetrics::SetBestConfigs(const std::vector<BestConfig>& best) {
 
 void ServiceMetrics::SetLatestVerdicts(const std::vector<Regression>& newest_first) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (prometheus::Gauge* g : verdict_series_) regression_ratio_->Remove(g);
-  verdict_series_.clear();
-  std::set<std::tuple<std::string, std::string, std::string, std::string>> seen;
+  // Updated in place and pruned after, as the shape series are: a scrape during a refresh
+  // never sees a cell's series missing.
+  std::set<std::tuple<std::string, std::string, std::string, std::string>> cells;
+  std::set<VerdictSeriesKey> current;
   std::map<std::string, int64_t> by_verdict;
   for (const Regression& r : newest_first) {
-    if (!seen.emplace(r.device_class, r.problem_key, r.config_key, r.metric).second) continue;  // older
+    if (!cells.emplace(r.device_class, r.problem_key, r.config_key, r.metric).second) continue;  // older
     ++by_verdict[r.verdict];
-    if (verdict_series_.size() >= kMaxShapeSeries) continue;
-    prometheus::Gauge& g = regression_ratio_->Add({{"device_class", r.device_class},
-                                                   {"problem", r.problem_key},
-                                                   {"config", r.config_key},
-                                                   {"metric", r.metric},
-                                                   {"verdict", r.verdict}});
-    g.Set(r.ratio);
-    verdict_series_.push_back(&g);
+    VerdictSeriesKey key{r.device_class, r.problem_key, r.config_key, r.metric, r.verdict};
+    auto it = verdict_series_.find(key);
+    if (it == verdict_series_.end()) {
+      if (verdict_series_.size() >= kMaxShapeSeries) continue;
+      prometheus::Gauge& g = regression_ratio_->Add({{"device_class", r.device_class},
+                                                     {"problem", r.problem_key},
+                                                     {"config", r.config_key},
+                                                     {"metric", r.metric},
+                                                     {"verdict", r.verdict}});
+      it = verdict_series_.emplace(key, &g).first;
+    }
+    it->second->Set(r.ratio);
+    current.insert(std::move(key));
+  }
+  for (auto it = verdict_series_.begin(); it != verdict_series_.end();) {
+    if (current.count(it->first) == 0) {
+      regression_ratio_->Remove(it->second);
+      it = verdict_series_.erase(it);
+    } else {
+      ++it;
+    }
   }
   for (std::string_view verdict : kRegressionVerdicts) {
     regressions_latest_->Add({{"verdict", std::string(verdict)}}).Set(static_cast<double>(by_verdict[std::string(verdict)]));

@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -116,7 +117,9 @@ class ServiceMetrics {
   std::mutex mu_;  // guards the maps below (Family::Add is itself thread-safe)
   std::map<std::string, RpcSeries> rpc_;
   std::map<std::pair<std::string, std::string>, ShapeGauges> shapes_;
-  std::vector<prometheus::Gauge*> verdict_series_;  // regression_ratio_'s current series
+  // regression_ratio_'s current series by (device class, problem, config, metric, verdict).
+  using VerdictSeriesKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+  std::map<VerdictSeriesKey, prometheus::Gauge*> verdict_series_;
   // Last member: destroyed first, so no scrape runs while the series are torn down.
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };
