@@ -14,12 +14,5 @@ TEST(Cat, JoinsStdStringViewsStringsAndNumbers) {
   EXPECT_EQ(Cat(view, text, 4, "/d", 128), "prefill/b4/d128");
 }
 
-TEST(ToStd, KeepsTheBytesOfAnAbslView) {
-  const std::string data("a\0b", 3);
-  const std::string_view back = ToStd(ToAbsl(std::string_view(data)));
-  EXPECT_EQ(back.size(), 3u);
-  EXPECT_EQ(back.data(), data.data());
-}
-
 }  // namespace
 }  // namespace fusetune

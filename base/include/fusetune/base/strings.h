@@ -21,7 +21,6 @@ template <typename T>
 const T& ToAbsl(const T& x) {
   return x;
 }
-inline std::string_view ToStd(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 
 // absl::StrCat that also accepts std::string_view pieces.
 template <typename... Args>
