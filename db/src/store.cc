@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "fusetune/base/time.h"
+#include "fusetune/records/json.h"
 #include "nlohmann/json.hpp"
 #include "schema.h"
 #include "sqlite.h"
@@ -88,34 +89,11 @@ absl::Status Store::Impl::ReadTransaction(const std::function<absl::Status(Conne
 
 namespace {
 
-// nlohmann::json throws; every use is wrapped so that nothing escapes the store.
-std::string DeviceToJson(const DeviceInfo& d) {
-  nlohmann::json j = {{"backend", d.backend},   {"name", d.name},
-                      {"arch", d.arch},         {"device_index", d.device_index},
-                      {"sm_count", d.sm_count}, {"shared_mem_per_block", d.shared_mem_per_block},
-                      {"l2_bytes", d.l2_bytes}, {"memory_bytes", d.memory_bytes},
-                      {"driver", d.driver},     {"max_clock_mhz", d.max_clock_mhz}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
+// The database's copy of a JSON record is its own: a malformed one is damage.
 absl::StatusOr<DeviceInfo> DeviceFromJson(const std::string& text) {
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    DeviceInfo d;
-    d.backend = j.value("backend", "");
-    d.name = j.value("name", "");
-    d.arch = j.value("arch", "");
-    d.device_index = j.value("device_index", 0);
-    d.sm_count = j.value("sm_count", 0);
-    d.shared_mem_per_block = j.value("shared_mem_per_block", int64_t{0});
-    d.l2_bytes = j.value("l2_bytes", int64_t{0});
-    d.memory_bytes = j.value("memory_bytes", int64_t{0});
-    d.driver = j.value("driver", "");
-    d.max_clock_mhz = j.value("max_clock_mhz", 0);
-    return d;
-  } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("malformed device JSON in the database: ", e.what()));
-  }
+  absl::StatusOr<DeviceInfo> d = DeviceInfoFromJson(text);
+  if (!d.ok()) return absl::DataLossError(absl::StrCat(d.status().message(), " in the database"));
+  return d;
 }
 
 constexpr char kRunColumns[] =
@@ -314,7 +292,7 @@ absl::StatusOr<int64_t> Store::BeginRun(const RunInfo& info) {
     s.Bind(1, info.commit)
         .Bind(2, info.host)
         .Bind(3, info.device.DeviceClass())
-        .Bind(4, DeviceToJson(info.device))
+        .Bind(4, DeviceInfoToJson(info.device))
         .Bind(5, info.device.backend)
         .Bind(6, info.tool_version)
         .Bind(7, info.environment)

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "fusetune/base/time.h"
+#include "fusetune/records/json.h"
 #include "nlohmann/json.hpp"
 #include "sqlite.h"
 #include "store_internal.h"
@@ -58,53 +59,10 @@ absl::StatusOr<std::vector<double>> SamplesFromJson(const std::string& text) {
   }
 }
 
-// A trial's timing blocks, compactly (db/README.md lists the keys): {"n": samples,
-// "us": median_us, "b": before, "a": after, "u": unsteady}, a device state as {"mhz":
-// sm_clock_mhz, "mw": power_mw, "thr": throttle_reasons}. An unknown state is left out
-// (its fields mean nothing) and reads back as DeviceState{}.
-nlohmann::json DeviceStateToJson(const DeviceState& d) {
-  return {{"mhz", d.sm_clock_mhz}, {"mw", d.power_mw}, {"thr", d.throttle_reasons}};
-}
-
-DeviceState DeviceStateFromJson(const nlohmann::json& j) {
-  DeviceState d;
-  d.known = true;
-  d.sm_clock_mhz = j.at("mhz").get<int>();
-  d.power_mw = j.at("mw").get<int>();
-  d.throttle_reasons = j.at("thr").get<uint64_t>();
-  return d;
-}
-
-std::string BlocksToJson(const std::vector<SampleBlock>& blocks) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const SampleBlock& b : blocks) {
-    nlohmann::json block = {{"n", b.samples}, {"us", b.median_us}, {"u", b.unsteady}};
-    if (b.before.known) block["b"] = DeviceStateToJson(b.before);
-    if (b.after.known) block["a"] = DeviceStateToJson(b.after);
-    j.push_back(std::move(block));
-  }
-  return j.dump();
-}
-
 absl::StatusOr<std::vector<SampleBlock>> BlocksFromJson(const std::string& text) {
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text);
-    if (!j.is_array()) return absl::DataLossError("blocks_json is not an array");
-    std::vector<SampleBlock> out;
-    out.reserve(j.size());
-    for (const auto& block : j) {
-      SampleBlock b;
-      b.samples = block.at("n").get<int>();
-      b.median_us = block.at("us").get<double>();
-      b.unsteady = block.at("u").get<bool>();
-      if (block.contains("b")) b.before = DeviceStateFromJson(block.at("b"));
-      if (block.contains("a")) b.after = DeviceStateFromJson(block.at("a"));
-      out.push_back(b);
-    }
-    return out;
-  } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("malformed blocks JSON in the database: ", e.what()));
-  }
+  absl::StatusOr<std::vector<SampleBlock>> blocks = SampleBlocksFromJson(text);
+  if (!blocks.ok()) return absl::DataLossError(absl::StrCat(blocks.status().message(), " in the database"));
+  return blocks;
 }
 
 absl::Status ValidateTrial(const Trial& t) {
@@ -214,7 +172,7 @@ absl::StatusOr<int> InsertTrials(Connection& c, const std::vector<Trial>& trials
         .Bind(16, t.flops)
         .Bind(17, t.created_unix_ms != 0 ? t.created_unix_ms : now)
         .Bind(18, TrialStageName(t.stage))
-        .Bind(19, BlocksToJson(t.blocks))
+        .Bind(19, SampleBlocksToJson(t.blocks))
         .Bind(20, t.wall_seconds);
     FT_DB_RETURN_IF_ERROR(s.Run());
     inserted += static_cast<int>(c.Changes());

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -85,6 +86,9 @@ struct ProcessOptions {
   std::string binary;                 // path of the other build's fusetune
   std::vector<std::string> args;      // after "bench-serve": e.g. --backend cuda --device 0
   TimingOptions block;                // passed to the child as its block flags
+  // A reply slower than this means the child hangs (a kernel that never finishes): it is
+  // killed and the request fails with DeadlineExceeded.
+  double reply_timeout_seconds = 600;
 };
 
 // Drives `<binary> bench-serve <args>`. Start() launches it and reads its hello (commit and
@@ -103,11 +107,14 @@ class ProcessBlockSource : public BlockSource {
  private:
   ProcessBlockSource() = default;
   absl::StatusOr<std::string> Request(const std::string& line);
+  // Kills and reaps the child; Unavailable with `what` and its stderr.
+  absl::Status ChildGone(std::string_view what);
 
   int pid_ = -1;
-  FILE* to_child_ = nullptr;
-  FILE* from_child_ = nullptr;
+  int socket_ = -1;       // the child's stdin and stdout
+  std::string received_;  // read from the child, not yet a whole line
   std::string stderr_path_;
+  double reply_timeout_seconds_ = 600;
   SourceInfo info_;
 };
 

@@ -57,6 +57,9 @@ struct CompareOptions {
   // Called after every block with (blocks done, blocks planned so far); may be empty.
   std::function<void(int, int)> progress;
   const std::atomic<bool>* cancel = nullptr;  // stop early (Cancelled)
+  // Fail with InvalidArgument, before any block is timed, when a cell is unsupported on every
+  // side measured (a suite naming configs this device cannot run).
+  bool require_runnable = true;
 };
 
 struct CellComparison {

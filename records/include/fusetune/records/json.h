@@ -1,0 +1,33 @@
+// The one JSON form of the records that travel as text: a device's description and a trial's
+// timing blocks (stored by the database, sent between two builds by the bench protocol).
+//
+// Blocks, compactly: [{"n": samples, "us": median_us, "b": before, "a": after, "u": unsteady}],
+// a device state as {"mhz": sm_clock_mhz, "mw": power_mw, "thr": throttle_reasons}; an unknown
+// state is left out (its fields mean nothing) and reads back as DeviceState{}.
+//
+// Thread-safety: pure functions.
+#ifndef FUSETUNE_RECORDS_JSON_H_
+#define FUSETUNE_RECORDS_JSON_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/backend.h"
+#include "fusetune/records/trial.h"
+
+namespace fusetune {
+
+std::string DeviceInfoToJson(const DeviceInfo& device);
+// Missing fields read as their defaults. InvalidArgument for text that is not a JSON object
+// of the right field types.
+absl::StatusOr<DeviceInfo> DeviceInfoFromJson(std::string_view text);
+
+std::string SampleBlocksToJson(const std::vector<SampleBlock>& blocks);
+// InvalidArgument for text that is not an array of blocks as above.
+absl::StatusOr<std::vector<SampleBlock>> SampleBlocksFromJson(std::string_view text);
+
+}  // namespace fusetune
+
+#endif  // FUSETUNE_RECORDS_JSON_H_
