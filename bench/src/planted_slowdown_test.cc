@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "fusetune/kernels/cpu_backend.h"
+#include "testing/noise_backend.h"
 
 namespace fusetune::bench {
 namespace {
@@ -19,32 +20,14 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // The CPU backend, except that Time() reports fixed samples (so a scaling is seen exactly)
-// and every call is counted (so forwarding is seen).
-class FixedTimeBackend : public Backend {
+// and a fixed device state.
+class FixedTimeBackend : public testing::SyntheticTimeBackend {
  public:
-  explicit FixedTimeBackend(std::vector<double> micros) : micros_(std::move(micros)) {}
+  explicit FixedTimeBackend(std::vector<double> micros)
+      : SyntheticTimeBackend("fixed-time host"), micros_(std::move(micros)) {}
 
-  int calls = 0;
-
-  DeviceInfo Describe() const override {
-    DeviceInfo info = cpu_->Describe();
-    info.name = "fixed-time host";
-    return info;
-  }
-  absl::Status CanImplement(const AttentionProblem& p, const KernelConfig& c) const override {
-    return cpu_->CanImplement(p, c);
-  }
-  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& p) const override {
-    return cpu_->CandidateConfigs(p);
-  }
-  absl::Status Run(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b) override {
-    ++calls;
-    return cpu_->Run(p, c, b);
-  }
-  absl::StatusOr<TimingSamples> Time(const AttentionProblem& p, const KernelConfig& c,
-                                     const AttentionBuffers& b, const TimingOptions& o) override {
-    ++calls;
-    if (auto s = cpu_->Run(p, c, b); !s.ok()) return s;
+ protected:
+  TimingSamples Samples(const AttentionProblem&, const KernelConfig&, const TimingOptions&) override {
     TimingSamples samples;
     samples.micros = micros_;
     samples.sm_clock_mhz = 1500;
@@ -52,25 +35,8 @@ class FixedTimeBackend : public Backend {
     samples.after = samples.before;
     return samples;
   }
-  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
-    ++calls;
-    return cpu_->Allocate(bytes);
-  }
-  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    ++calls;
-    return cpu_->CopyToDevice(dst, src, bytes);
-  }
-  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
-    ++calls;
-    return cpu_->CopyToHost(dst, src, bytes);
-  }
-  absl::Status Fill(void* dst, uint8_t value, size_t bytes) override {
-    ++calls;
-    return cpu_->Fill(dst, value, bytes);
-  }
 
  private:
-  std::unique_ptr<Backend> cpu_ = CreateCpuBackend();
   std::vector<double> micros_;
 };
 

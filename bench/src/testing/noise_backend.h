@@ -1,7 +1,7 @@
-// Test doubles for the comparison method's tests: a Backend that computes attention with the
-// real CPU backend (so verification is real) but whose Time() reports synthetic samples from a
-// seeded noise model of a GPU, and the simulated device whose state two such backends share.
-// Not part of the library.
+// Test doubles for the bench's tests: Backends that compute attention with the real CPU
+// backend (so verification is real) but whose Time() reports synthetic samples: fixed ones, or
+// (NoiseBackend) a seeded noise model of a GPU, with the simulated device whose state two such
+// backends share. Not part of the library.
 //
 // The noise model, per block (one Time call) of `repeats` launches of a cell with steady
 // latency t:
@@ -26,6 +26,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusetune/kernels/backend.h"
@@ -86,10 +87,66 @@ class NoiseDevice {
   int64_t blocks_ = 0;
 };
 
-// The CPU backend's results with the device's timing. `device` must outlive the backend.
-class NoiseBackend : public Backend {
+// The CPU backend's results with timing from elsewhere: every call goes to a real CPU backend,
+// except that Time() runs the kernel once (so the output is written and the errors are Run's)
+// and reports Samples() instead of the clock's.
+class SyntheticTimeBackend : public Backend {
  public:
-  explicit NoiseBackend(NoiseDevice& device) : device_(device) {}
+  int calls = 0;  // calls that reached the CPU backend (Time counts one)
+
+  DeviceInfo Describe() const override {
+    DeviceInfo info = cpu_->Describe();
+    info.name = name_;
+    return info;
+  }
+  absl::Status CanImplement(const AttentionProblem& p, const KernelConfig& c) const override {
+    return cpu_->CanImplement(p, c);
+  }
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& p) const override {
+    return cpu_->CandidateConfigs(p);
+  }
+  absl::Status Run(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b) override {
+    ++calls;
+    return cpu_->Run(p, c, b);
+  }
+  absl::StatusOr<TimingSamples> Time(const AttentionProblem& p, const KernelConfig& c,
+                                     const AttentionBuffers& b, const TimingOptions& o) override {
+    if (o.repeats < 1) return absl::InvalidArgumentError("timing options: repeats must be >= 1");
+    if (auto s = Run(p, c, b); !s.ok()) return s;
+    return Samples(p, c, o);
+  }
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
+    ++calls;
+    return cpu_->Allocate(bytes);
+  }
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    ++calls;
+    return cpu_->CopyToDevice(dst, src, bytes);
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
+    ++calls;
+    return cpu_->CopyToHost(dst, src, bytes);
+  }
+  absl::Status Fill(void* dst, uint8_t value, size_t bytes) override {
+    ++calls;
+    return cpu_->Fill(dst, value, bytes);
+  }
+
+ protected:
+  // `name` replaces the CPU's model name in Describe().
+  explicit SyntheticTimeBackend(std::string name) : name_(std::move(name)) {}
+  // The samples of one Time() call, after its kernel ran.
+  virtual TimingSamples Samples(const AttentionProblem& p, const KernelConfig& c, const TimingOptions& o) = 0;
+
+ private:
+  std::string name_;
+  std::unique_ptr<Backend> cpu_ = CreateCpuBackend();
+};
+
+// The CPU backend's results with the device's timing. `device` must outlive the backend.
+class NoiseBackend : public SyntheticTimeBackend {
+ public:
+  explicit NoiseBackend(NoiseDevice& device) : SyntheticTimeBackend("noise model"), device_(device) {}
 
   // A cell's steady latency: 50..150 us, fixed by the cell's name (FNV-1a), so every cell of
   // a suite has its own scale and both builds agree on it.
@@ -101,41 +158,15 @@ class NoiseBackend : public Backend {
     return 50.0 + static_cast<double>(hash % 1001) / 10.0;
   }
 
-  DeviceInfo Describe() const override {
-    DeviceInfo info = cpu_->Describe();
-    info.name = "noise model";
-    return info;
-  }
-  absl::Status CanImplement(const AttentionProblem& p, const KernelConfig& c) const override {
-    return cpu_->CanImplement(p, c);
-  }
-  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& p) const override {
-    return cpu_->CandidateConfigs(p);
-  }
-  absl::Status Run(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b) override {
-    return cpu_->Run(p, c, b);
-  }
-  // One real run (the output is written and the errors are Run's), then the model's samples.
-  absl::StatusOr<TimingSamples> Time(const AttentionProblem& p, const KernelConfig& c,
-                                     const AttentionBuffers& b, const TimingOptions& o) override {
-    if (o.repeats < 1) return absl::InvalidArgumentError("timing options: repeats must be >= 1");
-    if (auto s = cpu_->Run(p, c, b); !s.ok()) return s;
+ protected:
+  TimingSamples Samples(const AttentionProblem& p, const KernelConfig& c, const TimingOptions& o) override {
     TimingSamples samples;
     samples.micros = device_.Block(LatencyUs(p, c), o.repeats);
     return samples;
   }
-  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
-  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    return cpu_->CopyToDevice(dst, src, bytes);
-  }
-  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override {
-    return cpu_->CopyToHost(dst, src, bytes);
-  }
-  absl::Status Fill(void* dst, uint8_t value, size_t bytes) override { return cpu_->Fill(dst, value, bytes); }
 
  private:
   NoiseDevice& device_;
-  std::unique_ptr<Backend> cpu_ = CreateCpuBackend();
 };
 
 }  // namespace fusetune::bench::testing
