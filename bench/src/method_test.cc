@@ -80,11 +80,10 @@ Suite NoiseSuite() {
 
 std::string CellText(const SuiteCell& cell) { return absl::StrCat(cell.problem.Key(), " ", cell.config.Key()); }
 
-// The candidate's backend: `inner` with `slowdown` planted on the suite's kPlantedCell.
-std::unique_ptr<Backend> Candidate(std::unique_ptr<Backend> inner, const Suite& suite, double slowdown) {
-  std::vector<PlantedSlowdown> planted;
-  if (slowdown != 0) planted.push_back({.cell_substring = CellText(suite.cells[kPlantedCell]), .fraction = slowdown});
-  return std::make_unique<PlantedSlowdownBackend>(std::move(inner), std::move(planted));
+// `slowdown` planted on the suite's kPlantedCell (none for 0).
+std::vector<PlantedSlowdown> Planted(const Suite& suite, double slowdown) {
+  if (slowdown == 0) return {};
+  return {{.cell_substring = CellText(suite.cells[kPlantedCell]), .fraction = slowdown}};
 }
 
 // Verdict counts per cell over many comparisons of one suite.
@@ -269,10 +268,10 @@ class NoiseMethod : public ::testing::Test {
   Tally Run(const Setting& setting, uint64_t device_seed, Tally* confirmed = nullptr) {
     NoiseDevice device(NoiseModel{}, device_seed);
     NoiseBackend baseline_backend(device);
-    std::unique_ptr<Backend> candidate_backend =
-        Candidate(std::make_unique<NoiseBackend>(device), suite_, setting.slowdown);
+    PlantedSlowdownBackend candidate_backend(std::make_unique<NoiseBackend>(device),
+                                             Planted(suite_, setting.slowdown));
     RunnerBlockSource baseline(baseline_backend, "baseline", suite_.block);
-    RunnerBlockSource candidate(*candidate_backend, "candidate", suite_.block);
+    RunnerBlockSource candidate(candidate_backend, "candidate", suite_.block);
     const Tally tally = Measure(baseline, candidate, suite_, setting, confirmed);
     Report(setting.name, setting, tally);
     if (confirmed != nullptr) Report(setting.name + ", flagged cells confirmed interleaved", setting, *confirmed);
@@ -359,23 +358,32 @@ TEST_F(NoiseMethod, SmallestSlowdownFoundWithNinetyFivePercentPower) {
 
 // The real CPU backend, both builds this one, the candidate with a planted 5 %: the method on
 // this host's own noise. Not a CI test (its rates depend on the host's load): run it by hand
-// with --gtest_also_run_disabled_tests --gtest_filter='*RealCpu*'.
+// with --gtest_also_run_disabled_tests --gtest_filter='*RealCpu*'. Two layouts: each build
+// with its own backend instance (as two builds are: their own workspaces and buffers), and
+// both on one instance (the method's statistics alone: only the inputs differ).
 TEST(RealCpuMethod, DISABLED_RatesOnThisHost) {
   constexpr int kRealComparisons = 50;
   const Suite suite = MethodSuite({Problem(128, 128, 64, false), Problem(192, 256, 64, true)},
                                   {.warmup = 3, .repeats = 20, .max_seconds = 1.0, .flush_l2 = false});
   PrintHeader();
-  for (double slowdown : {0.0, 0.05}) {
-    const Setting setting{.name = slowdown == 0 ? "cpu A/A" : "cpu planted 5%", .slowdown = slowdown,
-                          .comparisons = kRealComparisons};
-    std::unique_ptr<Backend> baseline_backend = CreateCpuBackend();
-    std::unique_ptr<Backend> candidate_backend = Candidate(CreateCpuBackend(), suite, slowdown);
-    RunnerBlockSource baseline(*baseline_backend, "baseline", suite.block);
-    RunnerBlockSource candidate(*candidate_backend, "candidate", suite.block);
-    const Tally t = Measure(baseline, candidate, suite, setting);
-    Report(setting.name, setting, t);
-    ReportCells(suite, t);
-    std::cout << absl::StrFormat("  %.2f s of measurement per comparison\n", t.SecondsPerComparison());
+  for (bool shared : {false, true}) {
+    for (double slowdown : {0.0, 0.05}) {
+      const Setting setting{
+          .name = absl::StrCat("cpu ", slowdown == 0 ? "A/A" : "planted 5%", shared ? ", one backend instance"
+                                                                                    : ", an instance each"),
+          .slowdown = slowdown,
+          .comparisons = kRealComparisons};
+      std::unique_ptr<Backend> baseline_backend = CreateCpuBackend();
+      std::unique_ptr<PlantedSlowdownBackend> candidate_backend =
+          shared ? std::make_unique<PlantedSlowdownBackend>(*baseline_backend, Planted(suite, slowdown))
+                 : std::make_unique<PlantedSlowdownBackend>(CreateCpuBackend(), Planted(suite, slowdown));
+      RunnerBlockSource baseline(*baseline_backend, "baseline", suite.block);
+      RunnerBlockSource candidate(*candidate_backend, "candidate", suite.block);
+      const Tally t = Measure(baseline, candidate, suite, setting);
+      Report(setting.name, setting, t);
+      ReportCells(suite, t);
+      std::cout << absl::StrFormat("  %.2f s of measurement per comparison\n", t.SecondsPerComparison());
+    }
   }
 }
 

@@ -39,7 +39,10 @@ absl::StatusOr<PlantedSlowdown> ParsePlantedSlowdown(std::string_view spec) {
 
 PlantedSlowdownBackend::PlantedSlowdownBackend(std::unique_ptr<Backend> inner,
                                                std::vector<PlantedSlowdown> slowdowns)
-    : inner_(std::move(inner)), slowdowns_(std::move(slowdowns)) {}
+    : owned_(std::move(inner)), inner_(owned_.get()), slowdowns_(std::move(slowdowns)) {}
+
+PlantedSlowdownBackend::PlantedSlowdownBackend(Backend& inner, std::vector<PlantedSlowdown> slowdowns)
+    : inner_(&inner), slowdowns_(std::move(slowdowns)) {}
 
 DeviceInfo PlantedSlowdownBackend::Describe() const { return inner_->Describe(); }
 

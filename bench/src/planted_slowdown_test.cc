@@ -247,5 +247,23 @@ TEST(PlantedSlowdownBackend, FirstMatchingSlowdownWins) {
   EXPECT_THAT(t->micros, ElementsAre(DoubleEq(150)));
 }
 
+TEST(PlantedSlowdownBackend, DecoratesABorrowedBackend) {
+  FixedTimeBackend fixed({100, 300});
+  {
+    PlantedSlowdownBackend planted(fixed, {{.cell_substring = "fused", .fraction = 0.5}});
+    const AttentionProblem p = TinyProblem();
+    Buffers b = MakeBuffers(planted, p);
+    absl::StatusOr<TimingSamples> t = planted.Time(p, Config(Variant::kFused), b.View(), {});
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_THAT(t->micros, ElementsAre(DoubleEq(150), DoubleEq(450)));
+    // The borrowed backend itself is not slowed.
+    t = fixed.Time(p, Config(Variant::kFused), b.View(), {});
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_THAT(t->micros, ElementsAre(DoubleEq(100), DoubleEq(300)));
+  }
+  // The decorator is gone and the backend it borrowed still works.
+  EXPECT_TRUE(fixed.Allocate(16).ok());
+}
+
 }  // namespace
 }  // namespace fusetune::bench

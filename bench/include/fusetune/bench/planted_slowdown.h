@@ -34,6 +34,9 @@ absl::StatusOr<PlantedSlowdown> ParsePlantedSlowdown(std::string_view spec);
 class PlantedSlowdownBackend : public Backend {
  public:
   PlantedSlowdownBackend(std::unique_ptr<Backend> inner, std::vector<PlantedSlowdown> slowdowns);
+  // Decorates a backend it does not own (`inner` must outlive it), e.g. one that an unslowed
+  // source measures too, so that both share one device context.
+  PlantedSlowdownBackend(Backend& inner, std::vector<PlantedSlowdown> slowdowns);
 
   DeviceInfo Describe() const override;
   absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override;
@@ -56,7 +59,8 @@ class PlantedSlowdownBackend : public Backend {
   double FactorFor(const AttentionProblem& problem, const KernelConfig& config) const;
 
  private:
-  std::unique_ptr<Backend> inner_;
+  std::unique_ptr<Backend> owned_;  // null when borrowed
+  Backend* inner_;
   std::vector<PlantedSlowdown> slowdowns_;
 };
 
