@@ -14,8 +14,8 @@
 #include "sqlite.h"
 #include "store_internal.h"
 
-// The trials table: its JSON columns (samples, timing blocks), validation, row reader and
-// the Store's trial methods (RecordTrial and RecordedTrials are also the RecordSink's).
+// The trials table: its JSON columns (samples, timing blocks; bench cells use them too),
+// validation, row reader and the Store's trial methods (RecordTrial and RecordedTrials are also the RecordSink's).
 
 namespace fusetune {
 
@@ -27,7 +27,27 @@ using db_internal::RequireNonEmpty;
 using db_internal::RequirePositiveId;
 using db_internal::Statement;
 
+namespace db_internal {
 namespace {
+
+// Timing blocks (of trials and bench cells), compactly (db/README.md lists the keys): {"n": samples,
+// "us": median_us, "b": before, "a": after, "u": unsteady}, a device state as {"mhz":
+// sm_clock_mhz, "mw": power_mw, "thr": throttle_reasons}. An unknown state is left out
+// (its fields mean nothing) and reads back as DeviceState{}.
+nlohmann::json DeviceStateToJson(const DeviceState& d) {
+  return {{"mhz", d.sm_clock_mhz}, {"mw", d.power_mw}, {"thr", d.throttle_reasons}};
+}
+
+DeviceState DeviceStateFromJson(const nlohmann::json& j) {
+  DeviceState d;
+  d.known = true;
+  d.sm_clock_mhz = j.at("mhz").get<int>();
+  d.power_mw = j.at("mw").get<int>();
+  d.throttle_reasons = j.at("thr").get<uint64_t>();
+  return d;
+}
+
+}  // namespace
 
 // nlohmann::json throws; every parse is wrapped so that nothing escapes the store.
 // NaN samples are written as null (JSON has no NaN) and read back as NaN.
@@ -56,23 +76,6 @@ absl::StatusOr<std::vector<double>> SamplesFromJson(const std::string& text) {
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("malformed samples JSON in the database: ", e.what()));
   }
-}
-
-// A trial's timing blocks, compactly (db/README.md lists the keys): {"n": samples,
-// "us": median_us, "b": before, "a": after, "u": unsteady}, a device state as {"mhz":
-// sm_clock_mhz, "mw": power_mw, "thr": throttle_reasons}. An unknown state is left out
-// (its fields mean nothing) and reads back as DeviceState{}.
-nlohmann::json DeviceStateToJson(const DeviceState& d) {
-  return {{"mhz", d.sm_clock_mhz}, {"mw", d.power_mw}, {"thr", d.throttle_reasons}};
-}
-
-DeviceState DeviceStateFromJson(const nlohmann::json& j) {
-  DeviceState d;
-  d.known = true;
-  d.sm_clock_mhz = j.at("mhz").get<int>();
-  d.power_mw = j.at("mw").get<int>();
-  d.throttle_reasons = j.at("thr").get<uint64_t>();
-  return d;
 }
 
 std::string BlocksToJson(const std::vector<SampleBlock>& blocks) {
@@ -107,6 +110,32 @@ absl::StatusOr<std::vector<SampleBlock>> BlocksFromJson(const std::string& text)
   }
 }
 
+absl::Status ValidateBlocks(const std::vector<SampleBlock>& blocks, std::string_view what,
+                            bool require_positive_median) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const SampleBlock& b = blocks[i];
+    const bool states_ok = b.before.sm_clock_mhz >= 0 && b.before.power_mw >= 0 &&
+                           b.after.sm_clock_mhz >= 0 && b.after.power_mw >= 0;
+    const bool median_ok = std::isfinite(b.median_us) && (require_positive_median ? b.median_us > 0 : b.median_us >= 0);
+    if (b.samples < 0 || !median_ok || !states_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(what), " block ", i, ": samples, sm_clock_mhz and power_mw must be >= 0 and median_us finite and ",
+          require_positive_median ? "> 0" : ">= 0", ", got median_us ", b.median_us));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace db_internal
+
+using db_internal::BlocksFromJson;
+using db_internal::BlocksToJson;
+using db_internal::SamplesFromJson;
+using db_internal::SamplesToJson;
+using db_internal::ValidateBlocks;
+
+namespace {
+
 absl::Status ValidateTrial(const Trial& t) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(t.trial_id, "trial_id"));
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(t.run_id, "trial run_id"));
@@ -123,15 +152,7 @@ absl::Status ValidateTrial(const Trial& t) {
     return absl::InvalidArgumentError(
         absl::StrCat("trial wall_seconds must be finite and >= 0, got ", t.wall_seconds));
   }
-  for (size_t i = 0; i < t.blocks.size(); ++i) {
-    const SampleBlock& b = t.blocks[i];
-    const bool states_ok = b.before.sm_clock_mhz >= 0 && b.before.power_mw >= 0 &&
-                           b.after.sm_clock_mhz >= 0 && b.after.power_mw >= 0;
-    if (b.samples < 0 || !std::isfinite(b.median_us) || b.median_us < 0 || !states_ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "trial block ", i, ": samples, median_us, sm_clock_mhz and power_mw must be finite and >= 0"));
-    }
-  }
+  FT_DB_RETURN_IF_ERROR(ValidateBlocks(t.blocks, "trial", /*require_positive_median=*/false));
   // The id is derived from the fields, so that a retried upload is recognised and two stages
   // of one config never share a row (a final trial under its screen trial's id would be
   // dropped as a duplicate).
