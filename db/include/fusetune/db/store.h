@@ -39,11 +39,17 @@ struct Regression {
   std::string problem_key;
   std::string config_key;
   std::string metric;        // "latency" or "max_rel_error"
-  double ratio = 0;          // new / baseline
-  double p_value = 1;
-  std::string verdict;       // "regressed", "same", "improved", "unknown"
-  int64_t created_unix_ms = 0;
+  double ratio = 0;          // new / baseline (dimensionless; latency: > 1 is slower); finite, >= 0
+  double p_value = 1;        // after the suite's multiple-comparison correction; in [0, 1]
+  std::string verdict;       // one of kRegressionVerdicts
+  int64_t created_unix_ms = 0;  // Unix milliseconds; 0 on write = now
 };
+
+// The rules every stored Regression meets (RecordRegression(s) and the service check them):
+// InvalidArgument naming the field for an empty commit, baseline commit, device class,
+// problem key, config key or metric, a verdict outside kRegressionVerdicts, a non-finite or
+// negative ratio, a p-value outside [0, 1] (or NaN) or a negative created_unix_ms.
+absl::Status ValidateRegression(const Regression& r);
 
 // One measured (problem, config) cell of a bench run: what `fusetune bench` stores and a
 // regression check compares. A cell is identified by (run_id, problem_key, config_key, role).
