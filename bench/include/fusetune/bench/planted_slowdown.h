@@ -7,6 +7,8 @@
 #ifndef FUSETUNE_BENCH_PLANTED_SLOWDOWN_H_
 #define FUSETUNE_BENCH_PLANTED_SLOWDOWN_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,7 +34,30 @@ absl::StatusOr<PlantedSlowdown> ParsePlantedSlowdown(std::string_view spec);
 class PlantedSlowdownBackend : public Backend {
  public:
   PlantedSlowdownBackend(std::unique_ptr<Backend> inner, std::vector<PlantedSlowdown> slowdowns);
-  // ... every Backend method, forwarded
+
+  DeviceInfo Describe() const override;
+  absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override;
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& problem) const override;
+  absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
+                   const AttentionBuffers& buffers) override;
+  // The inner backend's samples, each multiplied by 1 + fraction of the first matching
+  // slowdown (unchanged when none matches); the device state is the inner one's. Errors are
+  // the inner backend's.
+  absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
+                                     const AttentionBuffers& buffers,
+                                     const TimingOptions& options) override;
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
+  absl::Status Fill(void* dst, uint8_t value, size_t bytes) override;
+
+  // The factor Time() applies to (problem, config): 1 + fraction of the first matching
+  // slowdown, else 1.
+  double FactorFor(const AttentionProblem& problem, const KernelConfig& config) const;
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  std::vector<PlantedSlowdown> slowdowns_;
 };
 
 }  // namespace fusetune::bench
