@@ -216,6 +216,8 @@ TEST(Suite, ProblemFromJsonRefusesUnknownFieldsWrongTypesAndInvalidProblems) {
       {R"({"q_len": 8, "kv_len": 8, "dtype": "fp8"})", "dtype: unknown dtype"},
       {R"({"q_len": 8, "kv_len": 8, "kind": "encode"})", "kind: unknown problem kind"},
       {R"({"q_len": 8, "kv_len": 8, "softmax_scale": "x"})", "softmax_scale: must be a number"},
+      {R"({"q_len": 8, "kv_len": 8, "softmax_scale": 1e300})", "softmax_scale: out of range"},
+      {R"({"q_len": 8, "kv_len": 8, "softmax_scale": -1})", "softmax_scale must be in"},
       {R"({"q_len": 8, "kv_len": 8, "kv_valid_lens": [8, "x"]})", "kv_valid_lens[1]: must be an integer"},
       {R"({"q_len": 8, "kv_len": 8, "q_heads": 6, "kv_heads": 4})", "must divide"},
       {R"({"q_len": 8, "kv_len": 8, "page_block_size": 16})", "paged KV"},
@@ -499,7 +501,7 @@ TEST(CheckedInSuites, EveryFileParsesUnderItsOwnName) {
 }
 
 // Reference cells pin the backend's default; every problem has its tuned pick.
-void ExpectReferenceCellsAreTheDefault(const Suite& suite, std::string_view backend) {
+void ExpectDefaultReferencesAndABestPerProblem(const Suite& suite, std::string_view backend) {
   for (const SuiteCell& cell : suite.cells) {
     if (cell.role != "reference") continue;
     EXPECT_EQ(cell.config, *DefaultConfig(backend, cell.problem)) << cell.Name();
@@ -517,7 +519,7 @@ TEST(CheckedInSuites, CpuSuiteIsSmallAndRunsOnTheCpuBackend) {
   EXPECT_EQ(suite.device_class, "");
   EXPECT_LE(suite.cells.size(), 9u);
   EXPECT_FALSE(suite.block.flush_l2);
-  ExpectReferenceCellsAreTheDefault(suite, "cpu");
+  ExpectDefaultReferencesAndABestPerProblem(suite, "cpu");
   absl::StatusOr<std::unique_ptr<Backend>> cpu = CreateBackend("cpu");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   for (const SuiteCell& cell : suite.cells) {
@@ -531,7 +533,7 @@ TEST(CheckedInSuites, H200SuiteCoversTheTunedShapes) {
   EXPECT_EQ(suite.device_class, "cuda/NVIDIA-H200/sm90");
   EXPECT_GE(suite.cells.size(), 24u);
   EXPECT_TRUE(suite.block.flush_l2);
-  ExpectReferenceCellsAreTheDefault(suite, "cuda");
+  ExpectDefaultReferencesAndABestPerProblem(suite, "cuda");
   for (const char* role : {"best", "reference", "materialized"}) {
     EXPECT_TRUE(std::any_of(suite.cells.begin(), suite.cells.end(),
                             [&](const SuiteCell& c) { return c.role == role; }))
