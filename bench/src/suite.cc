@@ -178,6 +178,8 @@ absl::StatusOr<bool> ReadProblemField(const std::string& name, const Json& value
   if (name == "softmax_scale") {
     absl::StatusOr<double> v = ReadNumber(value, where);
     if (!v.ok()) return v.status();
+    // Outside float's range the conversion is undefined: refuse it here, Validate does the rest.
+    if (std::abs(*v) > std::numeric_limits<float>::max()) return FieldError(where, "out of range");
     p.softmax_scale = static_cast<float>(*v);
     return true;
   }

@@ -216,6 +216,8 @@ TEST(Suite, ProblemFromJsonRefusesUnknownFieldsWrongTypesAndInvalidProblems) {
       {R"({"q_len": 8, "kv_len": 8, "dtype": "fp8"})", "dtype: unknown dtype"},
       {R"({"q_len": 8, "kv_len": 8, "kind": "encode"})", "kind: unknown problem kind"},
       {R"({"q_len": 8, "kv_len": 8, "softmax_scale": "x"})", "softmax_scale: must be a number"},
+      {R"({"q_len": 8, "kv_len": 8, "softmax_scale": 1e300})", "softmax_scale: out of range"},
+      {R"({"q_len": 8, "kv_len": 8, "softmax_scale": -1})", "softmax_scale must be in"},
       {R"({"q_len": 8, "kv_len": 8, "kv_valid_lens": [8, "x"]})", "kv_valid_lens[1]: must be an integer"},
       {R"({"q_len": 8, "kv_len": 8, "q_heads": 6, "kv_heads": 4})", "must divide"},
       {R"({"q_len": 8, "kv_len": 8, "page_block_size": 16})", "paged KV"},
@@ -434,6 +436,21 @@ TEST(SuiteFromBestConfigs, LeavesOutAReferenceEqualToThePickAndSkipsVarlenKeys) 
   EXPECT_EQ(suite->cells[0].role, "best");
 }
 
+TEST(SuiteFromBestConfigs, AMaterializedPickIsNotRepeatedAndABadConfigKeyIsSkipped) {
+  const std::string other = "prefill/b1/hq12/hkv12/q256/k256/d64/causal0/fp32";
+  std::vector<std::string> skipped;
+  absl::StatusOr<Suite> suite = SuiteFromBestConfigs(
+      "cpu-db", "cpu/test/avx2", "cpu",
+      {Source(kSeedKey, kMaterialized, {MadeTrial(kSeedKey, kMaterialized, 300)}), Source(other, "fused/bm64")},
+      &skipped);
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  EXPECT_EQ(skipped, std::vector<std::string>{other});
+  ASSERT_EQ(suite->cells.size(), 2u);
+  EXPECT_EQ(suite->cells[0].config.Key(), kMaterialized);
+  EXPECT_EQ(suite->cells[0].role, "best");
+  EXPECT_EQ(suite->cells[1].role, "reference");
+}
+
 TEST(SuiteFromBestConfigs, AnUnknownBackendHasNoReferenceCell) {
   absl::StatusOr<Suite> suite =
       SuiteFromBestConfigs("x", "tpu/v9", "tpu", {Source(kSeedKey, kFused)}, nullptr);
@@ -484,7 +501,7 @@ TEST(CheckedInSuites, EveryFileParsesUnderItsOwnName) {
 }
 
 // Reference cells pin the backend's default; every problem has its tuned pick.
-void ExpectReferenceCellsAreTheDefault(const Suite& suite, std::string_view backend) {
+void ExpectDefaultReferencesAndABestPerProblem(const Suite& suite, std::string_view backend) {
   for (const SuiteCell& cell : suite.cells) {
     if (cell.role != "reference") continue;
     EXPECT_EQ(cell.config, *DefaultConfig(backend, cell.problem)) << cell.Name();
@@ -502,7 +519,7 @@ TEST(CheckedInSuites, CpuSuiteIsSmallAndRunsOnTheCpuBackend) {
   EXPECT_EQ(suite.device_class, "");
   EXPECT_LE(suite.cells.size(), 9u);
   EXPECT_FALSE(suite.block.flush_l2);
-  ExpectReferenceCellsAreTheDefault(suite, "cpu");
+  ExpectDefaultReferencesAndABestPerProblem(suite, "cpu");
   absl::StatusOr<std::unique_ptr<Backend>> cpu = CreateBackend("cpu");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   for (const SuiteCell& cell : suite.cells) {
@@ -516,7 +533,7 @@ TEST(CheckedInSuites, H200SuiteCoversTheTunedShapes) {
   EXPECT_EQ(suite.device_class, "cuda/NVIDIA-H200/sm90");
   EXPECT_GE(suite.cells.size(), 24u);
   EXPECT_TRUE(suite.block.flush_l2);
-  ExpectReferenceCellsAreTheDefault(suite, "cuda");
+  ExpectDefaultReferencesAndABestPerProblem(suite, "cuda");
   for (const char* role : {"best", "reference", "materialized"}) {
     EXPECT_TRUE(std::any_of(suite.cells.begin(), suite.cells.end(),
                             [&](const SuiteCell& c) { return c.role == role; }))
@@ -530,11 +547,14 @@ TEST(CheckedInSuites, H200SuiteCoversTheTunedShapes) {
 // Host-only: every fused cell of the H200 suite has a compiled instance the H200 accepts
 // (sm_90, 227 KiB of shared memory per block); no GPU is touched.
 TEST(CheckedInSuites, H200FusedCellsHaveCompiledInstances) {
+  int checked = 0;
   for (const SuiteCell& cell : ReadCheckedIn("h200").cells) {
     if (cell.config.variant != Variant::kFused) continue;
     const absl::Status can = cuda::FusedCanImplement(cell.problem, cell.config, 227 * 1024, 90);
     EXPECT_TRUE(can.ok()) << cell.Name() << ": " << can;
+    ++checked;
   }
+  EXPECT_GE(checked, 24);
 }
 #else
 TEST(CheckedInSuites, H200FusedCellsHaveCompiledInstances) {
