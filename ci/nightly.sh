@@ -7,7 +7,7 @@
 #
 #   ci/nightly.sh [--commit REV] [--fetch] [--suite FILE] [--backend cpu|cuda] [--device N]
 #                 [--home DIR] [--db PATH] [--server ADDR] [--token-file FILE] [--repo DIR]
-#                 [--cmake-args "ARGS"]
+#                 [--cmake-args "ARGS"] [--report-dir DIR]
 #
 #   --commit REV        the commit to judge (default: HEAD of the repository, or with --fetch
 #                       the head of origin's default branch after `git fetch origin`)
@@ -20,15 +20,16 @@
 #   --server ADDR       also send the verdicts to this fusetune server (--token-file FILE)
 #   --repo DIR          the repository (default: the one this script lives in)
 #   --cmake-args "..."  passed to ci/build-commit.sh, for this build and baseline rebuilds
+#   --report-dir DIR    this run's reports go to DIR (default: HOME_DIR/reports/<date>-<commit>)
 #
 # Writes HOME_DIR/logs/<date>-<commit>.log (a copy of stdout and stderr) and
 # HOME_DIR/reports/<date>-<commit>/ (the suite used; junit.xml and report.md once there is a
-# baseline). Exit status: 0 clean (or the first night), 1 regression, 2 error (another run
+# baseline; --report-dir DIR puts them in DIR instead, e.g. for a CI job to upload). Exit status: 0 clean (or the first night), 1 regression, 2 error (another run
 # holds the lock, unknown commit, the commit does not build, or regress failed).
 set -euo pipefail
 
 usage() {
-  sed -n '8,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '8,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 die() {
   echo "nightly: $*" >&2
@@ -57,6 +58,7 @@ exec < /dev/null
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build_commit=$script_dir/build-commit.sh
 rev="" fetch=0 suite="" backend="" device="" home="" db="" server="" token_file="" repo="" cmake_args=""
+report_dir_option=""
 while (($#)); do
   case $1 in
     --commit) need_value "$1" $#; rev=$2; shift 2 ;;
@@ -70,6 +72,7 @@ while (($#)); do
     --token-file) need_value "$1" $#; token_file=$2; shift 2 ;;
     --repo) need_value "$1" $#; repo=$2; shift 2 ;;
     --cmake-args) need_value "$1" $#; cmake_args=$2; shift 2 ;;
+    --report-dir) need_value "$1" $#; report_dir_option=$(realpath -m "$2"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -114,7 +117,10 @@ fi
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 log=$home/logs/$stamp-$short.log
 report_dir=$home/reports/$stamp-$short
+[[ -z $report_dir_option ]] || report_dir=$report_dir_option
 mkdir -p "$report_dir"
+# A report folder given again (a CI workspace) must not show an earlier run's verdict.
+rm -f "$report_dir/junit.xml" "$report_dir/report.md"
 
 # The run itself, its output copied into the log.
 run() {

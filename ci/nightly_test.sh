@@ -208,6 +208,19 @@ for want in 0 1 2; do
 done
 pass "nightly.sh: later nights run regress against the previous nightly and exit with its status (0, 1, 2)"
 
+# --report-dir: the reports go there, and an earlier run's reports there are removed first.
+mkdir -p "$work/ci-reports"
+touch "$work/ci-reports/junit.xml" "$work/ci-reports/report.md"
+nightly_run s 1 --commit "$c5" --report-dir "$work/ci-reports"
+expect_status 1 "$s" "a night with --report-dir"
+for flags in "[--suite] [$work/ci-reports/cpu.json]" "[--junit] [$work/ci-reports/junit.xml]" \
+             "[--markdown] [$work/ci-reports/report.md]"; do
+  grep -qF -- "$flags" <<< "$(last_call)" || fail "regress lacks $flags: $(last_call)"
+done
+[[ ! -e $work/ci-reports/junit.xml && ! -e $work/ci-reports/report.md ]] ||
+  fail "an earlier run's reports were left in the --report-dir folder"
+pass "nightly.sh --report-dir DIR: the reports go to DIR, an earlier run's removed first"
+
 nightly_run s 139 --commit "$c5"
 expect_status 2 "$s" "a regress that crashed"
 pass "nightly.sh: any other regress status (a crash) is exit 2"
