@@ -22,6 +22,7 @@
 # libraries from the build or source folder; 125 the commit does not build (its log is kept),
 # which `git bisect run` reads as "skip this commit". Never prompts.
 set -euo pipefail
+trap 'echo "build-commit: unexpected failure at line $LINENO" >&2; exit 2' ERR
 export GIT_TERMINAL_PROMPT=0
 
 usage() {

@@ -27,6 +27,8 @@
 # baseline; --report-dir DIR puts them in DIR instead, e.g. for a CI job to upload). Exit status: 0 clean (or the first night), 1 regression, 2 error (another run
 # holds the lock, unknown commit, the commit does not build, or regress failed).
 set -euo pipefail
+# An unexpected failure is an error (2), never to be read as a regression (1).
+trap 'echo "nightly: unexpected failure at line $LINENO" >&2; exit 2' ERR
 
 usage() {
   sed -n '8,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -122,7 +124,9 @@ mkdir -p "$report_dir"
 # A report folder given again (a CI workspace) must not show an earlier run's verdict.
 rm -f "$report_dir/junit.xml" "$report_dir/report.md"
 
-# The run itself, its output copied into the log.
+# The run itself, its output copied into the log. Returns 0 clean or benched,
+# $regressed_status for a regression, anything else for an error.
+regressed_status=101
 run() {
   set -e
   echo "nightly: $full on $backend${device:+ device $device} ($(uname -n), $(date -u +%Y-%m-%dT%H:%M:%SZ))"
@@ -133,7 +137,7 @@ run() {
   local suite_used
   if [[ -n $suite ]]; then
     suite_used=$report_dir/$(basename "$suite")
-    cp "$suite" "$suite_used"
+    [[ $suite -ef $suite_used ]] || cp "$suite" "$suite_used"
   else
     local checked_in=suites/cpu.json
     [[ $backend == cuda ]] && checked_in=suites/h200.json
@@ -194,16 +198,22 @@ run() {
     bench:0) echo "nightly: benched $short (the baseline for the next night)" ;;
     bench:*) echo "nightly: fusetune bench failed (exit $status)" >&2; return 2 ;;
     regress:0) echo "nightly: $short clean; reports in $report_dir" ;;
-    regress:1) echo "nightly: $short REGRESSED; reports in $report_dir"; return 1 ;;
+    regress:1) echo "nightly: $short REGRESSED; reports in $report_dir"; return "$regressed_status" ;;
     *) echo "nightly: fusetune regress failed (exit $status)" >&2; return 2 ;;
   esac
   return 0
 }
 
-# errexit stays on inside run() (set there: its pipeline subshell is not a condition).
+# errexit stays on inside run() (set there: its pipeline subshell is not a condition); its
+# status is mapped below.
+trap - ERR
 set +e
 run 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
 set -e
 echo "nightly: log $log" | tee -a "$log"
-exit "$status"
+case $status in
+  0) exit 0 ;;
+  "$regressed_status") exit 1 ;;
+  *) exit 2 ;;
+esac

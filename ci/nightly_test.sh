@@ -269,7 +269,10 @@ nightly_run s 0 --commit "$c1" --suite "$work/missing.json"
 expect_status 2 "$s" "a missing --suite file"
 nightly_run s 0 --commit "$c1" --backend rocm
 expect_status 2 "$s" "--backend rocm"
-pass "nightly.sh: bad options are exit 2"
+touch "$work/a-file"
+nightly_run s 0 --commit "$c1" --report-dir "$work/a-file"
+expect_status 2 "$s" "a --report-dir that cannot be made"
+pass "nightly.sh: bad options are exit 2, and so is an unexpected failure (never 1)"
 
 # A new database is a first night again, whatever the markers say.
 nightly_run s 0 --commit "$c2" --db "$work/other.db"
