@@ -21,6 +21,8 @@
 # Exit status: 0 built or reused; 2 usage error, unknown commit, or a binary that needs
 # libraries from the build or source folder; 125 the commit does not build (its log is kept),
 # which `git bisect run` reads as "skip this commit". Never prompts.
+# Read whole before running (a checkout updated during a run must not change it).
+{
 set -euo pipefail
 trap 'echo "build-commit: unexpected failure at line $LINENO" >&2; exit 2' ERR
 export GIT_TERMINAL_PROMPT=0
@@ -189,3 +191,5 @@ echo "build-commit: built $short" | tee -a "$log" >&2
 mark_used
 prune
 echo "$binary"
+exit 0
+}

@@ -26,6 +26,8 @@
 # HOME_DIR/reports/<date>-<commit>/ (the suite used; junit.xml and report.md once there is a
 # baseline; --report-dir DIR puts them in DIR instead, e.g. for a CI job to upload). Exit status: 0 clean (or the first night), 1 regression, 2 error (another run
 # holds the lock, unknown commit, the commit does not build, or regress failed).
+# Read whole before running (a checkout updated during a run must not change it).
+{
 set -euo pipefail
 # An unexpected failure is an error (2), never to be read as a regression (1).
 trap 'echo "nightly: unexpected failure at line $LINENO" >&2; exit 2' ERR
@@ -217,3 +219,4 @@ case $status in
   "$regressed_status") exit 1 ;;
   *) exit 2 ;;
 esac
+}

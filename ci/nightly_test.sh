@@ -90,6 +90,7 @@ builds_run() { [[ -f $FAKE_BUILD_RECORD ]] && wc -l < "$FAKE_BUILD_RECORD" || ec
 last_call() { tail -n 1 "$FAKE_FUSETUNE_LOG"; }
 calls() { [[ -f $FAKE_FUSETUNE_LOG ]] && wc -l < "$FAKE_FUSETUNE_LOG" || echo 0; }
 
+s=""  # the last exit status, set by run_status
 # run_status VAR COMMAND...: runs COMMAND, its combined output in $output, its status in VAR.
 run_status() {
   local var=$1
@@ -149,13 +150,15 @@ prune_home=$work/prune-home
 for c in "$c1" "$c2" "$c3"; do
   "$build_commit" --repo "$repo" --home "$prune_home" --keep 2 "$c" > /dev/null 2>&1 || fail "building $c"
 done
-kept=$(cd "$prune_home/builds" && ls -d -- */ | tr -d / | sort | tr '\n' ' ')
-[[ $kept == "$(printf '%s\n' "$(short "$c2")" "$(short "$c3")" | sort | tr '\n' ' ')" ]] ||
+kept_builds() { find "$prune_home/builds" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort | tr '\n' ' '; }
+short_set() { for c in "$@"; do short "$c"; done | sort | tr '\n' ' '; }
+kept=$(kept_builds)
+[[ $kept == "$(short_set "$c2" "$c3")" ]] ||
   fail "--keep 2 after c1, c2, c3 kept: $kept"
 "$build_commit" --repo "$repo" --home "$prune_home" --keep 2 "$c2" > /dev/null 2>&1  # reused: newest again
 "$build_commit" --repo "$repo" --home "$prune_home" --keep 2 "$c4" > /dev/null 2>&1
-kept=$(cd "$prune_home/builds" && ls -d -- */ | tr -d / | sort | tr '\n' ' ')
-[[ $kept == "$(printf '%s\n' "$(short "$c2")" "$(short "$c4")" | sort | tr '\n' ' ')" ]] ||
+kept=$(kept_builds)
+[[ $kept == "$(short_set "$c2" "$c4")" ]] ||
   fail "--keep 2 after reusing c2 then building c4 kept: $kept"
 pass "build-commit.sh --keep N keeps the N most recently built or reused commits"
 
