@@ -9,7 +9,7 @@
 #   ci/build-commit.sh [--repo DIR] [--home DIR] [--cmake-args "ARGS"] [--keep N] [--jobs N] COMMIT
 #
 #   --repo DIR          the repository to build from (default: the one this script lives in)
-#   --home DIR          HOME_DIR (default: ${XDG_CACHE_HOME:-$HOME/.cache}/fusetune-nightly)
+#   --home DIR          HOME_DIR (default: $FUSETUNE_NIGHTLY_HOME, else ${XDG_CACHE_HOME:-$HOME/.cache}/fusetune-nightly)
 #   --cmake-args "..."  extra configure arguments, split on whitespace (e.g. -DFUSETUNE_WITH_CUDA=OFF)
 #   --keep N            keep the N most recently built or reused commits in builds/ (default 8)
 #   --jobs N            parallel build jobs (default: nproc)
@@ -39,6 +39,8 @@ need_value() {  # need_value OPTION ARGC
 }
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=ci/nightly_common.sh
+source "$script_dir/nightly_common.sh"
 repo="" home="" cmake_args="" keep=8 jobs="" commit=""
 while (($#)); do
   case $1 in
@@ -64,13 +66,13 @@ if [[ -z $repo ]]; then
     die 2 "$script_dir is not inside a git repository; pass --repo DIR"
 fi
 repo=$(git -C "$repo" rev-parse --show-toplevel 2>/dev/null) || die 2 "--repo $repo is not a git repository"
-home=$(realpath -m "${home:-${XDG_CACHE_HOME:-$HOME/.cache}/fusetune-nightly}")
+home=$(nightly_home "$home")
 
 full=$(git -C "$repo" rev-parse --verify --quiet "$commit^{commit}") ||
   die 2 "unknown commit '$commit' in $repo (fetch it first, or check the name)"
 short=${full:0:12}
-builds=$home/builds
-dest=$builds/$short
+builds=$(nightly_builds_dir "$home")
+dest=$(nightly_build_dir "$home" "$full")
 binary=$dest/bin/fusetune
 src=$home/src
 build=$home/build
@@ -148,9 +150,7 @@ fi
 } > "$log"
 echo "build-commit: building $short (log: $log)" >&2
 export CCACHE_BASEDIR=$src
-if ! command -v nvcc > /dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  export PATH=$PATH:/usr/local/cuda/bin
-fi
+nightly_add_cuda_to_path
 built=$build/service/cli/fusetune
 mkdir -p "$build"
 if [[ -n ${FUSETUNE_BUILD_COMMAND:-} ]]; then

@@ -14,8 +14,8 @@
 #   --suite FILE        the bench suite (default: suites/cpu.json or suites/h200.json, by
 #                       backend, as checked in at the commit)
 #   --backend cpu|cuda  default cuda when `nvidia-smi -L` works, else cpu; --device N its device
-#   --home DIR          HOME_DIR, where everything goes (default:
-#                       ${XDG_CACHE_HOME:-$HOME/.cache}/fusetune-nightly)
+#   --home DIR          HOME_DIR, where everything goes (default: $FUSETUNE_NIGHTLY_HOME,
+#                       else ${XDG_CACHE_HOME:-$HOME/.cache}/fusetune-nightly)
 #   --db PATH           the database of bench runs and verdicts (default: HOME_DIR/nightly.db)
 #   --server ADDR       also send the verdicts to this fusetune server (--token-file FILE)
 #   --repo DIR          the repository (default: the one this script lives in)
@@ -47,19 +47,20 @@ shell_quote() {
   printf "'%s'" "${1//\'/\'\\\'\'}"
 }
 
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=ci/nightly_common.sh
+source "$script_dir/nightly_common.sh"
+
 # cron's environment: a minimal PATH, no terminal. Nothing may wait for input.
 for dir in /usr/local/bin /usr/bin /bin; do
   [[ :$PATH: == *:$dir:* ]] || PATH=$PATH:$dir
 done
-if ! command -v nvcc > /dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  PATH=$PATH:/usr/local/cuda/bin
-fi
 export PATH
+nightly_add_cuda_to_path
 export GIT_TERMINAL_PROMPT=0
 export GIT_SSH_COMMAND=${GIT_SSH_COMMAND:-ssh -o BatchMode=yes}
 exec < /dev/null
 
-script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build_commit=$script_dir/build-commit.sh
 rev="" fetch=0 suite="" backend="" device="" home="" db="" server="" token_file="" repo="" cmake_args=""
 report_dir_option=""
@@ -88,7 +89,7 @@ if [[ -z $repo ]]; then
     die "$script_dir is not inside a git repository; pass --repo DIR"
 fi
 repo=$(git -C "$repo" rev-parse --show-toplevel 2>/dev/null) || die "--repo $repo is not a git repository"
-home=$(realpath -m "${home:-${XDG_CACHE_HOME:-$HOME/.cache}/fusetune-nightly}")
+home=$(nightly_home "$home")
 db=$(realpath -m "${db:-$home/nightly.db}")
 if [[ -n $suite ]]; then
   [[ -f $suite ]] || die "no suite file at $suite"
@@ -157,7 +158,7 @@ run() {
   build_output=$("$build_commit" "${build_args[@]}" "$full") || status=$?
   if ((status != 0)); then
     if ((status == 125)); then
-      echo "nightly: $short does not build; build log: $home/builds/$short/build.log" >&2
+      echo "nightly: $short does not build; build log: $(nightly_build_dir "$home" "$full")/build.log" >&2
     else
       echo "nightly: building $short failed (ci/build-commit.sh exit $status)" >&2
     fi
@@ -182,7 +183,7 @@ run() {
     [[ -n $cmake_args ]] && rebuild_command+=" --cmake-args $(shell_quote "$cmake_args")"
     rebuild_command+=" {commit}"
     command=("$binary" regress --suite "$suite_used" --baseline previous --commit "$short" --db "$db"
-             "${device_args[@]}" --builds-dir "$home/builds" --rebuild-command "$rebuild_command"
+             "${device_args[@]}" --builds-dir "$(nightly_builds_dir "$home")" --rebuild-command "$rebuild_command"
              --junit "$report_dir/junit.xml" --markdown "$report_dir/report.md")
     [[ -n $server ]] && command+=(--server "$server")
     [[ -n $token_file ]] && command+=(--token-file "$token_file")

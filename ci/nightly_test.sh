@@ -30,7 +30,7 @@ pass() { echo "ok      $*"; }
 
 # No user configuration or cache leaks in, and nothing is written outside $work.
 export HOME=$work/user GIT_CONFIG_NOSYSTEM=1
-unset XDG_CACHE_HOME
+unset XDG_CACHE_HOME FUSETUNE_NIGHTLY_HOME
 mkdir -p "$HOME"
 export GIT_AUTHOR_NAME=test GIT_AUTHOR_EMAIL=test@example.invalid
 export GIT_COMMITTER_NAME=test GIT_COMMITTER_EMAIL=test@example.invalid
@@ -168,6 +168,11 @@ expect_status 0 "$s" "build-commit.sh with the default home"
 [[ ${output##*$'\n'} == "$HOME/.cache/fusetune-nightly/builds/$(short "$c1")/bin/fusetune" ]] ||
   fail "the default home is not ~/.cache/fusetune-nightly: ${output##*$'\n'}"
 pass "build-commit.sh's default home is \${XDG_CACHE_HOME:-\$HOME/.cache}/fusetune-nightly"
+FUSETUNE_NIGHTLY_HOME=$work/env-home run_status s "$build_commit" --repo "$repo" "$c1"
+expect_status 0 "$s" "build-commit.sh with FUSETUNE_NIGHTLY_HOME"
+[[ ${output##*$'\n'} == "$work/env-home/builds/$(short "$c1")/bin/fusetune" ]] ||
+  fail "FUSETUNE_NIGHTLY_HOME was not the home: ${output##*$'\n'}"
+pass "build-commit.sh: FUSETUNE_NIGHTLY_HOME is the home when there is no --home"
 
 # --- nightly.sh ------------------------------------------------------------------------------
 home=$work/nightly-home
