@@ -194,15 +194,19 @@ run() {
   echo "nightly: running $(printf '%q ' "${command[@]}")"
   status=0
   "${command[@]}" || status=$?
-  if ((status == 0 || status == 1)); then
-    echo "$short" >> "$marker"
-  fi
+  # A bench, and a regress that reached a verdict, stored this commit's bench run.
+  case ${command[1]}:$status in
+    bench:0 | regress:0 | regress:1) echo "$short" >> "$marker" ;;
+  esac
   case ${command[1]}:$status in
     bench:0) echo "nightly: benched $short (the baseline for the next night)" ;;
     bench:*) echo "nightly: fusetune bench failed (exit $status)" >&2; return 2 ;;
     regress:0) echo "nightly: $short clean; reports in $report_dir" ;;
     regress:1) echo "nightly: $short REGRESSED; reports in $report_dir"; return "$regressed_status" ;;
-    *) echo "nightly: fusetune regress failed (exit $status)" >&2; return 2 ;;
+    *)
+      echo "nightly: fusetune regress failed (exit $status); if it found no bench run to compare" \
+           "with, removing $marker makes the next night bench first" >&2
+      return 2 ;;
   esac
   return 0
 }

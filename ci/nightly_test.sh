@@ -194,11 +194,16 @@ grep -qF "benched $(short "$c1")" "$log" || fail "the log $log lacks the run's o
 grep -qF "benched $(short "$c1")" <<< "$output" || fail "stdout lacks the run's output"
 pass "nightly.sh: the first night benches the commit's suite into the database, exit 0, logged"
 
+nightly_run s 1 --commit "$c1" --db "$work/failing-bench.db"
+expect_status 2 "$s" "a first night whose bench fails"
+nightly_run s 0 --commit "$c2" --db "$work/failing-bench.db"
+expect_status 0 "$s" "the night after a failed bench"
+[[ $(last_call) == "$(short "$c2") bench "* ]] || fail "the night after a failed bench ran: $(last_call)"
 nightly_run s 0 --commit "$c1"
 expect_status 0 "$s" "a second night at the same commit"
 [[ $(last_call) == "$(short "$c1") bench "* ]] || fail "the same commit again ran: $(last_call)"
-[[ $(builds_run) == 1 ]] || fail "a commit was built $(builds_run) times over two nights"
-pass "nightly.sh: the same commit again is benched again (no other commit to compare with), not rebuilt"
+[[ -z $(sort "$FAKE_BUILD_RECORD" | uniq -d) ]] || fail "a commit was built twice over several nights"
+pass "nightly.sh: a failed bench is exit 2 and no baseline; the same commit again is benched again, not rebuilt"
 
 for want in 0 1 2; do
   c_var=c$((want + 2)) && c=${!c_var}
