@@ -42,6 +42,15 @@ absl::StatusOr<SourceInfo> RunnerBlockSource::Describe() {
   return info;
 }
 
+absl::StatusOr<bool> RunnerBlockSource::CanRun(const AttentionProblem& problem, const KernelConfig& config,
+                                               std::string* why) {
+  absl::Status s = problem.Validate();
+  if (s.ok()) s = config.Validate();
+  if (s.ok()) s = backend_.CanImplement(problem, config);
+  if (!s.ok() && why != nullptr) *why = std::string(s.ToString());
+  return s.ok();
+}
+
 absl::StatusOr<CellCheck> RunnerBlockSource::Verify(const AttentionProblem& problem, const KernelConfig& config) {
   const Trial t = runner_.Measure(problem, config, block_, /*run_id=*/0, /*attempt=*/0);
   CellCheck check;
@@ -100,6 +109,16 @@ absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out) {
       continue;
     }
     if (request->op == protocol::Op::kQuit) return absl::OkStatus();
+    if (request->op == protocol::Op::kCanRun) {
+      std::string why;
+      absl::StatusOr<bool> can = source.CanRun(request->problem, request->config, &why);
+      if (!can.ok()) {
+        reply({{"error", std::string(can.status().ToString())}, {"fatal", true}});
+        return can.status();
+      }
+      reply({{"can_run", *can}, {"why", why}});
+      continue;
+    }
     if (request->op == protocol::Op::kVerify) {
       absl::StatusOr<CellCheck> check = source.Verify(request->problem, request->config);
       if (!check.ok()) {

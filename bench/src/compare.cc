@@ -63,22 +63,24 @@ struct Side {
 // Cells not yet verified on a side are verified first.
 class Interleaver {
  public:
+  // `stored_baseline`: the cells' baseline sides hold a stored measurement (not a side here).
   Interleaver(std::vector<Side> sides, std::vector<CellComparison>& cells, const CompareOptions& options,
-              int* blocks_measured)
-      : sides_(std::move(sides)), cells_(cells), options_(options), blocks_measured_(blocks_measured) {}
+              int* blocks_measured, bool stored_baseline = false)
+      : sides_(std::move(sides)),
+        cells_(cells),
+        options_(options),
+        blocks_measured_(blocks_measured),
+        stored_baseline_(stored_baseline) {}
 
   absl::Status Measure(const std::vector<size_t>& which, int target) {
     std::vector<SuiteCell> suite_cells;
     for (const CellComparison& c : cells_) suite_cells.push_back(c.cell);
-    const std::vector<std::vector<size_t>> groups = GroupByProblem(suite_cells, which);
-    // Every cell is verified before any is timed, so a suite naming configs no build can run
-    // fails at once.
-    for (const std::vector<size_t>& group : groups) {
-      if (absl::Status s = VerifyGroup(group); !s.ok()) return s;
-    }
+    // A suite naming configs no build can run fails at once, before any input is prepared.
+    if (absl::Status s = AskCanRun(which); !s.ok()) return s;
     if (absl::Status s = CheckRunnable(which); !s.ok()) return s;
     planned_ += PlannedBlocks(which, target);
-    for (const std::vector<size_t>& group : groups) {
+    for (const std::vector<size_t>& group : GroupByProblem(suite_cells, which)) {
+      if (absl::Status s = VerifyGroup(group); !s.ok()) return s;
       if (absl::Status s = RoundsOf(group, target); !s.ok()) return s;
     }
     return absl::OkStatus();
@@ -92,18 +94,32 @@ class Interleaver {
     return true;
   }
 
-  // InvalidArgument naming the cells that every side refuses as unsupported.
+  // Asks every side whether it can run each cell, once per (cell, side).
+  absl::Status AskCanRun(const std::vector<size_t>& which) {
+    for (size_t i : which) {
+      for (const Side& side : sides_) {
+        if (cannot_run_.count({i, side.baseline}) > 0 || verified_.count({i, side.baseline}) > 0) continue;
+        std::string why;
+        absl::StatusOr<bool> can = side.source->CanRun(cells_[i].cell.problem, side.ConfigOf(cells_[i].cell), &why);
+        if (!can.ok()) return can.status();
+        if (!*can) cannot_run_[{i, side.baseline}] = why;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // InvalidArgument naming the cells that no side can run (nor a stored baseline ran).
   absl::Status CheckRunnable(const std::vector<size_t>& which) {
     if (!options_.require_runnable) return absl::OkStatus();
     std::string refused;
     int count = 0;
     for (size_t i : which) {
-      bool all_refuse = true;
+      bool all_refuse = !stored_baseline_ || cells_[i].baseline.check.outcome != TrialOutcome::kOk;
       std::string why;
       for (const Side& side : sides_) {
-        const CellCheck& check = side.Of(cells_[i]).check;
-        all_refuse = all_refuse && check.outcome == TrialOutcome::kUnsupported;
-        why = check.message;
+        auto it = cannot_run_.find({i, side.baseline});
+        all_refuse = all_refuse && it != cannot_run_.end();
+        if (it != cannot_run_.end()) why = it->second;
       }
       if (!all_refuse) continue;
       if (++count <= 5) refused += Cat("\n  ", cells_[i].cell.Name(), ": ", why);
@@ -126,10 +142,14 @@ class Interleaver {
     for (size_t i : group) {
       for (const Side& side : sides_) {
         if (verified_.count({i, side.baseline}) > 0) continue;
+        verified_.insert({i, side.baseline});
+        if (auto it = cannot_run_.find({i, side.baseline}); it != cannot_run_.end()) {
+          side.Of(cells_[i]).check = CellCheck{.outcome = TrialOutcome::kUnsupported, .message = it->second};
+          continue;
+        }
         absl::StatusOr<CellCheck> check = side.source->Verify(cells_[i].cell.problem, side.ConfigOf(cells_[i].cell));
         if (!check.ok()) return check.status();
         side.Of(cells_[i]).check = *std::move(check);
-        verified_.insert({i, side.baseline});
       }
     }
     return absl::OkStatus();
@@ -165,7 +185,9 @@ class Interleaver {
   std::vector<CellComparison>& cells_;
   const CompareOptions& options_;
   int* blocks_measured_;
+  bool stored_baseline_;
   std::set<std::pair<size_t, bool>> verified_;
+  std::map<std::pair<size_t, bool>, std::string> cannot_run_;  // why not
   uint64_t rounds_ = 0;
   int done_ = 0;
   int planned_ = 0;
@@ -375,7 +397,7 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
   regress::VerdictOptions verdict = options.verdict;
   verdict.min_floor = std::max(verdict.min_floor, options.stored_min_floor);
   const auto start = Clock::now();
-  Interleaver measurer({{&candidate, false}}, out.cells, options, &out.blocks_measured);
+  Interleaver measurer({{&candidate, false}}, out.cells, options, &out.blocks_measured, /*stored_baseline=*/true);
   std::vector<size_t> which = AllCells(out.cells.size());
   int target = FirstPassBlocks(suite, options);
   while (!which.empty()) {

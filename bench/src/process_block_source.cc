@@ -161,6 +161,13 @@ absl::StatusOr<std::string> ProcessBlockSource::Request(const std::string& line)
 
 absl::StatusOr<SourceInfo> ProcessBlockSource::Describe() { return info_; }
 
+absl::StatusOr<bool> ProcessBlockSource::CanRun(const AttentionProblem& problem, const KernelConfig& config,
+                                                std::string* why) {
+  absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kCanRun, problem, config));
+  if (!reply.ok()) return reply.status();
+  return protocol::ParseCanRun(*reply, why);
+}
+
 absl::StatusOr<CellCheck> ProcessBlockSource::Verify(const AttentionProblem& problem, const KernelConfig& config) {
   absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kVerify, problem, config));
   if (!reply.ok()) return reply.status();

@@ -28,7 +28,8 @@ absl::StatusOr<nlohmann::json> ParseReply(std::string_view line) {
 
 std::string RequestLine(Op op, const AttentionProblem& problem, const KernelConfig& config) {
   if (op == Op::kQuit) return R"({"op":"quit"})";
-  nlohmann::json j = {{"op", op == Op::kVerify ? "verify" : "block"},
+  const char* name = op == Op::kCanRun ? "can_run" : op == Op::kVerify ? "verify" : "block";
+  nlohmann::json j = {{"op", name},
                       {"problem", nlohmann::json::parse(ProblemToJson(problem))},
                       {"config", config.Key()}};
   return j.dump();
@@ -42,15 +43,17 @@ absl::StatusOr<Request> ParseRequest(std::string_view line) {
   Request r;
   const std::string op = j["op"].get<std::string>();
   if (op == "quit") return r;
-  if (op == "verify") {
+  if (op == "can_run") {
+    r.op = Op::kCanRun;
+  } else if (op == "verify") {
     r.op = Op::kVerify;
   } else if (op == "block") {
     r.op = Op::kBlock;
   } else {
-    return absl::InvalidArgumentError(Cat("unknown op \"", op, "\" (verify, block, quit)"));
+    return absl::InvalidArgumentError(Cat("unknown op \"", op, "\" (can_run, verify, block, quit)"));
   }
   if (!j.contains("problem") || !j.contains("config") || !j["config"].is_string()) {
-    return absl::InvalidArgumentError("verify and block need \"problem\" and a string \"config\"");
+    return absl::InvalidArgumentError("can_run, verify and block need \"problem\" and a string \"config\"");
   }
   absl::StatusOr<AttentionProblem> problem = ProblemFromJson(j["problem"].dump());
   if (!problem.ok()) return problem.status();
@@ -117,6 +120,16 @@ absl::StatusOr<CellCheck> ParseCheck(std::string_view line) {
   } catch (const std::exception& e) {
     return absl::UnavailableError(Cat("malformed check from bench-serve: ", e.what()));
   }
+}
+
+absl::StatusOr<bool> ParseCanRun(std::string_view line, std::string* why) {
+  absl::StatusOr<nlohmann::json> j = ParseReply(line);
+  if (!j.ok()) return j.status();
+  if (!j->contains("can_run") || !(*j)["can_run"].is_boolean()) {
+    return absl::UnavailableError(Cat("malformed can_run reply from bench-serve: ", line.substr(0, 200)));
+  }
+  if (why != nullptr) *why = j->value("why", "");
+  return (*j)["can_run"].get<bool>();
 }
 
 nlohmann::json BlockToJson(const SampleBlock& block) {

@@ -1,6 +1,7 @@
 #include "fusetune/db/store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,28 @@ Regression ReadRegression(const Statement& s) {
   return r;
 }
 
+// Inserts one validated verdict inside the caller's transaction; returns its id. A verdict
+// without a time is stamped `now`.
+absl::StatusOr<int64_t> InsertRegression(Connection& c, const Regression& r, int64_t now) {
+  FT_DB_ASSIGN_OR_RETURN(
+      Statement s,
+      c.Prepare("INSERT INTO regressions (commit_hash, baseline_commit, device_class, "
+                "problem_key, config_key, metric, ratio, p_value, verdict, created_unix_ms) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"));
+  s.Bind(1, r.commit)
+      .Bind(2, r.baseline_commit)
+      .Bind(3, r.device_class)
+      .Bind(4, r.problem_key)
+      .Bind(5, r.config_key)
+      .Bind(6, r.metric)
+      .Bind(7, r.ratio)
+      .Bind(8, r.p_value)
+      .Bind(9, r.verdict)
+      .Bind(10, r.created_unix_ms != 0 ? r.created_unix_ms : now);
+  FT_DB_RETURN_IF_ERROR(s.Run());
+  return c.LastInsertRowId();
+}
+
 }  // namespace
 
 // ---- best configs
@@ -179,7 +202,7 @@ absl::StatusOr<std::vector<BestConfig>> Store::ListBestConfigs(std::string_view 
 
 // ---- regressions
 
-absl::StatusOr<int64_t> Store::RecordRegression(const Regression& r) {
+absl::Status ValidateRegression(const Regression& r) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(r.commit, "commit"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(r.baseline_commit, "baseline_commit"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(r.device_class, "device_class"));
@@ -187,33 +210,45 @@ absl::StatusOr<int64_t> Store::RecordRegression(const Regression& r) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(r.config_key, "config_key"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(r.metric, "metric"));
   if (std::find(kRegressionVerdicts.begin(), kRegressionVerdicts.end(), r.verdict) == kRegressionVerdicts.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "verdict must be regressed, same, improved or unknown, got '", r.verdict, "'"));
+    std::string names;
+    for (std::string_view v : kRegressionVerdicts) absl::StrAppend(&names, names.empty() ? "" : ", ", std::string(v));
+    return absl::InvalidArgumentError(absl::StrCat("verdict must be one of ", names, ", got '", r.verdict, "'"));
+  }
+  if (!std::isfinite(r.ratio) || r.ratio < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ratio must be finite and >= 0, got ", r.ratio));
+  }
+  if (!(r.p_value >= 0 && r.p_value <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("p_value must be in [0, 1], got ", r.p_value));
   }
   if (r.created_unix_ms < 0) return absl::InvalidArgumentError("created_unix_ms must be >= 0");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Store::RecordRegression(const Regression& r) {
+  FT_DB_RETURN_IF_ERROR(ValidateRegression(r));
   absl::MutexLock lock(&impl_->mu);
   int64_t id = 0;
   FT_DB_RETURN_IF_ERROR(impl_->WriteTransaction([&](Connection& c) -> absl::Status {
-    FT_DB_ASSIGN_OR_RETURN(
-        Statement s,
-        c.Prepare("INSERT INTO regressions (commit_hash, baseline_commit, device_class, "
-                  "problem_key, config_key, metric, ratio, p_value, verdict, created_unix_ms) "
-                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"));
-    s.Bind(1, r.commit)
-        .Bind(2, r.baseline_commit)
-        .Bind(3, r.device_class)
-        .Bind(4, r.problem_key)
-        .Bind(5, r.config_key)
-        .Bind(6, r.metric)
-        .Bind(7, r.ratio)
-        .Bind(8, r.p_value)
-        .Bind(9, r.verdict)
-        .Bind(10, r.created_unix_ms != 0 ? r.created_unix_ms : NowUnixMs());
-    FT_DB_RETURN_IF_ERROR(s.Run());
-    id = c.LastInsertRowId();
+    FT_DB_ASSIGN_OR_RETURN(id, InsertRegression(c, r, NowUnixMs()));
     return absl::OkStatus();
   }));
   return id;
+}
+
+absl::StatusOr<int> Store::RecordRegressions(const std::vector<Regression>& rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (absl::Status s = ValidateRegression(rows[i]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("regression ", i, ": ", s.message()));
+    }
+  }
+  if (rows.empty()) return 0;
+  absl::MutexLock lock(&impl_->mu);
+  FT_DB_RETURN_IF_ERROR(impl_->WriteTransaction([&](Connection& c) -> absl::Status {
+    const int64_t now = NowUnixMs();
+    for (const Regression& r : rows) FT_DB_RETURN_IF_ERROR(InsertRegression(c, r, now).status());
+    return absl::OkStatus();
+  }));
+  return static_cast<int>(rows.size());
 }
 
 absl::StatusOr<std::vector<Regression>> Store::ListRegressions(std::string_view commit, int limit) {

@@ -149,6 +149,34 @@ CREATE TABLE audits (
 CREATE INDEX audits_by_device_problem ON audits (device_class, problem_key, created_unix_ms, audit_id);
 )sql";
 
+
+// Version 3: bench_cells, the measured (problem, config) cells of bench runs (BenchCell). A
+// cell is keyed by (run, problem, config, role): a re-measured cell replaces its row.
+// problem_json is the full problem (incl. length lists), opaque to the store; samples_us_json
+// holds the block medians in order and blocks_json the blocks as trials.blocks_json does.
+constexpr char kMigration3[] = R"sql(
+CREATE TABLE bench_cells (
+  bench_cell_id     INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id            INTEGER NOT NULL REFERENCES runs (run_id),
+  suite             TEXT    NOT NULL,
+  problem_key       TEXT    NOT NULL,
+  problem_json      TEXT    NOT NULL,
+  config_key        TEXT    NOT NULL,
+  role              TEXT    NOT NULL,
+  outcome           TEXT    NOT NULL CHECK (outcome IN
+                      ('ok', 'unsupported', 'launch_failed', 'verify_failed', 'timed_out')),
+  message           TEXT    NOT NULL DEFAULT '',
+  max_abs_error     REAL,
+  max_rel_error     REAL,
+  tolerance         REAL,
+  samples_us_json   TEXT,
+  blocks_json       TEXT,
+  created_unix_ms   INTEGER NOT NULL,
+  UNIQUE (run_id, problem_key, config_key, role)
+);
+CREATE INDEX bench_cells_by_suite_run ON bench_cells (suite, run_id);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -156,6 +184,7 @@ const std::vector<Migration>& Migrations() {
   static const std::vector<Migration>* const kMigrations = new std::vector<Migration>{
       {1, "runs, trials, best_configs, regressions, workers, jobs", kMigration1},
       {2, "trials.stage, trials.blocks_json, trials.wall_seconds; audits", kMigration2},
+      {3, "bench_cells", kMigration3},
   };
   return *kMigrations;
 }

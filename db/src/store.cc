@@ -96,7 +96,11 @@ absl::StatusOr<DeviceInfo> DeviceFromJson(const std::string& text) {
   return d;
 }
 
-constexpr char kRunColumns[] =
+}  // namespace
+
+namespace db_internal {
+
+const char kRunColumns[] =
     "run_id, commit_hash, host, device_json, tool_version, environment, label, "
     "started_unix_ms, finished_unix_ms";
 
@@ -113,6 +117,13 @@ absl::StatusOr<RunInfo> ReadRun(const Statement& s) {
   r.finished_unix_ms = s.Int64(8);
   return r;
 }
+
+}  // namespace db_internal
+
+using db_internal::kRunColumns;
+using db_internal::ReadRun;
+
+namespace {
 
 // Switching a file to WAL needs an exclusive lock, and SQLite returns SQLITE_BUSY for it
 // without calling the busy handler (seen when several processes create one file at once),

@@ -1,7 +1,8 @@
 // What the files of the Store share: its Impl (the connection, its mutex, the transaction
 // helpers), the input checks every table uses, the run-exists check and the row loop. The Store's
 // methods are split by table: store.cc (open, schema, runs), trials_store.cc,
-// results_store.cc (best configs, regressions, audits) and jobs_store.cc (workers, jobs).
+// results_store.cc (best configs, regressions, audits), bench_store.cc (bench cells) and
+// jobs_store.cc (workers, jobs).
 //
 // Internal to db/: nothing outside this directory includes it.
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -75,6 +77,28 @@ inline constexpr int kMaxListLimit = 100000;
 
 // InvalidArgument unless `limit` is in [1, kMaxListLimit].
 absl::Status RequireLimit(int limit);
+
+// InvalidArgument "<what> block <i>: ..." unless every block has samples >= 0, device states
+// with non-negative clock and power, and a finite median_us that is >= 0 (or > 0 when
+// `require_positive_median`: a bench cell's block always timed something).
+absl::Status ValidateBlocks(const std::vector<SampleBlock>& blocks, std::string_view what,
+                            bool require_positive_median);
+
+// ---- JSON columns (defined in trials_store.cc; db/README.md lists the keys)
+
+// A list of samples; NaN is written as null and read back as NaN.
+std::string SamplesToJson(const std::vector<double>& samples);
+absl::StatusOr<std::vector<double>> SamplesFromJson(const std::string& text);  // DataLoss if malformed
+// Timing blocks with the device state read around each.
+std::string BlocksToJson(const std::vector<SampleBlock>& blocks);
+absl::StatusOr<std::vector<SampleBlock>> BlocksFromJson(const std::string& text);  // DataLoss if malformed
+
+// ---- runs (defined in store.cc)
+
+// The columns ReadRun reads, in its order, unqualified (SELECT them FROM runs).
+extern const char kRunColumns[];
+// DataLoss when device_json is malformed.
+absl::StatusOr<RunInfo> ReadRun(const Statement& s);
 
 // NotFound "run <id> does not exist" unless the run is stored; checked before writing rows
 // that refer to a run, so an unknown run is a clear NotFound, not a constraint error.

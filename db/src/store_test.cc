@@ -490,6 +490,64 @@ TEST(StoreRegressions, RoundTripNewestFirstAndFilterByCommit) {
   EXPECT_EQ(store->RecordRegression(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+Regression TestRegression(const std::string& commit) {
+  Regression r;
+  r.commit = commit;
+  r.baseline_commit = "base";
+  r.device_class = "cuda/NVIDIA-H200/sm90";
+  r.problem_key = kProblemA;
+  r.config_key = kConfig1;
+  r.metric = "latency";
+  r.ratio = 1.01;
+  r.p_value = 0.4;
+  r.verdict = "same";
+  return r;
+}
+
+TEST(StoreRegressions, RecordRegressionsWritesAllRowsInOneTransaction) {
+  auto store = OpenOrDie(":memory:");
+  absl::StatusOr<int> n = store->RecordRegressions({TestRegression("c1"), TestRegression("c2")});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 2);
+  absl::StatusOr<std::vector<Regression>> all = store->ListRegressions();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].commit, "c2");
+  EXPECT_GT((*all)[0].created_unix_ms, 0) << "a row without a time is stamped now";
+  EXPECT_EQ(*store->RecordRegressions({}), 0);
+}
+
+TEST(StoreRegressions, AnyInvalidRowIsInvalidArgumentNamingItAndWritesNothing) {
+  auto store = OpenOrDie(":memory:");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<std::pair<std::string, Regression>> bad;
+  auto add = [&](const std::string& why, auto change) {
+    Regression r = TestRegression("c2");
+    change(r);
+    bad.emplace_back(why, r);
+  };
+  add("empty commit", [](Regression& r) { r.commit.clear(); });
+  add("empty baseline", [](Regression& r) { r.baseline_commit.clear(); });
+  add("empty device class", [](Regression& r) { r.device_class.clear(); });
+  add("empty problem key", [](Regression& r) { r.problem_key.clear(); });
+  add("empty config key", [](Regression& r) { r.config_key.clear(); });
+  add("empty metric", [](Regression& r) { r.metric.clear(); });
+  add("unknown verdict", [](Regression& r) { r.verdict = "worse"; });
+  add("NaN ratio", [&](Regression& r) { r.ratio = nan; });
+  add("infinite ratio", [](Regression& r) { r.ratio = std::numeric_limits<double>::infinity(); });
+  add("negative ratio", [](Regression& r) { r.ratio = -0.5; });
+  add("p-value above 1", [](Regression& r) { r.p_value = 1.5; });
+  add("negative p-value", [](Regression& r) { r.p_value = -0.1; });
+  add("NaN p-value", [&](Regression& r) { r.p_value = nan; });
+  add("negative time", [](Regression& r) { r.created_unix_ms = -1; });
+  for (const auto& [why, row] : bad) {
+    absl::StatusOr<int> n = store->RecordRegressions({TestRegression("c1"), row});
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument) << why << ": " << n.status();
+    EXPECT_NE(std::string(n.status().message()).find("regression 1"), std::string::npos) << why << ": " << n.status();
+    EXPECT_EQ(store->RecordRegression(row).status().code(), absl::StatusCode::kInvalidArgument) << why;
+    EXPECT_TRUE(store->ListRegressions()->empty()) << why;
+  }
+}
+
 // ---- workers
 
 TEST(StoreWorkers, UpsertTouchAndList) {

@@ -15,8 +15,8 @@
 #include "sqlite.h"
 #include "store_internal.h"
 
-// The trials table: its JSON columns (samples, timing blocks), validation, row reader and
-// the Store's trial methods (RecordTrial and RecordedTrials are also the RecordSink's).
+// The trials table: its JSON columns (samples, timing blocks; bench cells use them too),
+// validation, row reader and the Store's trial methods (RecordTrial and RecordedTrials are also the RecordSink's).
 
 namespace fusetune {
 
@@ -28,7 +28,7 @@ using db_internal::RequireNonEmpty;
 using db_internal::RequirePositiveId;
 using db_internal::Statement;
 
-namespace {
+namespace db_internal {
 
 // nlohmann::json throws; every parse is wrapped so that nothing escapes the store.
 // NaN samples are written as null (JSON has no NaN) and read back as NaN.
@@ -59,11 +59,40 @@ absl::StatusOr<std::vector<double>> SamplesFromJson(const std::string& text) {
   }
 }
 
+// Timing blocks of trials and bench cells: the records' JSON form (records/json.h).
+std::string BlocksToJson(const std::vector<SampleBlock>& blocks) { return SampleBlocksToJson(blocks); }
+
 absl::StatusOr<std::vector<SampleBlock>> BlocksFromJson(const std::string& text) {
   absl::StatusOr<std::vector<SampleBlock>> blocks = SampleBlocksFromJson(text);
   if (!blocks.ok()) return absl::DataLossError(absl::StrCat(blocks.status().message(), " in the database"));
   return blocks;
 }
+
+absl::Status ValidateBlocks(const std::vector<SampleBlock>& blocks, std::string_view what,
+                            bool require_positive_median) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const SampleBlock& b = blocks[i];
+    const bool states_ok = b.before.sm_clock_mhz >= 0 && b.before.power_mw >= 0 &&
+                           b.after.sm_clock_mhz >= 0 && b.after.power_mw >= 0;
+    const bool median_ok = std::isfinite(b.median_us) && (require_positive_median ? b.median_us > 0 : b.median_us >= 0);
+    if (b.samples < 0 || !median_ok || !states_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(what), " block ", i, ": samples, sm_clock_mhz and power_mw must be >= 0 and median_us finite and ",
+          require_positive_median ? "> 0" : ">= 0", ", got median_us ", b.median_us));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace db_internal
+
+using db_internal::BlocksFromJson;
+using db_internal::BlocksToJson;
+using db_internal::SamplesFromJson;
+using db_internal::SamplesToJson;
+using db_internal::ValidateBlocks;
+
+namespace {
 
 absl::Status ValidateTrial(const Trial& t) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(t.trial_id, "trial_id"));
@@ -81,15 +110,7 @@ absl::Status ValidateTrial(const Trial& t) {
     return absl::InvalidArgumentError(
         absl::StrCat("trial wall_seconds must be finite and >= 0, got ", t.wall_seconds));
   }
-  for (size_t i = 0; i < t.blocks.size(); ++i) {
-    const SampleBlock& b = t.blocks[i];
-    const bool states_ok = b.before.sm_clock_mhz >= 0 && b.before.power_mw >= 0 &&
-                           b.after.sm_clock_mhz >= 0 && b.after.power_mw >= 0;
-    if (b.samples < 0 || !std::isfinite(b.median_us) || b.median_us < 0 || !states_ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "trial block ", i, ": samples, median_us, sm_clock_mhz and power_mw must be finite and >= 0"));
-    }
-  }
+  FT_DB_RETURN_IF_ERROR(ValidateBlocks(t.blocks, "trial", /*require_positive_median=*/false));
   // The id is derived from the fields, so that a retried upload is recognised and two stages
   // of one config never share a row (a final trial under its screen trial's id would be
   // dropped as a duplicate).
@@ -172,7 +193,7 @@ absl::StatusOr<int> InsertTrials(Connection& c, const std::vector<Trial>& trials
         .Bind(16, t.flops)
         .Bind(17, t.created_unix_ms != 0 ? t.created_unix_ms : now)
         .Bind(18, TrialStageName(t.stage))
-        .Bind(19, SampleBlocksToJson(t.blocks))
+        .Bind(19, BlocksToJson(t.blocks))
         .Bind(20, t.wall_seconds);
     FT_DB_RETURN_IF_ERROR(s.Run());
     inserted += static_cast<int>(c.Changes());

@@ -1,10 +1,12 @@
-// fusetune bench: time given configs on given problems with the Runner (verified first);
-// prints a table, stores nothing.
+// fusetune bench: time given configs on given problems with the Runner (verified first) and
+// print a table, storing nothing; or measure a suite's cells in blocks (--suite, stored as a
+// bench run with --db); or write a suite from a database's best configs (--from-db).
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_suite.h"
 #include "commands.h"
 #include "fmt/format.h"
 #include "fusetune/kernels/backend.h"
@@ -29,10 +31,18 @@ struct BenchFlags {
   int warmup = 1;
   double timing_seconds = 2.0;
   bool json = false;
+  SuiteBenchFlags suite;
+  SuiteFromDbFlags from_db;
 };
 
 int RunBenchCommand(const BenchFlags& f) {
   const std::string cmd = "bench";
+  if (!f.from_db.db.empty()) return WriteSuiteFromDatabase(f.from_db);
+  if (!f.suite.suite.empty()) {
+    SuiteBenchFlags suite = f.suite;
+    suite.json = f.json;
+    return RunSuiteBench(suite, f.backend, f.device);
+  }
   absl::StatusOr<std::vector<AttentionProblem>> problems = f.problem.Build();
   if (!problems.ok()) return UsageError(cmd, std::string(problems.status().message()));
   int exit_code = kExitOk;
@@ -140,6 +150,20 @@ void AddBenchCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   bench->add_flag("--json", flags->json, "print JSON");
+  CLI::Option* suite = bench->add_option("--suite", flags->suite.suite,
+                                         "measure the cells of this suite file in blocks (suites/README.md); "
+                                         "exit 0 ok, 1 a cell failed verification, 2 error");
+  bench->add_option("--db", flags->suite.db, "with --suite: store the measurement as a bench run in this database");
+  bench->add_option("--blocks", flags->suite.blocks, "with --suite: blocks per cell (default: the suite's)")
+      ->check(CLI::Range(3, 1000));
+  AddPlantSlowdownOption(bench, &flags->suite.plant_slowdowns);
+  CLI::Option* from_db = bench->add_option("--from-db", flags->from_db.db,
+                                           "write a suite of this database's best configs (with --suite-out)");
+  bench->add_option("--suite-out", flags->from_db.out, "with --from-db: the suite file to write");
+  bench->add_option("--device-class", flags->from_db.device_class,
+                    "with --from-db: whose best configs (default: the only device class in the database)");
+  bench->add_option("--name", flags->from_db.name, "with --from-db: the suite's name (default: the file's stem)");
+  suite->excludes(from_db);
   SetAction(bench, context, [flags] { return RunBenchCommand(*flags); });
 }
 

@@ -58,6 +58,8 @@ void AddBestCommand(CLI::App& app, CommandContext& context);
 void AddReportCommand(CLI::App& app, CommandContext& context);
 void AddBenchCommand(CLI::App& app, CommandContext& context);
 void AddAuditCommand(CLI::App& app, CommandContext& context);  // audit_command.cc
+void AddBenchServeCommand(CLI::App& app, CommandContext& context);  // bench_serve_command.cc
+void AddRegressCommand(CLI::App& app, CommandContext& context);     // regress_command.cc
 // Service commands (FUSETUNE_WITH_SERVICE builds only).
 void AddWorkerCommand(CLI::App& app, CommandContext& context);  // worker_command.cc
 void AddServeCommand(CLI::App& app, CommandContext& context);   // serve_command.cc

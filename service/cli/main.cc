@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   AddReportCommand(app, context);
   AddBenchCommand(app, context);
   AddAuditCommand(app, context);
+  AddBenchServeCommand(app, context);
+  AddRegressCommand(app, context);
 #ifdef FUSETUNE_WITH_SERVICE
   AddWorkerCommand(app, context);
   AddServeCommand(app, context);

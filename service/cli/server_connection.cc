@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "fusetune/wire/connection.h"
+#include "fusetune/wire/records_convert.h"
 
 namespace fusetune::cli {
 namespace {
@@ -71,6 +72,12 @@ std::unique_ptr<grpc::ClientContext> ServerConnection::Context() const {
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
   return ctx;
+}
+
+absl::StatusOr<int> UploadRegressions(const ServerConnectionFlags& flags, const std::vector<Regression>& rows) {
+  auto connection = ServerConnection::Open(flags);
+  if (!connection.ok()) return connection.status();
+  return fusetune::UploadRegressions(connection->tuning(), connection->Context().get(), rows);
 }
 
 int RpcFailure(const std::string& command, const grpc::Status& status) {

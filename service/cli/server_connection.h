@@ -1,13 +1,16 @@
 // Flags and a connection for the commands that talk to `fusetune serve` (submit, jobs,
-// best --server): address, token, optional TLS root certificate, deadline.
+// best --server, regressions, uploads of verdicts): address, token, optional TLS root
+// certificate, deadline.
 #ifndef FUSETUNE_SERVICE_CLI_SERVER_CONNECTION_H_
 #define FUSETUNE_SERVICE_CLI_SERVER_CONNECTION_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "fusetune/db/store.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -41,6 +44,13 @@ class ServerConnection {
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<v1::TuningService::Stub> tuning_;
 };
+
+// Uploads regression verdicts to the server of `flags` (ReportRegressions, one call, stored
+// all or none) and returns how many it recorded. Errors: those of ServerConnection::Open;
+// InvalidArgument naming the row ("regressions[i]...") for a row the server would refuse,
+// before anything is sent; otherwise the RPC's status (UNAUTHENTICATED without the right
+// token, UNAVAILABLE when the server is unreachable, DEADLINE_EXCEEDED after --timeout).
+absl::StatusOr<int> UploadRegressions(const ServerConnectionFlags& flags, const std::vector<Regression>& rows);
 
 // "fusetune <command>: <code>: <message>" on stderr; the exit code for the gRPC status
 // (usage for INVALID_ARGUMENT, not found for NOT_FOUND, failure otherwise).

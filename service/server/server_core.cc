@@ -181,6 +181,13 @@ absl::StatusOr<std::vector<Regression>> ServerCore::ListRegressions(const std::s
   return store_->ListRegressions(commit, limit);
 }
 
+absl::StatusOr<int> ServerCore::ReportRegressions(const std::vector<Regression>& rows) {
+  auto recorded = store_->RecordRegressions(rows);
+  if (!recorded.ok()) return recorded.status();
+  RefreshGauges();
+  return *recorded;
+}
+
 absl::StatusOr<std::vector<AuditSummary>> ServerCore::ListAudits(const std::string& device_class,
                                                                  const std::string& problem_key, int limit) {
   return store_->ListAudits(device_class, problem_key, limit);

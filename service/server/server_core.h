@@ -90,6 +90,9 @@ class ServerCore {
   absl::StatusOr<std::vector<Trial>> ListTrials(int64_t run_id, const std::string& problem_key,
                                                 const std::string& device_class, int limit);
   absl::StatusOr<std::vector<Regression>> ListRegressions(const std::string& commit, int limit);
+  // Stores verdicts (RegressionsFromReportRequest) in one transaction (Store::RecordRegressions:
+  // all or none) and then refreshes the verdict gauges; returns how many were stored.
+  absl::StatusOr<int> ReportRegressions(const std::vector<Regression>& rows);
   absl::StatusOr<std::vector<AuditSummary>> ListAudits(const std::string& device_class,
                                                        const std::string& problem_key, int limit);
   // Every registered worker, by worker id.

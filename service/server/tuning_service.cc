@@ -53,6 +53,18 @@ class TuningServiceImpl final : public v1::TuningService::Service {
                                v1::ListRegressionsResponse* resp) override {
     return Read("ListRegressions", ctx, [&] { return AnswerListRegressions(*req, resp); });
   }
+  grpc::Status ReportRegressions(grpc::ServerContext* ctx, const v1::ReportRegressionsRequest* req,
+                                 v1::ReportRegressionsResponse* resp) override {
+    return edge_->Handle("ReportRegressions", ctx, [&]() -> absl::Status {
+      if (auto s = edge_->Authenticate(ctx); !s.ok()) return s;
+      auto rows = RegressionsFromReportRequest(*req);
+      if (!rows.ok()) return rows.status();
+      auto recorded = core_->ReportRegressions(*rows);
+      if (!recorded.ok()) return recorded.status();
+      resp->set_recorded(*recorded);
+      return absl::OkStatus();
+    });
+  }
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override {
     return Read("ListWorkers", ctx, [&] { return AnswerListWorkers(*req, resp); });

@@ -7,6 +7,7 @@
 
 #include "fusetune/base/strings.h"
 #include "fusetune/wire/records_convert.h"
+#include "fusetune/wire/status.h"
 #include "google/protobuf/util/json_util.h"
 #include "field_error.h"
 
@@ -140,6 +141,58 @@ void RegressionToProto(const Regression& r, v1::Regression* out) {
   out->set_p_value(r.p_value);
   out->set_verdict(r.verdict);
   out->set_created_unix_ms(r.created_unix_ms);
+}
+
+absl::StatusOr<Regression> RegressionFromProto(const v1::Regression& proto, std::string_view field) {
+  if (auto s = ValidateCommit(proto.commit()); !s.ok()) return absl::InvalidArgumentError(Cat(field, ".", s.message()));
+  if (auto s = ValidateCommit(proto.baseline_commit()); !s.ok()) {
+    return absl::InvalidArgumentError(Cat(field, ".baseline_", s.message()));  // "commit: ..." of the baseline
+  }
+  if (auto s = ValidateDeviceClass(proto.device_class()); !s.ok()) {
+    return absl::InvalidArgumentError(Cat(field, ".", s.message()));
+  }
+  for (auto [value, name] : {std::pair{&proto.problem_key(), "problem_key"}, std::pair{&proto.config_key(), "config_key"},
+                             std::pair{&proto.metric(), "metric"}}) {
+    if (auto s = ValidateText(*value, kMaxKeyLength, Cat(field, ".", name)); !s.ok()) return s;
+  }
+  Regression r;
+  r.commit = proto.commit();
+  r.baseline_commit = proto.baseline_commit();
+  r.device_class = proto.device_class();
+  r.problem_key = proto.problem_key();
+  r.config_key = proto.config_key();
+  r.metric = proto.metric();
+  r.ratio = proto.ratio();
+  r.p_value = proto.p_value();
+  r.verdict = proto.verdict();
+  r.created_unix_ms = proto.created_unix_ms();
+  if (auto s = ValidateRegression(r); !s.ok()) return absl::InvalidArgumentError(Cat(field, ": ", s.message()));
+  return r;
+}
+
+absl::StatusOr<std::vector<Regression>> RegressionsFromReportRequest(const v1::ReportRegressionsRequest& req) {
+  if (req.regressions_size() > kMaxReportedRegressions) {
+    return InvalidField("regressions", Cat("at most ", kMaxReportedRegressions, " per call, got ", req.regressions_size()));
+  }
+  std::vector<Regression> rows;
+  rows.reserve(req.regressions_size());
+  for (int i = 0; i < req.regressions_size(); ++i) {
+    auto r = RegressionFromProto(req.regressions(i), Cat("regressions[", i, "]"));
+    if (!r.ok()) return r.status();
+    rows.push_back(std::move(*r));
+  }
+  return rows;
+}
+
+absl::StatusOr<int> UploadRegressions(v1::TuningService::StubInterface& tuning, grpc::ClientContext* context,
+                                      const std::vector<Regression>& rows) {
+  v1::ReportRegressionsRequest req;
+  for (const Regression& r : rows) RegressionToProto(r, req.add_regressions());
+  if (auto checked = RegressionsFromReportRequest(req); !checked.ok()) return checked.status();
+  v1::ReportRegressionsResponse resp;
+  const grpc::Status status = tuning.ReportRegressions(context, req, &resp);
+  if (!status.ok()) return FromGrpcCall(status, *context);
+  return resp.recorded();
 }
 
 absl::StatusOr<WorkerRecord> WorkerFromRegisterRequest(const v1::RegisterWorkerRequest& req) {

@@ -1,4 +1,5 @@
-// Jobs, leases, workers and best-config answers across the wire (records_convert.h).
+// Jobs, leases, regressions, workers and best-config answers across the wire (records_convert.h).
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,80 @@ v1::RegisterWorkerRequest Registration() {
   d->set_arch("x86_64");
   d->set_device_index(3);
   return req;
+}
+
+v1::Regression Verdict(const std::string& commit) {
+  v1::Regression r;
+  r.set_commit(commit);
+  r.set_baseline_commit("0123456789abcdef");
+  r.set_device_class("cpu/test/x86_64");
+  r.set_problem_key("prefill/b1/hq2/hkv2/q16/k16/d64/causal0/fp32");
+  r.set_config_key("fused/bm64/bs64/t1/fp32/st1");
+  r.set_metric("latency");
+  r.set_ratio(1.07);
+  r.set_p_value(0.001);
+  r.set_verdict("regressed");
+  r.set_created_unix_ms(1700000000000);
+  return r;
+}
+
+TEST(WireRegressions, ReportedRowsReadBackAsSent) {
+  v1::ReportRegressionsRequest req;
+  *req.add_regressions() = Verdict("c1");
+  *req.add_regressions() = Verdict("c2");
+  auto rows = RegressionsFromReportRequest(req);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[1].commit, "c2");
+  EXPECT_EQ((*rows)[0].baseline_commit, "0123456789abcdef");
+  EXPECT_EQ((*rows)[0].ratio, 1.07);
+  EXPECT_EQ((*rows)[0].p_value, 0.001);
+  EXPECT_EQ((*rows)[0].verdict, "regressed");
+  v1::Regression back;
+  RegressionToProto((*rows)[0], &back);
+  EXPECT_EQ(back.SerializeAsString(), req.regressions(0).SerializeAsString());
+  EXPECT_TRUE(RegressionsFromReportRequest({})->empty());
+}
+
+TEST(WireRegressions, EachBadRowIsRefusedNamingItsIndexAndField) {
+  struct Case {
+    const char* field;  // expected in the message after "regressions[1]"
+    void (*change)(v1::Regression&);
+  };
+  const Case cases[] = {
+      {"commit", [](v1::Regression& r) { r.clear_commit(); }},
+      {"baseline_commit", [](v1::Regression& r) { r.clear_baseline_commit(); }},
+      {"baseline_commit", [](v1::Regression& r) { r.set_baseline_commit("has space"); }},
+      {"device_class", [](v1::Regression& r) { r.clear_device_class(); }},
+      {"device_class", [](v1::Regression& r) { r.set_device_class("not-a-class"); }},
+      {"problem_key", [](v1::Regression& r) { r.clear_problem_key(); }},
+      {"problem_key", [](v1::Regression& r) { r.set_problem_key(std::string(300, 'p')); }},
+      {"config_key", [](v1::Regression& r) { r.clear_config_key(); }},
+      {"metric", [](v1::Regression& r) { r.clear_metric(); }},
+      {"verdict", [](v1::Regression& r) { r.set_verdict("worse"); }},
+      {"ratio", [](v1::Regression& r) { r.set_ratio(std::numeric_limits<double>::quiet_NaN()); }},
+      {"ratio", [](v1::Regression& r) { r.set_ratio(std::numeric_limits<double>::infinity()); }},
+      {"p_value", [](v1::Regression& r) { r.set_p_value(1.5); }},
+      {"p_value", [](v1::Regression& r) { r.set_p_value(-0.01); }},
+      {"p_value", [](v1::Regression& r) { r.set_p_value(std::numeric_limits<double>::quiet_NaN()); }},
+      {"created_unix_ms", [](v1::Regression& r) { r.set_created_unix_ms(-1); }},
+  };
+  for (const Case& c : cases) {
+    v1::ReportRegressionsRequest req;
+    *req.add_regressions() = Verdict("c1");
+    c.change(*req.add_regressions() = Verdict("c2"));
+    auto rows = RegressionsFromReportRequest(req);
+    ASSERT_EQ(rows.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    const std::string message(rows.status().message());
+    EXPECT_EQ(message.rfind("regressions[1]", 0), 0u) << message;
+    EXPECT_NE(message.find(c.field), std::string::npos) << c.field << " not in: " << message;
+  }
+}
+
+TEST(WireRegressions, TooManyRowsInOneReportAreRefused) {
+  v1::ReportRegressionsRequest req;
+  for (int i = 0; i <= kMaxReportedRegressions; ++i) *req.add_regressions() = Verdict("c");
+  EXPECT_EQ(RegressionsFromReportRequest(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(WireWorkers, RegistrationDerivesTheDeviceClassAndStoresTheDevice) {

@@ -52,6 +52,10 @@ class BlockSource {
  public:
   virtual ~BlockSource() = default;
   virtual absl::StatusOr<SourceInfo> Describe() = 0;
+  // Whether the source's backend can run (problem, config) at all (Backend::CanImplement),
+  // without preparing inputs: true, or false with the reason in *why.
+  virtual absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config,
+                                      std::string* why) = 0;
   // Verifies (problem, config); must come before MeasureBlock of that pair (and again after
   // another problem was measured, which a source may handle by re-preparing inputs itself).
   virtual absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) = 0;
@@ -69,6 +73,7 @@ class RunnerBlockSource : public BlockSource {
   ~RunnerBlockSource() override;
 
   absl::StatusOr<SourceInfo> Describe() override;
+  absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config, std::string* why) override;
   absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override;
   absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override;
 
@@ -101,6 +106,7 @@ class ProcessBlockSource : public BlockSource {
   ~ProcessBlockSource() override;
 
   absl::StatusOr<SourceInfo> Describe() override;
+  absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config, std::string* why) override;
   absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override;
   absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override;
 

@@ -73,10 +73,13 @@ struct Suite {
 absl::Status ValidateSuiteName(std::string_view name);
 
 // Parses a suite document. InvalidArgument naming the cell index and field for: malformed JSON,
-// a missing or invalid name, an invalid problem (AttentionProblem::Validate) or config
+// a missing or invalid name, an unknown field (top level, block, cell or problem: a typo is not
+// ignored), an unknown role, a baseline_config on a cell whose role is not "pick" or a pick cell
+// without one, an invalid problem (AttentionProblem::Validate) or config
 // (KernelConfig::Validate), a problem key that cannot be parsed back, block options out of range
 // (repeats 1..100000, warmup 0..1000, max_seconds > 0), blocks outside 3..1000, no cells, or two
-// cells with the same problem, config, role and baseline config.
+// cells with the same problem, config, role and baseline config. Fields left out take the
+// defaults of Suite, TimingOptions and SuiteCell (role "best"); name and cells are required.
 absl::StatusOr<Suite> ParseSuite(std::string_view json_text);
 // Reads and parses a suite file; NotFound when it cannot be read (the message names the path).
 absl::StatusOr<Suite> ReadSuiteFile(const std::string& path);
@@ -85,7 +88,8 @@ absl::StatusOr<Suite> ReadSuiteFile(const std::string& path);
 std::string SuiteToJson(const Suite& suite);
 
 // A problem as JSON (every field of AttentionProblem) and back; ProblemFromJson accepts a key
-// string too. InvalidArgument for unknown fields, wrong types or an invalid problem.
+// string too, and fields left out of an object take AttentionProblem's defaults. InvalidArgument
+// for unknown fields, wrong types or an invalid problem.
 std::string ProblemToJson(const AttentionProblem& problem);
 absl::StatusOr<AttentionProblem> ProblemFromJson(std::string_view json_text);
 
@@ -97,10 +101,12 @@ struct SuiteSource {
 };
 
 // A suite from best configs (`fusetune bench --from-db`): per problem whose key parses back
-// (varlen and padded problems cannot be rebuilt from their keys and are listed in `skipped`),
+// (varlen and padded problems cannot be rebuilt from their keys and are listed in `skipped`, by
+// problem key, as is a record whose config key does not parse; `skipped` may be null),
 // a "best" cell with the recorded pick, a "reference" cell with `reference` (the backend's
 // DefaultConfig; left out when it equals the pick or it fails), and a "materialized" cell with
-// the fastest verified materialized config of the provenance trials (left out when none).
+// the fastest verified materialized config of the provenance trials (left out when none, or when
+// it is the pick).
 // InvalidArgument for an invalid name or when no cell results.
 absl::StatusOr<Suite> SuiteFromBestConfigs(std::string_view name, std::string_view device_class,
                                            std::string_view backend,

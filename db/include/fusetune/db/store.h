@@ -1,4 +1,5 @@
-// Store: fusetune's SQLite database (runs, trials, best configs, regressions, workers, jobs).
+// Store: fusetune's SQLite database (runs, trials, best configs, regressions, audits, bench
+// cells, workers, jobs).
 //
 // The only place in the project that speaks SQL. WAL mode, foreign keys on, busy timeout
 // set, schema version in PRAGMA user_version with forward-only migrations applied by Open().
@@ -38,10 +39,37 @@ struct Regression {
   std::string problem_key;
   std::string config_key;
   std::string metric;        // "latency" or "max_rel_error"
-  double ratio = 0;          // new / baseline
-  double p_value = 1;
-  std::string verdict;       // "regressed", "same", "improved", "unknown"
-  int64_t created_unix_ms = 0;
+  double ratio = 0;          // new / baseline (dimensionless; latency: > 1 is slower); finite, >= 0
+  double p_value = 1;        // after the suite's multiple-comparison correction; in [0, 1]
+  std::string verdict;       // one of kRegressionVerdicts
+  int64_t created_unix_ms = 0;  // Unix milliseconds; 0 on write = now
+};
+
+// The rules every stored Regression meets (RecordRegression(s) and the service check them):
+// InvalidArgument naming the field for an empty commit, baseline commit, device class,
+// problem key, config key or metric, a verdict outside kRegressionVerdicts, a non-finite or
+// negative ratio, a p-value outside [0, 1] (or NaN) or a negative created_unix_ms.
+absl::Status ValidateRegression(const Regression& r);
+
+// One measured (problem, config) cell of a bench run: what `fusetune bench` stores and a
+// regression check compares. A cell is identified by (run_id, problem_key, config_key, role).
+struct BenchCell {
+  int64_t run_id = 0;          // the bench run it belongs to (set by ListBenchCells)
+  std::string suite;           // the suite's name, e.g. "h200-nightly"
+  std::string problem_key;     // AttentionProblem::Key()
+  std::string problem_json;    // the full problem incl. length lists (opaque to the store)
+  std::string config_key;      // KernelConfig::Key()
+  std::string role;            // why the cell is in the suite: "best", "reference", "materialized", "pick", ...
+  TrialOutcome outcome = TrialOutcome::kOk;
+  std::string message;         // why, for every outcome other than kOk
+  double max_abs_error = 0;    // vs the fp64 reference, in output units; 0 when not verified
+  double max_rel_error = 0;    // vs the fp64 reference, relative; 0 when not verified
+  double tolerance = 0;        // the hard accuracy tolerance the cell was checked against (relative)
+  std::vector<SampleBlock> blocks;  // timing blocks in measurement order, median_us in microseconds
+  int64_t created_unix_ms = 0; // Unix milliseconds; 0 on write = now
+
+  // The blocks' medians in order (microseconds): the samples a rank test compares.
+  std::vector<double> SamplesUs() const;
 };
 
 struct WorkerRecord {
@@ -182,7 +210,14 @@ class Store : public RecordSink {
   absl::StatusOr<std::vector<BestConfig>> ListBestConfigs(std::string_view device_class = {});
 
   // ---- regressions
+  // Inserts one verdict; returns its id. InvalidArgument (nothing written) as
+  // RecordRegressions says.
   absl::StatusOr<int64_t> RecordRegression(const Regression& r);
+  // Inserts verdicts in one transaction, all or nothing; returns how many were written.
+  // InvalidArgument, naming the row index, for an empty commit, baseline commit, device class,
+  // problem key, config key or metric, a verdict outside kRegressionVerdicts, a non-finite
+  // ratio, a p-value outside [0, 1] or a negative time. created_unix_ms 0 is stored as now.
+  absl::StatusOr<int> RecordRegressions(const std::vector<Regression>& rows);
   // Newest first; commit empty = all commits. limit in [1, 100000] else InvalidArgument.
   absl::StatusOr<std::vector<Regression>> ListRegressions(std::string_view commit = {}, int limit = 1000);
 
@@ -195,6 +230,33 @@ class Store : public RecordSink {
   absl::StatusOr<std::vector<AuditSummary>> ListAudits(std::string_view device_class = {},
                                                        std::string_view problem_key = {},
                                                        int limit = 1000);
+
+  // ---- bench cells (one bench run = a run whose cells are in bench_cells)
+  // Records the cells of run `run_id` in one transaction, all or nothing. A cell already
+  // stored for (run, problem, config, role) is replaced (a re-measured cell) and keeps its
+  // place in insertion order; so is an earlier cell of the same call with that identity.
+  // NotFound if the run does not exist. InvalidArgument (nothing written) for a
+  // non-positive run id, a cell whose run_id is neither 0 nor `run_id`, an empty suite,
+  // problem key, problem JSON, config key or role, an unknown outcome, a negative or
+  // non-finite error or tolerance, a block whose median_us is not finite and > 0 or whose
+  // sample count or device state is negative, or a negative time. An empty list is OK.
+  absl::Status RecordBenchCells(int64_t run_id, const std::vector<BenchCell>& cells);
+  // The cells of a run in insertion order; NotFound if the run does not exist.
+  absl::StatusOr<std::vector<BenchCell>> ListBenchCells(int64_t run_id);
+  // Finished runs holding cells of `suite` on `device_class` (empty = any device class),
+  // newest first (finish time, then run id), at most `limit`. InvalidArgument for an empty
+  // suite or a limit outside [1, 100000]; an empty list when none.
+  absl::StatusOr<std::vector<RunInfo>> ListBenchRuns(std::string_view suite, std::string_view device_class,
+                                                     int limit);
+  // The newest finished bench run of `suite` on `device_class` (empty = any) whose commit is
+  // `commit` or, for 7 or more hex digits, starts with it (an exact match wins over a
+  // prefix). InvalidArgument for an empty suite or commit, or a commit that matches no run
+  // exactly and is shorter than 7 characters or not hex. FailedPrecondition when the prefix
+  // matches runs of two or more different commits (the message lists them). NotFound when
+  // none matches: the message names the suite, device class and commit and lists up to 5
+  // commits that the suite has runs of (or the device classes it has runs on).
+  absl::StatusOr<RunInfo> FindBenchRun(std::string_view suite, std::string_view device_class,
+                                       std::string_view commit);
 
   // ---- workers
   absl::Status UpsertWorker(const WorkerRecord& w);

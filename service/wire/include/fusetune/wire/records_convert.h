@@ -1,7 +1,8 @@
 // The records half of the wire library: conversions between fusetune.proto's
 // (fusetune::v1) tuning messages and the records and store types: trials with their sample
 // blocks and device states, audits, jobs and their leases, regressions, workers and
-// best-config answers, with the validation of the requests that carry them. Built on
+// best-config answers, with the validation of the requests that carry them, and the
+// client call that uploads regression verdicts. Built on
 // fusetune/wire/convert.h (the client-facing half) and the bounds it defines.
 //
 // Every *FromProto / *From*Request function validates: on bad input it returns
@@ -25,6 +26,7 @@
 #include "fusetune/db/store.h"
 #include "fusetune/kernels/backend.h"
 #include "fusetune/kernels/config.h"
+#include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/proto/fusetune.pb.h"
 #include "fusetune/records/run.h"
 #include "fusetune/records/trial.h"
@@ -100,6 +102,26 @@ void JobLeaseToProto(const JobLease& lease, v1::LeaseJobResponse* proto);  // se
 
 // ---- regressions
 void RegressionToProto(const Regression& regression, v1::Regression* proto);
+
+// One verdict as sent (`field` names it in messages, e.g. "regressions[3]"): the store's
+// rules (ValidateRegression: non-empty commits, device class, keys and metric, a verdict of
+// kRegressionVerdicts, a finite ratio >= 0, a p-value in [0, 1], a time >= 0), a valid
+// device class, commits as ValidateCommit, keys and metric within kMaxKeyLength.
+// InvalidArgument "<field>.<name>: ..." or "<field>: ..." otherwise.
+absl::StatusOr<Regression> RegressionFromProto(const v1::Regression& proto, std::string_view field);
+
+// The verdicts of a ReportRegressionsRequest: at most kMaxReportedRegressions rows, each
+// RegressionFromProto (the first bad row's error, naming its index "regressions[i]").
+inline constexpr int kMaxReportedRegressions = 10000;
+absl::StatusOr<std::vector<Regression>> RegressionsFromReportRequest(const v1::ReportRegressionsRequest& request);
+
+// The client side of ReportRegressions: checks `rows` as the server will (nothing is sent
+// when one is bad: InvalidArgument naming it), sends them in one call on `context` (which
+// carries the token and deadline) and returns how many the server recorded. An RPC failure
+// comes back as its absl status (FromGrpcCall: UNAUTHENTICATED, UNAVAILABLE, ...); the
+// server stores all rows or none.
+absl::StatusOr<int> UploadRegressions(v1::TuningService::StubInterface& tuning, grpc::ClientContext* context,
+                                      const std::vector<Regression>& rows);
 
 // ---- workers
 // The worker a RegisterWorkerRequest describes: a valid worker_id, host within

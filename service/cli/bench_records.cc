@@ -1,0 +1,61 @@
+#include "bench_records.h"
+
+#include <algorithm>
+
+#include "commands.h"
+#include "fusetune/base/time.h"
+#include "fusetune/tuner/runner.h"
+
+namespace fusetune::cli {
+
+BenchCell ToBenchCell(const bench::Suite& suite, int64_t run_id, const bench::SuiteCell& cell,
+                      const bench::CellMeasurement& measurement) {
+  BenchCell row;
+  row.run_id = run_id;
+  row.suite = suite.name;
+  row.problem_key = cell.problem.Key();
+  row.problem_json = bench::ProblemToJson(cell.problem);
+  row.config_key = cell.config.Key();
+  row.role = cell.role;
+  row.outcome = measurement.check.outcome;
+  row.message = measurement.check.message;
+  row.max_abs_error = measurement.check.max_abs_error;
+  row.max_rel_error = measurement.check.max_rel_error;
+  row.tolerance = measurement.check.tolerance;
+  row.blocks = measurement.blocks;
+  row.created_unix_ms = NowUnixMs();
+  return row;
+}
+
+bench::StoredCell ToStoredCell(const BenchCell& row) {
+  bench::StoredCell cell;
+  cell.problem_key = row.problem_key;
+  cell.config_key = row.config_key;
+  cell.role = row.role;
+  cell.measurement.check.outcome = row.outcome;
+  cell.measurement.check.message = row.message;
+  cell.measurement.check.max_abs_error = row.max_abs_error;
+  cell.measurement.check.max_rel_error = row.max_rel_error;
+  cell.measurement.check.tolerance = row.tolerance;
+  cell.measurement.blocks = row.blocks;
+  return cell;
+}
+
+absl::StatusOr<int64_t> StoreBenchRun(Store& store, const bench::Suite& suite, const bench::SourceInfo& source,
+                                      const std::vector<bench::MeasuredCell>& cells) {
+  RunInfo info = LocalRunInfo(source.device, source.commit, suite.RunLabel());
+  if (!source.environment.empty()) info.environment += "; " + source.environment;
+  absl::StatusOr<int64_t> run_id = store.BeginRun(info);
+  if (!run_id.ok()) return run_id.status();
+  std::vector<BenchCell> rows;
+  for (const bench::MeasuredCell& c : cells) rows.push_back(ToBenchCell(suite, *run_id, c.cell, c.measurement));
+  if (absl::Status s = store.RecordBenchCells(*run_id, rows); !s.ok()) return s;
+  if (absl::Status s = store.FinishRun(*run_id); !s.ok()) return s;
+  return *run_id;
+}
+
+double MedianOfBlocks(const bench::CellMeasurement& measurement) {
+  return measurement.blocks.empty() ? 0 : Quantile(measurement.Medians(), 0.5);
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,58 @@
+// fusetune bench-serve: this build as one side of an interleaved comparison. Another fusetune
+// (`regress`) starts it and sends it cells to verify and blocks to measure, one JSON line each
+// way on stdin and stdout (bench/src/protocol.h); nothing else is written to stdout.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_suite.h"
+#include "commands.h"
+#include "fusetune/bench/block_source.h"
+#include "problem_flags.h"
+
+namespace fusetune::cli {
+namespace {
+
+struct BenchServeFlags {
+  std::string backend = "cpu";
+  int device = 0;
+  TimingOptions block;
+  std::vector<std::string> plant_slowdowns;
+};
+
+int RunBenchServe(const BenchServeFlags& f) {
+  int exit_code = kExitOk;
+  std::unique_ptr<Backend> backend = CreateMeasuredBackend("bench-serve", f.backend, f.device, f.plant_slowdowns, &exit_code);
+  if (backend == nullptr) return exit_code;
+  bench::RunnerBlockSource source(*backend, BuiltCommit(), f.block);
+  absl::Status served = bench::ServeBlocks(source, stdin, stdout);
+  if (!served.ok()) {
+    std::fprintf(stderr, "fusetune bench-serve: %s\n", std::string(served.message()).c_str());
+    return 2;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddBenchServeCommand(CLI::App& app, CommandContext& context) {
+  auto flags = std::make_shared<BenchServeFlags>();
+  CLI::App* serve = app.add_subcommand(
+      "bench-serve", "Measure cells for another fusetune's 'regress' (a JSON line protocol on stdin/stdout).");
+  AddBackendOptions(serve, &flags->backend, &flags->device);
+  serve->add_option("--warmup", flags->block.warmup, "untimed launches before each block")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  serve->add_option("--repeats", flags->block.repeats, "timed launches per block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  serve->add_option("--block-seconds", flags->block.max_seconds, "stop a block after this long (>= 3 launches)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  serve->add_option("--flush-l2", flags->block.flush_l2, "GPU: evict L2 before each timed launch")->capture_default_str();
+  AddPlantSlowdownOption(serve, &flags->plant_slowdowns);
+  SetAction(serve, context, [flags] { return RunBenchServe(*flags); });
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,204 @@
+#include "bench_suite.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "bench_records.h"
+#include "commands.h"
+#include "fmt/format.h"
+#include "fusetune/bench/block_source.h"
+#include "fusetune/bench/compare.h"
+#include "fusetune/bench/planted_slowdown.h"
+#include "fusetune/bench/suite.h"
+#include "fusetune/kernels/default_config.h"
+#include "fusetune/tuner/runner.h"
+#include "nlohmann/json.hpp"
+#include "problem_flags.h"
+
+namespace fusetune::cli {
+namespace {
+
+constexpr int kExitCellFailed = 1;
+constexpr int kExitError = 2;
+
+int Error(const std::string& command, const std::string& message) {
+  std::fprintf(stderr, "fusetune %s: %s\n", command.c_str(), message.c_str());
+  return kExitError;
+}
+
+// Block medians' spread: (p90 - p10) / median, percent.
+double SpreadPercent(const bench::CellMeasurement& m) {
+  if (m.blocks.size() < 2) return 0;
+  const std::vector<double> medians = m.Medians();
+  const double median = Quantile(medians, 0.5);
+  return median > 0 ? 100 * (Quantile(medians, 0.9) - Quantile(medians, 0.1)) / median : 0;
+}
+
+void PrintTable(const bench::SourceInfo& source, const std::vector<bench::MeasuredCell>& cells) {
+  std::printf("device %s, commit %s\n\n", source.device.DeviceClass().c_str(), source.commit.c_str());
+  std::printf("| role | problem | config | outcome | median us | spread p10-p90 | TFLOP/s | max rel error | blocks |\n");
+  std::printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
+  for (const bench::MeasuredCell& c : cells) {
+    const double median = MedianOfBlocks(c.measurement);
+    const double tflops = median > 0 ? c.cell.problem.Flops() / (median * 1e-6) / 1e12 : 0;
+    const bool ok = c.measurement.check.outcome == TrialOutcome::kOk;
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %.1e | %zu |\n", c.cell.role.c_str(),
+                c.cell.problem.Key().c_str(), c.cell.config.Key().c_str(),
+                ok ? "ok" : fmt::format("{}: {}", TrialOutcomeName(c.measurement.check.outcome), c.measurement.check.message).c_str(),
+                ok ? fmt::format("{:.2f}", median).c_str() : "-", ok ? fmt::format("{:.2f} %", SpreadPercent(c.measurement)).c_str() : "-",
+                ok ? fmt::format("{:.4g}", tflops).c_str() : "-", c.measurement.check.max_rel_error, c.measurement.blocks.size());
+  }
+}
+
+void PrintJson(const bench::SourceInfo& source, const std::vector<bench::MeasuredCell>& cells, int64_t run_id) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const bench::MeasuredCell& c : cells) {
+    rows.push_back({{"role", c.cell.role},
+                    {"problem", c.cell.problem.Key()},
+                    {"config", c.cell.config.Key()},
+                    {"outcome", std::string(TrialOutcomeName(c.measurement.check.outcome))},
+                    {"message", c.measurement.check.message},
+                    {"median_us", MedianOfBlocks(c.measurement)},
+                    {"block_medians_us", c.measurement.Medians()},
+                    {"max_rel_error", c.measurement.check.max_rel_error},
+                    {"tolerance", c.measurement.check.tolerance}});
+  }
+  nlohmann::json out = {{"commit", source.commit}, {"device_class", source.device.DeviceClass()},
+                        {"run_id", run_id}, {"cells", rows}};
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+}  // namespace
+
+void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs) {
+  command->add_option("--plant-slowdown", *specs,
+                      "SUBSTRING=FRACTION: report cells whose '<problem key> <config key>' contains SUBSTRING "
+                      "slower by FRACTION (e.g. 0.03 or 3%), to measure what the regression method detects "
+                      "(repeatable)");
+}
+
+std::unique_ptr<Backend> CreateMeasuredBackend(const std::string& command, const std::string& backend, int device,
+                                               const std::vector<std::string>& plant_slowdowns, int* exit_code) {
+  std::vector<bench::PlantedSlowdown> slowdowns;
+  for (const std::string& spec : plant_slowdowns) {
+    absl::StatusOr<bench::PlantedSlowdown> s = bench::ParsePlantedSlowdown(spec);
+    if (!s.ok()) {
+      *exit_code = Error(command, fmt::format("--plant-slowdown {}: {}", spec, std::string(s.status().message())));
+      return nullptr;
+    }
+    slowdowns.push_back(*s);
+  }
+  int create_exit = kExitOk;
+  std::unique_ptr<Backend> inner = CreateLocalBackend(command, backend, device, &create_exit);
+  if (inner == nullptr) {
+    *exit_code = kExitError;
+    return nullptr;
+  }
+  if (slowdowns.empty()) return inner;
+  return std::make_unique<bench::PlantedSlowdownBackend>(std::move(inner), std::move(slowdowns));
+}
+
+int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int device) {
+  const std::string cmd = "bench";
+  absl::StatusOr<bench::Suite> suite = bench::ReadSuiteFile(f.suite);
+  if (!suite.ok()) return Error(cmd, std::string(suite.status().message()));
+  if (f.blocks != 0 && f.blocks < 3) return Error(cmd, "--blocks must be at least 3");
+  // An existing database is opened before measuring, so that a bad one fails at once; a new
+  // one is created only when there is a measurement to store.
+  std::unique_ptr<Store> store;
+  auto open_store = [&]() -> absl::Status {
+    absl::StatusOr<std::unique_ptr<Store>> opened = Store::Open(f.db);
+    if (!opened.ok()) return opened.status();
+    store = *std::move(opened);
+    return absl::OkStatus();
+  };
+  if (!f.db.empty() && std::filesystem::exists(f.db)) {
+    if (absl::Status s = open_store(); !s.ok()) return Error(cmd, std::string(s.message()));
+  }
+  int exit_code = kExitOk;
+  std::unique_ptr<Backend> backend = CreateMeasuredBackend(cmd, backend_name, device, f.plant_slowdowns, &exit_code);
+  if (backend == nullptr) return exit_code;
+  bench::RunnerBlockSource source(*backend, BuiltCommit(), suite->block);
+  bench::CompareOptions options;
+  options.blocks = f.blocks;
+  StopOnSignal stop;
+  options.cancel = stop.flag();
+  absl::StatusOr<std::vector<bench::MeasuredCell>> cells = bench::MeasureSuite(source, *suite, options);
+  if (!cells.ok()) return Error(cmd, std::string(cells.status().message()));
+  absl::StatusOr<bench::SourceInfo> info = source.Describe();
+  if (!info.ok()) return Error(cmd, std::string(info.status().message()));
+  int64_t run_id = 0;
+  if (!f.db.empty()) {
+    if (store == nullptr) {
+      if (absl::Status s = open_store(); !s.ok()) return Error(cmd, std::string(s.message()));
+    }
+    absl::StatusOr<int64_t> stored = StoreBenchRun(*store, *suite, *info, *cells);
+    if (!stored.ok()) return Error(cmd, std::string(stored.status().message()));
+    run_id = *stored;
+  }
+  if (f.json) {
+    PrintJson(*info, *cells, run_id);
+  } else {
+    PrintTable(*info, *cells);
+    if (run_id > 0) std::printf("\nstored as bench run %lld of suite %s in %s\n", static_cast<long long>(run_id), suite->name.c_str(), f.db.c_str());
+  }
+  for (const bench::MeasuredCell& c : *cells) {
+    if (c.measurement.check.outcome != TrialOutcome::kOk) return kExitCellFailed;
+  }
+  return kExitOk;
+}
+
+int WriteSuiteFromDatabase(const SuiteFromDbFlags& f) {
+  const std::string cmd = "bench";
+  if (f.out.empty()) return Error(cmd, "--from-db needs --suite-out FILE");
+  absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
+  if (!store.ok()) return Error(cmd, std::string(store.status().message()));
+  absl::StatusOr<std::vector<BestConfig>> best = (*store)->ListBestConfigs(f.device_class);
+  if (!best.ok()) return Error(cmd, std::string(best.status().message()));
+  if (best->empty()) {
+    return Error(cmd, fmt::format("{} holds no best configs{}: tune first ('fusetune sweep')", f.db,
+                                  f.device_class.empty() ? "" : " for " + f.device_class));
+  }
+  std::string device_class = f.device_class;
+  for (const BestConfig& b : *best) {
+    if (device_class.empty()) device_class = b.device_class;
+    if (b.device_class != device_class) {
+      return Error(cmd, fmt::format("{} holds best configs of several device classes ({}, {}): choose one with --device-class",
+                                    f.db, device_class, b.device_class));
+    }
+  }
+  std::vector<bench::SuiteSource> sources;
+  for (const BestConfig& b : *best) {
+    bench::SuiteSource s;
+    s.best = b;
+    if (b.run_id > 0) {
+      absl::StatusOr<std::vector<Trial>> trials = (*store)->ListTrials(b.run_id, b.problem_key);
+      if (trials.ok()) s.provenance_trials = *std::move(trials);
+    }
+    sources.push_back(std::move(s));
+  }
+  const std::string name = f.name.empty() ? std::filesystem::path(f.out).stem().string() : f.name;
+  std::vector<std::string> skipped;
+  // The reference cells are the default config of the backend the best configs were tuned on.
+  const std::string tuned_backend = device_class.substr(0, device_class.find('/'));
+  absl::StatusOr<bench::Suite> suite = bench::SuiteFromBestConfigs(name, device_class, tuned_backend, sources, &skipped);
+  if (!suite.ok()) return Error(cmd, std::string(suite.status().message()));
+  const std::string text = bench::SuiteToJson(*suite);
+  const std::string tmp = f.out + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out) return Error(cmd, fmt::format("cannot write {}", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, f.out, ec);
+  if (ec) return Error(cmd, fmt::format("cannot write {}: {}", f.out, ec.message()));
+  std::printf("wrote suite %s (%zu cells from %zu best configs of %s) to %s\n", suite->name.c_str(), suite->cells.size(),
+              best->size(), device_class.c_str(), f.out.c_str());
+  for (const std::string& s : skipped) std::printf("  skipped %s\n", s.c_str());
+  return kExitOk;
+}
+
+}  // namespace fusetune::cli

@@ -1,0 +1,346 @@
+// fusetune regress: judge a candidate build against a baseline build on a bench suite, cell by
+// cell, and say so in the exit status (0 clean, 1 regression, 2 error), a JUnit file, a markdown
+// report, rows in the database's `regressions` table and, with --server, on a fusetune server.
+//
+// Both builds are measured interleaved when the baseline's binary is at hand (--baseline-binary,
+// or <builds-dir>/<commit>/bin/fusetune); otherwise the candidate is judged against the
+// baseline's stored bench run with a wider floor, and every flagged cell is confirmed
+// interleaved against a rebuilt baseline (--rebuild-command) before it is reported.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_records.h"
+#include "bench_suite.h"
+#include "commands.h"
+#include "fmt/format.h"
+#include "fusetune/bench/block_source.h"
+#include "fusetune/bench/compare.h"
+#include "fusetune/bench/suite.h"
+#include "fusetune/regress/junit.h"
+#include "problem_flags.h"
+#include "regress_outputs.h"
+
+namespace fusetune::cli {
+namespace {
+
+constexpr int kExitClean = 0;
+constexpr int kExitRegressed = 1;
+constexpr int kExitError = 2;
+
+int Error(const std::string& message) {
+  std::fprintf(stderr, "fusetune regress: %s\n", message.c_str());
+  return kExitError;
+}
+
+// True when two commit names denote the same commit: equal, or one a prefix (>= 7 characters)
+// of the other (a 12-digit build commit against a full hash).
+bool SameCommit(std::string_view a, std::string_view b) {
+  if (a.empty() || b.empty() || a == "unknown" || b == "unknown") return false;
+  const size_t n = std::min(a.size(), b.size());
+  return n >= 7 && a.substr(0, n) == b.substr(0, n);
+}
+
+std::string SelfBinary() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.string();
+}
+
+// The baseline's binary under --builds-dir: <dir>/<commit, or a directory starting with it>/bin/fusetune.
+std::string BinaryInBuildsDir(const std::string& dir, const std::string& commit) {
+  if (dir.empty() || commit.empty()) return {};
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!SameCommit(name, commit)) continue;
+    const std::filesystem::path binary = entry.path() / "bin" / "fusetune";
+    if (access(binary.c_str(), X_OK) == 0) return binary.string();
+  }
+  return {};
+}
+
+// Runs the rebuild command with {commit} replaced; its last stdout line is the binary.
+absl::StatusOr<std::string> Rebuild(const std::string& command, const std::string& commit) {
+  std::string line = command;
+  for (size_t at; (at = line.find("{commit}")) != std::string::npos;) line.replace(at, 8, commit);
+  std::fprintf(stderr, "fusetune regress: rebuilding the baseline: %s\n", line.c_str());
+  FILE* pipe = popen(line.c_str(), "r");
+  if (pipe == nullptr) return absl::UnavailableError(fmt::format("cannot run '{}'", line));
+  std::string out, last;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  const int status = pclose(pipe);
+  if (status != 0) return absl::UnavailableError(fmt::format("'{}' failed (status {})", line, status));
+  size_t end = out.find_last_not_of("\n ");
+  if (end == std::string::npos) return absl::UnavailableError(fmt::format("'{}' printed no binary path", line));
+  out.resize(end + 1);
+  last = out.substr(out.find_last_of('\n') == std::string::npos ? 0 : out.find_last_of('\n') + 1);
+  if (access(last.c_str(), X_OK) != 0) {
+    return absl::UnavailableError(fmt::format("'{}' printed '{}', which is not an executable", line, last));
+  }
+  return last;
+}
+
+absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const RegressFlags& f, const std::string& binary,
+                                                                      const bench::Suite& suite, bool candidate) {
+  bench::ProcessOptions options;
+  options.binary = binary;
+  options.args = {"--backend", f.backend, "--device", std::to_string(f.device)};
+  if (candidate) {
+    for (const std::string& spec : f.plant_slowdowns) options.args.insert(options.args.end(), {"--plant-slowdown", spec});
+  }
+  options.block = suite.block;
+  return bench::ProcessBlockSource::Start(options);
+}
+
+// The baseline to compare with: a stored run (when found) and the commit.
+struct Baseline {
+  std::string commit;
+  std::optional<RunInfo> run;
+  std::string binary;
+};
+
+absl::StatusOr<Baseline> ResolveBaseline(const RegressFlags& f, Store* store, const bench::Suite& suite,
+                                         const bench::SourceInfo& candidate) {
+  const std::string device_class = candidate.device.DeviceClass();
+  Baseline b;
+  if (f.baseline == "previous") {
+    if (store == nullptr) {
+      return absl::NotFoundError(fmt::format("no database at {}: no previous bench run of suite {} to compare with", f.db, suite.name));
+    }
+    absl::StatusOr<std::vector<RunInfo>> runs = store->ListBenchRuns(suite.name, device_class, 100);
+    if (!runs.ok()) return runs.status();
+    for (const RunInfo& run : *runs) {
+      if (!SameCommit(run.commit, candidate.commit)) {
+        b.run = run;
+        break;
+      }
+    }
+    if (!b.run) {
+      return absl::NotFoundError(fmt::format("{} has no bench run of suite {} on {} at a commit other than {}: "
+                                             "bench one first ('fusetune bench --suite ... --db ...')",
+                                             f.db, suite.name, device_class, candidate.commit));
+    }
+    b.commit = b.run->commit;
+  } else {
+    b.commit = f.baseline;
+    if (store != nullptr) {
+      absl::StatusOr<RunInfo> run = store->FindBenchRun(suite.name, device_class, f.baseline);
+      if (run.ok()) {
+        b.run = *run;
+        b.commit = run->commit;
+      } else if (!absl::IsNotFound(run.status())) {
+        return run.status();
+      } else if (f.baseline_binary.empty() && BinaryInBuildsDir(f.builds_dir, f.baseline).empty()) {
+        absl::StatusOr<RunInfo> elsewhere = store->FindBenchRun(suite.name, "", f.baseline);
+        if (elsewhere.ok()) {
+          return absl::FailedPreconditionError(fmt::format("the baseline {} was benched on {}, not on {}: only the same device class compares",
+                                                           elsewhere->commit, elsewhere->device.DeviceClass(), device_class));
+        }
+        return run.status();
+      }
+    } else if (f.baseline_binary.empty() && BinaryInBuildsDir(f.builds_dir, f.baseline).empty()) {
+      return absl::NotFoundError(fmt::format("no database at {} and no build of {}: nothing to compare with", f.db, f.baseline));
+    }
+  }
+  b.binary = !f.baseline_binary.empty() ? f.baseline_binary : BinaryInBuildsDir(f.builds_dir, b.commit);
+  return b;
+}
+
+// Adds, per "best" cell whose problem the database now answers with another pick tuned at the
+// candidate commit, a "pick" cell: the new pick at the candidate against the old pick at the
+// baseline (the "best" cell itself measures the old pick on both).
+std::vector<std::string> AddChangedPicks(Store& store, const std::string& device_class, const std::string& candidate_commit,
+                                         bench::Suite& suite) {
+  std::vector<std::string> notes;
+  const std::vector<bench::SuiteCell> cells = suite.cells;
+  for (const bench::SuiteCell& cell : cells) {
+    if (cell.role != "best" || cell.baseline_config) continue;
+    absl::StatusOr<BestConfig> best = store.GetBestConfig(device_class, cell.problem.Key());
+    if (!best.ok() || !SameCommit(best->commit, candidate_commit) || best->config_key == cell.config.Key()) continue;
+    absl::StatusOr<KernelConfig> pick = KernelConfig::FromKey(best->config_key);
+    if (!pick.ok()) continue;
+    bench::SuiteCell changed = cell;
+    changed.role = "pick";
+    changed.config = *pick;
+    changed.baseline_config = cell.config;
+    suite.cells.push_back(changed);
+    notes.push_back(fmt::format("{}: the re-tune at {} picks {} instead of {}", cell.problem.Key(), candidate_commit,
+                                best->config_key, cell.config.Key()));
+  }
+  return notes;
+}
+
+// Confirms the cells a stored comparison flagged: both builds interleaved on those cells.
+// Unconfirmable cells (no rebuild command, or it failed) become unknown; returns how many.
+int ConfirmFlagged(const RegressFlags& f, const Baseline& baseline, const bench::Suite& suite,
+                   bench::BlockSource& candidate, bench::Comparison& comparison, std::vector<std::string>* notes) {
+  bench::Suite flagged = suite;
+  flagged.cells.clear();
+  std::vector<size_t> where;
+  for (size_t i = 0; i < comparison.cells.size(); ++i) {
+    if (comparison.cells[i].verdict.Failed()) {
+      flagged.cells.push_back(comparison.cells[i].cell);
+      where.push_back(i);
+    }
+  }
+  if (where.empty()) return 0;
+  absl::Status failure = absl::OkStatus();
+  std::string binary = baseline.binary;
+  if (binary.empty() && !f.rebuild_command.empty()) {
+    absl::StatusOr<std::string> rebuilt = Rebuild(f.rebuild_command, baseline.commit);
+    if (rebuilt.ok()) binary = *rebuilt;
+    else failure = rebuilt.status();
+  }
+  if (binary.empty() && failure.ok()) {
+    failure = absl::FailedPreconditionError("no baseline build to confirm with: give --rebuild-command, --builds-dir or --baseline-binary");
+  }
+  absl::StatusOr<bench::Comparison> confirmed = absl::UnknownError("");
+  if (failure.ok()) {
+    absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> source = StartBuild(f, binary, suite, /*candidate=*/false);
+    if (source.ok()) {
+      bench::CompareOptions options;
+      options.blocks = f.blocks;
+      confirmed = bench::CompareInterleaved(**source, candidate, flagged, options);
+    }
+    failure = source.ok() ? confirmed.status() : source.status();
+  }
+  if (!failure.ok()) {
+    for (size_t i : where) {
+      regress::CellVerdict& v = comparison.cells[i].verdict;
+      v.why = fmt::format("flagged against the stored baseline ({}), not confirmed: {}", v.why, std::string(failure.message()));
+      v.verdict = regress::Verdict::kUnknown;
+      v.accuracy.failed = v.accuracy.grew = false;
+    }
+    return static_cast<int>(where.size());
+  }
+  for (size_t k = 0; k < where.size(); ++k) {
+    bench::CellComparison& cell = comparison.cells[where[k]];
+    cell = confirmed->cells[k];
+    cell.verdict.why = "confirmed interleaved: " + cell.verdict.why;
+  }
+  comparison.blocks_measured += confirmed->blocks_measured;
+  comparison.measure_seconds += confirmed->measure_seconds;
+  notes->push_back(fmt::format("{} cell(s) flagged against the stored baseline were measured again interleaved with "
+                               "the baseline build; the verdicts shown for them are the interleaved ones",
+                               where.size()));
+  return 0;
+}
+
+int RunRegress(const RegressFlags& f) {
+  absl::StatusOr<bench::Suite> suite = bench::ReadSuiteFile(f.suite);
+  if (!suite.ok()) return Error(std::string(suite.status().message()));
+  std::unique_ptr<Store> store;
+  if (std::filesystem::exists(f.db)) {
+    absl::StatusOr<std::unique_ptr<Store>> opened = OpenExistingStoreForWriting(f.db);
+    if (!opened.ok()) return Error(std::string(opened.status().message()));
+    store = *std::move(opened);
+  }
+  const std::string candidate_binary = f.candidate_binary.empty() ? SelfBinary() : f.candidate_binary;
+  absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> candidate = StartBuild(f, candidate_binary, *suite, true);
+  if (!candidate.ok()) return Error(std::string(candidate.status().message()));
+  absl::StatusOr<bench::SourceInfo> candidate_info = (*candidate)->Describe();
+  if (!candidate_info.ok()) return Error(std::string(candidate_info.status().message()));
+  if (candidate_info->commit == "unknown") {
+    candidate_info->commit = f.commit;  // built outside git: the caller names it
+  } else if (!SameCommit(candidate_info->commit, f.commit)) {
+    return Error(fmt::format("{} was built at commit {}, not {}: build the candidate or pass its binary with --candidate-binary",
+                             candidate_binary, candidate_info->commit, f.commit));
+  }
+  if (!suite->device_class.empty() && suite->device_class != candidate_info->device.DeviceClass()) {
+    return Error(fmt::format("suite {} is for {}, not {}", suite->name, suite->device_class,
+                             candidate_info->device.DeviceClass()));
+  }
+  absl::StatusOr<Baseline> baseline = ResolveBaseline(f, store.get(), *suite, *candidate_info);
+  if (!baseline.ok()) return Error(std::string(baseline.status().message()));
+  if (SameCommit(baseline->commit, candidate_info->commit) && baseline->binary.empty()) {
+    return Error(fmt::format("the baseline and the candidate are the same commit {}; an A/A check needs --baseline-binary",
+                             baseline->commit));
+  }
+  std::vector<std::string> notes;
+  if (store != nullptr && !f.no_picks) {
+    for (std::string& n : AddChangedPicks(*store, candidate_info->device.DeviceClass(), candidate_info->commit, *suite)) {
+      notes.push_back(std::move(n));
+    }
+  }
+
+  bench::CompareOptions options;
+  options.blocks = f.blocks;
+  options.stored_min_floor = f.stored_floor;
+  StopOnSignal stop;
+  options.cancel = stop.flag();
+  absl::StatusOr<bench::Comparison> comparison = absl::UnknownError("");
+  int unconfirmed = 0;
+  if (!baseline->binary.empty()) {
+    absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> base = StartBuild(f, baseline->binary, *suite, false);
+    if (!base.ok()) return Error(std::string(base.status().message()));
+    absl::StatusOr<bench::SourceInfo> base_info = (*base)->Describe();
+    if (!base_info.ok()) return Error(std::string(base_info.status().message()));
+    if (base_info->commit != "unknown" && !SameCommit(base_info->commit, baseline->commit)) {
+      return Error(fmt::format("{} was built at commit {}, not the baseline {}", baseline->binary, base_info->commit,
+                               baseline->commit));
+    }
+    comparison = bench::CompareInterleaved(**base, **candidate, *suite, options);
+    if (comparison.ok()) comparison->baseline.commit = baseline->commit;
+  } else {
+    absl::StatusOr<std::vector<BenchCell>> rows = store->ListBenchCells(baseline->run->run_id);
+    if (!rows.ok()) return Error(std::string(rows.status().message()));
+    std::vector<bench::StoredCell> stored;
+    for (const BenchCell& row : *rows) stored.push_back(ToStoredCell(row));
+    bench::SourceInfo base_info{baseline->commit, baseline->run->device, baseline->run->environment};
+    comparison = bench::CompareWithStored(base_info, stored, **candidate, *suite, options);
+    if (comparison.ok()) unconfirmed = ConfirmFlagged(f, *baseline, *suite, **candidate, *comparison, &notes);
+  }
+  if (!comparison.ok()) return Error(std::string(comparison.status().message()));
+
+  absl::Status written = WriteRegressOutputs(f, *suite, *comparison, notes, store);
+  if (!written.ok()) return Error(std::string(written.message()));
+  if (comparison->AnyFailed()) return kExitRegressed;
+  if (unconfirmed > 0) {
+    return Error(fmt::format("{} cell(s) flagged against the stored baseline could not be confirmed (reported unknown)", unconfirmed));
+  }
+  return kExitClean;
+}
+
+}  // namespace
+
+void AddRegressCommand(CLI::App& app, CommandContext& context) {
+  auto flags = std::make_shared<RegressFlags>();
+  CLI::App* regress = app.add_subcommand(
+      "regress", "Judge a candidate build against a baseline on a bench suite: exit 0 clean, 1 regression, 2 error.");
+  regress->add_option("--suite", flags->suite, "the bench suite file (suites/README.md)")->required();
+  regress->add_option("--baseline", flags->baseline,
+                      "the baseline commit (a prefix of at least 7 hex digits), or 'previous': the newest bench run of the "
+                      "suite on this device class at another commit")
+      ->required();
+  regress->add_option("--commit", flags->commit, "the candidate commit: the commit the candidate binary was built at")
+      ->required();
+  AddDatabaseOption(regress, &flags->db, "database of bench runs and verdicts (read for stored baselines, written with the results)");
+  AddBackendOptions(regress, &flags->backend, &flags->device);
+  regress->add_option("--baseline-binary", flags->baseline_binary, "the baseline build's fusetune: measure both interleaved");
+  regress->add_option("--candidate-binary", flags->candidate_binary, "the candidate build's fusetune (default: this one)");
+  regress->add_option("--builds-dir", flags->builds_dir,
+                      "builds kept by commit: <dir>/<commit>/bin/fusetune is the baseline's binary when present");
+  regress->add_option("--rebuild-command", flags->rebuild_command,
+                      "shell command that builds a commit ('{commit}' is replaced) and prints its fusetune binary's path "
+                      "last; confirms cells flagged against a stored baseline");
+  regress->add_option("--junit", flags->junit, "write a JUnit XML report here");
+  regress->add_option("--markdown", flags->markdown, "write the markdown report here (it is also printed)");
+  regress->add_option("--blocks", flags->blocks, "first-pass blocks per cell and side (default: the suite's)")
+      ->check(CLI::Range(3, 1000));
+  regress->add_option("--stored-floor", flags->stored_floor,
+                      "the effect floor against a stored baseline (relative; interleaved comparisons use 1.5 % or 3x the noise)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  regress->add_flag("--no-picks", flags->no_picks, "do not add cells for best configs re-tuned at the candidate commit");
+  AddPlantSlowdownOption(regress, &flags->plant_slowdowns);
+  AddRegressServerOptions(regress, flags.get());
+  SetAction(regress, context, [flags] { return RunRegress(*flags); });
+}
+
+}  // namespace fusetune::cli

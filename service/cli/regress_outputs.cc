@@ -1,0 +1,123 @@
+#include "regress_outputs.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "bench_records.h"
+#include "fmt/format.h"
+#include "fusetune/base/time.h"
+#include "fusetune/regress/junit.h"
+
+namespace fusetune::cli {
+namespace {
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out) return absl::UnavailableError(fmt::format("cannot write {}", tmp));
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::UnavailableError(fmt::format("cannot write {}: {}", path, ec.message()));
+  return absl::OkStatus();
+}
+
+std::string Title(const bench::Suite& suite, const bench::Comparison& c) {
+  return fmt::format("fusetune regress: suite {}, {} against {} on {} ({})", suite.name, c.candidate.commit,
+                     c.baseline.commit, c.candidate.device.DeviceClass(),
+                     c.interleaved ? "interleaved" : "against stored baseline blocks");
+}
+
+std::string Markdown(const bench::Suite& suite, const bench::Comparison& c, const std::vector<std::string>& notes) {
+  std::vector<regress::CellVerdict> verdicts;
+  for (const bench::CellComparison& cell : c.cells) verdicts.push_back(cell.verdict);
+  std::string text = regress::WriteMarkdownReport(Title(suite, c), verdicts);
+  text += fmt::format("\n{} blocks measured in {:.1f} s.\n", c.blocks_measured, c.measure_seconds);
+  for (const std::string& note : notes) text += fmt::format("\n- {}", note);
+  if (!notes.empty()) text += "\n";
+  return text;
+}
+
+}  // namespace
+
+std::vector<Regression> RegressionRows(const bench::Comparison& comparison) {
+  std::vector<Regression> rows;
+  const int64_t now = NowUnixMs();
+  for (const bench::CellComparison& cell : comparison.cells) {
+    const regress::CellVerdict& v = cell.verdict;
+    Regression r;
+    r.commit = comparison.candidate.commit;
+    r.baseline_commit = comparison.baseline.commit;
+    r.device_class = comparison.candidate.device.DeviceClass();
+    r.problem_key = cell.cell.problem.Key();
+    r.config_key = cell.cell.config.Key();
+    r.metric = cell.cell.baseline_config ? "latency_vs_previous_pick" : "latency";
+    r.ratio = std::isfinite(v.ratio.pairwise_ratio) ? v.ratio.pairwise_ratio : 0;
+    r.p_value = r.ratio >= 1 ? v.p_slower_adjusted : v.p_faster_adjusted;
+    r.verdict = regress::VerdictName(v.verdict);
+    r.created_unix_ms = now;
+    rows.push_back(r);
+    if (v.accuracy.checked) {
+      Regression a = r;
+      a.metric = "max_rel_error";
+      a.ratio = std::isfinite(v.accuracy.growth) ? v.accuracy.growth : 0;
+      a.p_value = 1;
+      a.verdict = v.accuracy.failed || v.accuracy.grew ? "regressed" : "same";
+      rows.push_back(a);
+    }
+  }
+  return rows;
+}
+
+absl::Status WriteRegressOutputs(const RegressFlags& f, const bench::Suite& suite, const bench::Comparison& comparison,
+                                 const std::vector<std::string>& notes, std::unique_ptr<Store>& store) {
+  if (store == nullptr) {
+    absl::StatusOr<std::unique_ptr<Store>> opened = Store::Open(f.db);
+    if (!opened.ok()) return opened.status();
+    store = *std::move(opened);
+  }
+  std::vector<bench::MeasuredCell> measured;
+  for (const bench::CellComparison& c : comparison.cells) measured.push_back({c.cell, c.candidate});
+  absl::StatusOr<int64_t> run = StoreBenchRun(*store, suite, comparison.candidate, measured);
+  if (!run.ok()) return run.status();
+  const std::vector<Regression> rows = RegressionRows(comparison);
+  if (absl::StatusOr<int> recorded = store->RecordRegressions(rows); !recorded.ok()) return recorded.status();
+
+  std::vector<regress::CellVerdict> verdicts;
+  for (const bench::CellComparison& cell : comparison.cells) verdicts.push_back(cell.verdict);
+  const std::string markdown = Markdown(suite, comparison, notes);
+  std::printf("%s", markdown.c_str());
+  std::printf("\nstored: bench run %lld and %zu verdict rows in %s\n", static_cast<long long>(*run), rows.size(), f.db.c_str());
+  if (!f.junit.empty()) {
+    if (absl::Status s = WriteFile(f.junit, regress::WriteJUnitXml(fmt::format("fusetune-regress-{}", suite.name), verdicts)); !s.ok()) return s;
+  }
+  if (!f.markdown.empty()) {
+    if (absl::Status s = WriteFile(f.markdown, markdown); !s.ok()) return s;
+  }
+#ifdef FUSETUNE_WITH_SERVICE
+  if (!f.server.server.empty()) {
+    absl::StatusOr<int> uploaded = UploadRegressions(f.server, rows);
+    if (!uploaded.ok()) return uploaded.status();
+    std::printf("uploaded %d verdict rows to %s\n", *uploaded, f.server.server.c_str());
+  }
+#endif
+  return absl::OkStatus();
+}
+
+void AddRegressServerOptions(CLI::App* command, RegressFlags* flags) {
+#ifdef FUSETUNE_WITH_SERVICE
+  command->add_option("--server", flags->server.server, "upload the verdict rows to this fusetune server (host:port)");
+  flags->server.Register(command, /*with_server=*/false);
+#else
+  (void)command;
+  (void)flags;
+#endif
+}
+
+}  // namespace fusetune::cli

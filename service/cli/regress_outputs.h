@@ -1,0 +1,62 @@
+// What `fusetune regress` leaves behind: the candidate's bench run and the verdict rows in the
+// database, the JUnit and markdown reports, the markdown on stdout, and (service builds, with
+// --server) the verdict rows on a fusetune server.
+#ifndef FUSETUNE_SERVICE_CLI_REGRESS_OUTPUTS_H_
+#define FUSETUNE_SERVICE_CLI_REGRESS_OUTPUTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "fusetune/bench/compare.h"
+#include "fusetune/bench/suite.h"
+#include "fusetune/db/store.h"
+
+#ifdef FUSETUNE_WITH_SERVICE
+#include "server_connection.h"
+#endif
+
+namespace fusetune::cli {
+
+struct RegressFlags {
+  std::string suite;
+  std::string baseline;
+  std::string commit;
+  std::string db = "fusetune.db";
+  std::string backend = "cpu";
+  int device = 0;
+  std::string baseline_binary;
+  std::string candidate_binary;
+  std::string builds_dir;
+  std::string rebuild_command;
+  std::string junit;
+  std::string markdown;
+  int blocks = 0;
+  double stored_floor = 0.03;
+  bool no_picks = false;
+  std::vector<std::string> plant_slowdowns;  // the candidate side's
+#ifdef FUSETUNE_WITH_SERVICE
+  ServerConnectionFlags server;  // server.server empty: upload nothing
+#endif
+};
+
+// --server, --token-file, --tls-ca, --timeout in service builds; nothing otherwise.
+void AddRegressServerOptions(CLI::App* command, RegressFlags* flags);
+
+// The rows of `comparison` for the `regressions` table: per cell a "latency" row (a pick cell:
+// "latency_vs_previous_pick") with the Hodges–Lehmann ratio and the adjusted p-value of the
+// direction it leans, and a "max_rel_error" row (ratio = error growth) where accuracy was checked.
+std::vector<Regression> RegressionRows(const bench::Comparison& comparison);
+
+// Stores the candidate's measurement as a bench run and the verdict rows (creating the database
+// when `store` is null), writes the reports, prints the markdown, uploads with --server. The
+// first failure is returned; what was written before it stays.
+absl::Status WriteRegressOutputs(const RegressFlags& flags, const bench::Suite& suite,
+                                 const bench::Comparison& comparison, const std::vector<std::string>& notes,
+                                 std::unique_ptr<Store>& store);
+
+}  // namespace fusetune::cli
+
+#endif  // FUSETUNE_SERVICE_CLI_REGRESS_OUTPUTS_H_

@@ -1,0 +1,119 @@
+// ReportRegressions through real gRPC: uploaded verdicts are listed and exposed as metrics at
+// once, a bad row or a missing token stores nothing.
+#include <string>
+#include <vector>
+
+#include "fusetune/db/store.h"
+#include "fusetune/service/server.h"
+#include "fusetune/wire/records_convert.h"
+#include "server_test_util.h"
+#include "testing/http_get.h"
+
+namespace fusetune::testing {
+namespace {
+
+constexpr char kFused[] = "fused/bm64/bs64/t1/fp32/st1";
+
+class ServerRegressionsTest : public ::testing::Test {
+ protected:
+  // The periodic refresh is an hour away: gauges seen here were refreshed by the upload.
+  void StartServer(bool with_metrics, bool open_reads = false) {
+    ServerOptions options;
+    if (!with_metrics) options.metrics_address.clear();
+    options.db_path = dir_.File("fusetune.db");
+    options.token = kToken;
+    options.open_reads = open_reads;
+    options.refresh_ms = 3600 * 1000;
+    auto server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stubs_ = Connect(server_->port());
+  }
+
+  std::vector<v1::Regression> Listed() {
+    v1::ListRegressionsRequest req;
+    v1::ListRegressionsResponse resp;
+    grpc::Status s = stubs_.tuning->ListRegressions(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return {resp.regressions().begin(), resp.regressions().end()};
+  }
+
+  ScratchDir dir_;
+  std::unique_ptr<Server> server_;
+  Stubs stubs_;
+};
+
+Regression Verdict(const std::string& config, const std::string& verdict, double ratio) {
+  Regression r;
+  r.commit = "c0ffee1234567";
+  r.baseline_commit = "abc1234567890";
+  r.device_class = kCpuClass;
+  r.problem_key = KeyOf(SeedProblem(256));
+  r.config_key = config;
+  r.metric = "latency";
+  r.ratio = ratio;
+  r.p_value = 0.0004;
+  r.verdict = verdict;
+  return r;
+}
+
+TEST_F(ServerRegressionsTest, UploadedVerdictsAreListedAndRefreshTheVerdictMetrics) {
+  StartServer(/*with_metrics=*/true);
+  const std::vector<Regression> rows = {Verdict(kFused, "regressed", 1.08),
+                                        Verdict("fused/bm32/bs32/t1/fp32/st1", "same", 1.001)};
+  absl::StatusOr<int> recorded = UploadRegressions(*stubs_.tuning, Ctx().get(), rows);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_EQ(*recorded, 2);
+
+  const std::vector<v1::Regression> listed = Listed();
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].verdict(), "same");  // newest first
+  EXPECT_EQ(listed[1].verdict(), "regressed");
+  EXPECT_EQ(listed[1].config_key(), kFused);
+  EXPECT_EQ(listed[1].ratio(), 1.08);
+  EXPECT_EQ(listed[1].p_value(), 0.0004);
+  EXPECT_GT(listed[1].created_unix_ms(), 0) << "a row sent without a time gets the server's clock";
+
+  auto page = HttpGet(server_->metrics_port(), "/metrics");
+  ASSERT_TRUE(page.ok()) << page.status();
+  const std::string& text = page->body;
+  EXPECT_NE(text.find("fusetune_regressions_latest{verdict=\"regressed\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_regressions_latest{verdict=\"same\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("verdict=\"regressed\"} 1.08"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_rpc_requests_total{code=\"OK\",method=\"ReportRegressions\"} 1"), std::string::npos)
+      << text;
+}
+
+TEST_F(ServerRegressionsTest, ABadRowIsInvalidArgumentNamingItAndNothingIsStored) {
+  StartServer(/*with_metrics=*/false);
+  v1::ReportRegressionsRequest req;
+  RegressionToProto(Verdict(kFused, "regressed", 1.08), req.add_regressions());
+  Regression bad = Verdict(kFused, "same", 1.0);
+  bad.p_value = 1.5;
+  RegressionToProto(bad, req.add_regressions());
+  v1::ReportRegressionsResponse resp;
+  grpc::Status s = stubs_.tuning->ReportRegressions(Ctx().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("regressions[1]"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("p_value"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(Listed().empty());
+
+  // The client call refuses the same rows before sending them.
+  absl::StatusOr<int> uploaded = UploadRegressions(*stubs_.tuning, Ctx().get(), {Verdict(kFused, "worse", 1.0)});
+  EXPECT_EQ(uploaded.status().code(), absl::StatusCode::kInvalidArgument) << uploaded.status();
+  EXPECT_NE(uploaded.status().message().find("regressions[0]"), std::string::npos) << uploaded.status();
+  EXPECT_TRUE(Listed().empty());
+}
+
+TEST_F(ServerRegressionsTest, UploadWithoutTheTokenIsUnauthenticatedEvenWithOpenReads) {
+  StartServer(/*with_metrics=*/false, /*open_reads=*/true);
+  for (const std::string& token : {std::string(), std::string("wrong-token")}) {
+    absl::StatusOr<int> uploaded =
+        UploadRegressions(*stubs_.tuning, Ctx(token).get(), {Verdict(kFused, "regressed", 1.08)});
+    EXPECT_EQ(uploaded.status().code(), absl::StatusCode::kUnauthenticated) << uploaded.status();
+  }
+  EXPECT_TRUE(Listed().empty());
+}
+
+}  // namespace
+}  // namespace fusetune::testing

@@ -1,0 +1,246 @@
+// `fusetune bench --suite` and `fusetune regress` as a user runs them, on the CPU backend: a
+// suite measured and stored, two builds compared interleaved (here the same binary twice, one
+// side with a planted slowdown), a stored baseline with confirmation, the reports, and every
+// kind of bad input exiting 2 with nothing written.
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace fusetune {
+namespace {
+
+using testing::CommandResult;
+using testing::ReadFile;
+using testing::RunCommand;
+using testing::TempDir;
+
+CommandResult Fusetune(std::vector<std::string> args) {
+  args.insert(args.begin(), FUSETUNE_BINARY);
+  return RunCommand(args, 600);
+}
+
+// The commit this build reports ("0.1.0 (commit 44cca60a0cf9)").
+std::string BuiltCommit() {
+  const CommandResult r = Fusetune({"--version"});
+  std::smatch m;
+  std::regex_search(r.out, m, std::regex("commit ([0-9a-z]+)"));
+  return m.size() > 1 ? m[1].str() : "unknown";
+}
+
+// Two small problems, two cells each; short blocks so a comparison takes seconds.
+std::string WriteSuite(const TempDir& dir, const std::string& extra_cell = "") {
+  const std::string path = dir.File("suite.json");
+  std::ofstream(path) << R"({"name": "tiny", "block": {"warmup": 1, "repeats": 3, "max_seconds": 0.2, "flush_l2": false},
+    "blocks": 6, "cells": [
+    {"problem": "prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32", "config": "fused/bm16/bs16/t1/fp32/st1", "role": "best"},
+    {"problem": "prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32", "config": "materialized/bm16/bs16/t1/fp32/st1", "role": "materialized"},
+    {"problem": "prefill/b1/hq2/hkv1/q96/k96/d32/causal1/fp32", "config": "fused/bm32/bs16/t1/fp32/st1", "role": "best"},
+    {"problem": "prefill/b1/hq2/hkv1/q96/k96/d32/causal1/fp32", "config": "partial/bm32/bs32/t1/fp32/st1", "role": "reference"})"
+                    << extra_cell << "]}";
+  return path;
+}
+
+int64_t Count(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(h);
+    return -1;
+  }
+  sqlite3_stmt* s = nullptr;
+  int64_t n = -1;
+  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+    n = sqlite3_column_int64(s, 0);
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(h);
+  return n;
+}
+
+void Execute(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(h, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(h);
+}
+
+const char kPlantOnFusedCausal[] = "q96/k96/d32/causal1/fp32 fused=1.0";  // 2x slower
+
+TEST(BenchSuite, MeasuresAndStoresEveryCell) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  CommandResult r = Fusetune({"bench", "--suite", WriteSuite(dir), "--db", db});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("stored as bench run"), std::string::npos) << r.out;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM bench_cells"), 4);
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM runs WHERE label = 'bench:tiny' AND finished_unix_ms > 0"), 1);
+}
+
+TEST(BenchSuite, TheCheckedInCpuSuiteRuns) {
+  TempDir dir;
+  CommandResult r = Fusetune({"bench", "--suite", std::string(FUSETUNE_SOURCE_DIR) + "/suites/cpu.json", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GE(j.at("cells").size(), 6u);
+  for (const auto& cell : j.at("cells")) EXPECT_EQ(cell.at("outcome"), "ok") << cell.dump();
+}
+
+TEST(BenchSuite, AConfigTheDeviceCannotRunIsAnErrorAndNothingIsStored) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string suite = WriteSuite(
+      dir, R"(, {"problem": "prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32", "config": "fused/bm16/bs16/t1/fp32/st1/sk2"})");
+  CommandResult r = Fusetune({"bench", "--suite", suite, "--db", db});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("cannot run"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(db));
+}
+
+TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string commit = BuiltCommit();
+  CommandResult r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
+                              "--baseline-binary", FUSETUNE_BINARY, "--db", db, "--plant-slowdown", kPlantOnFusedCausal,
+                              "--junit", dir.File("out/junit.xml"), "--markdown", dir.File("out/report.md")});
+  ASSERT_EQ(r.exit_code, 1) << r.err << r.out;
+  const std::string junit = ReadFile(dir.File("out/junit.xml"));
+  EXPECT_NE(junit.find("<testsuite"), std::string::npos);
+  EXPECT_EQ(std::count(junit.begin(), junit.end(), '<') > 4, true);
+  EXPECT_NE(junit.find("type=\"regressed\""), std::string::npos) << junit;
+  const std::string report = ReadFile(dir.File("out/report.md"));
+  EXPECT_NE(report.find("interleaved"), std::string::npos) << report;
+  EXPECT_EQ(r.out.find(report.substr(0, 40)), 0u);
+  // The planted cell regressed; its row is stored with the others.
+  EXPECT_GE(Count(db, "SELECT COUNT(*) FROM regressions WHERE verdict = 'regressed' AND metric = 'latency' AND "
+                      "problem_key LIKE '%q96/k96%' AND config_key LIKE 'fused/%'"), 1);
+  EXPECT_GE(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency'"), 4);
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM runs WHERE label = 'bench:tiny'"), 1);
+  // `fusetune regressions` is the server's; the rows are what ListRegressions serves.
+}
+
+TEST(Regress, AStoredBaselineIsComparedAndFlaggedCellsAreConfirmedWithARebuild) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string suite = WriteSuite(dir);
+  ASSERT_EQ(Fusetune({"bench", "--suite", suite, "--db", db}).exit_code, 0);
+  // The stored run stands for last night's build (whose binary is gone).
+  Execute(db, "UPDATE runs SET commit_hash = 'abcdef123456'");
+  const std::string commit = BuiltCommit();
+  const std::vector<std::string> base = {"regress", "--suite", suite, "--baseline", "abcdef1", "--commit", commit,
+                                         "--db", db, "--plant-slowdown", kPlantOnFusedCausal};
+  // Without a way to rebuild the baseline, a flagged cell is not reported as a regression.
+  CommandResult unconfirmed = Fusetune(base);
+  EXPECT_EQ(unconfirmed.exit_code, 2) << unconfirmed.err << unconfirmed.out;
+  EXPECT_NE(unconfirmed.err.find("could not be confirmed"), std::string::npos) << unconfirmed.err;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE verdict = 'regressed' AND metric = 'latency'"), 0);
+  // The rebuild command prints the baseline's binary: the flag is confirmed interleaved.
+  std::vector<std::string> confirm = base;
+  confirm.insert(confirm.end(), {"--rebuild-command", std::string("echo building {commit} >&2; echo ") + FUSETUNE_BINARY});
+  CommandResult confirmed = Fusetune(confirm);
+  EXPECT_EQ(confirmed.exit_code, 1) << confirmed.err << confirmed.out;
+  EXPECT_NE(confirmed.err.find("building abcdef123456"), std::string::npos) << confirmed.err;
+  EXPECT_NE(confirmed.out.find("measured again interleaved"), std::string::npos) << confirmed.out;
+}
+
+TEST(Regress, PreviousIsTheNewestBenchRunAtAnotherCommit) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string suite = WriteSuite(dir);
+  ASSERT_EQ(Fusetune({"bench", "--suite", suite, "--db", db}).exit_code, 0);
+  Execute(db, "UPDATE runs SET commit_hash = 'abcdef123456'");
+  const std::string commit = BuiltCommit();
+  // The stored run is the baseline; a flagged cell (noise) is confirmed with this build.
+  CommandResult r = Fusetune({"regress", "--suite", suite, "--baseline", "previous", "--commit", commit, "--db", db,
+                              "--rebuild-command", std::string("echo ") + FUSETUNE_BINARY});
+  EXPECT_NE(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.out.find("against abcdef123456"), std::string::npos) << r.out;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE baseline_commit = 'abcdef123456'"),
+            Count(db, "SELECT COUNT(*) FROM regressions"));
+}
+
+// Bad input: a clear message, exit 2, and the database as it was.
+class RegressBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = dir_.File("f.db");
+    suite_ = WriteSuite(dir_);
+    ASSERT_EQ(Fusetune({"bench", "--suite", suite_, "--db", db_}).exit_code, 0);
+    Execute(db_, "UPDATE runs SET commit_hash = 'abcdef123456'");
+    commit_ = BuiltCommit();
+  }
+  void ExpectRefused(const std::vector<std::string>& args, const std::string& message) {
+    const int64_t runs = Count(db_, "SELECT COUNT(*) FROM runs");
+    CommandResult r = Fusetune(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err << r.out;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(Count(db_, "SELECT COUNT(*) FROM runs"), runs);
+    EXPECT_EQ(Count(db_, "SELECT COUNT(*) FROM regressions"), 0);
+  }
+  TempDir dir_;
+  std::string db_, suite_, commit_;
+};
+
+TEST_F(RegressBadInput, AnUnknownBaselineCommit) {
+  ExpectRefused({"regress", "--suite", suite_, "--baseline", "0123456789ab", "--commit", commit_, "--db", db_},
+                "abcdef123456");  // the message lists the commits that exist
+}
+
+TEST_F(RegressBadInput, ACandidateBuiltAtAnotherCommit) {
+  ExpectRefused({"regress", "--suite", suite_, "--baseline", "abcdef1", "--commit", "fedcba987654", "--db", db_},
+                "was built at commit");
+}
+
+TEST_F(RegressBadInput, ABaselineFromAnotherDeviceClass) {
+  Execute(db_, "UPDATE runs SET device_json = replace(device_json, '\"backend\":\"cpu\"', '\"backend\":\"cuda\"')");
+  ExpectRefused({"regress", "--suite", suite_, "--baseline", "abcdef1", "--commit", commit_, "--db", db_},
+                "only the same device class compares");
+}
+
+TEST_F(RegressBadInput, ASuiteNamingAConfigTheDeviceCannotRun) {
+  const std::string suite = WriteSuite(
+      dir_, R"(, {"problem": "prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32", "config": "fused/bm16/bs16/t1/fp32/st1/sk2"})");
+  ExpectRefused({"regress", "--suite", suite, "--baseline", "abcdef1", "--commit", commit_, "--db", db_}, "cannot run");
+  // Interleaved with a baseline build, too.
+  ExpectRefused({"regress", "--suite", suite, "--baseline", commit_, "--commit", commit_, "--db", db_,
+                 "--baseline-binary", FUSETUNE_BINARY},
+                "cannot run");
+}
+
+TEST_F(RegressBadInput, ASuiteForAnotherDevice) {
+  std::string text = ReadFile(suite_);
+  text.replace(text.find("\"name\""), 0, "\"device_class\": \"cuda/NVIDIA-H200/sm90\", ");
+  std::ofstream(dir_.File("h200.json")) << text;
+  ExpectRefused({"regress", "--suite", dir_.File("h200.json"), "--baseline", "abcdef1", "--commit", commit_, "--db", db_},
+                "is for cuda/NVIDIA-H200/sm90");
+}
+
+TEST(RegressEmptyDatabase, PreviousInAnEmptyOrMissingDatabaseIsAnError) {
+  TempDir dir;
+  const std::string suite = WriteSuite(dir);
+  const std::string commit = BuiltCommit();
+  CommandResult missing = Fusetune({"regress", "--suite", suite, "--baseline", "previous", "--commit", commit, "--db", dir.File("none.db")});
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("none.db")));
+  // A database without bench runs.
+  const std::string empty = dir.File("empty.db");
+  ASSERT_EQ(Fusetune({"bench", "--suite", suite, "--db", empty}).exit_code, 0);
+  Execute(empty, "DELETE FROM bench_cells; DELETE FROM runs");
+  CommandResult r = Fusetune({"regress", "--suite", suite, "--baseline", "previous", "--commit", commit, "--db", empty});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("no bench run"), std::string::npos) << r.err;
+  EXPECT_EQ(Count(empty, "SELECT COUNT(*) FROM runs"), 0);
+  EXPECT_EQ(Count(empty, "SELECT COUNT(*) FROM regressions"), 0);
+}
+
+}  // namespace
+}  // namespace fusetune
