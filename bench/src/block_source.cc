@@ -1,5 +1,9 @@
 // RunnerBlockSource (in this process) and ServeBlocks (the child side of ProcessBlockSource).
+#include <sched.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <string>
 
@@ -20,17 +24,48 @@ std::string CellName(const AttentionProblem& problem, const KernelConfig& config
   return Cat(problem.Key(), " ", config.Key());
 }
 
+// Pins the calling thread to one CPU while alive (cpu < 0: does nothing) and restores its
+// previous affinity after.
+class PinnedThread {
+ public:
+  explicit PinnedThread(int cpu) {
+    if (cpu < 0) return;
+    if (cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof saved_, &saved_) != 0) {
+      status_ = absl::InvalidArgumentError(Cat("cannot pin to CPU ", cpu));
+      return;
+    }
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) {
+      status_ = absl::InvalidArgumentError(Cat("cannot pin to CPU ", cpu, ": ", std::strerror(errno)));
+      return;
+    }
+    pinned_ = true;
+  }
+  ~PinnedThread() {
+    if (pinned_) sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  cpu_set_t saved_;
+  bool pinned_ = false;
+  absl::Status status_;
+};
+
 }  // namespace
 
 RunnerBlockSource::RunnerBlockSource(Backend& backend, std::string commit, const TimingOptions& block,
-                                     RunnerOptions runner_options)
+                                     RunnerOptions runner_options, int timing_cpu)
     : backend_(backend),
       commit_(std::move(commit)),
       block_(block),
       runner_(backend, [&] {
         runner_options.timing = block;
         return runner_options;
-      }()) {}
+      }()),
+      timing_cpu_(timing_cpu) {}
 
 RunnerBlockSource::~RunnerBlockSource() = default;
 
@@ -73,6 +108,8 @@ absl::StatusOr<SampleBlock> RunnerBlockSource::MeasureBlock(const AttentionProbl
     return absl::FailedPreconditionError(Cat("cell ", name, " was not verified on this source"));
   }
   const KernelConfig configs[] = {config};
+  PinnedThread pinned(timing_cpu_);
+  if (!pinned.status().ok()) return pinned.status();
   std::vector<Trial> trials = runner_.MeasureRounds(problem, configs, /*rounds=*/1, block_,
                                                     /*order_seed=*/++blocks_measured_, /*run_id=*/0,
                                                     TrialStage::kFinal, /*attempt=*/0);

@@ -44,6 +44,7 @@ std::vector<std::string> ChildArgs(const ProcessOptions& options) {
                            std::to_string(options.block.repeats), "--block-seconds",
                            Cat(options.block.max_seconds), "--flush-l2",
                            options.block.flush_l2 ? "true" : "false"});
+  if (options.timing_cpu >= 0) args.insert(args.end(), {"--timing-cpu", std::to_string(options.timing_cpu)});
   return args;
 }
 

@@ -11,6 +11,8 @@
 #            kernel durations; CUPTI_ARGS; not in the default)      -> cupti_check.csv, cupti_check.md
 #   sweep    fusetune sweep --backend cuda on the seed and flagship shapes (sweep.sh),
 #            then fusetune report                                  -> fusetune.db, report.txt
+#   regress  the regression method on the GPU (regress_check.sh: A/A runs and planted
+#            slowdowns of suites/h200.json; not in the default)    -> regress_summary.md, */
 # Everything else printed goes to run.log. Prints a short summary last.
 set -uo pipefail
 ROOT=$(pwd)
@@ -62,6 +64,12 @@ if step cupti; then
     --cupti-check ${CUPTI_ARGS:-}
   rc=$?
   summary+=("cupti: rc=$rc $((SECONDS - t0))s")
+fi
+
+if step regress; then
+  t0=$SECONDS
+  bash "$ROOT/ci/device/regress_check.sh" "$B/bin/fusetune" "$OUT"
+  summary+=("regress: $((SECONDS - t0))s")
 fi
 
 if step sweep; then

@@ -100,8 +100,8 @@ bool IsHex(std::string_view text) {
   return true;
 }
 
-// Runs of `suite` that are finished, on `device_class` (empty = any), newest first. The
-// caller adds conditions on the run after it (AND ...) and the ORDER BY.
+// The finished runs holding cells of `suite` (?1) on `device_class` (?2, empty = any), as a
+// FROM ... WHERE clause; callers append further conditions (AND ...) and their order.
 constexpr char kFinishedBenchRuns[] =
     " FROM runs WHERE finished_unix_ms > 0 AND (?2 = '' OR device_class = ?2) "
     "AND EXISTS (SELECT 1 FROM bench_cells b WHERE b.suite = ?1 AND b.run_id = runs.run_id)";
@@ -112,9 +112,10 @@ constexpr char kNewestFirst[] = " ORDER BY finished_unix_ms DESC, run_id DESC";
 absl::StatusOr<std::vector<std::string>> DistinctOfBenchRuns(Connection& c, std::string_view column,
                                                              std::string_view suite,
                                                              std::string_view device_class, int limit) {
-  FT_DB_ASSIGN_OR_RETURN(Statement s,
-                         c.Prepare(absl::StrCat("SELECT ", std::string(column), kFinishedBenchRuns, " GROUP BY ", std::string(column),
-                                                " ORDER BY MAX(finished_unix_ms) DESC, MAX(run_id) DESC LIMIT ?3")));
+  const std::string name(column);
+  FT_DB_ASSIGN_OR_RETURN(Statement s, c.Prepare(absl::StrCat("SELECT ", name, kFinishedBenchRuns, " GROUP BY ", name,
+                                                             " ORDER BY MAX(finished_unix_ms) DESC, "
+                                                             "MAX(run_id) DESC LIMIT ?3")));
   s.Bind(1, suite).Bind(2, device_class).Bind(3, limit);
   return ReadRows<std::string>(s, [](const Statement& row) { return row.Text(0); });
 }
@@ -131,7 +132,8 @@ absl::Status NoBenchRunFor(Connection& c, std::string_view suite, std::string_vi
   FT_DB_ASSIGN_OR_RETURN(std::vector<std::string> commits,
                          DistinctOfBenchRuns(c, "commit_hash", suite, device_class, 5));
   if (!commits.empty()) {
-    return absl::NotFoundError(absl::StrCat(head, "; its commits there (newest first): ", absl::StrJoin(commits, ", ")));
+    return absl::NotFoundError(
+        absl::StrCat(head, "; its commits there (newest first): ", absl::StrJoin(commits, ", ")));
   }
   FT_DB_ASSIGN_OR_RETURN(std::vector<std::string> classes, DistinctOfBenchRuns(c, "device_class", suite, "", 5));
   if (!classes.empty()) {
@@ -242,8 +244,9 @@ absl::StatusOr<RunInfo> Store::FindBenchRun(std::string_view suite, std::string_
       if (std::find(commits.begin(), commits.end(), r.commit) == commits.end()) commits.push_back(r.commit);
     }
     if (commits.size() > 1) {
-      return absl::FailedPreconditionError(absl::StrCat("commit prefix '", std::string(commit), "' is ambiguous in suite '",
-                                                        std::string(suite), "': it matches ", absl::StrJoin(commits, ", "),
+      return absl::FailedPreconditionError(absl::StrCat("commit prefix '", std::string(commit),
+                                                        "' is ambiguous in suite '", std::string(suite),
+                                                        "': it matches ", absl::StrJoin(commits, ", "),
                                                         "; give more digits"));
     }
     found = std::move(runs.front());

@@ -16,6 +16,8 @@
 namespace fusetune {
 namespace {
 
+using db_test::KnownState;
+using db_test::OpenOrDie;
 using db_test::RawQuery;
 using db_test::ScopedTempDir;
 using db_test::TestDevice;
@@ -31,21 +33,6 @@ constexpr char kCommitB[] = "0123456fffffffffffffffffffffffffffffffff";
 constexpr char kCommitC[] = "89abcdef00000000000000000000000000000000";
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 
-std::unique_ptr<Store> OpenOrDie(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(path);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? std::move(*s) : nullptr;
-}
-
-DeviceState State(int mhz, int mw, uint64_t throttle) {
-  DeviceState d;
-  d.known = true;
-  d.sm_clock_mhz = mhz;
-  d.power_mw = mw;
-  d.throttle_reasons = throttle;
-  return d;
-}
-
 BenchCell Cell(const std::string& config, const std::string& role, double median_us) {
   BenchCell c;
   c.suite = kSuite;
@@ -56,7 +43,7 @@ BenchCell Cell(const std::string& config, const std::string& role, double median
   c.max_abs_error = 1e-6;
   c.max_rel_error = 2e-6;
   c.tolerance = 1e-4;
-  c.blocks = {{50, median_us, State(1980, 450000, 0), State(1965, 460000, 4), true},
+  c.blocks = {{50, median_us, KnownState(1980, 450000, 0), KnownState(1965, 460000, 4), true},
               {50, median_us * 1.01, {}, {}, false}};
   c.created_unix_ms = 1700000000999;
   return c;

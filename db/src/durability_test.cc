@@ -19,18 +19,13 @@
 namespace fusetune {
 namespace {
 
+using db_test::OpenOrDie;
 using db_test::RawQuery;
 using db_test::ScopedTempDir;
 using db_test::TestRun;
 using db_test::TestTrial;
 
 constexpr char kProblem[] = "prefill/b1/hq12/hkv12/q512/k512/d64/causal0/fp32";
-
-std::unique_ptr<Store> OpenOrDie(const std::string& path, StoreOptions options = {}) {
-  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(path, options);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? std::move(*s) : nullptr;
-}
 
 // Two Store instances (two connections) on one file, two writer threads each, plus a
 // reader: every call succeeds (the busy timeout absorbs lock waits) and nothing is lost.

@@ -14,6 +14,7 @@
 namespace fusetune {
 namespace {
 
+using db_test::OpenOrDie;
 using db_test::ScopedTempDir;
 
 constexpr char kCpuClass[] = "cpu/Test-CPU/x86_64-avx2";
@@ -31,12 +32,6 @@ Job TestJob(const std::string& device_class = kCpuClass) {
   j.max_trials = 8;
   j.max_seconds = 12.5;
   return j;
-}
-
-std::unique_ptr<Store> OpenOrDie(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(path);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? std::move(*s) : nullptr;
 }
 
 TEST(StoreJobs, EnqueuedJobRoundTripsAndStartsQueued) {

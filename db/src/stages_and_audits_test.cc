@@ -15,6 +15,8 @@
 namespace fusetune {
 namespace {
 
+using db_test::KnownState;
+using db_test::OpenOrDie;
 using db_test::RawQuery;
 using db_test::ScopedTempDir;
 using db_test::TestRun;
@@ -25,21 +27,6 @@ constexpr char kOtherProblem[] = "prefill/b1/hq12/hkv12/q256/k256/d64/causal0/fp
 constexpr char kConfigA[] = "fused/bm64/bs32/w2/fp32/st1";
 constexpr char kConfigB[] = "fused/bm32/bs64/w2/fp32/st1";
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
-
-std::unique_ptr<Store> OpenOrDie(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(path);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? std::move(*s) : nullptr;
-}
-
-DeviceState State(int mhz, int mw, uint64_t throttle) {
-  DeviceState d;
-  d.known = true;
-  d.sm_clock_mhz = mhz;
-  d.power_mw = mw;
-  d.throttle_reasons = throttle;
-  return d;
-}
 
 // A trial of `stage` with its id derived from its fields, as the tuner writes it.
 Trial StagedTrial(int64_t run, const std::string& config, TrialStage stage, int attempt = 0) {
@@ -75,16 +62,16 @@ TEST(StoreTrialStages, StageBlocksAndWallTimeRoundTrip) {
   const int64_t run = *store->BeginRun(TestRun());
   Trial screen = StagedTrial(run, kConfigA, TrialStage::kScreen);
   screen.wall_seconds = 0.0421875;
-  screen.blocks = {{10, 10.5, State(1980, 512345, 0), State(1980, 530000, 0), false}};
+  screen.blocks = {{10, 10.5, KnownState(1980, 512345, 0), KnownState(1980, 530000, 0), false}};
   Trial final_round = StagedTrial(run, kConfigA, TrialStage::kFinal, 1);
   final_round.wall_seconds = 1.0 / 3.0;
   // Large throttle masks (the NVML bits go up to 1 << 8 and beyond), a moved clock, and a
   // block whose device state is unknown (the CPU backend reads none).
-  final_round.blocks = {{5, 10.25, State(1980, 690000, 0x4), State(1755, 700001, 0x104), true},
+  final_round.blocks = {{5, 10.25, KnownState(1980, 690000, 0x4), KnownState(1755, 700001, 0x104), true},
                         {5, 10.75, DeviceState{}, DeviceState{}, false},
-                        {0, 0, State(1, 0, (uint64_t{1} << 63) | 1), State(0, 0, 0), false}};
+                        {0, 0, KnownState(1, 0, (uint64_t{1} << 63) | 1), KnownState(0, 0, 0), false}};
   Trial audit = StagedTrial(run, kConfigB, TrialStage::kAudit, 1);
-  audit.blocks = {{3, 12.0, DeviceState{}, State(1500, 1, 0), true}};
+  audit.blocks = {{3, 12.0, DeviceState{}, KnownState(1500, 1, 0), true}};
   ASSERT_TRUE(store->RecordTrials({screen, final_round, audit}).ok());
 
   absl::StatusOr<std::vector<Trial>> got = store->ListTrials(run);
@@ -118,7 +105,7 @@ TEST(StoreTrialStages, BlocksAreStoredWithTheDocumentedKeys) {
   const int64_t run = *store->BeginRun(TestRun());
   Trial t = StagedTrial(run, kConfigA, TrialStage::kFinal, 1);
   t.wall_seconds = 0.5;
-  t.blocks = {{7, 2.5, State(1980, 650000, 4), DeviceState{}, true}};
+  t.blocks = {{7, 2.5, KnownState(1980, 650000, 4), DeviceState{}, true}};
   ASSERT_TRUE(store->RecordTrial(t).ok());
   EXPECT_EQ(RawQuery(path, "SELECT stage || ' ' || wall_seconds FROM trials"), "final 0.5");
   EXPECT_EQ(RawQuery(path, "SELECT blocks_json FROM trials"),
@@ -163,8 +150,8 @@ TEST(StoreTrialStages, BadStageBlocksWallTimeOrIdAreInvalidArgumentAndWriteNothi
   add("negative block median", [](Trial& t) { t.blocks = {{3, -1.0, {}, {}, false}}; });
   add("NaN block median", [&](Trial& t) { t.blocks = {{3, nan, {}, {}, false}}; });
   add("infinite block median", [&](Trial& t) { t.blocks = {{3, inf, {}, {}, false}}; });
-  add("negative clock", [](Trial& t) { t.blocks = {{3, 1.0, State(-5, 0, 0), {}, false}}; });
-  add("negative power", [](Trial& t) { t.blocks = {{3, 1.0, {}, State(1, -1, 0), false}}; });
+  add("negative clock", [](Trial& t) { t.blocks = {{3, 1.0, KnownState(-5, 0, 0), {}, false}}; });
+  add("negative power", [](Trial& t) { t.blocks = {{3, 1.0, {}, KnownState(1, -1, 0), false}}; });
   // The screen trial's id on a final trial would make it a duplicate of the screen row.
   add("screen id on a final trial",
       [&](Trial& t) { t.trial_id = TrialId(run, kProblem, kConfigA, 1, TrialStage::kScreen); });

@@ -12,6 +12,7 @@
 namespace fusetune {
 namespace {
 
+using db_test::OpenOrDie;
 using db_test::RawQuery;
 using db_test::ScopedTempDir;
 using db_test::TestRun;
@@ -21,12 +22,6 @@ constexpr char kProblemA[] = "prefill/b1/hq12/hkv12/q128/k128/d64/causal0/fp32";
 constexpr char kProblemB[] = "prefill/b1/hq12/hkv12/q256/k256/d64/causal0/fp32";
 constexpr char kConfig1[] = "fused/bm64/bs32/w2/fp32/st1";
 constexpr char kConfig2[] = "materialized/bm64/bs64/w2/fp32/st1";
-
-std::unique_ptr<Store> OpenOrDie(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(path);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? std::move(*s) : nullptr;
-}
 
 // ---- schema
 
@@ -441,15 +436,23 @@ TEST(StoreRecordSink, ASweepsRecordsGoInAndARunsRecordedTrialsComeBack) {
 
 // ---- regressions
 
-TEST(StoreRegressions, RoundTripNewestFirstAndFilterByCommit) {
-  auto store = OpenOrDie(":memory:");
+Regression TestRegression(const std::string& commit) {
   Regression r;
-  r.commit = "new1";
+  r.commit = commit;
   r.baseline_commit = "base";
   r.device_class = "cuda/NVIDIA-H200/sm90";
   r.problem_key = kProblemA;
   r.config_key = kConfig1;
   r.metric = "latency";
+  r.ratio = 1.01;
+  r.p_value = 0.4;
+  r.verdict = "same";
+  return r;
+}
+
+TEST(StoreRegressions, RoundTripNewestFirstAndFilterByCommit) {
+  auto store = OpenOrDie(":memory:");
+  Regression r = TestRegression("new1");
   r.ratio = 1.12;
   r.p_value = 0.003;
   r.verdict = "regressed";
@@ -488,20 +491,6 @@ TEST(StoreRegressions, RoundTripNewestFirstAndFilterByCommit) {
   Regression bad = r;
   bad.verdict = "maybe";
   EXPECT_EQ(store->RecordRegression(bad).status().code(), absl::StatusCode::kInvalidArgument);
-}
-
-Regression TestRegression(const std::string& commit) {
-  Regression r;
-  r.commit = commit;
-  r.baseline_commit = "base";
-  r.device_class = "cuda/NVIDIA-H200/sm90";
-  r.problem_key = kProblemA;
-  r.config_key = kConfig1;
-  r.metric = "latency";
-  r.ratio = 1.01;
-  r.p_value = 0.4;
-  r.verdict = "same";
-  return r;
 }
 
 TEST(StoreRegressions, RecordRegressionsWritesAllRowsInOneTransaction) {

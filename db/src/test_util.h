@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,23 @@ class ScopedTempDir {
  private:
   std::string path_;
 };
+
+// Store::Open of `path`; a failure is a test failure and returns nullptr.
+inline std::unique_ptr<Store> OpenOrDie(const std::string& path, const StoreOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(path, options);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+// A device state read by a backend that knows it.
+inline DeviceState KnownState(int mhz, int mw, uint64_t throttle) {
+  DeviceState d;
+  d.known = true;
+  d.sm_clock_mhz = mhz;
+  d.power_mw = mw;
+  d.throttle_reasons = throttle;
+  return d;
+}
 
 inline DeviceInfo TestDevice(const std::string& name = "Test CPU") {
   DeviceInfo d;

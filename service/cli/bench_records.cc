@@ -1,6 +1,7 @@
 #include "bench_records.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "commands.h"
 #include "fusetune/base/time.h"
@@ -19,9 +20,12 @@ BenchCell ToBenchCell(const bench::Suite& suite, int64_t run_id, const bench::Su
   row.role = cell.role;
   row.outcome = measurement.check.outcome;
   row.message = measurement.check.message;
-  row.max_abs_error = measurement.check.max_abs_error;
-  row.max_rel_error = measurement.check.max_rel_error;
-  row.tolerance = measurement.check.tolerance;
+  // A failed verification can leave a non-finite error; the store keeps errors finite and the
+  // message says what failed.
+  auto finite = [](double v) { return std::isfinite(v) && v >= 0 ? v : 0.0; };
+  row.max_abs_error = finite(measurement.check.max_abs_error);
+  row.max_rel_error = finite(measurement.check.max_rel_error);
+  row.tolerance = finite(measurement.check.tolerance);
   row.blocks = measurement.blocks;
   row.created_unix_ms = NowUnixMs();
   return row;

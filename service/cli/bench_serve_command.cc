@@ -19,13 +19,14 @@ struct BenchServeFlags {
   int device = 0;
   TimingOptions block;
   std::vector<std::string> plant_slowdowns;
+  int timing_cpu = -1;
 };
 
 int RunBenchServe(const BenchServeFlags& f) {
   int exit_code = kExitOk;
   std::unique_ptr<Backend> backend = CreateMeasuredBackend("bench-serve", f.backend, f.device, f.plant_slowdowns, &exit_code);
   if (backend == nullptr) return exit_code;
-  bench::RunnerBlockSource source(*backend, BuiltCommit(), f.block);
+  bench::RunnerBlockSource source(*backend, BuiltCommit(), f.block, RunnerOptions{}, f.timing_cpu);
   absl::Status served = bench::ServeBlocks(source, stdin, stdout);
   if (!served.ok()) {
     std::fprintf(stderr, "fusetune bench-serve: %s\n", std::string(served.message()).c_str());
@@ -52,6 +53,9 @@ void AddBenchServeCommand(CLI::App& app, CommandContext& context) {
       ->check(CLI::PositiveNumber);
   serve->add_option("--flush-l2", flags->block.flush_l2, "GPU: evict L2 before each timed launch")->capture_default_str();
   AddPlantSlowdownOption(serve, &flags->plant_slowdowns);
+  serve->add_option("--timing-cpu", flags->timing_cpu, "pin the measuring thread to this CPU during each block (-1: no)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 4095));
   SetAction(serve, context, [flags] { return RunBenchServe(*flags); });
 }
 

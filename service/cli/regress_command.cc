@@ -6,6 +6,7 @@
 // or <builds-dir>/<commit>/bin/fusetune); otherwise the candidate is judged against the
 // baseline's stored bench run with a wider floor, and every flagged cell is confirmed
 // interleaved against a rebuilt baseline (--rebuild-command) before it is reported.
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -86,6 +87,20 @@ absl::StatusOr<std::string> Rebuild(const std::string& command, const std::strin
   return last;
 }
 
+// The CPU both builds launch from during blocks (bench/.../block_source.h says why): --timing-cpu,
+// or for a GPU backend the last CPU this process may run on (CPU 0 takes most interrupts);
+// -1 (none) for the CPU backend, whose worker threads need every core.
+int TimingCpu(const RegressFlags& f) {
+  if (f.timing_cpu != kAutoTimingCpu) return f.timing_cpu;
+  if (f.backend == "cpu") return -1;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+  for (int cpu = CPU_SETSIZE - 1; cpu >= 0; --cpu) {
+    if (CPU_ISSET(cpu, &allowed)) return cpu;
+  }
+  return -1;
+}
+
 absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const RegressFlags& f, const std::string& binary,
                                                                       const bench::Suite& suite, bool candidate) {
   bench::ProcessOptions options;
@@ -95,6 +110,7 @@ absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const Regr
     for (const std::string& spec : f.plant_slowdowns) options.args.insert(options.args.end(), {"--plant-slowdown", spec});
   }
   options.block = suite.block;
+  options.timing_cpu = TimingCpu(f);
   return bench::ProcessBlockSource::Start(options);
 }
 
@@ -339,6 +355,10 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
       ->check(CLI::Range(0.0, 1.0));
   regress->add_flag("--no-picks", flags->no_picks, "do not add cells for best configs re-tuned at the candidate commit");
   AddPlantSlowdownOption(regress, &flags->plant_slowdowns);
+  regress->add_option("--timing-cpu", flags->timing_cpu,
+                      "the CPU both builds launch from during blocks (-1: unpinned; default: the last allowed CPU "
+                      "for a GPU backend, unpinned for the CPU backend)")
+      ->check(CLI::Range(-1, 4095));
   AddRegressServerOptions(regress, flags.get());
   SetAction(regress, context, [flags] { return RunRegress(*flags); });
 }

@@ -20,6 +20,9 @@
 
 namespace fusetune::cli {
 
+// RegressFlags::timing_cpu's default: choose by backend.
+inline constexpr int kAutoTimingCpu = -2;
+
 struct RegressFlags {
   std::string suite;
   std::string baseline;
@@ -37,6 +40,7 @@ struct RegressFlags {
   double stored_floor = 0.03;
   bool no_picks = false;
   std::vector<std::string> plant_slowdowns;  // the candidate side's
+  int timing_cpu = kAutoTimingCpu;
 #ifdef FUSETUNE_WITH_SERVICE
   ServerConnectionFlags server;  // server.server empty: upload nothing
 #endif

@@ -403,6 +403,10 @@ TEST_F(BadInputTest, MissingOrWrongTokenIsUnauthenticatedAndWritesNothing) {
     v1::ListJobsResponse jobs;
     EXPECT_EQ(stubs_.tuning->ListJobs(Ctx(token).get(), v1::ListJobsRequest(), &jobs).error_code(),
               StatusCode::UNAUTHENTICATED);
+    v1::ReportRegressionsResponse verdicts_resp;
+    EXPECT_EQ(stubs_.tuning->ReportRegressions(Ctx(token).get(), v1::ReportRegressionsRequest(), &verdicts_resp)
+                  .error_code(),
+              StatusCode::UNAUTHENTICATED);
   }
   EXPECT_EQ(JobsInDb(), 0u);
   EXPECT_EQ(WorkersInDb(), 0u);

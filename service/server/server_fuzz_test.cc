@@ -18,6 +18,7 @@ const char* const kUnaryMethods[] = {
     "/fusetune.v1.WorkerService/LeaseJob",        "/fusetune.v1.WorkerService/Heartbeat",
     "/fusetune.v1.WorkerService/CompleteJob",     "/fusetune.v1.WorkerService/ReleaseJob",
     "/fusetune.v1.WorkerService/ReportAudit",     "/fusetune.v1.TuningService/ListAudits",
+    "/fusetune.v1.TuningService/ReportRegressions",
 };
 
 grpc::Status CallRaw(grpc::GenericStub& stub, const std::string& method, const std::string& bytes) {
@@ -61,6 +62,17 @@ std::vector<std::string> Seeds() {
   lease.set_worker_id("fuzz-worker");
   seeds.push_back(lease.SerializeAsString());
   seeds.push_back(MakeTrial(1, KeyOf(SeedProblem(128)), "fused/bm64/bs64/t1/fp32/st1", 3).SerializeAsString());
+  v1::ReportRegressionsRequest verdicts;
+  v1::Regression* verdict = verdicts.add_regressions();
+  verdict->set_commit("c0ffee1");
+  verdict->set_baseline_commit("abc1234");
+  verdict->set_device_class(kCpuClass);
+  verdict->set_problem_key(KeyOf(SeedProblem(128)));
+  verdict->set_config_key("fused/bm64/bs64/t1/fp32/st1");
+  verdict->set_metric("latency");
+  verdict->set_ratio(1.05);
+  verdict->set_verdict("regressed");
+  seeds.push_back(verdicts.SerializeAsString());
   return seeds;
 }
 

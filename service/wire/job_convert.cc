@@ -151,8 +151,8 @@ absl::StatusOr<Regression> RegressionFromProto(const v1::Regression& proto, std:
   if (auto s = ValidateDeviceClass(proto.device_class()); !s.ok()) {
     return absl::InvalidArgumentError(Cat(field, ".", s.message()));
   }
-  for (auto [value, name] : {std::pair{&proto.problem_key(), "problem_key"}, std::pair{&proto.config_key(), "config_key"},
-                             std::pair{&proto.metric(), "metric"}}) {
+  for (auto [value, name] : {std::pair{&proto.problem_key(), "problem_key"},
+                             std::pair{&proto.config_key(), "config_key"}, std::pair{&proto.metric(), "metric"}}) {
     if (auto s = ValidateText(*value, kMaxKeyLength, Cat(field, ".", name)); !s.ok()) return s;
   }
   Regression r;
@@ -172,7 +172,8 @@ absl::StatusOr<Regression> RegressionFromProto(const v1::Regression& proto, std:
 
 absl::StatusOr<std::vector<Regression>> RegressionsFromReportRequest(const v1::ReportRegressionsRequest& req) {
   if (req.regressions_size() > kMaxReportedRegressions) {
-    return InvalidField("regressions", Cat("at most ", kMaxReportedRegressions, " per call, got ", req.regressions_size()));
+    return InvalidField("regressions",
+                        Cat("at most ", kMaxReportedRegressions, " per call, got ", req.regressions_size()));
   }
   std::vector<Regression> rows;
   rows.reserve(req.regressions_size());
