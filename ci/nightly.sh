@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The nightly regression run: builds one commit (ci/build-commit.sh), then with that build
-# either benches the suite (the first night: nothing to compare against yet) or judges the
+# either calibrates (the first night: nothing to compare against yet; the build against itself,
+# which stores its bench run and each cell's A/A difference) or judges the
 # commit against the previous nightly of the same suite and device class with
 # `fusetune regress`, writing JUnit XML and a markdown report, and exits with its verdict.
 # Safe under cron: absolute paths throughout, a lock against overlapping runs, never prompts.
@@ -176,7 +177,7 @@ run() {
   db_key=$(sha256sum <<< "$db" | cut -c1-12)
   marker=$home/markers/$backend-device${device:-0}-$(basename "$suite_used" .json)-$db_key.commits
   [[ -f $db ]] || rm -f "$marker"
-  local command
+  local command first_night=""
   if [[ -f $marker ]] && grep -qvxF "$short" "$marker"; then
     local rebuild_command
     rebuild_command="$(shell_quote "$build_commit") --repo $(shell_quote "$repo") --home $(shell_quote "$home")"
@@ -188,19 +189,28 @@ run() {
     [[ -n $server ]] && command+=(--server "$server")
     [[ -n $token_file ]] && command+=(--token-file "$token_file")
   else
-    echo "nightly: no earlier nightly of this suite on $backend${device:+ device $device} in $db: benching only"
-    command=("$binary" bench --suite "$suite_used" "${device_args[@]}" --db "$db")
+    # The first night calibrates: this build against itself, interleaved, which stores its bench
+    # run (the next night's baseline) and each cell's A/A difference (later floors include it).
+    echo "nightly: no earlier nightly of this suite on $backend${device:+ device $device} in $db:" \
+         "calibrating (A/A) and benching only"
+    first_night=1
+    command=("$binary" regress --suite "$suite_used" --baseline "$short" --commit "$short" --baseline-binary "$binary"
+             --db "$db" "${device_args[@]}" --junit "$report_dir/junit.xml" --markdown "$report_dir/report.md")
   fi
   echo "nightly: running $(printf '%q ' "${command[@]}")"
   status=0
   "${command[@]}" || status=$?
   # A bench, and a regress that reached a verdict, stored this commit's bench run.
-  case ${command[1]}:$status in
-    bench:0 | regress:0 | regress:1) echo "$short" >> "$marker" ;;
+  case $status in
+    0 | 1) echo "$short" >> "$marker" ;;
   esac
+  if [[ -n $first_night ]]; then
+    case $status in
+      0 | 1) echo "nightly: benched $short (the baseline for the next night; A/A calibration in $report_dir)"; return 0 ;;
+      *) echo "nightly: the first night's calibration failed (exit $status)" >&2; return 2 ;;
+    esac
+  fi
   case ${command[1]}:$status in
-    bench:0) echo "nightly: benched $short (the baseline for the next night)" ;;
-    bench:*) echo "nightly: fusetune bench failed (exit $status)" >&2; return 2 ;;
     regress:0) echo "nightly: $short clean; reports in $report_dir" ;;
     regress:1) echo "nightly: $short REGRESSED; reports in $report_dir"; return "$regressed_status" ;;
     *)

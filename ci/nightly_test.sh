@@ -186,24 +186,26 @@ nightly_run() {  # nightly_run VAR FUSETUNE_STATUS ARGS...: nightly.sh on the CP
 nightly_run s 0 --commit "$c1"
 expect_status 0 "$s" "the first night"
 call=$(last_call)
-[[ $call == "$(short "$c1") bench [--suite] [$home/reports/"*"-$(short "$c1")/cpu.json] [--backend] [cpu] [--db] [$home/nightly.db]" ]] ||
+[[ $call == "$(short "$c1") regress [--suite] [$home/reports/"*"-$(short "$c1")/cpu.json] [--baseline] [$(short "$c1")] [--commit] [$(short "$c1")] [--baseline-binary] ["*"/$(short "$c1")/bin/fusetune] [--db] [$home/nightly.db] [--backend] [cpu] [--junit] "* ]] ||
   fail "the first night ran: $call"
 grep -q '"name": "cpu"' "$home/reports/"*"-$(short "$c1")/cpu.json" || fail "the suite was not copied from the commit"
 log=$(ls "$home/logs/"*"-$(short "$c1").log")
 grep -qF "benched $(short "$c1")" "$log" || fail "the log $log lacks the run's output"
 grep -qF "benched $(short "$c1")" <<< "$output" || fail "stdout lacks the run's output"
-pass "nightly.sh: the first night benches the commit's suite into the database, exit 0, logged"
+pass "nightly.sh: the first night calibrates (the build against itself), storing the commit's bench run, exit 0, logged"
 
-nightly_run s 1 --commit "$c1" --db "$work/failing-bench.db"
-expect_status 2 "$s" "a first night whose bench fails"
+nightly_run s 2 --commit "$c1" --db "$work/failing-bench.db"
+expect_status 2 "$s" "a first night whose calibration fails"
 nightly_run s 0 --commit "$c2" --db "$work/failing-bench.db"
 expect_status 0 "$s" "the night after a failed bench"
-[[ $(last_call) == "$(short "$c2") bench "* ]] || fail "the night after a failed bench ran: $(last_call)"
+[[ $(last_call) == "$(short "$c2") regress [--suite] "*"[--baseline] [$(short "$c2")] [--commit] [$(short "$c2")] "* ]] ||
+  fail "the night after a failed bench ran: $(last_call)"
 nightly_run s 0 --commit "$c1"
 expect_status 0 "$s" "a second night at the same commit"
-[[ $(last_call) == "$(short "$c1") bench "* ]] || fail "the same commit again ran: $(last_call)"
+[[ $(last_call) == "$(short "$c1") regress [--suite] "*"[--baseline] [$(short "$c1")] [--commit] [$(short "$c1")] "* ]] ||
+  fail "the same commit again ran: $(last_call)"
 [[ -z $(sort "$FAKE_BUILD_RECORD" | uniq -d) ]] || fail "a commit was built twice over several nights"
-pass "nightly.sh: a failed bench is exit 2 and no baseline; the same commit again is benched again, not rebuilt"
+pass "nightly.sh: a failed first night is exit 2 and no baseline; the same commit again is calibrated again, not rebuilt"
 
 for want in 0 1 2; do
   c_var=c$((want + 2)) && c=${!c_var}
@@ -252,7 +254,7 @@ printf '#!/bin/sh\necho "GPU 0: NVIDIA H200"\n' > "$work/gpu-bin/nvidia-smi"
 chmod +x "$work/gpu-bin/nvidia-smi"
 run_status s env PATH="$work/gpu-bin:$PATH" "$nightly" --repo "$repo" --home "$home" --device 1
 expect_status 0 "$s" "a night with the defaults on a GPU host"
-[[ $(last_call) == "$(short "$c6") bench [--suite] [$home/reports/"*"-$(short "$c6")/h200.json] [--backend] [cuda] [--device] [1] [--db] [$home/nightly.db]" ]] ||
+[[ $(last_call) == "$(short "$c6") regress [--suite] [$home/reports/"*"-$(short "$c6")/h200.json] "*"[--db] [$home/nightly.db] [--backend] [cuda] [--device] [1] "* ]] ||
   fail "the default night on a GPU host ran: $(last_call)"
 pass "nightly.sh: defaults: HEAD, cuda when nvidia-smi works, suites/h200.json; a new device class benches first"
 
@@ -290,7 +292,8 @@ pass "nightly.sh: bad options are exit 2, and so is an unexpected failure (never
 # A new database is a first night again, whatever the markers say.
 nightly_run s 0 --commit "$c2" --db "$work/other.db"
 expect_status 0 "$s" "the first night of another database"
-[[ $(last_call) == "$(short "$c2") bench "*"[--db] [$work/other.db]" ]] || fail "another database ran: $(last_call)"
+[[ $(last_call) == "$(short "$c2") regress [--suite] "*"[--baseline] [$(short "$c2")] "*"[--db] [$work/other.db] "* ]] ||
+  fail "another database ran: $(last_call)"
 pass "nightly.sh: another database starts with a bench"
 
 # --fetch: origin's default branch, fetched without prompting.
@@ -301,7 +304,7 @@ git -C "$repo" commit -q -am "commit 7"
 c7=$(git -C "$repo" rev-parse HEAD)
 FAKE_FUSETUNE_STATUS=0 run_status s "$nightly" --repo "$clone" --home "$work/fetch-home" --backend cpu --fetch
 expect_status 0 "$s" "a night with --fetch"
-[[ $(last_call) == "$(short "$c7") bench "* ]] || fail "--fetch did not judge origin's head $c7: $(last_call)"
+[[ $(last_call) == "$(short "$c7") regress "*"[--commit] [$(short "$c7")] "* ]] || fail "--fetch did not judge origin's head $c7: $(last_call)"
 pass "nightly.sh --fetch judges the head of origin's default branch"
 
 echo "nightly_test: all passed"

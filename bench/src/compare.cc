@@ -228,7 +228,7 @@ bool Timed(const CellComparison& c) {
          c.baseline.blocks.size() >= 3 && c.candidate.blocks.size() >= 3;
 }
 
-regress::CellInput InputOf(const CellComparison& c) {
+regress::CellInput InputOf(const CellComparison& c, const CompareOptions& options) {
   regress::CellInput in;
   in.problem_key = c.cell.problem.Key();
   in.config_key = c.cell.config.Key();
@@ -237,6 +237,10 @@ regress::CellInput InputOf(const CellComparison& c) {
   in.candidate = c.candidate.Medians();
   absl::StatusOr<double> noise = regress::RatioNoise(in.baseline, in.candidate);
   in.aa_noise = noise.ok() ? *noise : 0;
+  if (options.known_aa_noise) {
+    const double known = options.known_aa_noise(c.cell);
+    if (std::isfinite(known) && known > in.aa_noise) in.aa_noise = known;
+  }
   const double base_error = c.baseline.check.max_rel_error;
   const double cand_error = c.candidate.check.max_rel_error;
   if (c.candidate.check.tolerance > 0 && std::isfinite(base_error) && base_error >= 0) {
@@ -251,12 +255,13 @@ regress::CellInput InputOf(const CellComparison& c) {
 }
 
 // Judges every cell (the timed ones together, so the adjustment spans the suite).
-absl::Status Judge(std::vector<CellComparison>& cells, const regress::VerdictOptions& options) {
+absl::Status Judge(std::vector<CellComparison>& cells, const regress::VerdictOptions& options,
+                   const CompareOptions& compare) {
   std::vector<regress::CellInput> inputs;
   std::vector<size_t> timed;
   for (size_t i = 0; i < cells.size(); ++i) {
     if (Timed(cells[i])) {
-      inputs.push_back(InputOf(cells[i]));
+      inputs.push_back(InputOf(cells[i], compare));
       timed.push_back(i);
     } else {
       cells[i].verdict = UntimedVerdict(cells[i]);
@@ -358,7 +363,7 @@ absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource
   int target = FirstPassBlocks(suite, options);
   while (!which.empty()) {
     if (absl::Status s = interleaver.Measure(which, target); !s.ok()) return s;
-    if (absl::Status s = Judge(out.cells, options.verdict); !s.ok()) return s;
+    if (absl::Status s = Judge(out.cells, options.verdict, options); !s.ok()) return s;
     which = CellsToRemeasure(out.cells, &target);
   }
   out.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -402,7 +407,7 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
   int target = FirstPassBlocks(suite, options);
   while (!which.empty()) {
     if (absl::Status s = measurer.Measure(which, target); !s.ok()) return s;
-    if (absl::Status s = Judge(out.cells, verdict); !s.ok()) return s;
+    if (absl::Status s = Judge(out.cells, verdict, options); !s.ok()) return s;
     which = CellsToRemeasure(out.cells, &target);
   }
   out.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -110,6 +110,27 @@ TEST(CompareInterleavedTest, ASlowerCellIsRegressedAndTheOthersAreNot) {
   EXPECT_TRUE(c->AnyFailed());
 }
 
+TEST(CompareInterleavedTest, AKnownAANoiseWidensTheFloorOfItsCellOnly) {
+  Suite suite = TwoProblemSuite();
+  const std::string biased = NameOf(suite.cells[0]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  cand.factor = [&](const std::string& name) { return name == biased ? 1.02 : 1.0; };
+  CompareOptions options;
+  // The A/A run measured this cell 2 % apart: a 2 % difference is not a regression there.
+  options.known_aa_noise = [&](const SuiteCell& cell) { return NameOf(cell) == biased ? std::log(1.02) : 0.0; };
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE(c->cells[0].verdict.verdict, regress::Verdict::kRegressed) << c->cells[0].verdict.why;
+  EXPECT_NEAR(c->cells[0].verdict.floor, 3 * std::log(1.02), 1e-6);
+  EXPECT_LT(c->cells[1].verdict.floor, 0.02);
+  // Without it the same difference is a regression.
+  ScriptedSource base2("aaaaaaa", 1), cand2("bbbbbbb", 2);
+  cand2.factor = cand.factor;
+  c = CompareInterleaved(base2, cand2, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cells[0].verdict.verdict, regress::Verdict::kRegressed) << c->cells[0].verdict.why;
+}
+
 TEST(CompareInterleavedTest, AProblemsCellsAreVerifiedOnBothSidesBeforeItsBlocks) {
   ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
   const Suite suite = TwoProblemSuite();

@@ -10,6 +10,8 @@
 #   PLANT_RUNS       comparisons per planted fraction (default 2)
 #   PLANT_FRACTIONS  fractions planted (default "0.03 0.02")
 #   PLANT_CELLS      ';'-separated substrings of "<problem key> <config key>" (default: five best cells)
+# The first run ("calibrate") is an A/A comparison whose rows every later run's database starts
+# from: the per-cell A/A differences regress folds into its floors (bench/.../compare.h).
 # Writes per run OUT/<name>/{report.md,junit.xml,regress.db,log}, OUT/smi.csv (clock, power,
 # throttle reasons every 500 ms) and OUT/regress_summary.md.
 set -uo pipefail
@@ -34,6 +36,7 @@ run() {  # name [extra regress args...]
   local name=$1
   shift
   mkdir -p "$OUT/$name"
+  [[ -f "$OUT/calibrate/regress.db" ]] && cp "$OUT/calibrate/regress.db" "$OUT/$name/regress.db"
   local t0=$SECONDS
   "$FT" regress --suite "$SUITE" --baseline "$COMMIT" --commit "$COMMIT" --baseline-binary "$FT" --backend "$BACKEND" \
     --db "$OUT/$name/regress.db" --junit "$OUT/$name/junit.xml" --markdown "$OUT/$name/report.md" "$@" \
@@ -44,6 +47,7 @@ run() {  # name [extra regress args...]
   tail -3 "$OUT/$name/log"
 }
 
+run calibrate
 for i in $(seq 1 "$AA_RUNS"); do run "aa$i"; done
 IFS=';' read -r -a cells <<<"$PLANT_CELLS"
 for f in $PLANT_FRACTIONS; do
@@ -63,12 +67,17 @@ for entry in sys.argv[3:]:
     if not os.path.exists(db):
         print(f"| {entry} | no database |"); continue
     c = sqlite3.connect(db)
-    rows = c.execute("SELECT problem_key, config_key, verdict FROM regressions WHERE metric IN ('latency','latency_vs_previous_pick')").fetchall()
+    first = 0
+    calib = os.path.join(out, "calibrate", "regress.db")
+    if name != "calibrate" and os.path.exists(calib):
+        first = sqlite3.connect(calib).execute("SELECT COALESCE(MAX(regression_id), 0) FROM regressions").fetchone()[0]
+    rows = c.execute("SELECT problem_key, config_key, verdict FROM regressions WHERE metric IN ('latency','planted_latency') "
+                     "AND regression_id > ?", (first,)).fetchall()
     counts = {v: sum(1 for r in rows if r[2] == v) for v in ("regressed", "improved", "same", "unknown")}
     planted = [r for r in rows if any(all(part in (r[0] + " " + r[1]) for part in [cell]) for cell in cells)]
     found = sum(1 for r in planted if r[2] == "regressed") if name.startswith("plant") else "-"
     false_alarms = [r for r in rows if r[2] == "regressed" and r not in planted] if name.startswith("plant") else []
-    blocks = c.execute("SELECT AVG(json_array_length(blocks_json)) FROM bench_cells").fetchone()[0]
+    blocks = c.execute("SELECT AVG(json_array_length(blocks_json)) FROM bench_cells WHERE run_id = (SELECT MAX(run_id) FROM bench_cells)").fetchone()[0]
     log = open(os.path.join(out, name, "log")).read()
     secs = log.split(" blocks measured in ")[1].split(" s")[0] if " blocks measured in " in log else "?"
     extra = f" (other cells regressed: {len(false_alarms)})" if false_alarms else ""

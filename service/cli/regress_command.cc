@@ -9,7 +9,9 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -195,7 +197,8 @@ std::vector<std::string> AddChangedPicks(Store& store, const std::string& device
 // Confirms the cells a stored comparison flagged: both builds interleaved on those cells.
 // Unconfirmable cells (no rebuild command, or it failed) become unknown; returns how many.
 int ConfirmFlagged(const RegressFlags& f, const Baseline& baseline, const bench::Suite& suite,
-                   bench::BlockSource& candidate, bench::Comparison& comparison, std::vector<std::string>* notes) {
+                   const bench::CompareOptions& options, bench::BlockSource& candidate, bench::Comparison& comparison,
+                   std::vector<std::string>* notes) {
   bench::Suite flagged = suite;
   flagged.cells.clear();
   std::vector<size_t> where;
@@ -220,8 +223,6 @@ int ConfirmFlagged(const RegressFlags& f, const Baseline& baseline, const bench:
   if (failure.ok()) {
     absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> source = StartBuild(f, binary, suite, /*candidate=*/false);
     if (source.ok()) {
-      bench::CompareOptions options;
-      options.blocks = f.blocks;
       confirmed = bench::CompareInterleaved(**source, candidate, flagged, options);
     }
     failure = source.ok() ? confirmed.status() : source.status();
@@ -246,6 +247,30 @@ int ConfirmFlagged(const RegressFlags& f, const Baseline& baseline, const bench:
                                "the baseline build; the verdicts shown for them are the interleaved ones",
                                where.size()));
   return 0;
+}
+
+// Per cell, the newest A/A comparison of this device class in the database (latency rows whose
+// commit is their baseline): |log ratio|, the systematic difference of two processes of one
+// build (compare.h). Empty when the database holds none.
+std::map<std::string, double> KnownAANoise(Store* store, const std::string& device_class, std::string* note) {
+  std::map<std::string, double> noise;
+  absl::StatusOr<std::vector<Regression>> rows =
+      store == nullptr ? absl::StatusOr<std::vector<Regression>>(std::vector<Regression>{}) : store->ListRegressions({}, 100000);
+  if (!rows.ok()) rows = std::vector<Regression>{};
+  std::string commit;
+  for (const Regression& r : *rows) {  // newest first: the first row of a cell wins
+    if (r.metric != kLatencyMetric || r.commit != r.baseline_commit || r.device_class != device_class || !(r.ratio > 0)) {
+      continue;
+    }
+    if (noise.emplace(r.problem_key + " " + r.config_key, std::abs(std::log(r.ratio))).second && commit.empty()) {
+      commit = r.commit;
+    }
+  }
+  *note = noise.empty()
+              ? "no A/A calibration for this device class in the database: floors come from the blocks alone "
+                "(regress a build against itself once, --baseline C --commit C --baseline-binary B, to measure it)"
+              : fmt::format("floors include the A/A differences of {} cell(s) measured at {}", noise.size(), commit);
+  return noise;
 }
 
 int RunRegress(const RegressFlags& f) {
@@ -288,6 +313,13 @@ int RunRegress(const RegressFlags& f) {
   bench::CompareOptions options;
   options.blocks = f.blocks;
   options.stored_min_floor = f.stored_floor;
+  std::string calibration_note;
+  const std::map<std::string, double> known = KnownAANoise(store.get(), candidate_info->device.DeviceClass(), &calibration_note);
+  notes.push_back(calibration_note);
+  options.known_aa_noise = [known](const bench::SuiteCell& cell) {
+    auto it = known.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
+    return it == known.end() ? 0.0 : it->second;
+  };
   StopOnSignal stop;
   options.cancel = stop.flag();
   absl::StatusOr<bench::Comparison> comparison = absl::UnknownError("");
@@ -310,7 +342,7 @@ int RunRegress(const RegressFlags& f) {
     for (const BenchCell& row : *rows) stored.push_back(ToStoredCell(row));
     bench::SourceInfo base_info{baseline->commit, baseline->run->device, baseline->run->environment};
     comparison = bench::CompareWithStored(base_info, stored, **candidate, *suite, options);
-    if (comparison.ok()) unconfirmed = ConfirmFlagged(f, *baseline, *suite, **candidate, *comparison, &notes);
+    if (comparison.ok()) unconfirmed = ConfirmFlagged(f, *baseline, *suite, options, **candidate, *comparison, &notes);
   }
   if (!comparison.ok()) return Error(std::string(comparison.status().message()));
 

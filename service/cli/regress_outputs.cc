@@ -46,7 +46,7 @@ std::string Markdown(const bench::Suite& suite, const bench::Comparison& c, cons
 
 }  // namespace
 
-std::vector<Regression> RegressionRows(const bench::Comparison& comparison) {
+std::vector<Regression> RegressionRows(const bench::Comparison& comparison, bool planted) {
   std::vector<Regression> rows;
   const int64_t now = NowUnixMs();
   for (const bench::CellComparison& cell : comparison.cells) {
@@ -57,7 +57,7 @@ std::vector<Regression> RegressionRows(const bench::Comparison& comparison) {
     r.device_class = comparison.candidate.device.DeviceClass();
     r.problem_key = cell.cell.problem.Key();
     r.config_key = cell.cell.config.Key();
-    r.metric = cell.cell.baseline_config ? "latency_vs_previous_pick" : "latency";
+    r.metric = planted ? "planted_latency" : cell.cell.baseline_config ? "latency_vs_previous_pick" : kLatencyMetric;
     r.ratio = std::isfinite(v.ratio.pairwise_ratio) ? v.ratio.pairwise_ratio : 0;
     r.p_value = r.ratio >= 1 ? v.p_slower_adjusted : v.p_faster_adjusted;
     r.verdict = regress::VerdictName(v.verdict);
@@ -86,7 +86,7 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const bench::Suite& suit
   for (const bench::CellComparison& c : comparison.cells) measured.push_back({c.cell, c.candidate});
   absl::StatusOr<int64_t> run = StoreBenchRun(*store, suite, comparison.candidate, measured);
   if (!run.ok()) return run.status();
-  const std::vector<Regression> rows = RegressionRows(comparison);
+  const std::vector<Regression> rows = RegressionRows(comparison, !f.plant_slowdowns.empty());
   if (absl::StatusOr<int> recorded = store->RecordRegressions(rows); !recorded.ok()) return recorded.status();
 
   std::vector<regress::CellVerdict> verdicts;

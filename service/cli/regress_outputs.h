@@ -50,9 +50,14 @@ struct RegressFlags {
 void AddRegressServerOptions(CLI::App* command, RegressFlags* flags);
 
 // The rows of `comparison` for the `regressions` table: per cell a "latency" row (a pick cell:
-// "latency_vs_previous_pick") with the Hodges–Lehmann ratio and the adjusted p-value of the
+// "latency_vs_previous_pick"; with planted slowdowns "planted_latency", so that a method check
+// is never read as a calibration) with the Hodges–Lehmann ratio and the adjusted p-value of the
 // direction it leans, and a "max_rel_error" row (ratio = error growth) where accuracy was checked.
-std::vector<Regression> RegressionRows(const bench::Comparison& comparison);
+std::vector<Regression> RegressionRows(const bench::Comparison& comparison, bool planted);
+
+// The metric of an A/A calibration row: the latency rows of a comparison whose baseline and
+// candidate commits are equal (two processes of one build).
+inline constexpr char kLatencyMetric[] = "latency";
 
 // Stores the candidate's measurement as a bench run and the verdict rows (creating the database
 // when `store` is null), writes the reports, prints the markdown, uploads with --server. The

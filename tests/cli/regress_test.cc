@@ -121,11 +121,28 @@ TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
   EXPECT_NE(report.find("interleaved"), std::string::npos) << report;
   EXPECT_EQ(r.out.find(report.substr(0, 40)), 0u);
   // The planted cell regressed; its row is stored with the others.
-  EXPECT_GE(Count(db, "SELECT COUNT(*) FROM regressions WHERE verdict = 'regressed' AND metric = 'latency' AND "
+  // A run with planted slowdowns stores "planted_latency" rows, never read as an A/A calibration.
+  EXPECT_GE(Count(db, "SELECT COUNT(*) FROM regressions WHERE verdict = 'regressed' AND metric = 'planted_latency' AND "
                       "problem_key LIKE '%q96/k96%' AND config_key LIKE 'fused/%'"), 1);
-  EXPECT_GE(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency'"), 4);
+  EXPECT_GE(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'planted_latency'"), 4);
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency'"), 0);
+  EXPECT_NE(r.out.find("no A/A calibration"), std::string::npos) << r.out;
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM runs WHERE label = 'bench:tiny'"), 1);
   // `fusetune regressions` is the server's; the rows are what ListRegressions serves.
+}
+
+TEST(Regress, AnAARunCalibratesTheFloorsOfLaterRuns) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string commit = BuiltCommit();
+  const std::vector<std::string> aa = {"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
+                                       "--baseline-binary", FUSETUNE_BINARY, "--db", db};
+  CommandResult first = Fusetune(aa);
+  ASSERT_NE(first.exit_code, 2) << first.err;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency' AND commit_hash = baseline_commit"), 4);
+  CommandResult second = Fusetune(aa);
+  ASSERT_NE(second.exit_code, 2) << second.err;
+  EXPECT_NE(second.out.find("floors include the A/A differences of 4 cell(s)"), std::string::npos) << second.out;
 }
 
 TEST(Regress, AStoredBaselineIsComparedAndFlaggedCellsAreConfirmedWithARebuild) {

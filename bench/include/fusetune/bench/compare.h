@@ -15,9 +15,11 @@
 // both builds interleaved (the caller rebuilds the baseline and calls CompareInterleaved on the
 // flagged cells).
 //
-// A cell's A/A noise (the floor's input) is estimated from its own blocks: RatioNoise of the
-// baseline and candidate block sets, which is shift-invariant, so a real slowdown does not
-// widen its own floor.
+// A cell's A/A noise (the floor's input) is the larger of two estimates: RatioNoise of the
+// comparison's own baseline and candidate block sets (shift-invariant, so a real slowdown does
+// not widen its own floor), and CompareOptions::known_aa_noise, the cell's measured A/A
+// difference: two processes of one build can differ systematically (on an H200, 1.5-2 % on
+// 12 us kernels), which no spread of blocks shows.
 //
 // A cell that fails verification on the candidate side fails on accuracy (no timing); on the
 // baseline side only, it is reported unknown. Accuracy: each side's max_rel_error, the
@@ -57,6 +59,8 @@ struct CompareOptions {
   // Called after every block with (blocks done, blocks planned so far); may be empty.
   std::function<void(int, int)> progress;
   const std::atomic<bool>* cancel = nullptr;  // stop early (Cancelled)
+  // The cell's measured A/A difference, relative (|log ratio| of an A/A comparison), or 0.
+  std::function<double(const SuiteCell&)> known_aa_noise;
   // Fail with InvalidArgument, before any block is timed, when a cell is unsupported on every
   // side measured (a suite naming configs this device cannot run).
   bool require_runnable = true;
