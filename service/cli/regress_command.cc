@@ -273,6 +273,77 @@ std::map<std::string, double> KnownAANoise(Store* store, const std::string& devi
   return noise;
 }
 
+// The candidate's bench-serve, its commit checked against --commit and its device against the
+// suite's.
+absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartCandidate(const RegressFlags& f,
+                                                                          const bench::Suite& suite,
+                                                                          bench::SourceInfo* info) {
+  const std::string binary = f.candidate_binary.empty() ? SelfBinary() : f.candidate_binary;
+  absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> candidate = StartBuild(f, binary, suite, true);
+  if (!candidate.ok()) return candidate.status();
+  absl::StatusOr<bench::SourceInfo> described = (*candidate)->Describe();
+  if (!described.ok()) return described.status();
+  *info = *std::move(described);
+  if (info->commit == "unknown") {
+    info->commit = f.commit;  // built outside git: the caller names it
+  } else if (!SameCommit(info->commit, f.commit)) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{} was built at commit {}, not {}: build the candidate or pass its binary with --candidate-binary", binary,
+        info->commit, f.commit));
+  }
+  if (!suite.device_class.empty() && suite.device_class != info->device.DeviceClass()) {
+    return absl::FailedPreconditionError(
+        fmt::format("suite {} is for {}, not {}", suite.name, suite.device_class, info->device.DeviceClass()));
+  }
+  return candidate;
+}
+
+// The comparison's options: the floors' A/A calibration from the database, the stop signal.
+bench::CompareOptions ComparisonOptions(const RegressFlags& f, Store* store, const std::string& device_class,
+                                        const StopOnSignal& stop, std::vector<std::string>* notes) {
+  bench::CompareOptions options;
+  options.blocks = f.blocks;
+  options.stored_min_floor = f.stored_floor;
+  options.cancel = stop.flag();
+  std::string calibration_note;
+  const std::map<std::string, double> known = KnownAANoise(store, device_class, &calibration_note);
+  notes->push_back(calibration_note);
+  options.known_aa_noise = [known](const bench::SuiteCell& cell) {
+    auto it = known.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
+    return it == known.end() ? 0.0 : it->second;
+  };
+  return options;
+}
+
+// Both builds interleaved when the baseline's binary is at hand; else against its stored run,
+// with the flagged cells confirmed (those that cannot be are counted in *unconfirmed).
+absl::StatusOr<bench::Comparison> Measure(const RegressFlags& f, const Baseline& baseline, Store* store,
+                                          const bench::Suite& suite, const bench::CompareOptions& options,
+                                          bench::BlockSource& candidate, std::vector<std::string>* notes,
+                                          int* unconfirmed) {
+  if (!baseline.binary.empty()) {
+    absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> base = StartBuild(f, baseline.binary, suite, false);
+    if (!base.ok()) return base.status();
+    absl::StatusOr<bench::SourceInfo> base_info = (*base)->Describe();
+    if (!base_info.ok()) return base_info.status();
+    if (base_info->commit != "unknown" && !SameCommit(base_info->commit, baseline.commit)) {
+      return absl::InvalidArgumentError(fmt::format("{} was built at commit {}, not the baseline {}", baseline.binary,
+                                                    base_info->commit, baseline.commit));
+    }
+    absl::StatusOr<bench::Comparison> comparison = bench::CompareInterleaved(**base, candidate, suite, options);
+    if (comparison.ok()) comparison->baseline.commit = baseline.commit;
+    return comparison;
+  }
+  absl::StatusOr<std::vector<BenchCell>> rows = store->ListBenchCells(baseline.run->run_id);
+  if (!rows.ok()) return rows.status();
+  std::vector<bench::StoredCell> stored;
+  for (const BenchCell& row : *rows) stored.push_back(ToStoredCell(row));
+  const bench::SourceInfo base_info{baseline.commit, baseline.run->device, baseline.run->environment};
+  absl::StatusOr<bench::Comparison> comparison = bench::CompareWithStored(base_info, stored, candidate, suite, options);
+  if (comparison.ok()) *unconfirmed = ConfirmFlagged(f, baseline, suite, options, candidate, *comparison, notes);
+  return comparison;
+}
+
 int RunRegress(const RegressFlags& f) {
   absl::StatusOr<bench::Suite> suite = bench::ReadSuiteFile(f.suite);
   if (!suite.ok()) return Error(std::string(suite.status().message()));
@@ -282,70 +353,26 @@ int RunRegress(const RegressFlags& f) {
     if (!opened.ok()) return Error(std::string(opened.status().message()));
     store = *std::move(opened);
   }
-  const std::string candidate_binary = f.candidate_binary.empty() ? SelfBinary() : f.candidate_binary;
-  absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> candidate = StartBuild(f, candidate_binary, *suite, true);
+  bench::SourceInfo candidate_info;
+  absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> candidate = StartCandidate(f, *suite, &candidate_info);
   if (!candidate.ok()) return Error(std::string(candidate.status().message()));
-  absl::StatusOr<bench::SourceInfo> candidate_info = (*candidate)->Describe();
-  if (!candidate_info.ok()) return Error(std::string(candidate_info.status().message()));
-  if (candidate_info->commit == "unknown") {
-    candidate_info->commit = f.commit;  // built outside git: the caller names it
-  } else if (!SameCommit(candidate_info->commit, f.commit)) {
-    return Error(fmt::format("{} was built at commit {}, not {}: build the candidate or pass its binary with --candidate-binary",
-                             candidate_binary, candidate_info->commit, f.commit));
-  }
-  if (!suite->device_class.empty() && suite->device_class != candidate_info->device.DeviceClass()) {
-    return Error(fmt::format("suite {} is for {}, not {}", suite->name, suite->device_class,
-                             candidate_info->device.DeviceClass()));
-  }
-  absl::StatusOr<Baseline> baseline = ResolveBaseline(f, store.get(), *suite, *candidate_info);
+  const std::string device_class = candidate_info.device.DeviceClass();
+  absl::StatusOr<Baseline> baseline = ResolveBaseline(f, store.get(), *suite, candidate_info);
   if (!baseline.ok()) return Error(std::string(baseline.status().message()));
-  if (SameCommit(baseline->commit, candidate_info->commit) && baseline->binary.empty()) {
+  if (SameCommit(baseline->commit, candidate_info.commit) && baseline->binary.empty()) {
     return Error(fmt::format("the baseline and the candidate are the same commit {}; an A/A check needs --baseline-binary",
                              baseline->commit));
   }
   std::vector<std::string> notes;
   if (store != nullptr && !f.no_picks) {
-    for (std::string& n : AddChangedPicks(*store, candidate_info->device.DeviceClass(), candidate_info->commit, *suite)) {
-      notes.push_back(std::move(n));
-    }
+    for (std::string& n : AddChangedPicks(*store, device_class, candidate_info.commit, *suite)) notes.push_back(std::move(n));
   }
-
-  bench::CompareOptions options;
-  options.blocks = f.blocks;
-  options.stored_min_floor = f.stored_floor;
-  std::string calibration_note;
-  const std::map<std::string, double> known = KnownAANoise(store.get(), candidate_info->device.DeviceClass(), &calibration_note);
-  notes.push_back(calibration_note);
-  options.known_aa_noise = [known](const bench::SuiteCell& cell) {
-    auto it = known.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
-    return it == known.end() ? 0.0 : it->second;
-  };
   StopOnSignal stop;
-  options.cancel = stop.flag();
-  absl::StatusOr<bench::Comparison> comparison = absl::UnknownError("");
+  const bench::CompareOptions options = ComparisonOptions(f, store.get(), device_class, stop, &notes);
   int unconfirmed = 0;
-  if (!baseline->binary.empty()) {
-    absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> base = StartBuild(f, baseline->binary, *suite, false);
-    if (!base.ok()) return Error(std::string(base.status().message()));
-    absl::StatusOr<bench::SourceInfo> base_info = (*base)->Describe();
-    if (!base_info.ok()) return Error(std::string(base_info.status().message()));
-    if (base_info->commit != "unknown" && !SameCommit(base_info->commit, baseline->commit)) {
-      return Error(fmt::format("{} was built at commit {}, not the baseline {}", baseline->binary, base_info->commit,
-                               baseline->commit));
-    }
-    comparison = bench::CompareInterleaved(**base, **candidate, *suite, options);
-    if (comparison.ok()) comparison->baseline.commit = baseline->commit;
-  } else {
-    absl::StatusOr<std::vector<BenchCell>> rows = store->ListBenchCells(baseline->run->run_id);
-    if (!rows.ok()) return Error(std::string(rows.status().message()));
-    std::vector<bench::StoredCell> stored;
-    for (const BenchCell& row : *rows) stored.push_back(ToStoredCell(row));
-    bench::SourceInfo base_info{baseline->commit, baseline->run->device, baseline->run->environment};
-    comparison = bench::CompareWithStored(base_info, stored, **candidate, *suite, options);
-    if (comparison.ok()) unconfirmed = ConfirmFlagged(f, *baseline, *suite, options, **candidate, *comparison, &notes);
-  }
+  absl::StatusOr<bench::Comparison> comparison =
+      Measure(f, *baseline, store.get(), *suite, options, **candidate, &notes, &unconfirmed);
   if (!comparison.ok()) return Error(std::string(comparison.status().message()));
-
   absl::Status written = WriteRegressOutputs(f, *suite, *comparison, notes, store);
   if (!written.ok()) return Error(std::string(written.message()));
   if (comparison->AnyFailed()) return kExitRegressed;

@@ -105,6 +105,34 @@ TEST(BenchSuite, AConfigTheDeviceCannotRunIsAnErrorAndNothingIsStored) {
   EXPECT_FALSE(std::filesystem::exists(db));
 }
 
+TEST(BenchSuite, ASuiteIsWrittenFromADatabasesBestConfigsAndRuns) {
+  TempDir dir;
+  const std::string db = dir.File("tuned.db");
+  CommandResult sweep = Fusetune({"sweep", "--db", db, "--seq", "64", "--heads", "2", "--head-dim", "32",
+                                  "--max-trials", "6", "--max-seconds", "20"});
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  const std::string suite = dir.File("from-db.json");
+  CommandResult written = Fusetune({"bench", "--from-db", db, "--suite-out", suite});
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(suite));
+  EXPECT_EQ(j.at("name"), "from-db");
+  ASSERT_GE(j.at("cells").size(), 1u);
+  EXPECT_EQ(j.at("cells")[0].at("role"), "best");
+  CommandResult bench = Fusetune({"bench", "--suite", suite, "--blocks", "3"});
+  EXPECT_EQ(bench.exit_code, 0) << bench.err;
+}
+
+TEST(BenchSuite, ADatabaseWithoutBestConfigsWritesNoSuite) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  ASSERT_EQ(Fusetune({"bench", "--suite", WriteSuite(dir), "--db", db}).exit_code, 0);  // no best configs
+  CommandResult r = Fusetune({"bench", "--from-db", db, "--suite-out", dir.File("out.json")});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("no best configs"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("out.json")));
+  EXPECT_EQ(Fusetune({"bench", "--from-db", dir.File("missing.db"), "--suite-out", dir.File("out.json")}).exit_code, 2);
+}
+
 TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
   TempDir dir;
   const std::string db = dir.File("f.db");
@@ -129,6 +157,29 @@ TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
   EXPECT_NE(r.out.find("no A/A calibration"), std::string::npos) << r.out;
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM runs WHERE label = 'bench:tiny'"), 1);
   // `fusetune regressions` is the server's; the rows are what ListRegressions serves.
+}
+
+TEST(Regress, ABestConfigReTunedAtTheCandidateAddsAPickCell) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string suite = WriteSuite(dir);
+  CommandResult bench = Fusetune({"bench", "--suite", suite, "--db", db, "--json"});
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const std::string device_class = nlohmann::json::parse(bench.out).at("device_class");
+  const std::string commit = BuiltCommit();
+  // A re-tune at the candidate commit picked another config for the first problem.
+  Execute(db, "INSERT INTO best_configs (device_class, problem_key, config_key, commit_hash, updated_unix_ms) VALUES ('" +
+                  device_class + "', 'prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32', 'fused/bm32/bs32/t1/fp32/st1', '" +
+                  commit + "', 1)");
+  CommandResult r = Fusetune({"regress", "--suite", suite, "--baseline", commit, "--commit", commit,
+                              "--baseline-binary", FUSETUNE_BINARY, "--db", db});
+  ASSERT_NE(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.out.find("picks fused/bm32/bs32/t1/fp32/st1 instead of fused/bm16/bs16/t1/fp32/st1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fused/bm32/bs32/t1/fp32/st1 (was fused/bm16/bs16/t1/fp32/st1)"), std::string::npos) << r.out;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency_vs_previous_pick' AND "
+                      "config_key = 'fused/bm32/bs32/t1/fp32/st1'"), 1);
+  // The old pick is still measured at the candidate, as its own cell.
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency' AND config_key = 'fused/bm16/bs16/t1/fp32/st1'"), 1);
 }
 
 TEST(Regress, AnAARunCalibratesTheFloorsOfLaterRuns) {
