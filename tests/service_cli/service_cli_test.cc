@@ -1,4 +1,4 @@
-// `fusetune serve`, `worker`, `submit`, `jobs`, `workers`, `audits`, `regressions` and `best --server` as real
+// `fusetune serve`, `worker`, `submit`, `jobs`, `workers`, `audits`, `regressions`, `regress --server` and `best --server` as real
 // processes.
 #include <csignal>
 #include <chrono>
@@ -342,6 +342,36 @@ TEST_F(ServiceCliTest, MalformedServerAddressesAreUsageErrorsAtStartup) {
     EXPECT_EQ(serve.exit_code, 2) << serve.err;
   }
   ::unsetenv("FUSETUNE_TOKEN");
+}
+
+TEST_F(ServiceCliTest, RegressUploadsItsVerdictsWhichRegressionsLists) {
+  ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
+  const std::string suite = dir_.File("suite.json");
+  std::ofstream(suite) << R"({"name": "upload", "block": {"warmup": 0, "repeats": 3, "max_seconds": 0.1, "flush_l2": false},
+    "blocks": 3, "cells": [
+    {"problem": "prefill/b1/hq1/hkv1/q32/k32/d32/causal0/fp32", "config": "fused/bm16/bs16/t1/fp32/st1"}]})";
+  const CommandResult version = Run({"--version"});
+  const std::string commit = version.out.substr(version.out.find("commit ") + 7, 12);
+  const std::vector<std::string> regress = {"regress", "--suite", suite, "--baseline", commit, "--commit", commit,
+                                            "--baseline-binary", FUSETUNE_BINARY, "--db", dir_.File("local.db"),
+                                            "--server", Address()};
+  // The upload is a write: without the token nothing is sent and regress fails.
+  std::vector<std::string> no_token = regress;
+  CommandResult refused = Run(no_token);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  std::vector<std::string> with_token = regress;
+  with_token.insert(with_token.end(), {"--token-file", token_file_});
+  CommandResult r = Run(with_token);
+  ASSERT_NE(r.exit_code, 2) << r.err << r.out;
+  EXPECT_NE(r.out.find("uploaded 2 verdict rows"), std::string::npos) << r.out;  // latency + max_rel_error
+  CommandResult listed = Run({"regressions", "--server", Address(), "--token-file", token_file_, "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const nlohmann::json rows = nlohmann::json::parse(listed.out);
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["commit"], commit) << row.dump();
+    EXPECT_EQ(row["problem_key"], "prefill/b1/hq1/hkv1/q32/k32/d32/causal0/fp32") << row.dump();
+  }
 }
 
 }  // namespace
