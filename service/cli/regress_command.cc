@@ -19,6 +19,7 @@
 
 #include "bench_records.h"
 #include "bench_suite.h"
+#include "builds.h"
 #include "commands.h"
 #include "fmt/format.h"
 #include "fusetune/bench/block_source.h"
@@ -40,20 +41,6 @@ int Error(const std::string& message) {
   return kExitError;
 }
 
-// True when two commit names denote the same commit: equal, or one a prefix (>= 7 characters)
-// of the other (a 12-digit build commit against a full hash).
-bool SameCommit(std::string_view a, std::string_view b) {
-  if (a.empty() || b.empty() || a == "unknown" || b == "unknown") return false;
-  const size_t n = std::min(a.size(), b.size());
-  return n >= 7 && a.substr(0, n) == b.substr(0, n);
-}
-
-std::string SelfBinary() {
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : self.string();
-}
-
 // The baseline's binary under --builds-dir: <dir>/<commit, or a directory starting with it>/bin/fusetune.
 std::string BinaryInBuildsDir(const std::string& dir, const std::string& commit) {
   if (dir.empty() || commit.empty()) return {};
@@ -67,53 +54,15 @@ std::string BinaryInBuildsDir(const std::string& dir, const std::string& commit)
   return {};
 }
 
-// Runs the rebuild command with {commit} replaced; its last stdout line is the binary.
-absl::StatusOr<std::string> Rebuild(const std::string& command, const std::string& commit) {
-  std::string line = command;
-  for (size_t at; (at = line.find("{commit}")) != std::string::npos;) line.replace(at, 8, commit);
-  std::fprintf(stderr, "fusetune regress: rebuilding the baseline: %s\n", line.c_str());
-  FILE* pipe = popen(line.c_str(), "r");
-  if (pipe == nullptr) return absl::UnavailableError(fmt::format("cannot run '{}'", line));
-  std::string out, last;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
-  const int status = pclose(pipe);
-  if (status != 0) return absl::UnavailableError(fmt::format("'{}' failed (status {})", line, status));
-  size_t end = out.find_last_not_of("\n ");
-  if (end == std::string::npos) return absl::UnavailableError(fmt::format("'{}' printed no binary path", line));
-  out.resize(end + 1);
-  last = out.substr(out.find_last_of('\n') == std::string::npos ? 0 : out.find_last_of('\n') + 1);
-  if (access(last.c_str(), X_OK) != 0) {
-    return absl::UnavailableError(fmt::format("'{}' printed '{}', which is not an executable", line, last));
-  }
-  return last;
-}
-
-// The CPU both builds launch from during blocks (bench/.../block_source.h says why): --timing-cpu,
-// or for a GPU backend the last CPU this process may run on (CPU 0 takes most interrupts);
-// -1 (none) for the CPU backend, whose worker threads need every core.
-int TimingCpu(const RegressFlags& f) {
-  if (f.timing_cpu != kAutoTimingCpu) return f.timing_cpu;
-  if (f.backend == "cpu") return -1;
-  cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
-  for (int cpu = CPU_SETSIZE - 1; cpu >= 0; --cpu) {
-    if (CPU_ISSET(cpu, &allowed)) return cpu;
-  }
-  return -1;
-}
-
+// Starts a build's bench-serve; the candidate side carries the planted slowdowns.
 absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const RegressFlags& f, const std::string& binary,
                                                                       const bench::Suite& suite, bool candidate) {
-  bench::ProcessOptions options;
-  options.binary = binary;
-  options.args = {"--backend", f.backend, "--device", std::to_string(f.device)};
-  if (candidate) {
-    for (const std::string& spec : f.plant_slowdowns) options.args.insert(options.args.end(), {"--plant-slowdown", spec});
-  }
-  options.block = suite.block;
-  options.timing_cpu = TimingCpu(f);
-  return bench::ProcessBlockSource::Start(options);
+  BuildSourceOptions options;
+  options.backend = f.backend;
+  options.device = f.device;
+  options.timing_cpu = f.timing_cpu;
+  if (candidate) options.plant_slowdowns = f.plant_slowdowns;
+  return StartBuild(options, binary, suite);
 }
 
 // The baseline to compare with: a stored run (when found) and the commit.
@@ -212,7 +161,7 @@ int ConfirmFlagged(const RegressFlags& f, const Baseline& baseline, const bench:
   absl::Status failure = absl::OkStatus();
   std::string binary = baseline.binary;
   if (binary.empty() && !f.rebuild_command.empty()) {
-    absl::StatusOr<std::string> rebuilt = Rebuild(f.rebuild_command, baseline.commit);
+    absl::StatusOr<std::string> rebuilt = BuildCommit(f.rebuild_command, baseline.commit, "rebuilding the baseline");
     if (rebuilt.ok()) binary = *rebuilt;
     else failure = rebuilt.status();
   }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "fusetune/bench/compare.h"
 #include "fusetune/bench/suite.h"
+#include "builds.h"
 #include "fusetune/db/store.h"
 
 #ifdef FUSETUNE_WITH_SERVICE
@@ -19,9 +20,6 @@
 #endif
 
 namespace fusetune::cli {
-
-// RegressFlags::timing_cpu's default: choose by backend.
-inline constexpr int kAutoTimingCpu = -2;
 
 struct RegressFlags {
   std::string suite;

@@ -1,0 +1,74 @@
+#include "builds.h"
+
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "fmt/format.h"
+
+namespace fusetune::cli {
+
+bool SameCommit(std::string_view a, std::string_view b) {
+  if (a.empty() || b.empty() || a == "unknown" || b == "unknown") return false;
+  const size_t n = std::min(a.size(), b.size());
+  return n >= 7 && a.substr(0, n) == b.substr(0, n);
+}
+
+std::string SelfBinary() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.string();
+}
+
+absl::StatusOr<std::string> BuildCommit(const std::string& command, const std::string& commit, std::string_view why) {
+  std::string line = command;
+  for (size_t at; (at = line.find("{commit}")) != std::string::npos;) line.replace(at, 8, commit);
+  std::fprintf(stderr, "fusetune: %.*s: %s\n", static_cast<int>(why.size()), why.data(), line.c_str());
+  FILE* pipe = popen(line.c_str(), "r");
+  if (pipe == nullptr) return absl::UnavailableError(fmt::format("cannot run '{}'", line));
+  std::string out;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  const int status = pclose(pipe);
+  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 125) {
+    return absl::NotFoundError(fmt::format("{} does not build ('{}' exited 125)", commit, line));
+  }
+  if (status != 0) return absl::UnavailableError(fmt::format("'{}' failed (status {})", line, status));
+  const size_t end = out.find_last_not_of("\n ");
+  if (end == std::string::npos) return absl::UnavailableError(fmt::format("'{}' printed no binary path", line));
+  out.resize(end + 1);
+  const size_t newline = out.find_last_of('\n');
+  const std::string last = out.substr(newline == std::string::npos ? 0 : newline + 1);
+  if (access(last.c_str(), X_OK) != 0) {
+    return absl::UnavailableError(fmt::format("'{}' printed '{}', which is not an executable", line, last));
+  }
+  return last;
+}
+
+int TimingCpu(int timing_cpu, const std::string& backend) {
+  if (timing_cpu != kAutoTimingCpu) return timing_cpu;
+  if (backend == "cpu") return -1;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+  for (int cpu = CPU_SETSIZE - 1; cpu >= 0; --cpu) {
+    if (CPU_ISSET(cpu, &allowed)) return cpu;
+  }
+  return -1;
+}
+
+absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const BuildSourceOptions& options,
+                                                                      const std::string& binary,
+                                                                      const bench::Suite& suite) {
+  bench::ProcessOptions process;
+  process.binary = binary;
+  process.args = {"--backend", options.backend, "--device", std::to_string(options.device)};
+  for (const std::string& spec : options.plant_slowdowns) process.args.insert(process.args.end(), {"--plant-slowdown", spec});
+  process.block = suite.block;
+  process.timing_cpu = TimingCpu(options.timing_cpu, options.backend);
+  return bench::ProcessBlockSource::Start(process);
+}
+
+}  // namespace fusetune::cli

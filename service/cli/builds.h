@@ -1,0 +1,54 @@
+// What `regress`, `bisect` and `bisect-step` share about builds of fusetune: naming commits,
+// building one with a command, and starting a build's bench-serve as a block source.
+#ifndef FUSETUNE_SERVICE_CLI_BUILDS_H_
+#define FUSETUNE_SERVICE_CLI_BUILDS_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fusetune/bench/block_source.h"
+#include "fusetune/bench/suite.h"
+
+namespace fusetune::cli {
+
+// True when two commit names denote the same commit: equal, or one a prefix (>= 7 characters)
+// of the other (a 12-digit build commit against a full hash). "unknown" matches nothing.
+bool SameCommit(std::string_view a, std::string_view b);
+
+// This process's executable ("" when /proc/self/exe cannot be read).
+std::string SelfBinary();
+
+// Runs `command` through /bin/sh with every "{commit}" replaced by `commit`; its last stdout
+// line must name an executable: the build's fusetune. `why` is said on stderr first. NotFound
+// ("does not build") when the command exits 125 (a commit that does not build, as
+// ci/build-commit.sh says), Unavailable for any other failure or a last line that is not an
+// executable.
+absl::StatusOr<std::string> BuildCommit(const std::string& command, const std::string& commit, std::string_view why);
+
+// The value of --timing-cpu that means "choose by backend".
+inline constexpr int kAutoTimingCpu = -2;
+
+// The CPU builds launch from during blocks (bench/.../block_source.h says why): `timing_cpu`
+// unless it is kAutoTimingCpu; then for a GPU backend the last CPU this process may run on (CPU
+// 0 takes most interrupts), and -1 (none) for the CPU backend, whose worker threads need every
+// core.
+int TimingCpu(int timing_cpu, const std::string& backend);
+
+struct BuildSourceOptions {
+  std::string backend = "cpu";
+  int device = 0;
+  int timing_cpu = kAutoTimingCpu;
+  std::vector<std::string> plant_slowdowns;
+};
+
+// `binary bench-serve` with the suite's block options (ProcessBlockSource::Start's errors).
+absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const BuildSourceOptions& options,
+                                                                      const std::string& binary,
+                                                                      const bench::Suite& suite);
+
+}  // namespace fusetune::cli
+
+#endif  // FUSETUNE_SERVICE_CLI_BUILDS_H_
