@@ -311,7 +311,7 @@ TEST(StoreUpgrade, VersionTwoFileMigratesKeepingItsRows) {
 
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(*store->SchemaVersion(), 3);
+  EXPECT_EQ(*store->SchemaVersion(), Store::LatestSchemaVersion());
   absl::StatusOr<RunInfo> run = store->GetRun(1);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->commit, "old");

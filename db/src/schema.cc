@@ -177,6 +177,29 @@ CREATE TABLE bench_cells (
 CREATE INDEX bench_cells_by_suite_run ON bench_cells (suite, run_id);
 )sql";
 
+// Version 4: change_points, the change points found in a cell's per-commit history
+// (ChangePointRow). A detection replaces all rows of its cell (device class, suite, problem,
+// config); position is the index in that history of the first point at the new level.
+constexpr char kMigration4[] = R"sql(
+CREATE TABLE change_points (
+  change_point_id   INTEGER PRIMARY KEY AUTOINCREMENT,
+  device_class      TEXT    NOT NULL,
+  suite             TEXT    NOT NULL,
+  problem_key       TEXT    NOT NULL,
+  config_key        TEXT    NOT NULL,
+  commit_hash       TEXT    NOT NULL,
+  position          INTEGER NOT NULL CHECK (position >= 0),
+  mean_before_us    REAL    NOT NULL,
+  mean_after_us     REAL    NOT NULL,
+  ratio             REAL    NOT NULL,
+  p_value           REAL    NOT NULL CHECK (p_value >= 0 AND p_value <= 1),
+  direction         TEXT    NOT NULL CHECK (direction IN ('slower', 'faster')),
+  detected_unix_ms  INTEGER NOT NULL,
+  UNIQUE (device_class, suite, problem_key, config_key, position)
+);
+CREATE INDEX change_points_by_commit ON change_points (commit_hash);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -185,6 +208,7 @@ const std::vector<Migration>& Migrations() {
       {1, "runs, trials, best_configs, regressions, workers, jobs", kMigration1},
       {2, "trials.stage, trials.blocks_json, trials.wall_seconds; audits", kMigration2},
       {3, "bench_cells", kMigration3},
+      {4, "change_points", kMigration4},
   };
   return *kMigrations;
 }

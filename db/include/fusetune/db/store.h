@@ -72,6 +72,32 @@ struct BenchCell {
   std::vector<double> SamplesUs() const;
 };
 
+// One change point of a cell's per-commit history (what `fusetune history --record` stores).
+// A cell's history is identified by (device_class, suite, problem_key, config_key).
+struct ChangePointRow {
+  std::string device_class;
+  std::string suite;
+  std::string problem_key;
+  std::string config_key;
+  std::string commit;          // the first commit measured at the new level
+  int64_t position = 0;        // its index in the history (0 = oldest point)
+  double mean_before_us = 0;   // mean of the segment before, microseconds
+  double mean_after_us = 0;    // mean of the segment after
+  double ratio = 1;            // mean_after_us / mean_before_us (> 1: slower)
+  double p_value = 1;          // the significance test's p-value
+  std::string direction;       // "slower" or "faster"
+  int64_t detected_unix_ms = 0;  // Unix milliseconds; 0 on write = now
+};
+
+// Which change points ListChangePoints returns: empty fields match all.
+struct ChangePointFilter {
+  std::string device_class;
+  std::string suite;
+  std::string problem_key;
+  std::string config_key;
+  std::string commit;
+};
+
 struct WorkerRecord {
   std::string worker_id;
   std::string host;
@@ -257,6 +283,21 @@ class Store : public RecordSink {
   // commits that the suite has runs of (or the device classes it has runs on).
   absl::StatusOr<RunInfo> FindBenchRun(std::string_view suite, std::string_view device_class,
                                        std::string_view commit);
+
+  // ---- change points (ChangePointRow: a cell's history, as last detected)
+  // Replaces every stored change point of the cell (device_class, suite, problem_key,
+  // config_key) by `rows`, in one transaction; an empty list clears the cell. Each row's
+  // identity fields may be empty (filled in) or must equal the arguments. InvalidArgument
+  // (nothing written) for an empty argument, a row naming another cell, an empty commit, a
+  // negative position or two rows at one position, a mean that is not finite and > 0, a
+  // ratio that is not finite and > 0, a p-value outside [0, 1], a direction other than
+  // "slower"/"faster", or a negative time.
+  absl::Status ReplaceChangePoints(std::string_view device_class, std::string_view suite,
+                                   std::string_view problem_key, std::string_view config_key,
+                                   const std::vector<ChangePointRow>& rows);
+  // Newest detection first, then by cell and position; at most `limit` rows (in [1, 100000],
+  // else InvalidArgument). An empty list when none match.
+  absl::StatusOr<std::vector<ChangePointRow>> ListChangePoints(const ChangePointFilter& filter, int limit = 1000);
 
   // ---- workers
   absl::Status UpsertWorker(const WorkerRecord& w);
