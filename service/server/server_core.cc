@@ -181,6 +181,10 @@ absl::StatusOr<std::vector<Regression>> ServerCore::ListRegressions(const std::s
   return store_->ListRegressions(commit, limit);
 }
 
+absl::StatusOr<std::vector<ChangePointRow>> ServerCore::ListChangePoints(const ChangePointFilter& filter, int limit) {
+  return store_->ListChangePoints(filter, limit);
+}
+
 absl::StatusOr<int> ServerCore::ReportRegressions(const std::vector<Regression>& rows) {
   auto recorded = store_->RecordRegressions(rows);
   if (!recorded.ok()) return recorded.status();

@@ -90,6 +90,7 @@ class ServerCore {
   absl::StatusOr<std::vector<Trial>> ListTrials(int64_t run_id, const std::string& problem_key,
                                                 const std::string& device_class, int limit);
   absl::StatusOr<std::vector<Regression>> ListRegressions(const std::string& commit, int limit);
+  absl::StatusOr<std::vector<ChangePointRow>> ListChangePoints(const ChangePointFilter& filter, int limit);
   // Stores verdicts (RegressionsFromReportRequest) in one transaction (Store::RecordRegressions:
   // all or none) and then refreshes the verdict gauges; returns how many were stored.
   absl::StatusOr<int> ReportRegressions(const std::vector<Regression>& rows);

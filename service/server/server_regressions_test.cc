@@ -115,5 +115,37 @@ TEST_F(ServerRegressionsTest, UploadWithoutTheTokenIsUnauthenticatedEvenWithOpen
   EXPECT_TRUE(Listed().empty());
 }
 
+TEST_F(ServerRegressionsTest, ChangePointsStoredInTheDatabaseAreListedWithFilters) {
+  {
+    auto store = Store::Open(dir_.File("fusetune.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    ChangePointRow step;
+    step.commit = "c0ffee1234567";
+    step.position = 17;
+    step.mean_before_us = 100;
+    step.mean_after_us = 103;
+    step.ratio = 1.03;
+    step.p_value = 1e-5;
+    step.direction = "slower";
+    ASSERT_TRUE((*store)->ReplaceChangePoints(kCpuClass, "nightly", KeyOf(SeedProblem(256)), kFused, {step}).ok());
+  }
+  StartServer(/*with_metrics=*/false);
+  v1::ListChangePointsRequest req;
+  v1::ListChangePointsResponse resp;
+  ASSERT_TRUE(stubs_.tuning->ListChangePoints(Ctx().get(), req, &resp).ok());
+  ASSERT_EQ(resp.change_points_size(), 1);
+  EXPECT_EQ(resp.change_points(0).commit(), "c0ffee1234567");
+  EXPECT_EQ(resp.change_points(0).position(), 17);
+  EXPECT_EQ(resp.change_points(0).direction(), "slower");
+  EXPECT_EQ(resp.change_points(0).suite(), "nightly");
+  req.set_suite("other");
+  resp.Clear();
+  ASSERT_TRUE(stubs_.tuning->ListChangePoints(Ctx().get(), req, &resp).ok());
+  EXPECT_EQ(resp.change_points_size(), 0);
+  req.set_commit("not a commit!");
+  grpc::Status bad = stubs_.tuning->ListChangePoints(Ctx().get(), req, &resp);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 }  // namespace
 }  // namespace fusetune::testing

@@ -49,6 +49,11 @@ class TuningServiceImpl final : public v1::TuningService::Service {
                           v1::ListTrialsResponse* resp) override {
     return Read("ListTrials", ctx, [&] { return AnswerListTrials(*req, resp); });
   }
+  grpc::Status ListChangePoints(grpc::ServerContext* ctx, const v1::ListChangePointsRequest* req,
+                                v1::ListChangePointsResponse* resp) override {
+    return Read("ListChangePoints", ctx, [&] { return AnswerListChangePoints(*req, resp); });
+  }
+
   grpc::Status ListRegressions(grpc::ServerContext* ctx, const v1::ListRegressionsRequest* req,
                                v1::ListRegressionsResponse* resp) override {
     return Read("ListRegressions", ctx, [&] { return AnswerListRegressions(*req, resp); });
@@ -91,6 +96,7 @@ class TuningServiceImpl final : public v1::TuningService::Service {
   absl::Status AnswerListJobs(const v1::ListJobsRequest& req, v1::ListJobsResponse* resp);
   absl::Status AnswerListTrials(const v1::ListTrialsRequest& req, v1::ListTrialsResponse* resp);
   absl::Status AnswerListRegressions(const v1::ListRegressionsRequest& req, v1::ListRegressionsResponse* resp);
+  absl::Status AnswerListChangePoints(const v1::ListChangePointsRequest& req, v1::ListChangePointsResponse* resp);
   absl::Status AnswerListWorkers(const v1::ListWorkersRequest& req, v1::ListWorkersResponse* resp);
   absl::Status AnswerListAudits(const v1::ListAuditsRequest& req, v1::ListAuditsResponse* resp);
 
@@ -190,6 +196,18 @@ absl::Status TuningServiceImpl::AnswerListRegressions(const v1::ListRegressionsR
   auto regressions = core_->ListRegressions(req.commit(), *limit);
   if (!regressions.ok()) return regressions.status();
   for (const Regression& r : *regressions) RegressionToProto(r, resp->add_regressions());
+  return absl::OkStatus();
+}
+
+absl::Status TuningServiceImpl::AnswerListChangePoints(const v1::ListChangePointsRequest& req,
+                                                       v1::ListChangePointsResponse* resp) {
+  absl::StatusOr<ChangePointFilter> filter = ChangePointFilterFromProto(req);
+  if (!filter.ok()) return filter.status();
+  auto limit = ListLimitFromProto(req.limit(), 1000, 10000);
+  if (!limit.ok()) return limit.status();
+  auto rows = core_->ListChangePoints(*filter, *limit);
+  if (!rows.ok()) return rows.status();
+  for (const ChangePointRow& c : *rows) ChangePointToProto(c, resp->add_change_points());
   return absl::OkStatus();
 }
 

@@ -143,6 +143,37 @@ void RegressionToProto(const Regression& r, v1::Regression* out) {
   out->set_created_unix_ms(r.created_unix_ms);
 }
 
+void ChangePointToProto(const ChangePointRow& c, v1::ChangePoint* out) {
+  out->set_device_class(c.device_class);
+  out->set_suite(c.suite);
+  out->set_problem_key(c.problem_key);
+  out->set_config_key(c.config_key);
+  out->set_commit(c.commit);
+  out->set_position(c.position);
+  out->set_mean_before_us(c.mean_before_us);
+  out->set_mean_after_us(c.mean_after_us);
+  out->set_ratio(c.ratio);
+  out->set_p_value(c.p_value);
+  out->set_direction(c.direction);
+  out->set_detected_unix_ms(c.detected_unix_ms);
+}
+
+absl::StatusOr<ChangePointFilter> ChangePointFilterFromProto(const v1::ListChangePointsRequest& request) {
+  if (!request.device_class().empty()) {
+    if (auto s = ValidateDeviceClass(request.device_class()); !s.ok()) return s;
+  }
+  if (!request.commit().empty()) {
+    if (auto s = ValidateCommit(request.commit()); !s.ok()) return s;
+  }
+  ChangePointFilter filter;
+  filter.device_class = request.device_class();
+  filter.suite = request.suite();
+  filter.problem_key = request.problem_key();
+  filter.config_key = request.config_key();
+  filter.commit = request.commit();
+  return filter;
+}
+
 absl::StatusOr<Regression> RegressionFromProto(const v1::Regression& proto, std::string_view field) {
   if (auto s = ValidateCommit(proto.commit()); !s.ok()) return absl::InvalidArgumentError(Cat(field, ".", s.message()));
   if (auto s = ValidateCommit(proto.baseline_commit()); !s.ok()) {

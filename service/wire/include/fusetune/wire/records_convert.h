@@ -102,6 +102,10 @@ void JobLeaseToProto(const JobLease& lease, v1::LeaseJobResponse* proto);  // se
 
 // ---- regressions
 void RegressionToProto(const Regression& regression, v1::Regression* proto);
+void ChangePointToProto(const ChangePointRow& change_point, v1::ChangePoint* proto);
+// The store filter of a ListChangePointsRequest: InvalidArgument for a malformed device class
+// or commit (the limit is checked by the caller).
+absl::StatusOr<ChangePointFilter> ChangePointFilterFromProto(const v1::ListChangePointsRequest& request);
 
 // One verdict as sent (`field` names it in messages, e.g. "regressions[3]"): the store's
 // rules (ValidateRegression: non-empty commits, device class, keys and metric, a verdict of
