@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   AddAuditCommand(app, context);
   AddBenchServeCommand(app, context);
   AddRegressCommand(app, context);
+  AddHistoryCommand(app, context);
 #ifdef FUSETUNE_WITH_SERVICE
   AddWorkerCommand(app, context);
   AddServeCommand(app, context);
