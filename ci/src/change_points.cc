@@ -288,7 +288,7 @@ absl::StatusOr<ChangePointResult> ChangePointDetector::Result() const {
       const Candidate& w = evaluated[weakest];
       // The largest p-value goes first; then the smallest change; then the later index.
       if (c.p_value > w.p_value ||
-          (c.p_value == w.p_value && std::fabs(c.relative_change) >= std::fabs(w.relative_change))) {
+          (c.p_value == w.p_value && std::fabs(c.relative_change) <= std::fabs(w.relative_change))) {
         weakest = static_cast<int>(k);
       }
     }

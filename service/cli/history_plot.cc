@@ -5,26 +5,13 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "fusetune/regress/junit.h"
 
 namespace fusetune::cli {
 namespace {
 
 constexpr double kWidth = 900, kHeight = 400;
 constexpr double kLeft = 70, kRight = 20, kTop = 40, kBottom = 40;
-
-std::string EscapeXml(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -46,7 +33,7 @@ std::string HistorySvg(const std::string& title, const std::vector<double>& valu
       "font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
       "<text x=\"{2}\" y=\"20\" font-size=\"14\">{3}</text>\n",
-      kWidth, kHeight, kLeft, EscapeXml(title));
+      kWidth, kHeight, kLeft, regress::XmlEscape(title));
   svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", kLeft, kTop,
                      kTop + plot_h);
   svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n", kLeft,
@@ -60,7 +47,7 @@ std::string HistorySvg(const std::string& title, const std::vector<double>& valu
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"red\" stroke-dasharray=\"4 3\"/>\n"
         "<text x=\"{3:.1f}\" y=\"{4}\" fill=\"red\">{5}</text>\n",
-        x, kTop, kTop + plot_h, x + 3, kTop + 12, EscapeXml(c.label));
+        x, kTop, kTop + plot_h, x + 3, kTop + 12, regress::XmlEscape(c.label));
   }
   svg += "<polyline fill=\"none\" stroke=\"steelblue\" stroke-width=\"1.5\" points=\"";
   for (size_t i = 0; i < values_us.size(); ++i) {
