@@ -65,9 +65,68 @@ std::string UtcMinute(int64_t unix_ms) {
 
 std::string ShortCommit(const std::string& commit) { return commit.substr(0, 12); }
 
+// What the suite's runs hold for the asked-for cell, oldest run first.
+struct CellSamples {
+  struct Run {
+    const RunInfo* run = nullptr;
+    std::map<std::string, std::vector<double>> blocks_by_config;  // the matching cells' block medians
+  };
+  std::vector<Run> runs;
+  std::set<std::string> known_cells;     // every "problem config" of the suite
+  std::set<std::string> configs;         // the configs that match the asked-for cell
+  std::set<std::string> device_classes;  // of the runs holding a matching cell
+};
+
+absl::StatusOr<CellSamples> CollectCellSamples(Store& store, const std::vector<RunInfo>& runs_oldest_first,
+                                               const std::string& suite, const std::string& problem_key,
+                                               const std::string& config_key) {
+  CellSamples out;
+  for (const RunInfo& run : runs_oldest_first) {
+    absl::StatusOr<std::vector<BenchCell>> cells = store.ListBenchCells(run.run_id);
+    if (!cells.ok()) return cells.status();
+    CellSamples::Run samples{&run, {}};
+    for (const BenchCell& c : *cells) {
+      if (c.suite != suite) continue;
+      out.known_cells.insert(c.problem_key + " " + c.config_key);
+      if (c.problem_key != problem_key || (!config_key.empty() && c.config_key != config_key)) continue;
+      if (c.outcome != TrialOutcome::kOk || c.blocks.empty()) continue;
+      out.configs.insert(c.config_key);
+      out.device_classes.insert(run.device.DeviceClass());
+      const std::vector<double> blocks = c.SamplesUs();
+      std::vector<double>& into = samples.blocks_by_config[c.config_key];
+      into.insert(into.end(), blocks.begin(), blocks.end());
+    }
+    out.runs.push_back(std::move(samples));
+  }
+  return out;
+}
+
+// kExitUsage (after printing why) unless the samples name exactly one config on one device
+// class; kExitOk otherwise.
+int CheckOneCell(const HistoryFlags& f, const std::string& problem_key, const CellSamples& samples) {
+  const std::string cmd = "history";
+  if (samples.configs.empty()) {
+    std::vector<std::string> listed(samples.known_cells.begin(), samples.known_cells.end());
+    if (listed.size() > kCellsListed) listed.resize(kCellsListed);
+    return UsageError(cmd, fmt::format("suite '{}' has no measured cell '{}'; its cells ({} in all): {}", f.suite,
+                                       f.cell, samples.known_cells.size(), fmt::join(listed, "; ")));
+  }
+  if (samples.configs.size() > 1) {
+    return UsageError(cmd, fmt::format("problem '{}' has several configs in suite '{}': {}; name one in "
+                                       "--cell 'PROBLEM_KEY CONFIG_KEY'",
+                                       problem_key, f.suite, fmt::join(samples.configs, ", ")));
+  }
+  if (samples.device_classes.size() > 1) {
+    return UsageError(cmd, fmt::format("the cell was measured on several device classes: {}; choose one "
+                                       "with --device-class",
+                                       fmt::join(samples.device_classes, ", ")));
+  }
+  return kExitOk;
+}
+
 // Reads the cell's history. Sets *exit_code and returns nullopt (after printing why) when
 // there are no bench runs (kExitNotFound), the cell is unknown or ambiguous, or the runs
-// span several device classes without --device-class (kExitUsage).
+// span several device classes without --device-class (kExitUsage), or the store fails.
 std::optional<CellHistory> ReadHistory(Store& store, const HistoryFlags& f, const std::string& problem_key,
                                        const std::string& config_key, int* exit_code) {
   const std::string cmd = "history";
@@ -83,61 +142,21 @@ std::optional<CellHistory> ReadHistory(Store& store, const HistoryFlags& f, cons
     return std::nullopt;
   }
   std::reverse(runs->begin(), runs->end());  // oldest first
+  absl::StatusOr<CellSamples> samples = CollectCellSamples(store, *runs, f.suite, problem_key, config_key);
+  if (!samples.ok()) {
+    *exit_code = Failure(cmd, std::string(samples.status().message()));
+    return std::nullopt;
+  }
+  *exit_code = CheckOneCell(f, problem_key, *samples);
+  if (*exit_code != kExitOk) return std::nullopt;
   CellHistory history;
   history.problem_key = problem_key;
-  std::set<std::string> known_cells, configs, device_classes;
-  // Per run, the block medians of the matching cells, by config.
-  struct RunSamples {
-    const RunInfo* run;
-    std::map<std::string, std::vector<double>> by_config;
-  };
-  std::vector<RunSamples> samples;
-  for (const RunInfo& run : *runs) {
-    absl::StatusOr<std::vector<BenchCell>> cells = store.ListBenchCells(run.run_id);
-    if (!cells.ok()) {
-      *exit_code = Failure(cmd, std::string(cells.status().message()));
-      return std::nullopt;
-    }
-    RunSamples rs{&run, {}};
-    for (const BenchCell& c : *cells) {
-      if (c.suite != f.suite) continue;
-      known_cells.insert(c.problem_key + " " + c.config_key);
-      if (c.problem_key != problem_key || (!config_key.empty() && c.config_key != config_key)) continue;
-      if (c.outcome != TrialOutcome::kOk || c.blocks.empty()) continue;
-      configs.insert(c.config_key);
-      device_classes.insert(run.device.DeviceClass());
-      std::vector<double> blocks = c.SamplesUs();
-      std::vector<double>& into = rs.by_config[c.config_key];
-      into.insert(into.end(), blocks.begin(), blocks.end());
-    }
-    samples.push_back(std::move(rs));
-  }
-  if (configs.empty()) {
-    std::vector<std::string> listed(known_cells.begin(), known_cells.end());
-    if (listed.size() > kCellsListed) listed.resize(kCellsListed);
-    std::string message = fmt::format("suite '{}' has no measured cell '{}'; its cells ({} in all): {}", f.suite,
-                                      f.cell, known_cells.size(), fmt::join(listed, "; "));
-    *exit_code = UsageError(cmd, message);
-    return std::nullopt;
-  }
-  if (configs.size() > 1) {
-    *exit_code = UsageError(cmd, fmt::format("problem '{}' has several configs in suite '{}': {}; name one in "
-                                             "--cell 'PROBLEM_KEY CONFIG_KEY'",
-                                             problem_key, f.suite, fmt::join(configs, ", ")));
-    return std::nullopt;
-  }
-  if (device_classes.size() > 1) {
-    *exit_code = UsageError(cmd, fmt::format("the cell was measured on several device classes: {}; choose one "
-                                             "with --device-class",
-                                             fmt::join(device_classes, ", ")));
-    return std::nullopt;
-  }
-  history.config_key = *configs.begin();
-  history.device_class = *device_classes.begin();
-  for (RunSamples& rs : samples) {
-    auto it = rs.by_config.find(history.config_key);
-    if (it == rs.by_config.end()) continue;
-    history.points.push_back({rs.run->run_id, rs.run->commit, rs.run->finished_unix_ms,
+  history.config_key = *samples->configs.begin();
+  history.device_class = *samples->device_classes.begin();
+  for (CellSamples::Run& r : samples->runs) {
+    auto it = r.blocks_by_config.find(history.config_key);
+    if (it == r.blocks_by_config.end()) continue;
+    history.points.push_back({r.run->run_id, r.run->commit, r.run->finished_unix_ms,
                               regress::Median(std::move(it->second))});
   }
   return history;
