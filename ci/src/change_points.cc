@@ -163,6 +163,34 @@ bool Fails(const Candidate& c, const ChangePointOptions& options) {
   return !(c.p_value <= options.max_p_value) || std::fabs(c.relative_change) < options.min_relative_change;
 }
 
+// Removes the weakest failing candidate (the largest p-value, then the smallest change, then
+// the later index) until every one passes against its neighbours; returns the survivors,
+// evaluated. O(k) O(1) evaluations per round, at most k rounds.
+std::vector<Candidate> PruneCandidates(const PrefixSums& sums, std::vector<int> indices, int n,
+                                       const ChangePointOptions& options) {
+  std::vector<Candidate> evaluated;
+  while (true) {
+    evaluated.clear();
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const int previous = k == 0 ? 0 : indices[k - 1];
+      const int next = k + 1 == indices.size() ? n : indices[k + 1];
+      evaluated.push_back(Evaluate(sums, previous, indices[k], next, options.min_segment));
+    }
+    int weakest = -1;
+    for (size_t k = 0; k < evaluated.size(); ++k) {
+      if (!Fails(evaluated[k], options)) continue;
+      const Candidate& c = evaluated[k];
+      if (weakest < 0 || c.p_value > evaluated[weakest].p_value ||
+          (c.p_value == evaluated[weakest].p_value &&
+           std::fabs(c.relative_change) <= std::fabs(evaluated[weakest].relative_change))) {
+        weakest = static_cast<int>(k);
+      }
+    }
+    if (weakest < 0) return evaluated;
+    indices.erase(indices.begin() + weakest);
+  }
+}
+
 }  // namespace
 
 absl::Status ValidateChangePointOptions(const ChangePointOptions& options) {
@@ -268,35 +296,9 @@ absl::StatusOr<ChangePointResult> ChangePointDetector::Result() const {
   for (const auto& [start, splits] : window_splits_) unique.insert(splits.begin(), splits.end());
   std::vector<int> indices(unique.begin(), unique.end());
   const PrefixSums sums(values_);
-  // Prune the weakest failing candidate until all pass: O(k) evaluations per round.
-  std::vector<Candidate> evaluated;
-  while (true) {
-    evaluated.clear();
-    for (size_t k = 0; k < indices.size(); ++k) {
-      const int previous = k == 0 ? 0 : indices[k - 1];
-      const int next = k + 1 == indices.size() ? n : indices[k + 1];
-      evaluated.push_back(Evaluate(sums, previous, indices[k], next, options_.min_segment));
-    }
-    int weakest = -1;
-    for (size_t k = 0; k < evaluated.size(); ++k) {
-      if (!Fails(evaluated[k], options_)) continue;
-      if (weakest < 0) {
-        weakest = static_cast<int>(k);
-        continue;
-      }
-      const Candidate& c = evaluated[k];
-      const Candidate& w = evaluated[weakest];
-      // The largest p-value goes first; then the smallest change; then the later index.
-      if (c.p_value > w.p_value ||
-          (c.p_value == w.p_value && std::fabs(c.relative_change) >= std::fabs(w.relative_change))) {
-        weakest = static_cast<int>(k);
-      }
-    }
-    if (weakest < 0) break;
-    indices.erase(indices.begin() + weakest);
-  }
+  const std::vector<Candidate> kept = PruneCandidates(sums, std::move(indices), n, options_);
   ChangePointResult result;
-  for (const Candidate& c : evaluated) {
+  for (const Candidate& c : kept) {
     ChangePoint cp;
     cp.index = c.index;
     cp.commit = points_[c.index].commit;
@@ -307,8 +309,8 @@ absl::StatusOr<ChangePointResult> ChangePointDetector::Result() const {
     cp.direction = c.relative_change > 0 ? ChangeDirection::kSlower : ChangeDirection::kFaster;
     result.change_points.push_back(std::move(cp));
   }
-  if (!indices.empty()) {
-    result.cumulative_change = sums.Stats(indices.back(), n).mean / sums.Stats(0, indices.front()).mean - 1;
+  if (!kept.empty()) {
+    result.cumulative_change = sums.Stats(kept.back().index, n).mean / sums.Stats(0, kept.front().index).mean - 1;
   }
   return result;
 }

@@ -61,6 +61,7 @@ void AddAuditCommand(CLI::App& app, CommandContext& context);  // audit_command.
 void AddBenchServeCommand(CLI::App& app, CommandContext& context);  // bench_serve_command.cc
 void AddRegressCommand(CLI::App& app, CommandContext& context);     // regress_command.cc
 void AddBisectCommand(CLI::App& app, CommandContext& context);      // bisect_command.cc (bisect, bisect-step)
+void AddHistoryCommand(CLI::App& app, CommandContext& context);     // history_command.cc
 // Service commands (FUSETUNE_WITH_SERVICE builds only).
 void AddWorkerCommand(CLI::App& app, CommandContext& context);  // worker_command.cc
 void AddServeCommand(CLI::App& app, CommandContext& context);   // serve_command.cc

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   AddBenchServeCommand(app, context);
   AddRegressCommand(app, context);
   AddBisectCommand(app, context);
+  AddHistoryCommand(app, context);
 #ifdef FUSETUNE_WITH_SERVICE
   AddWorkerCommand(app, context);
   AddServeCommand(app, context);

@@ -1,0 +1,188 @@
+// `fusetune history` as a user runs it: a database holding 40 bench runs of a suite (written
+// through the Store, one run per commit) with a planted 5 % step in one cell; the step's
+// commit reported, the SVG written, the change points recorded, and bad input refused.
+#include <sqlite3.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/subprocess.h"
+#include "fusetune/db/store.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace fusetune {
+namespace {
+
+using testing::CommandResult;
+using testing::ReadFile;
+using testing::RunCommand;
+using testing::TempDir;
+
+constexpr char kSuite[] = "tiny";
+constexpr char kProblem[] = "prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32";
+constexpr char kFused[] = "fused/bm16/bs16/t1/fp32/st1";
+constexpr char kMaterialized[] = "materialized/bm16/bs16/t1/fp32/st1";
+constexpr int kRuns = 40;
+constexpr int kStepAt = 25;  // the first run of the slower build
+
+CommandResult Fusetune(std::vector<std::string> args) {
+  args.insert(args.begin(), FUSETUNE_BINARY);
+  return RunCommand(args, 120);
+}
+
+std::string CommitOf(int i) { return absl::StrFormat("%08x%032d", 0xc0ffee00 + i, i); }
+
+DeviceInfo TestDevice() {
+  DeviceInfo d;
+  d.backend = "cpu";
+  d.name = "Test CPU";
+  d.arch = "x86_64-avx2";
+  d.sm_count = 2;
+  d.driver = "none";
+  return d;
+}
+
+// Block medians with a seeded lognormal spread of 0.3 %.
+BenchCell Cell(const std::string& config, const std::string& role, double median_us, std::mt19937_64& rng) {
+  BenchCell c;
+  c.suite = kSuite;
+  c.problem_key = kProblem;
+  c.problem_json = R"({"kind":"prefill","q_lens":[64],"k_lens":[64]})";
+  c.config_key = config;
+  c.role = role;
+  std::normal_distribution<double> normal(0.0, 0.003);
+  for (int b = 0; b < 6; ++b) c.blocks.push_back({20, median_us * std::exp(normal(rng)), {}, {}, false});
+  return c;
+}
+
+// kRuns finished bench runs, one per commit, oldest first; the fused cell 5 % slower from run
+// kStepAt on, the materialized cell flat.
+void WriteHistory(const std::string& db) {
+  auto store = Store::Open(db);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < kRuns; ++i) {
+    RunInfo info;
+    info.commit = CommitOf(i);
+    info.host = "testhost";
+    info.device = TestDevice();
+    info.tool_version = "0.1.0";
+    info.label = "bench:tiny";
+    info.started_unix_ms = 1700000000000 + i * 60000;
+    auto run = (*store)->BeginRun(info);
+    ASSERT_TRUE(run.ok()) << run.status();
+    ASSERT_TRUE((*store)
+                    ->RecordBenchCells(*run, {Cell(kFused, "best", i < kStepAt ? 100.0 : 105.0, rng),
+                                              Cell(kMaterialized, "materialized", 300.0, rng)})
+                    .ok());
+    ASSERT_TRUE((*store)->FinishRun(*run).ok());
+  }
+}
+
+int64_t Count(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  int64_t n = -1;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* s = nullptr;
+    if (sqlite3_prepare_v2(h, sql.c_str(), -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+      n = sqlite3_column_int64(s, 0);
+    }
+    sqlite3_finalize(s);
+  }
+  sqlite3_close(h);
+  return n;
+}
+
+const std::string kCell = std::string(kProblem) + " " + kFused;
+
+TEST(History, ReportsThePlantedStepsCommitAndWritesThePlot) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  WriteHistory(db);
+  const std::string svg = dir.File("history.svg");
+  CommandResult r = Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kCell, "--plot", svg});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find(CommitOf(kStepAt).substr(0, 12) + " "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("<- slower +"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 change point(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("commit " + CommitOf(kStepAt)), std::string::npos) << r.out;
+  const std::string plot = ReadFile(svg);
+  EXPECT_EQ(plot.rfind("<svg", 0), 0u) << plot.substr(0, 80);
+  EXPECT_NE(plot.find("<polyline"), std::string::npos);
+  EXPECT_NE(plot.find(CommitOf(kStepAt).substr(0, 7)), std::string::npos);
+  EXPECT_NE(plot.find("</svg>"), std::string::npos);
+  // Read-only by default: nothing recorded.
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM change_points"), 0);
+}
+
+TEST(History, JsonHasTheSeriesAndTheChangePoint) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  WriteHistory(db);
+  CommandResult r = Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kCell, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.at("series").size(), static_cast<size_t>(kRuns));
+  EXPECT_EQ(j.at("series")[0].at("commit"), CommitOf(0));
+  ASSERT_EQ(j.at("change_points").size(), 1u);
+  const nlohmann::json& cp = j.at("change_points")[0];
+  EXPECT_EQ(cp.at("commit"), CommitOf(kStepAt));
+  EXPECT_EQ(cp.at("index"), kStepAt);
+  EXPECT_EQ(cp.at("direction"), "slower");
+  EXPECT_NEAR(cp.at("relative_change").get<double>(), 0.05, 0.005);
+  EXPECT_LE(cp.at("p_value").get<double>(), 0.001);
+}
+
+TEST(History, RecordStoresTheChangePointsReplacingEarlierOnes) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  WriteHistory(db);
+  for (int i = 0; i < 2; ++i) {
+    CommandResult r = Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kCell, "--record"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM change_points"), 1);
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM change_points WHERE commit_hash = '" + CommitOf(kStepAt) +
+                          "' AND position = 25 AND direction = 'slower' AND suite = 'tiny'"),
+            1);
+}
+
+TEST(History, AFlatCellHasNoChangePoints) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  WriteHistory(db);
+  CommandResult r = Fusetune(
+      {"history", "--db", db, "--suite", kSuite, "--cell", std::string(kProblem) + " " + kMaterialized});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("0 change point(s)"), std::string::npos) << r.out;
+}
+
+TEST(History, BadInputIsRefused) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  WriteHistory(db);
+  CommandResult unknown = Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", "prefill/nope"});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
+  EXPECT_NE(unknown.err.find(kCell), std::string::npos) << unknown.err;  // lists what exists
+  CommandResult ambiguous = Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kProblem});
+  EXPECT_EQ(ambiguous.exit_code, 2) << ambiguous.err;
+  EXPECT_NE(ambiguous.err.find(kMaterialized), std::string::npos) << ambiguous.err;
+  CommandResult malformed = Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kCell + " extra"});
+  EXPECT_EQ(malformed.exit_code, 2) << malformed.err;
+  CommandResult no_runs = Fusetune({"history", "--db", db, "--suite", "other", "--cell", kCell});
+  EXPECT_EQ(no_runs.exit_code, 3) << no_runs.err;
+  CommandResult other_device =
+      Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kCell, "--device-class", "cuda/H200/sm90"});
+  EXPECT_EQ(other_device.exit_code, 3) << other_device.err;
+  CommandResult missing = Fusetune({"history", "--db", dir.File("missing.db"), "--suite", kSuite, "--cell", kCell});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir.File("missing.db")));
+}
+
+}  // namespace
+}  // namespace fusetune
