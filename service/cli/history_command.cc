@@ -229,6 +229,12 @@ void PrintHistory(const CellHistory& h, const std::string& suite, const regress:
     std::printf("  at #%d commit %s: %s %+.2f %% (%.3f -> %.3f us), p = %.2g\n", cp.index, cp.commit.c_str(),
                 regress::ChangeDirectionName(cp.direction), 100 * cp.relative_change, cp.mean_before,
                 cp.mean_after, cp.p_value);
+    // Nightlies can be several commits apart: the commit between the two runs is found by bisect.
+    if (cp.index > 0) {
+      std::printf("    find the commit: fusetune bisect --good %s --bad %s --cell '%s %s'%s\n",
+                  h.points[cp.index - 1].commit.c_str(), cp.commit.c_str(), h.problem_key.c_str(),
+                  h.config_key.c_str(), cp.direction == regress::ChangeDirection::kFaster ? " --improvement" : "");
+    }
   }
   if (!result.change_points.empty()) {
     std::printf("cumulative change, first segment to last: %+.2f %%\n", 100 * result.cumulative_change);

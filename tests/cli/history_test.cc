@@ -111,6 +111,9 @@ TEST(History, ReportsThePlantedStepsCommitAndWritesThePlot) {
   EXPECT_NE(r.out.find("<- slower +"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1 change point(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("commit " + CommitOf(kStepAt)), std::string::npos) << r.out;
+  // A change point says how to bisect it: between the last commit before and its own.
+  EXPECT_NE(r.out.find("fusetune bisect --good " + CommitOf(kStepAt - 1) + " --bad " + CommitOf(kStepAt)),
+            std::string::npos) << r.out;
   const std::string plot = ReadFile(svg);
   EXPECT_EQ(plot.rfind("<svg", 0), 0u) << plot.substr(0, 80);
   EXPECT_NE(plot.find("<polyline"), std::string::npos);
