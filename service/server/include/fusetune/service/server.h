@@ -17,13 +17,27 @@
 #define FUSETUNE_SERVICE_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fusetune/db/store.h"
 
 namespace fusetune {
+
+// A change point of one bench cell's per-commit medians, as the metrics export it
+// (fusetune_change_point_unix_ms, a dashboard annotation): the first commit after the change.
+struct ChangePointMark {
+  std::string device_class;
+  std::string suite;
+  std::string problem_key;
+  std::string config_key;
+  std::string role;
+  std::string commit;       // the first commit of the new level
+  int64_t unix_ms = 0;      // when that commit's bench run finished (the annotation's time)
+};
 
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:0";  // host:port; port 0 picks a free one
@@ -44,6 +58,10 @@ struct ServerOptions {
   int max_concurrent_streams = 16;      // ReportTrials streams beyond this: RESOURCE_EXHAUSTED
   int max_receive_message_bytes = 4 << 20;
   int max_threads = 256;                // gRPC sync server thread cap
+  // Read at every gauge refresh to export the stored change points, newest first (the
+  // metrics keep the newest 500, see service/server/README.md); unset: no change-point
+  // series. An error keeps the previous series.
+  std::function<absl::StatusOr<std::vector<ChangePointMark>>(Store&)> list_change_points;
 };
 
 class Server {
