@@ -75,6 +75,7 @@ absl::Status ServerCore::Init() {
   ExpireLeases();
   RefreshIndex();
   RefreshGauges();
+  RefreshHistory();
   return absl::OkStatus();
 }
 
@@ -106,6 +107,7 @@ void ServerCore::RefreshLoop() {
     ExpireLeases();
     RefreshIndex();
     RefreshGauges();
+    RefreshHistory();
     lock.lock();
   }
 }
@@ -145,6 +147,9 @@ void ServerCore::RefreshGauges() {
     metrics_->SetLatestVerdicts(*verdicts);
     metrics_->SetRegressionAnnotations(*verdicts);
   }
+}
+
+void ServerCore::RefreshHistory() {
   if (auto history = ReadBenchHistory(*store_); history.ok()) metrics_->SetBenchHistory(*history);
   if (options_.list_change_points) {
     if (auto marks = options_.list_change_points(*store_); marks.ok()) metrics_->SetChangePoints(*marks);
