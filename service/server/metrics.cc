@@ -55,11 +55,11 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 bool ReplacedGaugeSeries::Set(const prometheus::Labels& labels, double value) {
+  // The cap counts this refresh's series, not the previous one's still awaiting removal: a
+  // full set of old series never crowds out the newest.
+  if (set_.size() >= cap_ && set_.count(labels) == 0) return false;
   auto it = series_.find(labels);
-  if (it == series_.end()) {
-    if (series_.size() >= cap_) return false;
-    it = series_.emplace(labels, &family_->Add(labels)).first;
-  }
+  if (it == series_.end()) it = series_.emplace(labels, &family_->Add(labels)).first;
   it->second->Set(value);
   set_.insert(labels);
   return true;
@@ -343,13 +343,11 @@ void ServiceMetrics::SetRegressionAnnotations(const std::vector<Regression>& new
   std::lock_guard<std::mutex> lock(mu_);
   for (const Regression& r : newest_first) {
     if (r.verdict != "regressed") continue;
-    regression_marks_->Set({{"device_class", r.device_class},
-                            {"problem", r.problem_key},
-                            {"config", r.config_key},
-                            {"metric", r.metric},
-                            {"commit", r.commit},
-                            {"baseline_commit", r.baseline_commit}},
-                           static_cast<double>(r.created_unix_ms));
+    const prometheus::Labels labels{{"device_class", r.device_class}, {"problem", r.problem_key},
+                                    {"config", r.config_key}, {"metric", r.metric},
+                                    {"commit", r.commit}, {"baseline_commit", r.baseline_commit}};
+    // A re-checked commit keeps the time of its newest verdict.
+    if (!regression_marks_->IsSet(labels)) regression_marks_->Set(labels, static_cast<double>(r.created_unix_ms));
   }
   regression_marks_->RemoveUnset();
 }
@@ -357,13 +355,10 @@ void ServiceMetrics::SetRegressionAnnotations(const std::vector<Regression>& new
 void ServiceMetrics::SetChangePoints(const std::vector<ChangePointMark>& newest_first) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const ChangePointMark& c : newest_first) {
-    change_point_marks_->Set({{"device_class", c.device_class},
-                              {"suite", c.suite},
-                              {"problem", c.problem_key},
-                              {"config", c.config_key},
-                              {"role", c.role},
-                              {"commit", c.commit}},
-                             static_cast<double>(c.unix_ms));
+    const prometheus::Labels labels{{"device_class", c.device_class}, {"suite", c.suite},
+                                    {"problem", c.problem_key}, {"config", c.config_key},
+                                    {"role", c.role}, {"commit", c.commit}};
+    if (!change_point_marks_->IsSet(labels)) change_point_marks_->Set(labels, static_cast<double>(c.unix_ms));
   }
   change_point_marks_->RemoveUnset();
 }

@@ -94,9 +94,11 @@ struct BenchHistoryRun {
 class ReplacedGaugeSeries {
  public:
   ReplacedGaugeSeries(prometheus::Family<prometheus::Gauge>* family, size_t cap) : family_(family), cap_(cap) {}
-  // Sets the series `labels` to `value`; false (nothing set) when it is new and `cap` series
-  // exist already.
+  // Sets the series `labels` to `value`; false (nothing set) when `cap` other series were set
+  // since the last RemoveUnset (so at most 2 * cap exist, for the length of one refresh).
   bool Set(const prometheus::Labels& labels, double value);
+  // Whether `labels` was set since the last RemoveUnset.
+  bool IsSet(const prometheus::Labels& labels) const { return set_.count(labels) != 0; }
   // Removes the series not set since the previous call.
   void RemoveUnset();
 

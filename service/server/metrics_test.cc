@@ -1,6 +1,10 @@
 #include "metrics.h"
 
+#include <map>
+
 #include "gtest/gtest.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
 
 namespace fusetune {
 namespace {
@@ -183,13 +187,16 @@ TEST(ServiceMetrics, AnnotationSeriesCarryTheirTimeAsValue) {
   ASSERT_TRUE(metrics.ok());
   Regression regressed = Verdict("fused/a", "regressed", 1.07);
   regressed.created_unix_ms = 1700000123456;
-  (*metrics)->SetRegressionAnnotations({regressed, Verdict("fused/b", "same", 1.0)});
+  Regression older = regressed;  // the same commit checked before: the newest time stays
+  older.created_unix_ms = 1600000000000;
+  (*metrics)->SetRegressionAnnotations({regressed, Verdict("fused/b", "same", 1.0), older});
   (*metrics)->SetChangePoints({{"cpu/X/y", "nightly", "p", "fused/a", "best", "c0ffee", 1700000000001}});
   std::string text = (*metrics)->Serialize();
   EXPECT_NE(text.find("fusetune_regression_detected_unix_ms{baseline_commit=\"abc123\",commit=\"c0ffee\",config=\"fused/a\""),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("} 1700000123456"), std::string::npos) << text;
+  EXPECT_EQ(text.find("1600000000000"), std::string::npos) << text;
   EXPECT_EQ(text.find("fusetune_regression_detected_unix_ms{baseline_commit=\"abc123\",commit=\"c0ffee\",config=\"fused/b\""),
             std::string::npos);  // only regressed verdicts are marked
   EXPECT_NE(text.find("role=\"best\",suite=\"nightly\"} 1700000000001"), std::string::npos) << text;
@@ -198,6 +205,26 @@ TEST(ServiceMetrics, AnnotationSeriesCarryTheirTimeAsValue) {
   text = (*metrics)->Serialize();
   EXPECT_EQ(text.find("fusetune_change_point_unix_ms{"), std::string::npos);
   EXPECT_EQ(text.find("fusetune_regression_detected_unix_ms{"), std::string::npos);
+}
+
+TEST(ReplacedGaugeSeries, TheCapCountsThisRefreshSoTheNewestReplaceTheOldest) {
+  prometheus::Registry registry;
+  auto& family = prometheus::BuildGauge().Name("t").Help("t").Register(registry);
+  ReplacedGaugeSeries series(&family, 2);
+  EXPECT_TRUE(series.Set({{"k", "a"}}, 1));
+  EXPECT_TRUE(series.Set({{"k", "b"}}, 2));
+  EXPECT_FALSE(series.Set({{"k", "c"}}, 3));
+  EXPECT_TRUE(series.Set({{"k", "a"}}, 4));  // already set in this refresh
+  series.RemoveUnset();
+  // The next refresh: two new series, though two old ones exist until RemoveUnset.
+  EXPECT_TRUE(series.Set({{"k", "d"}}, 5));
+  EXPECT_TRUE(series.Set({{"k", "e"}}, 6));
+  series.RemoveUnset();
+  auto collected = registry.Collect();
+  ASSERT_EQ(collected.size(), 1u);
+  std::map<std::string, double> values;
+  for (const auto& m : collected[0].metric) values[m.label.at(0).value] = m.gauge.value;
+  EXPECT_EQ(values, (std::map<std::string, double>{{"d", 5}, {"e", 6}}));
 }
 
 }  // namespace
