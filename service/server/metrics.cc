@@ -352,13 +352,22 @@ void ServiceMetrics::SetRegressionAnnotations(const std::vector<Regression>& new
   regression_marks_->RemoveUnset();
 }
 
-void ServiceMetrics::SetChangePoints(const std::vector<ChangePointMark>& newest_first) {
+void ServiceMetrics::SetChangePoints(const std::vector<ChangePointMark>& newest_first,
+                                     const std::vector<BenchHistoryRun>& history) {
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> finished;  // (class, suite, commit)
+  for (const BenchHistoryRun& h : history) finished[{h.device_class, h.suite, h.run.commit}] = h.run.finished_unix_ms;
   std::lock_guard<std::mutex> lock(mu_);
   for (const ChangePointMark& c : newest_first) {
+    int64_t unix_ms = c.unix_ms;
+    if (unix_ms == 0) {
+      auto it = finished.find({c.device_class, c.suite, c.commit});
+      if (it == finished.end()) continue;
+      unix_ms = it->second;
+    }
     const prometheus::Labels labels{{"device_class", c.device_class}, {"suite", c.suite},
                                     {"problem", c.problem_key}, {"config", c.config_key},
-                                    {"role", c.role}, {"commit", c.commit}};
-    if (!change_point_marks_->IsSet(labels)) change_point_marks_->Set(labels, static_cast<double>(c.unix_ms));
+                                    {"commit", c.commit}, {"direction", c.direction}};
+    if (!change_point_marks_->IsSet(labels)) change_point_marks_->Set(labels, static_cast<double>(unix_ms));
   }
   change_point_marks_->RemoveUnset();
 }

@@ -35,7 +35,7 @@
 // Annotations (the value is a Unix-ms timestamp, for Grafana's "series value as timestamp"):
 //   fusetune_regression_detected_unix_ms{device_class,problem,config,metric,commit,baseline_commit}
 //       gauge: when a "regressed" verdict was recorded; the newest kMaxAnnotationSeries
-//   fusetune_change_point_unix_ms{device_class,suite,problem,config,role,commit}  gauge:
+//   fusetune_change_point_unix_ms{device_class,suite,problem,config,commit,direction}  gauge:
 //       when the first run of the changed level finished; the newest kMaxAnnotationSeries
 // Every RPC counter series (each method of the services times each gRPC code) and every
 // method's latency histogram exists from start-up at 0: a rate() over a series that appears
@@ -137,8 +137,10 @@ class ServiceMetrics {
   // Replaces fusetune_regression_detected_unix_ms with the "regressed" rows among
   // `newest_first` (Store::ListRegressions' order), the first kMaxAnnotationSeries.
   void SetRegressionAnnotations(const std::vector<Regression>& newest_first);
-  // Replaces fusetune_change_point_unix_ms with `newest_first`, the first kMaxAnnotationSeries.
-  void SetChangePoints(const std::vector<ChangePointMark>& newest_first);
+  // Replaces fusetune_change_point_unix_ms with `newest_first`, the first kMaxAnnotationSeries;
+  // a mark without a time (unix_ms 0) takes the finish time of its commit's run in `history`
+  // (what SetBenchHistory exported) and is left out when it has none there.
+  void SetChangePoints(const std::vector<ChangePointMark>& newest_first, const std::vector<BenchHistoryRun>& history);
 
   // The text exposition of every series (what /metrics serves); for tests.
   std::string Serialize() const;

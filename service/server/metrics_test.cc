@@ -190,7 +190,11 @@ TEST(ServiceMetrics, AnnotationSeriesCarryTheirTimeAsValue) {
   Regression older = regressed;  // the same commit checked before: the newest time stays
   older.created_unix_ms = 1600000000000;
   (*metrics)->SetRegressionAnnotations({regressed, Verdict("fused/b", "same", 1.0), older});
-  (*metrics)->SetChangePoints({{"cpu/X/y", "nightly", "p", "fused/a", "best", "c0ffee", 1700000000001}});
+  // A mark's own time, or its commit's run's finish time; none without that run.
+  (*metrics)->SetChangePoints({{"cpu/X/y", "nightly", "p", "fused/a", "c0ffee", "slower", 1700000000001},
+                               {"cpu/X/y", "nightly", "p", "fused/a", "c2", "faster", 0},
+                               {"cpu/X/y", "nightly", "p", "fused/a", "c9", "faster", 0}},
+                              {HistoryRun("c2", 0, 10)});
   std::string text = (*metrics)->Serialize();
   EXPECT_NE(text.find("fusetune_regression_detected_unix_ms{baseline_commit=\"abc123\",commit=\"c0ffee\",config=\"fused/a\""),
             std::string::npos)
@@ -199,8 +203,13 @@ TEST(ServiceMetrics, AnnotationSeriesCarryTheirTimeAsValue) {
   EXPECT_EQ(text.find("1600000000000"), std::string::npos) << text;
   EXPECT_EQ(text.find("fusetune_regression_detected_unix_ms{baseline_commit=\"abc123\",commit=\"c0ffee\",config=\"fused/b\""),
             std::string::npos);  // only regressed verdicts are marked
-  EXPECT_NE(text.find("role=\"best\",suite=\"nightly\"} 1700000000001"), std::string::npos) << text;
-  (*metrics)->SetChangePoints({});
+  EXPECT_NE(text.find("direction=\"slower\",problem=\"p\",suite=\"nightly\"} 1700000000001"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_change_point_unix_ms{commit=\"c2\",config=\"fused/a\",device_class=\"cpu/X/y\","
+                      "direction=\"faster\",problem=\"p\",suite=\"nightly\"} 1700000000000"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("commit=\"c9\""), std::string::npos) << text;
+  (*metrics)->SetChangePoints({}, {});
   (*metrics)->SetRegressionAnnotations({});
   text = (*metrics)->Serialize();
   EXPECT_EQ(text.find("fusetune_change_point_unix_ms{"), std::string::npos);

@@ -62,7 +62,7 @@ TEST(ServerBenchHistory, KeepsTheNewestRunOfTheLastCommitsPerDeviceClassAndSuite
   options.token = kToken;
   options.refresh_ms = 3600 * 1000;  // the series seen here are the start-up refresh's
   options.list_change_points = [](Store&) -> absl::StatusOr<std::vector<ChangePointMark>> {
-    return std::vector<ChangePointMark>{{"cpu/A/x86_64", "nightly", kProblem, kConfig, "best", "commit9", 1700000000000}};
+    return std::vector<ChangePointMark>{{Device("A").DeviceClass(), "nightly", kProblem, kConfig, "commit9", "slower", 0}};
   };
   auto server = Server::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();

@@ -150,9 +150,11 @@ void ServerCore::RefreshGauges() {
 }
 
 void ServerCore::RefreshHistory() {
-  if (auto history = ReadBenchHistory(*store_); history.ok()) metrics_->SetBenchHistory(*history);
+  absl::StatusOr<std::vector<BenchHistoryRun>> history = ReadBenchHistory(*store_);
+  if (!history.ok()) return;  // keep the previous series; the change points need the history's times
+  metrics_->SetBenchHistory(*history);
   if (options_.list_change_points) {
-    if (auto marks = options_.list_change_points(*store_); marks.ok()) metrics_->SetChangePoints(*marks);
+    if (auto marks = options_.list_change_points(*store_); marks.ok()) metrics_->SetChangePoints(*marks, *history);
   }
 }
 

@@ -27,16 +27,19 @@
 
 namespace fusetune {
 
-// A change point of one bench cell's per-commit medians, as the metrics export it
-// (fusetune_change_point_unix_ms, a dashboard annotation): the first commit after the change.
+// A change point of one bench cell's per-commit medians (a cell's history is identified by
+// device class, suite, problem and config), as the metrics export it
+// (fusetune_change_point_unix_ms, a dashboard annotation).
 struct ChangePointMark {
   std::string device_class;
   std::string suite;
   std::string problem_key;
   std::string config_key;
-  std::string role;
-  std::string commit;       // the first commit of the new level
-  int64_t unix_ms = 0;      // when that commit's bench run finished (the annotation's time)
+  std::string commit;     // the first commit of the new level
+  std::string direction;  // "slower" or "faster"
+  // The annotation's time (Unix ms). 0: when the commit's bench run finished, looked up in the
+  // exported bench history; the mark is left out when that commit is not in it.
+  int64_t unix_ms = 0;
 };
 
 struct ServerOptions {
