@@ -127,10 +127,6 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                       .Name("fusetune_best_run_id")
                       .Help("Run that measured the best config")
                       .Register(r);
-  m->regression_ratio_ = &prometheus::BuildGauge()
-                              .Name("fusetune_regression_ratio")
-                              .Help("Newest regression verdict per compared cell: its ratio new / baseline")
-                              .Register(r);
   m->regressions_latest_ = &prometheus::BuildGauge()
                                 .Name("fusetune_regressions_latest")
                                 .Help("Compared cells by their newest verdict")
@@ -144,6 +140,8 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
   auto replaced = [&](const char* name, const char* help, size_t cap) {
     return std::make_unique<ReplacedGaugeSeries>(&Gauges(r, name, help), cap);
   };
+  m->verdict_ratio_ = replaced("fusetune_regression_ratio",
+                               "Newest regression verdict per compared cell: its ratio new / baseline", kMaxShapeSeries);
   m->run_position_ = replaced("fusetune_bench_run_position",
                               "Kept bench runs per device class and suite: 0 = the newest commit's run", kMaxHistorySeries);
   m->run_finished_ = replaced("fusetune_bench_run_finished_unix_ms", "When a kept bench run finished, Unix ms",
@@ -258,36 +256,19 @@ void ServiceMetrics::SetBestConfigs(const std::vector<BestConfig>& best) {
 
 void ServiceMetrics::SetLatestVerdicts(const std::vector<Regression>& newest_first) {
   std::lock_guard<std::mutex> lock(mu_);
-  // Updated in place and pruned after, as the shape series are: a scrape during a refresh
-  // never sees a cell's series missing.
   std::set<std::tuple<std::string, std::string, std::string, std::string>> cells;
-  std::set<VerdictSeriesKey> current;
   std::map<std::string, int64_t> by_verdict;
   for (const Regression& r : newest_first) {
     if (!cells.emplace(r.device_class, r.problem_key, r.config_key, r.metric).second) continue;  // older
     ++by_verdict[r.verdict];
-    VerdictSeriesKey key{r.device_class, r.problem_key, r.config_key, r.metric, r.verdict};
-    auto it = verdict_series_.find(key);
-    if (it == verdict_series_.end()) {
-      if (verdict_series_.size() >= kMaxShapeSeries) continue;
-      prometheus::Gauge& g = regression_ratio_->Add({{"device_class", r.device_class},
-                                                     {"problem", r.problem_key},
-                                                     {"config", r.config_key},
-                                                     {"metric", r.metric},
-                                                     {"verdict", r.verdict}});
-      it = verdict_series_.emplace(key, &g).first;
-    }
-    it->second->Set(r.ratio);
-    current.insert(std::move(key));
+    verdict_ratio_->Set({{"device_class", r.device_class},
+                         {"problem", r.problem_key},
+                         {"config", r.config_key},
+                         {"metric", r.metric},
+                         {"verdict", r.verdict}},
+                        r.ratio);
   }
-  for (auto it = verdict_series_.begin(); it != verdict_series_.end();) {
-    if (current.count(it->first) == 0) {
-      regression_ratio_->Remove(it->second);
-      it = verdict_series_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  verdict_ratio_->RemoveUnset();
   for (std::string_view verdict : kRegressionVerdicts) {
     regressions_latest_->Add({{"verdict", std::string(verdict)}}).Set(static_cast<double>(by_verdict[std::string(verdict)]));
   }

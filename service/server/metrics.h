@@ -55,7 +55,6 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -171,7 +170,6 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Gauge>* best_error_ = nullptr;
   prometheus::Family<prometheus::Gauge>* best_run_ = nullptr;
   prometheus::Gauge* best_dropped_ = nullptr;
-  prometheus::Family<prometheus::Gauge>* regression_ratio_ = nullptr;
   prometheus::Family<prometheus::Gauge>* regressions_latest_ = nullptr;
   prometheus::Gauge* history_dropped_ = nullptr;
 
@@ -184,9 +182,8 @@ class ServiceMetrics {
   std::mutex mu_;  // guards the maps below (Family::Add is itself thread-safe)
   std::map<std::string, RpcSeries> rpc_;
   std::map<std::pair<std::string, std::string>, ShapeGauges> shapes_;
-  // regression_ratio_'s current series by (device class, problem, config, metric, verdict).
-  using VerdictSeriesKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;
-  std::map<VerdictSeriesKey, prometheus::Gauge*> verdict_series_;
+  // Each refresh's series (ReplacedGaugeSeries are not thread-safe: used under mu_).
+  std::unique_ptr<ReplacedGaugeSeries> verdict_ratio_;
   std::unique_ptr<ReplacedGaugeSeries> run_position_, run_finished_, bench_latency_, bench_speedup_, bench_error_;
   std::unique_ptr<ReplacedGaugeSeries> regression_marks_, change_point_marks_;
   // Last member: destroyed first, so no scrape runs while the series are torn down.
