@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "fusetune/kernels/config.h"
+#include "fusetune/regress/stats.h"
 #include "prometheus/text_serializer.h"
 
 namespace fusetune {
@@ -44,12 +45,6 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
 
 prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& r, const char* name, const char* help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace
@@ -289,7 +284,7 @@ void ServiceMetrics::SetBenchHistory(const std::vector<BenchHistoryRun>& runs) {
     for (const BenchCell& cell : h.cells) {
       const std::vector<double> samples = cell.SamplesUs();
       if (cell.outcome != TrialOutcome::kOk || samples.empty()) continue;
-      const double median = Median(samples);
+      const double median = regress::Median(samples);
       prometheus::Labels labels = run_labels;
       labels.insert({{"problem", cell.problem_key}, {"config", cell.config_key}, {"role", cell.role}});
       set(*bench_latency_, labels, median);

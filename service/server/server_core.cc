@@ -18,11 +18,12 @@ constexpr int kScanLimit = 100000;
 // cell of a few suites (the series are capped at kMaxShapeSeries anyway).
 constexpr int kLatestVerdictsRead = 10000;
 
-// The newest run of each of the last kBenchHistoryCommits commits per (device class, suite),
-// with its cells. Runs of one suite are read newest first across device classes; a few
-// device classes per suite fit in the read.
+// Runs of one suite are read newest first across device classes: enough for the history of
+// 8 device classes benched alike.
 constexpr int kBenchRunsRead = kBenchHistoryCommits * 8;
 
+// The newest run of each of the last kBenchHistoryCommits commits per (device class, suite),
+// with its cells of that suite; positions count from the newest.
 absl::StatusOr<std::vector<BenchHistoryRun>> ReadBenchHistory(Store& store) {
   absl::StatusOr<std::vector<std::string>> suites = store.ListBenchSuites();
   if (!suites.ok()) return suites.status();

@@ -61,9 +61,10 @@ struct ServerOptions {
   int max_concurrent_streams = 16;      // ReportTrials streams beyond this: RESOURCE_EXHAUSTED
   int max_receive_message_bytes = 4 << 20;
   int max_threads = 256;                // gRPC sync server thread cap
-  // Read at every gauge refresh to export the stored change points, newest first (the
-  // metrics keep the newest 500, see service/server/README.md); unset: no change-point
-  // series. An error keeps the previous series.
+  // The stored change points, newest first, for the metrics (which keep the newest 500, see
+  // service/server/README.md): called with the server's store at start and on the background
+  // refresh thread every refresh_ms. Unset: no change-point series; an error keeps the
+  // previous ones.
   std::function<absl::StatusOr<std::vector<ChangePointMark>>(Store&)> list_change_points;
 };
 
