@@ -132,30 +132,7 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                           .Help("Best configs not exported because of the per-shape series cap")
                           .Register(r)
                           .Add({});
-  auto replaced = [&](const char* name, const char* help, size_t cap) {
-    return std::make_unique<ReplacedGaugeSeries>(&Gauges(r, name, help), cap);
-  };
-  m->verdict_ratio_ = replaced("fusetune_regression_ratio",
-                               "Newest regression verdict per compared cell: its ratio new / baseline", kMaxShapeSeries);
-  m->run_position_ = replaced("fusetune_bench_run_position",
-                              "Kept bench runs per device class and suite: 0 = the newest commit's run", kMaxHistorySeries);
-  m->run_finished_ = replaced("fusetune_bench_run_finished_unix_ms", "When a kept bench run finished, Unix ms",
-                              kMaxHistorySeries);
-  m->bench_latency_ = replaced("fusetune_bench_latency_us",
-                               "Median of a bench cell's block medians in a kept run, microseconds", kMaxHistorySeries);
-  m->bench_speedup_ = replaced("fusetune_bench_speedup_vs_materialized",
-                               "A problem's materialized over best latency in a kept bench run", kMaxHistorySeries);
-  m->bench_error_ = replaced("fusetune_bench_max_rel_error",
-                             "Largest relative error of a kept bench run's verified cells per compute precision",
-                             kMaxHistorySeries);
-  m->regression_marks_ = replaced("fusetune_regression_detected_unix_ms",
-                                  "When a regressed verdict was recorded, Unix ms (an annotation)", kMaxAnnotationSeries);
-  m->change_point_marks_ = replaced("fusetune_change_point_unix_ms",
-                                    "When the first bench run after a change point finished, Unix ms (an annotation)",
-                                    kMaxAnnotationSeries);
-  m->history_dropped_ = &Gauges(r, "fusetune_bench_series_dropped",
-                                "Bench history series not exported because of the series cap")
-                             .Add({});
+  m->RegisterReplacedSeries(r);
   {
     std::lock_guard<std::mutex> lock(m->mu_);
     for (const std::string& method : rpc_methods) m->RpcSeriesOf(method);
@@ -167,6 +144,32 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
     m->endpoint_ = std::move(*endpoint);
   }
   return m;
+}
+
+void ServiceMetrics::RegisterReplacedSeries(prometheus::Registry& r) {
+  auto replaced = [&](const char* name, const char* help, size_t cap) {
+    return std::make_unique<ReplacedGaugeSeries>(&Gauges(r, name, help), cap);
+  };
+  verdict_ratio_ = replaced("fusetune_regression_ratio",
+                            "Newest regression verdict per compared cell: its ratio new / baseline", kMaxShapeSeries);
+  run_position_ = replaced("fusetune_bench_run_position",
+                           "Kept bench runs per device class and suite: 0 = the newest commit's run", kMaxHistorySeries);
+  run_finished_ = replaced("fusetune_bench_run_finished_unix_ms", "When a kept bench run finished, Unix ms",
+                           kMaxHistorySeries);
+  bench_latency_ = replaced("fusetune_bench_latency_us",
+                            "Median of a bench cell's block medians in a kept run, microseconds", kMaxHistorySeries);
+  bench_speedup_ = replaced("fusetune_bench_speedup_vs_materialized",
+                            "A problem's materialized over best latency in a kept bench run", kMaxHistorySeries);
+  bench_error_ = replaced("fusetune_bench_max_rel_error",
+                          "Largest relative error of a kept bench run's verified cells per compute precision",
+                          kMaxHistorySeries);
+  regression_marks_ = replaced("fusetune_regression_detected_unix_ms",
+                               "When a regressed verdict was recorded, Unix ms (an annotation)", kMaxAnnotationSeries);
+  change_point_marks_ = replaced("fusetune_change_point_unix_ms",
+                                 "When the first bench run after a change point finished, Unix ms (an annotation)",
+                                 kMaxAnnotationSeries);
+  history_dropped_ =
+      &Gauges(r, "fusetune_bench_series_dropped", "Bench history series not exported because of the series cap").Add({});
 }
 
 ServiceMetrics::RpcSeries& ServiceMetrics::RpcSeriesOf(const std::string& method) {

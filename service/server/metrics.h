@@ -153,6 +153,9 @@ class ServiceMetrics {
     prometheus::Counter* by_code[kStatusCodes];  // indexed by grpc::StatusCode
     prometheus::Histogram* latency;
   };
+  // Registers the families each refresh replaces as a whole (verdicts, bench history,
+  // annotations) on `r`; in Create.
+  void RegisterReplacedSeries(prometheus::Registry& r);
   // The series of `method`, created on first use; requires mu_.
   RpcSeries& RpcSeriesOf(const std::string& method);
 
