@@ -213,6 +213,12 @@ absl::StatusOr<std::vector<RunInfo>> Store::ListBenchRuns(std::string_view suite
   return ReadRows<RunInfo>(s, ReadRun);
 }
 
+absl::StatusOr<std::vector<std::string>> Store::ListBenchSuites() {
+  absl::MutexLock lock(&impl_->mu);
+  FT_DB_ASSIGN_OR_RETURN(Statement s, impl_->conn->Prepare("SELECT DISTINCT suite FROM bench_cells ORDER BY suite"));
+  return ReadRows<std::string>(s, [](const Statement& row) { return row.Text(0); });
+}
+
 absl::StatusOr<RunInfo> Store::FindBenchRun(std::string_view suite, std::string_view device_class,
                                             std::string_view commit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(suite, "suite"));

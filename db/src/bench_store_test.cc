@@ -174,6 +174,15 @@ TEST(StoreBenchCells, EachInvalidCellIsInvalidArgumentAndWritesNothing) {
   EXPECT_TRUE(store->RecordBenchCells(run, {}).ok());
 }
 
+TEST(StoreBenchRuns, SuitesAreListedOnceEachSortedByName) {
+  auto store = OpenOrDie(":memory:");
+  EXPECT_TRUE(store->ListBenchSuites()->empty());
+  BenchRun(*store, kCommitA, "zeta");
+  BenchRun(*store, kCommitC, "zeta");
+  BenchRun(*store, kCommitA, "alpha");
+  EXPECT_EQ(*store->ListBenchSuites(), (std::vector<std::string>{"alpha", "zeta"}));
+}
+
 TEST(StoreBenchRuns, ListedNewestFirstFinishedOnlyAndFilteredBySuiteAndDeviceClass) {
   auto store = OpenOrDie(":memory:");
   DeviceInfo other = TestDevice("Other CPU");

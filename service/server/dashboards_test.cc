@@ -1,5 +1,7 @@
-// The Grafana dashboard parses, and every fusetune_* metric its queries use is one the
-// server's exporter actually produces (names taken from ServiceMetrics' own exposition).
+// The Grafana dashboard parses, every fusetune_* metric its queries and annotations use is
+// one the server's exporter actually produces (names taken from ServiceMetrics' own
+// exposition), and its annotations take their time from a timestamp-valued series.
+// tests/prometheus/dashboard_queries_test runs every query through a real Prometheus server.
 #include <fstream>
 #include <regex>
 #include <set>
@@ -32,6 +34,23 @@ std::set<std::string> ExportedNames() {
   r.ratio = 1.02;
   r.verdict = "same";
   (*metrics)->SetLatestVerdicts({r});
+  r.verdict = "regressed";
+  r.commit = "c2";
+  r.baseline_commit = "c1";
+  (*metrics)->SetRegressionAnnotations({r});
+  BenchHistoryRun run{"cpu/x/y", "nightly", 0, {}, {}};
+  run.run.commit = "c2";
+  for (const char* role : {"best", "materialized"}) {
+    BenchCell cell;
+    cell.problem_key = b.problem_key;
+    cell.config_key = r.config_key;
+    cell.role = role;
+    cell.tolerance = 1e-4;
+    cell.blocks = {{10, 5.0, {}, {}, false}};
+    run.cells.push_back(cell);
+  }
+  (*metrics)->SetBenchHistory({run});
+  (*metrics)->SetChangePoints({{"cpu/x/y", "nightly", b.problem_key, r.config_key, "c2", "slower", 0}}, {run});
   std::set<std::string> names;
   // The workers' series are on the dashboard too (a Prometheus scrapes both kinds of process).
   std::istringstream text((*metrics)->Serialize() + RenderWorkerMetrics(WorkerStats{}, {"host-d0"}, "cuda"));
@@ -87,9 +106,33 @@ TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
                                "fusetune_rpc_requests_total", "fusetune_rpc_latency_seconds_bucket",
                                "fusetune_worker_jobs_total", "fusetune_worker_trials_total",
                                "fusetune_worker_device_failures_total", "fusetune_regression_ratio",
-                               "fusetune_regressions_latest"}) {
+                               "fusetune_regressions_latest", "fusetune_bench_latency_us",
+                               "fusetune_bench_run_position", "fusetune_bench_speedup_vs_materialized",
+                               "fusetune_bench_max_rel_error", "fusetune_bench_series_dropped",
+                               "fusetune_regression_detected_unix_ms", "fusetune_change_point_unix_ms"}) {
     EXPECT_TRUE(used.count(required)) << required << " is not on the dashboard";
   }
+}
+
+TEST(Dashboards, AnnotationsMarkChangePointsAndRegressionsAtTheirSeriesValue) {
+  std::ifstream in(FUSETUNE_DASHBOARD_JSON);
+  auto dashboard = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(dashboard.is_discarded());
+  const nlohmann::json& list = dashboard["annotations"]["list"];
+  ASSERT_TRUE(list.is_array());
+  std::set<std::string> families;
+  const std::regex timestamp_family("^(fusetune_[a-z_]+_unix_ms)\\{");
+  for (const nlohmann::json& a : list) {
+    ASSERT_TRUE(a.contains("expr") && a["expr"].is_string()) << a.dump();
+    const std::string expr = a["expr"].get<std::string>();
+    // Grafana places each event at the sample's value (Unix ms), not at the scrape time.
+    EXPECT_EQ(a.value("useValueForTime", false), true) << expr;
+    EXPECT_NE(a.value("titleFormat", "").find("{{commit}}"), std::string::npos) << expr;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(expr, m, timestamp_family)) << expr;
+    families.insert(m[1]);
+  }
+  EXPECT_EQ(families, (std::set<std::string>{"fusetune_change_point_unix_ms", "fusetune_regression_detected_unix_ms"}));
 }
 
 TEST(Dashboards, PrometheusConfigScrapesTheDefaultMetricsAddress) {

@@ -1,8 +1,11 @@
 #include "metrics.h"
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
+#include "fusetune/kernels/config.h"
+#include "fusetune/regress/stats.h"
 #include "prometheus/text_serializer.h"
 
 namespace fusetune {
@@ -40,7 +43,34 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return b;
 }
 
+prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& r, const char* name, const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
 }  // namespace
+
+bool ReplacedGaugeSeries::Set(const prometheus::Labels& labels, double value) {
+  // The cap counts this refresh's series, not the previous one's still awaiting removal: a
+  // full set of old series never crowds out the newest.
+  if (set_.size() >= cap_ && set_.count(labels) == 0) return false;
+  auto it = series_.find(labels);
+  if (it == series_.end()) it = series_.emplace(labels, &family_->Add(labels)).first;
+  it->second->Set(value);
+  set_.insert(labels);
+  return true;
+}
+
+void ReplacedGaugeSeries::RemoveUnset() {
+  for (auto it = series_.begin(); it != series_.end();) {
+    if (set_.count(it->first) == 0) {
+      family_->Remove(it->second);
+      it = series_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  set_.clear();
+}
 
 absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std::string& listen_address,
                                                                       const std::vector<std::string>& rpc_methods) {
@@ -92,10 +122,6 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                       .Name("fusetune_best_run_id")
                       .Help("Run that measured the best config")
                       .Register(r);
-  m->regression_ratio_ = &prometheus::BuildGauge()
-                              .Name("fusetune_regression_ratio")
-                              .Help("Newest regression verdict per compared cell: its ratio new / baseline")
-                              .Register(r);
   m->regressions_latest_ = &prometheus::BuildGauge()
                                 .Name("fusetune_regressions_latest")
                                 .Help("Compared cells by their newest verdict")
@@ -106,6 +132,7 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                           .Help("Best configs not exported because of the per-shape series cap")
                           .Register(r)
                           .Add({});
+  m->RegisterReplacedSeries(r);
   {
     std::lock_guard<std::mutex> lock(m->mu_);
     for (const std::string& method : rpc_methods) m->RpcSeriesOf(method);
@@ -117,6 +144,32 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
     m->endpoint_ = std::move(*endpoint);
   }
   return m;
+}
+
+void ServiceMetrics::RegisterReplacedSeries(prometheus::Registry& r) {
+  auto replaced = [&](const char* name, const char* help, size_t cap) {
+    return std::make_unique<ReplacedGaugeSeries>(&Gauges(r, name, help), cap);
+  };
+  verdict_ratio_ = replaced("fusetune_regression_ratio",
+                            "Newest regression verdict per compared cell: its ratio new / baseline", kMaxShapeSeries);
+  run_position_ = replaced("fusetune_bench_run_position",
+                           "Kept bench runs per device class and suite: 0 = the newest commit's run", kMaxHistorySeries);
+  run_finished_ = replaced("fusetune_bench_run_finished_unix_ms", "When a kept bench run finished, Unix ms",
+                           kMaxHistorySeries);
+  bench_latency_ = replaced("fusetune_bench_latency_us",
+                            "Median of a bench cell's block medians in a kept run, microseconds", kMaxHistorySeries);
+  bench_speedup_ = replaced("fusetune_bench_speedup_vs_materialized",
+                            "A problem's materialized over best latency in a kept bench run", kMaxHistorySeries);
+  bench_error_ = replaced("fusetune_bench_max_rel_error",
+                          "Largest relative error of a kept bench run's verified cells per compute precision",
+                          kMaxHistorySeries);
+  regression_marks_ = replaced("fusetune_regression_detected_unix_ms",
+                               "When a regressed verdict was recorded, Unix ms (an annotation)", kMaxAnnotationSeries);
+  change_point_marks_ = replaced("fusetune_change_point_unix_ms",
+                                 "When the first bench run after a change point finished, Unix ms (an annotation)",
+                                 kMaxAnnotationSeries);
+  history_dropped_ =
+      &Gauges(r, "fusetune_bench_series_dropped", "Bench history series not exported because of the series cap").Add({});
 }
 
 ServiceMetrics::RpcSeries& ServiceMetrics::RpcSeriesOf(const std::string& method) {
@@ -201,39 +254,101 @@ void ServiceMetrics::SetBestConfigs(const std::vector<BestConfig>& best) {
 
 void ServiceMetrics::SetLatestVerdicts(const std::vector<Regression>& newest_first) {
   std::lock_guard<std::mutex> lock(mu_);
-  // Updated in place and pruned after, as the shape series are: a scrape during a refresh
-  // never sees a cell's series missing.
   std::set<std::tuple<std::string, std::string, std::string, std::string>> cells;
-  std::set<VerdictSeriesKey> current;
   std::map<std::string, int64_t> by_verdict;
   for (const Regression& r : newest_first) {
     if (!cells.emplace(r.device_class, r.problem_key, r.config_key, r.metric).second) continue;  // older
     ++by_verdict[r.verdict];
-    VerdictSeriesKey key{r.device_class, r.problem_key, r.config_key, r.metric, r.verdict};
-    auto it = verdict_series_.find(key);
-    if (it == verdict_series_.end()) {
-      if (verdict_series_.size() >= kMaxShapeSeries) continue;
-      prometheus::Gauge& g = regression_ratio_->Add({{"device_class", r.device_class},
-                                                     {"problem", r.problem_key},
-                                                     {"config", r.config_key},
-                                                     {"metric", r.metric},
-                                                     {"verdict", r.verdict}});
-      it = verdict_series_.emplace(key, &g).first;
-    }
-    it->second->Set(r.ratio);
-    current.insert(std::move(key));
+    verdict_ratio_->Set({{"device_class", r.device_class},
+                         {"problem", r.problem_key},
+                         {"config", r.config_key},
+                         {"metric", r.metric},
+                         {"verdict", r.verdict}},
+                        r.ratio);
   }
-  for (auto it = verdict_series_.begin(); it != verdict_series_.end();) {
-    if (current.count(it->first) == 0) {
-      regression_ratio_->Remove(it->second);
-      it = verdict_series_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  verdict_ratio_->RemoveUnset();
   for (std::string_view verdict : kRegressionVerdicts) {
     regressions_latest_->Add({{"verdict", std::string(verdict)}}).Set(static_cast<double>(by_verdict[std::string(verdict)]));
   }
+}
+
+void ServiceMetrics::SetBenchHistory(const std::vector<BenchHistoryRun>& runs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t dropped = 0;
+  auto set = [&](ReplacedGaugeSeries& series, const prometheus::Labels& labels, double value) {
+    if (!series.Set(labels, value)) ++dropped;
+  };
+  for (const BenchHistoryRun& h : runs) {
+    const prometheus::Labels run_labels{{"device_class", h.device_class}, {"suite", h.suite}, {"commit", h.run.commit}};
+    set(*run_position_, run_labels, h.position);
+    set(*run_finished_, run_labels, static_cast<double>(h.run.finished_unix_ms));
+    std::map<std::string, std::pair<double, double>> best_and_materialized;  // by problem; 0 = none
+    std::map<std::string, double> error_by_precision;
+    for (const BenchCell& cell : h.cells) {
+      const std::vector<double> samples = cell.SamplesUs();
+      if (cell.outcome != TrialOutcome::kOk || samples.empty()) continue;
+      const double median = regress::Median(samples);
+      prometheus::Labels labels = run_labels;
+      labels.insert({{"problem", cell.problem_key}, {"config", cell.config_key}, {"role", cell.role}});
+      set(*bench_latency_, labels, median);
+      auto& [best, materialized] = best_and_materialized[cell.problem_key];
+      if (cell.role == "best") best = best == 0 ? median : std::min(best, median);
+      if (cell.role == "materialized") materialized = materialized == 0 ? median : std::min(materialized, median);
+      if (auto config = KernelConfig::FromKey(cell.config_key); config.ok() && cell.tolerance > 0) {
+        double& error = error_by_precision[std::string(PrecisionName(config->precision))];
+        error = std::max(error, cell.max_rel_error);
+      }
+    }
+    for (const auto& [problem, latencies] : best_and_materialized) {
+      if (latencies.first <= 0 || latencies.second <= 0) continue;
+      prometheus::Labels labels = run_labels;
+      labels.emplace("problem", problem);
+      set(*bench_speedup_, labels, latencies.second / latencies.first);
+    }
+    for (const auto& [precision, error] : error_by_precision) {
+      prometheus::Labels labels = run_labels;
+      labels.emplace("precision", precision);
+      set(*bench_error_, labels, error);
+    }
+  }
+  for (ReplacedGaugeSeries* series : {run_position_.get(), run_finished_.get(), bench_latency_.get(),
+                                      bench_speedup_.get(), bench_error_.get()}) {
+    series->RemoveUnset();
+  }
+  history_dropped_->Set(static_cast<double>(dropped));
+}
+
+void ServiceMetrics::SetRegressionAnnotations(const std::vector<Regression>& newest_first) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Regression& r : newest_first) {
+    if (r.verdict != "regressed") continue;
+    const prometheus::Labels labels{{"device_class", r.device_class}, {"problem", r.problem_key},
+                                    {"config", r.config_key}, {"metric", r.metric},
+                                    {"commit", r.commit}, {"baseline_commit", r.baseline_commit}};
+    // A re-checked commit keeps the time of its newest verdict.
+    if (!regression_marks_->IsSet(labels)) regression_marks_->Set(labels, static_cast<double>(r.created_unix_ms));
+  }
+  regression_marks_->RemoveUnset();
+}
+
+void ServiceMetrics::SetChangePoints(const std::vector<ChangePointMark>& newest_first,
+                                     const std::vector<BenchHistoryRun>& history) {
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> finished;  // (class, suite, commit)
+  for (const BenchHistoryRun& h : history) finished[{h.device_class, h.suite, h.run.commit}] = h.run.finished_unix_ms;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const ChangePointMark& c : newest_first) {
+    int64_t unix_ms = c.unix_ms;
+    if (unix_ms == 0) {
+      auto it = finished.find({c.device_class, c.suite, c.commit});
+      if (it == finished.end()) continue;
+      unix_ms = it->second;
+    }
+    const prometheus::Labels labels{{"device_class", c.device_class}, {"suite", c.suite},
+                                    {"problem", c.problem_key}, {"config", c.config_key},
+                                    {"commit", c.commit}, {"direction", c.direction}};
+    if (!change_point_marks_->IsSet(labels)) change_point_marks_->Set(labels, static_cast<double>(unix_ms));
+  }
+  change_point_marks_->RemoveUnset();
 }
 
 std::string ServiceMetrics::Serialize() const {

@@ -19,12 +19,32 @@
 //       verdict of each compared cell, its ratio new / baseline (verdict: regressed, improved,
 //       same, unknown); the series of a cell is replaced when its verdict changes
 //   fusetune_regressions_latest{verdict}               gauge: cells by their newest verdict
+// The bench history: the newest run of each of the last kBenchHistoryCommits commits per
+// (device class, suite), one series per commit (the commit label), so that a dashboard shows
+// the per-commit values side by side and names the commit of each:
+//   fusetune_bench_run_position{device_class,suite,commit}  gauge: 0 = the newest commit's
+//       run, 1 the one before, ...; `== 0` selects the newest run in a join
+//   fusetune_bench_run_finished_unix_ms{device_class,suite,commit}  gauge: Unix ms
+//   fusetune_bench_latency_us{device_class,suite,problem,config,role,commit}  gauge: the
+//       median of the cell's block medians, microseconds (cells measured ok)
+//   fusetune_bench_speedup_vs_materialized{device_class,suite,problem,commit}  gauge: the
+//       problem's "materialized" cell over its "best" cell in the same run (both needed)
+//   fusetune_bench_max_rel_error{device_class,suite,precision,commit}  gauge: the largest
+//       relative error of the run's verified cells of that compute precision (fp32, tf32, ...)
+//   fusetune_bench_series_dropped                      gauge: history series not exported (cap)
+// Annotations (the value is a Unix-ms timestamp, for Grafana's "series value as timestamp"):
+//   fusetune_regression_detected_unix_ms{device_class,problem,config,metric,commit,baseline_commit}
+//       gauge: when a "regressed" verdict was recorded; the newest kMaxAnnotationSeries
+//   fusetune_change_point_unix_ms{device_class,suite,problem,config,commit,direction}  gauge:
+//       when the first run of the changed level finished; the newest kMaxAnnotationSeries
 // Every RPC counter series (each method of the services times each gRPC code) and every
 // method's latency histogram exists from start-up at 0: a rate() over a series that appears
 // at 1 never sees its first increment, so an error ratio would miss the first errors.
 // Labels are bounded: method and code are finite sets; the per-shape series exist once per
 // stored best config (one per device class and problem, not per trial), capped at
 // kMaxShapeSeries, and the regression series once per compared cell, capped the same way.
+// The history series exist per cell of each kept run: at most kBenchHistoryCommits runs per
+// (device class, suite), and at most kMaxHistorySeries series per family in all.
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef FUSETUNE_SERVICE_SERVER_METRICS_H_
@@ -33,8 +53,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -42,6 +62,7 @@
 #include "fusetune/metrics/metrics_endpoint.h"
 #include "fusetune/db/store.h"
 #include "fusetune/records/run.h"
+#include "fusetune/service/server.h"
 #include "grpcpp/support/status_code_enum.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -52,6 +73,40 @@
 namespace fusetune {
 
 inline constexpr size_t kMaxShapeSeries = 2000;
+// 50 commits: the window a change-point test looks at, and a readable bar chart.
+inline constexpr int kBenchHistoryCommits = 50;
+inline constexpr size_t kMaxHistorySeries = 20000;
+inline constexpr size_t kMaxAnnotationSeries = 500;
+
+// One kept bench run and its cells, as SetBenchHistory exports it.
+struct BenchHistoryRun {
+  std::string device_class;
+  std::string suite;
+  int position = 0;  // 0 = the newest kept run of (device class, suite), 1 the one before, ...
+  RunInfo run;       // its commit labels the series
+  std::vector<BenchCell> cells;
+};
+
+// The series of one gauge family that each refresh replaces as a whole: series are set in
+// place and the ones a refresh did not set are removed after it, so that a scrape during a
+// refresh never sees a kept series missing. Not thread-safe (ServiceMetrics locks around it).
+class ReplacedGaugeSeries {
+ public:
+  ReplacedGaugeSeries(prometheus::Family<prometheus::Gauge>* family, size_t cap) : family_(family), cap_(cap) {}
+  // Sets the series `labels` to `value`; false (nothing set) when `cap` other series were set
+  // since the last RemoveUnset (so at most 2 * cap exist, for the length of one refresh).
+  bool Set(const prometheus::Labels& labels, double value);
+  // Whether `labels` was set since the last RemoveUnset.
+  bool IsSet(const prometheus::Labels& labels) const { return set_.count(labels) != 0; }
+  // Removes the series not set since the previous call.
+  void RemoveUnset();
+
+ private:
+  prometheus::Family<prometheus::Gauge>* family_;
+  size_t cap_;
+  std::map<prometheus::Labels, prometheus::Gauge*> series_;
+  std::set<prometheus::Labels> set_;
+};
 
 class ServiceMetrics {
  public:
@@ -75,6 +130,16 @@ class ServiceMetrics {
   // problem, config, metric) among `newest_first` (Store::ListRegressions' order); the first
   // kMaxShapeSeries cells.
   void SetLatestVerdicts(const std::vector<Regression>& newest_first);
+  // Replaces the bench history series with `runs` (the caller keeps one run per commit and
+  // kBenchHistoryCommits per device class and suite: SelectBenchHistory).
+  void SetBenchHistory(const std::vector<BenchHistoryRun>& runs);
+  // Replaces fusetune_regression_detected_unix_ms with the "regressed" rows among
+  // `newest_first` (Store::ListRegressions' order), the first kMaxAnnotationSeries.
+  void SetRegressionAnnotations(const std::vector<Regression>& newest_first);
+  // Replaces fusetune_change_point_unix_ms with `newest_first`, the first kMaxAnnotationSeries;
+  // a mark without a time (unix_ms 0) takes the finish time of its commit's run in `history`
+  // (what SetBenchHistory exported) and is left out when it has none there.
+  void SetChangePoints(const std::vector<ChangePointMark>& newest_first, const std::vector<BenchHistoryRun>& history);
 
   // The text exposition of every series (what /metrics serves); for tests.
   std::string Serialize() const;
@@ -88,6 +153,9 @@ class ServiceMetrics {
     prometheus::Counter* by_code[kStatusCodes];  // indexed by grpc::StatusCode
     prometheus::Histogram* latency;
   };
+  // Registers the families each refresh replaces as a whole (verdicts, bench history,
+  // annotations) on `r`; in Create.
+  void RegisterReplacedSeries(prometheus::Registry& r);
   // The series of `method`, created on first use; requires mu_.
   RpcSeries& RpcSeriesOf(const std::string& method);
 
@@ -105,8 +173,8 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Gauge>* best_error_ = nullptr;
   prometheus::Family<prometheus::Gauge>* best_run_ = nullptr;
   prometheus::Gauge* best_dropped_ = nullptr;
-  prometheus::Family<prometheus::Gauge>* regression_ratio_ = nullptr;
   prometheus::Family<prometheus::Gauge>* regressions_latest_ = nullptr;
+  prometheus::Gauge* history_dropped_ = nullptr;
 
   struct ShapeGauges {
     prometheus::Gauge* latency;
@@ -117,9 +185,10 @@ class ServiceMetrics {
   std::mutex mu_;  // guards the maps below (Family::Add is itself thread-safe)
   std::map<std::string, RpcSeries> rpc_;
   std::map<std::pair<std::string, std::string>, ShapeGauges> shapes_;
-  // regression_ratio_'s current series by (device class, problem, config, metric, verdict).
-  using VerdictSeriesKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;
-  std::map<VerdictSeriesKey, prometheus::Gauge*> verdict_series_;
+  // Each refresh's series (ReplacedGaugeSeries are not thread-safe: used under mu_).
+  std::unique_ptr<ReplacedGaugeSeries> verdict_ratio_;
+  std::unique_ptr<ReplacedGaugeSeries> run_position_, run_finished_, bench_latency_, bench_speedup_, bench_error_;
+  std::unique_ptr<ReplacedGaugeSeries> regression_marks_, change_point_marks_;
   // Last member: destroyed first, so no scrape runs while the series are torn down.
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };

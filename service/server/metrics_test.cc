@@ -1,6 +1,10 @@
 #include "metrics.h"
 
+#include <map>
+
 #include "gtest/gtest.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
 
 namespace fusetune {
 namespace {
@@ -125,6 +129,111 @@ TEST(ServiceMetrics, TakenAddressIsAClearErrorNotAnException) {
   EXPECT_NE(second.status().message().find(taken), std::string::npos);
   EXPECT_NE(second.status().message().find("Address already in use"), std::string::npos) << second.status();
   EXPECT_EQ(ServiceMetrics::Create("not-an-address", {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+BenchCell HistoryCell(const std::string& config, const std::string& role, double median_us, double error) {
+  BenchCell c;
+  c.problem_key = "prefill/b1/hq1/hkv1/q64/k64/d64/causal0/fp32";
+  c.config_key = config;
+  c.role = role;
+  c.max_rel_error = error;
+  c.tolerance = 1e-3;
+  c.blocks = {{10, median_us * 2, {}, {}, false}, {10, median_us, {}, {}, false}, {10, median_us / 2, {}, {}, false}};
+  return c;
+}
+
+BenchHistoryRun HistoryRun(const std::string& commit, int position, double best_us) {
+  BenchHistoryRun h{"cpu/X/y", "nightly", position, {}, {}};
+  h.run.commit = commit;
+  h.run.finished_unix_ms = 1700000000000 + position;
+  h.cells = {HistoryCell("fused/bm64/bs64/t1/fp32/st1", "best", best_us, 1e-6),
+             HistoryCell("materialized/bm64/bs64/t1/fp32/st1", "materialized", 40, 2e-6),
+             HistoryCell("fused/bm32/bs64/t1/tf32/st1", "reference", 12, 3e-4)};
+  return h;
+}
+
+TEST(ServiceMetrics, BenchHistorySeriesArePerCommitAndFollowTheKeptRuns) {
+  auto metrics = ServiceMetrics::Create("", {"GetBestConfig"});
+  ASSERT_TRUE(metrics.ok());
+  (*metrics)->SetBenchHistory({HistoryRun("c2", 0, 10), HistoryRun("c1", 1, 8)});
+  std::string text = (*metrics)->Serialize();
+  const std::string cell =
+      "config=\"fused/bm64/bs64/t1/fp32/st1\",device_class=\"cpu/X/y\",problem=\"prefill/b1/hq1/hkv1/q64/k64/d64/causal0/fp32\","
+      "role=\"best\",suite=\"nightly\"} ";
+  // The median of the block medians, per commit.
+  EXPECT_NE(text.find("fusetune_bench_latency_us{commit=\"c2\"," + cell + "10"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_bench_latency_us{commit=\"c1\"," + cell + "8"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_bench_run_position{commit=\"c1\",device_class=\"cpu/X/y\",suite=\"nightly\"} 1"),
+            std::string::npos);
+  // Materialized over best of the same run; the largest error per compute precision.
+  EXPECT_NE(text.find("fusetune_bench_speedup_vs_materialized{commit=\"c2\",device_class=\"cpu/X/y\","
+                      "problem=\"prefill/b1/hq1/hkv1/q64/k64/d64/causal0/fp32\",suite=\"nightly\"} 4"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("fusetune_bench_max_rel_error{commit=\"c2\",device_class=\"cpu/X/y\",precision=\"fp32\","
+                      "suite=\"nightly\"} 2e-06"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("precision=\"tf32\",suite=\"nightly\"} 0.0003"), std::string::npos) << text;
+  // A run that is no longer kept loses its series.
+  (*metrics)->SetBenchHistory({HistoryRun("c3", 0, 11), HistoryRun("c2", 1, 10)});
+  text = (*metrics)->Serialize();
+  EXPECT_EQ(text.find("commit=\"c1\""), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_bench_series_dropped 0"), std::string::npos);
+}
+
+TEST(ServiceMetrics, AnnotationSeriesCarryTheirTimeAsValue) {
+  auto metrics = ServiceMetrics::Create("", {"GetBestConfig"});
+  ASSERT_TRUE(metrics.ok());
+  Regression regressed = Verdict("fused/a", "regressed", 1.07);
+  regressed.created_unix_ms = 1700000123456;
+  Regression older = regressed;  // the same commit checked before: the newest time stays
+  older.created_unix_ms = 1600000000000;
+  (*metrics)->SetRegressionAnnotations({regressed, Verdict("fused/b", "same", 1.0), older});
+  // A mark's own time, or its commit's run's finish time; none without that run.
+  (*metrics)->SetChangePoints({{"cpu/X/y", "nightly", "p", "fused/a", "c0ffee", "slower", 1700000000001},
+                               {"cpu/X/y", "nightly", "p", "fused/a", "c2", "faster", 0},
+                               {"cpu/X/y", "nightly", "p", "fused/a", "c9", "faster", 0}},
+                              {HistoryRun("c2", 0, 10)});
+  std::string text = (*metrics)->Serialize();
+  EXPECT_NE(text.find("fusetune_regression_detected_unix_ms{baseline_commit=\"abc123\",commit=\"c0ffee\",config=\"fused/a\""),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("} 1700000123456"), std::string::npos) << text;
+  EXPECT_EQ(text.find("1600000000000"), std::string::npos) << text;
+  EXPECT_EQ(text.find("fusetune_regression_detected_unix_ms{baseline_commit=\"abc123\",commit=\"c0ffee\",config=\"fused/b\""),
+            std::string::npos);  // only regressed verdicts are marked
+  EXPECT_NE(text.find("direction=\"slower\",problem=\"p\",suite=\"nightly\"} 1700000000001"), std::string::npos) << text;
+  EXPECT_NE(text.find("fusetune_change_point_unix_ms{commit=\"c2\",config=\"fused/a\",device_class=\"cpu/X/y\","
+                      "direction=\"faster\",problem=\"p\",suite=\"nightly\"} 1700000000000"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("commit=\"c9\""), std::string::npos) << text;
+  (*metrics)->SetChangePoints({}, {});
+  (*metrics)->SetRegressionAnnotations({});
+  text = (*metrics)->Serialize();
+  EXPECT_EQ(text.find("fusetune_change_point_unix_ms{"), std::string::npos);
+  EXPECT_EQ(text.find("fusetune_regression_detected_unix_ms{"), std::string::npos);
+}
+
+TEST(ReplacedGaugeSeries, TheCapCountsThisRefreshSoTheNewestReplaceTheOldest) {
+  prometheus::Registry registry;
+  auto& family = prometheus::BuildGauge().Name("t").Help("t").Register(registry);
+  ReplacedGaugeSeries series(&family, 2);
+  EXPECT_TRUE(series.Set({{"k", "a"}}, 1));
+  EXPECT_TRUE(series.Set({{"k", "b"}}, 2));
+  EXPECT_FALSE(series.Set({{"k", "c"}}, 3));
+  EXPECT_TRUE(series.Set({{"k", "a"}}, 4));  // already set in this refresh
+  series.RemoveUnset();
+  // The next refresh: two new series, though two old ones exist until RemoveUnset.
+  EXPECT_TRUE(series.Set({{"k", "d"}}, 5));
+  EXPECT_TRUE(series.Set({{"k", "e"}}, 6));
+  series.RemoveUnset();
+  auto collected = registry.Collect();
+  ASSERT_EQ(collected.size(), 1u);
+  std::map<std::string, double> values;
+  for (const auto& m : collected[0].metric) values[m.label.at(0).value] = m.gauge.value;
+  EXPECT_EQ(values, (std::map<std::string, double>{{"d", 5}, {"e", 6}}));
 }
 
 }  // namespace

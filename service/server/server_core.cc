@@ -18,6 +18,33 @@ constexpr int kScanLimit = 100000;
 // cell of a few suites (the series are capped at kMaxShapeSeries anyway).
 constexpr int kLatestVerdictsRead = 10000;
 
+// Runs of one suite are read newest first across device classes: enough for the history of
+// 8 device classes benched alike.
+constexpr int kBenchRunsRead = kBenchHistoryCommits * 8;
+
+// The newest run of each of the last kBenchHistoryCommits commits per (device class, suite),
+// with its cells of that suite; positions count from the newest.
+absl::StatusOr<std::vector<BenchHistoryRun>> ReadBenchHistory(Store& store) {
+  absl::StatusOr<std::vector<std::string>> suites = store.ListBenchSuites();
+  if (!suites.ok()) return suites.status();
+  std::vector<BenchHistoryRun> history;
+  for (const std::string& suite : *suites) {
+    absl::StatusOr<std::vector<RunInfo>> runs = store.ListBenchRuns(suite, "", kBenchRunsRead);
+    if (!runs.ok()) return runs.status();
+    std::map<std::string, std::set<std::string>> commits_by_class;
+    for (RunInfo& run : *runs) {
+      std::set<std::string>& kept = commits_by_class[run.device.DeviceClass()];
+      if (kept.size() >= static_cast<size_t>(kBenchHistoryCommits) || !kept.insert(run.commit).second) continue;
+      absl::StatusOr<std::vector<BenchCell>> cells = store.ListBenchCells(run.run_id);
+      if (!cells.ok()) return cells.status();
+      std::erase_if(*cells, [&](const BenchCell& c) { return c.suite != suite; });
+      const int position = static_cast<int>(kept.size()) - 1;
+      history.push_back({run.device.DeviceClass(), suite, position, std::move(run), std::move(*cells)});
+    }
+  }
+  return history;
+}
+
 absl::Status WorkerNotRegistered(const std::string& worker_id) {
   return WithErrorReason(
       absl::FailedPreconditionError(Cat("worker '", worker_id, "' is not registered (RegisterWorker first)")),
@@ -49,6 +76,7 @@ absl::Status ServerCore::Init() {
   ExpireLeases();
   RefreshIndex();
   RefreshGauges();
+  RefreshHistory();
   return absl::OkStatus();
 }
 
@@ -80,6 +108,7 @@ void ServerCore::RefreshLoop() {
     ExpireLeases();
     RefreshIndex();
     RefreshGauges();
+    RefreshHistory();
     lock.lock();
   }
 }
@@ -117,6 +146,16 @@ void ServerCore::RefreshGauges() {
   }
   if (auto verdicts = store_->ListRegressions({}, kLatestVerdictsRead); verdicts.ok()) {
     metrics_->SetLatestVerdicts(*verdicts);
+    metrics_->SetRegressionAnnotations(*verdicts);
+  }
+}
+
+void ServerCore::RefreshHistory() {
+  absl::StatusOr<std::vector<BenchHistoryRun>> history = ReadBenchHistory(*store_);
+  if (!history.ok()) return;  // keep the previous series; the change points need the history's times
+  metrics_->SetBenchHistory(*history);
+  if (options_.list_change_points) {
+    if (auto marks = options_.list_change_points(*store_); marks.ok()) metrics_->SetChangePoints(*marks, *history);
   }
 }
 

@@ -10,6 +10,7 @@
 //
 // Thread-safety: every method is safe to call concurrently from the RPC threads, except
 // Init and StartRefresh (once, before serving) and StopRefresh (once, after serving ended).
+// ServerOptions::list_change_points runs on the refresh thread (and in Init).
 #ifndef FUSETUNE_SERVICE_SERVER_CORE_H_
 #define FUSETUNE_SERVICE_SERVER_CORE_H_
 
@@ -65,7 +66,8 @@ class ServerCore {
 
   // Loads the registered workers, expires stale leases, builds the first snapshot.
   absl::Status Init();
-  // Starts the background refresh (lease expiry, snapshot, gauges every refresh_ms).
+  // Starts the background refresh (lease expiry, snapshot, gauges and bench history every
+  // refresh_ms).
   void StartRefresh();
   // Ends every long-poll (they answer "no job") and makes WaitForShutdown return.
   void BeginShutdown();
@@ -148,6 +150,9 @@ class ServerCore {
   void RefreshLoop();
   void RefreshIndex();
   void RefreshGauges();
+  // The bench history and change-point series: read in the background refresh only (they
+  // cost a read of up to kBenchHistoryCommits runs per suite, too much for every RPC).
+  void RefreshHistory();
   void ExpireLeases();
   void NotifyQueue();
   std::optional<WorkerRecord> FindWorker(const std::string& worker_id);

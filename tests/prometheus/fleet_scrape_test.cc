@@ -19,7 +19,6 @@
 namespace fusetune::testing {
 namespace {
 
-constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr int kDefaultMetricsPort = 9464;  // `fusetune serve --metrics` default
 
 class FleetScrapeTest : public ::testing::Test {
@@ -84,8 +83,8 @@ TEST_F(FleetScrapeTest, ATakenMetricsPortIsReportedAsTakenNotAsABadAddress) {
 }
 
 TEST_F(FleetScrapeTest, PrometheusScrapesTheServeAndWorkerProcesses) {
-  ASSERT_TRUE(std::filesystem::exists(kPrometheus))
-      << kPrometheus << " is missing: install it with `apt-get install -y --no-install-recommends prometheus` "
+  ASSERT_TRUE(std::filesystem::exists(kPrometheusBinary))
+      << kPrometheusBinary << " is missing: install it with `apt-get install -y --no-install-recommends prometheus` "
       << "(the setup script does)";
   auto ports = StartServe({"--metrics", "127.0.0.1:0"});
   ASSERT_TRUE(ports.has_value()) << serve_->Stderr();
@@ -107,20 +106,10 @@ TEST_F(FleetScrapeTest, PrometheusScrapesTheServeAndWorkerProcesses) {
                                     180);
   ASSERT_EQ(submit.exit_code, 0) << submit.out << submit.err << worker.Stderr();
 
-  const int prometheus_port = FreeLoopbackPort();
-  {
-    std::ofstream config(dir_.File("prometheus.yml"));
-    config << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-           << "scrape_configs:\n"
-           << "  - job_name: fusetune\n    static_configs:\n      - targets: ['127.0.0.1:" << ports->second
-           << "']\n"
-           << "  - job_name: fusetune-worker\n    static_configs:\n      - targets: ['127.0.0.1:"
-           << worker_metrics_port << "']\n";
-  }
-  Subprocess prometheus({kPrometheus, "--config.file=" + dir_.File("prometheus.yml"),
-                         "--storage.tsdb.path=" + dir_.File("data"),
-                         "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port), "--log.level=warn"},
-                        dir_.path());
+  int prometheus_port = 0;
+  std::unique_ptr<Subprocess> prometheus_process =
+      StartPrometheus(dir_, {{"fusetune", ports->second}, {"fusetune-worker", worker_metrics_port}}, &prometheus_port);
+  Subprocess& prometheus = *prometheus_process;
   ASSERT_TRUE(prometheus.started());
   auto query = [&](const std::string& promql) { return QueryScalar(prometheus_port, promql); };
   std::optional<double> server_up, worker_up, completed, recorded;

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "common/ports.h"
@@ -23,7 +22,6 @@
 namespace fusetune::testing {
 namespace {
 
-constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr char kToken[] = "prometheus-test-token";
 constexpr char kClass[] = "cpu/Test-CPU/x86_64";
 
@@ -94,8 +92,8 @@ void TuneOneProblem(int port, const std::string& problem_key, const v1::Problem&
 }
 
 TEST(PrometheusScrape, ServerSeriesAreQueryableThroughPrometheus) {
-  ASSERT_TRUE(std::filesystem::exists(kPrometheus))
-      << kPrometheus << " is missing: install it with `apt-get install -y --no-install-recommends prometheus` "
+  ASSERT_TRUE(std::filesystem::exists(kPrometheusBinary))
+      << kPrometheusBinary << " is missing: install it with `apt-get install -y --no-install-recommends prometheus` "
       << "(the setup script does)";
   TempDir dir;
   ServerOptions options;
@@ -117,18 +115,9 @@ TEST(PrometheusScrape, ServerSeriesAreQueryableThroughPrometheus) {
   const std::string key = ProblemFromProto(problem).value().Key();
   TuneOneProblem((*server)->port(), key, problem);
 
-  const int prometheus_port = FreeLoopbackPort();
-  ASSERT_GT(prometheus_port, 0);
-  {
-    std::ofstream config(dir.File("prometheus.yml"));
-    config << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-           << "scrape_configs:\n  - job_name: fusetune\n    static_configs:\n"
-           << "      - targets: ['127.0.0.1:" << metrics_port << "']\n";
-  }
-  Subprocess prometheus({kPrometheus, "--config.file=" + dir.File("prometheus.yml"),
-                         "--storage.tsdb.path=" + dir.File("data"),
-                         "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port), "--log.level=warn"},
-                        dir.path());
+  int prometheus_port = 0;
+  std::unique_ptr<Subprocess> prometheus_process = StartPrometheus(dir, {{"fusetune", metrics_port}}, &prometheus_port);
+  Subprocess& prometheus = *prometheus_process;
   ASSERT_TRUE(prometheus.started());
 
   // Wait for a successful scrape: up == 1 and the best-latency series present.

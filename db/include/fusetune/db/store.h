@@ -274,6 +274,8 @@ class Store : public RecordSink {
   // suite or a limit outside [1, 100000]; an empty list when none.
   absl::StatusOr<std::vector<RunInfo>> ListBenchRuns(std::string_view suite, std::string_view device_class,
                                                      int limit);
+  // The suites that have bench cells, sorted by name; an empty list when none.
+  absl::StatusOr<std::vector<std::string>> ListBenchSuites();
   // The newest finished bench run of `suite` on `device_class` (empty = any) whose commit is
   // `commit` or, for 7 or more hex digits, starts with it (an exact match wins over a
   // prefix). InvalidArgument for an empty suite or commit, or a commit that matches no run

@@ -17,13 +17,30 @@
 #define FUSETUNE_SERVICE_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "fusetune/db/store.h"
 
 namespace fusetune {
+
+// A change point of one bench cell's per-commit medians (a cell's history is identified by
+// device class, suite, problem and config), as the metrics export it
+// (fusetune_change_point_unix_ms, a dashboard annotation).
+struct ChangePointMark {
+  std::string device_class;
+  std::string suite;
+  std::string problem_key;
+  std::string config_key;
+  std::string commit;     // the first commit of the new level
+  std::string direction;  // "slower" or "faster"
+  // The annotation's time (Unix ms). 0: when the commit's bench run finished, looked up in the
+  // exported bench history; the mark is left out when that commit is not in it.
+  int64_t unix_ms = 0;
+};
 
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:0";  // host:port; port 0 picks a free one
@@ -44,6 +61,11 @@ struct ServerOptions {
   int max_concurrent_streams = 16;      // ReportTrials streams beyond this: RESOURCE_EXHAUSTED
   int max_receive_message_bytes = 4 << 20;
   int max_threads = 256;                // gRPC sync server thread cap
+  // The stored change points, newest first, for the metrics (which keep the newest 500, see
+  // service/server/README.md): called with the server's store at start and on the background
+  // refresh thread every refresh_ms. Unset: no change-point series; an error keeps the
+  // previous ones.
+  std::function<absl::StatusOr<std::vector<ChangePointMark>>(Store&)> list_change_points;
 };
 
 class Server {
