@@ -87,5 +87,32 @@ TEST(ServerBenchHistory, KeepsTheNewestRunOfTheLastCommitsPerDeviceClassAndSuite
   EXPECT_NE(text.find("fusetune_bench_series_dropped 0"), std::string::npos);
 }
 
+TEST(ServerBenchHistory, StoredChangePointsAreMarkedAtTheirCommitsRun) {
+  ScratchDir dir;
+  {
+    auto store = Store::Open(dir.File("fusetune.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < 3; ++i) BenchRun(**store, "nightly", Device("A"), "commit" + std::to_string(i), 10 + i);
+    ChangePointRow row;
+    row.commit = "commit1";
+    row.position = 1;
+    row.mean_before_us = 10;
+    row.mean_after_us = 11;
+    row.ratio = 1.1;
+    row.p_value = 0.0001;
+    row.direction = "slower";
+    ASSERT_TRUE((*store)->ReplaceChangePoints(Device("A").DeviceClass(), "nightly", kProblem, kConfig, {row}).ok());
+  }
+  ServerOptions options;
+  options.db_path = dir.File("fusetune.db");
+  options.token = kToken;
+  options.refresh_ms = 3600 * 1000;
+  auto server = Server::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto page = HttpGet((*server)->metrics_port(), "/metrics");
+  ASSERT_TRUE(page.ok());
+  EXPECT_NE(page->body.find("fusetune_change_point_unix_ms{commit=\"commit1\""), std::string::npos) << page->body;
+}
+
 }  // namespace
 }  // namespace fusetune::testing

@@ -45,6 +45,18 @@ absl::StatusOr<std::vector<BenchHistoryRun>> ReadBenchHistory(Store& store) {
   return history;
 }
 
+// The stored change points (Store::ListChangePoints, newest detection first) as the metrics
+// mark them: at their commit's bench run's finish time.
+absl::StatusOr<std::vector<ChangePointMark>> StoredChangePoints(Store& store) {
+  absl::StatusOr<std::vector<ChangePointRow>> rows = store.ListChangePoints({}, static_cast<int>(kMaxAnnotationSeries));
+  if (!rows.ok()) return rows.status();
+  std::vector<ChangePointMark> marks;
+  for (const ChangePointRow& r : *rows) {
+    marks.push_back({r.device_class, r.suite, r.problem_key, r.config_key, r.commit, r.direction, 0});
+  }
+  return marks;
+}
+
 absl::Status WorkerNotRegistered(const std::string& worker_id) {
   return WithErrorReason(
       absl::FailedPreconditionError(Cat("worker '", worker_id, "' is not registered (RegisterWorker first)")),
@@ -154,9 +166,9 @@ void ServerCore::RefreshHistory() {
   absl::StatusOr<std::vector<BenchHistoryRun>> history = ReadBenchHistory(*store_);
   if (!history.ok()) return;  // keep the previous series; the change points need the history's times
   metrics_->SetBenchHistory(*history);
-  if (options_.list_change_points) {
-    if (auto marks = options_.list_change_points(*store_); marks.ok()) metrics_->SetChangePoints(*marks, *history);
-  }
+  absl::StatusOr<std::vector<ChangePointMark>> marks =
+      options_.list_change_points ? options_.list_change_points(*store_) : StoredChangePoints(*store_);
+  if (marks.ok()) metrics_->SetChangePoints(*marks, *history);
 }
 
 void ServerCore::NotifyQueue() {

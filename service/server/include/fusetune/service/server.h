@@ -63,8 +63,8 @@ struct ServerOptions {
   int max_threads = 256;                // gRPC sync server thread cap
   // The stored change points, newest first, for the metrics (which keep the newest 500, see
   // service/server/README.md): called with the server's store at start and on the background
-  // refresh thread every refresh_ms. Unset: no change-point series; an error keeps the
-  // previous ones.
+  // refresh thread every refresh_ms. Unset: the store's own change points (ListChangePoints,
+  // what `fusetune history --record` stored); an error keeps the previous ones.
   std::function<absl::StatusOr<std::vector<ChangePointMark>>(Store&)> list_change_points;
 };
 
