@@ -130,7 +130,8 @@ int RunBenchCommand(const BenchFlags& f) {
 void AddBenchCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* bench = app.add_subcommand(
-      "bench", "Verify and time given configs (or one config per variant) on problems; no database.");
+      "bench", "Verify and time given configs (or one config per variant) on problems, no database; or measure a bench "
+               "suite (--suite, stored with --db); or write a suite from a database (--from-db).");
   flags->problem.Register(bench, /*allow_list=*/true);
   AddBackendOptions(bench, &flags->backend, &flags->device);
   bench->add_option("--config", flags->configs, "config key, e.g. fused/bm64/bs64/t2/fp32/st1 (repeatable)");
