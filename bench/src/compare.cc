@@ -321,6 +321,22 @@ std::string StoredKey(std::string_view problem, std::string_view config, std::st
   return Cat(problem, " ", config, " ", role);
 }
 
+// The first pass over every cell, then the undecided cells again at the block count their
+// verdicts suggest, judging the whole suite after each pass; the wall time goes to `out`.
+absl::Status MeasureUntilDecided(Interleaver& measurer, const Suite& suite, const CompareOptions& options,
+                                 const regress::VerdictOptions& verdict, Comparison& out) {
+  const auto start = Clock::now();
+  std::vector<size_t> which = AllCells(out.cells.size());
+  int target = FirstPassBlocks(suite, options);
+  while (!which.empty()) {
+    if (absl::Status s = measurer.Measure(which, target); !s.ok()) return s;
+    if (absl::Status s = Judge(out.cells, verdict, options); !s.ok()) return s;
+    which = CellsToRemeasure(out.cells, &target);
+  }
+  out.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<double> CellMeasurement::Medians() const {
@@ -357,16 +373,8 @@ absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource
   if (absl::Status s = CheckDevices(out.baseline, out.candidate, suite); !s.ok()) return s;
   for (const SuiteCell& cell : suite.cells) out.cells.push_back(CellComparison{cell, {}, {}, {}});
 
-  const auto start = Clock::now();
   Interleaver interleaver({{&baseline, true}, {&candidate, false}}, out.cells, options, &out.blocks_measured);
-  std::vector<size_t> which = AllCells(out.cells.size());
-  int target = FirstPassBlocks(suite, options);
-  while (!which.empty()) {
-    if (absl::Status s = interleaver.Measure(which, target); !s.ok()) return s;
-    if (absl::Status s = Judge(out.cells, options.verdict, options); !s.ok()) return s;
-    which = CellsToRemeasure(out.cells, &target);
-  }
-  out.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (absl::Status s = MeasureUntilDecided(interleaver, suite, options, options.verdict, out); !s.ok()) return s;
   return out;
 }
 
@@ -401,16 +409,8 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
 
   regress::VerdictOptions verdict = options.verdict;
   verdict.min_floor = std::max(verdict.min_floor, options.stored_min_floor);
-  const auto start = Clock::now();
   Interleaver measurer({{&candidate, false}}, out.cells, options, &out.blocks_measured, /*stored_baseline=*/true);
-  std::vector<size_t> which = AllCells(out.cells.size());
-  int target = FirstPassBlocks(suite, options);
-  while (!which.empty()) {
-    if (absl::Status s = measurer.Measure(which, target); !s.ok()) return s;
-    if (absl::Status s = Judge(out.cells, verdict, options); !s.ok()) return s;
-    which = CellsToRemeasure(out.cells, &target);
-  }
-  out.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (absl::Status s = MeasureUntilDecided(measurer, suite, options, verdict, out); !s.ok()) return s;
   return out;
 }
 

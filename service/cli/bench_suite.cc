@@ -23,10 +23,7 @@ namespace {
 constexpr int kExitCellFailed = 1;
 constexpr int kExitError = 2;
 
-int Error(const std::string& command, const std::string& message) {
-  std::fprintf(stderr, "fusetune %s: %s\n", command.c_str(), message.c_str());
-  return kExitError;
-}
+int Error(const std::string& command, const std::string& message) { return Failure(command, message, kExitError); }
 
 // Block medians' spread: (p90 - p10) / median, percent.
 double SpreadPercent(const bench::CellMeasurement& m) {

@@ -51,8 +51,7 @@ struct BisectFlags {
 };
 
 int Error(const std::string& command, const std::string& message, int code = kExitError) {
-  std::fprintf(stderr, "fusetune %s: %s\n", command.c_str(), message.c_str());
-  return code;
+  return Failure(command, message, code);
 }
 
 std::string ShellQuote(const std::string& s) {
@@ -67,14 +66,11 @@ absl::StatusOr<std::string> Git(const std::string& repo, const std::vector<std::
   std::string line = "git -C " + ShellQuote(repo);
   for (const std::string& a : args) line += " " + ShellQuote(a);
   line += " 2>/dev/null";
-  FILE* pipe = popen(line.c_str(), "r");
-  if (pipe == nullptr) return absl::UnavailableError("cannot run git");
-  std::string out;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
-  const int status = pclose(pipe);
+  ShellResult run = RunShell(line);
+  if (run.status == -1) return absl::UnavailableError("cannot run git");
+  std::string out = std::move(run.out);
   while (!out.empty() && out.back() == '\n') out.pop_back();
-  if (status != 0) return absl::FailedPreconditionError(fmt::format("git {} failed", args.empty() ? "" : args[0]));
+  if (run.status != 0) return absl::FailedPreconditionError(fmt::format("git {} failed", args.empty() ? "" : args[0]));
   return out;
 }
 
@@ -131,6 +127,12 @@ absl::StatusOr<bench::Suite> CellSuite(const BisectFlags& f) {
   }
   suite.cells.push_back(cell);
   return suite;
+}
+
+// --build-command, or the repository's own ci/build-commit.sh.
+std::string BuildCommandOf(const BisectFlags& f) {
+  if (!f.build_command.empty()) return f.build_command;
+  return ShellQuote(f.repo + "/ci/build-commit.sh") + " --repo " + ShellQuote(f.repo) + " {commit}";
 }
 
 // Builds by commit, each once.
@@ -263,9 +265,7 @@ int RunBisect(const BisectFlags& f) {
   if (!commits.ok()) return Error(cmd, std::string(commits.status().message()));
   absl::StatusOr<bench::Suite> suite = CellSuite(f);
   if (!suite.ok()) return Error(cmd, std::string(suite.status().message()));
-  const std::string build_command =
-      !f.build_command.empty() ? f.build_command
-                               : ShellQuote(f.repo + "/ci/build-commit.sh") + " --repo " + ShellQuote(f.repo) + " {commit}";
+  const std::string build_command = BuildCommandOf(f);
   Builds builds(build_command, cmd);
   absl::StatusOr<std::string> good_binary = builds.Get(good);
   if (!good_binary.ok()) return Error(cmd, fmt::format("the good commit must build: {}", std::string(good_binary.status().message())));
@@ -341,9 +341,7 @@ int RunBisectStep(const BisectFlags& f) {
   if (!suite.ok()) return Error(cmd, std::string(suite.status().message()), kAbort);
   absl::StatusOr<std::string> head = ResolveCommit(f.repo, "HEAD");
   if (!head.ok()) return Error(cmd, std::string(head.status().message()), kAbort);
-  const std::string build_command =
-      !f.build_command.empty() ? f.build_command
-                               : ShellQuote(f.repo + "/ci/build-commit.sh") + " --repo " + ShellQuote(f.repo) + " {commit}";
+  const std::string build_command = BuildCommandOf(f);
   absl::StatusOr<std::string> binary = BuildCommit(build_command, *head, "bisect-step: building HEAD");
   if (absl::IsNotFound(binary.status())) return kSkip;
   if (!binary.ok()) return Error(cmd, std::string(binary.status().message()), kAbort);

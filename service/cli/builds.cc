@@ -23,17 +23,25 @@ std::string SelfBinary() {
   return ec ? std::string() : self.string();
 }
 
+ShellResult RunShell(const std::string& line) {
+  ShellResult result;
+  FILE* pipe = popen(line.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) result.out += buffer;
+  result.status = pclose(pipe);
+  return result;
+}
+
 absl::StatusOr<std::string> BuildCommit(const std::string& command, const std::string& commit, std::string_view why) {
   std::string line = command;
   for (size_t at; (at = line.find("{commit}")) != std::string::npos;) line.replace(at, 8, commit);
   std::fprintf(stderr, "fusetune: %.*s: %s\n", static_cast<int>(why.size()), why.data(), line.c_str());
-  FILE* pipe = popen(line.c_str(), "r");
-  if (pipe == nullptr) return absl::UnavailableError(fmt::format("cannot run '{}'", line));
-  std::string out;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
-  const int status = pclose(pipe);
-  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 125) {
+  ShellResult run = RunShell(line);
+  const int status = run.status;
+  std::string& out = run.out;
+  if (status == -1) return absl::UnavailableError(fmt::format("cannot run '{}'", line));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 125) {
     return absl::NotFoundError(fmt::format("{} does not build ('{}' exited 125)", commit, line));
   }
   if (status != 0) return absl::UnavailableError(fmt::format("'{}' failed (status {})", line, status));

@@ -18,6 +18,14 @@ namespace fusetune::cli {
 // of the other (a 12-digit build commit against a full hash). "unknown" matches nothing.
 bool SameCommit(std::string_view a, std::string_view b);
 
+// Runs `line` through /bin/sh and reads its whole stdout. `status` is pclose's (-1 when the
+// command could not be started).
+struct ShellResult {
+  int status = -1;
+  std::string out;
+};
+ShellResult RunShell(const std::string& line);
+
 // This process's executable ("" when /proc/self/exe cannot be read).
 std::string SelfBinary();
 

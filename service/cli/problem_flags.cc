@@ -191,9 +191,11 @@ int UsageError(const std::string& command, const std::string& message) {
   return kExitUsage;
 }
 
-int Failure(const std::string& command, const std::string& message) {
+int Failure(const std::string& command, const std::string& message) { return Failure(command, message, kExitFailure); }
+
+int Failure(const std::string& command, const std::string& message, int exit_code) {
   std::fprintf(stderr, "fusetune %s: %s\n", command.c_str(), message.c_str());
-  return kExitFailure;
+  return exit_code;
 }
 
 }  // namespace fusetune::cli

@@ -83,6 +83,8 @@ std::unique_ptr<Backend> CreateLocalBackend(const std::string& command, const st
 int UsageError(const std::string& command, const std::string& message);
 // Prints "fusetune <command>: <message>" to stderr; returns kExitFailure.
 int Failure(const std::string& command, const std::string& message);
+// The same with the exit code given (CI-style commands exit 2 on any error; bisect-step 128).
+int Failure(const std::string& command, const std::string& message, int exit_code);
 
 }  // namespace fusetune::cli
 

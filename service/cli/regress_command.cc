@@ -36,10 +36,7 @@ constexpr int kExitClean = 0;
 constexpr int kExitRegressed = 1;
 constexpr int kExitError = 2;
 
-int Error(const std::string& message) {
-  std::fprintf(stderr, "fusetune regress: %s\n", message.c_str());
-  return kExitError;
-}
+int Error(const std::string& message) { return Failure("regress", message, kExitError); }
 
 // The baseline's binary under --builds-dir: <dir>/<commit, or a directory starting with it>/bin/fusetune.
 std::string BinaryInBuildsDir(const std::string& dir, const std::string& commit) {
