@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
-#include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/tuner/sweep.h"
 #include "gtest/gtest.h"
@@ -113,65 +111,66 @@ TEST(Audit, BadOptionsAndCancelAreErrors) {
   EXPECT_TRUE(absl::IsCancelled(RunAudit(backend, Tiny(), Fused(16, 16), Quick(), 1, &cancel).status()));
 }
 
-// The CPU backend as CI runs it: the default tune of each seed-preset shape (the fused
-// variant, the one whose pick is served) is the exhaustive best or within the audit's
-// measured noise. FUSETUNE_AUDIT_TEST_MAX_SEQ caps the shapes (default 512: the preset's
-// three smallest, about a minute on a 2-core machine; 2048 runs all five).
-TEST(AuditCpu, DefaultTuneOfTheSeedPresetIsWithinNoiseOfTheExhaustiveBest) {
-  std::unique_ptr<Backend> cpu = CreateCpuBackend();
-  int max_seq = 512;
-  if (const char* env = std::getenv("FUSETUNE_AUDIT_TEST_MAX_SEQ")) max_seq = std::atoi(env);
+// A latency landscape like the CPU backend's on a seed-preset shape: two threads about 1.8x
+// one, a best tile with near neighbours 3-8 % behind and poor small tiles.
+double LoadedHostLatency(const KernelConfig& c) {
+  auto factor = [](int block, double at16, double at32, double at128) {
+    return block == 16 ? at16 : block == 32 ? at32 : block == 128 ? at128 : 1.0;
+  };
+  return 200.0 * factor(c.block_m, 1.30, 1.08, 1.04) * factor(c.block_s, 1.25, 1.06, 1.03) *
+         (c.threads == 2 ? 0.55 : 1.0);
+}
+
+// The default tune (the fused variant, whose pick is served) on a host whose load comes in
+// spells that slow whole timing blocks by 5-50 %: the pick is the true best or its nearest
+// neighbour (true regret <= 3 %) for every seed, and an audit of the pick reports an interval
+// that holds the true regret. Real timing on a shared machine cannot be asserted in a test;
+// this is the method's share of it, with the load made reproducible.
+TEST(Audit, DefaultTuneOnAHostWithLoadSpellsPicksWithinThreePercentOfTheTrueBest) {
+  double true_best = 1e300;
+  HostBackend grid;
+  for (const KernelConfig& c : grid.CandidateConfigs(Tiny())) {
+    if (c.variant == Variant::kFused) true_best = std::min(true_best, LoadedHostLatency(c));
+  }
   class Discard : public RecordSink {
    public:
     absl::Status RecordTrial(const Trial&) override { return absl::OkStatus(); }
     absl::Status RecordBestConfig(const BestConfig&) override { return absl::OkStatus(); }
     absl::StatusOr<std::vector<Trial>> RecordedTrials(int64_t) override { return std::vector<Trial>(); }
   } sink;
-  int audited = 0;
-  for (const AttentionProblem& p : SeedPresetProblems()) {
-    if (p.q_len > max_seq) continue;
-    // A flagged pick is confirmed by tuning and auditing again before it counts, as a
-    // regression alert is re-run before it is filed: a spell of load on a shared machine
-    // can mislead one tune, it should not mislead two.
-    bool within = false;
-    std::string verdicts;
-    for (int attempt = 0; attempt < 2 && !within; ++attempt) {
-      SweepOptions tune;
-      tune.space.variants = {Variant::kFused};
-      tune.seed = 1 + static_cast<uint64_t>(attempt);
-      std::vector<AttentionProblem> one = {p};
-      absl::StatusOr<SweepResult> r = RunSweep(*cpu, one, tune, 1, sink);
-      ASSERT_TRUE(r.ok()) << r.status();
-      ASSERT_EQ(r->best.size(), 1u) << p.Key();
-      AuditOptions audit;
-      audit.space.variants = {Variant::kFused};
-      absl::StatusOr<AuditResult> a = RunAudit(*cpu, p, *KernelConfig::FromKey(r->best[0].config_key), audit, 2);
-      ASSERT_TRUE(a.ok()) << a.status();
-      const AuditSummary& s = a->summary;
-      // The noise the audit measured: the relative p10..p90 half-spread of the per-round
-      // times of the tuned config and of the audit's best.
-      double noise = 0;
-      for (const Trial& t : a->trials) {
-        if (t.attempt != 1 || t.outcome != TrialOutcome::kOk || !(t.median_us > 0)) continue;
-        if (t.config_key != s.recorded_config_key && t.config_key != s.best_config_key) continue;
-        noise = std::max(noise, (t.p90_us - t.p10_us) / (2 * t.median_us));
-      }
-      within = s.regret_low <= 0 || s.regret <= noise;
-      char buf[512];
-      std::snprintf(buf, sizeof(buf),
-                    "%s: tuned %s, audit best %s, regret %.2f%% [%.2f%%, %.2f%%], noise %.2f%%, audit %.1f s\n",
-                    p.Key().c_str(), s.recorded_config_key.c_str(), s.best_config_key.c_str(), 100 * s.regret,
-                    100 * s.regret_low, 100 * s.regret_high, 100 * noise, a->seconds);
-      const std::string line = buf;
-      std::printf("%s", line.c_str());
-      verdicts += line;
-    }
-    ++audited;
-    EXPECT_TRUE(within) << "two tunes in a row picked a config slower than the audit's best by more than "
-                           "the measured noise:\n"
-                        << verdicts;
+  std::string verdicts;
+  int within = 0, audits_holding_truth = 0;
+  const int seeds = 8;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    HostBackend backend;
+    backend.latency_us = LoadedHostLatency;
+    backend.load.emplace();
+    backend.load->seed = static_cast<uint64_t>(seed);
+    SweepOptions tune;
+    tune.space.variants = {Variant::kFused};
+    tune.seed = static_cast<uint64_t>(seed);
+    std::vector<AttentionProblem> one = {Tiny()};
+    absl::StatusOr<SweepResult> r = RunSweep(backend, one, tune, 1, sink);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->best.size(), 1u);
+    absl::StatusOr<KernelConfig> pick = KernelConfig::FromKey(r->best[0].config_key);
+    ASSERT_TRUE(pick.ok()) << pick.status();
+    const double regret = LoadedHostLatency(*pick) / true_best - 1;
+    within += regret <= 0.03 + 1e-9;
+    AuditOptions audit;
+    audit.space.variants = {Variant::kFused};
+    absl::StatusOr<AuditResult> a = RunAudit(backend, Tiny(), *pick, audit, 2);
+    ASSERT_TRUE(a.ok()) << a.status();
+    const AuditSummary& s = a->summary;
+    audits_holding_truth += s.regret_low - 1e-9 <= regret && regret <= s.regret_high + 1e-9;
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "seed %d: pick %s, true regret %.2f%%, audit %.2f%% [%.2f%%, %.2f%%]\n", seed,
+                  pick->Key().c_str(), 100 * regret, 100 * s.regret, 100 * s.regret_low, 100 * s.regret_high);
+    verdicts += buf;
   }
-  EXPECT_GE(audited, 1);
+  std::printf("%s", verdicts.c_str());
+  EXPECT_EQ(within, seeds) << verdicts;
+  EXPECT_GE(audits_holding_truth, seeds - 1) << verdicts;
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -46,6 +48,18 @@ class HostBackend : public Backend {
   std::vector<KernelConfig> candidates;
   // Median latency reported by Time(), per config key (default 100 us), and the spread.
   std::function<double(const KernelConfig&)> latency_us = [](const KernelConfig&) { return 100.0; };
+  // The load of a shared host, for tests of how the tuner copes with it. When set, each Time()
+  // block is scaled by seeded noise instead of the fixed +-2 % spread: every launch by
+  // exp(jitter_sigma * Z), and with probability spell_probability the whole block by
+  // 1 + U(spell_min, spell_max) (another process taking the cores for a while).
+  struct Load {
+    double jitter_sigma = 0.02;
+    double spell_probability = 0.1;
+    double spell_min = 0.05;
+    double spell_max = 0.5;
+    uint64_t seed = 1;
+  };
+  std::optional<Load> load;
 
   DeviceInfo Describe() const override {
     DeviceInfo d;
@@ -122,6 +136,17 @@ class HostBackend : public Backend {
     if (auto s = Run(p, c, b); !s.ok()) return s;
     TimingSamples t;
     const double base = latency_us(c);
+    if (load) {
+      if (!load_rng_) load_rng_.emplace(load->seed);
+      std::uniform_real_distribution<double> uniform(0, 1);
+      std::normal_distribution<double> normal(0, 1);
+      double block = base;
+      if (uniform(*load_rng_) < load->spell_probability) {
+        block *= 1 + load->spell_min + (load->spell_max - load->spell_min) * uniform(*load_rng_);
+      }
+      for (int i = 0; i < o.repeats; ++i) t.micros.push_back(block * std::exp(load->jitter_sigma * normal(*load_rng_)));
+      return t;
+    }
     // Samples spread +-2% around the median: p10..p90 spread ~ 3.2% of it.
     for (int i = 0; i < o.repeats; ++i) t.micros.push_back(base * (0.98 + 0.04 * ((i * 7) % o.repeats) / std::max(1, o.repeats - 1)));
     return t;
@@ -144,6 +169,9 @@ class HostBackend : public Backend {
     std::memset(dst, value, bytes);
     return absl::OkStatus();
   }
+
+ private:
+  std::optional<std::mt19937_64> load_rng_;
 };
 
 }  // namespace fusetune::testing
