@@ -123,9 +123,9 @@ absl::Status PrepareCall(const fusetune_handle* h, const fusetune_problem* probl
   return ToConfig(config, c);
 }
 
-// The four tensors of a run, all required.
-absl::Status CheckTensors(const void* q, const void* k, const void* v, void* o) {
-  return fusetune::ValidateBuffers(fusetune::AttentionBuffers{q, k, v, o});
+// The four tensors of a run, all required (the ABI has no paged problems).
+absl::Status CheckTensors(const AttentionProblem& p, const void* q, const void* k, const void* v, void* o) {
+  return fusetune::ValidateBuffers(p, fusetune::AttentionBuffers{q, k, v, o});
 }
 
 // Runs `body` and turns any escaping C++ exception into INTERNAL.
@@ -228,7 +228,7 @@ int fusetune_run(fusetune_handle* handle, const fusetune_problem* problem,
     AttentionProblem p;
     KernelConfig c;
     if (auto s = PrepareCall(handle, problem, config, &p, &c); !s.ok()) return s;
-    if (auto s = CheckTensors(q, k, v, o); !s.ok()) return s;
+    if (auto s = CheckTensors(p, q, k, v, o); !s.ok()) return s;
     return handle->backend->Run(p, c, {q, k, v, o});
   });
 }
@@ -242,7 +242,7 @@ int fusetune_time(fusetune_handle* handle, const fusetune_problem* problem,
     AttentionProblem p;
     KernelConfig c;
     if (auto s = PrepareCall(handle, problem, config, &p, &c); !s.ok()) return s;
-    if (auto s = CheckTensors(q, k, v, o); !s.ok()) return s;
+    if (auto s = CheckTensors(p, q, k, v, o); !s.ok()) return s;
     if (median_us == nullptr) return absl::InvalidArgumentError("median_us is NULL");
     if (capacity > 0 && (samples_us == nullptr || count == nullptr)) {
       return absl::InvalidArgumentError("samples_us and count must be non-NULL when capacity > 0");

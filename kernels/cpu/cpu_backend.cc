@@ -130,6 +130,9 @@ class CpuBackend final : public Backend {
                             const KernelConfig& config) const override {
     if (auto s = problem.Validate(); !s.ok()) return s;
     if (auto s = config.Validate(); !s.ok()) return s;
+    if (problem.is_paged()) {
+      return absl::UnimplementedError("cpu: no kernel of this backend reads a paged KV cache");
+    }
     if (!IsSupportedTile(config.block_s)) {
       return absl::UnimplementedError(
           absl::StrCat("cpu: block_s must be 16, 32, 64 or 128, got ", config.block_s));
@@ -199,7 +202,7 @@ class CpuBackend final : public Backend {
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
-    if (auto s = ValidateBuffers(buffers); !s.ok()) return s;
+    if (auto s = ValidateBuffers(problem, buffers); !s.ok()) return s;
     return Launch(problem, config, buffers);
   }
 

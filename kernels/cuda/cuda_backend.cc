@@ -185,6 +185,9 @@ class CudaBackend final : public Backend {
                             const KernelConfig& config) const override {
     if (auto s = problem.Validate(); !s.ok()) return s;
     if (auto s = config.Validate(); !s.ok()) return s;
+    if (problem.is_paged()) {
+      return absl::UnimplementedError("no kernel of this backend reads a paged KV cache");
+    }
     if (problem.head_dim != 64 && problem.head_dim != 128) {
       return absl::UnimplementedError(Cat(
           "the CUDA backend supports head_dim 64 and 128 only, got ", problem.head_dim));
@@ -280,7 +283,7 @@ class CudaBackend final : public Backend {
                    const AttentionBuffers& buffers) override {
     if (auto s = Enter(); !s.ok()) return s;
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
-    if (auto s = ValidateBuffers(buffers); !s.ok()) return s;
+    if (auto s = ValidateBuffers(problem, buffers); !s.ok()) return s;
     auto prepared = Prepare(problem, config, buffers);
     if (!prepared.ok()) return prepared.status();
     if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
@@ -292,7 +295,7 @@ class CudaBackend final : public Backend {
                                      const TimingOptions& options) override {
     if (auto s = Enter(); !s.ok()) return s;
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
-    if (auto s = ValidateBuffers(buffers); !s.ok()) return s;
+    if (auto s = ValidateBuffers(problem, buffers); !s.ok()) return s;
     if (options.repeats < 1 || options.warmup < 0) {
       return absl::InvalidArgumentError("timing needs repeats >= 1 and warmup >= 0");
     }

@@ -10,6 +10,10 @@ namespace fusetune {
 namespace {
 
 absl::Status CheckSpans(const AttentionProblem& problem, size_t q, size_t k, size_t v) {
+  if (problem.is_paged()) {
+    return absl::InvalidArgumentError(
+        "the reference takes contiguous K/V: gather a paged cache through its block table first (GatherPagedKV)");
+  }
   if (static_cast<int64_t>(q) != problem.QElements()) {
     return absl::InvalidArgumentError(
         absl::StrCat("q has ", q, " elements, the problem needs ", problem.QElements()));
@@ -107,6 +111,31 @@ absl::StatusOr<std::vector<double>> ReferenceAttention(const AttentionProblem& p
     for (int h = 0; h < problem.q_heads; ++h) {
       ComputeRow(problem, q.data(), k.data(), v.data(), t, h,
                  out.data() + (t * problem.q_heads + h) * static_cast<int64_t>(d), scores);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> GatherPagedKV(const AttentionProblem& problem, std::span<const float> pool,
+                                                 std::span<const int32_t> block_table) {
+  if (auto s = problem.Validate(); !s.ok()) return s;
+  if (!problem.is_paged()) return absl::InvalidArgumentError("GatherPagedKV needs a paged problem");
+  if (static_cast<int64_t>(pool.size()) != problem.KVElements()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pool has ", pool.size(), " elements, the problem needs ", problem.KVElements()));
+  }
+  if (auto s = ValidateBlockTable(problem, block_table.data(), static_cast<int64_t>(block_table.size())); !s.ok()) {
+    return s;
+  }
+  const AttentionProblem flat = problem.Unpaged();
+  const int64_t row = static_cast<int64_t>(problem.kv_heads) * problem.head_dim;
+  const int page = problem.page_block_size;
+  std::vector<float> out(static_cast<size_t>(flat.KVElements()), 0.0f);
+  for (int b = 0; b < problem.batch; ++b) {
+    const int64_t start = flat.KeyStart(b);
+    for (int j = 0; j < problem.VisibleKeyLen(b); ++j) {
+      const int64_t physical = block_table[static_cast<size_t>(static_cast<int64_t>(b) * problem.BlockTableWidth() + j / page)];
+      std::copy_n(pool.data() + (physical * page + j % page) * row, row, out.data() + (start + j) * row);
     }
   }
   return out;

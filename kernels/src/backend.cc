@@ -37,7 +37,15 @@ bool DeviceStateMoved(const DeviceState& before, const DeviceState& after) {
   return lo > 0 ? (hi - lo) * 50 > lo : hi > 0;  // more than 2 %
 }
 
-absl::Status ValidateBuffers(const AttentionBuffers& buffers) {
+absl::Status ValidateBuffers(const AttentionProblem& problem, const AttentionBuffers& buffers) {
+  if (problem.is_paged()) {
+    if (buffers.block_table == nullptr) return absl::InvalidArgumentError("a paged problem needs a block_table");
+    if (reinterpret_cast<uintptr_t>(buffers.block_table) % alignof(int32_t) != 0) {
+      return absl::InvalidArgumentError("block_table is not aligned to 4 bytes");
+    }
+  } else if (buffers.block_table != nullptr) {
+    return absl::InvalidArgumentError("block_table is set but the problem's K/V are contiguous (page_block_size 0)");
+  }
   const std::pair<const char*, const void*> tensors[] = {
       {"q", buffers.q}, {"k", buffers.k}, {"v", buffers.v}, {"o", buffers.o}};
   for (const auto& [name, ptr] : tensors) {

@@ -110,9 +110,16 @@ absl::Status AttentionProblem::Validate() const {
         Cat("softmax_scale must be in [0, ", kMaxSoftmaxScale, "] (0 = 1/sqrt(d)), got ",
                       softmax_scale));
   }
-  if (page_block_size != 0) {
-    return absl::UnimplementedError(
-        "paged KV (page_block_size != 0) is not implemented yet; use contiguous KV");
+  if (page_block_size < 0 || page_block_size > kMaxPageBlockSize) {
+    return absl::InvalidArgumentError(
+        Cat("page_block_size must be in [1, ", kMaxPageBlockSize, "] (0 = contiguous K/V), got ", page_block_size));
+  }
+  if (!is_paged() && (kv_pool_pages != 0 || block_table_width != 0 || shared_prefix_pages != 0)) {
+    return absl::InvalidArgumentError(
+        "kv_pool_pages, block_table_width and shared_prefix_pages describe a paged cache: set page_block_size");
+  }
+  if (kv_pool_pages < 0 || block_table_width < 0 || shared_prefix_pages < 0) {
+    return absl::InvalidArgumentError("kv_pool_pages, block_table_width and shared_prefix_pages must be >= 0");
   }
   if (q_len < 0 || q_len > kMaxSeqLen || kv_len < 0 || kv_len > kMaxSeqLen) {
     return absl::InvalidArgumentError(
@@ -159,6 +166,9 @@ absl::Status AttentionProblem::Validate() const {
   }
   if (kind == ProblemKind::kDecode && !is_varlen() && q_len > 16) {
     return absl::InvalidArgumentError("decode problems have at most 16 queries per sequence");
+  }
+  if (is_paged()) {
+    if (auto s = ValidatePagedGeometry(); !s.ok()) return s;
   }
   const int64_t tq = TotalQueries(), tk = TotalKeys();
   if (tq * q_heads * head_dim > kMaxTotalElements || tk * kv_heads * head_dim > kMaxTotalElements) {
@@ -208,8 +218,93 @@ int64_t AttentionProblem::TotalQueries() const {
                      : static_cast<int64_t>(batch) * q_len;
 }
 int64_t AttentionProblem::TotalKeys() const {
+  if (is_paged()) return PoolPages() * page_block_size;
   return is_varlen() ? (cu_seqlens_k.empty() ? 0 : cu_seqlens_k.back())
                      : static_cast<int64_t>(batch) * kv_len;
+}
+
+int AttentionProblem::BlockTableWidth() const {
+  if (!is_paged()) return 0;
+  return block_table_width > 0 ? block_table_width : (kv_len + page_block_size - 1) / page_block_size;
+}
+
+int AttentionProblem::PagesOfSequence(int b) const {
+  if (!is_paged()) return 0;
+  return (VisibleKeyLen(b) + page_block_size - 1) / page_block_size;
+}
+
+int64_t AttentionProblem::PagesNeeded() const {
+  if (!is_paged()) return 0;
+  int64_t pages = shared_prefix_pages;
+  for (int b = 0; b < batch; ++b) pages += PagesOfSequence(b) - shared_prefix_pages;
+  return pages;
+}
+
+int64_t AttentionProblem::PoolPages() const {
+  if (!is_paged()) return 0;
+  return kv_pool_pages > 0 ? kv_pool_pages : PagesNeeded();
+}
+
+AttentionProblem AttentionProblem::Unpaged() const {
+  AttentionProblem p = *this;
+  p.page_block_size = 0;
+  p.kv_pool_pages = 0;
+  p.block_table_width = 0;
+  p.shared_prefix_pages = 0;
+  return p;
+}
+
+double AttentionProblem::KVBytesRead() const {
+  double keys = 0;
+  for (int b = 0; b < batch; ++b) keys += VisibleKeyLen(b);
+  return 2.0 * keys * kv_heads * head_dim * DTypeBytes(dtype);
+}
+
+absl::Status AttentionProblem::ValidatePagedGeometry() const {
+  int needed = 0;
+  for (int b = 0; b < batch; ++b) {
+    needed = std::max(needed, PagesOfSequence(b));
+    if (static_cast<int64_t>(shared_prefix_pages) * page_block_size > VisibleKeyLen(b)) {
+      return absl::InvalidArgumentError(Cat("shared_prefix_pages (", shared_prefix_pages, " pages of ", page_block_size,
+                                            " tokens) is longer than sequence ", b, " (", VisibleKeyLen(b), " keys)"));
+    }
+  }
+  const int64_t width = block_table_width > 0 ? block_table_width
+                                              : (static_cast<int64_t>(kv_len) + page_block_size - 1) / page_block_size;
+  if (width < needed) {
+    return absl::InvalidArgumentError(Cat("the block table holds ", width, " pages per sequence, but a sequence needs ",
+                                          needed, " (", page_block_size, "-token pages)"));
+  }
+  if (static_cast<int64_t>(batch) * width > kMaxTotalElements) {
+    return absl::InvalidArgumentError("problem too large: the block table exceeds 2^34 entries");
+  }
+  if (PoolPages() < 1) return absl::InvalidArgumentError("a paged cache needs a pool of at least one page");
+  if (PoolPages() > kMaxTotalElements / page_block_size) {
+    return absl::InvalidArgumentError("problem too large: the page pool exceeds 2^34 tokens");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBlockTable(const AttentionProblem& problem, const int32_t* table, int64_t entries) {
+  if (!problem.is_paged()) return absl::InvalidArgumentError("a block table belongs to a paged problem");
+  if (entries != problem.BlockTableEntries()) {
+    return absl::InvalidArgumentError(Cat("the block table has ", entries, " entries; the problem needs batch x ",
+                                          problem.BlockTableWidth(), " = ", problem.BlockTableEntries()));
+  }
+  if (table == nullptr) return absl::InvalidArgumentError("block_table is a null pointer");
+  const int64_t pool = problem.PoolPages();
+  const int width = problem.BlockTableWidth();
+  for (int b = 0; b < problem.batch; ++b) {
+    const int pages = problem.PagesOfSequence(b);
+    for (int i = 0; i < pages; ++i) {
+      const int32_t page = table[static_cast<int64_t>(b) * width + i];
+      if (page < 0 || page >= pool) {
+        return absl::InvalidArgumentError(Cat("block_table[", b, "][", i, "] = ", page,
+                                              " is not a page of the pool [0, ", pool, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 double AttentionProblem::Flops() const {
@@ -233,7 +328,12 @@ std::string AttentionProblem::Key() const {
                                  causal ? 1 : 0, "/", DTypeName(dtype));
   if (is_varlen()) absl::StrAppend(&key, "/varlen-", Hex(HashLengths(cu_seqlens_q, cu_seqlens_k)));
   if (!kv_valid_lens.empty()) absl::StrAppend(&key, "/kvpad-", Hex(HashLengths(kv_valid_lens, {})));
-  if (page_block_size != 0) absl::StrAppend(&key, "/page", page_block_size);
+  if (is_paged()) {
+    absl::StrAppend(&key, "/page", page_block_size);
+    if (kv_pool_pages > 0) absl::StrAppend(&key, "/pool", kv_pool_pages);
+    if (block_table_width > 0) absl::StrAppend(&key, "/bt", block_table_width);
+    if (shared_prefix_pages > 0) absl::StrAppend(&key, "/prefix", shared_prefix_pages);
+  }
   if (softmax_scale > 0.0f) absl::StrAppend(&key, "/scale", softmax_scale);
   return key;
 }
@@ -268,10 +368,12 @@ absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key)
       if (!absl::SimpleAtof(ToAbsl(part.substr(5)), &p.softmax_scale)) {
         return absl::InvalidArgumentError(Cat("bad scale in key '", key, "'"));
       }
-    } else if (part.substr(0, 4) == "page") {
-      if (!absl::SimpleAtoi(ToAbsl(part.substr(4)), &p.page_block_size)) {
-        return absl::InvalidArgumentError(Cat("bad page size in key '", key, "'"));
-      }
+    } else if (field(part, "page", &p.page_block_size) || field(part, "pool", &p.kv_pool_pages) ||
+               field(part, "bt", &p.block_table_width) || field(part, "prefix", &p.shared_prefix_pages)) {
+      continue;
+    } else if (part.substr(0, 4) == "page" || part.substr(0, 4) == "pool" || part.substr(0, 2) == "bt" ||
+               part.substr(0, 6) == "prefix") {
+      return absl::InvalidArgumentError(Cat("bad paged-cache field '", part, "' in key '", key, "'"));
     } else {
       return absl::InvalidArgumentError(Cat(
           "key '", key, "' names length lists by hash only (", part,

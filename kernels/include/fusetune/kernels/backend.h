@@ -78,12 +78,15 @@ class DeviceMemory {
   std::function<void(void*)> deleter_;
 };
 
-// Device pointers to the four tensors (storage dtype, layout of problem.h).
+// Device pointers to the four tensors (storage dtype, layout of problem.h) and, for a paged
+// problem, to its block table (int32 [batch][BlockTableWidth()], in device memory like the
+// tensors; the CPU backend's device memory is host memory).
 struct AttentionBuffers {
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
+  const int32_t* block_table = nullptr;  // paged problems only
 };
 
 // Every backend requires each of the four tensors to start on a kBufferAlignment-byte boundary
@@ -91,9 +94,12 @@ struct AttentionBuffers {
 // PyTorch's allocator all give at least that).
 inline constexpr size_t kBufferAlignment = 16;
 
-// OK when all four pointers are non-null and kBufferAlignment-aligned; otherwise
-// InvalidArgument naming the tensor. Every backend's Run and Time call it first.
-absl::Status ValidateBuffers(const AttentionBuffers& buffers);
+// OK when all four tensor pointers are non-null and kBufferAlignment-aligned and, for a paged
+// problem, block_table is non-null and int32-aligned (and null otherwise); InvalidArgument
+// naming the pointer otherwise. The table's entries are checked by ValidateBlockTable
+// (problem.h), by the backend where it can read them. Every backend's Run and Time call it
+// first.
+absl::Status ValidateBuffers(const AttentionProblem& problem, const AttentionBuffers& buffers);
 
 struct TimingOptions {
   int warmup = 3;            // untimed launches first

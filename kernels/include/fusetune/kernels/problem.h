@@ -2,7 +2,8 @@
 //
 // Memory layout (every backend, every variant): tokens-major, heads inner.
 //   Q, O : [total_q][q_heads][head_dim]
-//   K, V : [total_k][kv_heads][head_dim]
+//   K, V : [total_k][kv_heads][head_dim]            contiguous K/V
+//   K, V : [PoolPages()][page_block_size][kv_heads][head_dim]   paged K/V (see below)
 // where total_q = batch * q_len for a uniform batch, or cu_seqlens_q.back() for a varlen
 // (packed) batch; likewise for K/V. Sequence b's tokens are rows
 // [QueryStart(b), QueryStart(b) + QueryLen(b)). Query head h reads key/value head
@@ -55,6 +56,8 @@ inline constexpr int64_t kMaxTotalElements = int64_t{1} << 34;  // per tensor
 // Largest softmax scale: kernels compute exp2 with the factor scale * log2(e), which must be a
 // finite float (FLT_MAX / log2(e) is about 2.36e38). Validate() refuses larger scales.
 inline constexpr float kMaxSoftmaxScale = 2e38f;
+// Largest page of a paged KV cache, in tokens.
+inline constexpr int kMaxPageBlockSize = 256;
 
 struct AttentionProblem {
   ProblemKind kind = ProblemKind::kPrefill;
@@ -76,20 +79,36 @@ struct AttentionProblem {
   DType dtype = DType::kFp32;
   // Softmax scale; 0 means 1/sqrt(head_dim). At most kMaxSoftmaxScale.
   float softmax_scale = 0.0f;
-  // Paged KV cache block size in tokens for decode; 0 = contiguous KV.
-  int page_block_size = 0;
+  // Paged KV cache (prefill or decode, uniform or varlen batch), as vLLM keeps it:
+  // page_block_size > 0 stores K and V in a shared pool of PoolPages() pages of
+  // page_block_size tokens, and a block table (input data like Q: AttentionBuffers::
+  // block_table, int32 [batch][BlockTableWidth()]) maps sequence b's logical key j to row
+  // j % page_block_size of page block_table[b * BlockTableWidth() + j / page_block_size].
+  // Sequence b's keys are its VisibleKeyLen(b) keys (kv_valid_lens are the cache lengths of
+  // a uniform batch, cu_seqlens_k those of a varlen one); only the first PagesOfSequence(b)
+  // entries of its row are read, and each must name a page of the pool (ValidateBlockTable).
+  // Pages may be shared between sequences and appear in any order.
+  int page_block_size = 0;      // tokens per page, in [1, kMaxPageBlockSize]; 0 = contiguous K/V
+  int kv_pool_pages = 0;        // pages in the pool; 0 = PagesNeeded()
+  int block_table_width = 0;    // entries per block-table row; 0 = ceil(kv_len / page_block_size)
+  // Prefix caching: the first shared_prefix_pages logical pages of every sequence are the same
+  // physical pages (a shared prompt prefix); each sequence must fill them. It describes the
+  // tables the tuner generates for the shape (and so its memory traffic); a caller's table
+  // may share pages in any way.
+  int shared_prefix_pages = 0;
 
   // Checks every field and their consistency; InvalidArgument with a message naming the
   // offending field otherwise. Never crashes on any field values.
   absl::Status Validate() const;
 
   bool is_varlen() const { return !cu_seqlens_q.empty(); }
+  bool is_paged() const { return page_block_size > 0; }
   float EffectiveScale() const;
   int heads_per_kv() const { return q_heads / kv_heads; }
 
   // Per-sequence geometry (valid only after Validate() succeeded; b in [0, batch)).
   int64_t QueryStart(int b) const;
-  int64_t KeyStart(int b) const;
+  int64_t KeyStart(int b) const;  // contiguous K/V only (a paged cache goes through the table)
   int QueryLen(int b) const;
   // Number of keys stored for sequence b (rows in memory).
   int KeyLen(int b) const;
@@ -103,7 +122,27 @@ struct AttentionProblem {
   // cu_seqlens for varlen problems; empty sequences are skipped). Token in [0, TotalQueries()).
   int SequenceOfQueryToken(int64_t token) const;
   int64_t TotalQueries() const;
+  // Rows of K and V in memory: the contiguous layout's total_k, or PoolPages() *
+  // page_block_size for a paged cache.
   int64_t TotalKeys() const;
+
+  // Paged geometry (valid only after Validate() succeeded on a paged problem).
+  // Entries per block-table row: block_table_width, or ceil(kv_len / page_block_size).
+  int BlockTableWidth() const;
+  // Pages sequence b's keys occupy: ceil(VisibleKeyLen(b) / page_block_size).
+  int PagesOfSequence(int b) const;
+  // Distinct pages the sequences need, the shared prefix counted once.
+  int64_t PagesNeeded() const;
+  // Pages in the pool: kv_pool_pages, or PagesNeeded().
+  int64_t PoolPages() const;
+  int64_t BlockTableEntries() const { return static_cast<int64_t>(batch) * BlockTableWidth(); }
+  // The same attention over a contiguous K/V ([total_k][kv_heads][head_dim] as above): the
+  // page fields cleared. The fp64 reference of a paged problem is that of its Unpaged()
+  // problem on K/V gathered through the block table (GatherPagedKV in reference.h).
+  AttentionProblem Unpaged() const;
+  // Bytes of K and V a kernel must read at least: every visible key of every sequence once
+  // per KV head (a decode kernel's bandwidth is this over its time).
+  double KVBytesRead() const;
   // Element counts of the tensors in the layout above.
   int64_t QElements() const { return TotalQueries() * q_heads * head_dim; }
   int64_t KVElements() const { return TotalKeys() * kv_heads * head_dim; }
@@ -116,17 +155,29 @@ struct AttentionProblem {
 
   // Canonical, human-readable key, e.g. prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32.
   // Varlen problems append /varlen-<hash of both length lists>, padded ones /kvpad-<hash>,
-  // paged ones /page<N>, a non-default scale /scale<value>. Two problems with equal keys
+  // paged ones /page<N> (then /pool<N>, /bt<N>, /prefix<N> when set), a non-default scale
+  // /scale<value>. Two problems with equal keys
   // compute the same function on the same input sizes.
   std::string Key() const;
   // Parses a key produced by Key() for problems without length lists (varlen/kvpad keys
   // carry only a hash, so they cannot be parsed back: InvalidArgument).
   static absl::StatusOr<AttentionProblem> FromKey(std::string_view key);
+
+ private:
+  absl::Status ValidatePagedGeometry() const;
 };
 
 // The shapes of the seed article: batch 1, 12 heads, head_dim 64, S in {128..2048}, fp32,
 // non-causal, q_len == kv_len == S.
 std::vector<AttentionProblem> SeedPresetProblems();
+
+// OK when `table` is a valid block table of the paged problem `problem`: BlockTableEntries()
+// entries, and every entry a sequence reads (the first PagesOfSequence(b) of row b) in
+// [0, PoolPages()). InvalidArgument naming the first bad entry otherwise (a page outside the
+// pool, a negative index, a table of the wrong size); entries past a sequence's pages are
+// never read and may hold anything. Every backend checks a table before it reads K/V through
+// it.
+absl::Status ValidateBlockTable(const AttentionProblem& problem, const int32_t* table, int64_t entries);
 
 }  // namespace fusetune
 

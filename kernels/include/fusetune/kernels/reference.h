@@ -29,12 +29,21 @@ absl::Status ReferenceAttentionRow(const AttentionProblem& problem, std::span<co
                                    std::span<const float> k, std::span<const float> v,
                                    int64_t token, int head, std::span<double> out);
 
-// The whole output, [total_q][q_heads][head_dim]. Same errors as above.
+// The whole output, [total_q][q_heads][head_dim]. Same errors as above. Both take contiguous
+// K/V: a paged problem is InvalidArgument (compute the reference of problem.Unpaged() on
+// GatherPagedKV's tensors).
 absl::StatusOr<std::vector<double>> ReferenceAttention(const AttentionProblem& problem,
                                                        std::span<const float> q,
                                                        std::span<const float> k,
                                                        std::span<const float> v);
 
+// K or V of the paged problem `problem` gathered through its block table into the contiguous
+// layout of problem.Unpaged(): [total_k][kv_heads][head_dim] with, for a uniform batch,
+// kv_len rows per sequence (rows past a sequence's cache length are zero). `pool` is the
+// paged tensor ([PoolPages()][page_block_size][kv_heads][head_dim]). InvalidArgument for a
+// contiguous problem, a pool of the wrong size, or a table ValidateBlockTable refuses.
+absl::StatusOr<std::vector<float>> GatherPagedKV(const AttentionProblem& problem, std::span<const float> pool,
+                                                 std::span<const int32_t> block_table);
 
 // Largest allowed |out - ref| / max|ref| for a precision and storage dtype on the tuner runner's own
 // inputs (uniform in [-1, 1], scale 1/sqrt(head_dim)): the larger of
