@@ -51,7 +51,9 @@ absl::Status KernelConfig::Validate() const {
   if (block_s < 1 || block_s > 1024) return absl::InvalidArgumentError("block_s must be in [1, 1024]");
   if (threads < 1 || threads > 1024) return absl::InvalidArgumentError("threads must be in [1, 1024]");
   if (stages < 1 || stages > 8) return absl::InvalidArgumentError("stages must be in [1, 8]");
-  if (split_kv < 1 || split_kv > 64) return absl::InvalidArgumentError("split_kv must be in [1, 64]");
+  if (split_kv != kAutoSplitKv && (split_kv < 1 || split_kv > 64)) {
+    return absl::InvalidArgumentError("split_kv must be in [1, 64], or 0 (planned at launch)");
+  }
   return absl::OkStatus();
 }
 
@@ -59,6 +61,7 @@ std::string KernelConfig::Key() const {
   std::string key = Cat(VariantName(variant), "/bm", block_m, "/bs", block_s, "/t",
                                  threads, "/", PrecisionName(precision), "/st", stages);
   if (split_kv > 1) absl::StrAppend(&key, "/sk", split_kv);
+  if (split_kv == kAutoSplitKv) absl::StrAppend(&key, "/skauto");
   return key;
 }
 
@@ -80,7 +83,13 @@ absl::StatusOr<KernelConfig> KernelConfig::FromKey(std::string_view key) {
   auto precision = ParsePrecision(parts[4]);
   if (!precision.ok()) return precision.status();
   c.precision = *precision;
-  if (parts.size() == 7 && (!field(parts[6], "sk", &c.split_kv) || c.split_kv < 2)) return bad();
+  if (parts.size() == 7) {
+    if (parts[6] == "skauto") {
+      c.split_kv = kAutoSplitKv;
+    } else if (!field(parts[6], "sk", &c.split_kv) || c.split_kv < 2) {
+      return bad();
+    }
+  }
   if (auto s = c.Validate(); !s.ok()) return s;
   return c;
 }

@@ -12,7 +12,9 @@
 //   stages    K/V shared-memory buffers per tile stream. GPU: 1 = one K and one V buffer,
 //             loaded in FlashAttention-2 order (the V load overlaps QK^T, the next K load
 //             overlaps PV); 2 = double-buffered cp.async. CPU: always 1;
-//   split_kv  number of KV splits combined afterwards (1 = none; decode uses more).
+//   split_kv  number of KV splits combined afterwards (1 = none; decode uses more);
+//             kAutoSplitKv (0) = the backend plans the count at launch from its processor
+//             count and the work (ChooseSplitKv in split_kv.h).
 //
 // Thread-safety: a plain value type.
 #ifndef FUSETUNE_KERNELS_CONFIG_H_
@@ -33,6 +35,9 @@ enum class Precision { kFp32, kTf32, kFp16, kBf16 };
 std::string_view PrecisionName(Precision p);  // "fp32", "tf32", "fp16", "bf16"
 absl::StatusOr<Precision> ParsePrecision(std::string_view name);
 
+// split_kv value meaning "plan the split count at launch" (key suffix /skauto).
+inline constexpr int kAutoSplitKv = 0;
+
 struct KernelConfig {
   Variant variant = Variant::kFused;
   int block_m = 64;
@@ -42,11 +47,12 @@ struct KernelConfig {
   int stages = 1;
   int split_kv = 1;
 
-  // Range checks only (positive sizes, stages in [1, 8], split_kv in [1, 64]); whether a
+  // Range checks only (positive sizes, stages in [1, 8], split_kv kAutoSplitKv or in [1, 64]); whether a
   // backend can run it is Backend::CanImplement's question.
   absl::Status Validate() const;
 
-  // Canonical key, e.g. fused/bm64/bs32/t4/fp32/st2; "/sk<N>" is appended when split_kv > 1.
+  // Canonical key, e.g. fused/bm64/bs32/t4/fp32/st2; "/sk<N>" is appended when split_kv > 1,
+  // "/skauto" when it is kAutoSplitKv.
   std::string Key() const;
   // Inverse of Key(); InvalidArgument on anything Key() cannot produce.
   static absl::StatusOr<KernelConfig> FromKey(std::string_view key);
