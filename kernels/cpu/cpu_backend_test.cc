@@ -419,8 +419,12 @@ TEST(CpuBackend, CanImplementRejectsConfigsTheCpuCannotRun) {
   c = Config(Variant::kFused);
   c.stages = 2;
   EXPECT_THAT(backend->CanImplement(p, c).message(), HasSubstr("stages"));
-  c = Config(Variant::kFused);
+  c = Config(Variant::kPartial);
   c.split_kv = 2;
+  EXPECT_EQ(backend->CanImplement(p, c).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(backend->CanImplement(p, c).message(), HasSubstr("split_kv"));
+  c.variant = Variant::kMaterialized;
+  c.split_kv = kAutoSplitKv;
   EXPECT_EQ(backend->CanImplement(p, c).code(), absl::StatusCode::kUnimplemented);
   c = Config(Variant::kFused);
   c.threads = 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 1;

@@ -27,6 +27,8 @@ struct RunOptions {
   int64_t extra_kv_rows = 0;      // rows allocated after the last key row of K and V
   float kv_tail_value = 0.0f;     // value stored in those rows
   uint8_t output_poison = 0xFF;   // every byte of O before the run (0xFFFF... = NaN)
+  // Paged problems: the block table (Inputs' K and V are then the page pool).
+  std::vector<int32_t> block_table;
 };
 
 // Encodes the inputs, runs the backend and decodes O to floats.
