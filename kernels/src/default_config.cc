@@ -9,7 +9,9 @@ namespace fusetune {
 absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const AttentionProblem& problem) {
   KernelConfig c;
   c.variant = Variant::kFused;
-  c.split_kv = 1;
+  // Decode: the backend plans the KV split at launch from its processors and the cache
+  // lengths (ChooseSplitKv); prefill never splits.
+  c.split_kv = problem.kind == ProblemKind::kDecode ? kAutoSplitKv : 1;
   if (backend == "cpu") {
     c.block_m = problem.kind == ProblemKind::kDecode ? 16 : 64;
     c.block_s = 64;
