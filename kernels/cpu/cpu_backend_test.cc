@@ -48,13 +48,7 @@ AttentionProblem Problem(int q, int k, int d = 64, bool causal = false) {
 
 KernelConfig Config(Variant variant, int bm = 32, int bs = 32, int threads = 2,
                     Precision precision = Precision::kFp32) {
-  KernelConfig c;
-  c.variant = variant;
-  c.block_m = bm;
-  c.block_s = bs;
-  c.threads = threads;
-  c.precision = precision;
-  return c;
+  return testing_util::CpuConfig(variant, bm, bs, threads, precision);
 }
 
 // Runs every kernel build this host can run and checks every output element against the

@@ -62,14 +62,7 @@ AttentionProblem Paged(AttentionProblem p, int page, int spare_pages = 3, int sh
 
 KernelConfig Config(Variant variant, int split_kv = 1, int bm = 16, int bs = 32, int threads = 2,
                     Precision precision = Precision::kFp32) {
-  KernelConfig c;
-  c.variant = variant;
-  c.block_m = bm;
-  c.block_s = bs;
-  c.threads = threads;
-  c.precision = precision;
-  c.split_kv = split_kv;
-  return c;
+  return testing_util::CpuConfig(variant, bm, bs, threads, precision, split_kv);
 }
 
 // A table whose pages are a random permutation of the pool: the shared prefix pages are the

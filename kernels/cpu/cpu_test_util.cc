@@ -106,6 +106,17 @@ std::string Describe(const AttentionProblem& problem, const KernelConfig& config
   return absl::StrCat(problem.Key(), " ", config.Key());
 }
 
+KernelConfig CpuConfig(Variant variant, int block_m, int block_s, int threads, Precision precision, int split_kv) {
+  KernelConfig c;
+  c.variant = variant;
+  c.block_m = block_m;
+  c.block_s = block_s;
+  c.threads = threads;
+  c.precision = precision;
+  c.split_kv = split_kv;
+  return c;
+}
+
 std::vector<IsaBackend> BackendsForEveryIsa() {
   std::vector<IsaBackend> out;
   for (const std::string& isa : cpu::RunnableKernelIsas()) {

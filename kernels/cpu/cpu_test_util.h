@@ -50,6 +50,9 @@ double Tolerance(Precision precision, DType storage);
 
 std::string Describe(const AttentionProblem& problem, const KernelConfig& config);
 
+// A CPU config (stages 1).
+KernelConfig CpuConfig(Variant variant, int block_m, int block_s, int threads, Precision precision, int split_kv = 1);
+
 // One CPU backend per kernel build this host can run (AVX-512, AVX2, generic), each
 // labelled with its instruction set, so a test covers every build.
 struct IsaBackend {

@@ -137,30 +137,47 @@ TEST(DefaultConfig, GpuDefaultComputesInTheStorageDtypeNeverTf32) {
   }
 }
 
+// The CPU default of `p` passes CanImplement and is among the candidates; with `run`, it
+// also runs and matches the reference (a paged problem's through ReversedTable).
+void ExpectCpuDefaultImplementedAndCorrect(Backend& cpu, const AttentionProblem& p, bool run) {
+  ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+  absl::StatusOr<KernelConfig> c = DefaultConfig("cpu", p);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const absl::Status can = cpu.CanImplement(p, *c);
+  ASSERT_TRUE(can.ok()) << p.Key() << " " << c->Key() << ": " << can;
+  // ... and it is one of the configs the tuner's space can reach.
+  const std::vector<KernelConfig> candidates = cpu.CandidateConfigs(p);
+  EXPECT_NE(std::find(candidates.begin(), candidates.end(), *c), candidates.end())
+      << p.Key() << " " << c->Key() << " is not among the CPU backend's candidates";
+  if (!run) return;
+  testing_util::Inputs in = testing_util::RandomInputs(p, 7);
+  testing_util::RunOptions options;
+  std::vector<float> k = in.k, v = in.v;
+  if (p.is_paged()) {
+    options.block_table = ReversedTable(p);
+    absl::StatusOr<std::vector<float>> gk = GatherPagedKV(p, in.k, options.block_table);
+    absl::StatusOr<std::vector<float>> gv = GatherPagedKV(p, in.v, options.block_table);
+    ASSERT_TRUE(gk.ok() && gv.ok()) << p.Key() << ": " << gk.status() << gv.status();
+    k = *gk;
+    v = *gv;
+  }
+  absl::StatusOr<std::vector<float>> out = testing_util::RunBackend(cpu, p, *c, in, options);
+  ASSERT_TRUE(out.ok()) << p.Key() << ": " << out.status();
+  absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p.Unpaged(), in.q, k, v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_LE(testing_util::MaxAbsError(*out, *ref), testing_util::Tolerance(c->precision, p.dtype))
+      << p.Key() << " " << c->Key();
+}
+
 // The CPU backend implements the default for every class and computes it correctly.
 TEST(DefaultConfig, CpuDefaultRunsEveryProblemClassAndMatchesTheReference) {
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
   int checked = 0;
   for (const AttentionProblem& p : ProblemClasses({32, 64, 96, 128, 256})) {
-    ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
-    absl::StatusOr<KernelConfig> c = DefaultConfig("cpu", p);
-    ASSERT_TRUE(c.ok()) << c.status();
-    const absl::Status can = cpu->CanImplement(p, *c);
-    ASSERT_TRUE(can.ok()) << p.Key() << " " << c->Key() << ": " << can;
-    // ... and it is one of the configs the tuner's space can reach.
-    const std::vector<KernelConfig> candidates = cpu->CandidateConfigs(p);
-    EXPECT_NE(std::find(candidates.begin(), candidates.end(), *c), candidates.end())
-        << p.Key() << " " << c->Key() << " is not among the CPU backend's candidates";
     // Running every class is cheap at these sizes; one head_dim per dtype keeps it short.
-    if (p.head_dim != 64 && p.head_dim != 256) continue;
-    testing_util::Inputs in = testing_util::RandomInputs(p, 7);
-    absl::StatusOr<std::vector<float>> out = testing_util::RunBackend(*cpu, p, *c, in);
-    ASSERT_TRUE(out.ok()) << p.Key() << ": " << out.status();
-    absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p, in.q, in.k, in.v);
-    ASSERT_TRUE(ref.ok()) << ref.status();
-    EXPECT_LE(testing_util::MaxAbsError(*out, *ref), testing_util::Tolerance(c->precision, p.dtype))
-        << p.Key() << " " << c->Key();
-    ++checked;
+    const bool run = p.head_dim == 64 || p.head_dim == 256;
+    ExpectCpuDefaultImplementedAndCorrect(*cpu, p, run);
+    checked += run ? 1 : 0;
   }
   EXPECT_EQ(checked, 3 * 2 * 2 * 3 * 3);
 }
@@ -179,36 +196,12 @@ TEST(DefaultConfig, DecodeDefaultsPlanTheSplitAtLaunch) {
   EXPECT_EQ(DefaultConfig("cpu", p)->split_kv, 1);
 }
 
-// The same for decode problems, contiguous and paged (the reference through the table).
+// The same for decode problems, contiguous and paged.
 TEST(DefaultConfig, CpuDefaultRunsEveryDecodeClassAndMatchesTheReference) {
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
   int checked = 0;
   for (const AttentionProblem& p : DecodeProblemClasses()) {
-    ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
-    absl::StatusOr<KernelConfig> c = DefaultConfig("cpu", p);
-    ASSERT_TRUE(c.ok()) << c.status();
-    const absl::Status can = cpu->CanImplement(p, *c);
-    ASSERT_TRUE(can.ok()) << p.Key() << " " << c->Key() << ": " << can;
-    const std::vector<KernelConfig> candidates = cpu->CandidateConfigs(p);
-    EXPECT_NE(std::find(candidates.begin(), candidates.end(), *c), candidates.end())
-        << p.Key() << " " << c->Key() << " is not among the CPU backend's candidates";
-    testing_util::Inputs in = testing_util::RandomInputs(p, 7);
-    testing_util::RunOptions options;
-    std::vector<float> k = in.k, v = in.v;
-    if (p.is_paged()) {
-      options.block_table = ReversedTable(p);
-      absl::StatusOr<std::vector<float>> gk = GatherPagedKV(p, in.k, options.block_table);
-      absl::StatusOr<std::vector<float>> gv = GatherPagedKV(p, in.v, options.block_table);
-      ASSERT_TRUE(gk.ok() && gv.ok()) << p.Key() << ": " << gk.status() << gv.status();
-      k = *gk;
-      v = *gv;
-    }
-    absl::StatusOr<std::vector<float>> out = testing_util::RunBackend(*cpu, p, *c, in, options);
-    ASSERT_TRUE(out.ok()) << p.Key() << ": " << out.status();
-    absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p.Unpaged(), in.q, k, v);
-    ASSERT_TRUE(ref.ok()) << ref.status();
-    EXPECT_LE(testing_util::MaxAbsError(*out, *ref), testing_util::Tolerance(c->precision, p.dtype))
-        << p.Key() << " " << c->Key();
+    ExpectCpuDefaultImplementedAndCorrect(*cpu, p, /*run=*/true);
     ++checked;
   }
   EXPECT_EQ(checked, 3 * 2 * 2 * 3 * 4);
