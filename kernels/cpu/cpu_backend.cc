@@ -1,5 +1,6 @@
-// The CPU backend: API checks -> a plain params block -> tasks over (sequence, head, query
-// block) on a persistent thread pool -> the kernel bodies of the best instruction set.
+// The CPU backend: API checks (the block table of a paged cache included) -> a plain params
+// block -> tasks over (sequence, head or KV group, query block, key split) on a persistent
+// thread pool -> the kernel bodies of the best instruction set (and the split combine).
 #include "fusetune/kernels/cpu_backend.h"
 
 #include <algorithm>
@@ -197,6 +198,13 @@ class CpuBackend final : public Backend {
       return absl::UnimplementedError(
           "cpu: stages must be 1 (the CPU has no asynchronous copies to pipeline)");
     }
+    if (problem.kind == ProblemKind::kPrefill && config.split_kv != 1 && config.split_kv != kAutoSplitKv) {
+      // Prefill has many queries per sequence to spread over the workers already;
+      // ChooseSplitKv plans 1 for it too.
+      return absl::UnimplementedError(
+          absl::StrCat("cpu: split_kv must be 1 for prefill problems (only decode splits its keys), got ",
+                       config.split_kv));
+    }
     if (config.variant != Variant::kFused && config.split_kv != 1) {
       return absl::UnimplementedError(absl::StrCat("cpu: split_kv must be 1 for the ", std::string(VariantName(config.variant)),
                                                    " variant (only the fused variant splits the keys)"));
@@ -331,6 +339,9 @@ class CpuBackend final : public Backend {
   // The tasks of a launch (see CpuTask), most expensive first, and the combine tasks of a
   // split launch (one per row block).
   void BuildTasks(const AttentionProblem& problem, const KernelConfig& config, int splits);
+  // The kernels' parameter block over the geometry members and the caller's tensors.
+  CpuAttentionParams MakeParams(const AttentionProblem& problem, const KernelConfig& config,
+                                const AttentionBuffers& buffers, int splits) const;
   // Per-worker scratch tiles for `workers` workers; false when out of memory.
   bool PrepareScratch(const KernelConfig& config, int head_dim, int workers, std::vector<CpuScratch>* scratch);
   // The visible keys of every sequence of a paged problem copied through its block table into
@@ -486,17 +497,8 @@ absl::Status CpuBackend::GatherPagedKV(const AttentionProblem& problem, const At
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelConfig& config,
-                                const AttentionBuffers& buffers) {
-  const int64_t ws_total = PrepareGeometry(problem);
-  const int splits = ResolvedSplits(problem, config);
-  BuildTasks(problem, config, splits);
-  const int workers = std::max(1, std::min<int>(config.threads, static_cast<int>(tasks_.size())));
-  std::vector<CpuScratch> scratch;
-  if (!PrepareScratch(config, problem.head_dim, workers, &scratch)) {
-    return absl::ResourceExhaustedError("cpu: out of memory for scratch");
-  }
-
+CpuAttentionParams CpuBackend::MakeParams(const AttentionProblem& problem, const KernelConfig& config,
+                                          const AttentionBuffers& buffers, int splits) const {
   CpuAttentionParams params;
   params.q = buffers.q;
   params.k = buffers.k;
@@ -534,15 +536,30 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   params.ws_keys = ws_keys_.data();
   params.total_q = problem.TotalQueries();
   params.splits = splits;
-  if (problem.is_paged()) {
-    if (config.variant == Variant::kMaterialized) {
-      // The baseline: gather the cache, then run the contiguous passes on it.
-      if (auto s = GatherPagedKV(problem, buffers, &params.k, &params.v); !s.ok()) return s;
-    } else {
-      params.block_table = buffers.block_table;
-      params.block_table_width = problem.BlockTableWidth();
-      params.page_block_size = problem.page_block_size;
-    }
+  // The materialized variant reads a paged cache gathered into contiguous rows instead.
+  if (problem.is_paged() && config.variant != Variant::kMaterialized) {
+    params.block_table = buffers.block_table;
+    params.block_table_width = problem.BlockTableWidth();
+    params.page_block_size = problem.page_block_size;
+  }
+  return params;
+}
+
+absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelConfig& config,
+                                const AttentionBuffers& buffers) {
+  const int64_t ws_total = PrepareGeometry(problem);
+  const int splits = ResolvedSplits(problem, config);
+  BuildTasks(problem, config, splits);
+  const int workers = std::max(1, std::min<int>(config.threads, static_cast<int>(tasks_.size())));
+  std::vector<CpuScratch> scratch;
+  if (!PrepareScratch(config, problem.head_dim, workers, &scratch)) {
+    return absl::ResourceExhaustedError("cpu: out of memory for scratch");
+  }
+
+  CpuAttentionParams params = MakeParams(problem, config, buffers, splits);
+  if (problem.is_paged() && config.variant == Variant::kMaterialized) {
+    // The baseline: gather the cache, then run the contiguous passes on it.
+    if (auto s = GatherPagedKV(problem, buffers, &params.k, &params.v); !s.ok()) return s;
   }
 
   const CpuKernelTable& k = *kernels_;

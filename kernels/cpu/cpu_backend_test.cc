@@ -413,13 +413,22 @@ TEST(CpuBackend, CanImplementRejectsConfigsTheCpuCannotRun) {
   c = Config(Variant::kFused);
   c.stages = 2;
   EXPECT_THAT(backend->CanImplement(p, c).message(), HasSubstr("stages"));
-  c = Config(Variant::kPartial);
-  c.split_kv = 2;
+  c = Config(Variant::kFused);
+  c.split_kv = 2;  // prefill: only decode splits its keys
   EXPECT_EQ(backend->CanImplement(p, c).code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(backend->CanImplement(p, c).message(), HasSubstr("split_kv"));
+  c.split_kv = kAutoSplitKv;  // planned at launch: 1
+  EXPECT_TRUE(backend->CanImplement(p, c).ok());
+  AttentionProblem decode = Problem(1, 64);
+  decode.kind = ProblemKind::kDecode;
+  c.split_kv = 2;
+  EXPECT_TRUE(backend->CanImplement(decode, c).ok());
+  c.variant = Variant::kPartial;
+  EXPECT_EQ(backend->CanImplement(decode, c).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(backend->CanImplement(decode, c).message(), HasSubstr("split_kv"));
   c.variant = Variant::kMaterialized;
   c.split_kv = kAutoSplitKv;
-  EXPECT_EQ(backend->CanImplement(p, c).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(backend->CanImplement(decode, c).code(), absl::StatusCode::kUnimplemented);
   c = Config(Variant::kFused);
   c.threads = 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 1;
   EXPECT_EQ(backend->CanImplement(p, c).code(), absl::StatusCode::kUnimplemented);

@@ -303,8 +303,12 @@ TEST(CpuDecode, PrefillOverASharedPagedPrefixMatchesTheReference) {
   ASSERT_TRUE(p.Validate().ok()) << p.Validate();
   std::vector<KernelConfig> configs;
   for (Variant v : kVariants) configs.push_back(Config(v, 1, 16, 16));
-  configs.push_back(Config(Variant::kFused, 3, 32, 16));  // prefill splits the keys too
+  configs.push_back(Config(Variant::kFused, kAutoSplitKv, 32, 16));  // planned: 1 for prefill
   ExpectEveryConfigMatches(p, ShuffledTable(p, 6), configs);
+  // Only decode splits its keys.
+  const absl::Status split = CreateCpuBackend()->CanImplement(p, Config(Variant::kFused, 2));
+  EXPECT_EQ(split.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(split.message(), HasSubstr("split_kv must be 1 for prefill"));
 }
 
 // A run on a table the backend must refuse: InvalidArgument naming the problem, O untouched.

@@ -9,10 +9,11 @@ namespace fusetune {
 absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const AttentionProblem& problem) {
   KernelConfig c;
   c.variant = Variant::kFused;
-  // Decode: the backend plans the KV split at launch from its processors and the cache
-  // lengths (ChooseSplitKv); prefill never splits.
-  c.split_kv = problem.kind == ProblemKind::kDecode ? kAutoSplitKv : 1;
+  c.split_kv = 1;
   if (backend == "cpu") {
+    // Decode: the split planned at launch from the workers and the cache lengths
+    // (ChooseSplitKv); prefill never splits.
+    if (problem.kind == ProblemKind::kDecode) c.split_kv = kAutoSplitKv;
     c.block_m = problem.kind == ProblemKind::kDecode ? 16 : 64;
     c.block_s = 64;
     c.threads = 1;
