@@ -220,7 +220,7 @@ TEST(Suite, ProblemFromJsonRefusesUnknownFieldsWrongTypesAndInvalidProblems) {
       {R"({"q_len": 8, "kv_len": 8, "softmax_scale": -1})", "softmax_scale must be in"},
       {R"({"q_len": 8, "kv_len": 8, "kv_valid_lens": [8, "x"]})", "kv_valid_lens[1]: must be an integer"},
       {R"({"q_len": 8, "kv_len": 8, "q_heads": 6, "kv_heads": 4})", "must divide"},
-      {R"({"q_len": 8, "kv_len": 8, "page_block_size": 16})", "paged KV"},
+      {R"({"q_len": 8, "kv_len": 8, "page_block_size": 300})", "page_block_size must be in"},
       {R"([1, 2])", "a problem key or an object"},
       {R"("prefill/b1/hq12")", "malformed problem key"},
       {R"({"q_len": 8,)", "malformed JSON"},
