@@ -16,8 +16,8 @@
 // target with the __gfx*__ macros (as composable_kernel does) because ROCm does not promise a
 // constexpr warpSize.
 //
-// Kernel symbols: FUSETUNE_GPU_NAMESPACE is `cuda` or `hip`, so a binary can hold both builds of
-// the shared kernels (fusetune::cuda::... and fusetune::hip::...).
+// Kernel symbols: FUSETUNE_GPU_NAMESPACE (gpu_namespace.h) is `cuda` or `hip`, so a binary can
+// hold both builds of the shared kernels (fusetune::cuda::... and fusetune::hip::...).
 //
 // Thread-safety: declarations and stateless inline functions only.
 #ifndef FUSETUNE_KERNELS_GPU_GPU_RUNTIME_H_
@@ -25,17 +25,13 @@
 
 #include <cstdint>
 
-#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__)
-#define FUSETUNE_GPU_HIP 1
-#define FUSETUNE_GPU_NAMESPACE hip
-#define FUSETUNE_GPU_NAME "HIP"
+#include "gpu_namespace.h"
+
+#if defined(FUSETUNE_GPU_HIP)
 #include <hip/hip_bfloat16.h>
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
 #else
-#define FUSETUNE_GPU_CUDA 1
-#define FUSETUNE_GPU_NAMESPACE cuda
-#define FUSETUNE_GPU_NAME "CUDA"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

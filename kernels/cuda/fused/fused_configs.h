@@ -10,7 +10,7 @@
 
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
-#include "../../gpu/gpu_runtime.h"  // FUSETUNE_GPU_NAMESPACE: cuda or hip
+#include "../../gpu/gpu_namespace.h"  // FUSETUNE_GPU_NAMESPACE: cuda or hip
 
 namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 
