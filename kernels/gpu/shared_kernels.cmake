@@ -1,6 +1,6 @@
 # The kernel sources compiled by both nvcc (kernels/cuda) and hipcc (kernels/hip), listed once:
-# a kernel added to one backend's build is in the other's too (kernels/hip/shared_sources_test.sh
-# checks that each build's kernel list is exactly this).
+# a kernel file added to one backend's build is in the other's too, and
+# hip_cuda_shared_instances_test checks that both builds register the same fused instances.
 set(_fusetune_kernels_dir ${CMAKE_CURRENT_LIST_DIR}/..)
 # Partial and materialized baselines (kernels/cuda).
 set(FUSETUNE_GPU_SHARED_BASELINE_SOURCES
