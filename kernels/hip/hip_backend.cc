@@ -27,7 +27,11 @@ using hip::GemmGroup;
 
 constexpr size_t kL2FlushBytes = size_t{256} << 20;  // over the largest AMD last-level cache
 
-std::string HipErrorText(hipError_t e) { return StrCat(hipGetErrorName(e), ": ", hipGetErrorString(e)); }
+// "name: description" (HIP 5.2's description is often just the name again: then the name).
+std::string HipErrorText(hipError_t e) {
+  const std::string name = hipGetErrorName(e), text = hipGetErrorString(e);
+  return name == text ? name : StrCat(name, ": ", text);
+}
 
 ElemType ToElemType(DType d) {
   return d == DType::kFp32 ? ElemType::kF32 : d == DType::kFp16 ? ElemType::kF16 : ElemType::kBf16;
