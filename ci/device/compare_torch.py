@@ -188,7 +188,8 @@ def state_moved(before, after):
 
 def summarize(blocks, candidates_by_shape, flops_by_shape):
     """blocks: dicts with shape, round, candidate, median_us, unsteady. Returns (per-candidate
-    rows, per-pair rows), both lists of dicts, in shape order then candidate order."""
+    rows, per-pair rows), both lists of dicts, in shape order then candidate order. The rate
+    ("tflops") is flops_by_shape[shape] / time / 1e12: TFLOP/s for flops, TB/s for bytes."""
     cand_rows, pair_rows = [], []
     for shape, cands in candidates_by_shape.items():
         per = {c["name"]: {} for c in cands}
@@ -228,7 +229,7 @@ def fmt(v, spec):
     return format(v, spec) if v is not None else ""
 
 
-def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, state_ranges):
+def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, state_ranges, rate_label="TFLOP/s"):
     fields = ["shape", "round", "position", "candidate", "config", "median_us", "min_us", "max_us", "launches",
               "sm_mhz_before", "sm_mhz_after", "power_w_before", "power_w_after", "reasons_before",
               "reasons_after", "unsteady", "state_source"]
@@ -238,7 +239,7 @@ def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, 
         for b in blocks:
             w.writerow(b)
     lines = [f"Interleaved comparison: {mode_text}", f"Device: {device_text}", ""]
-    lines.append("| shape | candidate | config | median µs | p10–p90 µs | TFLOP/s | rel. error | rounds | unsteady blocks |")
+    lines.append(f"| shape | candidate | config | median µs | p10–p90 µs | {rate_label} | rel. error | rounds | unsteady blocks |")
     lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for r in cand_rows:
         if r["median_us"] is None:
@@ -487,13 +488,17 @@ class ShapeBench:
             return float("nan")
         return ((out - ref).abs().max() / ref.abs().max()).item()
 
-    def verify_ours(self, cfg):
+    # The hooks prepare_candidates calls for an ours* candidate `name` (one problem here).
+    def can_implement(self, cfg, name="ours"):
+        return self.ft.can_implement(self.problem, cfg)
+
+    def verify_ours(self, cfg, name="ours"):
         o = torch.full_like(self.q, float("nan"))
         self.ft.run(self.problem, cfg, self.q, self.k, self.v, o)
         return self.rel_error(o, self.ref_ours)
 
     # ours: one block = fusetune_time (warm-up, then `launches` launches each timed alone)
-    def ours_block(self, cfg, warmup, launches):
+    def ours_block(self, cfg, warmup, launches, name="ours"):
         return self.ft.time(self.problem, cfg, self.q, self.k, self.v, self.o, warmup, launches, self.flush is not None)
 
     def torch_fn(self, name):
@@ -558,9 +563,13 @@ def set_tf32(enabled):
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def prepare_candidates(bench, names, fixed_configs, warmup, launches, log):
-    """Verifies every candidate; for ours* picks the config (fixed, else the fastest of the list,
-    one block each). Returns (runnable candidates, all candidates for the report)."""
+def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, config_candidates=None):
+    """Verifies every candidate; for ours* picks the config (fixed, else the fastest of the list
+    config_candidates[name] (default CONFIG_CANDIDATES), one block each). `bench` answers
+    can_implement / verify_ours / ours_block for ours* names and verify_torch / torch_block for
+    the others (ShapeBench here, the decode script's bench likewise). Returns (runnable
+    candidates, all candidates for the report)."""
+    config_candidates = config_candidates or CONFIG_CANDIDATES
     s = bench.shape
     tol = TOLERANCE[s.precision]
     runnable, report = [], []
@@ -569,21 +578,21 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log):
         report.append(entry)
         if name.startswith("ours"):
             keys = [fixed_configs[name]] if name in fixed_configs else \
-                [t.format(p=s.precision) for t in CONFIG_CANDIDATES[name]]
+                [t.format(p=s.precision) for t in config_candidates[name]]
             best, why = None, "no candidate config"
             for key in keys:
                 cfg = bench.ft.config(key)
-                ok, msg = bench.ft.can_implement(bench.problem, cfg)
+                ok, msg = bench.can_implement(cfg, name)
                 if not ok:
                     why = f"{key}: {msg}"
                     continue
                 try:
-                    err = bench.verify_ours(cfg)
+                    err = bench.verify_ours(cfg, name)
                     if not err <= tol:
                         why = f"{key}: rel. error {err:.2e} over {tol:g}"
                         log(f"  {name} {key}: FAILED verification, rel. error {err:.2e}")
                         continue
-                    us = statistics.median(bench.ours_block(cfg, warmup, launches)) if len(keys) > 1 else 0.0
+                    us = statistics.median(bench.ours_block(cfg, warmup, launches, name)) if len(keys) > 1 else 0.0
                 except RuntimeError as e:
                     why = f"{key}: {e}"
                     continue
@@ -597,7 +606,8 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log):
                 continue
             entry.update(config=best[0], rel_err=best[2])
             cfg = best[3]
-            runnable.append({"name": name, "block": lambda cfg=cfg: bench.ours_block(cfg, warmup, launches)})
+            runnable.append({"name": name,
+                             "block": lambda cfg=cfg, name=name: bench.ours_block(cfg, warmup, launches, name)})
         else:
             try:
                 err = bench.verify_torch(name)
