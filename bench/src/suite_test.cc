@@ -526,7 +526,7 @@ void ExpectDefaultReferencesAndABestPerProblem(const Suite& suite, std::string_v
 TEST(CheckedInSuites, CpuSuiteIsSmallAndRunsOnTheCpuBackend) {
   const Suite suite = ReadCheckedIn("cpu");
   EXPECT_EQ(suite.device_class, "");
-  EXPECT_LE(suite.cells.size(), 9u);
+  EXPECT_LE(suite.cells.size(), 16u);  // a few small prefill and decode problems: under a second in CI
   EXPECT_FALSE(suite.block.flush_l2);
   ExpectDefaultReferencesAndABestPerProblem(suite, "cpu");
   absl::StatusOr<std::unique_ptr<Backend>> cpu = CreateBackend("cpu");
