@@ -229,7 +229,8 @@ def fmt(v, spec):
     return format(v, spec) if v is not None else ""
 
 
-def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, state_ranges, rate_label="TFLOP/s"):
+def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, state_ranges, rate_label="TFLOP/s",
+                 rate_format=".1f"):
     fields = ["shape", "round", "position", "candidate", "config", "median_us", "min_us", "max_us", "launches",
               "sm_mhz_before", "sm_mhz_after", "power_w_before", "power_w_after", "reasons_before",
               "reasons_after", "unsteady", "state_source"]
@@ -247,7 +248,7 @@ def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, 
                          f"{fmt(r['rel_err'], '.1e')} | 0 | |")
             continue
         lines.append(f"| {r['shape']} | {r['candidate']} | {r['config']} | {r['median_us']:.1f} | "
-                     f"{r['p10_us']:.1f}–{r['p90_us']:.1f} | {fmt(r['tflops'], '.1f')} | {fmt(r['rel_err'], '.1e')} | "
+                     f"{r['p10_us']:.1f}–{r['p90_us']:.1f} | {fmt(r['tflops'], rate_format)} | {fmt(r['rel_err'], '.1e')} | "
                      f"{r['rounds']} | {r['unsteady_blocks']} |")
     lines += ["", "Per pair: median over rounds of ours / X (same round), 90 % CI from order statistics "
               "(coverage: the interval's exact confidence).", ""]
