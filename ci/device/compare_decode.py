@@ -268,24 +268,8 @@ class DecodeBench:
         return sdpa, backend
 
     def torch_block(self, name, warmup, launches):
-        """As compare_torch's: `launches` calls between CUDA events, queued behind a spin kernel."""
-        from torch.nn.attention import sdpa_kernel
         fn, backend = self._sdpa(name)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
-        stops = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
-        with torch.no_grad(), sdpa_kernel(backend):
-            for _ in range(warmup):
-                fn()
-            torch.cuda.synchronize()
-            torch.cuda._sleep(int(self.spin_us_per_launch * (launches + 1) * 2000))  # ~2 GHz SM clock
-            for i in range(launches):
-                if self.flush is not None:
-                    self.flush.zero_()
-                starts[i].record()
-                fn()
-                stops[i].record()
-            torch.cuda.synchronize()
-        return [a.elapsed_time(b) * 1000.0 for a, b in zip(starts, stops)]
+        return ct.torch_calls_block(fn, backend, warmup, launches, self.flush, self.spin_us_per_launch)
 
     def verify_torch(self, name):
         from torch.nn.attention import sdpa_kernel

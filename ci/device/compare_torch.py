@@ -520,26 +520,8 @@ class ShapeBench:
         return sdpa, backend
 
     def torch_block(self, name, warmup, launches):
-        """Block of `launches` calls, each between CUDA events, queued behind a spin kernel so the
-        host's dispatch time is never inside a measured interval."""
-        from torch.nn.attention import sdpa_kernel
         fn, backend = self.torch_fn(name)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
-        stops = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
-        ctx = sdpa_kernel(backend) if backend is not None else _null_context()
-        with torch.no_grad(), ctx:
-            for _ in range(warmup):
-                fn()
-            torch.cuda.synchronize()
-            torch.cuda._sleep(int(self.spin_us_per_launch * (launches + 1) * 2000))  # ~2 GHz SM clock
-            for i in range(launches):
-                if self.flush is not None:
-                    self.flush.zero_()
-                starts[i].record()
-                fn()
-                stops[i].record()
-            torch.cuda.synchronize()
-        return [a.elapsed_time(b) * 1000.0 for a, b in zip(starts, stops)]
+        return torch_calls_block(fn, backend, warmup, launches, self.flush, self.spin_us_per_launch)
 
     def verify_torch(self, name):
         from torch.nn.attention import sdpa_kernel
@@ -549,6 +531,29 @@ class ShapeBench:
             out = fn()
         torch.cuda.synchronize()
         return self.rel_error(out, self.ref)
+
+
+def torch_calls_block(fn, backend, warmup, launches, flush, spin_us_per_launch):
+    """Samples (µs) of `launches` calls of fn() under the SDPA `backend` (None: as it is), each
+    between CUDA events, queued behind a spin kernel so the host's dispatch time is never inside
+    a measured interval; `flush` (a tensor, or None) is zeroed before each timed call."""
+    from torch.nn.attention import sdpa_kernel
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
+    ctx = sdpa_kernel(backend) if backend is not None else _null_context()
+    with torch.no_grad(), ctx:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(spin_us_per_launch * (launches + 1) * 2000))  # ~2 GHz SM clock
+        for i in range(launches):
+            if flush is not None:
+                flush.zero_()
+            starts[i].record()
+            fn()
+            stops[i].record()
+        torch.cuda.synchronize()
+    return [a.elapsed_time(b) * 1000.0 for a, b in zip(starts, stops)]
 
 
 class _null_context:
