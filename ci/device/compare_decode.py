@@ -40,7 +40,6 @@ import os
 import random
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -348,19 +347,8 @@ def main():
         raise SystemExit("--rounds must be >= 3, --launches >= 1, --warmup >= 0")
     if torch is None:
         raise SystemExit("this needs PyTorch with CUDA")
-    os.makedirs(args.out, exist_ok=True)
-
-    def log(msg):
-        print(msg, flush=True)
-
-    warnings.filterwarnings("ignore")  # sdpa_kernel explains every backend it skips
-    torch.manual_seed(args.seed)
-    torch.cuda.init()
-    ft = FusetuneKvCache(args.lib)
-    reader = ct.DeviceStateReader(torch.cuda.current_device())
-    device_text = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, ours: {ft.describe()}, " \
-                  f"device state from {reader.source}"
-    log(device_text)
+    ft, reader, device_text = ct.start_session(args, FusetuneKvCache)
+    log = ct.log
     t_start = time.time()
     flush = None if args.steady else torch.empty(ct.L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     rng = random.Random(args.seed)

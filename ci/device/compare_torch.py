@@ -895,6 +895,26 @@ def self_test(out_dir):
     return 0
 
 
+def log(msg):
+    print(msg, flush=True)
+
+
+def start_session(args, fusetune_class):
+    """What every comparison starts with (args: --out, --seed, --lib): the output folder, the
+    seeded generator, CUDA, ours (`fusetune_class(args.lib)`) and the device-state reader.
+    Returns (ours, reader, device line), the line printed."""
+    os.makedirs(args.out, exist_ok=True)
+    warnings.filterwarnings("ignore")  # sdpa_kernel explains every backend it skips
+    torch.manual_seed(args.seed)
+    torch.cuda.init()
+    ft = fusetune_class(args.lib)
+    reader = DeviceStateReader(torch.cuda.current_device())
+    device_text = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, ours: {ft.describe()}, " \
+                  f"device state from {reader.source}"
+    log(device_text)
+    return ft, reader, device_text
+
+
 def main():
     args = build_parser().parse_args()
     if args.self_test:
@@ -912,19 +932,7 @@ def main():
         raise SystemExit("this needs PyTorch with CUDA")
     if "ours" not in names:
         names.insert(0, "ours")
-    os.makedirs(args.out, exist_ok=True)
-
-    def log(msg):
-        print(msg, flush=True)
-
-    warnings.filterwarnings("ignore")  # sdpa_kernel explains every backend it skips
-    torch.manual_seed(args.seed)
-    torch.cuda.init()
-    ft = Fusetune(args.lib)
-    reader = DeviceStateReader(torch.cuda.current_device())
-    device_text = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, ours: {ft.describe()}, " \
-                  f"device state from {reader.source}"
-    log(device_text)
+    ft, reader, device_text = start_session(args, Fusetune)
     t_start = time.time()
     if args.cupti_check:
         text = cupti_check(args, ft, reader, shape_ids, fixed, log)
