@@ -46,7 +46,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare_torch as ct  # noqa: E402
 
 torch = ct.torch
-F = getattr(ct, "F", None)
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,7 @@ void ProblemFlags::Register(CLI::App* command, bool allow_list) {
                     "leading pages every sequence shares (prefix caching; needs --page-size)");
 }
 
-absl::StatusOr<std::vector<AttentionProblem>> ProblemFlags::Build() const {
-  std::vector<AttentionProblem> out;
+absl::Status ProblemFlags::CheckSources() const {
   const int sources = (!preset.empty()) + (!problem_key.empty()) + (!seq.empty()) + (!cache_len.empty()) +
                       (!cache_lens.empty());
   if (sources == 0) {
@@ -80,17 +79,14 @@ absl::StatusOr<std::vector<AttentionProblem>> ProblemFlags::Build() const {
     return absl::InvalidArgumentError(
         "--new-tokens, --page-size, --pool-pages and --shared-prefix-pages go with --seq or --cache-len/--cache-lens");
   }
-  if (preset == "seed") return SeedPresetProblems();
-  if (preset == "decode") return DecodePresetProblems();
-  if (!problem_key.empty()) {
-    absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(problem_key);
-    if (!p.ok()) return absl::InvalidArgumentError(std::string("--problem: ") + std::string(p.status().message()));
-    return std::vector<AttentionProblem>{*p};
-  }
+  if (!kv_seq.empty() && seq.empty()) return absl::InvalidArgumentError("--kv-seq goes with --seq");
   if (!kv_seq.empty() && kv_seq.size() != 1 && kv_seq.size() != seq.size()) {
     return absl::InvalidArgumentError("--kv-seq takes one value or as many as --seq");
   }
-  if (!kv_seq.empty() && seq.empty()) return absl::InvalidArgumentError("--kv-seq goes with --seq");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AttentionProblem> ProblemFlags::BaseProblem() const {
   absl::StatusOr<DType> parsed_dtype = ParseDType(dtype);
   if (!parsed_dtype.ok()) return absl::InvalidArgumentError(std::string("--dtype: ") + std::string(parsed_dtype.status().message()));
   absl::StatusOr<ProblemKind> parsed_kind = ParseProblemKind(kind);
@@ -98,7 +94,8 @@ absl::StatusOr<std::vector<AttentionProblem>> ProblemFlags::Build() const {
   const bool decode = *parsed_kind == ProblemKind::kDecode;
   if (new_tokens < 0) return absl::InvalidArgumentError("--new-tokens must be >= 1");
   if (!decode && !seq.empty() && new_tokens != 0) {
-    return absl::InvalidArgumentError("a prefill takes its query length from --seq or --new-tokens (with --cache-len), not both");
+    return absl::InvalidArgumentError(
+        "a prefill takes its query length from --seq or --new-tokens (with --cache-len), not both");
   }
   if (!decode && seq.empty() && new_tokens == 0) {
     return absl::InvalidArgumentError("a prefill against a KV cache needs --new-tokens (its query length)");
@@ -108,19 +105,33 @@ absl::StatusOr<std::vector<AttentionProblem>> ProblemFlags::Build() const {
     return absl::InvalidArgumentError("--batch " + std::to_string(batch) + " disagrees with the " +
                                       std::to_string(cache_lens.size()) + " lengths of --cache-lens");
   }
-
   AttentionProblem base;
   base.kind = *parsed_kind;
   base.batch = batch;
   base.q_heads = heads;
   base.kv_heads = kv_heads == 0 ? heads : kv_heads;
+  base.q_len = new_tokens != 0 ? new_tokens : 1;  // against a cache; --seq sets a prefill's below
   base.head_dim = head_dim;
   base.causal = causal;
   base.dtype = *parsed_dtype;
   base.page_block_size = page_size;
   base.kv_pool_pages = pool_pages;
   base.shared_prefix_pages = shared_prefix_pages;
-  const int cache_queries = new_tokens != 0 ? new_tokens : 1;
+  return base;
+}
+
+absl::StatusOr<std::vector<AttentionProblem>> ProblemFlags::Build() const {
+  if (absl::Status s = CheckSources(); !s.ok()) return s;
+  if (preset == "seed") return SeedPresetProblems();
+  if (preset == "decode") return DecodePresetProblems();
+  if (!problem_key.empty()) {
+    absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(problem_key);
+    if (!p.ok()) return absl::InvalidArgumentError(std::string("--problem: ") + std::string(p.status().message()));
+    return std::vector<AttentionProblem>{*p};
+  }
+  absl::StatusOr<AttentionProblem> base = BaseProblem();
+  if (!base.ok()) return base.status();
+  std::vector<AttentionProblem> out;
   auto add = [&out](AttentionProblem p, const std::string& flag) -> absl::Status {
     if (absl::Status s = p.Validate(); !s.ok()) {
       return absl::InvalidArgumentError("invalid problem (" + flag + "): " + std::string(s.message()));
@@ -129,22 +140,19 @@ absl::StatusOr<std::vector<AttentionProblem>> ProblemFlags::Build() const {
     return absl::OkStatus();
   };
   for (size_t i = 0; i < seq.size(); ++i) {
-    AttentionProblem p = base;
-    const int k = kv_seq.empty() ? seq[i] : (kv_seq.size() == 1 ? kv_seq[0] : kv_seq[i]);
-    p.q_len = decode ? cache_queries : seq[i];
-    p.kv_len = k;
+    AttentionProblem p = *base;
+    if (p.kind == ProblemKind::kPrefill) p.q_len = seq[i];
+    p.kv_len = kv_seq.empty() ? seq[i] : (kv_seq.size() == 1 ? kv_seq[0] : kv_seq[i]);
     if (absl::Status s = add(p, "--seq " + std::to_string(seq[i])); !s.ok()) return s;
   }
   for (int len : cache_len) {
-    AttentionProblem p = base;
-    p.q_len = cache_queries;
+    AttentionProblem p = *base;
     p.kv_len = len;
     if (absl::Status s = add(p, "--cache-len " + std::to_string(len)); !s.ok()) return s;
   }
   if (!cache_lens.empty()) {
-    AttentionProblem p = base;
+    AttentionProblem p = *base;
     p.batch = static_cast<int>(cache_lens.size());
-    p.q_len = cache_queries;
     p.kv_len = *std::max_element(cache_lens.begin(), cache_lens.end());
     p.kv_valid_lens.assign(cache_lens.begin(), cache_lens.end());
     if (absl::Status s = add(p, "--cache-lens"); !s.ok()) return s;

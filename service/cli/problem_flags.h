@@ -49,6 +49,11 @@ struct ProblemFlags {
   absl::StatusOr<std::vector<AttentionProblem>> Build() const;
 
  private:
+  // Exactly one source of problems, and only the flags that go with it.
+  absl::Status CheckSources() const;
+  // The shape flags' common problem (kind, heads, dtype, cache options; q_len for a cache).
+  absl::StatusOr<AttentionProblem> BaseProblem() const;
+
   CLI::Option* batch_option_ = nullptr;  // to tell an explicit --batch from the default
 };
 

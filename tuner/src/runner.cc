@@ -225,6 +225,40 @@ absl::StatusOr<DeviceMemory> UploadTable(Backend& backend, const std::vector<int
   return mem;
 }
 
+// Uploads the set's tensors as the kernel reads them (and the block table of a paged problem).
+absl::Status UploadSet(Backend& backend, const AttentionProblem& problem, const std::vector<float>& q,
+                       const std::vector<float>& k, const std::vector<float>& v, const std::vector<int32_t>& table,
+                       InputSet& set) {
+  absl::StatusOr<DeviceMemory> dq = Upload(backend, problem.dtype, q);
+  if (!dq.ok()) return dq.status();
+  absl::StatusOr<DeviceMemory> dk = Upload(backend, problem.dtype, k);
+  if (!dk.ok()) return dk.status();
+  absl::StatusOr<DeviceMemory> dv = Upload(backend, problem.dtype, v);
+  if (!dv.ok()) return dv.status();
+  set.q = *std::move(dq);
+  set.k = *std::move(dk);
+  set.v = *std::move(dv);
+  if (!problem.is_paged()) return absl::OkStatus();
+  absl::StatusOr<DeviceMemory> dt = UploadTable(backend, table);
+  if (!dt.ok()) return dt.status();
+  set.block_table = *std::move(dt);
+  return absl::OkStatus();
+}
+
+// Replaces the paged pools `k` and `v` by their keys gathered through `table` in the layout of
+// problem.Unpaged() (one tensor at a time: a pool is not needed once gathered).
+absl::Status GatherInPlace(const AttentionProblem& problem, const std::vector<int32_t>& table, std::vector<float>& k,
+                           std::vector<float>& v) {
+  for (std::vector<float>* tensor : {&k, &v}) {
+    absl::StatusOr<std::vector<float>> gathered = GatherPagedKV(problem, *tensor, table);
+    if (!gathered.ok()) {
+      return absl::InternalError(absl::StrCat("gathering the paged K/V failed: ", gathered.status().message()));
+    }
+    *tensor = *std::move(gathered);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<InputSet> MakeInputSet(Backend& backend, const AttentionProblem& problem, std::string name,
                                       uint64_t seed, bool adversarial, const std::vector<int64_t>& tokens) {
   InputSet set;
@@ -243,28 +277,12 @@ absl::StatusOr<InputSet> MakeInputSet(Backend& backend, const AttentionProblem& 
   RoundInParallel(problem.dtype, k);
   RoundInParallel(problem.dtype, v);
 
-  absl::StatusOr<DeviceMemory> dq = Upload(backend, problem.dtype, q);
-  if (!dq.ok()) return dq.status();
-  absl::StatusOr<DeviceMemory> dk = Upload(backend, problem.dtype, k);
-  if (!dk.ok()) return dk.status();
-  absl::StatusOr<DeviceMemory> dv = Upload(backend, problem.dtype, v);
-  if (!dv.ok()) return dv.status();
-  set.q = *std::move(dq);
-  set.k = *std::move(dk);
-  set.v = *std::move(dv);
-
+  if (absl::Status s = UploadSet(backend, problem, q, k, v, table, set); !s.ok()) return s;
   // The reference of a paged problem is that of its contiguous twin on K/V gathered through
-  // the same table (one tensor at a time: the pool is not needed once gathered).
+  // the same table.
   const AttentionProblem flat = problem.Unpaged();
   if (problem.is_paged()) {
-    absl::StatusOr<DeviceMemory> dt = UploadTable(backend, table);
-    if (!dt.ok()) return dt.status();
-    set.block_table = *std::move(dt);
-    for (std::vector<float>* tensor : {&k, &v}) {
-      absl::StatusOr<std::vector<float>> gathered = GatherPagedKV(problem, *tensor, table);
-      if (!gathered.ok()) return absl::InternalError(absl::StrCat("gathering the paged K/V failed: ", gathered.status().message()));
-      *tensor = *std::move(gathered);
-    }
+    if (absl::Status s = GatherInPlace(problem, table, k, v); !s.ok()) return s;
   }
   set.logit_bound = LogitBound(flat, q, k);
 

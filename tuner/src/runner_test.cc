@@ -354,7 +354,9 @@ TEST(GenerateBlockTable, LargerPoolLeavesPagesUnusedSmallerPoolReusesThem) {
   ASSERT_TRUE(ValidateBlockTable(large, table.data(), large.BlockTableEntries()).ok());
   std::set<int32_t> used;
   for (int b = 0; b < large.batch; ++b) {
-    for (int i = 0; i < large.PagesOfSequence(b); ++i) used.insert(table[static_cast<size_t>(b * large.BlockTableWidth() + i)]);
+    for (int i = 0; i < large.PagesOfSequence(b); ++i) {
+      used.insert(table[static_cast<size_t>(b * large.BlockTableWidth() + i)]);
+    }
   }
   EXPECT_EQ(static_cast<int64_t>(used.size()), large.PagesNeeded());
   EXPECT_GT(*used.rbegin(), large.PagesNeeded()) << "drawn from the whole pool";
