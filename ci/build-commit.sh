@@ -4,19 +4,23 @@
 # A commit already built there is reused without building. Builds happen in one persistent
 # detached worktree (HOME_DIR/src) and one persistent Release build folder (HOME_DIR/build),
 # with ccache as the compiler launcher when it is installed, so that moving from one commit to
-# the next recompiles only what the change touches. Only the `fusetune` target is built.
+# the next recompiles only what the change touches. Only the `fusetune` target is built; with
+# --library only the C ABI library (HOME_DIR/builds/<commit>/lib/libfusetune_capi.so), for
+# commits older than `fusetune bench-serve`: regress and bisect serve such a library through
+# the running build's bench-serve --capi-library.
 #
-#   ci/build-commit.sh [--repo DIR] [--home DIR] [--cmake-args "ARGS"] [--keep N] [--jobs N] COMMIT
+#   ci/build-commit.sh [--repo DIR] [--home DIR] [--cmake-args "ARGS"] [--keep N] [--jobs N] [--library] COMMIT
 #
 #   --repo DIR          the repository to build from (default: the one this script lives in)
 #   --home DIR          HOME_DIR (default: $FUSETUNE_NIGHTLY_HOME, else ${XDG_CACHE_HOME:-$HOME/.cache}/fusetune-nightly)
 #   --cmake-args "..."  extra configure arguments, split on whitespace (e.g. -DFUSETUNE_WITH_CUDA=OFF)
 #   --keep N            keep the N most recently built or reused commits in builds/ (default 8)
 #   --jobs N            parallel build jobs (default: nproc)
+#   --library           build and print the C ABI library instead of the fusetune binary
 #
 # FUSETUNE_BUILD_COMMAND, when set, replaces the configure and build step: it runs with bash in
 # the worktree, with BUILD_DIR set to the build folder, and must leave the binary at
-# $BUILD_DIR/service/cli/fusetune.
+# $BUILD_DIR/service/cli/fusetune (with --library: $BUILD_DIR/kernels/capi/libfusetune_capi.so).
 #
 # Exit status: 0 built or reused; 2 usage error, unknown commit, or a binary that needs
 # libraries from the build or source folder; 125 the commit does not build (its log is kept),
@@ -28,7 +32,7 @@ trap 'echo "build-commit: unexpected failure at line $LINENO" >&2; exit 2' ERR
 export GIT_TERMINAL_PROMPT=0
 
 usage() {
-  sed -n '9,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '12,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 die() {  # die STATUS MESSAGE
   echo "build-commit: $2" >&2
@@ -41,7 +45,7 @@ need_value() {  # need_value OPTION ARGC
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=ci/nightly_common.sh
 source "$script_dir/nightly_common.sh"
-repo="" home="" cmake_args="" keep=8 jobs="" commit=""
+repo="" home="" cmake_args="" keep=8 jobs="" commit="" library=0
 while (($#)); do
   case $1 in
     --repo) need_value "$1" $#; repo=$2; shift 2 ;;
@@ -49,6 +53,7 @@ while (($#)); do
     --cmake-args) need_value "$1" $#; cmake_args=$2; shift 2 ;;
     --keep) need_value "$1" $#; keep=$2; shift 2 ;;
     --jobs) need_value "$1" $#; jobs=$2; shift 2 ;;
+    --library) library=1; shift ;;
     -h | --help) usage; exit 0 ;;
     -*) die 2 "unknown option $1 (see --help)" ;;
     *)
@@ -74,6 +79,10 @@ short=${full:0:12}
 builds=$(nightly_builds_dir "$home")
 dest=$(nightly_build_dir "$home" "$full")
 binary=$dest/bin/fusetune
+target=fusetune built_rel=service/cli/fusetune
+if ((library)); then
+  binary=$dest/lib/libfusetune_capi.so target=fusetune_capi built_rel=kernels/capi/libfusetune_capi.so
+fi
 src=$home/src
 build=$home/build
 
@@ -103,7 +112,7 @@ prune() {  # removes all but the newest $keep commit folders under builds/
   done
 }
 
-if [[ -x $binary ]]; then
+if [[ -x $binary || (library -eq 1 && -r $binary) ]]; then
   echo "build-commit: reusing the build of $short" >&2
   mark_used
   prune
@@ -151,7 +160,7 @@ fi
 echo "build-commit: building $short (log: $log)" >&2
 export CCACHE_BASEDIR=$src
 nightly_add_cuda_to_path
-built=$build/service/cli/fusetune
+built=$build/$built_rel
 mkdir -p "$build"
 if [[ -n ${FUSETUNE_BUILD_COMMAND:-} ]]; then
   (cd "$src" && BUILD_DIR=$build bash -c "$FUSETUNE_BUILD_COMMAND") >> "$log" 2>&1 < /dev/null ||
@@ -164,10 +173,10 @@ else
   fi
   read -ra extra_args <<< "$cmake_args"
   configure_args+=("${extra_args[@]}")
-  (cmake "${configure_args[@]}" && cmake --build "$build" --target fusetune -j"$jobs") >> "$log" 2>&1 < /dev/null ||
+  (cmake "${configure_args[@]}" && cmake --build "$build" --target "$target" -j"$jobs") >> "$log" 2>&1 < /dev/null ||
     build_failed "$short does not build"
 fi
-[[ -x $built ]] || build_failed "the build of $short left no binary at $built"
+[[ -e $built ]] || build_failed "the build of $short left nothing at $built"
 
 # The copy outlives the build folder (the next commit rebuilds it), so it must not load
 # libraries from there or from the worktree.
@@ -183,9 +192,9 @@ if ldd_output=$(ldd "$built" 2>&1); then
     die 2 "the binary of $short cannot be kept apart from its build folder: $(tr -s ' \t\n' ' ' <<< "$bad")(log: $log)"
   fi
 fi
-mkdir -p "$dest/bin"
-cp "$built" "$dest/bin/fusetune.partial"
-mv -f "$dest/bin/fusetune.partial" "$binary"
+mkdir -p "$(dirname "$binary")"
+cp -L "$built" "$binary.partial"
+mv -f "$binary.partial" "$binary"
 echo "$full" > "$dest/commit"
 echo "build-commit: built $short" | tee -a "$log" >&2
 mark_used

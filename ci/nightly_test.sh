@@ -62,6 +62,8 @@ echo "\$line" >> "\$FAKE_FUSETUNE_LOG"
 exit "\${FAKE_FUSETUNE_STATUS:-0}"
 FAKE
 chmod +x "$BUILD_DIR/service/cli/fusetune"
+mkdir -p "$BUILD_DIR/kernels/capi"
+echo "C ABI library of $commit" > "$BUILD_DIR/kernels/capi/libfusetune_capi.so"
 EOF
 export FUSETUNE_BUILD_COMMAND="bash $work/fake-build.sh"
 
@@ -306,5 +308,18 @@ FAKE_FUSETUNE_STATUS=0 run_status s "$nightly" --repo "$clone" --home "$work/fet
 expect_status 0 "$s" "a night with --fetch"
 [[ $(last_call) == "$(short "$c7") regress "*"[--commit] [$(short "$c7")] "* ]] || fail "--fetch did not judge origin's head $c7: $(last_call)"
 pass "nightly.sh --fetch judges the head of origin's default branch"
+
+# --library: the C ABI library of a commit, kept and reused like a binary.
+lib_home=$work/lib-home
+run_status s "$build_commit" --repo "$repo" --home "$lib_home" --library "$c3"
+expect_status 0 "$s" "build-commit.sh --library"
+lib=${output##*$'\n'}
+[[ $lib == "$lib_home/builds/$(short "$c3")/lib/libfusetune_capi.so" ]] || fail "--library printed '$lib' last"
+grep -q "C ABI library of $c3" "$lib" || fail "the kept library is not $c3's"
+before=$(builds_run)
+run_status s "$build_commit" --repo "$repo" --home "$lib_home" --library "$c3"
+expect_status 0 "$s" "build-commit.sh --library of a commit already built"
+[[ ${output##*$'\n'} == "$lib" && $(builds_run) == "$before" ]] || fail "--library rebuilt a kept library"
+pass "build-commit.sh --library builds and reuses a commit's C ABI library"
 
 echo "nightly_test: all passed"

@@ -13,6 +13,8 @@
 #            then fusetune report                                  -> fusetune.db, report.txt
 #   regress  the regression method on the GPU (regress_check.sh: A/A runs and planted
 #            slowdowns of suites/h200.json; not in the default)    -> regress_summary.md, */
+#   bisect   a real bisect of this repository's history (bisect_check.sh: GOOD, BAD, CELL,
+#            LIBS or REPO_BUNDLE; not in the default)                -> bisect.log, bisect.db
 # Everything else printed goes to run.log. Prints a short summary last.
 set -uo pipefail
 ROOT=$(pwd)
@@ -64,6 +66,12 @@ if step cupti; then
     --cupti-check ${CUPTI_ARGS:-}
   rc=$?
   summary+=("cupti: rc=$rc $((SECONDS - t0))s")
+fi
+
+if step bisect; then
+  t0=$SECONDS
+  bash "$ROOT/ci/device/bisect_check.sh" "$B/bin/fusetune" "$OUT"
+  summary+=("bisect: rc=$? $((SECONDS - t0))s")
 fi
 
 if step regress; then

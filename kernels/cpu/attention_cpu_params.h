@@ -24,7 +24,7 @@ inline constexpr int kLanes = 16;     // columns per vector block
 
 struct CpuAttentionParams {
   const void* q = nullptr;  // [total_q][q_heads][head_dim], storage dtype
-  const void* k = nullptr;  // [total_k][kv_heads][head_dim]
+  const void* k = nullptr;  // [total_k][kv_heads][head_dim], or paged (below)
   const void* v = nullptr;
   void* o = nullptr;        // [total_q][q_heads][head_dim]
   StorageFormat storage = StorageFormat::kFp32;  // of q/k/v/o; decoded in the kernel
@@ -44,11 +44,30 @@ struct CpuAttentionParams {
 
   // Per sequence b (batch entries).
   const int64_t* q_start = nullptr;  // first query token
-  const int64_t* k_start = nullptr;  // first key token
+  const int64_t* k_start = nullptr;  // first key token (contiguous K/V)
   const int32_t* q_len = nullptr;    // queries
   // Per query token (global row): keys [0, n) of its sequence are visible (causal and
   // padding masks, computed once by VisibleKeysForQuery so every variant agrees).
   const int32_t* visible_keys = nullptr;
+
+  // Paged K/V (page_block_size > 0): K and V are [pages][page_block_size][kv_heads][head_dim]
+  // and sequence b's key j is row j % page_block_size of page
+  // block_table[b * block_table_width + j / page_block_size] (entries validated by the
+  // backend before the launch). 0: contiguous, key j of sequence b is row k_start[b] + j.
+  const int32_t* block_table = nullptr;
+  int block_table_width = 0;
+  int page_block_size = 0;
+
+  // Split-KV (fused tasks with split >= 0): each split of a query row leaves its unnormalized
+  // accumulator and its log-sum-exp as the running max m (score units) and sum l (exp2
+  // domain); the combine merges the `splits` entries of each row. Entry (split, global query
+  // token T, query head H) is e = (split * total_q + T) * q_heads + H: split_acc + e *
+  // head_dim_padded, split_m[e], split_l[e].
+  float* split_acc = nullptr;
+  float* split_m = nullptr;
+  float* split_l = nullptr;
+  int64_t total_q = 0;
+  int splits = 1;
 
   // Partial/materialized: fp32 scores/probabilities, key-major per (sequence, head) so that
   // a tile of keys x queries is contiguous per key: entry (b, h, key j, query i) is at
@@ -58,12 +77,20 @@ struct CpuAttentionParams {
   const int32_t* ws_keys = nullptr;
 };
 
-// One unit of parallel work: query rows [row0, row0 + rows) of sequence b, query head h.
+// One unit of parallel work over sequence b: task rows [row0, row0 + rows) of the sequence's
+// (query token, query head) rows for heads h .. h + group - 1, token-major: row g is token
+// g / group, head h + g % group (group 1: one head, row = token; group heads_per_kv: the
+// query heads of one KV group share each K/V tile), against the keys [key_begin, key_end)
+// of the sequence. split < 0: the task writes O; split >= 0: its split-KV partial entries.
 struct CpuTask {
   int b = 0;
   int h = 0;
   int row0 = 0;
   int rows = 0;  // 1..block_m
+  int group = 1;
+  int key_begin = 0;
+  int key_end = 0x7fffffff;
+  int split = -1;
 };
 
 // Per-worker scratch, 64-byte aligned, sized in cpu_backend.cc.
@@ -77,6 +104,8 @@ struct CpuScratch {
   float* l = nullptr;     // [block_m] running sum
   float* row = nullptr;   // [head_dim_padded] conversion staging
   float* zero = nullptr;  // [head_dim_padded] zeros (stands in for keys past a tile's end)
+  int32_t* visible = nullptr;   // [block_m] visible key count of each task row
+  int64_t* key_rows = nullptr;  // [block_s] K/V row of each key of the tile (paged lookups)
 };
 
 // The kernel bodies of one instruction set.
@@ -91,6 +120,9 @@ struct CpuKernelTable {
   void (*softmax)(const CpuAttentionParams&, const CpuTask&, const CpuScratch&);
   // O rows = P V from the workspace probabilities.
   void (*pv)(const CpuAttentionParams&, const CpuTask&, const CpuScratch&);
+  // O rows of the task (its split field ignored) from the `splits` partial entries of the
+  // fused split tasks: exact, rescaled by each split's log-sum-exp.
+  void (*combine)(const CpuAttentionParams&, const CpuTask&, const CpuScratch&);
 };
 
 const CpuKernelTable& GenericKernels();

@@ -1,5 +1,6 @@
-// The CPU backend: API checks -> a plain params block -> tasks over (sequence, head, query
-// block) on a persistent thread pool -> the kernel bodies of the best instruction set.
+// The CPU backend: API checks (the block table of a paged cache included) -> a plain params
+// block -> tasks over (sequence, head or KV group, query block, key split) on a persistent
+// thread pool -> the kernel bodies of the best instruction set (and the split combine).
 #include "fusetune/kernels/cpu_backend.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "cpu_backend_internal.h"
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
+#include "fusetune/kernels/split_kv.h"
 #include "host_info.h"
 #include "thread_pool.h"
 
@@ -96,6 +98,54 @@ int64_t WorkspaceFloats(const AttentionProblem& p) {
   return total;
 }
 
+// The split counts the tuner tries for decode problems (kAutoSplitKv: the launch's plan).
+constexpr int kDecodeSplits[] = {1, 2, 4, 8, kAutoSplitKv};
+
+// The number of parts the fused variant splits each sequence's keys into: the config's
+// count, or ChooseSplitKv's plan for the config's worker threads. Always 1 for the others.
+int ResolvedSplits(const AttentionProblem& p, const KernelConfig& config) {
+  if (config.variant != Variant::kFused) return 1;
+  return config.split_kv == kAutoSplitKv ? ChooseSplitKv(p, config.threads) : config.split_kv;
+}
+
+// The fused variant on a decode problem processes the query heads of a KV group together
+// (one K/V tile serves all of them): its task rows are (token, head) pairs of the group.
+int HeadsPerTask(const AttentionProblem& p, Variant variant) {
+  return variant == Variant::kFused && p.kind == ProblemKind::kDecode ? p.heads_per_kv() : 1;
+}
+int TaskRowsOfSequence(const AttentionProblem& p, Variant variant, int query_len) {
+  return query_len * HeadsPerTask(p, variant);
+}
+
+// Bytes of storage-dtype K and V the materialized variant gathers a paged cache into: every
+// visible key of every sequence, contiguous.
+int64_t GatherBytes(const AttentionProblem& p) {
+  int64_t keys = 0;
+  for (int b = 0; b < p.batch; ++b) keys += p.VisibleKeyLen(b);
+  return 2 * keys * p.kv_heads * p.head_dim * DTypeBytes(p.dtype);
+}
+
+// Floats per split-KV partial entry: the accumulator row (head_dim padded) and its m and l.
+int64_t SplitEntryFloats(const AttentionProblem& p) { return RoundUp(p.head_dim, kLanes) + 2; }
+
+// Bytes of workspace a launch needs beyond the per-worker tiles: the S/P workspace (partial
+// and materialized), the gathered K/V (materialized on a paged cache), the split partials
+// (fused with splits).
+int64_t WorkspaceBytes(const AttentionProblem& p, const KernelConfig& config) {
+  const int64_t f = static_cast<int64_t>(sizeof(float));
+  switch (config.variant) {
+    case Variant::kFused: {
+      const int splits = ResolvedSplits(p, config);
+      return splits > 1 ? splits * p.TotalQueries() * p.q_heads * SplitEntryFloats(p) * f : 0;
+    }
+    case Variant::kPartial:
+      return WorkspaceFloats(p) * f;
+    case Variant::kMaterialized:
+      return WorkspaceFloats(p) * f + (p.is_paged() ? GatherBytes(p) : 0);
+  }
+  return 0;
+}
+
 // The tile sizes the kernel bodies are written for (block_m and block_s alike).
 constexpr int kSupportedTiles[] = {16, 32, 64, 128};
 
@@ -130,9 +180,6 @@ class CpuBackend final : public Backend {
                             const KernelConfig& config) const override {
     if (auto s = problem.Validate(); !s.ok()) return s;
     if (auto s = config.Validate(); !s.ok()) return s;
-    if (problem.is_paged()) {
-      return absl::UnimplementedError("cpu: no kernel of this backend reads a paged KV cache");
-    }
     if (!IsSupportedTile(config.block_s)) {
       return absl::UnimplementedError(
           absl::StrCat("cpu: block_s must be 16, 32, 64 or 128, got ", config.block_s));
@@ -151,23 +198,32 @@ class CpuBackend final : public Backend {
       return absl::UnimplementedError(
           "cpu: stages must be 1 (the CPU has no asynchronous copies to pipeline)");
     }
-    if (config.split_kv != 1) {
-      return absl::UnimplementedError("cpu: split_kv must be 1 (KV splitting is not implemented)");
+    if (problem.kind == ProblemKind::kPrefill && config.split_kv != 1 && config.split_kv != kAutoSplitKv) {
+      // Prefill has many queries per sequence to spread over the workers already;
+      // ChooseSplitKv plans 1 for it too.
+      return absl::UnimplementedError(
+          absl::StrCat("cpu: split_kv must be 1 for prefill problems (only decode splits its keys), got ",
+                       config.split_kv));
     }
-    if (config.variant != Variant::kFused) {
-      const int64_t bytes = WorkspaceFloats(problem) * static_cast<int64_t>(sizeof(float));
-      if (bytes > kMaxWorkspaceBytes) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "cpu: the ", std::string(VariantName(config.variant)), " variant needs a ", bytes >> 20,
-            " MiB score workspace, over the 2048 MiB limit"));
-      }
+    if (config.variant != Variant::kFused && config.split_kv != 1) {
+      return absl::UnimplementedError(absl::StrCat("cpu: split_kv must be 1 for the ", std::string(VariantName(config.variant)),
+                                                   " variant (only the fused variant splits the keys)"));
+    }
+    const int64_t bytes = WorkspaceBytes(problem, config);
+    if (bytes > kMaxWorkspaceBytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cpu: the ", std::string(VariantName(config.variant)), " variant needs a ", bytes >> 20,
+          " MiB workspace, over the 2048 MiB limit"));
     }
     return absl::OkStatus();
   }
 
-  // Every supported tile pair x worker counts of powers of two below the hardware threads
-  // plus that count itself (CanImplement accepts up to 4x, but workers beyond the hardware
-  // only add contention) x the precisions of CandidatePrecisions, for all three variants.
+  // Prefill: every supported tile pair x worker counts of powers of two below the hardware
+  // threads plus that count itself (CanImplement accepts up to 4x, but workers beyond the
+  // hardware only add contention) x the precisions of CandidatePrecisions, for all three
+  // variants, unsplit. Decode: the same, but block_m only up to the first tile that holds a
+  // task's rows (larger ones compute the same tasks) and the fused variant also with the
+  // split counts of kDecodeSplits.
   std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& problem) const override {
     std::vector<KernelConfig> out;
     if (!problem.Validate().ok()) return out;
@@ -175,20 +231,27 @@ class CpuBackend final : public Backend {
     std::vector<int> threads;
     for (int t = 1; t < hw; t *= 2) threads.push_back(t);
     threads.push_back(hw);
+    const bool decode = problem.kind == ProblemKind::kDecode;
     for (Variant variant : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
+      const int task_rows = TaskRowsOfSequence(problem, variant, problem.q_len);
+      std::vector<int> splits = {1};
+      if (decode && variant == Variant::kFused) splits.assign(std::begin(kDecodeSplits), std::end(kDecodeSplits));
       for (Precision precision : CandidatePrecisions(problem.dtype)) {
         for (int bm : kSupportedTiles) {
+          if (decode && bm > kSupportedTiles[0] && bm / 2 >= task_rows) continue;
           for (int bs : kSupportedTiles) {
             for (int t : threads) {
-              KernelConfig c;
-              c.variant = variant;
-              c.precision = precision;
-              c.block_m = bm;
-              c.block_s = bs;
-              c.threads = t;
-              c.stages = 1;
-              c.split_kv = 1;
-              if (CanImplement(problem, c).ok()) out.push_back(c);
+              for (int split : splits) {
+                KernelConfig c;
+                c.variant = variant;
+                c.precision = precision;
+                c.block_m = bm;
+                c.block_s = bs;
+                c.threads = t;
+                c.stages = 1;
+                c.split_kv = split;
+                if (CanImplement(problem, c).ok()) out.push_back(c);
+              }
             }
           }
         }
@@ -203,6 +266,10 @@ class CpuBackend final : public Backend {
                    const AttentionBuffers& buffers) override {
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
     if (auto s = ValidateBuffers(problem, buffers); !s.ok()) return s;
+    // The table is host memory here: check every entry a launch reads before any K/V read.
+    if (problem.is_paged()) {
+      if (auto s = ValidateBlockTable(problem, buffers.block_table, problem.BlockTableEntries()); !s.ok()) return s;
+    }
     return Launch(problem, config, buffers);
   }
 
@@ -266,6 +333,21 @@ class CpuBackend final : public Backend {
 
   absl::Status Launch(const AttentionProblem& problem, const KernelConfig& config,
                       const AttentionBuffers& buffers);
+  // Per-sequence and per-query geometry of the problem into the members below; returns the
+  // S/P workspace's floats.
+  int64_t PrepareGeometry(const AttentionProblem& problem);
+  // The tasks of a launch (see CpuTask), most expensive first, and the combine tasks of a
+  // split launch (one per row block).
+  void BuildTasks(const AttentionProblem& problem, const KernelConfig& config, int splits);
+  // The kernels' parameter block over the geometry members and the caller's tensors.
+  CpuAttentionParams MakeParams(const AttentionProblem& problem, const KernelConfig& config,
+                                const AttentionBuffers& buffers, int splits) const;
+  // Per-worker scratch tiles for `workers` workers; false when out of memory.
+  bool PrepareScratch(const KernelConfig& config, int head_dim, int workers, std::vector<CpuScratch>* scratch);
+  // The visible keys of every sequence of a paged problem copied through its block table into
+  // gathered_ (K, then V, storage dtype, contiguous per sequence); k_start_ then indexes it.
+  absl::Status GatherPagedKV(const AttentionProblem& problem, const AttentionBuffers& buffers,
+                             const void** k, const void** v);
   // Evicts what a launch reads and writes (Q, K, V, O and the score workspace) from every
   // cache level, so each timed launch starts cold, as on a GPU after its L2 flush.
   void FlushCaches(const AttentionProblem& problem, const AttentionBuffers& buffers);
@@ -276,15 +358,16 @@ class CpuBackend final : public Backend {
   cpu::ThreadPool pool_;
   std::vector<AlignedFloats> scratch_;  // one per worker
   AlignedFloats workspace_;
+  AlignedFloats split_workspace_;
+  AlignedFloats gathered_;
   AlignedFloats flush_buffer_;
   // Per-run geometry, kept to avoid reallocating on every timed launch.
   std::vector<int64_t> q_start_, k_start_, ws_offset_;
   std::vector<int32_t> q_len_, ws_keys_, visible_;
-  std::vector<CpuTask> tasks_;
+  std::vector<CpuTask> tasks_, combine_tasks_;
 };
 
-absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelConfig& config,
-                                const AttentionBuffers& buffers) {
+int64_t CpuBackend::PrepareGeometry(const AttentionProblem& problem) {
   const int batch = problem.batch;
   q_start_.resize(batch);
   k_start_.resize(batch);
@@ -295,7 +378,7 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   int64_t ws_total = 0;
   for (int b = 0; b < batch; ++b) {
     q_start_[b] = problem.QueryStart(b);
-    k_start_[b] = problem.KeyStart(b);
+    k_start_[b] = problem.is_paged() ? 0 : problem.KeyStart(b);
     q_len_[b] = problem.QueryLen(b);
     ws_offset_[b] = ws_total;
     ws_keys_[b] = problem.VisibleKeyLen(b);
@@ -304,44 +387,70 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
       visible_[q_start_[b] + i] = problem.VisibleKeysForQuery(b, i);
     }
   }
+  return ws_total;
+}
 
-  // Tasks: (sequence, head, query block), most expensive first so that the uneven causal
-  // blocks do not leave one worker finishing alone.
+void CpuBackend::BuildTasks(const AttentionProblem& problem, const KernelConfig& config, int splits) {
+  const int group = HeadsPerTask(problem, config.variant);
+  const int bm = config.block_m;
   tasks_.clear();
-  for (int b = 0; b < batch; ++b) {
-    for (int h = 0; h < problem.q_heads; ++h) {
-      for (int row0 = 0; row0 < q_len_[b]; row0 += config.block_m) {
-        tasks_.push_back(CpuTask{b, h, row0, std::min(config.block_m, q_len_[b] - row0)});
+  combine_tasks_.clear();
+  for (int b = 0; b < problem.batch; ++b) {
+    const int rows = TaskRowsOfSequence(problem, config.variant, q_len_[b]);
+    const int keys = ws_keys_[b];
+    // Split ranges of whole key tiles; trailing splits of a short cache may be empty (they
+    // still leave an empty partial for the combine).
+    const int per_split = RoundUp((keys + splits - 1) / splits, config.block_s);
+    for (int h = 0; h < problem.q_heads; h += group) {
+      for (int row0 = 0; row0 < rows; row0 += bm) {
+        CpuTask task{b, h, row0, std::min(bm, rows - row0), group};
+        if (splits == 1) {
+          tasks_.push_back(task);
+          continue;
+        }
+        combine_tasks_.push_back(task);
+        for (int split = 0; split < splits; ++split) {
+          task.split = split;
+          task.key_begin = std::min(keys, split * per_split);
+          task.key_end = std::min(keys, task.key_begin + per_split);
+          tasks_.push_back(task);
+        }
       }
     }
   }
+  // Most expensive first, so that uneven causal blocks and split ranges do not leave one
+  // worker finishing alone.
   auto cost = [&](const CpuTask& t) {
-    return static_cast<int64_t>(t.rows) * visible_[q_start_[t.b] + t.row0 + t.rows - 1];
+    const int last_token = (t.row0 + t.rows - 1) / t.group;
+    const int keys = std::min(visible_[q_start_[t.b] + last_token], t.key_end) - t.key_begin;
+    return static_cast<int64_t>(t.rows) * std::max(keys, 0);
   };
   std::stable_sort(tasks_.begin(), tasks_.end(),
                    [&](const CpuTask& a, const CpuTask& b) { return cost(a) > cost(b); });
+}
 
-  const int d = problem.head_dim;
-  const int dp = RoundUp(d, kLanes);
-  const int bm = config.block_m;
-  const int bs = config.block_s;
-  const int workers = std::max(1, std::min<int>(config.threads, static_cast<int>(tasks_.size())));
-
-  // Scratch layout per worker; every part is a multiple of 16 floats, so each starts on a
-  // 64-byte boundary.
-  const size_t part_qt = static_cast<size_t>(dp) * bm;
-  const size_t part_kv = static_cast<size_t>(bs) * dp;
-  const size_t part_st = static_cast<size_t>(bs) * bm;
-  const size_t part_acc = static_cast<size_t>(bm) * dp;
-  const size_t part_ml = static_cast<size_t>(bm);
-  const size_t part_row = static_cast<size_t>(dp);
-  const size_t scratch_floats = part_qt + 2 * part_kv + part_st + part_acc + 2 * part_ml + 2 * part_row;
+bool CpuBackend::PrepareScratch(const KernelConfig& config, int head_dim, int workers,
+                                std::vector<CpuScratch>* scratch) {
+  const int dp = RoundUp(head_dim, kLanes);
+  const size_t bm = static_cast<size_t>(config.block_m);
+  const size_t bs = static_cast<size_t>(config.block_s);
+  // Every part is a multiple of 16 floats, so each starts on a 64-byte boundary.
+  const size_t part_qt = dp * bm;
+  const size_t part_kv = bs * dp;
+  const size_t part_st = bs * bm;
+  const size_t part_acc = bm * dp;
+  const size_t part_ml = bm;
+  const size_t part_row = dp;
+  const size_t part_visible = bm * sizeof(int32_t) / sizeof(float);
+  const size_t part_key_rows = bs * sizeof(int64_t) / sizeof(float);
+  const size_t scratch_floats =
+      part_qt + 2 * part_kv + part_st + part_acc + 2 * part_ml + 2 * part_row + part_visible + part_key_rows;
   if (scratch_.size() < static_cast<size_t>(workers)) scratch_.resize(workers);
-  std::vector<CpuScratch> scratch(workers);
+  scratch->assign(workers, CpuScratch{});
   for (int w = 0; w < workers; ++w) {
-    if (!scratch_[w].Reserve(scratch_floats)) return absl::ResourceExhaustedError("cpu: out of memory for scratch");
+    if (!scratch_[w].Reserve(scratch_floats)) return false;
     float* p = scratch_[w].data.get();
-    CpuScratch& s = scratch[w];
+    CpuScratch& s = (*scratch)[w];
     s.qt = p;
     s.k = s.qt + part_qt;
     s.v = s.k + part_kv;
@@ -351,9 +460,45 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
     s.l = s.m + part_ml;
     s.row = s.l + part_ml;
     s.zero = s.row + part_row;
+    s.visible = reinterpret_cast<int32_t*>(s.zero + part_row);
+    s.key_rows = reinterpret_cast<int64_t*>(s.zero + part_row + part_visible);
     std::memset(s.zero, 0, part_row * sizeof(float));
   }
+  return true;
+}
 
+absl::Status CpuBackend::GatherPagedKV(const AttentionProblem& problem, const AttentionBuffers& buffers,
+                                       const void** k, const void** v) {
+  const int64_t half = GatherBytes(problem) / 2;
+  if (!gathered_.Reserve(static_cast<size_t>(std::max<int64_t>(2 * half, 1) + 3) / sizeof(float))) {
+    return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", 2 * half, " bytes for the gathered K/V"));
+  }
+  auto* k_out = reinterpret_cast<unsigned char*>(gathered_.data.get());
+  unsigned char* v_out = k_out + half;
+  const int64_t row_bytes = static_cast<int64_t>(problem.kv_heads) * problem.head_dim * DTypeBytes(problem.dtype);
+  const int page = problem.page_block_size;
+  const auto* k_pool = static_cast<const unsigned char*>(buffers.k);
+  const auto* v_pool = static_cast<const unsigned char*>(buffers.v);
+  int64_t key = 0;
+  for (int b = 0; b < problem.batch; ++b) {
+    k_start_[b] = key;
+    const int32_t* table = buffers.block_table + static_cast<int64_t>(b) * problem.BlockTableWidth();
+    const int len = problem.VisibleKeyLen(b);
+    for (int i = 0; i < problem.PagesOfSequence(b); ++i) {
+      const int64_t rows = std::min(page, len - i * page);
+      const int64_t src = static_cast<int64_t>(table[i]) * page * row_bytes;
+      std::memcpy(k_out + key * row_bytes, k_pool + src, rows * row_bytes);
+      std::memcpy(v_out + key * row_bytes, v_pool + src, rows * row_bytes);
+      key += rows;
+    }
+  }
+  *k = k_out;
+  *v = v_out;
+  return absl::OkStatus();
+}
+
+CpuAttentionParams CpuBackend::MakeParams(const AttentionProblem& problem, const KernelConfig& config,
+                                          const AttentionBuffers& buffers, int splits) const {
   CpuAttentionParams params;
   params.q = buffers.q;
   params.k = buffers.k;
@@ -378,10 +523,10 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   params.q_heads = problem.q_heads;
   params.kv_heads = problem.kv_heads;
   params.heads_per_kv = problem.heads_per_kv();
-  params.head_dim = d;
-  params.head_dim_padded = dp;
-  params.block_m = bm;
-  params.block_s = bs;
+  params.head_dim = problem.head_dim;
+  params.head_dim_padded = RoundUp(problem.head_dim, kLanes);
+  params.block_m = config.block_m;
+  params.block_s = config.block_s;
   params.scale_log2 = problem.EffectiveScale() * 1.4426950408889634f;
   params.q_start = q_start_.data();
   params.k_start = k_start_.data();
@@ -389,16 +534,52 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   params.visible_keys = visible_.data();
   params.ws_offset = ws_offset_.data();
   params.ws_keys = ws_keys_.data();
+  params.total_q = problem.TotalQueries();
+  params.splits = splits;
+  // The materialized variant reads a paged cache gathered into contiguous rows instead.
+  if (problem.is_paged() && config.variant != Variant::kMaterialized) {
+    params.block_table = buffers.block_table;
+    params.block_table_width = problem.BlockTableWidth();
+    params.page_block_size = problem.page_block_size;
+  }
+  return params;
+}
+
+absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelConfig& config,
+                                const AttentionBuffers& buffers) {
+  const int64_t ws_total = PrepareGeometry(problem);
+  const int splits = ResolvedSplits(problem, config);
+  BuildTasks(problem, config, splits);
+  const int workers = std::max(1, std::min<int>(config.threads, static_cast<int>(tasks_.size())));
+  std::vector<CpuScratch> scratch;
+  if (!PrepareScratch(config, problem.head_dim, workers, &scratch)) {
+    return absl::ResourceExhaustedError("cpu: out of memory for scratch");
+  }
+
+  CpuAttentionParams params = MakeParams(problem, config, buffers, splits);
+  if (problem.is_paged() && config.variant == Variant::kMaterialized) {
+    // The baseline: gather the cache, then run the contiguous passes on it.
+    if (auto s = GatherPagedKV(problem, buffers, &params.k, &params.v); !s.ok()) return s;
+  }
 
   const CpuKernelTable& k = *kernels_;
-  const int64_t num_tasks = static_cast<int64_t>(tasks_.size());
-  auto for_each_task = [&](auto&& body) {
-    pool_.ParallelFor(workers, num_tasks,
-                      [&](int64_t task, int worker) { body(tasks_[task], scratch[worker]); });
+  auto for_each = [&](const std::vector<CpuTask>& tasks, auto&& body) {
+    pool_.ParallelFor(workers, static_cast<int64_t>(tasks.size()),
+                      [&](int64_t task, int worker) { body(tasks[task], scratch[worker]); });
   };
   switch (config.variant) {
     case Variant::kFused:
-      for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.fused(params, t, s); });
+      if (splits > 1) {
+        const size_t entries = static_cast<size_t>(splits * params.total_q * problem.q_heads);
+        if (!split_workspace_.Reserve(entries * static_cast<size_t>(SplitEntryFloats(problem)))) {
+          return absl::ResourceExhaustedError("cpu: out of memory for the split-KV partial outputs");
+        }
+        params.split_acc = split_workspace_.data.get();
+        params.split_m = params.split_acc + entries * params.head_dim_padded;
+        params.split_l = params.split_m + entries;
+      }
+      for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.fused(params, t, s); });
+      for_each(combine_tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.combine(params, t, s); });
       break;
     case Variant::kPartial:
     case Variant::kMaterialized: {
@@ -408,12 +589,12 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
       }
       params.workspace = workspace_.data.get();
       if (config.variant == Variant::kPartial) {
-        for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, true); });
+        for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, true); });
       } else {
-        for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, false); });
-        for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.softmax(params, t, s); });
+        for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, false); });
+        for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.softmax(params, t, s); });
       }
-      for_each_task([&](const CpuTask& t, const CpuScratch& s) { k.pv(params, t, s); });
+      for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.pv(params, t, s); });
       break;
     }
   }

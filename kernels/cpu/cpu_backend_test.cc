@@ -48,13 +48,7 @@ AttentionProblem Problem(int q, int k, int d = 64, bool causal = false) {
 
 KernelConfig Config(Variant variant, int bm = 32, int bs = 32, int threads = 2,
                     Precision precision = Precision::kFp32) {
-  KernelConfig c;
-  c.variant = variant;
-  c.block_m = bm;
-  c.block_s = bs;
-  c.threads = threads;
-  c.precision = precision;
-  return c;
+  return testing_util::CpuConfig(variant, bm, bs, threads, precision);
 }
 
 // Runs every kernel build this host can run and checks every output element against the
@@ -420,8 +414,21 @@ TEST(CpuBackend, CanImplementRejectsConfigsTheCpuCannotRun) {
   c.stages = 2;
   EXPECT_THAT(backend->CanImplement(p, c).message(), HasSubstr("stages"));
   c = Config(Variant::kFused);
-  c.split_kv = 2;
+  c.split_kv = 2;  // prefill: only decode splits its keys
   EXPECT_EQ(backend->CanImplement(p, c).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(backend->CanImplement(p, c).message(), HasSubstr("split_kv"));
+  c.split_kv = kAutoSplitKv;  // planned at launch: 1
+  EXPECT_TRUE(backend->CanImplement(p, c).ok());
+  AttentionProblem decode = Problem(1, 64);
+  decode.kind = ProblemKind::kDecode;
+  c.split_kv = 2;
+  EXPECT_TRUE(backend->CanImplement(decode, c).ok());
+  c.variant = Variant::kPartial;
+  EXPECT_EQ(backend->CanImplement(decode, c).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(backend->CanImplement(decode, c).message(), HasSubstr("split_kv"));
+  c.variant = Variant::kMaterialized;
+  c.split_kv = kAutoSplitKv;
+  EXPECT_EQ(backend->CanImplement(decode, c).code(), absl::StatusCode::kUnimplemented);
   c = Config(Variant::kFused);
   c.threads = 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 1;
   EXPECT_EQ(backend->CanImplement(p, c).code(), absl::StatusCode::kUnimplemented);

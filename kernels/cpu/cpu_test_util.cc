@@ -62,6 +62,15 @@ absl::StatusOr<std::vector<float>> RunBackend(Backend& backend, const AttentionP
   if (!od.ok()) return od.status();
   if (auto s = backend.Fill(od->data(), options.output_poison, o_bytes); !s.ok()) return s;
   AttentionBuffers buffers{qd->data(), kd->data(), vd->data(), od->data()};
+  DeviceMemory table;
+  if (problem.is_paged()) {
+    const size_t table_bytes = options.block_table.size() * sizeof(int32_t);
+    auto mem = backend.Allocate(table_bytes);
+    if (!mem.ok()) return mem.status();
+    table = *std::move(mem);
+    if (auto s = backend.CopyToDevice(table.data(), options.block_table.data(), table_bytes); !s.ok()) return s;
+    buffers.block_table = static_cast<const int32_t*>(table.data());
+  }
   if (auto s = backend.Run(problem, config, buffers); !s.ok()) return s;
   std::vector<uint8_t> bytes(o_bytes);
   if (auto s = backend.CopyToHost(bytes.data(), od->data(), o_bytes); !s.ok()) return s;
@@ -95,6 +104,17 @@ double Tolerance(Precision precision, DType storage) {
 
 std::string Describe(const AttentionProblem& problem, const KernelConfig& config) {
   return absl::StrCat(problem.Key(), " ", config.Key());
+}
+
+KernelConfig CpuConfig(Variant variant, int block_m, int block_s, int threads, Precision precision, int split_kv) {
+  KernelConfig c;
+  c.variant = variant;
+  c.block_m = block_m;
+  c.block_s = block_s;
+  c.threads = threads;
+  c.precision = precision;
+  c.split_kv = split_kv;
+  return c;
 }
 
 std::vector<IsaBackend> BackendsForEveryIsa() {

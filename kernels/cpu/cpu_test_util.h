@@ -27,6 +27,8 @@ struct RunOptions {
   int64_t extra_kv_rows = 0;      // rows allocated after the last key row of K and V
   float kv_tail_value = 0.0f;     // value stored in those rows
   uint8_t output_poison = 0xFF;   // every byte of O before the run (0xFFFF... = NaN)
+  // Paged problems: the block table (Inputs' K and V are then the page pool).
+  std::vector<int32_t> block_table;
 };
 
 // Encodes the inputs, runs the backend and decodes O to floats.
@@ -47,6 +49,9 @@ double MaxAbsError(const std::vector<float>& out, const std::vector<double>& ref
 double Tolerance(Precision precision, DType storage);
 
 std::string Describe(const AttentionProblem& problem, const KernelConfig& config);
+
+// A CPU config (stages 1).
+KernelConfig CpuConfig(Variant variant, int block_m, int block_s, int threads, Precision precision, int split_kv = 1);
 
 // One CPU backend per kernel build this host can run (AVX-512, AVX2, generic), each
 // labelled with its instruction set, so a test covers every build.

@@ -1,5 +1,6 @@
 #include "fusetune/kernels/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -215,6 +216,98 @@ TEST(ReferenceAttention, RejectsBadArguments) {
   AttentionProblem bad = p;
   bad.q_heads = 0;
   EXPECT_EQ(ReferenceAttention(bad, q, k, v).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A decode batch with caches of 13, 0 and 7 keys (kv_len 13) and its paged twin: 4-token
+// pages, one spare page in the pool.
+AttentionProblem ContiguousDecode() {
+  AttentionProblem p = Small(2, 13);
+  p.kind = ProblemKind::kDecode;
+  p.batch = 3;
+  p.q_heads = 4;
+  p.kv_heads = 2;
+  p.causal = true;
+  p.kv_valid_lens = {13, 0, 7};
+  return p;
+}
+AttentionProblem PagedDecode() {
+  AttentionProblem p = ContiguousDecode();
+  p.page_block_size = 4;
+  p.kv_pool_pages = 4 + 0 + 2 + 1;
+  return p;
+}
+// Shuffled pages: sequence 0 -> pages 5, 0, 3, 6; sequence 2 -> 2, 4; page 1 unused. Entries
+// past a sequence's pages hold anything.
+const std::vector<int32_t> kShuffledTable = {5, 0, 3, 6, -1, 77, 77, 77, 2, 4, 1 << 30, -5};
+
+// The pool that holds `contiguous` (K or V of ContiguousDecode()) at kShuffledTable's pages,
+// every other element NaN.
+std::vector<float> Scatter(const std::vector<float>& contiguous) {
+  const AttentionProblem paged = PagedDecode();
+  const AttentionProblem flat = ContiguousDecode();
+  const int64_t row = static_cast<int64_t>(paged.kv_heads) * paged.head_dim;
+  std::vector<float> pool(static_cast<size_t>(paged.KVElements()), std::nanf(""));
+  for (int b = 0; b < paged.batch; ++b) {
+    for (int j = 0; j < paged.VisibleKeyLen(b); ++j) {
+      const int64_t page = kShuffledTable[static_cast<size_t>(b * paged.BlockTableWidth() + j / 4)];
+      std::copy_n(contiguous.begin() + (flat.KeyStart(b) + j) * row, row, pool.begin() + (page * 4 + j % 4) * row);
+    }
+  }
+  return pool;
+}
+
+TEST(GatherPagedKV, ShuffledTableGivesTheReferenceOfTheContiguousCache) {
+  const AttentionProblem flat = ContiguousDecode();
+  const AttentionProblem paged = PagedDecode();
+  ASSERT_TRUE(paged.Validate().ok()) << paged.Validate();
+  const auto q = Pattern(flat.QElements(), 1), k = Pattern(flat.KVElements(), 2), v = Pattern(flat.KVElements(), 3);
+  auto gk = GatherPagedKV(paged, Scatter(k), kShuffledTable);
+  auto gv = GatherPagedKV(paged, Scatter(v), kShuffledTable);
+  ASSERT_TRUE(gk.ok()) << gk.status();
+  ASSERT_TRUE(gv.ok()) << gv.status();
+  ASSERT_EQ(gk->size(), k.size());
+  // Visible rows are the contiguous ones; rows past a cache length are zero.
+  const int64_t row = static_cast<int64_t>(flat.kv_heads) * flat.head_dim;
+  for (int b = 0; b < flat.batch; ++b) {
+    for (int j = 0; j < flat.kv_len; ++j) {
+      for (int64_t x = 0; x < row; ++x) {
+        const size_t i = static_cast<size_t>((flat.KeyStart(b) + j) * row + x);
+        ASSERT_EQ((*gk)[i], j < flat.VisibleKeyLen(b) ? k[i] : 0.0f) << b << " " << j << " " << x;
+        ASSERT_EQ((*gv)[i], j < flat.VisibleKeyLen(b) ? v[i] : 0.0f) << b << " " << j << " " << x;
+      }
+    }
+  }
+  auto from_pages = ReferenceAttention(paged.Unpaged(), q, *gk, *gv);
+  auto from_contiguous = ReferenceAttention(flat, q, k, v);
+  ASSERT_TRUE(from_pages.ok()) << from_pages.status();
+  ASSERT_TRUE(from_contiguous.ok()) << from_contiguous.status();
+  EXPECT_EQ(*from_pages, *from_contiguous);
+}
+
+TEST(GatherPagedKV, RejectsContiguousProblemsWrongPoolsAndInvalidTables) {
+  const AttentionProblem paged = PagedDecode();
+  const std::vector<float> pool(static_cast<size_t>(paged.KVElements()), 0.5f);
+  EXPECT_THAT(GatherPagedKV(ContiguousDecode(), pool, kShuffledTable).status().message(), HasSubstr("paged"));
+  const std::vector<float> short_pool(pool.begin(), pool.end() - 1);
+  EXPECT_THAT(GatherPagedKV(paged, short_pool, kShuffledTable).status().message(), HasSubstr("the pool has"));
+  std::vector<int32_t> outside = kShuffledTable;
+  outside[9] = 7;  // the pool has pages [0, 7)
+  EXPECT_THAT(GatherPagedKV(paged, pool, outside).status().message(), HasSubstr("block_table[2][1] = 7"));
+  const std::vector<int32_t> short_table(kShuffledTable.begin(), kShuffledTable.end() - 1);
+  EXPECT_EQ(GatherPagedKV(paged, pool, short_table).status().code(), absl::StatusCode::kInvalidArgument);
+  AttentionProblem invalid = paged;
+  invalid.page_block_size = 300;
+  EXPECT_EQ(GatherPagedKV(invalid, pool, kShuffledTable).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ReferenceAttention, RefusesPagedProblemsAndSaysToGatherFirst) {
+  const AttentionProblem paged = PagedDecode();
+  const auto q = Pattern(paged.QElements(), 1), kv = Pattern(paged.KVElements(), 2);
+  const absl::Status s = ReferenceAttention(paged, q, kv, kv).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("GatherPagedKV"));
+  std::vector<double> row(32);
+  EXPECT_THAT(ReferenceAttentionRow(paged, q, kv, kv, 0, 0, row).message(), HasSubstr("GatherPagedKV"));
 }
 
 }  // namespace

@@ -11,6 +11,9 @@ absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const Atten
   c.variant = Variant::kFused;
   c.split_kv = 1;
   if (backend == "cpu") {
+    // Decode: the split planned at launch from the workers and the cache lengths
+    // (ChooseSplitKv); prefill never splits.
+    if (problem.kind == ProblemKind::kDecode) c.split_kv = kAutoSplitKv;
     c.block_m = problem.kind == ProblemKind::kDecode ? 16 : 64;
     c.block_s = 64;
     c.threads = 1;

@@ -34,6 +34,14 @@ std::string Hex(uint64_t v) {
   return std::string(buf, 12);
 }
 
+// The paged-cache field a key part names ("page", "pool", "bt", "prefix"), or "".
+std::string_view PagedKeyField(std::string_view part) {
+  for (std::string_view name : {"page", "pool", "bt", "prefix"}) {
+    if (part.substr(0, name.size()) == name) return name;
+  }
+  return "";
+}
+
 absl::Status CheckPrefixSums(const std::vector<int32_t>& cu, int batch, const char* name) {
   if (static_cast<int64_t>(cu.size()) != static_cast<int64_t>(batch) + 1) {
     return absl::InvalidArgumentError(Cat(name, " must have batch + 1 = ", batch + 1,
@@ -164,7 +172,8 @@ absl::Status AttentionProblem::Validate() const {
       }
     }
   }
-  if (kind == ProblemKind::kDecode && !is_varlen() && q_len > 16) {
+  // q_len is the longest sequence's count for varlen batches too (checked above).
+  if (kind == ProblemKind::kDecode && q_len > 16) {
     return absl::InvalidArgumentError("decode problems have at most 16 queries per sequence");
   }
   if (is_paged()) {
@@ -286,6 +295,8 @@ absl::Status AttentionProblem::ValidatePagedGeometry() const {
 }
 
 absl::Status ValidateBlockTable(const AttentionProblem& problem, const int32_t* table, int64_t entries) {
+  // The geometry below is only defined for a valid problem.
+  if (auto s = problem.Validate(); !s.ok()) return s;
   if (!problem.is_paged()) return absl::InvalidArgumentError("a block table belongs to a paged problem");
   if (entries != problem.BlockTableEntries()) {
     return absl::InvalidArgumentError(Cat("the block table has ", entries, " entries; the problem needs batch x ",
@@ -368,12 +379,15 @@ absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key)
       if (!absl::SimpleAtof(ToAbsl(part.substr(5)), &p.softmax_scale)) {
         return absl::InvalidArgumentError(Cat("bad scale in key '", key, "'"));
       }
-    } else if (field(part, "page", &p.page_block_size) || field(part, "pool", &p.kv_pool_pages) ||
-               field(part, "bt", &p.block_table_width) || field(part, "prefix", &p.shared_prefix_pages)) {
-      continue;
-    } else if (part.substr(0, 4) == "page" || part.substr(0, 4) == "pool" || part.substr(0, 2) == "bt" ||
-               part.substr(0, 6) == "prefix") {
-      return absl::InvalidArgumentError(Cat("bad paged-cache field '", part, "' in key '", key, "'"));
+    } else if (const std::string_view name = PagedKeyField(part); !name.empty()) {
+      int* target = name == "page"   ? &p.page_block_size
+                    : name == "pool" ? &p.kv_pool_pages
+                    : name == "bt"   ? &p.block_table_width
+                                     : &p.shared_prefix_pages;
+      // Key() writes these fields only when positive: "page0" names no problem it produces.
+      if (!field(part, name, target) || *target < 1) {
+        return absl::InvalidArgumentError(Cat("bad paged-cache field '", part, "' in key '", key, "'"));
+      }
     } else {
       return absl::InvalidArgumentError(Cat(
           "key '", key, "' names length lists by hash only (", part,

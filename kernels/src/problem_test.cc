@@ -204,6 +204,211 @@ TEST(AttentionProblem, GeometryOfVarlenBatch) {
   EXPECT_EQ(p.KVElements(), 9 * 2 * 64);
 }
 
+// A uniform decode batch over a paged cache: 2 new tokens, caches of 70, 32 and 45 keys in
+// 16-token pages (5, 2 and 3 pages).
+AttentionProblem PagedDecode() {
+  AttentionProblem p;
+  p.kind = ProblemKind::kDecode;
+  p.batch = 3;
+  p.q_heads = 8;
+  p.kv_heads = 2;
+  p.q_len = 2;
+  p.kv_len = 70;
+  p.kv_valid_lens = {70, 32, 45};
+  p.head_dim = 64;
+  p.page_block_size = 16;
+  return p;
+}
+
+void ExpectInvalid(const AttentionProblem& p, const std::string& message) {
+  const absl::Status s = p.Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p.Key();
+  EXPECT_THAT(s.message(), HasSubstr(message)) << p.Key();
+}
+
+TEST(AttentionProblem, PagedProblemPassesAndReportsItsGeometry) {
+  AttentionProblem p = PagedDecode();
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  EXPECT_TRUE(p.is_paged());
+  EXPECT_EQ(p.BlockTableWidth(), 5);  // ceil(70 / 16)
+  EXPECT_EQ(p.BlockTableEntries(), 15);
+  EXPECT_EQ(p.PagesOfSequence(0), 5);
+  EXPECT_EQ(p.PagesOfSequence(1), 2);
+  EXPECT_EQ(p.PagesOfSequence(2), 3);
+  EXPECT_EQ(p.PagesNeeded(), 10);
+  EXPECT_EQ(p.PoolPages(), 10);
+  EXPECT_EQ(p.TotalKeys(), 10 * 16);  // rows of the pool
+  EXPECT_EQ(p.KVElements(), 10 * 16 * 2 * 64);
+  EXPECT_EQ(p.QElements(), 3 * 2 * 8 * 64);
+  // A larger pool and a wider table than needed.
+  p.kv_pool_pages = 40;
+  p.block_table_width = 8;
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  EXPECT_EQ(p.PoolPages(), 40);
+  EXPECT_EQ(p.PagesNeeded(), 10);
+  EXPECT_EQ(p.BlockTableEntries(), 24);
+  EXPECT_EQ(p.TotalKeys(), 40 * 16);
+}
+
+TEST(AttentionProblem, SharedPrefixPagesAreCountedOnce) {
+  AttentionProblem p = PagedDecode();
+  p.shared_prefix_pages = 2;  // 32 tokens: the shortest sequence is exactly the prefix
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  EXPECT_EQ(p.PagesNeeded(), 2 + 3 + 0 + 1);
+  EXPECT_EQ(p.PoolPages(), 6);
+  EXPECT_EQ(p.TotalKeys(), 6 * 16);
+  EXPECT_EQ(p.KVElements(), 6 * 16 * 2 * 64);
+  // The bytes read do not shrink: every sequence reads its prefix.
+  EXPECT_DOUBLE_EQ(p.KVBytesRead(), PagedDecode().KVBytesRead());
+}
+
+TEST(AttentionProblem, KVBytesReadCountsEveryVisibleKeyOncePerKvHead) {
+  AttentionProblem p = PagedDecode();
+  p.dtype = DType::kBf16;
+  // K and V x (70 + 32 + 45) keys x 2 KV heads x 64 x 2 bytes.
+  EXPECT_DOUBLE_EQ(p.KVBytesRead(), 2.0 * 147 * 2 * 64 * 2);
+  EXPECT_DOUBLE_EQ(p.Unpaged().KVBytesRead(), p.KVBytesRead());
+  AttentionProblem dense = Dense(100);
+  EXPECT_DOUBLE_EQ(dense.KVBytesRead(), 2.0 * 2 * 100 * 2 * 64 * 4);
+}
+
+TEST(AttentionProblem, UnpagedClearsOnlyThePageFields) {
+  AttentionProblem p = PagedDecode();
+  p.kv_pool_pages = 12;
+  p.block_table_width = 6;
+  p.shared_prefix_pages = 1;
+  const AttentionProblem flat = p.Unpaged();
+  EXPECT_FALSE(flat.is_paged());
+  EXPECT_EQ(flat.kv_pool_pages, 0);
+  EXPECT_EQ(flat.block_table_width, 0);
+  EXPECT_EQ(flat.shared_prefix_pages, 0);
+  EXPECT_EQ(flat.kv_valid_lens, p.kv_valid_lens);
+  EXPECT_TRUE(flat.Validate().ok());
+  EXPECT_EQ(flat.TotalKeys(), 3 * 70);
+}
+
+TEST(AttentionProblem, RejectsInvalidPagedFieldsWithClearMessages) {
+  for (int page : {-1, 257, 1024}) {
+    AttentionProblem p = PagedDecode();
+    p.page_block_size = page;
+    ExpectInvalid(p, "page_block_size must be in [1, 256]");
+  }
+  for (int page : {1, 3, 256}) {
+    AttentionProblem p = PagedDecode();
+    p.page_block_size = page;
+    EXPECT_TRUE(p.Validate().ok()) << page << ": " << p.Validate();
+  }
+  // Pool fields without paging.
+  for (int field = 0; field < 3; ++field) {
+    AttentionProblem p = Dense();
+    (field == 0 ? p.kv_pool_pages : field == 1 ? p.block_table_width : p.shared_prefix_pages) = 4;
+    ExpectInvalid(p, "set page_block_size");
+  }
+  // Negative fields.
+  for (int field = 0; field < 3; ++field) {
+    AttentionProblem p = PagedDecode();
+    (field == 0 ? p.kv_pool_pages : field == 1 ? p.block_table_width : p.shared_prefix_pages) = -2;
+    ExpectInvalid(p, "must be >= 0");
+  }
+  // A block-table row shorter than the longest sequence needs (5 pages).
+  AttentionProblem narrow = PagedDecode();
+  narrow.block_table_width = 4;
+  ExpectInvalid(narrow, "the block table holds 4 pages per sequence, but a sequence needs 5");
+  // A shared prefix longer than a sequence (3 pages = 48 tokens > 32 and 45).
+  AttentionProblem prefix = PagedDecode();
+  prefix.shared_prefix_pages = 3;
+  ExpectInvalid(prefix, "longer than sequence 1 (32 keys)");
+}
+
+TEST(AttentionProblem, DecodeAllowsAtMostSixteenNewTokensPerSequence) {
+  AttentionProblem p = PagedDecode();
+  p.q_len = 16;
+  EXPECT_TRUE(p.Validate().ok()) << p.Validate();
+  p.q_len = 17;
+  ExpectInvalid(p, "at most 16");
+  // The same bound on a varlen batch (its q_len is the longest sequence's).
+  AttentionProblem varlen = PagedDecode();
+  varlen.kv_valid_lens.clear();
+  varlen.cu_seqlens_q = {0, 17, 18, 19};
+  varlen.cu_seqlens_k = {0, 70, 102, 147};
+  varlen.q_len = 17;
+  ExpectInvalid(varlen, "at most 16");
+  varlen.cu_seqlens_q = {0, 16, 17, 18};
+  varlen.q_len = 16;
+  EXPECT_TRUE(varlen.Validate().ok()) << varlen.Validate();
+  EXPECT_EQ(varlen.PagesOfSequence(1), 2);
+}
+
+TEST(AttentionProblem, PagedKeyRoundTripsThroughFromKey) {
+  AttentionProblem p = PagedDecode();
+  p.kv_valid_lens.clear();  // key padding is hashed: not parseable
+  p.kv_pool_pages = 64;
+  p.block_table_width = 6;
+  p.shared_prefix_pages = 2;
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  EXPECT_EQ(p.Key(), "decode/b3/hq8/hkv2/q2/k70/d64/causal0/fp32/page16/pool64/bt6/prefix2");
+  auto back = AttentionProblem::FromKey(p.Key());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Key(), p.Key());
+  EXPECT_EQ(back->page_block_size, 16);
+  EXPECT_EQ(back->kv_pool_pages, 64);
+  EXPECT_EQ(back->block_table_width, 6);
+  EXPECT_EQ(back->shared_prefix_pages, 2);
+  // Only the page size set.
+  AttentionProblem plain = PagedDecode();
+  plain.kv_valid_lens.clear();
+  EXPECT_EQ(plain.Key(), "decode/b3/hq8/hkv2/q2/k70/d64/causal0/fp32/page16");
+  back = AttentionProblem::FromKey(plain.Key());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Key(), plain.Key());
+  // Malformed or invalid paged fields.
+  for (const char* bad : {"decode/b1/hq8/hkv2/q1/k70/d64/causal0/fp32/pageX",
+                          "decode/b1/hq8/hkv2/q1/k70/d64/causal0/fp32/page0",
+                          "decode/b1/hq8/hkv2/q1/k70/d64/causal0/fp32/page512",
+                          "decode/b1/hq8/hkv2/q1/k70/d64/causal0/fp32/page16/bt2",
+                          "decode/b1/hq8/hkv2/q1/k70/d64/causal0/fp32/pool4"}) {
+    EXPECT_EQ(AttentionProblem::FromKey(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ValidateBlockTable, AcceptsEveryPageOfThePoolAndIgnoresEntriesPastASequence) {
+  const AttentionProblem p = PagedDecode();  // width 5; sequences of 5, 2 and 3 pages
+  const std::vector<int32_t> table = {9, 0, 1, 2, 3,  //
+                                      4, 5, -7, 1 << 30, 99,  // entries 2.. are never read
+                                      6, 7, 8, -1, -1};
+  EXPECT_TRUE(ValidateBlockTable(p, table.data(), 15).ok()) << ValidateBlockTable(p, table.data(), 15);
+}
+
+TEST(ValidateBlockTable, RejectsPagesOutsideThePoolNamingTheEntry) {
+  const AttentionProblem p = PagedDecode();
+  std::vector<int32_t> table = {9, 0, 1, 2, 3, 4, 5, 0, 0, 0, 6, 7, 8, 0, 0};
+  table[11] = 10;  // pool is [0, 10)
+  absl::Status s = ValidateBlockTable(p, table.data(), 15);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("block_table[2][1] = 10 is not a page of the pool [0, 10)"));
+  table[11] = -3;
+  s = ValidateBlockTable(p, table.data(), 15);
+  EXPECT_THAT(s.message(), HasSubstr("block_table[2][1] = -3"));
+  // A pool larger than needed makes page 10 valid.
+  AttentionProblem big_pool = p;
+  big_pool.kv_pool_pages = 11;
+  table[11] = 10;
+  EXPECT_TRUE(ValidateBlockTable(big_pool, table.data(), 15).ok());
+}
+
+TEST(ValidateBlockTable, RejectsWrongSizeNullTablesAndContiguousProblems) {
+  const AttentionProblem p = PagedDecode();
+  const std::vector<int32_t> table(15, 0);
+  EXPECT_THAT(ValidateBlockTable(p, table.data(), 14).message(), HasSubstr("the block table has 14 entries"));
+  EXPECT_EQ(ValidateBlockTable(p, table.data(), 16).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ValidateBlockTable(p, nullptr, 15).message(), HasSubstr("null"));
+  EXPECT_THAT(ValidateBlockTable(Dense(), table.data(), 15).message(), HasSubstr("paged problem"));
+  // An invalid problem is refused before its geometry is used.
+  AttentionProblem bad = p;
+  bad.kv_valid_lens = {70};
+  EXPECT_EQ(ValidateBlockTable(bad, table.data(), 15).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(AttentionProblem, SeedPresetHasFiveSquareShapes) {
   auto seed = SeedPresetProblems();
   ASSERT_EQ(seed.size(), 5u);

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "fusetune/base/time.h"
+#include "fusetune/regress/stats.h"
 #include "fusetune/tuner/runner.h"
 
 namespace fusetune::cli {
@@ -59,7 +60,7 @@ absl::StatusOr<int64_t> StoreBenchRun(Store& store, const bench::Suite& suite, c
 }
 
 double MedianOfBlocks(const bench::CellMeasurement& measurement) {
-  return measurement.blocks.empty() ? 0 : Quantile(measurement.Medians(), 0.5);
+  return measurement.blocks.empty() ? 0 : regress::Median(measurement.Medians());
 }
 
 }  // namespace fusetune::cli

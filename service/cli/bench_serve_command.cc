@@ -1,6 +1,9 @@
 // fusetune bench-serve: this build as one side of an interleaved comparison. Another fusetune
 // (`regress`) starts it and sends it cells to verify and blocks to measure, one JSON line each
-// way on stdin and stdout (bench/src/protocol.h); nothing else is written to stdout.
+// way on stdin and stdout (bench/src/protocol.h); nothing else is written to stdout. With
+// --capi-library it serves another build's kernels through that build's C ABI library instead
+// of its own (bench/include/fusetune/bench/capi_backend.h): how builds older than bench-serve
+// are compared and bisected.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -9,6 +12,7 @@
 #include "bench_suite.h"
 #include "commands.h"
 #include "fusetune/bench/block_source.h"
+#include "fusetune/bench/capi_backend.h"
 #include "problem_flags.h"
 
 namespace fusetune::cli {
@@ -20,13 +24,24 @@ struct BenchServeFlags {
   TimingOptions block;
   std::vector<std::string> plant_slowdowns;
   int timing_cpu = -1;
+  std::string capi_library;
+  std::string capi_commit = "unknown";
 };
 
 int RunBenchServe(const BenchServeFlags& f) {
   int exit_code = kExitOk;
   std::unique_ptr<Backend> backend = CreateMeasuredBackend("bench-serve", f.backend, f.device, f.plant_slowdowns, &exit_code);
   if (backend == nullptr) return exit_code;
-  bench::RunnerBlockSource source(*backend, BuiltCommit(), f.block, RunnerOptions{}, f.timing_cpu);
+  std::string commit = BuiltCommit();
+  if (!f.capi_library.empty()) {
+    if (!f.plant_slowdowns.empty()) return Failure("bench-serve", "--plant-slowdown and --capi-library do not combine", 2);
+    absl::StatusOr<std::unique_ptr<Backend>> library =
+        bench::OpenCapiBackend(f.capi_library, f.backend, f.device, std::move(backend));
+    if (!library.ok()) return Failure("bench-serve", std::string(library.status().message()), 2);
+    backend = std::move(*library);
+    commit = f.capi_commit;
+  }
+  bench::RunnerBlockSource source(*backend, commit, f.block, RunnerOptions{}, f.timing_cpu);
   absl::Status served = bench::ServeBlocks(source, stdin, stdout);
   if (!served.ok()) {
     std::fprintf(stderr, "fusetune bench-serve: %s\n", std::string(served.message()).c_str());
@@ -56,6 +71,10 @@ void AddBenchServeCommand(CLI::App& app, CommandContext& context) {
   serve->add_option("--timing-cpu", flags->timing_cpu, "pin the measuring thread to this CPU during each block (-1: no)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 4095));
+  serve->add_option("--capi-library", flags->capi_library,
+                    "serve the kernels of another build's libfusetune_capi.so (C ABI version 1) instead of this build's");
+  serve->add_option("--capi-commit", flags->capi_commit, "the commit of --capi-library's build, as the hello reports it")
+      ->capture_default_str();
   SetAction(serve, context, [flags] { return RunBenchServe(*flags); });
 }
 

@@ -97,10 +97,17 @@ absl::StatusOr<bench::Suite> CellSuite(const BisectFlags& f) {
   if (!f.db.empty()) {
     absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
     if (!store.ok()) return store.status();
-    absl::StatusOr<std::vector<RunInfo>> runs = (*store)->ListBenchRuns("", "", 1000);
+    absl::StatusOr<std::vector<std::string>> suites = (*store)->ListBenchSuites();
+    if (!suites.ok()) return suites.status();
+    std::vector<RunInfo> runs;
+    for (const std::string& name : *suites) {
+      absl::StatusOr<std::vector<RunInfo>> of_suite = (*store)->ListBenchRuns(name, "", 1000);
+      if (!of_suite.ok()) return of_suite.status();
+      runs.insert(runs.end(), of_suite->begin(), of_suite->end());
+    }
     std::vector<std::string> known;
     bool found = false;
-    for (const RunInfo& run : runs.ok() ? *runs : std::vector<RunInfo>{}) {
+    for (const RunInfo& run : runs) {
       absl::StatusOr<std::vector<BenchCell>> cells = (*store)->ListBenchCells(run.run_id);
       for (const BenchCell& c : cells.ok() ? *cells : std::vector<BenchCell>{}) {
         if (c.problem_key == problem_key && c.config_key == config_key) {

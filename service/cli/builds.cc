@@ -50,10 +50,15 @@ absl::StatusOr<std::string> BuildCommit(const std::string& command, const std::s
   out.resize(end + 1);
   const size_t newline = out.find_last_of('\n');
   const std::string last = out.substr(newline == std::string::npos ? 0 : newline + 1);
-  if (access(last.c_str(), X_OK) != 0) {
-    return absl::UnavailableError(fmt::format("'{}' printed '{}', which is not an executable", line, last));
+  if (IsCapiLibrary(last) ? access(last.c_str(), R_OK) != 0 : access(last.c_str(), X_OK) != 0) {
+    return absl::UnavailableError(
+        fmt::format("'{}' printed '{}', which is neither an executable nor a readable C ABI library", line, last));
   }
   return last;
+}
+
+bool IsCapiLibrary(const std::string& build) {
+  return std::filesystem::path(build).filename().string().rfind("libfusetune_capi.so", 0) == 0;
 }
 
 int TimingCpu(int timing_cpu, const std::string& backend) {
@@ -73,6 +78,10 @@ absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const Buil
   bench::ProcessOptions process;
   process.binary = binary;
   process.args = {"--backend", options.backend, "--device", std::to_string(options.device)};
+  if (IsCapiLibrary(binary)) {
+    process.binary = SelfBinary();
+    process.args.insert(process.args.end(), {"--capi-library", binary});
+  }
   for (const std::string& spec : options.plant_slowdowns) process.args.insert(process.args.end(), {"--plant-slowdown", spec});
   process.block = suite.block;
   process.timing_cpu = TimingCpu(options.timing_cpu, options.backend);

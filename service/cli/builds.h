@@ -30,11 +30,16 @@ ShellResult RunShell(const std::string& line);
 std::string SelfBinary();
 
 // Runs `command` through /bin/sh with every "{commit}" replaced by `commit`; its last stdout
-// line must name an executable: the build's fusetune. `why` is said on stderr first. NotFound
+// line must name the build: an executable (the build's fusetune), or the build's C ABI library
+// (a file named libfusetune_capi.so*, for commits older than bench-serve: StartBuild serves it
+// through this build's bench-serve --capi-library). `why` is said on stderr first. NotFound
 // ("does not build") when the command exits 125 (a commit that does not build, as
 // ci/build-commit.sh says), Unavailable for any other failure or a last line that is not an
 // executable.
 absl::StatusOr<std::string> BuildCommit(const std::string& command, const std::string& commit, std::string_view why);
+
+// True when `build` names a C ABI library rather than a fusetune executable.
+bool IsCapiLibrary(const std::string& build);
 
 // The value of --timing-cpu that means "choose by backend".
 inline constexpr int kAutoTimingCpu = -2;
@@ -52,7 +57,8 @@ struct BuildSourceOptions {
   std::vector<std::string> plant_slowdowns;
 };
 
-// `binary bench-serve` with the suite's block options (ProcessBlockSource::Start's errors).
+// `binary bench-serve` with the suite's block options (ProcessBlockSource::Start's errors); for
+// a C ABI library, this build's bench-serve serving it.
 absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const BuildSourceOptions& options,
                                                                       const std::string& binary,
                                                                       const bench::Suite& suite);

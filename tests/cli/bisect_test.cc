@@ -2,6 +2,8 @@
 // commit holds a speed; its "build" is a small stand-in for that commit's fusetune (a script
 // that speaks the bench-serve protocol and answers blocks at that speed, with noise), so the
 // search, the skips, the confirmation and the build reuse run in seconds.
+#include <sqlite3.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -152,6 +154,49 @@ TEST_F(BisectTest, ImprovementFindsTheCommitThatMadeItFaster) {
   EXPECT_NE(r.out.find("culprit " + c[5]), std::string::npos) << r.out;
   // Without --improvement there is nothing to find.
   EXPECT_EQ(RunBisect(c[0], c.back()).exit_code, 2);
+}
+
+// The first column of the first row of `sql` (-1 when the query fails).
+int64_t CountRows(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  int64_t n = -1;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* s = nullptr;
+    if (sqlite3_prepare_v2(h, sql.c_str(), -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+      n = sqlite3_column_int64(s, 0);
+    }
+    sqlite3_finalize(s);
+  }
+  sqlite3_close(h);
+  return n;
+}
+
+TEST_F(BisectTest, ACellOfTheDatabasesBenchRunsIsBisectedAndTheCulpritRecorded) {
+  // The cell as a nightly's bench run stored it (the real binary on the CPU backend).
+  const std::string db = dir_.File("nightly.db");
+  const std::string suite = dir_.File("suite.json");
+  const std::string problem = std::string(kCell).substr(0, std::string(kCell).find(' '));
+  const std::string config = std::string(kCell).substr(std::string(kCell).find(' ') + 1);
+  std::ofstream(suite) << R"({"name": "nightly", "blocks": 3, "block": {"warmup": 0, "repeats": 3, "max_seconds": 0.1, "flush_l2": false},
+    "cells": [{"problem": ")" << problem << R"(", "config": ")" << config << R"(", "role": "best"}]})";
+  CommandResult bench = Fusetune({"bench", "--suite", suite, "--db", db});
+  ASSERT_EQ(bench.exit_code, 0) << bench.err << bench.out;
+  std::vector<int> speeds(9, 100);
+  for (size_t i = 6; i < speeds.size(); ++i) speeds[i] = 110;
+  const std::vector<std::string> c = Commit(speeds);
+  CommandResult r = RunBisect(c[0], c.back(), {"--db", db});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("culprit " + c[6]), std::string::npos) << r.out;
+  EXPECT_EQ(CountRows(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'bisect_culprit' AND commit_hash = '" +
+                              c[6].substr(0, 12) + "'"),
+            1);
+  // A cell the database does not hold: exit 2, and the message lists what it holds.
+  CommandResult unknown = Fusetune({"bisect", "--good", c[0], "--bad", c.back(), "--cell",
+                                    problem + " fused/bm32/bs32/t1/fp32/st1", "--repo", repo_, "--build-command",
+                                    BuildCommand(), "--db", db});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
+  EXPECT_NE(unknown.err.find("holds no bench cell"), std::string::npos) << unknown.err;
+  EXPECT_NE(unknown.err.find(config), std::string::npos) << unknown.err;
 }
 
 TEST_F(BisectTest, BadInputIsAClearErrorAndLeavesNoWorktree) {

@@ -159,6 +159,29 @@ TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
   // `fusetune regressions` is the server's; the rows are what ListRegressions serves.
 }
 
+// A build older than bench-serve is a C ABI library: this build's bench-serve serves its kernels.
+TEST(Regress, ABaselineThatIsACapiLibraryIsServedThroughThisBuildsBenchServe) {
+  TempDir dir;
+  const std::string commit = BuiltCommit();
+  CommandResult r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
+                              "--baseline-binary", FUSETUNE_CAPI_LIBRARY, "--db", dir.File("f.db"), "--plant-slowdown",
+                              kPlantOnFusedCausal, "--markdown", dir.File("report.md")});
+  ASSERT_EQ(r.exit_code, 1) << r.err << r.out;
+  const std::string report = ReadFile(dir.File("report.md"));
+  EXPECT_NE(report.find("regressed"), std::string::npos) << report;
+  EXPECT_GE(Count(dir.File("f.db"), "SELECT COUNT(*) FROM regressions WHERE verdict = 'regressed' AND "
+                                    "problem_key LIKE '%q96/k96%' AND config_key LIKE 'fused/%'"),
+            1);
+  // A library that is not one: exit 2, nothing stored.
+  const std::string fake = dir.File("libfusetune_capi.so.1");
+  std::ofstream(fake) << "not a library";
+  r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit, "--baseline-binary",
+                fake, "--db", dir.File("g.db")});
+  EXPECT_EQ(r.exit_code, 2) << r.err << r.out;
+  EXPECT_NE(r.err.find("cannot load"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("g.db")) && Count(dir.File("g.db"), "SELECT COUNT(*) FROM regressions") > 0);
+}
+
 TEST(Regress, ABestConfigReTunedAtTheCandidateAddsAPickCell) {
   TempDir dir;
   const std::string db = dir.File("f.db");

@@ -7,15 +7,20 @@
 //
 // The defaults are chosen to be implementable, not fast: for every problem the backend
 // supports (each storage dtype, each supported head_dim, causal or not, GQA/MQA, varlen and
-// key padding), the default passes the backend's CanImplement. default_config_test checks
-// this against the CPU backend and the CUDA fused kernel's compiled instance table.
+// key padding, decode and paged KV caches), the default passes the backend's CanImplement.
+// default_config_test checks this against the CPU backend and the CUDA fused kernel's
+// compiled instance table.
 //
-//   cpu:   fused/bm64/bs64/t1/fp32/st1 (block_m 16 for decode); one thread, because a
-//          caller's thread pool is not ours to take.
+//   cpu:   fused/bm64/bs64/t1/fp32/st1; decode: block_m 16 and split_kv = kAutoSplitKv (the
+//          split count ChooseSplitKv plans at launch). One thread, because a caller's thread
+//          pool is not ours to take (so the planned split is 1 unless a tuned config says
+//          otherwise).
 //   cuda:  fused, block_m 64, 128 threads, precision = the storage dtype (fp32 stays exact
 //          fp32, never tf32 by default); fp16/bf16: block_s 64, 2 stages (mma.sync);
 //          fp32: block_s 32, 1 stage (SIMT). Compiled for head_dim 64 and 128 and within the
 //          99 KiB of shared memory per block of the smallest supported GPU (sm_86/sm_89).
+//          split_kv 1 for decode too: the CUDA fused kernel has no split-KV path, and its
+//          CanImplement refuses kAutoSplitKv.
 //   hip:   as cuda with 256 threads (wave64).
 //
 // Thread-safety: pure functions.

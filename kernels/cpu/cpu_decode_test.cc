@@ -1,0 +1,388 @@
+// The CPU backend on decode problems and paged KV caches: every variant against the fp64
+// reference of the same attention on K/V gathered through the block table.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cpu_test_util.h"
+#include "fusetune/kernels/cpu_backend.h"
+#include "fusetune/kernels/dtype.h"
+#include "fusetune/kernels/reference.h"
+#include "fusetune/kernels/split_kv.h"
+
+namespace fusetune {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::Describe;
+using testing_util::Inputs;
+using testing_util::MaxAbsError;
+using testing_util::RandomInputs;
+using testing_util::RunBackend;
+using testing_util::RunOptions;
+using testing_util::Tolerance;
+
+constexpr Variant kVariants[] = {Variant::kFused, Variant::kPartial, Variant::kMaterialized};
+
+// A uniform decode batch: `q_len` new tokens per sequence against caches of `lens` keys.
+AttentionProblem Decode(const std::vector<int32_t>& lens, int q_heads = 8, int kv_heads = 2, int q_len = 1,
+                        int head_dim = 64, bool causal = false, DType dtype = DType::kFp32) {
+  AttentionProblem p;
+  p.kind = ProblemKind::kDecode;
+  p.batch = static_cast<int>(lens.size());
+  p.q_heads = q_heads;
+  p.kv_heads = kv_heads;
+  p.q_len = q_len;
+  p.kv_len = std::max(1, *std::max_element(lens.begin(), lens.end()));
+  p.kv_valid_lens = lens;
+  p.head_dim = head_dim;
+  p.causal = causal;
+  p.dtype = dtype;
+  return p;
+}
+
+// The same problem over a paged cache of `page`-token pages and a pool with `spare_pages`
+// pages no sequence uses.
+AttentionProblem Paged(AttentionProblem p, int page, int spare_pages = 3, int shared_prefix_pages = 0) {
+  p.page_block_size = page;
+  p.shared_prefix_pages = shared_prefix_pages;
+  p.kv_pool_pages = 0;
+  p.kv_pool_pages = static_cast<int>(p.PagesNeeded()) + spare_pages;
+  return p;
+}
+
+KernelConfig Config(Variant variant, int split_kv = 1, int bm = 16, int bs = 32, int threads = 2,
+                    Precision precision = Precision::kFp32) {
+  return testing_util::CpuConfig(variant, bm, bs, threads, precision, split_kv);
+}
+
+// A table whose pages are a random permutation of the pool: the shared prefix pages are the
+// same for every sequence, each other page belongs to one sequence; entries past a
+// sequence's pages hold a value outside the pool (they must never be read).
+std::vector<int32_t> ShuffledTable(const AttentionProblem& p, uint64_t seed) {
+  std::vector<int32_t> pages(static_cast<size_t>(p.PoolPages()));
+  std::iota(pages.begin(), pages.end(), 0);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = pages.size(); i > 1; --i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::swap(pages[i - 1], pages[x % i]);
+  }
+  std::vector<int32_t> table(static_cast<size_t>(p.BlockTableEntries()), 1 << 30);
+  size_t next = static_cast<size_t>(p.shared_prefix_pages);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int i = 0; i < p.PagesOfSequence(b); ++i) {
+      table[static_cast<size_t>(b) * p.BlockTableWidth() + i] =
+          i < p.shared_prefix_pages ? pages[static_cast<size_t>(i)] : pages[next++];
+    }
+  }
+  return table;
+}
+
+// NaN in every pool row no sequence reads (spare pages, rows past a cache length), so a
+// kernel that reads one fails the comparison.
+void PoisonUnreadRows(const AttentionProblem& p, const std::vector<int32_t>& table, Inputs* in) {
+  const int64_t row = static_cast<int64_t>(p.kv_heads) * p.head_dim;
+  std::vector<bool> read(static_cast<size_t>(p.TotalKeys()), false);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int j = 0; j < p.VisibleKeyLen(b); ++j) {
+      const int64_t page = table[static_cast<size_t>(b) * p.BlockTableWidth() + j / p.page_block_size];
+      read[static_cast<size_t>(page * p.page_block_size + j % p.page_block_size)] = true;
+    }
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (size_t r = 0; r < read.size(); ++r) {
+    if (read[r]) continue;
+    std::fill_n(in->k.begin() + static_cast<int64_t>(r) * row, row, nan);
+    std::fill_n(in->v.begin() + static_cast<int64_t>(r) * row, row, nan);
+  }
+}
+
+// The fp64 reference of a problem (a paged one through its table) on its inputs.
+std::vector<double> Reference(const AttentionProblem& p, const Inputs& in, const std::vector<int32_t>& table) {
+  if (!p.is_paged()) {
+    auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+    EXPECT_TRUE(ref.ok()) << ref.status();
+    return ref.ok() ? *ref : std::vector<double>{};
+  }
+  auto k = GatherPagedKV(p, in.k, table);
+  auto v = GatherPagedKV(p, in.v, table);
+  EXPECT_TRUE(k.ok() && v.ok()) << k.status() << v.status();
+  if (!k.ok() || !v.ok()) return {};
+  auto ref = ReferenceAttention(p.Unpaged(), in.q, *k, *v);
+  EXPECT_TRUE(ref.ok()) << ref.status();
+  return ref.ok() ? *ref : std::vector<double>{};
+}
+
+// Inputs of a problem; a paged one with its unread pool rows poisoned.
+Inputs PoisonedInputs(const AttentionProblem& p, const std::vector<int32_t>& table, uint64_t seed) {
+  Inputs in = RandomInputs(p, seed);
+  if (p.is_paged()) PoisonUnreadRows(p, table, &in);
+  return in;
+}
+
+// Runs `config` on every kernel build this host runs and compares with `ref`.
+void ExpectRunMatches(const AttentionProblem& p, const KernelConfig& config, const Inputs& in,
+                      const std::vector<int32_t>& table, const std::vector<double>& ref) {
+  RunOptions options;
+  options.block_table = table;
+  for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
+    SCOPED_TRACE(Describe(p, config) + " isa=" + isa);
+    auto out = RunBackend(*backend, p, config, in, options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_LE(MaxAbsError(*out, ref), Tolerance(config.precision, p.dtype));
+  }
+}
+
+// Every variant, the fused one unsplit, split in 2 and 4 and planned at launch.
+std::vector<KernelConfig> EveryVariantAndSplit(int bm = 16, int bs = 32, int threads = 2,
+                                               Precision precision = Precision::kFp32) {
+  std::vector<KernelConfig> out;
+  for (int split : {1, 2, 4, kAutoSplitKv}) out.push_back(Config(Variant::kFused, split, bm, bs, threads, precision));
+  out.push_back(Config(Variant::kPartial, 1, bm, bs, threads, precision));
+  out.push_back(Config(Variant::kMaterialized, 1, bm, bs, threads, precision));
+  return out;
+}
+
+void ExpectEveryConfigMatches(const AttentionProblem& p, const std::vector<int32_t>& table,
+                              const std::vector<KernelConfig>& configs, uint64_t seed = 1) {
+  const Inputs in = PoisonedInputs(p, table, seed);
+  const std::vector<double> ref = Reference(p, in, table);
+  for (const KernelConfig& c : configs) ExpectRunMatches(p, c, in, table, ref);
+}
+
+TEST(CpuDecode, ShuffledPagesOfEverySizeMatchTheReference) {
+  // Cache lengths that are not multiples of any page size, one shorter than a page.
+  const AttentionProblem contiguous = Decode({300, 1, 157});
+  for (int page : {1, 3, 16, 64, 256}) {
+    const AttentionProblem p = Paged(contiguous, page);
+    ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+    ExpectEveryConfigMatches(p, ShuffledTable(p, page), EveryVariantAndSplit(), page);
+  }
+}
+
+TEST(CpuDecode, PagesInPoolOrderMatchTheReference) {
+  // Consecutive pages let the fused kernel read fp32 tiles in place across page borders.
+  const AttentionProblem p = Paged(Decode({130, 77}), 16, 0);
+  std::vector<int32_t> table(static_cast<size_t>(p.BlockTableEntries()));
+  std::iota(table.begin(), table.end(), 0);
+  ASSERT_TRUE(ValidateBlockTable(p, table.data(), static_cast<int64_t>(table.size())).ok());
+  ExpectEveryConfigMatches(p, table, EveryVariantAndSplit(16, 64));
+}
+
+TEST(CpuDecode, EmptyAndLengthOneCachesGiveZerosAndTheirValueRow) {
+  for (bool paged : {false, true}) {
+    for (bool causal : {false, true}) {
+      for (int q_len : {1, 3}) {
+        AttentionProblem p = Decode({0, 1, 0, 5}, 4, 2, q_len, 64, causal);
+        if (paged) p = Paged(p, 3);
+        const std::vector<int32_t> table = paged ? ShuffledTable(p, 5) : std::vector<int32_t>{};
+        const Inputs in = PoisonedInputs(p, table, 3);
+        const std::vector<double> ref = Reference(p, in, table);
+        RunOptions options;
+        options.block_table = table;
+        auto backend = CreateCpuBackend();
+        for (const KernelConfig& c : EveryVariantAndSplit()) {
+          SCOPED_TRACE(Describe(p, c));
+          auto out = RunBackend(*backend, p, c, in, options);
+          ASSERT_TRUE(out.ok()) << out.status();
+          EXPECT_LE(MaxAbsError(*out, ref), Tolerance(c.precision, p.dtype));
+          // Sequences 0 and 2 see no key: exactly zeros, not NaN from the poisoned pool.
+          const int64_t rows = static_cast<int64_t>(q_len) * p.q_heads * p.head_dim;
+          for (int64_t i = 0; i < rows; ++i) ASSERT_EQ((*out)[i], 0.0f) << i;
+          for (int64_t i = 2 * rows; i < 3 * rows; ++i) ASSERT_EQ((*out)[i], 0.0f) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuDecode, ImbalancedBatchSplitsTheLongSequence) {
+  const AttentionProblem contiguous = Decode({2000, 3, 40, 1}, 4, 1);
+  for (bool paged : {false, true}) {
+    const AttentionProblem p = paged ? Paged(contiguous, 16) : contiguous;
+    const std::vector<int32_t> table = paged ? ShuffledTable(p, 9) : std::vector<int32_t>{};
+    std::vector<KernelConfig> configs = EveryVariantAndSplit(16, 64);
+    configs.push_back(Config(Variant::kFused, 8, 16, 128));
+    configs.push_back(Config(Variant::kFused, 64, 16, 16));  // more splits than 3 keys: empty splits
+    ExpectEveryConfigMatches(p, table, configs);
+  }
+}
+
+TEST(CpuDecode, PlannedSplitsFollowChooseSplitKvAndMatchTheReference) {
+  // One sequence, one KV head, eight workers: the planner splits (into a count that is not a
+  // power of two), which the launch must honour exactly.
+  const AttentionProblem p = Paged(Decode({2000}, 4, 1), 16);
+  ASSERT_EQ(ChooseSplitKv(p, 8), 6);
+  ExpectEveryConfigMatches(p, ShuffledTable(p, 4), {Config(Variant::kFused, kAutoSplitKv, 16, 64, 8)});
+}
+
+TEST(CpuDecode, PagesSharedBetweenSequencesMatchTheReference) {
+  // A shared prefix of two 16-token pages in every sequence's table.
+  const AttentionProblem prefix = Paged(Decode({70, 32, 45}), 16, 1, 2);
+  ASSERT_TRUE(prefix.Validate().ok()) << prefix.Validate();
+  ExpectEveryConfigMatches(prefix, ShuffledTable(prefix, 2), EveryVariantAndSplit());
+  // A hand-made table: sequences 0 and 1 share a middle page, sequence 2 reads one page
+  // twice, page 0 is unused.
+  AttentionProblem p = Decode({40, 33, 48}, 4, 2);
+  p.page_block_size = 16;
+  p.kv_pool_pages = 6;
+  const std::vector<int32_t> table = {3, 5, 1, 2, 5, 4, 4, 2, 4};
+  ASSERT_TRUE(ValidateBlockTable(p, table.data(), static_cast<int64_t>(table.size())).ok());
+  ExpectEveryConfigMatches(p, table, EveryVariantAndSplit());
+}
+
+// GQA (32 query heads on 8 KV heads) and MQA (32 on 1), 1..16 new tokens causal or not, every
+// storage dtype, head_dim 64 and 128, contiguous and paged, every variant and split.
+class CpuDecodeShapes : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+
+TEST_P(CpuDecodeShapes, MatchTheReference) {
+  const auto [dtype, head_dim] = GetParam();
+  const Precision precision = dtype == DType::kFp32 ? Precision::kFp32
+                              : dtype == DType::kFp16 ? Precision::kFp16
+                                                      : Precision::kBf16;
+  // (new tokens, causal); one token is the same causal or not.
+  const std::pair<int, bool> tokens[] = {{1, false}, {5, true}, {16, true}, {16, false}};
+  for (int kv_heads : {8, 1}) {
+    for (const auto& [q_len, causal] : tokens) {
+      const AttentionProblem contiguous = Decode({45, 77}, 32, kv_heads, q_len, head_dim, causal, dtype);
+      for (bool paged : {false, true}) {
+        const AttentionProblem p = paged ? Paged(contiguous, 16) : contiguous;
+        const std::vector<int32_t> table = paged ? ShuffledTable(p, q_len) : std::vector<int32_t>{};
+        // block_m 16 splits an MQA group (32 heads x tokens) into many row blocks; 64 fewer.
+        ExpectEveryConfigMatches(p, table, EveryVariantAndSplit(q_len == 5 ? 64 : 16, 32, 2, precision), q_len);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesAndHeadDims, CpuDecodeShapes,
+                         ::testing::Combine(::testing::Values(DType::kFp32, DType::kFp16, DType::kBf16),
+                                            ::testing::Values(64, 128)),
+                         [](const auto& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) + "_d" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(CpuDecode, VarlenPagedBatchMatchesTheReference) {
+  AttentionProblem p;
+  p.kind = ProblemKind::kDecode;
+  p.batch = 4;
+  p.q_heads = 8;
+  p.kv_heads = 2;
+  p.cu_seqlens_q = {0, 1, 1, 5, 7};  // a sequence without new tokens
+  p.cu_seqlens_k = {0, 50, 51, 51, 140};
+  p.q_len = 4;
+  p.kv_len = 89;
+  p.causal = true;
+  p = Paged(p, 7);
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  ExpectEveryConfigMatches(p, ShuffledTable(p, 8), EveryVariantAndSplit());
+}
+
+TEST(CpuDecode, PrefillOverASharedPagedPrefixMatchesTheReference) {
+  // Prefix caching: 20 new tokens per sequence after a shared 32-token prefix.
+  AttentionProblem p;
+  p.batch = 2;
+  p.q_heads = 4;
+  p.kv_heads = 2;
+  p.q_len = 20;
+  p.kv_len = 52;
+  p.causal = true;
+  p = Paged(p, 16, 2, 2);
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  std::vector<KernelConfig> configs;
+  for (Variant v : kVariants) configs.push_back(Config(v, 1, 16, 16));
+  configs.push_back(Config(Variant::kFused, kAutoSplitKv, 32, 16));  // planned: 1 for prefill
+  ExpectEveryConfigMatches(p, ShuffledTable(p, 6), configs);
+  // Only decode splits its keys.
+  const absl::Status split = CreateCpuBackend()->CanImplement(p, Config(Variant::kFused, 2));
+  EXPECT_EQ(split.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(split.message(), HasSubstr("split_kv must be 1 for prefill"));
+}
+
+// A run on a table the backend must refuse: InvalidArgument naming the problem, O untouched.
+void ExpectTableRefused(const AttentionProblem& p, const std::vector<int32_t>& table, const char* message) {
+  auto backend = CreateCpuBackend();
+  const size_t elem = static_cast<size_t>(DTypeBytes(p.dtype));
+  auto q = backend->Allocate(static_cast<size_t>(p.QElements()) * elem);
+  auto k = backend->Allocate(static_cast<size_t>(std::max<int64_t>(p.KVElements(), 1)) * elem);
+  auto v = backend->Allocate(static_cast<size_t>(std::max<int64_t>(p.KVElements(), 1)) * elem);
+  const size_t o_bytes = static_cast<size_t>(p.OElements()) * elem;
+  auto o = backend->Allocate(o_bytes);
+  ASSERT_TRUE(q.ok() && k.ok() && v.ok() && o.ok());
+  for (DeviceMemory* m : {&*q, &*k, &*v}) ASSERT_TRUE(backend->Fill(m->data(), 0, m->bytes()).ok());
+  ASSERT_TRUE(backend->Fill(o->data(), 0xAB, o_bytes).ok());
+  AttentionBuffers buffers{q->data(), k->data(), v->data(), o->data(), table.data()};
+  for (Variant variant : kVariants) {
+    for (int split : {1, 4}) {
+      if (variant != Variant::kFused && split != 1) continue;
+      const absl::Status s = backend->Run(p, Config(variant, split), buffers);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << VariantName(variant) << " " << s;
+      EXPECT_THAT(s.message(), HasSubstr(message));
+    }
+  }
+  const auto* bytes = static_cast<const uint8_t*>(o->data());
+  for (size_t i = 0; i < o_bytes; ++i) ASSERT_EQ(bytes[i], 0xAB) << "O byte " << i << " was written";
+}
+
+TEST(CpuDecode, InvalidBlockTablesAreInvalidArgumentAndLeaveTheOutputUntouched) {
+  const AttentionProblem p = Paged(Decode({40, 17}), 16, 0);  // 3 + 2 pages, pool of 5
+  ASSERT_EQ(p.PoolPages(), 5);
+  std::vector<int32_t> table = {0, 1, 2, 3, 4, 99};  // width 3; the last entry is never read
+  ASSERT_TRUE(ValidateBlockTable(p, table.data(), static_cast<int64_t>(table.size())).ok());
+  std::vector<int32_t> outside = table;
+  outside[4] = 5;  // one past the pool
+  ExpectTableRefused(p, outside, "block_table[1][1] = 5");
+  std::vector<int32_t> negative = table;
+  negative[1] = -1;
+  ExpectTableRefused(p, negative, "block_table[0][1] = -1");
+  // A table row narrower than a sequence's pages: the problem itself is refused.
+  AttentionProblem narrow = p;
+  narrow.block_table_width = 2;
+  const std::vector<int32_t> short_table = {0, 1, 3, 4};
+  ExpectTableRefused(narrow, short_table, "needs 3");
+  // A paged problem without a table.
+  auto backend = CreateCpuBackend();
+  auto mem = backend->Allocate(1 << 16);
+  ASSERT_TRUE(mem.ok());
+  AttentionBuffers none{mem->data(), mem->data(), mem->data(), mem->data(), nullptr};
+  EXPECT_EQ(backend->Run(p, Config(Variant::kFused), none).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuDecode, CandidateConfigsSplitTheFusedVariantOnly) {
+  auto backend = CreateCpuBackend();
+  const AttentionProblem p = Paged(Decode({70, 33}, 8, 2, 2, 64, true, DType::kBf16), 16);
+  const std::vector<KernelConfig> candidates = backend->CandidateConfigs(p);
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_TRUE(std::is_sorted(candidates.begin(), candidates.end(), ConfigOrderLess));
+  std::set<int> fused_splits, block_m;
+  for (const KernelConfig& c : candidates) {
+    ASSERT_TRUE(backend->CanImplement(p, c).ok()) << c.Key();
+    block_m.insert(c.block_m);
+    if (c.variant == Variant::kFused) {
+      fused_splits.insert(c.split_kv);
+    } else {
+      EXPECT_EQ(c.split_kv, 1) << c.Key();
+    }
+  }
+  EXPECT_EQ(fused_splits, (std::set<int>{kAutoSplitKv, 1, 2, 4, 8}));
+  // 4 heads per KV group x 2 tokens = 8 task rows: one 16-row tile holds them.
+  EXPECT_EQ(block_m, (std::set<int>{16}));
+  // Every candidate runs and is correct.
+  const std::vector<int32_t> table = ShuffledTable(p, 3);
+  ExpectEveryConfigMatches(p, table, candidates);
+}
+
+}  // namespace
+}  // namespace fusetune
