@@ -315,6 +315,30 @@ TEST(Runner, MeasureRoundsPassesTheBlockTable) {
   EXPECT_EQ(trials[0].outcome, TrialOutcome::kOk) << trials[0].message;
 }
 
+// The CPU backend's paged kernels under the Runner's inputs: every config it offers passes on
+// the random and adversarial sets of a paged decode (shuffled pages, an empty cache, lengths
+// off the page), of page size 1 and of a prefill over a shared prefix with a small pool.
+TEST(Runner, CpuBackendPassesEveryPagedCandidate) {
+  auto backend = CreateCpuBackend();
+  AttentionProblem prefix = PagedDecode();
+  prefix.kind = ProblemKind::kPrefill;
+  prefix.q_len = 9;
+  prefix.kv_valid_lens = {17, 45, 20, 22};
+  prefix.shared_prefix_pages = 4;
+  prefix.kv_pool_pages = 9;
+  AttentionProblem page_one = PagedDecode();
+  page_one.page_block_size = 1;
+  for (const AttentionProblem& p : {PagedDecode(), page_one, prefix}) {
+    const std::vector<KernelConfig> configs = backend->CandidateConfigs(p);
+    ASSERT_FALSE(configs.empty()) << p.Key();
+    Runner runner(*backend);
+    for (const KernelConfig& c : configs) {
+      const Trial t = runner.Measure(p, c, 1);
+      EXPECT_EQ(t.outcome, TrialOutcome::kOk) << p.Key() << " " << c.Key() << ": " << t.message;
+    }
+  }
+}
+
 TEST(GenerateBlockTable, ShufflesPagesSharesThePrefixAndGivesEverySequenceItsOwnPages) {
   AttentionProblem p = PagedDecode();
   p.kv_valid_lens = {13, 45, 8, 22};
