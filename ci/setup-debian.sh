@@ -4,6 +4,8 @@
 #
 #   ci/setup-debian.sh          build dependencies (enough for the main job)
 #   ci/setup-debian.sh --tests  plus what the test suite runs (the Prometheus server)
+#   ci/setup-debian.sh --hip    plus hipcc and the HIP runtime (Debian's ROCm 5.2, ~630 MiB with
+#                               clang-15), so ci/build.sh compiles the HIP backend
 #
 # CUDA is not installed here: GPU hosts and CI machines bring their own toolkit
 # (/usr/local/cuda); without nvcc the build configures with the CPU backend only.
@@ -19,15 +21,20 @@ packages=(
 )
 # Without recommends: the server alone, not ~350 MiB of exporters.
 test_packages=(prometheus)
+# The HIP backend's compiler and runtime library (compile-only without an AMD GPU).
+hip_packages=(hipcc libamdhip64-dev)
 
 want_tests=0
+want_hip=0
 for arg in "$@"; do
   case "$arg" in
     --tests) want_tests=1 ;;
-    *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+    --hip) want_hip=1 ;;
+    *) echo "usage: $0 [--tests] [--hip]" >&2; exit 2 ;;
   esac
 done
 if [[ $want_tests == 1 ]]; then packages+=("${test_packages[@]}"); fi
+if [[ $want_hip == 1 ]]; then packages+=("${hip_packages[@]}"); fi
 
 missing=()
 for p in "${packages[@]}"; do

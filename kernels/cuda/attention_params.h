@@ -6,14 +6,12 @@
 
 #include <cstdint>
 
-#include <cuda_runtime.h>
-
 #include "absl/status/status.h"
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
 #include "fused/fused_instance.h"
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 
 // The device-visible fields (tensors, strides, shapes, masks, scale_log2, total rows) are the
 // kernels' own argument block, FusedKernelArgs (fused/fused_instance.h, absl-free so nvcc
@@ -39,6 +37,6 @@ absl::Status FusedCanImplement(const AttentionProblem& problem, const KernelConf
 cudaError_t LaunchFused(const AttentionParams& params, const KernelConfig& config,
                         cudaStream_t stream);
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE
 
 #endif  // FUSETUNE_KERNELS_CUDA_ATTENTION_PARAMS_H_

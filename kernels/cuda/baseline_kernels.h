@@ -10,10 +10,10 @@
 
 #include <cstdint>
 
-#include <cuda_runtime.h>
+#include "../gpu/gpu_runtime.h"
 
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 
 // Element types of the tensors these kernels read and write (mirrors fusetune::DType without
 // pulling absl into nvcc-compiled files).
@@ -78,6 +78,6 @@ int64_t PartialScoresSharedBytes(int head_dim, int block_m, int block_s, ElemTyp
                                  bool tensor_cores);
 cudaError_t LaunchPartialScores(const PartialScoresArgs& args, cudaStream_t stream);
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE
 
 #endif  // FUSETUNE_KERNELS_CUDA_BASELINE_KERNELS_H_

@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 namespace {
 
 constexpr size_t kRegionAlign = 256;
@@ -73,4 +73,4 @@ absl::StatusOr<BaselinePlan> PlanBaseline(const AttentionProblem& problem, bool 
   return plan;
 }
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE

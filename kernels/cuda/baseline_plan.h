@@ -21,8 +21,9 @@
 
 #include "absl/status/statusor.h"
 #include "fusetune/kernels/problem.h"
+#include "../gpu/gpu_namespace.h"  // FUSETUNE_GPU_NAMESPACE: cuda or hip
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 
 struct GemmGroup {
   int first_sequence = 0;
@@ -56,6 +57,6 @@ struct BaselinePlan {
 absl::StatusOr<BaselinePlan> PlanBaseline(const AttentionProblem& problem, bool with_scores,
                                           int probs_bytes);
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE
 
 #endif  // FUSETUNE_KERNELS_CUDA_BASELINE_PLAN_H_

@@ -2,10 +2,9 @@
 #ifndef FUSETUNE_KERNELS_CUDA_DEVICE_COMMON_CUH_
 #define FUSETUNE_KERNELS_CUDA_DEVICE_COMMON_CUH_
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "../gpu/gpu_runtime.h"
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 
 template <typename T>
 __device__ __forceinline__ float ToFloat(T x);
@@ -14,8 +13,8 @@ __device__ __forceinline__ float ToFloat<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ float ToFloat<__half>(__half x) { return __half2float(x); }
 template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
+__device__ __forceinline__ float ToFloat<gpu::Bf16>(gpu::Bf16 x) {
+  return gpu::Bf16ToFloat(x);
 }
 
 template <typename T>
@@ -25,8 +24,8 @@ __device__ __forceinline__ float FromFloat<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
 template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
+__device__ __forceinline__ gpu::Bf16 FromFloat<gpu::Bf16>(float x) {
+  return gpu::FloatToBf16(x);
 }
 
 // ---- the softmax's exponent (every CUDA variant) ---------------------------------------------
@@ -118,21 +117,21 @@ __device__ __forceinline__ float InverseOfSum(float l) { return l == 0.0f ? 0.0f
 __device__ __forceinline__ void WarpReduceMaxSum(float& m, float& l, float c_log2) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
-    const float l2 = __shfl_xor_sync(0xffffffffu, l, offset);
+    const float m2 = gpu::ShflXor(m, offset);
+    const float l2 = gpu::ShflXor(l, offset);
     MergeMaxSum(m, l, m2, l2, c_log2);
   }
 }
 
 __device__ __forceinline__ float WarpReduceMax(float x) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, gpu::ShflXor(x, offset));
   return x;
 }
 
 __device__ __forceinline__ float WarpReduceSum(float x) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  for (int offset = 16; offset > 0; offset >>= 1) x += gpu::ShflXor(x, offset);
   return x;
 }
 
@@ -173,6 +172,6 @@ __device__ __forceinline__ void BlockReduceMaxSum(float& m, float& l, float* sm,
   WarpReduceMaxSum(m, l, c_log2);
 }
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE
 
 #endif  // FUSETUNE_KERNELS_CUDA_DEVICE_COMMON_CUH_

@@ -17,16 +17,17 @@
 // 16-byte loads stay aligned and the 8 lanes of a 16-byte load phase hit distinct banks), and
 // tensor cores through WMMA (fp16/bf16 inputs, or tf32 for fp32 inputs): each warp computes
 // 16x16 sub-tiles of the score tile into shared memory, then the same softmax steps run.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <mma.h>
+#include "../gpu/gpu_runtime.h"
+#if defined(FUSETUNE_GPU_CUDA)
+#include <mma.h>  // WMMA: the tensor-core body is CUDA-only
+#endif
 
 #include <type_traits>
 
 #include "baseline_kernels.h"
 #include "device_common.cuh"
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 namespace {
 
 template <int D>
@@ -72,8 +73,8 @@ __device__ __forceinline__ void MergeScaledMaxSum(float& m, float& l, float m2, 
 __device__ __forceinline__ void WarpReduceScaledMaxSum(float& m, float& l) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
-    const float l2 = __shfl_xor_sync(0xffffffffu, l, offset);
+    const float m2 = gpu::ShflXor(m, offset);
+    const float l2 = gpu::ShflXor(l, offset);
     MergeScaledMaxSum(m, l, m2, l2);
   }
 }
@@ -196,6 +197,7 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresKernel(Partia
 }
 
 
+#if defined(FUSETUNE_GPU_CUDA)
 namespace wmma = nvcuda::wmma;
 
 // WMMA fragment types per storage type: 16x16x16 for fp16/bf16, 16x16x8 tf32 for fp32.
@@ -353,6 +355,8 @@ __global__ void __launch_bounds__(kPartialMaxThreads) PartialScoresMmaKernel(Par
   }
 }
 
+#endif  // FUSETUNE_GPU_CUDA
+
 template <int D, typename T, typename PT>
 cudaError_t LaunchTyped(const PartialScoresArgs& a, cudaStream_t stream) {
   const int row_blocks = (a.q_len + a.block_m - 1) / a.block_m;
@@ -360,7 +364,12 @@ cudaError_t LaunchTyped(const PartialScoresArgs& a, cudaStream_t stream) {
   if (blocks == 0 || a.k_len == 0) return cudaSuccess;
   const int64_t smem = PartialScoresSharedBytes(D, a.block_m, a.block_s, a.in_type, a.tensor_cores);
   if (a.tensor_cores && (a.block_m % 16 != 0 || a.block_s % 16 != 0)) return cudaErrorInvalidValue;
+#if defined(FUSETUNE_GPU_CUDA)
   auto kernel = a.tensor_cores ? PartialScoresMmaKernel<D, T, PT> : PartialScoresKernel<D, T, PT>;
+#else
+  if (a.tensor_cores) return cudaErrorNotSupported;  // WMMA only
+  auto kernel = PartialScoresKernel<D, T, PT>;
+#endif
   if (smem > 48 * 1024) {
     if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem));
@@ -382,7 +391,7 @@ cudaError_t LaunchForDim(const PartialScoresArgs& a, cudaStream_t stream) {
     case ElemType::kF16:
       return LaunchTyped<D, __half, __half>(a, stream);
     case ElemType::kBf16:
-      return LaunchTyped<D, __nv_bfloat16, __nv_bfloat16>(a, stream);
+      return LaunchTyped<D, gpu::Bf16, gpu::Bf16>(a, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -408,4 +417,4 @@ cudaError_t LaunchPartialScores(const PartialScoresArgs& args, cudaStream_t stre
   return cudaErrorInvalidValue;
 }
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE

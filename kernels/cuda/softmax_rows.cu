@@ -3,15 +3,12 @@
 // Rows short enough to fit in shared memory are read from global memory once (S read once, P
 // written once: the pass is memory bound); longer rows are read twice (an online max/sum pass,
 // then the write pass).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cfloat>
 
 #include "baseline_kernels.h"
 #include "device_common.cuh"
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 namespace {
 
 // Rows with at most this many columns are cached in shared memory (48 KiB: no opt-in needed).
@@ -89,9 +86,9 @@ cudaError_t LaunchSoftmaxRows(const SoftmaxRowsArgs& args, cudaStream_t stream) 
     case ElemType::kF16:
       return LaunchTyped<__half>(args, stream);
     case ElemType::kBf16:
-      return LaunchTyped<__nv_bfloat16>(args, stream);
+      return LaunchTyped<gpu::Bf16>(args, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE

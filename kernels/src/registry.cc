@@ -6,6 +6,9 @@
 #if defined(FUSETUNE_HAVE_CUDA)
 #include "fusetune/kernels/cuda_backend.h"
 #endif
+#if defined(FUSETUNE_HAVE_HIP)
+#include "fusetune/kernels/hip_backend.h"
+#endif
 
 namespace fusetune {
 
@@ -13,6 +16,9 @@ int CountDevices(std::string_view name) {
   if (name == "cpu") return 1;
 #if defined(FUSETUNE_HAVE_CUDA)
   if (name == "cuda") return CudaDeviceCount();
+#endif
+#if defined(FUSETUNE_HAVE_HIP)
+  if (name == "hip") return HipDeviceCount();
 #endif
   return 0;
 }
@@ -33,7 +39,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::string_view name, in
 #endif
   }
   if (name == "hip") {
-    return absl::UnavailableError("the HIP backend is not built yet");
+#if defined(FUSETUNE_HAVE_HIP)
+    return CreateHipBackend(device_index);
+#else
+    return absl::UnavailableError("this build has no HIP backend (configure with -DFUSETUNE_WITH_HIP=ON)");
+#endif
   }
   return absl::NotFoundError(absl::StrCat("unknown backend '", std::string(name), "' (known: cpu, cuda, hip)"));
 }

@@ -6,14 +6,11 @@
 #include <atomic>
 #include <cstdint>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
+#include "../../gpu/gpu_runtime.h"
 #include "device_common.cuh"  // ToFloat/FromFloat, shared with the baselines
 #include "fused_instance.h"
 
-namespace fusetune::cuda::fused {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused {
 
 // Geometry of one sequence of the batch (uniform or varlen), with key padding applied.
 struct SequenceGeometry {
@@ -51,11 +48,7 @@ __device__ __forceinline__ int VisibleKeys(const SequenceGeometry& g, bool causa
   return max(0, min(g.k_vis, i + g.k_vis - g.q_len + 1));
 }
 
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
+using gpu::FastExp2;
 
 // score(n) = exp2(e(score(n))) for n < kN, e relative to the row's shift `e` (ExpShift in
 // device_common.cuh: one FFMA per score in the common folded mode); returns their sum. The exact
@@ -92,7 +85,7 @@ __device__ __forceinline__ float OnlineSoftmaxRow(ScoreRef&& score, float& m_run
 #pragma unroll
   for (int n = 0; n < kN; ++n) mx = fmaxf(mx, score(n));
 #pragma unroll
-  for (int off = kLanes / 2; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  for (int off = kLanes / 2; off >= 1; off >>= 1) mx = fmaxf(mx, gpu::ShflXor(mx, off));
   const float m_new = fmaxf(m_run, mx);
   const ExpShift to = ExpShiftOfMax(m_new, c_log2);
   const float alpha = FastExp2(RescaleExponent(MakeExpShift(m_run, c_log2), to, c_log2));
@@ -101,23 +94,16 @@ __device__ __forceinline__ float OnlineSoftmaxRow(ScoreRef&& score, float& m_run
   return alpha;
 }
 
-// ---- cp.async (sm_80+) ---------------------------------------------------------------------
+// ---- cp.async (sm_80+; a plain copy on HIP: gpu_runtime.h) ----------------------------------
 
-__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using gpu::CpAsyncCommit;
+using gpu::CpAsyncWait;
+using gpu::SmemAddress;
 
 // Copies 16 bytes global -> shared, or writes 16 zero bytes when !pred (the source is then
 // not read; `src` must still be a valid address).
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool pred) {
-  const int src_bytes = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(dst)),
-               "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  gpu::CpAsync16(SmemAddress(dst), src, pred);
 }
 
 // Loads `kRows` rows of `kCols` elements (row r at `src + r * row_stride`) into shared memory
@@ -270,10 +256,10 @@ __device__ __forceinline__ float4 Load4AsFloat<__half>(const __half* p) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 template <>
-__device__ __forceinline__ float4 Load4AsFloat<__nv_bfloat16>(const __nv_bfloat16* p) {
+__device__ __forceinline__ float4 Load4AsFloat<gpu::Bf16>(const gpu::Bf16* p) {
   const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  const float2 a = gpu::Bf16x2ToFloat2(*reinterpret_cast<const gpu::Bf16x2*>(&raw.x));
+  const float2 b = gpu::Bf16x2ToFloat2(*reinterpret_cast<const gpu::Bf16x2*>(&raw.y));
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
@@ -293,8 +279,8 @@ __device__ __forceinline__ void Store4FromFloat<__half>(__half* p, float4 v) {
   *reinterpret_cast<uint2*>(p) = raw;
 }
 template <>
-__device__ __forceinline__ void Store4FromFloat<__nv_bfloat16>(__nv_bfloat16* p, float4 v) {
-  __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+__device__ __forceinline__ void Store4FromFloat<gpu::Bf16>(gpu::Bf16* p, float4 v) {
+  gpu::Bf16x2 a = gpu::FloatsToBf16x2(v.x, v.y), b = gpu::FloatsToBf16x2(v.z, v.w);
   uint2 raw;
   raw.x = *reinterpret_cast<uint32_t*>(&a);
   raw.y = *reinterpret_cast<uint32_t*>(&b);
@@ -310,8 +296,8 @@ __device__ __forceinline__ uint32_t PackPair<__half>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 template <>
-__device__ __forceinline__ uint32_t PackPair<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+__device__ __forceinline__ uint32_t PackPair<gpu::Bf16>(float lo, float hi) {
+  gpu::Bf16x2 h = gpu::FloatsToBf16x2(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
@@ -326,8 +312,8 @@ __device__ __forceinline__ void StorePair<__half>(__half* p, float x, float y) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
 }
 template <>
-__device__ __forceinline__ void StorePair<__nv_bfloat16>(__nv_bfloat16* p, float x, float y) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+__device__ __forceinline__ void StorePair<gpu::Bf16>(gpu::Bf16* p, float x, float y) {
+  *reinterpret_cast<gpu::Bf16x2*>(p) = gpu::FloatsToBf16x2(x, y);
 }
 
 template <typename T>
@@ -337,7 +323,7 @@ constexpr StorageCode StorageOf<float>() { return StorageCode::kFp32; }
 template <>
 constexpr StorageCode StorageOf<__half>() { return StorageCode::kFp16; }
 template <>
-constexpr StorageCode StorageOf<__nv_bfloat16>() { return StorageCode::kBf16; }
+constexpr StorageCode StorageOf<gpu::Bf16>() { return StorageCode::kBf16; }
 
 // Grid: x = query blocks (the longest ones first when causal, so the tail of the grid holds
 // the cheap blocks), y = query heads, z = sequences.
@@ -416,6 +402,6 @@ __device__ __forceinline__ void ZeroBlockOutput(const QueryBlock<T>& b, int64_t 
   }
 }
 
-}  // namespace fusetune::cuda::fused
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_COMMON_CUH_

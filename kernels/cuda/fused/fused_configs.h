@@ -10,8 +10,9 @@
 
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
+#include "../../gpu/gpu_namespace.h"  // FUSETUNE_GPU_NAMESPACE: cuda or hip
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 
 // Every compiled fused config for (head_dim, storage dtype), all precisions, in a fixed
 // order; empty for a head_dim without instantiations. Each config's `threads` is the block
@@ -22,6 +23,6 @@ std::vector<KernelConfig> FusedCompiledConfigs(int head_dim, DType dtype);
 // dtype), or -1 when there is no such instance.
 int64_t FusedSharedMemoryBytes(int head_dim, DType dtype, const KernelConfig& config);
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_CONFIGS_H_

@@ -10,7 +10,7 @@
 #include "fused/fused_configs.h"
 #include "fused/fused_instance.h"
 
-namespace fusetune::cuda {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 namespace {
 
 using fused::FusedInstance;
@@ -26,18 +26,25 @@ static_assert(static_cast<int>(Precision::kTf32) == static_cast<int>(PrecisionCo
 static_assert(static_cast<int>(Precision::kFp16) == static_cast<int>(PrecisionCode::kFp16));
 static_assert(static_cast<int>(Precision::kBf16) == static_cast<int>(PrecisionCode::kBf16));
 
+// What the messages call this kernel ("fused CUDA kernel" / "fused HIP kernel").
+constexpr char kKernelName[] = "fused " FUSETUNE_GPU_NAME " kernel";
+
 // Grid y/z limits (heads, sequences).
 constexpr int kMaxGridYZ = 65535;
 
 const std::vector<FusedInstance>& AllInstances() {
   static const std::vector<FusedInstance>* const all = [] {
     auto* v = new std::vector<FusedInstance>();
+    // The tensor-core families (mma.sync, wgmma) are CUDA-only; the SIMT ones are shared.
     for (FusedInstanceList list :
          {fused::SimtFp32StorageInstances(), fused::SimtHalfStorageInstances(),
+#if defined(FUSETUNE_GPU_CUDA)
           fused::MmaFp16D64Instances(), fused::MmaFp16D128Instances(),
           fused::MmaBf16D64Instances(), fused::MmaBf16D128Instances(),
           fused::MmaTf32Instances(), fused::WgmmaFp16Instances(),
-          fused::WgmmaBf16Instances()}) {
+          fused::WgmmaBf16Instances()
+#endif
+         }) {
       v->insert(v->end(), list.data, list.data + list.size);
     }
     return v;
@@ -83,24 +90,24 @@ absl::Status FusedCanImplement(const AttentionProblem& problem, const KernelConf
   }
   if (problem.head_dim != 64 && problem.head_dim != 128) {
     return absl::UnimplementedError(absl::StrCat(
-        "fused CUDA kernel supports head_dim 64 and 128, not ", problem.head_dim));
+        kKernelName, " supports head_dim 64 and 128, not ", problem.head_dim));
   }
   if (problem.page_block_size != 0) {
-    return absl::UnimplementedError("fused CUDA kernel does not read a paged KV cache");
+    return absl::UnimplementedError(absl::StrCat(kKernelName, " does not read a paged KV cache"));
   }
   if (config.split_kv != 1) {
     return absl::UnimplementedError(
-        absl::StrCat("fused CUDA kernel has no split-KV path (split_kv ", config.split_kv, ")"));
+        absl::StrCat(kKernelName, " has no split-KV path (split_kv ", config.split_kv, ")"));
   }
   if (!PrecisionMatchesStorage(config.precision, problem.dtype)) {
     return absl::UnimplementedError(absl::StrCat(
-        "fused CUDA kernel computes ", std::string(DTypeName(problem.dtype)), " storage in fp32 or ",
+        kKernelName, " computes ", std::string(DTypeName(problem.dtype)), " storage in fp32 or ",
         problem.dtype == DType::kFp32 ? std::string("tf32") : std::string(DTypeName(problem.dtype)),
         ", not ", std::string(PrecisionName(config.precision))));
   }
   if (problem.batch > kMaxGridYZ || problem.q_heads > kMaxGridYZ) {
     return absl::UnimplementedError(
-        absl::StrCat("fused CUDA kernel launches one grid row per head and sequence; batch ",
+        absl::StrCat(kKernelName, " launches one grid row per head and sequence; batch ",
                      problem.batch, " / heads ", problem.q_heads, " exceed ", kMaxGridYZ));
   }
   const FusedInstance* inst = FindInstance(problem.head_dim, problem.dtype, config);
@@ -172,4 +179,4 @@ int64_t FusedSharedMemoryBytes(int head_dim, DType dtype, const KernelConfig& co
   return inst == nullptr ? -1 : inst->smem_bytes;
 }
 
-}  // namespace fusetune::cuda
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE

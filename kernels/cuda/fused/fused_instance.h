@@ -11,9 +11,9 @@
 
 #include <cstdint>
 
-#include <cuda_runtime.h>
+#include "../../gpu/gpu_runtime.h"
 
-namespace fusetune::cuda::fused {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused {
 
 // Same numbering as fusetune::DType and fusetune::Precision (static_assert'ed in
 // fused_dispatch.cc).
@@ -86,6 +86,6 @@ FusedInstanceList MmaTf32Instances();            // fused_mma_tf32.cu
 FusedInstanceList WgmmaFp16Instances();          // fused_wgmma_fp16.cu (sm_90a)
 FusedInstanceList WgmmaBf16Instances();          // fused_wgmma_bf16.cu (sm_90a)
 
-}  // namespace fusetune::cuda::fused
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_INSTANCE_H_

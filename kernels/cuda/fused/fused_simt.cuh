@@ -20,7 +20,7 @@
 
 #include "fused_common.cuh"
 
-namespace fusetune::cuda::fused {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused {
 
 template <typename T, int D, int BM, int BS, int W, int ST>
 struct SimtTraits {
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
   for (int i = 0; i < TM; ++i) {
     float l = l_run[i];
 #pragma unroll
-    for (int off = TX / 2; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    for (int off = TX / 2; off >= 1; off >>= 1) l += gpu::ShflXor(l, off);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int r = ty + TY * i;
     if (r < blk.q_rows) {
@@ -218,7 +218,7 @@ struct SimtKvStream {
   KvTileLoader<T, BS, D, KP, NT, ST> edge;  // partial tiles
   const T* k_src;                           // this thread's first chunk of tile 0
   const T* v_src;
-  uint32_t k_dst, v_dst;                    // shared addresses of that chunk in buffer 0
+  gpu::SharedAddress k_dst, v_dst;          // shared addresses of that chunk in buffer 0
 
   __device__ __forceinline__ SimtKvStream(T* sK, T* sV, const T* k, const T* v, int64_t k_stride,
                                           int64_t v_stride, int k_vis, int tid)
@@ -229,13 +229,11 @@ struct SimtKvStream {
     k_dst = SmemAddress(sK + row0 * KP + col);
     v_dst = SmemAddress(sV + row0 * KP + col);
   }
-  __device__ __forceinline__ static void Copy(uint32_t dst, const T* src, int64_t stride) {
+  __device__ __forceinline__ static void Copy(gpu::SharedAddress dst, const T* src, int64_t stride) {
     const int64_t step = kRowStep * stride;
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                       dst + static_cast<uint32_t>(i * kRowStep * KP * static_cast<int>(sizeof(T)))),
-                   "l"(src));
+      gpu::CpAsync16(dst + static_cast<uint32_t>(i * kRowStep * KP * static_cast<int>(sizeof(T))), src);
       src += step;
     }
   }
@@ -414,7 +412,7 @@ struct SimtOuterThread {
       // NaN (m = -inf, mx = -inf) and +inf (m = -inf) compare false: the full update.
       grows |= !(ShiftedExponent(mx, MakeExpShift(m_run[i], c_log2), c_log2) <= kLazyRescaleLog2);
     }
-    return __any_sync(0xffffffffu, grows);
+    return gpu::AnyInWarp(grows);
   }
   // The softmax step of a tile that keeps every row's m (AnyRowMaxGrows was false).
   static __device__ __forceinline__ void SoftmaxKeepingMax(float (&s)[TM][TN], const float (&m_run)[TM],
@@ -570,9 +568,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     Th::StoreP(pt_base, tx, s);
 
     KvPipelineBetweenProducts<ST>(kv, j, n_tiles);
-    if constexpr (ST > 1) __syncwarp();  // P of this warp's rows complete (only this warp reads it)
+    if constexpr (ST > 1) gpu::SyncWarp();  // P of this warp's rows complete (only this warp reads it)
     Th::AccumulatePv(pt_base, sV + buf * BS * KP + grp * BSG * KP + 4 * tx, acc);
-    if constexpr (ST > 1) __syncwarp();  // P reads done before the next tile's P writes
+    if constexpr (ST > 1) gpu::SyncWarp();  // P reads done before the next tile's P writes
   }
   CpAsyncWait<0>();
 
@@ -610,7 +608,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
   for (int i = 0; i < TM; ++i) {
     float l = l_run[i];
 #pragma unroll
-    for (int off = TX / 2; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    for (int off = TX / 2; off >= 1; off >>= 1) l += gpu::ShflXor(l, off);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int r = 4 * ty + 4 * TY * (i / 4) + (i % 4);
     if (r < blk.q_rows) {
@@ -651,6 +649,6 @@ FusedInstance SimtInstance() {
                        Tr::kSmemBytes, &LaunchSimt<Tr>};
 }
 
-}  // namespace fusetune::cuda::fused
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_FUSED_SIMT_CUH_

@@ -9,7 +9,7 @@
 // keeps the row-major kernel.
 #include "fused_simt.cuh"
 
-namespace fusetune::cuda::fused {
+namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused {
 
 FusedInstanceList SimtFp32StorageInstances() {
   constexpr int kCopiesAndPvOrder = kSimtStreamCopies | kSimtPvValueOuter;
@@ -39,4 +39,4 @@ FusedInstanceList SimtFp32StorageInstances() {
   return ListOf(kInstances);
 }
 
-}  // namespace fusetune::cuda::fused
+}  // namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused
