@@ -34,6 +34,9 @@ constexpr IntField kProblemIntFields[] = {
     {"kv_heads", &AttentionProblem::kv_heads}, {"q_len", &AttentionProblem::q_len},
     {"kv_len", &AttentionProblem::kv_len},     {"head_dim", &AttentionProblem::head_dim},
     {"page_block_size", &AttentionProblem::page_block_size},
+    {"kv_pool_pages", &AttentionProblem::kv_pool_pages},
+    {"block_table_width", &AttentionProblem::block_table_width},
+    {"shared_prefix_pages", &AttentionProblem::shared_prefix_pages},
 };
 struct ListField {
   std::string_view name;
@@ -221,8 +224,6 @@ absl::StatusOr<AttentionProblem> ProblemFromValue(const Json& value, std::string
     if (!known.ok()) return known.status();
     if (!*known) return CheckKnownFields(value, ProblemFieldNames(), where);
   }
-  // Validate answers Unimplemented for what no backend runs yet (paged KV): in a suite that is
-  // a bad problem like any other.
   if (absl::Status s = p.Validate(); !s.ok()) return FieldError(where, s.message());
   return p;
 }

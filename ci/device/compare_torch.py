@@ -188,7 +188,8 @@ def state_moved(before, after):
 
 def summarize(blocks, candidates_by_shape, flops_by_shape):
     """blocks: dicts with shape, round, candidate, median_us, unsteady. Returns (per-candidate
-    rows, per-pair rows), both lists of dicts, in shape order then candidate order."""
+    rows, per-pair rows), both lists of dicts, in shape order then candidate order. The rate
+    ("tflops") is flops_by_shape[shape] / time / 1e12: TFLOP/s for flops, TB/s for bytes."""
     cand_rows, pair_rows = [], []
     for shape, cands in candidates_by_shape.items():
         per = {c["name"]: {} for c in cands}
@@ -228,7 +229,8 @@ def fmt(v, spec):
     return format(v, spec) if v is not None else ""
 
 
-def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, state_ranges):
+def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, state_ranges, rate_label="TFLOP/s",
+                 rate_format=".1f"):
     fields = ["shape", "round", "position", "candidate", "config", "median_us", "min_us", "max_us", "launches",
               "sm_mhz_before", "sm_mhz_after", "power_w_before", "power_w_after", "reasons_before",
               "reasons_after", "unsteady", "state_source"]
@@ -238,7 +240,7 @@ def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, 
         for b in blocks:
             w.writerow(b)
     lines = [f"Interleaved comparison: {mode_text}", f"Device: {device_text}", ""]
-    lines.append("| shape | candidate | config | median µs | p10–p90 µs | TFLOP/s | rel. error | rounds | unsteady blocks |")
+    lines.append(f"| shape | candidate | config | median µs | p10–p90 µs | {rate_label} | rel. error | rounds | unsteady blocks |")
     lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for r in cand_rows:
         if r["median_us"] is None:
@@ -246,7 +248,7 @@ def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, 
                          f"{fmt(r['rel_err'], '.1e')} | 0 | |")
             continue
         lines.append(f"| {r['shape']} | {r['candidate']} | {r['config']} | {r['median_us']:.1f} | "
-                     f"{r['p10_us']:.1f}–{r['p90_us']:.1f} | {fmt(r['tflops'], '.1f')} | {fmt(r['rel_err'], '.1e')} | "
+                     f"{r['p10_us']:.1f}–{r['p90_us']:.1f} | {fmt(r['tflops'], rate_format)} | {fmt(r['rel_err'], '.1e')} | "
                      f"{r['rounds']} | {r['unsteady_blocks']} |")
     lines += ["", "Per pair: median over rounds of ours / X (same round), 90 % CI from order statistics "
               "(coverage: the interval's exact confidence).", ""]
@@ -487,13 +489,17 @@ class ShapeBench:
             return float("nan")
         return ((out - ref).abs().max() / ref.abs().max()).item()
 
-    def verify_ours(self, cfg):
+    # The hooks prepare_candidates calls for an ours* candidate `name` (one problem here).
+    def can_implement(self, cfg, name="ours"):
+        return self.ft.can_implement(self.problem, cfg)
+
+    def verify_ours(self, cfg, name="ours"):
         o = torch.full_like(self.q, float("nan"))
         self.ft.run(self.problem, cfg, self.q, self.k, self.v, o)
         return self.rel_error(o, self.ref_ours)
 
     # ours: one block = fusetune_time (warm-up, then `launches` launches each timed alone)
-    def ours_block(self, cfg, warmup, launches):
+    def ours_block(self, cfg, warmup, launches, name="ours"):
         return self.ft.time(self.problem, cfg, self.q, self.k, self.v, self.o, warmup, launches, self.flush is not None)
 
     def torch_fn(self, name):
@@ -514,26 +520,8 @@ class ShapeBench:
         return sdpa, backend
 
     def torch_block(self, name, warmup, launches):
-        """Block of `launches` calls, each between CUDA events, queued behind a spin kernel so the
-        host's dispatch time is never inside a measured interval."""
-        from torch.nn.attention import sdpa_kernel
         fn, backend = self.torch_fn(name)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
-        stops = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
-        ctx = sdpa_kernel(backend) if backend is not None else _null_context()
-        with torch.no_grad(), ctx:
-            for _ in range(warmup):
-                fn()
-            torch.cuda.synchronize()
-            torch.cuda._sleep(int(self.spin_us_per_launch * (launches + 1) * 2000))  # ~2 GHz SM clock
-            for i in range(launches):
-                if self.flush is not None:
-                    self.flush.zero_()
-                starts[i].record()
-                fn()
-                stops[i].record()
-            torch.cuda.synchronize()
-        return [a.elapsed_time(b) * 1000.0 for a, b in zip(starts, stops)]
+        return torch_calls_block(fn, backend, warmup, launches, self.flush, self.spin_us_per_launch)
 
     def verify_torch(self, name):
         from torch.nn.attention import sdpa_kernel
@@ -543,6 +531,29 @@ class ShapeBench:
             out = fn()
         torch.cuda.synchronize()
         return self.rel_error(out, self.ref)
+
+
+def torch_calls_block(fn, backend, warmup, launches, flush, spin_us_per_launch):
+    """Samples (µs) of `launches` calls of fn() under the SDPA `backend` (None: as it is), each
+    between CUDA events, queued behind a spin kernel so the host's dispatch time is never inside
+    a measured interval; `flush` (a tensor, or None) is zeroed before each timed call."""
+    from torch.nn.attention import sdpa_kernel
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
+    ctx = sdpa_kernel(backend) if backend is not None else _null_context()
+    with torch.no_grad(), ctx:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(spin_us_per_launch * (launches + 1) * 2000))  # ~2 GHz SM clock
+        for i in range(launches):
+            if flush is not None:
+                flush.zero_()
+            starts[i].record()
+            fn()
+            stops[i].record()
+        torch.cuda.synchronize()
+    return [a.elapsed_time(b) * 1000.0 for a, b in zip(starts, stops)]
 
 
 class _null_context:
@@ -558,9 +569,13 @@ def set_tf32(enabled):
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def prepare_candidates(bench, names, fixed_configs, warmup, launches, log):
-    """Verifies every candidate; for ours* picks the config (fixed, else the fastest of the list,
-    one block each). Returns (runnable candidates, all candidates for the report)."""
+def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, config_candidates=None):
+    """Verifies every candidate; for ours* picks the config (fixed, else the fastest of the list
+    config_candidates[name] (default CONFIG_CANDIDATES), one block each). `bench` answers
+    can_implement / verify_ours / ours_block for ours* names and verify_torch / torch_block for
+    the others (ShapeBench here, the decode script's bench likewise). Returns (runnable
+    candidates, all candidates for the report)."""
+    config_candidates = config_candidates or CONFIG_CANDIDATES
     s = bench.shape
     tol = TOLERANCE[s.precision]
     runnable, report = [], []
@@ -569,21 +584,21 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log):
         report.append(entry)
         if name.startswith("ours"):
             keys = [fixed_configs[name]] if name in fixed_configs else \
-                [t.format(p=s.precision) for t in CONFIG_CANDIDATES[name]]
+                [t.format(p=s.precision) for t in config_candidates[name]]
             best, why = None, "no candidate config"
             for key in keys:
                 cfg = bench.ft.config(key)
-                ok, msg = bench.ft.can_implement(bench.problem, cfg)
+                ok, msg = bench.can_implement(cfg, name)
                 if not ok:
                     why = f"{key}: {msg}"
                     continue
                 try:
-                    err = bench.verify_ours(cfg)
+                    err = bench.verify_ours(cfg, name)
                     if not err <= tol:
                         why = f"{key}: rel. error {err:.2e} over {tol:g}"
                         log(f"  {name} {key}: FAILED verification, rel. error {err:.2e}")
                         continue
-                    us = statistics.median(bench.ours_block(cfg, warmup, launches)) if len(keys) > 1 else 0.0
+                    us = statistics.median(bench.ours_block(cfg, warmup, launches, name)) if len(keys) > 1 else 0.0
                 except RuntimeError as e:
                     why = f"{key}: {e}"
                     continue
@@ -597,7 +612,8 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log):
                 continue
             entry.update(config=best[0], rel_err=best[2])
             cfg = best[3]
-            runnable.append({"name": name, "block": lambda cfg=cfg: bench.ours_block(cfg, warmup, launches)})
+            runnable.append({"name": name,
+                             "block": lambda cfg=cfg, name=name: bench.ours_block(cfg, warmup, launches, name)})
         else:
             try:
                 err = bench.verify_torch(name)
@@ -879,6 +895,26 @@ def self_test(out_dir):
     return 0
 
 
+def log(msg):
+    print(msg, flush=True)
+
+
+def start_session(args, fusetune_class):
+    """What every comparison starts with (args: --out, --seed, --lib): the output folder, the
+    seeded generator, CUDA, ours (`fusetune_class(args.lib)`) and the device-state reader.
+    Returns (ours, reader, device line), the line printed."""
+    os.makedirs(args.out, exist_ok=True)
+    warnings.filterwarnings("ignore")  # sdpa_kernel explains every backend it skips
+    torch.manual_seed(args.seed)
+    torch.cuda.init()
+    ft = fusetune_class(args.lib)
+    reader = DeviceStateReader(torch.cuda.current_device())
+    device_text = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, ours: {ft.describe()}, " \
+                  f"device state from {reader.source}"
+    log(device_text)
+    return ft, reader, device_text
+
+
 def main():
     args = build_parser().parse_args()
     if args.self_test:
@@ -896,19 +932,7 @@ def main():
         raise SystemExit("this needs PyTorch with CUDA")
     if "ours" not in names:
         names.insert(0, "ours")
-    os.makedirs(args.out, exist_ok=True)
-
-    def log(msg):
-        print(msg, flush=True)
-
-    warnings.filterwarnings("ignore")  # sdpa_kernel explains every backend it skips
-    torch.manual_seed(args.seed)
-    torch.cuda.init()
-    ft = Fusetune(args.lib)
-    reader = DeviceStateReader(torch.cuda.current_device())
-    device_text = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, ours: {ft.describe()}, " \
-                  f"device state from {reader.source}"
-    log(device_text)
+    ft, reader, device_text = start_session(args, Fusetune)
     t_start = time.time()
     if args.cupti_check:
         text = cupti_check(args, ft, reader, shape_ids, fixed, log)

@@ -45,9 +45,20 @@ int Report(const absl::Status& s, char* err, size_t errlen) {
   }
 }
 
-absl::Status ToProblem(const fusetune_problem* in, AttentionProblem* out) {
+// `cache` (may be NULL: a contiguous prefill) adds the kind and the paged-cache fields.
+absl::Status ToProblem(const fusetune_problem* in, const fusetune_kv_cache* cache, AttentionProblem* out) {
   if (in == nullptr) return absl::InvalidArgumentError("problem is NULL");
   AttentionProblem p;
+  if (cache != nullptr) {
+    if (cache->decode != 0 && cache->decode != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("kv_cache.decode must be 0 or 1, got ", cache->decode));
+    }
+    p.kind = cache->decode == 1 ? fusetune::ProblemKind::kDecode : fusetune::ProblemKind::kPrefill;
+    p.page_block_size = cache->page_block_size;
+    p.kv_pool_pages = cache->pool_pages;
+    p.block_table_width = cache->block_table_width;
+    p.shared_prefix_pages = cache->shared_prefix_pages;
+  }
   p.batch = in->batch;
   p.q_heads = in->q_heads;
   p.kv_heads = in->kv_heads;
@@ -116,16 +127,78 @@ absl::Status CheckHandle(const fusetune_handle* h) {
 
 // What every call about one (problem, config) checks first: a live handle, then the problem and
 // the config converted (and validated) from their C structs.
-absl::Status PrepareCall(const fusetune_handle* h, const fusetune_problem* problem,
+absl::Status PrepareCall(const fusetune_handle* h, const fusetune_problem* problem, const fusetune_kv_cache* cache,
                          const fusetune_config* config, AttentionProblem* p, KernelConfig* c) {
   if (auto s = CheckHandle(h); !s.ok()) return s;
-  if (auto s = ToProblem(problem, p); !s.ok()) return s;
+  if (auto s = ToProblem(problem, cache, p); !s.ok()) return s;
   return ToConfig(config, c);
 }
 
-// The four tensors of a run, all required (the ABI has no paged problems).
-absl::Status CheckTensors(const AttentionProblem& p, const void* q, const void* k, const void* v, void* o) {
-  return fusetune::ValidateBuffers(p, fusetune::AttentionBuffers{q, k, v, o});
+// The tensors of a run, all required, and the block table of a paged cache (null otherwise).
+absl::StatusOr<fusetune::AttentionBuffers> ToBuffers(const AttentionProblem& p, const fusetune_kv_cache* cache,
+                                                     const void* q, const void* k, const void* v, void* o) {
+  const fusetune::AttentionBuffers buffers{q, k, v, o, cache == nullptr ? nullptr : cache->block_table};
+  if (auto s = fusetune::ValidateBuffers(p, buffers); !s.ok()) return s;
+  return buffers;
+}
+
+absl::Status CanImplementCall(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                              const fusetune_config* config) {
+  AttentionProblem p;
+  KernelConfig c;
+  if (auto s = PrepareCall(handle, problem, cache, config, &p, &c); !s.ok()) return s;
+  return handle->backend->CanImplement(p, c);
+}
+
+absl::Status RunCall(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                     const fusetune_config* config, const void* q, const void* k, const void* v, void* o) {
+  AttentionProblem p;
+  KernelConfig c;
+  if (auto s = PrepareCall(handle, problem, cache, config, &p, &c); !s.ok()) return s;
+  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, q, k, v, o);
+  if (!buffers.ok()) return buffers.status();
+  return handle->backend->Run(p, c, *buffers);
+}
+
+struct TimeRequest {
+  int warmup, repeats;
+  double max_seconds;
+  int flush_l2;
+  double* median_us;
+  double* samples_us;
+  int capacity;
+  int* count;
+};
+
+absl::Status TimeCall(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                      const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                      const TimeRequest& r) {
+  AttentionProblem p;
+  KernelConfig c;
+  if (auto s = PrepareCall(handle, problem, cache, config, &p, &c); !s.ok()) return s;
+  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, q, k, v, o);
+  if (!buffers.ok()) return buffers.status();
+  if (r.median_us == nullptr) return absl::InvalidArgumentError("median_us is NULL");
+  if (r.capacity > 0 && (r.samples_us == nullptr || r.count == nullptr)) {
+    return absl::InvalidArgumentError("samples_us and count must be non-NULL when capacity > 0");
+  }
+  fusetune::TimingOptions opt;
+  opt.warmup = r.warmup;
+  opt.repeats = r.repeats;
+  opt.max_seconds = r.max_seconds;
+  opt.flush_l2 = r.flush_l2 != 0;
+  auto t = handle->backend->Time(p, c, *buffers, opt);
+  if (!t.ok()) return t.status();
+  std::vector<double> sorted = t->micros;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  *r.median_us = n == 0 ? 0.0 : (n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
+  if (r.count != nullptr) *r.count = 0;
+  for (size_t i = 0; i < n && static_cast<int>(i) < r.capacity; ++i) {
+    r.samples_us[i] = t->micros[i];
+    *r.count = static_cast<int>(i) + 1;
+  }
+  return absl::OkStatus();
 }
 
 // Runs `body` and turns any escaping C++ exception into INTERNAL.
@@ -213,23 +286,30 @@ int fusetune_config_from_key(const char* key, fusetune_config* out, char* err, s
 
 int fusetune_can_implement(fusetune_handle* handle, const fusetune_problem* problem,
                            const fusetune_config* config, char* err, size_t errlen) {
+  return Guard(err, errlen, [&] { return CanImplementCall(handle, problem, nullptr, config); });
+}
+
+int fusetune_can_implement_kv_cache(fusetune_handle* handle, const fusetune_problem* problem,
+                                    const fusetune_kv_cache* cache, const fusetune_config* config, char* err,
+                                    size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
-    AttentionProblem p;
-    KernelConfig c;
-    if (auto s = PrepareCall(handle, problem, config, &p, &c); !s.ok()) return s;
-    return handle->backend->CanImplement(p, c);
+    if (cache == nullptr) return absl::InvalidArgumentError("kv_cache is NULL");
+    return CanImplementCall(handle, problem, cache, config);
   });
 }
 
 int fusetune_run(fusetune_handle* handle, const fusetune_problem* problem,
                  const fusetune_config* config, const void* q, const void* k, const void* v,
                  void* o, char* err, size_t errlen) {
+  return Guard(err, errlen, [&] { return RunCall(handle, problem, nullptr, config, q, k, v, o); });
+}
+
+int fusetune_run_kv_cache(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                          const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                          char* err, size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
-    AttentionProblem p;
-    KernelConfig c;
-    if (auto s = PrepareCall(handle, problem, config, &p, &c); !s.ok()) return s;
-    if (auto s = CheckTensors(p, q, k, v, o); !s.ok()) return s;
-    return handle->backend->Run(p, c, {q, k, v, o});
+    if (cache == nullptr) return absl::InvalidArgumentError("kv_cache is NULL");
+    return RunCall(handle, problem, cache, config, q, k, v, o);
   });
 }
 
@@ -238,32 +318,20 @@ int fusetune_time(fusetune_handle* handle, const fusetune_problem* problem,
                   void* o, int warmup, int repeats, double max_seconds, int flush_l2,
                   double* median_us, double* samples_us, int capacity, int* count, char* err,
                   size_t errlen) {
+  return Guard(err, errlen, [&] {
+    return TimeCall(handle, problem, nullptr, config, q, k, v, o,
+                    {warmup, repeats, max_seconds, flush_l2, median_us, samples_us, capacity, count});
+  });
+}
+
+int fusetune_time_kv_cache(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                           const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                           int warmup, int repeats, double max_seconds, int flush_l2, double* median_us,
+                           double* samples_us, int capacity, int* count, char* err, size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
-    AttentionProblem p;
-    KernelConfig c;
-    if (auto s = PrepareCall(handle, problem, config, &p, &c); !s.ok()) return s;
-    if (auto s = CheckTensors(p, q, k, v, o); !s.ok()) return s;
-    if (median_us == nullptr) return absl::InvalidArgumentError("median_us is NULL");
-    if (capacity > 0 && (samples_us == nullptr || count == nullptr)) {
-      return absl::InvalidArgumentError("samples_us and count must be non-NULL when capacity > 0");
-    }
-    fusetune::TimingOptions opt;
-    opt.warmup = warmup;
-    opt.repeats = repeats;
-    opt.max_seconds = max_seconds;
-    opt.flush_l2 = flush_l2 != 0;
-    auto t = handle->backend->Time(p, c, {q, k, v, o}, opt);
-    if (!t.ok()) return t.status();
-    std::vector<double> sorted = t->micros;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t n = sorted.size();
-    *median_us = n == 0 ? 0.0 : (n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
-    if (count != nullptr) *count = 0;
-    for (size_t i = 0; i < n && static_cast<int>(i) < capacity; ++i) {
-      samples_us[i] = t->micros[i];
-      *count = static_cast<int>(i) + 1;
-    }
-    return absl::OkStatus();
+    if (cache == nullptr) return absl::InvalidArgumentError("kv_cache is NULL");
+    return TimeCall(handle, problem, cache, config, q, k, v, o,
+                    {warmup, repeats, max_seconds, flush_l2, median_us, samples_us, capacity, count});
   });
 }
 

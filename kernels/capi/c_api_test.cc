@@ -247,6 +247,133 @@ TEST(CApi, TimeReturnsSamplesAndMedian) {
   for (int i = 0; i < count; ++i) EXPECT_GT(samples[i], 0.0);
 }
 
+fusetune_kv_cache DecodeCache(int page_block_size, const int32_t* block_table) {
+  fusetune_kv_cache cache;
+  std::memset(&cache, 0, sizeof cache);
+  cache.decode = 1;
+  cache.page_block_size = page_block_size;
+  cache.block_table = block_table;
+  return cache;
+}
+
+// Decode: 2 new tokens per sequence, causal among them, GQA, cache lengths 13 and 6.
+fusetune_problem DecodeProblem(const int32_t* cache_lens) {
+  fusetune_problem p = Problem(2, 4, 2, 2, 13, 32, true);
+  p.kv_valid_lens = cache_lens;
+  return p;
+}
+
+// Uniform inputs in [-1, 1] of the sizes `p` needs.
+void RandomInputs(const fusetune::AttentionProblem& p, uint32_t seed, std::vector<float>* q, std::vector<float>* k,
+                  std::vector<float>* v) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  q->resize(p.QElements());
+  k->resize(p.KVElements());
+  v->resize(p.KVElements());
+  for (auto* t : {q, k, v}) {
+    for (float& x : *t) x = dist(rng);
+  }
+}
+
+TEST(CApi, ContiguousDecodeThroughTheKvCacheCallsMatchesReference) {
+  const int32_t cache_lens[] = {13, 6};
+  const fusetune_problem problem = DecodeProblem(cache_lens);
+  const fusetune_kv_cache cache = DecodeCache(0, nullptr);
+  fusetune::AttentionProblem cpp = ToCpp(problem);
+  cpp.kind = fusetune::ProblemKind::kDecode;
+  ASSERT_TRUE(cpp.Validate().ok()) << cpp.Validate();
+  std::vector<float> q, k, v;
+  RandomInputs(cpp, 5, &q, &k, &v);
+  auto ref = fusetune::ReferenceAttention(cpp, q, k, v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  Handle h;
+  const fusetune_config c = Config(FUSETUNE_FUSED);
+  char err[256] = "";
+  ASSERT_EQ(fusetune_can_implement_kv_cache(h.h, &problem, &cache, &c, err, sizeof err), FUSETUNE_OK) << err;
+  std::vector<float> o(q.size(), std::nanf(""));
+  ASSERT_EQ(fusetune_run_kv_cache(h.h, &problem, &cache, &c, q.data(), k.data(), v.data(), o.data(), err, sizeof err),
+            FUSETUNE_OK)
+      << err;
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 1e-4) << "element " << i;
+  double median = -1, samples[4];
+  int count = -1;
+  ASSERT_EQ(fusetune_time_kv_cache(h.h, &problem, &cache, &c, q.data(), k.data(), v.data(), o.data(), 0, 3, 10.0, 0,
+                                   &median, samples, 4, &count, err, sizeof err),
+            FUSETUNE_OK)
+      << err;
+  EXPECT_EQ(count, 3);
+  EXPECT_GT(median, 0.0);
+}
+
+TEST(CApi, KvCacheArgumentsAreCheckedBeforeAnythingRuns) {
+  const int32_t cache_lens[] = {13, 6};
+  const fusetune_problem problem = DecodeProblem(cache_lens);
+  const fusetune_config c = Config(FUSETUNE_FUSED);
+  Handle h;
+  std::vector<float> t(4096, 0.5f), o(4096, 7.0f);
+  const int32_t table[] = {0, 1, 2, 3};
+  char err[256] = "";
+  EXPECT_EQ(fusetune_run_kv_cache(h.h, &problem, nullptr, &c, t.data(), t.data(), t.data(), o.data(), err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  fusetune_kv_cache bad_kind = DecodeCache(0, nullptr);
+  bad_kind.decode = 2;
+  EXPECT_EQ(fusetune_can_implement_kv_cache(h.h, &problem, &bad_kind, &c, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("decode"), std::string::npos) << err;
+  const fusetune_kv_cache huge_page = DecodeCache(300, table);
+  EXPECT_EQ(fusetune_can_implement_kv_cache(h.h, &problem, &huge_page, &c, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("page_block_size"), std::string::npos) << err;
+  const fusetune_kv_cache no_table = DecodeCache(4, nullptr);
+  EXPECT_EQ(fusetune_run_kv_cache(h.h, &problem, &no_table, &c, t.data(), t.data(), t.data(), o.data(), err,
+                                  sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("block_table"), std::string::npos) << err;
+  const fusetune_kv_cache stray_table = DecodeCache(0, table);
+  EXPECT_EQ(fusetune_run_kv_cache(h.h, &problem, &stray_table, &c, t.data(), t.data(), t.data(), o.data(), err,
+                                  sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  for (float x : o) ASSERT_EQ(x, 7.0f) << "output untouched";
+}
+
+// A paged cache on the CPU backend against the reference gathered through the same table:
+// pages of 4 tokens, shuffled and one shared between the sequences. Skipped while the
+// backend says it cannot read a paged cache.
+TEST(CApi, PagedDecodeMatchesTheReferenceGatheredThroughTheTable) {
+  const int32_t cache_lens[] = {13, 6};
+  const fusetune_problem problem = DecodeProblem(cache_lens);
+  // Width ceil(13 / 4) = 4; sequence 0 uses 4 pages, sequence 1 two (its first shared).
+  const int32_t table[] = {5, 2, 0, 4, 5, 1, 3, 3};
+  fusetune_kv_cache cache = DecodeCache(4, table);
+  cache.pool_pages = 6;
+  const fusetune_config c = Config(FUSETUNE_FUSED);
+  Handle h;
+  char err[256] = "";
+  const int can = fusetune_can_implement_kv_cache(h.h, &problem, &cache, &c, err, sizeof err);
+  if (can == FUSETUNE_UNIMPLEMENTED) GTEST_SKIP() << "the cpu backend reads no paged cache yet: " << err;
+  ASSERT_EQ(can, FUSETUNE_OK) << err;
+  fusetune::AttentionProblem paged = ToCpp(problem);
+  paged.kind = fusetune::ProblemKind::kDecode;
+  paged.page_block_size = 4;
+  paged.kv_pool_pages = 6;
+  ASSERT_TRUE(paged.Validate().ok()) << paged.Validate();
+  std::vector<float> q, k, v;
+  RandomInputs(paged, 6, &q, &k, &v);
+  auto gathered_k = fusetune::GatherPagedKV(paged, k, table);
+  auto gathered_v = fusetune::GatherPagedKV(paged, v, table);
+  ASSERT_TRUE(gathered_k.ok() && gathered_v.ok()) << gathered_k.status() << gathered_v.status();
+  auto ref = fusetune::ReferenceAttention(paged.Unpaged(), q, *gathered_k, *gathered_v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  std::vector<float> o(q.size(), std::nanf(""));
+  ASSERT_EQ(fusetune_run_kv_cache(h.h, &problem, &cache, &c, q.data(), k.data(), v.data(), o.data(), err, sizeof err),
+            FUSETUNE_OK)
+      << err;
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 1e-4) << "element " << i;
+  const int32_t out_of_pool[] = {5, 2, 0, 6, 5, 1, 3, 3};
+  cache.block_table = out_of_pool;
+  EXPECT_EQ(fusetune_run_kv_cache(h.h, &problem, &cache, &c, q.data(), k.data(), v.data(), o.data(), err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+}
+
 TEST(CApi, PlainCCallerGetsTheReferenceResult) {
   std::vector<float> q(5 * 2 * 32), k(5 * 32), v(5 * 32), o(5 * 2 * 32, std::nanf(""));
   fusetune_c_smoke_inputs(q.data(), k.data(), v.data());

@@ -414,4 +414,34 @@ std::vector<AttentionProblem> SeedPresetProblems() {
   return out;
 }
 
+std::vector<AttentionProblem> DecodePresetProblems() {
+  AttentionProblem serving;
+  serving.kind = ProblemKind::kDecode;
+  serving.batch = 16;
+  serving.q_heads = 32;
+  serving.kv_heads = 8;
+  serving.q_len = 1;
+  serving.head_dim = 128;
+  serving.causal = true;
+  serving.dtype = DType::kBf16;
+  auto with = [&serving](int batch, int cache, int page) {
+    AttentionProblem p = serving;
+    p.batch = batch;
+    p.kv_len = cache;
+    p.page_block_size = page;
+    return p;
+  };
+  std::vector<AttentionProblem> out = {with(16, 1024, 0), with(16, 8192, 0),  with(16, 32768, 0),
+                                       with(1, 65536, 0), with(16, 8192, 16), with(16, 8192, 1)};
+  constexpr int kPrefix = 8192, kNewTokens = 512, kPage = 16;
+  AttentionProblem prefill = with(16, kPrefix + kNewTokens, 0);
+  prefill.kind = ProblemKind::kPrefill;
+  prefill.q_len = kNewTokens;
+  out.push_back(prefill);
+  prefill.page_block_size = kPage;
+  prefill.shared_prefix_pages = kPrefix / kPage;
+  out.push_back(prefill);
+  return out;
+}
+
 }  // namespace fusetune

@@ -96,26 +96,31 @@ int RunBenchCommand(const BenchFlags& f) {
       }
     }
     if (!f.json) {
-      std::printf("\n%s\n\n| config | outcome | median us | p10-p90 us | TFLOP/s | vs materialized | max rel error |\n", problem.Key().c_str());
-      std::printf("|---|---|---:|---:|---:|---:|---:|\n");
+      std::printf("\n%s\n\n| config | outcome | median us | p10-p90 us | TFLOP/s | K/V GB/s | vs materialized "
+                  "| max rel error |\n",
+                  problem.Key().c_str());
+      std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
     }
     for (const Trial& t : trials) {
       const bool ok = t.outcome == TrialOutcome::kOk;
       const double tflops = ok && t.median_us > 0 ? t.flops / (t.median_us * 1e-6) / 1e12 : 0;
+      // Decode's figure of merit: the bytes of K and V a kernel must read over its time.
+      const double kv_gbps = ok && t.median_us > 0 ? problem.KVBytesRead() / (t.median_us * 1e-6) / 1e9 : 0;
       const double vs = ok && materialized_us > 0 ? materialized_us / t.median_us : 0;
       if (f.json) {
         rows.push_back({{"problem", t.problem_key}, {"config", t.config_key},
                         {"outcome", std::string(TrialOutcomeName(t.outcome))}, {"message", t.message},
                         {"median_us", t.median_us}, {"p10_us", t.p10_us}, {"p90_us", t.p90_us},
-                        {"samples", t.samples_us.size()}, {"tflops", tflops},
+                        {"samples", t.samples_us.size()}, {"tflops", tflops}, {"kv_gbps", kv_gbps},
                         {"speedup_vs_materialized", vs}, {"max_rel_error", t.max_rel_error}});
         continue;
       }
       if (ok) {
-        std::printf("| %s | ok | %.1f | %.1f-%.1f | %.4g | %s | %.1e |\n", t.config_key.c_str(), t.median_us,
-                    t.p10_us, t.p90_us, tflops, vs > 0 ? fmt::format("{:.2f}x", vs).c_str() : "-", t.max_rel_error);
+        std::printf("| %s | ok | %.1f | %.1f-%.1f | %.4g | %.4g | %s | %.1e |\n", t.config_key.c_str(), t.median_us,
+                    t.p10_us, t.p90_us, tflops, kv_gbps, vs > 0 ? fmt::format("{:.2f}x", vs).c_str() : "-",
+                    t.max_rel_error);
       } else {
-        std::printf("| %s | %s: %s | - | - | - | - | %s |\n", t.config_key.c_str(),
+        std::printf("| %s | %s: %s | - | - | - | - | - | %s |\n", t.config_key.c_str(),
                     std::string(TrialOutcomeName(t.outcome)).c_str(), t.message.c_str(),
                     t.checked_elements > 0 ? fmt::format("{:.1e}", t.max_rel_error).c_str() : "-");
       }

@@ -21,7 +21,7 @@ class Store;
 namespace fusetune::cli {
 
 struct ProblemFlags {
-  std::string preset;            // "seed" or empty
+  std::string preset;            // "seed", "decode" or empty
   std::string problem_key;       // a canonical problem key instead of the shape flags
   std::string kind = "prefill";
   int batch = 1;
@@ -32,12 +32,29 @@ struct ProblemFlags {
   int head_dim = 64;
   bool causal = false;
   std::string dtype = "fp32";
+  // A KV cache: the keys each sequence holds (the new tokens' own included), one problem per
+  // --cache-len value, or one problem whose sequences hold --cache-lens keys each (batch =
+  // their count, kv_len = the longest).
+  std::vector<int> cache_len;
+  std::vector<int> cache_lens;
+  int new_tokens = 0;            // queries per sequence against a cache; 0 = 1 for decode
+  int page_size = 0;             // tokens per page of a paged cache; 0 = contiguous
+  int pool_pages = 0;            // 0 = the pages the sequences need
+  int shared_prefix_pages = 0;
 
   // `allow_list`: several --seq values (and --preset) allowed; else exactly one problem.
   void Register(CLI::App* command, bool allow_list);
   // The problems the flags describe, each validated. InvalidArgument with a message naming
   // the flag when they do not describe valid problems.
   absl::StatusOr<std::vector<AttentionProblem>> Build() const;
+
+ private:
+  // Exactly one source of problems, and only the flags that go with it.
+  absl::Status CheckSources() const;
+  // The shape flags' common problem (kind, heads, dtype, cache options; q_len for a cache).
+  absl::StatusOr<AttentionProblem> BaseProblem() const;
+
+  CLI::Option* batch_option_ = nullptr;  // to tell an explicit --batch from the default
 };
 
 // "fused,partial" -> variants; InvalidArgument on an unknown name. Empty -> empty.

@@ -46,6 +46,9 @@ ProblemCacheKey ProblemCacheKey::Of(const AttentionProblem& p) {
   k.kv_len = p.kv_len;
   k.head_dim = p.head_dim;
   k.page_block_size = p.page_block_size;
+  k.kv_pool_pages = p.kv_pool_pages;
+  k.block_table_width = p.block_table_width;
+  k.shared_prefix_pages = p.shared_prefix_pages;
   k.softmax_scale = p.softmax_scale;
   k.kind = static_cast<uint8_t>(p.kind);
   k.dtype = static_cast<uint8_t>(p.dtype);

@@ -224,6 +224,23 @@ TEST(ConfigCache, VarlenProblemsWithDifferentLengthsAreDifferentEntries) {
   EXPECT_FALSE(ProblemCacheKey::Of(causal) == ProblemCacheKey::Of(Shape(8)));
 }
 
+TEST(ConfigCache, PagedCachesThatDifferInAnyPagedFieldAreDifferentEntries) {
+  AttentionProblem paged = Shape(8);
+  paged.kind = ProblemKind::kDecode;
+  paged.q_len = 1;
+  paged.kv_len = 64;
+  paged.page_block_size = 16;
+  AttentionProblem pool = paged, width = paged, prefix = paged;
+  pool.kv_pool_pages = 9;
+  width.block_table_width = 5;
+  prefix.shared_prefix_pages = 1;
+  EXPECT_FALSE(ProblemCacheKey::Of(paged) == ProblemCacheKey::Of(paged.Unpaged()));
+  for (const AttentionProblem& other : {pool, width, prefix}) {
+    ASSERT_TRUE(other.Validate().ok()) << other.Key();
+    EXPECT_FALSE(ProblemCacheKey::Of(paged) == ProblemCacheKey::Of(other)) << other.Key();
+  }
+}
+
 TEST(ConfigCache, ConcurrentReadersSeeOnlyDefaultsOrTheRightAnswer) {
   auto fetcher = std::make_unique<FakeFetcher>();
   ConfigCacheOptions o = TestOptions();

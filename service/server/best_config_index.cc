@@ -1,8 +1,10 @@
 #include "fusetune/service/best_config_index.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "fusetune/base/strings.h"
 
 namespace fusetune {
@@ -17,17 +19,30 @@ double Log2Ratio(int a, int b) {
   return std::fabs(std::log2(static_cast<double>(a) / static_cast<double>(b)));
 }
 
+// ceil(log2) of the mean visible cache length over the sequences (at least 1 key).
+double CacheLengthBucket(const AttentionProblem& p) {
+  double keys = 0;
+  for (int b = 0; b < p.batch; ++b) keys += p.VisibleKeyLen(b);
+  return std::ceil(std::log2(std::max(keys / std::max(p.batch, 1), 1.0)));
+}
+
 }  // namespace
 
 double ShapeDistance(const AttentionProblem& a, const AttentionProblem& b) {
+  if (a.kind == ProblemKind::kDecode && b.kind == ProblemKind::kDecode) {
+    return std::fabs(CacheLengthBucket(a) - CacheLengthBucket(b)) + Log2Ratio(a.batch, b.batch) +
+           Log2Ratio(std::max(a.q_len, 1), std::max(b.q_len, 1));
+  }
   return Log2Ratio(a.batch, b.batch) + Log2Ratio(a.q_heads, b.q_heads) +
          Log2Ratio(a.kv_heads, b.kv_heads) + Log2Ratio(std::max(a.q_len, 1), std::max(b.q_len, 1)) +
          Log2Ratio(std::max(a.kv_len, 1), std::max(b.kv_len, 1));
 }
 
 std::string BestConfigIndex::GroupKey(std::string_view device_class, const AttentionProblem& p) {
-  return Cat(device_class, "\n", ProblemKindName(p.kind), "/d", p.head_dim, "/causal",
-             p.causal ? 1 : 0, "/", DTypeName(p.dtype));
+  std::string key = Cat(device_class, "\n", ProblemKindName(p.kind), "/d", p.head_dim, "/causal", p.causal ? 1 : 0,
+                        "/", DTypeName(p.dtype), "/page", p.page_block_size);
+  if (p.kind == ProblemKind::kDecode) absl::StrAppend(&key, "/hq", p.q_heads, "/hkv", p.kv_heads);
+  return key;
 }
 
 BestConfigIndex BestConfigIndex::Build(std::vector<BestConfig> best) {

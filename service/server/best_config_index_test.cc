@@ -88,6 +88,70 @@ TEST(BestConfigIndex, VarlenProblemsMatchExactlyButAreNeverNearestSources) {
   EXPECT_EQ(other->provenance, ConfigProvenance::kDefault);
 }
 
+// Decode of `new_tokens` per sequence against a cache of `cache` keys: 32 query heads, 8 KV.
+AttentionProblem Decode(int batch, int cache, int page = 0, int new_tokens = 1) {
+  AttentionProblem p;
+  p.kind = ProblemKind::kDecode;
+  p.batch = batch;
+  p.q_heads = 32;
+  p.kv_heads = 8;
+  p.q_len = new_tokens;
+  p.kv_len = cache;
+  p.head_dim = 128;
+  p.causal = true;
+  p.dtype = DType::kBf16;
+  p.page_block_size = page;
+  return p;
+}
+
+TEST(ShapeDistance, DecodeCountsCacheLengthBucketsBatchAndNewTokens) {
+  EXPECT_DOUBLE_EQ(ShapeDistance(Decode(16, 8192), Decode(16, 8192)), 0.0);
+  EXPECT_DOUBLE_EQ(ShapeDistance(Decode(16, 7000), Decode(16, 8192)), 0.0) << "one bucket";
+  EXPECT_DOUBLE_EQ(ShapeDistance(Decode(16, 8192), Decode(16, 32768)), 2.0);
+  EXPECT_DOUBLE_EQ(ShapeDistance(Decode(16, 8192), Decode(4, 8192)), 2.0);
+  EXPECT_DOUBLE_EQ(ShapeDistance(Decode(16, 8192, 0, 4), Decode(16, 8192)), 2.0);
+  AttentionProblem padded = Decode(2, 8192);
+  padded.kv_valid_lens = {8192, 0};  // mean 4096: the 4k bucket
+  EXPECT_DOUBLE_EQ(ShapeDistance(padded, Decode(2, 4096)), 0.0);
+}
+
+TEST(BestConfigIndex, DecodeNearestKeepsHeadsAndPageSizeAndPicksTheClosestCacheBucket) {
+  const std::string cls = "cuda/NVIDIA-H200/sm90";
+  AttentionProblem other_heads = Decode(16, 8192);
+  other_heads.kv_heads = 4;
+  auto index = BestConfigIndex::Build({Best(cls, Decode(16, 1024), "fused/bm16/bs64/t128/bf16/st2/sk2"),
+                                       Best(cls, Decode(16, 32768), "fused/bm16/bs64/t128/bf16/st2/sk8"),
+                                       Best(cls, other_heads, "fused/bm16/bs64/t128/bf16/st2/sk4"),
+                                       Best(cls, Decode(16, 8192, 16), "fused/bm16/bs16/t128/bf16/st2/sk4"),
+                                       Best(cls, Decode(1, 65536), "fused/bm16/bs64/t128/bf16/st2/sk32")});
+  // 16k: one bucket from 32k, four from 1k; the other-heads 8k and the paged 8k are not candidates.
+  auto answer = index.Lookup(Decode(16, 16384), cls);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->provenance, ConfigProvenance::kNearest);
+  EXPECT_EQ(answer->source.problem_key, Decode(16, 32768).Key());
+  EXPECT_DOUBLE_EQ(answer->distance, 1.0);
+  // Batch 2 at 64k: the batch-1 64k shape (one doubling) beats batch 16 at 32k (three + one).
+  auto single = index.Lookup(Decode(2, 65536), cls);
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(single->source.problem_key, Decode(1, 65536).Key());
+  // Paged requests are served from paged shapes of their page size only.
+  auto paged = index.Lookup(Decode(16, 4096, 16), cls);
+  ASSERT_TRUE(paged.ok());
+  EXPECT_EQ(paged->provenance, ConfigProvenance::kNearest);
+  EXPECT_EQ(paged->source.problem_key, Decode(16, 8192, 16).Key());
+  auto page_one = index.Lookup(Decode(16, 8192, 1), cls);
+  ASSERT_TRUE(page_one.ok());
+  EXPECT_EQ(page_one->provenance, ConfigProvenance::kDefault);
+  // A request with per-sequence cache lengths (a hashed key: never exact) goes by its mean.
+  AttentionProblem ragged = Decode(16, 40000);
+  ragged.kv_valid_lens.assign(16, 30000);
+  ragged.kv_valid_lens[0] = 40000;
+  auto by_mean = index.Lookup(ragged, cls);
+  ASSERT_TRUE(by_mean.ok());
+  EXPECT_EQ(by_mean->source.problem_key, Decode(16, 32768).Key());
+  EXPECT_DOUBLE_EQ(by_mean->distance, 0.0);
+}
+
 TEST(BestConfigIndex, SkipsStoredConfigsThatDoNotParse) {
   const std::string cls = "cpu/X/y";
   auto index = BestConfigIndex::Build({Best(cls, Shape(1, 12, 512), "not/a/config")});

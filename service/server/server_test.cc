@@ -151,6 +151,50 @@ TEST_F(ServerTest, AnswersExactThenNearestThenDefaultWithProvenance) {
   EXPECT_EQ(gpu.config().threads(), 128);
 }
 
+// A decode problem on the wire: 32 query heads, 8 KV heads, d128, bf16, `cache` keys, paged when `page` > 0.
+v1::Problem DecodeProto(int batch, int cache, int page = 0) {
+  v1::Problem p;
+  p.set_kind("decode");
+  p.set_batch(batch);
+  p.set_q_heads(32);
+  p.set_kv_heads(8);
+  p.set_q_len(1);
+  p.set_kv_len(cache);
+  p.set_head_dim(128);
+  p.set_causal(true);
+  p.set_dtype("bf16");
+  p.set_page_block_size(page);
+  return p;
+}
+
+TEST_F(ServerTest, DecodeShapesAreServedFromTheClosestCacheLengthOfTheSamePageSize) {
+  const std::string gpu = "cuda/NVIDIA-H200/sm90";
+  SeedBest(gpu, DecodeProto(16, 8192), "fused/bm16/bs64/t128/bf16/st2/sk4", 90.0, 0, "c8k");
+  SeedBest(gpu, DecodeProto(16, 32768), "fused/bm16/bs64/t128/bf16/st2/sk8", 300.0, 0, "c32k");
+  SeedBest(gpu, DecodeProto(16, 8192, 16), "fused/bm16/bs16/t128/bf16/st2/sk4", 95.0, 0, "p16");
+  StartServer();
+  GetBestConfigResponse exact = Best(DecodeProto(16, 8192, 16), gpu);
+  EXPECT_EQ(exact.provenance(), GetBestConfigResponse::EXACT);
+  EXPECT_EQ(exact.config().key(), "fused/bm16/bs16/t128/bf16/st2/sk4");
+  // 6000 keys share 8k's bucket; 20000 is one bucket from 32k and two from 8k.
+  GetBestConfigResponse near_8k = Best(DecodeProto(16, 6000), gpu);
+  EXPECT_EQ(near_8k.provenance(), GetBestConfigResponse::NEAREST);
+  EXPECT_EQ(near_8k.source_problem_key(), KeyOf(DecodeProto(16, 8192)));
+  EXPECT_DOUBLE_EQ(near_8k.distance(), 0.0);
+  GetBestConfigResponse near_32k = Best(DecodeProto(16, 20000), gpu);
+  EXPECT_EQ(near_32k.source_problem_key(), KeyOf(DecodeProto(16, 32768)));
+  // A paged request with a shared prefix and its own pool: served by the tuned page-16 shape.
+  v1::Problem prefixed = DecodeProto(8, 4096, 16);
+  prefixed.set_shared_prefix_pages(64);
+  prefixed.set_kv_pool_pages(2000);
+  GetBestConfigResponse paged = Best(prefixed, gpu);
+  EXPECT_EQ(paged.provenance(), GetBestConfigResponse::NEAREST);
+  EXPECT_EQ(paged.source_problem_key(), KeyOf(DecodeProto(16, 8192, 16)));
+  EXPECT_EQ(paged.problem_key(), KeyOf(prefixed));
+  // Page size 1 was never tuned: the default, never a page-16 or contiguous config.
+  EXPECT_EQ(Best(DecodeProto(16, 8192, 1), gpu).provenance(), GetBestConfigResponse::DEFAULT);
+}
+
 TEST_F(ServerTest, BatchAnswersEachEntryAndReportsBadOnesInPlace) {
   SeedBest(kCpuClass, SeedProblem(512), kFused, 50.0, 0, "c");
   StartServer();

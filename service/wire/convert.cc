@@ -107,6 +107,9 @@ absl::StatusOr<AttentionProblem> ProblemFromProto(const v1::Problem& proto) {
   }
   p.softmax_scale = proto.softmax_scale();
   p.page_block_size = proto.page_block_size();
+  p.kv_pool_pages = proto.kv_pool_pages();
+  p.block_table_width = proto.block_table_width();
+  p.shared_prefix_pages = proto.shared_prefix_pages();
   if (auto s = CopyLengths(proto.cu_seqlens_q(), &p.cu_seqlens_q, "problem.cu_seqlens_q"); !s.ok()) return s;
   if (auto s = CopyLengths(proto.cu_seqlens_k(), &p.cu_seqlens_k, "problem.cu_seqlens_k"); !s.ok()) return s;
   if (auto s = CopyLengths(proto.kv_valid_lens(), &p.kv_valid_lens, "problem.kv_valid_lens"); !s.ok()) return s;
@@ -139,6 +142,9 @@ void ProblemToProto(const AttentionProblem& p, v1::Problem* proto) {
   proto->set_dtype(std::string(DTypeName(p.dtype)));
   proto->set_softmax_scale(p.softmax_scale);
   proto->set_page_block_size(p.page_block_size);
+  proto->set_kv_pool_pages(p.kv_pool_pages);
+  proto->set_block_table_width(p.block_table_width);
+  proto->set_shared_prefix_pages(p.shared_prefix_pages);
   proto->mutable_cu_seqlens_q()->Add(p.cu_seqlens_q.begin(), p.cu_seqlens_q.end());
   proto->mutable_cu_seqlens_k()->Add(p.cu_seqlens_k.begin(), p.cu_seqlens_k.end());
   proto->mutable_kv_valid_lens()->Add(p.kv_valid_lens.begin(), p.kv_valid_lens.end());

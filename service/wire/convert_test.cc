@@ -45,6 +45,63 @@ TEST(ServiceConvert, ProblemRoundTripKeepsLengthLists) {
   EXPECT_EQ(back->cu_seqlens_k, p.cu_seqlens_k);
 }
 
+TEST(ServiceConvert, PagedDecodeProblemRoundTripKeepsEveryPagedField) {
+  AttentionProblem p;
+  p.kind = ProblemKind::kDecode;
+  p.batch = 3;
+  p.q_heads = 8;
+  p.kv_heads = 2;
+  p.q_len = 2;
+  p.kv_len = 100;
+  p.kv_valid_lens = {40, 100, 33};
+  p.head_dim = 128;
+  p.causal = true;
+  p.dtype = DType::kBf16;
+  p.page_block_size = 16;
+  p.kv_pool_pages = 40;
+  p.block_table_width = 9;
+  p.shared_prefix_pages = 2;
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+  v1::Problem proto;
+  ProblemToProto(p, &proto);
+  EXPECT_EQ(proto.kv_pool_pages(), 40);
+  EXPECT_EQ(proto.block_table_width(), 9);
+  EXPECT_EQ(proto.shared_prefix_pages(), 2);
+  auto back = ProblemFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->Key(), p.Key());
+  EXPECT_EQ(back->kv_valid_lens, p.kv_valid_lens);
+  EXPECT_EQ(back->shared_prefix_pages, 2);
+}
+
+TEST(ServiceConvert, BadPagedFieldsAreInvalidArgument) {
+  auto with = [](auto edit) {
+    v1::Problem p = SeedProto();
+    p.set_kind("decode");
+    p.set_q_len(1);
+    edit(p);
+    return ProblemFromProto(p).status();
+  };
+  EXPECT_TRUE(with([](v1::Problem& p) { p.set_page_block_size(16); }).ok());
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_page_block_size(257); }).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) { p.set_kv_pool_pages(8); }).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) {
+              p.set_page_block_size(16);
+              p.set_block_table_width(3);  // 2048 keys need 128 pages
+            }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) {
+              p.set_page_block_size(16);
+              p.set_shared_prefix_pages(-1);
+            }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](v1::Problem& p) {
+              p.set_page_block_size(16);
+              p.set_shared_prefix_pages(129);
+            }).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ServiceConvert, ProblemRejectsBadFieldsWithInvalidArgument) {
   auto with = [](auto edit) {
     v1::Problem p = SeedProto();

@@ -51,6 +51,10 @@ TEST(Cli, BadFlagsAreUsageErrorsAndCreateNothing) {
       {"sweep", "--db", db, "--seq", "128", "--max-trials", "-1"},
       {"sweep", "--db", db, "--seq", "128", "--kv-seq", "1,2,3"},
       {"sweep", "--db", db, "--seq", "128", "--batch", "99999999999"},
+      {"sweep", "--db", db, "--kind", "decode", "--cache-len", "128", "--page-size", "300"},
+      {"sweep", "--db", db, "--kind", "decode", "--cache-len", "128", "--new-tokens", "17"},
+      {"sweep", "--db", db, "--kind", "decode", "--cache-lens", "64,-1"},
+      {"sweep", "--db", db, "--preset", "decode", "--shared-prefix-pages", "2"},
       {"best", "--db", db},
       {"best", "--db", db, "--seq", "128,256"},
       {"bench", "--seq", "64", "--config", "garbage"},
@@ -271,6 +275,20 @@ TEST(Cli, BenchTimesEachVariant) {
     EXPECT_EQ(row["outcome"], "ok") << row.dump();
     EXPECT_GT(row["median_us"].get<double>(), 0);
   }
+}
+
+TEST(Cli, BenchDecodeAgainstPerSequenceCacheLengthsReportsKvBandwidth) {
+  CommandResult r = Fusetune({"bench", "--kind", "decode", "--cache-lens", "70,33", "--new-tokens", "3", "--heads",
+                              "4", "--kv-heads", "2", "--head-dim", "32", "--causal", "--repeats", "3",
+                              "--variants", "fused", "--block-m", "16", "--block-s", "16", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json rows = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array()) << r.out;
+  ASSERT_EQ(rows.size(), 1u) << r.out;
+  EXPECT_EQ(rows[0]["outcome"], "ok") << rows[0].dump();
+  EXPECT_GT(rows[0]["kv_gbps"].get<double>(), 0);
+  EXPECT_EQ(rows[0]["problem"].get<std::string>().rfind("decode/b2/hq4/hkv2/q3/k70/d32/causal1/fp32/kvpad-", 0), 0u)
+      << rows[0].dump();
 }
 
 }  // namespace

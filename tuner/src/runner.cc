@@ -76,12 +76,24 @@ void FillUniform(std::vector<float>& values, uint64_t seed) {
   });
 }
 
+// Row of K/V memory holding key `pos` of sequence `b`: through the block table for a paged
+// problem, the contiguous layout's row otherwise.
+int64_t KeyRow(const AttentionProblem& p, std::span<const int32_t> table, int b, int pos) {
+  if (!p.is_paged()) return p.KeyStart(b) + pos;
+  const int page = p.page_block_size;
+  return static_cast<int64_t>(table[static_cast<size_t>(static_cast<int64_t>(b) * p.BlockTableWidth() + pos / page)]) *
+             page +
+         pos % page;
+}
+
 // The adversarial inputs (see runner.h): in every head, query dim 0 is 1 (the rest small),
 // key dim 0 grows with the key's position so every later key tile raises the running max,
 // some keys are -inf in dim 0 (their scores are -inf: masked; the first quarter of each
-// sequence up to 24 keys and every 7th), and values are large.
-void MakeAdversarial(const AttentionProblem& p, std::vector<float>& q, std::vector<float>& k,
-                     std::vector<float>& v) {
+// sequence up to 24 keys and every 7th), and values are large. A paged cache is written
+// through its table; where sequences share a page the last one written wins, which the
+// reference (gathered afterwards) sees as well.
+void MakeAdversarial(const AttentionProblem& p, std::span<const int32_t> table, std::vector<float>& q,
+                     std::vector<float>& k, std::vector<float>& v) {
   const int d = p.head_dim;
   const double scale = std::fabs(static_cast<double>(p.EffectiveScale()));
   // Logits reach ~12: e^12 between the first and last key, far past fp16's range.
@@ -89,13 +101,14 @@ void MakeAdversarial(const AttentionProblem& p, std::vector<float>& q, std::vect
   for (size_t i = 0; i < q.size(); ++i) q[i] = (i % static_cast<size_t>(d) == 0) ? 1.0f : 0.25f * q[i];
   for (float& x : v) x *= 64.0f;
   for (int b = 0; b < p.batch; ++b) {
-    const int len = p.KeyLen(b);
+    // A paged sequence owns only its visible keys' pages; the table says nothing past them.
+    const int len = p.is_paged() ? p.VisibleKeyLen(b) : p.KeyLen(b);
     const int masked_prefix = std::min(24, len / 4);
     for (int pos = 0; pos < len; ++pos) {
       const bool masked = pos < masked_prefix || pos % 7 == 5;
       const float dim0 = masked ? -std::numeric_limits<float>::infinity()
                                 : growth * static_cast<float>(pos + 1) / static_cast<float>(len);
-      const int64_t row = (p.KeyStart(b) + pos) * p.kv_heads;
+      const int64_t row = KeyRow(p, table, b, pos) * p.kv_heads;
       for (int h = 0; h < p.kv_heads; ++h) k[static_cast<size_t>((row + h) * d)] = dim0;
     }
   }
@@ -166,6 +179,7 @@ struct Verification {
 struct InputSet {
   std::string name;  // "random", "adversarial"
   DeviceMemory q, k, v;
+  DeviceMemory block_table;  // paged problems only
   std::vector<double> ref;  // [token of `tokens`][q_heads][head_dim]
   double max_ref = 0;
   double logit_bound = 0;
@@ -203,21 +217,74 @@ absl::StatusOr<DeviceMemory> Upload(Backend& backend, DType dtype, const std::ve
   return mem;
 }
 
+absl::StatusOr<DeviceMemory> UploadTable(Backend& backend, const std::vector<int32_t>& table) {
+  const size_t bytes = table.size() * sizeof(int32_t);
+  absl::StatusOr<DeviceMemory> mem = backend.Allocate(bytes);
+  if (!mem.ok()) return mem.status();
+  if (absl::Status s = backend.CopyToDevice(mem->data(), table.data(), bytes); !s.ok()) return s;
+  return mem;
+}
+
+// Uploads the set's tensors as the kernel reads them (and the block table of a paged problem).
+absl::Status UploadSet(Backend& backend, const AttentionProblem& problem, const std::vector<float>& q,
+                       const std::vector<float>& k, const std::vector<float>& v, const std::vector<int32_t>& table,
+                       InputSet& set) {
+  absl::StatusOr<DeviceMemory> dq = Upload(backend, problem.dtype, q);
+  if (!dq.ok()) return dq.status();
+  absl::StatusOr<DeviceMemory> dk = Upload(backend, problem.dtype, k);
+  if (!dk.ok()) return dk.status();
+  absl::StatusOr<DeviceMemory> dv = Upload(backend, problem.dtype, v);
+  if (!dv.ok()) return dv.status();
+  set.q = *std::move(dq);
+  set.k = *std::move(dk);
+  set.v = *std::move(dv);
+  if (!problem.is_paged()) return absl::OkStatus();
+  absl::StatusOr<DeviceMemory> dt = UploadTable(backend, table);
+  if (!dt.ok()) return dt.status();
+  set.block_table = *std::move(dt);
+  return absl::OkStatus();
+}
+
+// Replaces the paged pools `k` and `v` by their keys gathered through `table` in the layout of
+// problem.Unpaged() (one tensor at a time: a pool is not needed once gathered).
+absl::Status GatherInPlace(const AttentionProblem& problem, const std::vector<int32_t>& table, std::vector<float>& k,
+                           std::vector<float>& v) {
+  for (std::vector<float>* tensor : {&k, &v}) {
+    absl::StatusOr<std::vector<float>> gathered = GatherPagedKV(problem, *tensor, table);
+    if (!gathered.ok()) {
+      return absl::InternalError(absl::StrCat("gathering the paged K/V failed: ", gathered.status().message()));
+    }
+    *tensor = *std::move(gathered);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<InputSet> MakeInputSet(Backend& backend, const AttentionProblem& problem, std::string name,
                                       uint64_t seed, bool adversarial, const std::vector<int64_t>& tokens) {
   InputSet set;
   set.name = std::move(name);
+  std::vector<int32_t> table;
+  if (problem.is_paged()) table = GenerateBlockTable(problem, Mix64(seed ^ 4));
+  // K and V as the kernel sees them: the pool of a paged problem.
   std::vector<float> q(static_cast<size_t>(problem.QElements()));
   std::vector<float> k(static_cast<size_t>(problem.KVElements()));
   std::vector<float> v(static_cast<size_t>(problem.KVElements()));
   FillUniform(q, Mix64(seed ^ 1));
   FillUniform(k, Mix64(seed ^ 2));
   FillUniform(v, Mix64(seed ^ 3));
-  if (adversarial) MakeAdversarial(problem, q, k, v);
+  if (adversarial) MakeAdversarial(problem, table, q, k, v);
   RoundInParallel(problem.dtype, q);
   RoundInParallel(problem.dtype, k);
   RoundInParallel(problem.dtype, v);
-  set.logit_bound = LogitBound(problem, q, k);
+
+  if (absl::Status s = UploadSet(backend, problem, q, k, v, table, set); !s.ok()) return s;
+  // The reference of a paged problem is that of its contiguous twin on K/V gathered through
+  // the same table.
+  const AttentionProblem flat = problem.Unpaged();
+  if (problem.is_paged()) {
+    if (absl::Status s = GatherInPlace(problem, table, k, v); !s.ok()) return s;
+  }
+  set.logit_bound = LogitBound(flat, q, k);
 
   const int heads = problem.q_heads, d = problem.head_dim;
   set.ref.assign(tokens.size() * static_cast<size_t>(heads) * static_cast<size_t>(d), 0.0);
@@ -228,24 +295,20 @@ absl::StatusOr<InputSet> MakeInputSet(Backend& backend, const AttentionProblem& 
       const size_t ti = static_cast<size_t>(r / heads);
       const int h = static_cast<int>(r % heads);
       std::span<double> row(set.ref.data() + static_cast<size_t>(r) * d, static_cast<size_t>(d));
-      failures[static_cast<size_t>(r)] = ReferenceAttentionRow(problem, q, k, v, tokens[ti], h, row);
+      failures[static_cast<size_t>(r)] = ReferenceAttentionRow(flat, q, k, v, tokens[ti], h, row);
     }
   });
   for (const absl::Status& s : failures) {
     if (!s.ok()) return absl::InternalError(absl::StrCat("the fp64 reference failed: ", s.message()));
   }
   for (double x : set.ref) set.max_ref = std::max(set.max_ref, std::fabs(x));
-
-  absl::StatusOr<DeviceMemory> dq = Upload(backend, problem.dtype, q);
-  if (!dq.ok()) return dq.status();
-  absl::StatusOr<DeviceMemory> dk = Upload(backend, problem.dtype, k);
-  if (!dk.ok()) return dk.status();
-  absl::StatusOr<DeviceMemory> dv = Upload(backend, problem.dtype, v);
-  if (!dv.ok()) return dv.status();
-  set.q = *std::move(dq);
-  set.k = *std::move(dk);
-  set.v = *std::move(dv);
   return set;
+}
+
+// The set's tensors (and block table) with `out` as the output.
+AttentionBuffers BuffersOf(const InputSet& set, const DeviceMemory& out) {
+  return AttentionBuffers{set.q.data(), set.k.data(), set.v.data(), out.data(),
+                          static_cast<const int32_t*>(set.block_table.data())};
 }
 
 // Checks the output in `host` (raw storage, the whole tensor) against the set's reference.
@@ -320,6 +383,28 @@ SampleBlock ToBlock(const TimingSamples& timing) {
 }
 
 }  // namespace
+
+std::vector<int32_t> GenerateBlockTable(const AttentionProblem& problem, uint64_t seed) {
+  if (!problem.is_paged() || !problem.Validate().ok()) return {};
+  const int64_t pool = problem.PoolPages();
+  const int width = problem.BlockTableWidth();
+  const int prefix = problem.shared_prefix_pages;
+  // A seeded Fisher-Yates shuffle of the pool: the n-th distinct page the sequences need is
+  // physical[n % pool], so consecutive logical pages are scattered over the pool.
+  std::vector<int32_t> physical(static_cast<size_t>(pool));
+  std::iota(physical.begin(), physical.end(), 0);
+  uint64_t state = Mix64(seed);
+  for (size_t i = physical.size(); i > 1; --i) std::swap(physical[i - 1], physical[SplitMix64(state) % i]);
+  std::vector<int32_t> table(static_cast<size_t>(problem.BlockTableEntries()), physical.back());
+  int64_t next = prefix;  // pages [0, prefix) of the shuffle are the shared prefix
+  for (int b = 0; b < problem.batch; ++b) {
+    int32_t* row = table.data() + static_cast<int64_t>(b) * width;
+    for (int i = 0; i < problem.PagesOfSequence(b); ++i) {
+      row[i] = physical[static_cast<size_t>((i < prefix ? i : next++) % pool)];
+    }
+  }
+  return table;
+}
 
 double Quantile(std::vector<double> samples, double q) {
   if (samples.empty()) return 0;
@@ -413,7 +498,7 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
       if (absl::Status s = backend_.Fill(in.out.data(), 0xFF, o_bytes); !s.ok()) {
         return finish(TrialOutcome::kLaunchFailed, absl::StrCat("poisoning the output failed: ", s.ToString()));
       }
-      const AttentionBuffers buffers{set.q.data(), set.k.data(), set.v.data(), in.out.data()};
+      const AttentionBuffers buffers = BuffersOf(set, in.out);
       const auto run_start = Clock::now();
       if (absl::Status s = backend_.Run(problem, config, buffers); !s.ok()) {
         return finish(TrialOutcome::kLaunchFailed, absl::StrCat(where, s.ToString()));
@@ -437,7 +522,7 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
     }
 
     const InputSet& timed = in.sets.front();
-    const AttentionBuffers buffers{timed.q.data(), timed.k.data(), timed.v.data(), in.out.data()};
+    const AttentionBuffers buffers = BuffersOf(timed, in.out);
     absl::StatusOr<TimingSamples> timing = backend_.Time(problem, config, buffers, timing_options);
     if (!timing.ok()) {
       return finish(TrialOutcome::kLaunchFailed, absl::StrCat("timing failed: ", timing.status().ToString()));
@@ -482,7 +567,7 @@ std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::s
     return trials;
   }
   const InputSet& timed = (*prepared)->sets.front();
-  const AttentionBuffers buffers{timed.q.data(), timed.k.data(), timed.v.data(), (*prepared)->out.data()};
+  const AttentionBuffers buffers = BuffersOf(timed, (*prepared)->out);
   std::vector<size_t> order(configs.size());
   std::iota(order.begin(), order.end(), size_t{0});
   int done = 0;

@@ -249,6 +249,151 @@ TEST(Runner, MeasureRoundsKeepsAFailingConfigsFirstErrorAndMeasuresTheOthers) {
   EXPECT_TRUE(trials[1].samples_us.empty());
 }
 
+// Decode against a paged cache: 3 new tokens per sequence over cache lengths that are not
+// multiples of the page, one sequence longer than the others, one empty cache.
+AttentionProblem PagedDecode() {
+  AttentionProblem p;
+  p.kind = ProblemKind::kDecode;
+  p.batch = 4;
+  p.q_heads = 4;
+  p.kv_heads = 2;
+  p.q_len = 3;
+  p.kv_len = 45;
+  p.kv_valid_lens = {13, 45, 0, 22};
+  p.head_dim = 32;
+  p.causal = true;
+  p.page_block_size = 4;
+  return p;
+}
+
+TEST(Runner, PagedDecodeIsOkAgainstTheReferenceGatheredThroughItsTable) {
+  HostBackend backend;
+  Runner runner(backend);
+  const Trial t = runner.Measure(PagedDecode(), Fused(), 1);
+  EXPECT_EQ(t.outcome, TrialOutcome::kOk) << t.message;
+  EXPECT_EQ(t.checked_elements, PagedDecode().OElements());
+  ASSERT_EQ(backend.block_tables.size(), 3u) << "random, adversarial, timed";
+  EXPECT_NE(backend.block_tables[0], backend.block_tables[1]) << "each input set has its own table";
+  EXPECT_EQ(backend.block_tables[0], backend.block_tables[2]) << "the random set is the timed one";
+  EXPECT_EQ(backend.uploads, 8) << "two sets of three tensors and a table";
+}
+
+TEST(Runner, KernelThatIgnoresTheBlockTableIsVerifyFailed) {
+  HostBackend backend;
+  backend.fault = Fault::kIgnoresBlockTable;
+  const Trial t = Runner(backend).Measure(PagedDecode(), Fused(), 1);
+  EXPECT_EQ(t.outcome, TrialOutcome::kVerifyFailed) << t.message;
+}
+
+TEST(Runner, PagedPrefillOverASharedPrefixAndAnUndersizedPoolAreOk) {
+  AttentionProblem prefix = PagedDecode();
+  prefix.kind = ProblemKind::kPrefill;
+  prefix.q_len = 9;
+  prefix.kv_valid_lens = {17, 45, 20, 22};
+  prefix.shared_prefix_pages = 4;
+  AttentionProblem small_pool = PagedDecode();
+  small_pool.kv_pool_pages = 5;  // fewer than the 22 pages needed: pages are reused
+  AttentionProblem page_one = PagedDecode();
+  page_one.page_block_size = 1;
+  for (const AttentionProblem& p : {prefix, small_pool, page_one}) {
+    ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+    HostBackend backend;
+    const Trial t = Runner(backend).Measure(p, Fused(), 1);
+    EXPECT_EQ(t.outcome, TrialOutcome::kOk) << p.Key() << ": " << t.message;
+    ASSERT_FALSE(backend.block_tables.empty());
+    EXPECT_TRUE(ValidateBlockTable(p, backend.block_tables[0].data(), p.BlockTableEntries()).ok());
+  }
+}
+
+TEST(Runner, MeasureRoundsPassesTheBlockTable) {
+  HostBackend backend;
+  Runner runner(backend);
+  const std::vector<KernelConfig> configs = {Fused()};
+  const std::vector<Trial> trials =
+      runner.MeasureRounds(PagedDecode(), configs, 2, TimingOptions{}, 1, 1, TrialStage::kFinal, 0);
+  ASSERT_EQ(trials.size(), 1u);
+  EXPECT_EQ(trials[0].outcome, TrialOutcome::kOk) << trials[0].message;
+}
+
+// The CPU backend's paged kernels under the Runner's inputs: every config it offers passes on
+// the random and adversarial sets of a paged decode (shuffled pages, an empty cache, lengths
+// off the page), of page size 1 and of a prefill over a shared prefix with a small pool.
+TEST(Runner, CpuBackendPassesEveryPagedCandidate) {
+  auto backend = CreateCpuBackend();
+  AttentionProblem prefix = PagedDecode();
+  prefix.kind = ProblemKind::kPrefill;
+  prefix.q_len = 9;
+  prefix.kv_valid_lens = {17, 45, 20, 22};
+  prefix.shared_prefix_pages = 4;
+  prefix.kv_pool_pages = 9;
+  AttentionProblem page_one = PagedDecode();
+  page_one.page_block_size = 1;
+  for (const AttentionProblem& p : {PagedDecode(), page_one, prefix}) {
+    const std::vector<KernelConfig> configs = backend->CandidateConfigs(p);
+    ASSERT_FALSE(configs.empty()) << p.Key();
+    Runner runner(*backend);
+    for (const KernelConfig& c : configs) {
+      const Trial t = runner.Measure(p, c, 1);
+      EXPECT_EQ(t.outcome, TrialOutcome::kOk) << p.Key() << " " << c.Key() << ": " << t.message;
+    }
+  }
+}
+
+TEST(GenerateBlockTable, ShufflesPagesSharesThePrefixAndGivesEverySequenceItsOwnPages) {
+  AttentionProblem p = PagedDecode();
+  p.kv_valid_lens = {13, 45, 8, 22};
+  p.shared_prefix_pages = 2;
+  const std::vector<int32_t> table = GenerateBlockTable(p, 7);
+  ASSERT_EQ(static_cast<int64_t>(table.size()), p.BlockTableEntries());
+  ASSERT_TRUE(ValidateBlockTable(p, table.data(), p.BlockTableEntries()).ok());
+  const int width = p.BlockTableWidth();
+  std::set<int32_t> own;
+  int64_t own_count = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    for (int i = 0; i < p.PagesOfSequence(b); ++i) {
+      const int32_t page = table[static_cast<size_t>(b * width + i)];
+      if (i < p.shared_prefix_pages) {
+        EXPECT_EQ(page, table[static_cast<size_t>(i)]) << "prefix page " << i << " of sequence " << b;
+      } else {
+        own.insert(page);
+        ++own_count;
+      }
+    }
+  }
+  EXPECT_EQ(static_cast<int64_t>(own.size()), own_count) << "no page shared outside the prefix";
+  EXPECT_EQ(own_count + p.shared_prefix_pages, p.PagesNeeded());
+  EXPECT_EQ(own.count(table[0]) + own.count(table[1]), 0u);
+  // Shuffled: not the identity layout, and another seed gives another table.
+  bool in_order = true;
+  for (int i = 0; i + 1 < p.PagesOfSequence(1); ++i) in_order &= table[width + i] + 1 == table[width + i + 1];
+  EXPECT_FALSE(in_order);
+  EXPECT_NE(table, GenerateBlockTable(p, 8));
+  EXPECT_EQ(table, GenerateBlockTable(p, 7));
+}
+
+TEST(GenerateBlockTable, LargerPoolLeavesPagesUnusedSmallerPoolReusesThem) {
+  AttentionProblem large = PagedDecode();
+  large.kv_pool_pages = 100;
+  const std::vector<int32_t> table = GenerateBlockTable(large, 3);
+  ASSERT_TRUE(ValidateBlockTable(large, table.data(), large.BlockTableEntries()).ok());
+  std::set<int32_t> used;
+  for (int b = 0; b < large.batch; ++b) {
+    for (int i = 0; i < large.PagesOfSequence(b); ++i) {
+      used.insert(table[static_cast<size_t>(b * large.BlockTableWidth() + i)]);
+    }
+  }
+  EXPECT_EQ(static_cast<int64_t>(used.size()), large.PagesNeeded());
+  EXPECT_GT(*used.rbegin(), large.PagesNeeded()) << "drawn from the whole pool";
+
+  AttentionProblem small = PagedDecode();
+  small.kv_pool_pages = 3;
+  const std::vector<int32_t> reused = GenerateBlockTable(small, 3);
+  ASSERT_TRUE(ValidateBlockTable(small, reused.data(), small.BlockTableEntries()).ok());
+  std::set<int32_t> pages(reused.begin(), reused.end());
+  EXPECT_EQ(pages.size(), 3u);
+  EXPECT_TRUE(GenerateBlockTable(Small(), 3).empty()) << "contiguous";
+}
+
 TEST(Tolerance, LooserForNarrowerPrecisionAndStorage) {
   EXPECT_LT(ToleranceFor(Precision::kFp32, DType::kFp32), ToleranceFor(Precision::kTf32, DType::kFp32));
   EXPECT_LT(ToleranceFor(Precision::kTf32, DType::kFp32), ToleranceFor(Precision::kFp16, DType::kFp16));

@@ -8,6 +8,9 @@
  * pointers for the "cpu" backend, each 16-byte aligned (INVALID_ARGUMENT otherwise). Length
  * arrays in fusetune_problem are HOST arrays.
  *
+ * A KV cache (decode, or prefill over cached keys) and a paged K/V pool go through the
+ * *_kv_cache functions with a fusetune_kv_cache beside the problem.
+ *
  * Every function returns a fusetune_status code; on failure it writes a NUL-terminated
  * message into err[0..errlen) when err is non-NULL (truncated to fit).
  *
@@ -85,6 +88,25 @@ typedef struct fusetune_config {
   int32_t split_kv;
 } fusetune_config;
 
+/* The KV cache of a problem (problem.h's decode kind and paged fields). Decode: 1..16 new
+ * query tokens per sequence (q_len), each sequence's cache lengths in kv_valid_lens (or
+ * kv_len for all), the new tokens' own keys included and causal among themselves when
+ * problem.causal is 1. Paged (page_block_size > 0): K and V are a pool
+ *   [pool pages][page_block_size][kv_heads][head_dim]
+ * and block_table an int32 [batch][block-table width] array mapping sequence b's key j to row
+ * j % page_block_size of page block_table[b * width + j / page_block_size] (pages in any
+ * order, shared between sequences as one likes; every entry a sequence reads must be in
+ * [0, pool pages): the backend checks before it reads, INVALID_ARGUMENT otherwise). Zeroed,
+ * it is a contiguous prefill, as fusetune_run. */
+typedef struct fusetune_kv_cache {
+  int32_t decode;              /* 1 = decode, 0 = prefill (anything else: INVALID_ARGUMENT) */
+  int32_t page_block_size;     /* tokens per page, 1..256; 0 = contiguous K/V */
+  int32_t pool_pages;          /* pages in the pool; 0 = the pages the sequences need */
+  int32_t block_table_width;   /* entries per block-table row; 0 = ceil(kv_len / page_block_size) */
+  int32_t shared_prefix_pages; /* leading pages every sequence shares (describes the shape only) */
+  const int32_t* block_table;  /* paged: device pointer (cuda) or host pointer (cpu); else NULL */
+} fusetune_kv_cache;
+
 typedef struct fusetune_handle fusetune_handle;
 
 /* FUSETUNE_C_API_VERSION of the loaded library. */
@@ -123,6 +145,20 @@ int fusetune_time(fusetune_handle* handle, const fusetune_problem* problem,
                   void* o, int warmup, int repeats, double max_seconds, int flush_l2,
                   double* median_us, double* samples_us, int capacity, int* count, char* err,
                   size_t errlen);
+
+/* The same three against a KV cache (`cache` non-NULL; block_table may be NULL for
+ * fusetune_can_implement_kv_cache, which reads no memory). A paged cache needs block_table
+ * (INVALID_ARGUMENT when NULL or misaligned) and a contiguous one none. */
+int fusetune_can_implement_kv_cache(fusetune_handle* handle, const fusetune_problem* problem,
+                                    const fusetune_kv_cache* cache, const fusetune_config* config, char* err,
+                                    size_t errlen);
+int fusetune_run_kv_cache(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                          const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                          char* err, size_t errlen);
+int fusetune_time_kv_cache(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                           const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                           int warmup, int repeats, double max_seconds, int flush_l2, double* median_us,
+                           double* samples_us, int capacity, int* count, char* err, size_t errlen);
 
 #ifdef __cplusplus
 } /* extern "C" */

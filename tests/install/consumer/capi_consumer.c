@@ -1,5 +1,6 @@
 /* Uses the installed C ABI as a C program would: reports the library's ABI version, parses a
- * config key and runs it on the CPU backend against an fp64 reference. Exit 0 when every step
+ * config key and runs it on the CPU backend against an fp64 reference, once plainly and once
+ * through the KV-cache entry point. Exit 0 when every step
  * succeeded. */
 #include <stdio.h>
 #include <string.h>
@@ -11,11 +12,12 @@ enum { kLen = 7, kQHeads = 2, kKvHeads = 1, kDim = 32 };
 
 int main(void) {
   static float q[kLen * kQHeads * kDim], k[kLen * kKvHeads * kDim], v[kLen * kKvHeads * kDim];
-  static float o[kLen * kQHeads * kDim];
+  static float o[kLen * kQHeads * kDim], o_cache[kLen * kQHeads * kDim];
   char err[256] = "";
   fusetune_handle* handle = NULL;
   fusetune_problem problem;
   fusetune_config config;
+  fusetune_kv_cache cache;
   double max_error;
   int rc;
 
@@ -46,9 +48,17 @@ int main(void) {
     return 1;
   }
   rc = fusetune_run(handle, &problem, &config, q, k, v, o, err, sizeof err);
-  fusetune_destroy(handle);
   if (rc != FUSETUNE_OK) {
     printf("run: %s: %s\n", fusetune_status_name(rc), err);
+    fusetune_destroy(handle);
+    return 1;
+  }
+  /* The same call through the KV-cache entry point: a zeroed cache is a contiguous prefill. */
+  memset(&cache, 0, sizeof cache);
+  rc = fusetune_run_kv_cache(handle, &problem, &cache, &config, q, k, v, o_cache, err, sizeof err);
+  fusetune_destroy(handle);
+  if (rc != FUSETUNE_OK || memcmp(o, o_cache, sizeof o) != 0) {
+    printf("run_kv_cache: %s: %s\n", fusetune_status_name(rc), rc == FUSETUNE_OK ? "output differs" : err);
     return 1;
   }
   max_error = consumer_max_error(q, k, v, o, kLen, kQHeads, kKvHeads, kDim, 1);

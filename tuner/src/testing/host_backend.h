@@ -1,5 +1,6 @@
 // Test doubles for the tuner's tests: a Backend whose memory is host memory and whose Run
-// computes attention with the fp64 reference, with switches that make it misbehave in the
+// computes attention with the fp64 reference (a paged problem's K/V gathered through its
+// block table first), with switches that make it misbehave in the
 // ways the Runner must catch. Not part of the library.
 #ifndef FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
 #define FUSETUNE_TUNER_SRC_TESTING_HOST_BACKEND_H_
@@ -33,6 +34,7 @@ enum class Fault {
   kThrows,          // Run() throws
   kSlow,            // Run() sleeps 50 ms
   kInfKeysAsZero,   // Run() reads a -inf key element as 0 (a kernel that mishandles masked keys)
+  kIgnoresBlockTable,  // Run() reads a paged pool's pages in order instead of through the table
 };
 
 class HostBackend : public Backend {
@@ -40,6 +42,7 @@ class HostBackend : public Backend {
   Fault fault = Fault::kNone;
   int runs = 0;
   int uploads = 0;  // CopyToDevice calls
+  std::vector<std::vector<int32_t>> block_tables;  // the table of each paged Run(), in order
   // Configs CanImplement refuses (besides kCannotImplement refusing all).
   std::function<bool(const KernelConfig&)> refuse = [](const KernelConfig&) { return false; };
   // What CandidateConfigs() offers; empty = the CPU backend's grid for two hardware threads
@@ -118,7 +121,23 @@ class HostBackend : public Backend {
         if (std::isinf(x)) x = 0;
       }
     }
-    absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p, q, k, v);
+    // A paged cache: the reference of the contiguous twin on K/V gathered through the table.
+    if (p.is_paged()) {
+      const int32_t* table = b.block_table;
+      if (table == nullptr) return absl::InvalidArgumentError("test: a paged problem needs a block_table");
+      block_tables.emplace_back(table, table + p.BlockTableEntries());
+      std::vector<int32_t> read = block_tables.back();
+      // A kernel that ignores the table reads the pool's pages in order.
+      if (fault == Fault::kIgnoresBlockTable) {
+        for (size_t i = 0; i < read.size(); ++i) read[i] = static_cast<int32_t>(i % p.PoolPages());
+      }
+      for (std::vector<float>* tensor : {&k, &v}) {
+        absl::StatusOr<std::vector<float>> gathered = GatherPagedKV(p, *tensor, read);
+        if (!gathered.ok()) return gathered.status();
+        *tensor = *std::move(gathered);
+      }
+    }
+    absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p.Unpaged(), q, k, v);
     if (!ref.ok()) return ref.status();
     std::vector<float> out(ref->begin(), ref->end());
     size_t write = out.size();

@@ -171,6 +171,13 @@ struct AttentionProblem {
 // non-causal, q_len == kv_len == S.
 std::vector<AttentionProblem> SeedPresetProblems();
 
+// Serving shapes against a KV cache: batch 16, 32 query heads, 8 KV heads, head_dim 128,
+// bf16, causal: decode (one new token) at cache lengths 1024, 8192 and 32768 with contiguous
+// K/V; batch 1 at 65536; paged with pages of 16 and of 1 token at 8192; and a prefill of 512
+// new tokens over an 8192-token prefix (8704 keys), contiguous and paged (pages of 16, the
+// 512 prefix pages shared by every sequence).
+std::vector<AttentionProblem> DecodePresetProblems();
+
 // OK when `table` is a valid block table of the paged problem `problem`: BlockTableEntries()
 // entries, and every entry a sequence reads (the first PagesOfSequence(b) of row b) in
 // [0, PoolPages()). InvalidArgument naming the first bad entry otherwise (a page outside the

@@ -14,11 +14,16 @@
 //     key), some keys are -inf in dim 0 (scores -inf: masked; the first quarter of each
 //     sequence up to 24 keys, and every 7th key, so some rows see no key at all), values
 //     scaled by 64;
+//   - a paged problem (page_block_size > 0): K and V are random pools of PoolPages() pages,
+//     and each set has its own block table from GenerateBlockTable (seeded like the
+//     tensors), uploaded to device memory and passed as AttentionBuffers::block_table; the
+//     adversarial keys are written through that table;
 //   - the checked rows: every query token of a small problem (OElements() <=
 //     full_check_max_elements); else `sampled_rows` tokens, all heads, including the first
 //     and last token of each sequence (as many as fit), the rest drawn at random;
 //   - each set's fp64 reference (ReferenceAttentionRow) of the checked rows, computed on
-//     the host's threads.
+//     the host's threads; for a paged problem that of problem.Unpaged() on the K/V gathered
+//     through the set's table (GatherPagedKV).
 //
 // Measure, the screen of one config:
 //   1. Backend::CanImplement says no                      -> kUnsupported
@@ -77,6 +82,16 @@ struct RunnerOptions {
   // Also verify every config on the problem's adversarial inputs (see ProblemInputs).
   bool adversarial_check = true;
 };
+
+// A block table for the paged problem `problem` (BlockTableEntries() entries, row b for
+// sequence b), as a serving cache's allocator leaves it: the pool's pages shuffled by a
+// permutation seeded by `seed`; the first shared_prefix_pages logical pages of every sequence
+// mapped to the same physical pages; every other page a sequence needs a page of its own,
+// drawn in shuffled order, so a pool larger than PagesNeeded() leaves pages unused and one
+// smaller reuses pages (the n-th page needed is the (n mod PoolPages())-th of the shuffle).
+// Entries past a sequence's pages (never read) name a valid page. Empty for a contiguous or
+// invalid problem. The result always passes ValidateBlockTable.
+std::vector<int32_t> GenerateBlockTable(const AttentionProblem& problem, uint64_t seed);
 
 // Order statistics of timing samples, linear interpolation; q in [0, 1]. 0 for no samples.
 double Quantile(std::vector<double> samples, double q);

@@ -5,13 +5,19 @@
 // Exact: the same device class and the same problem key (AttentionProblem::Key()).
 //
 // Nearest: among the tuned problems of the same device class with the same kind (prefill /
-// decode), head_dim, dtype and causal flag whose keys parse back (AttentionProblem::FromKey;
+// decode), head_dim, dtype, causal flag and page size (0 = contiguous K/V), and for decode
+// also the same query and KV heads, whose keys parse back (AttentionProblem::FromKey;
 // varlen and padded problems carry only a hash of their length lists, so they can be
-// matched exactly but are never used as a nearest source), the one minimising
+// matched exactly but are never used as a nearest source), the one minimising, for prefill,
 //     distance = |log2(b/b')| + |log2(hq/hq')| + |log2(hkv/hkv')| + |log2(q/q')| + |log2(k/k')|
 // i.e. the number of doublings/halvings of batch, query heads, KV heads, query length and
 // key length that separate the shapes (for a varlen request, q and k are its longest
-// sequence). Ties break by the smaller problem key, so answers are deterministic.
+// sequence); and for decode, where the cache length decides the split and the batch how
+// many blocks fill the device,
+//     distance = |bucket(c) - bucket(c')| + |log2(b/b')| + |log2(q/q')|
+// with c the mean cache length over the batch's sequences (visible keys), bucket(c) =
+// ceil(log2(c)) (so 7000 and 8192 keys share a bucket), and q the new tokens per sequence.
+// Ties break by the smaller problem key, so answers are deterministic.
 //
 // Default (nothing comparable tuned): DefaultConfig of the device class's backend
 // (fusetune/kernels/default_config.h, the same definition the client cache falls back to).
@@ -59,7 +65,8 @@ class BestConfigIndex {
     AttentionProblem problem;
     size_t entry;  // index into entries_
   };
-  // Group of nearest candidates: device class + kind/head_dim/dtype/causal.
+  // Group of nearest candidates: device class + kind/head_dim/dtype/causal/page size (and the
+  // heads, for decode).
   static std::string GroupKey(std::string_view device_class, const AttentionProblem& p);
 
   std::vector<BestConfig> entries_;
