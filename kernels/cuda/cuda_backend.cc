@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "attention_params.h"
+#include "baseline_args.h"
 #include "baseline_kernels.h"
 #include "baseline_plan.h"
 #include "fused/fused_configs.h"
@@ -35,6 +36,7 @@ using cuda::AttentionParams;
 using cuda::BaselinePlan;
 using cuda::ElemType;
 using cuda::GemmGroup;
+using cuda::ToElemType;
 
 constexpr cudaStream_t kStream = 0;  // legacy default stream
 // Bigger than twice the H200's 60 MB L2, so one memset evicts everything a launch left there.
@@ -58,15 +60,6 @@ const char* CublasErrorName(cublasStatus_t s) {
     case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
   }
   return "CUBLAS_STATUS_UNKNOWN";
-}
-
-ElemType ToElemType(DType d) {
-  switch (d) {
-    case DType::kFp32: return ElemType::kF32;
-    case DType::kFp16: return ElemType::kF16;
-    case DType::kBf16: return ElemType::kBf16;
-  }
-  return ElemType::kF32;
 }
 
 cudaDataType_t CublasType(DType d) {
@@ -615,42 +608,12 @@ class CudaBackend final : public Backend {
             !s.ok()) {
           return s;
         }
-        cuda::SoftmaxRowsArgs sm;
-        sm.scores = reinterpret_cast<const float*>(ws + g.scores_offset);
-        sm.probs = ws + g.probs_offset;
-        sm.p_type = problem.dtype == DType::kFp32 ? ElemType::kF32 : ToElemType(problem.dtype);
-        sm.entries = g.entries;
-        sm.q_len = g.q_len;
-        sm.k_len = g.k_len;
-        sm.ld = g.ld;
-        sm.causal = problem.causal;
-        sm.scale_log2 = p.scale_log2;
-        sm.threads = config.threads;
+        const cuda::SoftmaxRowsArgs sm =
+            cuda::SoftmaxRowsArgsFor(problem, config, g, ws, ToElemType(problem.dtype), p.scale_log2);
         if (auto s = Check(cuda::LaunchSoftmaxRows(sm, kStream), "softmax launch"); !s.ok()) return s;
       } else {
-        cuda::PartialScoresArgs ps;
-        ps.q = p.q;
-        ps.k = p.k;
-        ps.probs = ws + g.probs_offset;
-        ps.in_type = ToElemType(problem.dtype);
-        ps.p_type = ps.in_type;
-        ps.head_dim = d;
-        ps.q_heads = problem.q_heads;
-        ps.kv_heads = problem.kv_heads;
-        ps.q_first_row = g.q_first_row;
-        ps.k_first_row = g.k_first_row;
-        ps.q_seq_stride = g.q_seq_stride;
-        ps.k_seq_stride = g.k_seq_stride;
-        ps.sequences = g.sequences;
-        ps.q_len = g.q_len;
-        ps.k_len = g.k_len;
-        ps.ld = g.ld;
-        ps.causal = problem.causal;
-        ps.scale_log2 = p.scale_log2;
-        ps.block_m = config.block_m;
-        ps.block_s = config.block_s;
-        ps.threads = config.threads;
-        ps.tensor_cores = config.precision != Precision::kFp32;
+        const cuda::PartialScoresArgs ps = cuda::PartialScoresArgsFor(
+            problem, config, g, p.q, p.k, ws, p.scale_log2, /*tensor_cores=*/config.precision != Precision::kFp32);
         if (auto s = Check(cuda::LaunchPartialScores(ps, kStream), "partial scores launch"); !s.ok()) {
           return s;
         }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "attention_params.h"
+#include "baseline_args.h"
 #include "baseline_kernels.h"
 #include "baseline_plan.h"
 #include "hip_configs.h"
@@ -24,6 +25,7 @@ using absl::StrCat;
 using hip::AttentionParams;
 using hip::ElemType;
 using hip::GemmGroup;
+using hip::ToElemType;
 
 constexpr size_t kL2FlushBytes = size_t{256} << 20;  // over the largest AMD last-level cache
 
@@ -31,10 +33,6 @@ constexpr size_t kL2FlushBytes = size_t{256} << 20;  // over the largest AMD las
 std::string HipErrorText(hipError_t e) {
   const std::string name = hipGetErrorName(e), text = hipGetErrorString(e);
   return name == text ? name : StrCat(name, ": ", text);
-}
-
-ElemType ToElemType(DType d) {
-  return d == DType::kFp32 ? ElemType::kF32 : d == DType::kFp16 ? ElemType::kF16 : ElemType::kBf16;
 }
 
 class HipBackend final : public Backend {
@@ -265,41 +263,12 @@ class HipBackend final : public Backend {
       gemm.ld = g.ld;
       if (config.variant == Variant::kMaterialized) {
         if (auto s = Check(hip::LaunchScoresGemm(gemm, stream_), "QK^T GEMM"); !s.ok()) return s;
-        hip::SoftmaxRowsArgs sm;
-        sm.scores = gemm.scores;
-        sm.probs = ws + g.probs_offset;
-        sm.p_type = gemm.in_type;
-        sm.entries = g.entries;
-        sm.q_len = g.q_len;
-        sm.k_len = g.k_len;
-        sm.ld = g.ld;
-        sm.causal = problem.causal;
-        sm.scale_log2 = p.scale_log2;
-        sm.threads = config.threads;
+        const hip::SoftmaxRowsArgs sm = hip::SoftmaxRowsArgsFor(problem, config, g, ws, gemm.in_type, p.scale_log2);
         if (auto s = Check(hip::LaunchSoftmaxRows(sm, stream_), "softmax launch"); !s.ok()) return s;
       } else {
-        hip::PartialScoresArgs ps;
-        ps.q = p.q;
-        ps.k = p.k;
-        ps.probs = ws + g.probs_offset;
-        ps.in_type = ps.p_type = gemm.in_type;
-        ps.head_dim = problem.head_dim;
-        ps.q_heads = problem.q_heads;
-        ps.kv_heads = problem.kv_heads;
-        ps.q_first_row = g.q_first_row;
-        ps.k_first_row = g.k_first_row;
-        ps.q_seq_stride = g.q_seq_stride;
-        ps.k_seq_stride = g.k_seq_stride;
-        ps.sequences = g.sequences;
-        ps.q_len = g.q_len;
-        ps.k_len = g.k_len;
-        ps.ld = g.ld;
-        ps.causal = problem.causal;
-        ps.scale_log2 = p.scale_log2;
-        ps.block_m = config.block_m;
-        ps.block_s = config.block_s;
-        ps.threads = config.threads;
-        ps.tensor_cores = false;  // WMMA is CUDA-only: QK^T in exact fp32
+        // WMMA is CUDA-only: QK^T in exact fp32.
+        const hip::PartialScoresArgs ps =
+            hip::PartialScoresArgsFor(problem, config, g, p.q, p.k, ws, p.scale_log2, /*tensor_cores=*/false);
         if (auto s = Check(hip::LaunchPartialScores(ps, stream_), "partial scores launch"); !s.ok()) return s;
       }
       if (auto s = Check(hip::LaunchProbsValueGemm(gemm, stream_), "PV GEMM"); !s.ok()) return s;
