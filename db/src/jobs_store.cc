@@ -261,25 +261,6 @@ absl::StatusOr<Job> Store::LeaseJob(std::string_view worker_id, std::string_view
   std::optional<Job> leased;
   FT_DB_RETURN_IF_ERROR(impl_->WriteTransaction([&](Connection& c) -> absl::Status {
     FT_DB_RETURN_IF_ERROR(ExpireLeasesLocked(c, now_unix_ms).status());
-    // A worker asking for a job holds none, so a job still leased to it is one whose lease
-    // reply it never received (the call ended on its side after the reply left the server):
-    // that job is delivered again with its lease renewed, instead of waiting out the lease.
-    {
-      FT_DB_ASSIGN_OR_RETURN(Statement s,
-                             c.Prepare("SELECT job_id FROM jobs WHERE state = 'leased' AND leased_by = ?1 AND "
-                                       "device_class = ?2 ORDER BY job_id LIMIT 1"));
-      s.Bind(1, worker_id).Bind(2, device_class);
-      FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (row) {
-        const int64_t held = s.Int64(0);
-        FT_DB_ASSIGN_OR_RETURN(Statement renew,
-                               c.Prepare("UPDATE jobs SET lease_expiry_unix_ms = ?2 WHERE job_id = ?1"));
-        renew.Bind(1, held).Bind(2, now_unix_ms + lease_ms);
-        FT_DB_RETURN_IF_ERROR(renew.Run());
-        FT_DB_ASSIGN_OR_RETURN(leased, LoadJob(c, held));
-        return absl::OkStatus();
-      }
-    }
     int64_t job_id = 0;
     {
       FT_DB_ASSIGN_OR_RETURN(Statement s,

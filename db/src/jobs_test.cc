@@ -117,23 +117,6 @@ TEST(StoreJobs, ExpiredLeaseReturnsJobToQueueAndAttemptsCountLeases) {
   EXPECT_EQ(store->GetJob(id)->leased_by, "w2");
 }
 
-TEST(StoreJobs, AWorkerAskingAgainGetsTheJobItHoldsWithItsLeaseRenewed) {
-  auto store = OpenOrDie(":memory:");
-  const int64_t first = *store->EnqueueJob(TestJob());
-  const int64_t second = *store->EnqueueJob(TestJob());
-  ASSERT_EQ(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs)->job_id, first);
-  // w1 asks again: it never received the first reply, so it gets the same job, not the next.
-  absl::StatusOr<Job> again = store->LeaseJob("w1", kCpuClass, kT0 + 10, kLeaseMs);
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->job_id, first);
-  EXPECT_EQ(again->lease_expiry_unix_ms, kT0 + 10 + kLeaseMs);
-  EXPECT_EQ(again->attempts, 1) << "a delivery repeated is not another attempt";
-  // Others still get the queue in order; once w1 completes, its next lease is the next job.
-  ASSERT_TRUE(store->CompleteJob(first, "w1", true, "", kT0 + 20).ok());
-  EXPECT_EQ(store->LeaseJob("w1", kCpuClass, kT0 + 30, kLeaseMs)->job_id, second);
-  EXPECT_EQ(store->LeaseJob("w2", kCpuClass, kT0 + 30, kLeaseMs).status().code(), absl::StatusCode::kNotFound);
-}
-
 TEST(StoreJobs, LeaseJobReclaimsExpiredLeasesItself) {
   auto store = OpenOrDie(":memory:");
   const int64_t id = *store->EnqueueJob(TestJob());
@@ -345,8 +328,7 @@ TEST(StoreJobs, ConcurrentLeasersNeverShareAJob) {
           return;
         }
         got[t].push_back(j->job_id);
-        // As a device does: finish the job before asking for the next (a worker asking while it
-        // holds one gets that one again).
+        // As a device does: finish the job before asking for the next.
         if (absl::Status done = s->CompleteJob(j->job_id, worker, true, "", kT0); !done.ok()) {
           ADD_FAILURE() << done;
           return;

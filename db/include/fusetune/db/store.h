@@ -312,9 +312,7 @@ class Store : public RecordSink {
   // Newest first (highest job_id); limit in [1, 100000] else InvalidArgument.
   absl::StatusOr<std::vector<Job>> ListJobs(std::optional<JobState> state = std::nullopt, int limit = 1000);
   // Atomically: returns expired leases to the queue, then leases the oldest queued job for
-  // `device_class` to `worker_id` until now + lease_ms. A worker asks only when it holds no
-  // job, so a job still leased to `worker_id` (a lease reply it never received) is returned
-  // first, its lease renewed and its attempts unchanged. NotFound when none is queued.
+  // `device_class` to `worker_id` until now + lease_ms. NotFound when none is queued.
   absl::StatusOr<Job> LeaseJob(std::string_view worker_id, std::string_view device_class,
                                int64_t now_unix_ms, int64_t lease_ms);
   // Extends the lease; FailedPrecondition if the job is no longer leased by this worker. A
