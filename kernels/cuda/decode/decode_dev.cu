@@ -1,0 +1,687 @@
+// Development driver of the CUDA decode kernel family (llm.c dev/cuda style), built by nvcc
+// alone from the kernel sources and this file — no absl or other third-party headers — so a GPU
+// host compiles, checks and times the kernels in one step (build_dev.sh beside this file):
+//
+//   decode_dev check [problems] [seed] [small]  random problems against a plain fp64 CPU
+//        reference gathered through the same block table: page sizes 1/3/16/64/256 and
+//        contiguous caches (uniform with key padding, varlen), shuffled and shared tables, pools
+//        larger than needed with unused rows NaN, cache lengths 0, 1, odd and not multiples of
+//        the page, batches up to 64 with one long sequence, GQA 32/8, 8/1 (MQA) and others,
+//        1-16 new tokens (bottom-right causal), fp16/bf16/fp32, d64/d128, random splits, large
+//        logits. Output poisoned (all ones) first: every element must be written. `small`
+//        keeps every problem tiny (for compute-sanitizer).
+//   decode_dev bench [csv] [launches]  the decode preset's shapes: every instance x split
+//        count, L2 flushed before every launch, CUDA events, median; K/V bytes / time in TB/s
+//        beside a read-only kernel over the same bytes (the read ceiling of this run).
+//
+// Exit code: 0 when every check passed, 1 on a failed check or CUDA error, 77 without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "decode_instance.h"
+
+namespace {
+
+using fusetune::cuda::decode::DecodeInstance;
+using fusetune::cuda::decode::DecodeInstanceList;
+using fusetune::cuda::decode::DecodeKernelArgs;
+using fusetune::cuda::decode::DecodeStorage;
+
+#define CUDA_OK(call)                                                                             \
+  do {                                                                                            \
+    cudaError_t err_ = (call);                                                                    \
+    if (err_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__,      \
+                   __LINE__, cudaGetErrorString(err_));                                           \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+const char* StorageName(DecodeStorage s) {
+  switch (s) {
+    case DecodeStorage::kFp32: return "fp32";
+    case DecodeStorage::kFp16: return "fp16";
+    case DecodeStorage::kBf16: return "bf16";
+  }
+  return "?";
+}
+int StorageBytes(DecodeStorage s) { return s == DecodeStorage::kFp32 ? 4 : 2; }
+
+std::vector<DecodeInstance> AllInstances() {
+  std::vector<DecodeInstance> v;
+  for (DecodeInstanceList l : {fusetune::cuda::decode::DecodeFp32Instances(),
+                               fusetune::cuda::decode::DecodeFp16Instances(),
+                               fusetune::cuda::decode::DecodeBf16Instances()}) {
+    v.insert(v.end(), l.data, l.data + l.size);
+  }
+  return v;
+}
+
+std::string InstanceName(const DecodeInstance& in) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s/d%d/bm%d/bs%d/t%d/st%d", StorageName(in.storage), in.head_dim, in.block_m,
+                in.block_s, in.threads, in.stages);
+  return buf;
+}
+
+// Storage encoding (round to nearest even) and decoding on the host.
+uint16_t ToHalfBits(float x) {
+  __half h = __float2half_rn(x);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+uint16_t ToBf16Bits(float x) {
+  __nv_bfloat16 h = __float2bfloat16_rn(x);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+float FromBits(DecodeStorage s, const void* p, int64_t i) {
+  if (s == DecodeStorage::kFp32) return static_cast<const float*>(p)[i];
+  uint16_t b = static_cast<const uint16_t*>(p)[i];
+  if (s == DecodeStorage::kFp16) {
+    __half h;
+    std::memcpy(&h, &b, 2);
+    return __half2float(h);
+  }
+  __nv_bfloat16 h;
+  std::memcpy(&h, &b, 2);
+  return __bfloat162float(h);
+}
+// Stores x as storage type `s` at element i of `p`; returns the stored value as float.
+float Store(DecodeStorage s, void* p, int64_t i, float x) {
+  if (s == DecodeStorage::kFp32) {
+    static_cast<float*>(p)[i] = x;
+  } else {
+    static_cast<uint16_t*>(p)[i] = s == DecodeStorage::kFp16 ? ToHalfBits(x) : ToBf16Bits(x);
+  }
+  return FromBits(s, p, i);
+}
+
+// One problem as the kernels see it, with host copies of every input.
+struct DevProblem {
+  DecodeStorage storage = DecodeStorage::kBf16;
+  int d = 128, batch = 1, hq = 32, hkv = 8, causal = 0;
+  float scale = 0;
+  std::vector<int> q_lens, k_lens;  // per sequence: query tokens, visible keys
+  bool varlen = false;              // cu_seqlens for Q and K; else uniform q_len, kv_len + padding
+  int page = 0;                     // 0: contiguous
+  int pool_pages = 0, table_width = 0;
+  std::vector<int32_t> table;
+  // derived
+  int q_len = 0, kv_len = 0;
+  int64_t total_q = 0, total_k_rows = 0;
+  std::vector<int64_t> q_start, k_start;
+  std::vector<uint8_t> q, k, v;  // storage bytes
+  std::string label;
+
+  int group() const { return hq / hkv; }
+  int Visible(int b, int i) const {
+    if (!causal) return k_lens[b];
+    return std::max(0, std::min(k_lens[b], i + k_lens[b] - q_lens[b] + 1));
+  }
+  // Row (in K/V memory) of key j of sequence b.
+  int64_t KeyRow(int b, int j) const {
+    if (page > 0) return static_cast<int64_t>(table[static_cast<size_t>(b) * table_width + j / page]) * page + j % page;
+    return k_start[b] + j;
+  }
+  double KvBytes() const {
+    double keys = 0;
+    for (int b = 0; b < batch; ++b) keys += k_lens[b];
+    return 2.0 * keys * hkv * d * StorageBytes(storage);
+  }
+};
+
+// Lays out Q/K/V (values uniform in [-amp, amp]; unused K/V rows NaN) and the table.
+void Materialize(DevProblem& p, std::mt19937_64& rng, float amp, int shared_prefix_pages, bool poison = true) {
+  const int B = p.batch;
+  p.q_len = *std::max_element(p.q_lens.begin(), p.q_lens.end());
+  p.kv_len = *std::max_element(p.k_lens.begin(), p.k_lens.end());
+  p.q_start.assign(B, 0);
+  p.k_start.assign(B, 0);
+  int64_t tq = 0;
+  for (int b = 0; b < B; ++b) {
+    p.q_start[b] = p.varlen ? tq : static_cast<int64_t>(b) * p.q_len;
+    tq += p.varlen ? p.q_lens[b] : p.q_len;
+  }
+  p.total_q = tq;
+  if (!p.varlen) {
+    for (int b = 0; b < B; ++b) p.q_lens[b] = p.q_len;  // uniform batch: every sequence has q_len queries
+  }
+  std::uniform_real_distribution<float> u(-amp, amp);
+  const int eb = StorageBytes(p.storage);
+  p.q.assign(static_cast<size_t>(p.total_q) * p.hq * p.d * eb, 0);
+  for (int64_t i = 0; i < p.total_q * p.hq * p.d; ++i) Store(p.storage, p.q.data(), i, u(rng));
+  if (p.page > 0) {
+    p.table_width = 0;
+    for (int b = 0; b < B; ++b) p.table_width = std::max(p.table_width, (p.k_lens[b] + p.page - 1) / p.page);
+    p.table_width += rng() % 3;  // entries past a sequence's pages are never read
+    int needed = shared_prefix_pages;
+    for (int b = 0; b < B; ++b) needed += std::max(0, (p.k_lens[b] + p.page - 1) / p.page - shared_prefix_pages);
+    p.pool_pages = needed + static_cast<int>(rng() % 7);
+    std::vector<int32_t> perm(p.pool_pages);
+    for (int i = 0; i < p.pool_pages; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    p.table.assign(static_cast<size_t>(B) * std::max(1, p.table_width), 0);
+    for (auto& e : p.table) e = (rng() & 1) ? -7 : 1 << 30;  // garbage past the sequence's pages
+    int next = shared_prefix_pages;
+    for (int b = 0; b < B; ++b) {
+      const int pages = (p.k_lens[b] + p.page - 1) / p.page;
+      for (int j = 0; j < pages; ++j) {
+        p.table[static_cast<size_t>(b) * p.table_width + j] = j < shared_prefix_pages ? perm[j] : perm[next++];
+      }
+    }
+    p.total_k_rows = static_cast<int64_t>(p.pool_pages) * p.page;
+  } else if (p.varlen) {
+    int64_t tk = 0;
+    for (int b = 0; b < B; ++b) {
+      p.k_start[b] = tk;
+      tk += p.k_lens[b];
+    }
+    p.total_k_rows = tk;
+  } else {
+    for (int b = 0; b < B; ++b) p.k_start[b] = static_cast<int64_t>(b) * p.kv_len;
+    p.total_k_rows = static_cast<int64_t>(B) * p.kv_len;
+  }
+  const int64_t kv_elems = std::max<int64_t>(1, p.total_k_rows) * p.hkv * p.d;
+  p.k.assign(static_cast<size_t>(kv_elems) * eb, 0);
+  p.v.assign(static_cast<size_t>(kv_elems) * eb, 0);
+  if (!poison) {  // timing only: random values everywhere, from a cheap generator
+    uint64_t x = rng() | 1;
+    for (int64_t i = 0; i < kv_elems; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      const float a = static_cast<float>(x & 0xffff) / 32768.0f - 1.0f;
+      const float b = static_cast<float>((x >> 16) & 0xffff) / 32768.0f - 1.0f;
+      Store(p.storage, p.k.data(), i, a);
+      Store(p.storage, p.v.data(), i, b);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < kv_elems; ++i) {  // NaN everywhere first: unused rows stay NaN
+    Store(p.storage, p.k.data(), i, NAN);
+    Store(p.storage, p.v.data(), i, NAN);
+  }
+  // Shared prefix pages hold the same values for every sequence: written once per row.
+  for (int b = 0; b < B; ++b) {
+    for (int j = 0; j < p.k_lens[b]; ++j) {
+      const int64_t row = p.KeyRow(b, j);
+      const bool shared_written = p.page > 0 && j / p.page < shared_prefix_pages && b > 0;
+      if (shared_written) continue;
+      for (int64_t e = 0; e < static_cast<int64_t>(p.hkv) * p.d; ++e) {
+        Store(p.storage, p.k.data(), row * p.hkv * p.d + e, u(rng));
+        Store(p.storage, p.v.data(), row * p.hkv * p.d + e, u(rng));
+      }
+    }
+  }
+}
+
+// fp64 reference of every (token, head) row; also the logit bound scale*max|q|*max|k|.
+std::vector<float> Decoded(DecodeStorage s, const std::vector<uint8_t>& bytes) {
+  std::vector<float> out(bytes.size() / StorageBytes(s));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = FromBits(s, bytes.data(), static_cast<int64_t>(i));
+  return out;
+}
+
+std::vector<double> Reference(const DevProblem& p, double* logit_bound) {
+  const int d = p.d, g = p.group();
+  const std::vector<float> qf = Decoded(p.storage, p.q), kf = Decoded(p.storage, p.k), vf = Decoded(p.storage, p.v);
+  std::vector<double> out(static_cast<size_t>(p.total_q) * p.hq * d, 0.0);
+  const double scale = p.scale;
+  double max_q = 0, max_k = 0;
+  for (int64_t t = 0; t < p.total_q * p.hq; ++t) {
+    double s = 0;
+    for (int e = 0; e < d; ++e) {
+      const double x = qf[t * d + e];
+      s += x * x;
+    }
+    max_q = std::max(max_q, s);
+  }
+  for (int b = 0; b < p.batch; ++b)
+    for (int j = 0; j < p.k_lens[b]; ++j)
+      for (int h = 0; h < p.hkv; ++h) {
+        double s = 0;
+        for (int e = 0; e < d; ++e) {
+          const double x = kf[(p.KeyRow(b, j) * p.hkv + h) * d + e];
+          s += x * x;
+        }
+        max_k = std::max(max_k, s);
+      }
+  *logit_bound = std::fabs(scale) * std::sqrt(max_q) * std::sqrt(max_k);
+  auto work = [&](int b0, int step) {
+    std::vector<double> sc, qv(d);
+    for (int b = b0; b < p.batch; b += step) {
+      for (int i = 0; i < p.q_lens[b]; ++i) {
+        const int n = p.Visible(b, i);
+        for (int h = 0; h < p.hq; ++h) {
+          const int kvh = h / g;
+          const int64_t qrow = (p.q_start[b] + i) * p.hq + h;
+          for (int e = 0; e < d; ++e) qv[e] = qf[qrow * d + e];
+          sc.assign(n, 0.0);
+          double mx = -INFINITY;
+          for (int j = 0; j < n; ++j) {
+            const int64_t krow = (p.KeyRow(b, j) * p.hkv + kvh) * d;
+            double s = 0;
+            for (int e = 0; e < d; ++e) s += qv[e] * kf[krow + e];
+            sc[j] = s * scale;
+            mx = std::max(mx, sc[j]);
+          }
+          double l = 0;
+          for (int j = 0; j < n; ++j) l += (sc[j] = std::exp(sc[j] - mx));
+          double* o = out.data() + qrow * d;
+          for (int j = 0; j < n; ++j) {
+            const int64_t vrow = (p.KeyRow(b, j) * p.hkv + kvh) * d;
+            const double w = sc[j] / l;
+            for (int e = 0; e < d; ++e) o[e] += w * vf[vrow + e];
+          }
+        }
+      }
+    }
+  };
+  const int threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work, t, threads);
+  for (auto& t : pool) t.join();
+  return out;
+}
+
+// The tolerance of the library's ToleranceFor (kernels/reference): max |out - ref| / max |ref|,
+// the products' part scaled by the logit bound beyond sqrt(head_dim).
+double Tolerance(DecodeStorage s, double logit_bound, int d) {
+  const double product = s == DecodeStorage::kFp32 ? 1e-4 : s == DecodeStorage::kFp16 ? 1e-2 : 3e-2;
+  const double storage = s == DecodeStorage::kFp32 ? 0 : s == DecodeStorage::kFp16 ? 2e-3 : 1.6e-2;
+  const double calibrated = std::sqrt(static_cast<double>(d));
+  const double grow = logit_bound > calibrated ? logit_bound / calibrated : 1.0;
+  return std::max(product * grow, storage);
+}
+
+struct DeviceProblem {
+  void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  int32_t *table = nullptr, *cu_q = nullptr, *cu_k = nullptr, *kv_lens = nullptr, *counters = nullptr;
+  float* ws = nullptr;
+  size_t ws_floats = 0;
+  size_t o_bytes = 0;
+  void Free() {
+    for (void* x : {q, k, v, o, static_cast<void*>(table), static_cast<void*>(cu_q), static_cast<void*>(cu_k),
+                    static_cast<void*>(kv_lens), static_cast<void*>(ws), static_cast<void*>(counters)}) {
+      if (x) cudaFree(x);
+    }
+    *this = DeviceProblem{};
+  }
+};
+
+template <typename T>
+T* Upload(const std::vector<T>& h) {
+  if (h.empty()) return nullptr;
+  void* p = nullptr;
+  CUDA_OK(cudaMalloc(&p, h.size() * sizeof(T)));
+  CUDA_OK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return static_cast<T*>(p);
+}
+
+DeviceProblem UploadProblem(const DevProblem& p, int max_splits) {
+  DeviceProblem dp;
+  dp.q = Upload(p.q);
+  dp.k = Upload(p.k);
+  dp.v = Upload(p.v);
+  dp.o_bytes = p.q.size();
+  CUDA_OK(cudaMalloc(&dp.o, std::max<size_t>(16, dp.o_bytes)));
+  if (p.page > 0) dp.table = Upload(p.table);
+  if (p.varlen) {
+    std::vector<int32_t> cq(p.batch + 1, 0), ck(p.batch + 1, 0);
+    for (int b = 0; b < p.batch; ++b) {
+      cq[b + 1] = cq[b] + p.q_lens[b];
+      ck[b + 1] = ck[b] + p.k_lens[b];
+    }
+    dp.cu_q = Upload(cq);
+    dp.cu_k = Upload(ck);
+  } else {
+    std::vector<int32_t> lens(p.k_lens.begin(), p.k_lens.end());
+    dp.kv_lens = Upload(lens);
+  }
+  dp.ws_floats = static_cast<size_t>(
+      fusetune::cuda::decode::DecodeWorkspaceFloats(p.total_q, p.hq, p.d, std::max(2, max_splits)));
+  CUDA_OK(cudaMalloc(&dp.ws, dp.ws_floats * sizeof(float)));
+  // Enough counters for the smallest row block (16 rows); zero once, left zero by every launch.
+  const int64_t counters = fusetune::cuda::decode::DecodeSplitCounterCount(
+      (p.group() * p.q_len + 15) / 16, p.batch, p.hkv);
+  CUDA_OK(cudaMalloc(&dp.counters, counters * sizeof(int32_t)));
+  CUDA_OK(cudaMemset(dp.counters, 0, counters * sizeof(int32_t)));
+  return dp;
+}
+
+DecodeKernelArgs ArgsFor(const DevProblem& p, const DeviceProblem& dp, const DecodeInstance& in, int splits) {
+  DecodeKernelArgs a;
+  a.q = dp.q;
+  a.k = dp.k;
+  a.v = dp.v;
+  a.o = dp.o;
+  a.batch = p.batch;
+  a.q_heads = p.hq;
+  a.kv_heads = p.hkv;
+  a.group = p.group();
+  a.head_dim = p.d;
+  a.q_len = p.q_len;
+  a.kv_len = p.kv_len;
+  a.cu_seqlens_q = dp.cu_q;
+  a.cu_seqlens_k = dp.cu_k;
+  a.kv_valid_lens = dp.kv_lens;
+  a.causal = p.causal;
+  a.scale_log2 = p.scale * 1.4426950408889634f;
+  a.block_table = dp.table;
+  a.block_table_width = p.table_width;
+  a.page_size = p.page;
+  a.splits = splits;
+  a.total_q = p.total_q;
+  if (splits > 1) {
+    a.partial = dp.ws;
+    a.partial_ml = dp.ws + static_cast<int64_t>(splits) * p.total_q * p.hq * p.d;
+    a.split_counters = dp.counters;
+  }
+  a.row_blocks = (p.group() * p.q_len + in.block_m - 1) / in.block_m;
+  return a;
+}
+
+DevProblem RandomProblem(std::mt19937_64& rng, bool small, int index, float* amp, int* prefix_pages) {
+  auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  DevProblem p;
+  p.storage = static_cast<DecodeStorage>(rng() % 3);
+  p.d = pick({64, 128});
+  const int heads = static_cast<int>(rng() % 6);
+  const int hq[] = {32, 8, 4, 16, 6, 2}, hkv[] = {8, 1, 4, 2, 3, 1};
+  p.hq = hq[heads];
+  p.hkv = hkv[heads];
+  const bool many_tokens = rng() % 2;
+  const int n = many_tokens ? 2 + static_cast<int>(rng() % 15) : 1;
+  p.causal = n > 1 ? (rng() % 4 != 0) : static_cast<int>(rng() % 2);
+  const bool big_batch = !small && index % 10 == 0;
+  p.batch = big_batch ? 16 + static_cast<int>(rng() % 49) : 1 + static_cast<int>(rng() % 8);
+  const int layout = static_cast<int>(rng() % 8);  // 0 uniform, 1 varlen, 2..7 paged
+  p.page = layout >= 2 ? pick({1, 3, 16, 64, 256, 16}) : 0;
+  p.varlen = layout == 1 || (layout >= 2 && rng() % 3 == 0);
+  const int max_len = small ? 70 : (p.page == 1 ? 700 : 1500);
+  for (int b = 0; b < p.batch; ++b) {
+    int len;
+    switch (rng() % 6) {
+      case 0: len = 1; break;
+      case 1: len = 1 + 2 * static_cast<int>(rng() % (max_len / 2)); break;  // odd
+      case 2: len = p.page > 1 ? p.page * (1 + static_cast<int>(rng() % 4)) + 1 : 1 + static_cast<int>(rng() % max_len); break;
+      case 3: len = (rng() % 8 == 0) ? 0 : 1 + static_cast<int>(rng() % max_len); break;
+      default: len = 1 + static_cast<int>(rng() % max_len); break;
+    }
+    p.k_lens.push_back(len);
+    p.q_lens.push_back(p.varlen ? 1 + static_cast<int>(rng() % n) : n);
+  }
+  if (big_batch) p.k_lens[rng() % p.batch] = 4000 + static_cast<int>(rng() % 4200);  // one long sequence
+  // Shared prefix: the first pages of every sequence are the same physical pages.
+  *prefix_pages = 0;
+  if (p.page > 0 && rng() % 3 == 0) {
+    int shortest = *std::min_element(p.k_lens.begin(), p.k_lens.end());
+    *prefix_pages = shortest / p.page / 2;
+  }
+  p.scale = 1.0f / std::sqrt(static_cast<float>(p.d));
+  const int scale_kind = static_cast<int>(rng() % 10);
+  if (scale_kind == 0) p.scale = 1.0f;
+  if (scale_kind == 1) p.scale = 0.01f;
+  *amp = (rng() % 8 == 0) ? 4.0f : 1.0f;  // large logits
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "#%d %s d%d b%d hq%d hkv%d n%d causal%d %s page%d prefix%d scale%g amp%g", index,
+                StorageName(p.storage), p.d, p.batch, p.hq, p.hkv, n, p.causal, p.varlen ? "varlen" : "uniform",
+                p.page, *prefix_pages, p.scale, *amp);
+  p.label = buf;
+  return p;
+}
+
+int Check(int problems, uint64_t seed, bool small) {
+  const std::vector<DecodeInstance> all = AllInstances();
+  std::mt19937_64 rng(seed);
+  int failures = 0, runs = 0;
+  double worst_ratio = 0;
+  for (int index = 0; index < problems; ++index) {
+    float amp;
+    int prefix_pages;
+    DevProblem p = RandomProblem(rng, small, index, &amp, &prefix_pages);
+    Materialize(p, rng, amp, prefix_pages);
+    double bound = 0;
+    const std::vector<double> ref = Reference(p, &bound);
+    double ref_max = 0;
+    for (double x : ref) ref_max = std::max(ref_max, std::fabs(x));
+    const double tol = Tolerance(p.storage, bound, p.d);
+    std::vector<const DecodeInstance*> fit;
+    for (const auto& in : all)
+      if (in.head_dim == p.d && in.storage == p.storage) fit.push_back(&in);
+    // Every instance on a quarter of the problems, two random ones on the rest.
+    std::vector<const DecodeInstance*> chosen = fit;
+    if (index % 4 != 0) {
+      std::shuffle(chosen.begin(), chosen.end(), rng);
+      chosen.resize(std::min<size_t>(2, chosen.size()));
+    }
+    const int split_choices[] = {1, 2, 3, 5, 8, 16, 64};
+    DeviceProblem dp = UploadProblem(p, 64);
+    std::vector<uint8_t> out(dp.o_bytes);
+    for (const DecodeInstance* in : chosen) {
+      const int splits = split_choices[rng() % 7];
+      DecodeKernelArgs a = ArgsFor(p, dp, *in, splits);
+      CUDA_OK(cudaMemset(dp.o, 0xff, std::max<size_t>(16, dp.o_bytes)));  // NaN in every storage type
+      if (p.total_q > 0) {
+        CUDA_OK(in->launch(a, 0));
+        CUDA_OK(cudaDeviceSynchronize());
+      }
+      CUDA_OK(cudaMemcpy(out.data(), dp.o, dp.o_bytes, cudaMemcpyDeviceToHost));
+      if (splits > 1) {  // the last split block of each row block must leave its counter at zero
+        std::vector<int32_t> counters(fusetune::cuda::decode::DecodeSplitCounterCount(a.row_blocks, p.batch, p.hkv));
+        CUDA_OK(cudaMemcpy(counters.data(), dp.counters, counters.size() * 4, cudaMemcpyDeviceToHost));
+        if (std::any_of(counters.begin(), counters.end(), [](int32_t x) { return x != 0; })) {
+          ++failures;
+          std::printf("FAIL %s | %s split%d: split counters not left at zero\n", p.label.c_str(),
+                      InstanceName(*in).c_str(), splits);
+        }
+      }
+      double err = 0;
+      bool finite = true;
+      for (int64_t i = 0; i < static_cast<int64_t>(ref.size()); ++i) {
+        const double x = FromBits(p.storage, out.data(), i);
+        if (!std::isfinite(x)) {
+          finite = false;
+          break;
+        }
+        err = std::max(err, std::fabs(x - ref[i]));
+      }
+      const double rel = ref_max > 0 ? err / ref_max : err;
+      ++runs;
+      if (finite) worst_ratio = std::max(worst_ratio, rel / tol);
+      if (!finite || rel > tol) {
+        ++failures;
+        std::printf("FAIL %s | %s split%d: %s rel %.3g tol %.3g\n", p.label.c_str(), InstanceName(*in).c_str(),
+                    splits, finite ? "error" : "non-finite or unwritten output", rel, tol);
+      }
+    }
+    dp.Free();
+    if (index % 50 == 49) std::printf("  %d problems, %d runs, %d failures\n", index + 1, runs, failures);
+    std::fflush(stdout);
+  }
+  std::printf("SUMMARY check: %d problems, %d kernel runs, %d failures, worst error / tolerance %.3f\n", problems,
+              runs, failures, worst_ratio);
+  return failures == 0 ? 0 : 1;
+}
+
+// ---- timing ---------------------------------------------------------------------------------
+
+// Reads K and V once (four independent 16-byte loads of each in flight per thread).
+__global__ void ReadOnlyKernel(const uint4* k, const uint4* v, int64_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 a[4], b[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      a[u] = __ldcs(k + i + u * stride);
+      b[u] = __ldcs(v + i + u * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= a[u].x ^ a[u].y ^ a[u].z ^ a[u].w ^ b[u].x ^ b[u].y ^ b[u].z ^ b[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 a = __ldcs(k + i), b = __ldcs(v + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
+  }
+  if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads
+}
+
+struct Timer {
+  void* flush = nullptr;
+  static constexpr size_t kFlushBytes = size_t{256} << 20;
+  cudaEvent_t start, stop;
+  Timer() {
+    CUDA_OK(cudaMalloc(&flush, kFlushBytes));
+    CUDA_OK(cudaEventCreate(&start));
+    CUDA_OK(cudaEventCreate(&stop));
+  }
+  template <class F>
+  double MedianMicros(F&& launch, int launches) {
+    for (int i = 0; i < 2; ++i) CUDA_OK(launch());
+    std::vector<double> t;
+    for (int i = 0; i < launches; ++i) {
+      CUDA_OK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, 0));
+      CUDA_OK(cudaEventRecord(start, 0));
+      CUDA_OK(launch());
+      CUDA_OK(cudaEventRecord(stop, 0));
+      CUDA_OK(cudaEventSynchronize(stop));
+      float ms = 0;
+      CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
+      t.push_back(ms * 1e3);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+DevProblem ServingShape(const char* label, int batch, int cache, int n, int page, int prefix) {
+  DevProblem p;
+  p.storage = DecodeStorage::kBf16;
+  p.d = 128;
+  p.batch = batch;
+  p.hq = 32;
+  p.hkv = 8;
+  p.causal = 1;
+  p.scale = 1.0f / std::sqrt(128.0f);
+  p.q_lens.assign(batch, n);
+  p.k_lens.assign(batch, cache);
+  p.page = page;
+  p.label = label;
+  (void)prefix;
+  return p;
+}
+
+int Bench(const char* csv_path, int launches) {
+  const std::vector<DecodeInstance> all = AllInstances();
+  struct Shape {
+    const char* label;
+    int batch, cache, n, page, prefix_pages;
+  };
+  const Shape shapes[] = {
+      {"b16-c1k", 16, 1024, 1, 0, 0},        {"b16-c8k", 16, 8192, 1, 0, 0},
+      {"b16-c32k", 16, 32768, 1, 0, 0},      {"b1-c64k", 1, 65536, 1, 0, 0},
+      {"b16-c8k-paged16", 16, 8192, 1, 16, 0}, {"b16-c8k-paged1", 16, 8192, 1, 1, 0},
+      {"prefix-n512-c8k", 16, 8704, 512, 0, 0}, {"prefix-n512-c8k-paged16", 16, 8704, 512, 16, 512},
+  };
+  FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
+  if (csv) std::fprintf(csv, "shape,config,splits,us,tbps,ceiling_tbps\n");
+  Timer timer;
+  std::mt19937_64 rng(11);
+  std::vector<std::string> best_lines;
+  for (const Shape& s : shapes) {
+    DevProblem p = ServingShape(s.label, s.batch, s.cache, s.n, s.page, s.prefix_pages);
+    // Values only matter for timing through the data path; uniform inputs as the tuner uses.
+    Materialize(p, rng, 1.0f, s.prefix_pages, /*poison=*/false);
+    DeviceProblem dp = UploadProblem(p, 64);
+    // The read ceiling for the same bytes: K and V of the cache, contiguous.
+    const double bytes = p.KvBytes();
+    const int64_t n16 = static_cast<int64_t>(bytes / 2 / 16);
+    void *ck = nullptr, *cv = nullptr;
+    uint32_t* sink = nullptr;
+    CUDA_OK(cudaMalloc(&ck, n16 * 16));
+    CUDA_OK(cudaMalloc(&cv, n16 * 16));
+    CUDA_OK(cudaMalloc(&sink, 4));
+    CUDA_OK(cudaMemset(ck, 1, n16 * 16));
+    CUDA_OK(cudaMemset(cv, 2, n16 * 16));
+    const double ceiling_us = timer.MedianMicros(
+        [&] {
+          ReadOnlyKernel<<<132 * 4, 1024>>>(static_cast<const uint4*>(ck), static_cast<const uint4*>(cv), n16, sink);
+          return cudaGetLastError();
+        },
+        launches);
+    const double ceiling = bytes / ceiling_us * 1e-6;
+    std::printf("== %s (%.1f MiB K+V): read-only ceiling %.2f us %.2f TB/s\n", s.label, bytes / (1 << 20),
+                ceiling_us, ceiling);
+    double best = 1e30;
+    std::string best_name;
+    const bool prefill = s.n > 16;
+    const int splits_list[] = {1, 2, 4, 8, 16, 32, 64};
+    for (const DecodeInstance& in : all) {
+      if (in.head_dim != p.d || in.storage != p.storage) continue;
+      if (prefill != (in.block_m > 16)) continue;
+      for (int splits : splits_list) {
+        if (prefill && splits > 1) break;
+        if (s.batch * p.hkv * splits > 132 * 32 && splits > 1) break;
+        DecodeKernelArgs a = ArgsFor(p, dp, in, splits);
+        const double us = timer.MedianMicros([&] { return in.launch(a, 0); }, launches);
+        const double tbps = bytes / us * 1e-6;
+        std::printf("  %-28s split %2d  %9.2f us  %5.2f TB/s  %5.1f %% of the ceiling\n", InstanceName(in).c_str(),
+                    splits, us, tbps, 100.0 * tbps / ceiling);
+        if (csv) std::fprintf(csv, "%s,%s,%d,%.3f,%.4f,%.4f\n", s.label, InstanceName(in).c_str(), splits, us, tbps, ceiling);
+        if (us < best) {
+          best = us;
+          best_name = InstanceName(in) + " split " + std::to_string(splits);
+        }
+      }
+    }
+    char line[256];
+    std::snprintf(line, sizeof line, "%-26s %-36s %9.2f us %5.2f TB/s (ceiling %.2f, %.1f %%)", s.label,
+                  best_name.c_str(), best, bytes / best * 1e-6, ceiling, 100.0 * bytes / best * 1e-6 / ceiling);
+    best_lines.push_back(line);
+    cudaFree(ck);
+    cudaFree(cv);
+    cudaFree(sink);
+    dp.Free();
+  }
+  if (csv) std::fclose(csv);
+  std::printf("BEST PER SHAPE (L2 flushed before every launch, median of %d)\n", launches);
+  for (const auto& l : best_lines) std::printf("%s\n", l.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "check") {
+    const int problems = argc > 2 ? std::atoi(argv[2]) : 500;
+    const uint64_t seed = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 1;
+    const bool small = argc > 4 && std::string(argv[4]) == "small";
+    return Check(problems, seed, small);
+  }
+  if (mode == "bench") return Bench(argc > 2 ? argv[2] : nullptr, argc > 3 ? std::atoi(argv[3]) : 20);
+  std::fprintf(stderr, "usage: decode_dev check [problems] [seed] [small] | bench [csv] [launches]\n");
+  return 2;
+}

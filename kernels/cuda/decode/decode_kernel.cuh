@@ -1,0 +1,760 @@
+// Attention against a contiguous or paged KV cache (decode, and prefill over a cache), split
+// over the keys (flash-decoding). Layout and rows: decode_instance.h.
+//
+// Block: one row block (block_m rows: the query heads of one KV group times the new tokens,
+// token-major) of one sequence, one KV head and one key split. K/V tiles of block_s keys stream
+// through `stages` cp.async buffers shared by every warp; a paged cache is gathered row by row
+// through the block table, the page indices of the next tile loaded while the current one is
+// issued. Tensor-core kernel (fp16/bf16): warps are laid out (block_m / 16) x warps_n; a warp
+// owns 16 rows and block_s / warps_n keys of every tile, computes S = Q K^T and O += P V with
+// mma.sync m16n8k16 and keeps its own online-softmax state; at the end the warps_n states of a
+// row are merged exactly in shared memory. SIMT kernel (fp32 storage): exact fp32 FMAs, scores
+// through shared memory. Both end in one epilogue: normalised O (one split), or the block's
+// partial output and softmax state, which the last split block of its rows merges into O.
+//
+// Softmax state and exponents follow device_common.cuh (ExpShift): the max m in score units,
+// the sum l relative to R(m), so extreme scales stay exact and -inf/NaN propagate as the
+// reference says.
+#ifndef FUSETUNE_KERNELS_CUDA_DECODE_DECODE_KERNEL_CUH_
+#define FUSETUNE_KERNELS_CUDA_DECODE_DECODE_KERNEL_CUH_
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "../fused/fused_mma.cuh"
+#include "decode_instance.h"
+
+namespace fusetune::cuda::decode {
+
+using fused::CeilDiv;
+using fused::CpAsync16;
+using fused::CpAsyncCommit;
+using fused::CpAsyncWait;
+using fused::LdMatrixX4;
+using fused::LdMatrixX4Trans;
+using fused::Load4AsFloat;
+using fused::Mma;
+using fused::OnlineSoftmaxRow;
+using fused::PackPair;
+using fused::SetSharedMemoryLimitOnce;
+using fused::SmemAddress;
+using fused::Store4FromFloat;
+
+template <typename T>
+constexpr DecodeStorage DecodeStorageOf() {
+  if constexpr (sizeof(T) == 4) {
+    return DecodeStorage::kFp32;
+  } else if constexpr (fused::StorageOf<T>() == fused::StorageCode::kFp16) {
+    return DecodeStorage::kFp16;
+  } else {
+    return DecodeStorage::kBf16;
+  }
+}
+
+// One sequence's geometry (uniform or varlen batch, key padding applied).
+struct DecodeSequence {
+  int64_t q_start = 0;  // first query token (row of Q/O)
+  int64_t k_start = 0;  // first key row of a contiguous cache
+  int q_len = 0;
+  int k_vis = 0;  // visible keys
+};
+
+__device__ __forceinline__ DecodeSequence LoadDecodeSequence(const DecodeKernelArgs& a, int b) {
+  DecodeSequence s;
+  int k_len;
+  if (a.cu_seqlens_q != nullptr) {
+    const int q0 = a.cu_seqlens_q[b];
+    const int k0 = a.cu_seqlens_k[b];
+    s.q_start = q0;
+    s.q_len = a.cu_seqlens_q[b + 1] - q0;
+    s.k_start = k0;
+    k_len = a.cu_seqlens_k[b + 1] - k0;
+  } else {
+    s.q_start = static_cast<int64_t>(b) * a.q_len;
+    s.q_len = a.q_len;
+    s.k_start = static_cast<int64_t>(b) * a.kv_len;
+    k_len = a.kv_len;
+  }
+  s.k_vis = k_len;
+  if (a.kv_valid_lens != nullptr) s.k_vis = max(0, min(a.kv_valid_lens[b], k_len));
+  return s;
+}
+
+// Keys [0, result) are visible to query token i of the sequence (bottom-right causal).
+__device__ __forceinline__ int DecodeVisibleKeys(const DecodeSequence& s, bool causal, int i) {
+  if (!causal) return s.k_vis;
+  return max(0, min(s.k_vis, i + s.k_vis - s.q_len + 1));
+}
+
+// Which work a block does: its sequence, KV head, split, row block and key range.
+struct DecodeBlock {
+  DecodeSequence seq;
+  int b = 0, kv_head = 0, split = 0;
+  int row_block = 0;
+  int row0 = 0;       // first row of the block within the sequence's rows
+  int rows = 0;       // valid rows (<= block_m)
+  int key_begin = 0;  // the split's keys [key_begin, key_end) (key_end <= the rows' visible keys)
+  int key_end = 0;
+  int n_tiles = 0;
+};
+
+// Decodes blockIdx.x = ((row_block_from_last * batch * kv_heads) + b * kv_heads + kv_head) *
+// splits + split (the heaviest causal row blocks first). False when the block has no rows.
+template <int BM, int BS>
+__device__ __forceinline__ bool LocateDecodeBlock(const DecodeKernelArgs& a, DecodeBlock& blk) {
+  int idx = blockIdx.x;
+  blk.split = idx % a.splits;
+  idx /= a.splits;
+  const int bk = idx % (a.batch * a.kv_heads);
+  idx /= a.batch * a.kv_heads;
+  const int rb = a.row_blocks - 1 - idx;
+  blk.row_block = rb;
+  blk.b = bk / a.kv_heads;
+  blk.kv_head = bk % a.kv_heads;
+  blk.seq = LoadDecodeSequence(a, blk.b);
+  const int n_rows = a.group * blk.seq.q_len;
+  blk.row0 = rb * BM;
+  if (blk.row0 >= n_rows) return false;
+  blk.rows = min(BM, n_rows - blk.row0);
+  // The block's last row is its last token: it sees the most keys.
+  const int k_max = DecodeVisibleKeys(blk.seq, a.causal != 0, (blk.row0 + blk.rows - 1) / a.group);
+  // Splits cover whole tiles of the sequence's keys; trailing splits of a short cache are empty.
+  const int per_split = CeilDiv(CeilDiv(blk.seq.k_vis, a.splits), BS) * BS;
+  blk.key_begin = min(blk.split * per_split, k_max);
+  blk.key_end = min(blk.key_begin + per_split, k_max);
+  blk.n_tiles = CeilDiv(blk.key_end - blk.key_begin, BS);
+  return true;
+}
+
+// Streams the block's K/V tiles into shared memory: thread `tid` copies kPer 16-byte chunks
+// per tile, rows tid / kChunksPerRow + i * kRowStep at one column. For a paged cache the page
+// of each of those rows is read from the block table one tile ahead, and nothing uses the
+// loaded index until that tile is issued: a GPU thread stalls at the first use of a load, so
+// using it at once would put a table read's latency into every tile.
+template <typename T, int D, int BS, int NT>
+struct DecodeKvLoader {
+  static constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
+  static constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
+  static_assert(NT % kChunksPerRow == 0, "threads must cover whole rows");
+  static constexpr int kRowStep = NT / kChunksPerRow;
+  static_assert(BS % kRowStep == 0, "a tile must be whole passes of the block's threads");
+  static constexpr int kPer = BS / kRowStep;
+
+  const T* k;
+  const T* v;
+  int64_t kv_row_stride;  // elements between consecutive key rows (kv_heads * D)
+  const int32_t* table;   // this sequence's block-table row, or nullptr (contiguous)
+  int page_size;
+  int64_t k_start;        // contiguous cache: the sequence's first key row
+  int key_begin, key_end;
+  int row0, col;          // this thread's first row in a tile and its column (elements)
+  int64_t head_offset;    // kv_head * D + col
+  int next_page[kPer];    // paged: the pages of the next tile's rows (read, not yet used)
+
+  // Key of row i of tile `tile` for this thread.
+  __device__ __forceinline__ int Key(int tile, int i) const { return key_begin + tile * BS + row0 + i * kRowStep; }
+
+  __device__ __forceinline__ void LookUp(int tile) {
+    if (table == nullptr) return;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int j = Key(tile, i);
+      // Only the entries of the sequence's own pages are valid (and validated): none past key_end.
+      next_page[i] = j < key_end ? __ldg(table + j / page_size) : 0;
+    }
+  }
+
+  // Copies tile `tile` (whose pages LookUp(tile) read) into sK/sV rows of pitch kPitch
+  // elements, zero-filling rows past the split, then reads the pages of tile + 1.
+  template <int kPitch>
+  __device__ __forceinline__ void Issue(int tile, T* sK, T* sV) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int j = Key(tile, i);
+      const bool valid = j < key_end;
+      const int64_t row = table != nullptr
+                              ? static_cast<int64_t>(next_page[i]) * page_size + j % page_size
+                              : k_start + j;
+      const int64_t offset = valid ? row * kv_row_stride + head_offset : 0;
+      const int r = row0 + i * kRowStep;
+      CpAsync16(sK + r * kPitch + col, k + offset, valid);
+      CpAsync16(sV + r * kPitch + col, v + offset, valid);
+    }
+    LookUp(tile + 1);
+  }
+};
+
+template <typename T, int D, int BS, int NT>
+__device__ __forceinline__ DecodeKvLoader<T, D, BS, NT> MakeDecodeKvLoader(const DecodeKernelArgs& a,
+                                                                          const DecodeBlock& blk) {
+  using L = DecodeKvLoader<T, D, BS, NT>;
+  L ld;
+  ld.k = static_cast<const T*>(a.k);
+  ld.v = static_cast<const T*>(a.v);
+  ld.kv_row_stride = static_cast<int64_t>(a.kv_heads) * D;
+  ld.table = a.page_size > 0 ? a.block_table + static_cast<int64_t>(blk.b) * a.block_table_width : nullptr;
+  ld.page_size = a.page_size;
+  ld.k_start = blk.seq.k_start;
+  ld.key_begin = blk.key_begin;
+  ld.key_end = blk.key_end;
+  ld.row0 = threadIdx.x / L::kChunksPerRow;
+  ld.col = (threadIdx.x % L::kChunksPerRow) * L::kElemsPerChunk;
+  ld.head_offset = static_cast<int64_t>(blk.kv_head) * D + ld.col;
+  ld.LookUp(0);
+  return ld;
+}
+
+// Copies the block's Q rows (row r: token (row0 + r) / group, head kv_head * group +
+// (row0 + r) % group) into sQ (pitch kPitch), zero-filling rows past the block's rows.
+template <typename T, int D, int BM, int NT, int kPitch>
+__device__ __forceinline__ void LoadDecodeQ(const DecodeKernelArgs& a, const DecodeBlock& blk, T* sQ) {
+  constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
+  const T* q = static_cast<const T*>(a.q);
+  for (int c = threadIdx.x; c < BM * kChunksPerRow; c += NT) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * kElemsPerChunk;
+    const bool valid = r < blk.rows;
+    const T* src = q;
+    if (valid) {
+      const int row = blk.row0 + r;
+      const int64_t token = blk.seq.q_start + row / a.group;
+      const int head = blk.kv_head * a.group + row % a.group;
+      src = q + (token * a.q_heads + head) * D + col;
+    }
+    CpAsync16(sQ + r * kPitch + col, src, valid);
+  }
+}
+
+// O of one (token, head) row (`row` = token * q_heads + head), columns [col, col + 4), from the
+// `splits` partial entries of the row: exact, each rescaled by its log-sum-exp. The entries were
+// written by other blocks of the launch: read through L2 (__ldcg), never a stale L1 line.
+template <typename T>
+__device__ __forceinline__ void MergeSplitsIntoO(const DecodeKernelArgs& a, int64_t row, int col) {
+  const int64_t rows = a.total_q * a.q_heads;
+  const float c = a.scale_log2;
+  float m = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) m = fmaxf(m, __ldcg(a.partial_ml + 2 * (s * rows + row)));
+  const ExpShift to = MakeExpShift(m, c);
+  float l = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s = 0; s < a.splits; ++s) {
+    const int64_t e = s * rows + row;
+    const float ms = __ldcg(a.partial_ml + 2 * e), ls = __ldcg(a.partial_ml + 2 * e + 1);
+    if (m == -INFINITY) {
+      l += ls;  // 0, or NaN from a NaN score
+      continue;
+    }
+    if (ms == -INFINITY) continue;  // an empty split
+    const float f = exp2f(RescaleExponent(MakeExpShift(ms, c), to, c));
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(a.partial + e * a.head_dim + col));
+    l += ls * f;
+    acc.x += x.x * f;
+    acc.y += x.y * f;
+    acc.z += x.z * f;
+    acc.w += x.w * f;
+  }
+  const float inv = InverseOfSum(l);
+  Store4FromFloat<T>(static_cast<T*>(a.o) + row * a.head_dim + col,
+                     make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+}
+
+// The epilogue both kernels share: WN partial states per row (acc [WN][BM][D], m and l
+// [WN][BM] in shared memory, each relative to R(its m)) merged exactly, then either normalised
+// into O (one split) or written as the block's partial entry. With several splits, the last
+// block of a (row block, sequence, KV head) to finish — counted on its split counter — merges
+// every split's entries into O and sets the counter back to zero for the next launch, so a
+// launch is one kernel (no combine launch) and CUDA-graph friendly.
+template <typename T, int D, int BM, int WN, int NT>
+__device__ __forceinline__ void DecodeEpilogue(const DecodeKernelArgs& a, const DecodeBlock& blk,
+                                               const float* sAcc, const float* sM, const float* sL) {
+  const float c = a.scale_log2;
+  for (int idx = threadIdx.x; idx < BM * (D / 4); idx += NT) {
+    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
+    if (r >= blk.rows) continue;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WN; ++w) m = fmaxf(m, sM[w * BM + r]);
+    float l = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (m != -INFINITY) {
+      const ExpShift to = MakeExpShift(m, c);
+#pragma unroll
+      for (int w = 0; w < WN; ++w) {
+        const float mw = sM[w * BM + r];
+        if (mw == -INFINITY) continue;  // an empty state: l = 0, acc = 0
+        const float f = exp2f(RescaleExponent(MakeExpShift(mw, c), to, c));
+        const float4 x = *reinterpret_cast<const float4*>(sAcc + (w * BM + r) * D + col);
+        l += sL[w * BM + r] * f;
+        acc.x += x.x * f;
+        acc.y += x.y * f;
+        acc.z += x.z * f;
+        acc.w += x.w * f;
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < WN; ++w) l += sL[w * BM + r];  // 0, or NaN from a NaN score
+    }
+    const int row = blk.row0 + r;
+    const int64_t token = blk.seq.q_start + row / a.group;
+    const int head = blk.kv_head * a.group + row % a.group;
+    if (a.splits == 1) {
+      const float inv = InverseOfSum(l);
+      Store4FromFloat<T>(static_cast<T*>(a.o) + (token * a.q_heads + head) * D + col,
+                         make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    } else {
+      const int64_t e = (static_cast<int64_t>(blk.split) * a.total_q + token) * a.q_heads + head;
+      *reinterpret_cast<float4*>(a.partial + e * D + col) = acc;
+      if (col == 0) {
+        a.partial_ml[2 * e] = m;
+        a.partial_ml[2 * e + 1] = l;
+      }
+    }
+  }
+  if (a.splits == 1) return;
+  __shared__ int last_split;
+  __threadfence();  // this block's entries are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = a.split_counters +
+                   (static_cast<int64_t>(blk.row_block) * a.batch + blk.b) * a.kv_heads + blk.kv_head;
+    last_split = atomicAdd(counter, 1) == a.splits - 1;
+    if (last_split) atomicExch(counter, 0);
+  }
+  __syncthreads();
+  if (!last_split) return;
+  __threadfence();
+  for (int idx = threadIdx.x; idx < BM * (D / 4); idx += NT) {
+    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
+    if (r >= blk.rows) continue;
+    const int row = blk.row0 + r;
+    const int64_t token = blk.seq.q_start + row / a.group;
+    const int head = blk.kv_head * a.group + row % a.group;
+    MergeSplitsIntoO<T>(a, token * a.q_heads + head, col);
+  }
+}
+
+// ---- tensor-core kernel (fp16, bf16) --------------------------------------------------------
+
+template <typename T, int D, int BM, int BS, int W, int ST>
+struct DecodeMmaTraits {
+  using Storage = T;
+  static constexpr int kThreads = W * 32;
+  static constexpr int kWarpsM = BM / 16;
+  static constexpr int kWarpsN = W / kWarpsM;
+  static constexpr int kKeysPerWarp = BS / kWarpsN;
+  static_assert(BM % 16 == 0 && W % kWarpsM == 0, "warps tile the rows by 16");
+  static_assert(kKeysPerWarp % 16 == 0, "each warp takes whole k16 steps of every tile");
+  static_assert(ST >= 2 && ST <= 4, "2 to 4 K/V stages");
+  static constexpr int kPitch = D + 8;  // 16 bytes of padding: conflict-free ldmatrix
+  static constexpr int kRowBytes = kPitch * static_cast<int>(sizeof(T));
+  static constexpr int kTileElems = BS * kPitch;
+  static constexpr int kPipeBytes = (BM + 2 * ST * BS) * kRowBytes;
+  static constexpr int kMergeBytes = kWarpsN * BM * (D + 2) * 4;
+  static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+};
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKernelArgs a) {
+  using T = typename Tr::Storage;
+  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
+  constexpr int NT = Tr::kThreads, P = Tr::kPitch, RB = Tr::kRowBytes;
+  constexpr int WM = Tr::kWarpsM, WN = Tr::kWarpsN, KW = Tr::kKeysPerWarp;
+  constexpr int NB = KW / 8;       // n8 tiles of S per warp
+  constexpr int QKS = D / 16;      // k16 steps of QK^T
+  constexpr int DT = D / 8;        // n8 tiles of O
+
+  extern __shared__ __align__(128) unsigned char decode_smem[];
+  T* sQ = reinterpret_cast<T*>(decode_smem);
+  T* sK = sQ + BM * P;
+  T* sV = sK + ST * Tr::kTileElems;
+
+  DecodeBlock blk;
+  if (!LocateDecodeBlock<BM, BS>(a, blk)) return;
+  const int n_tiles = blk.n_tiles;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int gr = lane / 4, tc = lane % 4;
+  const int wm = warp % WM, wn = warp / WM;
+  const float c = a.scale_log2;
+
+  auto kv = MakeDecodeKvLoader<T, D, BS, NT>(a, blk);
+  if (n_tiles > 0) {
+    LoadDecodeQ<T, D, BM, NT, P>(a, blk, sQ);
+    CpAsyncCommit();
+#pragma unroll
+    for (int t = 0; t < ST - 1; ++t) {
+      if (t < n_tiles) kv.template Issue<P>(t, sK + t * Tr::kTileElems, sV + t * Tr::kTileElems);
+      CpAsyncCommit();
+    }
+  }
+
+  // Per thread: rows gr and gr + 8 of the warp's 16.
+  int lim[2];
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float acc[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
+  int warp_min_lim = 0x7fffffff;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int br = wm * 16 + gr + 8 * r;
+    const int row = blk.row0 + br;
+    lim[r] = min(DecodeVisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
+    // Rows past the block's rows are never written: they need no mask.
+    if (br < blk.rows) warp_min_lim = min(warp_min_lim, lim[r]);
+  }
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) warp_min_lim = min(warp_min_lim, __shfl_xor_sync(0xffffffffu, warp_min_lim, off));
+
+  uint32_t qf[QKS][4];
+  const uint32_t sQ_addr = SmemAddress(sQ);
+  const uint32_t sK_addr = SmemAddress(sK);
+  const uint32_t sV_addr = SmemAddress(sV);
+  const uint32_t a_lane_off = (lane % 16) * RB + (lane / 16) * 16;
+  const uint32_t b_lane_off = ((lane % 8) + 8 * (lane / 16)) * RB + ((lane / 8) % 2) * 16;
+  const uint32_t v_lane_off = ((lane % 8) + 8 * ((lane / 8) % 2)) * RB + (lane / 16) * 16;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    CpAsyncWait<ST - 2>();
+    __syncthreads();
+    {
+      const int nt = t + ST - 1;
+      const int nbuf = nt % ST;
+      if (nt < n_tiles) kv.template Issue<P>(nt, sK + nbuf * Tr::kTileElems, sV + nbuf * Tr::kTileElems);
+      CpAsyncCommit();
+    }
+    if (t == 0) {
+#pragma unroll
+      for (int ks = 0; ks < QKS; ++ks) LdMatrixX4(qf[ks], sQ_addr + wm * 16 * RB + a_lane_off + ks * 32);
+    }
+    const int buf = t % ST;
+    const int key0 = blk.key_begin + t * BS + wn * KW;  // the warp's first key of this tile
+
+    float s[NB][4];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
+    const uint32_t k_base = sK_addr + (buf * BS + wn * KW) * RB + b_lane_off;
+#pragma unroll
+    for (int ks = 0; ks < QKS; ++ks) {
+#pragma unroll
+      for (int np = 0; np < NB / 2; ++np) {
+        uint32_t kb[4];
+        LdMatrixX4(kb, k_base + np * 16 * RB + ks * 32);
+        Mma<T>(s[2 * np], qf[ks], kb[0], kb[1]);
+        Mma<T>(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+      }
+    }
+    if (key0 + KW > warp_min_lim) {  // a tile crossing some row's last visible key
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + nb * 8 + 2 * tc + (e % 2) >= lim[e / 2]) s[nb][e] = -INFINITY;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float alpha = OnlineSoftmaxRow<2 * NB, 4>(
+          [&](int n) -> float& { return s[n / 2][2 * r + n % 2]; }, m_run[r], l_run[r], c);
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        acc[dt][2 * r] *= alpha;
+        acc[dt][2 * r + 1] *= alpha;
+      }
+    }
+    const uint32_t v_base = sV_addr + (buf * BS + wn * KW) * RB + v_lane_off;
+#pragma unroll
+    for (int kk = 0; kk < KW / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t vb[4];
+        LdMatrixX4Trans(vb, v_base + kk * 16 * RB + dp * 32);
+        Mma<T>(acc[2 * dp], pa, vb[0], vb[1]);
+        Mma<T>(acc[2 * dp + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the merge area
+
+  float* sAcc = reinterpret_cast<float*>(decode_smem);
+  float* sM = sAcc + WN * BM * D;
+  float* sL = sM + WN * BM;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int br = wm * 16 + gr + 8 * r;
+    float* row = sAcc + (wn * BM + br) * D;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<float2*>(row + dt * 8 + 2 * tc) = make_float2(acc[dt][2 * r], acc[dt][2 * r + 1]);
+    if (tc == 0) {
+      sM[wn * BM + br] = m_run[r];
+      sL[wn * BM + br] = l;
+    }
+  }
+  __syncthreads();
+  DecodeEpilogue<T, D, BM, WN, NT>(a, blk, sAcc, sM, sL);
+}
+
+// ---- SIMT kernel (exact fp32) ---------------------------------------------------------------
+
+template <typename T, int D, int BM, int BS, int W, int ST>
+struct DecodeSimtTraits {
+  using Storage = T;
+  static constexpr int kThreads = W * 32;
+  static_assert(BS % 32 == 0 && ST >= 2 && ST <= 4, "whole warps of keys; 2 to 4 stages");
+  static_assert((BM * D / 4) % kThreads == 0, "each thread owns whole float4s of O");
+  static constexpr int kPitch = D + 16 / static_cast<int>(sizeof(T));  // 16-byte padding
+  static constexpr int kTileElems = BS * kPitch;
+  static constexpr int kRowsPerWarp = (BM + W - 1) / W;
+  static constexpr int kScorePitch = BS + 1;
+  // sQ (fp32, D) | sK, sV (storage, ST tiles) | scores [BM][BS + 1] | alpha, m, l [BM]
+  static constexpr int kSmemBytes = BM * D * 4 + 2 * ST * kTileElems * static_cast<int>(sizeof(T)) +
+                                    BM * kScorePitch * 4 + 3 * BM * 4;
+};
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) DecodeSimtKernel(const DecodeKernelArgs a) {
+  using T = typename Tr::Storage;
+  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
+  constexpr int NT = Tr::kThreads, P = Tr::kPitch, W = NT / 32, RPW = Tr::kRowsPerWarp;
+  constexpr int SP = Tr::kScorePitch;
+  constexpr int kOut = BM * D / 4 / NT;  // float4s of O per thread
+
+  extern __shared__ __align__(128) unsigned char decode_smem[];
+  float* sQ = reinterpret_cast<float*>(decode_smem);
+  T* sK = reinterpret_cast<T*>(sQ + BM * D);
+  T* sV = sK + ST * Tr::kTileElems;
+  float* sS = reinterpret_cast<float*>(sV + ST * Tr::kTileElems);
+  float* sAlpha = sS + BM * SP;
+  float* sM = sAlpha + BM;
+  float* sL = sM + BM;
+
+  DecodeBlock blk;
+  if (!LocateDecodeBlock<BM, BS>(a, blk)) return;
+  const int n_tiles = blk.n_tiles;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const float c = a.scale_log2;
+
+  // Q as fp32 (through the K tile buffer 0 for the raw copy would need a barrier dance; a
+  // direct load is as cheap for a few rows).
+  const T* q = static_cast<const T*>(a.q);
+  for (int idx = tid; idx < BM * D / 4; idx += NT) {
+    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < blk.rows) {
+      const int row = blk.row0 + r;
+      const int64_t token = blk.seq.q_start + row / a.group;
+      const int head = blk.kv_head * a.group + row % a.group;
+      const T* src = q + (token * a.q_heads + head) * D + col;
+      x = make_float4(ToFloat(src[0]), ToFloat(src[1]), ToFloat(src[2]), ToFloat(src[3]));
+    }
+    *reinterpret_cast<float4*>(sQ + r * D + col) = x;
+  }
+  auto kv = MakeDecodeKvLoader<T, D, BS, NT>(a, blk);
+#pragma unroll
+  for (int t = 0; t < ST - 1; ++t) {
+    if (t < n_tiles) kv.template Issue<P>(t, sK + t * Tr::kTileElems, sV + t * Tr::kTileElems);
+    CpAsyncCommit();
+  }
+
+  // Warp `warp` owns rows warp + i * W: their running max and this lane's part of the sum.
+  float m_run[RPW], l_run[RPW];
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    m_run[i] = -INFINITY;
+    l_run[i] = 0.f;
+  }
+  float4 acc[kOut];
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  for (int t = 0; t < n_tiles; ++t) {
+    CpAsyncWait<ST - 2>();
+    __syncthreads();
+    {
+      const int nt = t + ST - 1;
+      const int nbuf = nt % ST;
+      if (nt < n_tiles) kv.template Issue<P>(nt, sK + nbuf * Tr::kTileElems, sV + nbuf * Tr::kTileElems);
+      CpAsyncCommit();
+    }
+    const int buf = t % ST;
+    const T* k_tile = sK + buf * Tr::kTileElems;
+    const T* v_tile = sV + buf * Tr::kTileElems;
+    const int tile0 = blk.key_begin + t * BS;
+    // Scores: consecutive threads take consecutive keys of one row (16-byte K reads hit
+    // distinct bank groups: the padded pitch is an odd number of 16-byte units).
+    for (int idx = tid; idx < BM * BS; idx += NT) {
+      const int r = idx / BS, j = idx % BS;
+      const float* qr = sQ + r * D;
+      const T* kr = k_tile + j * P;
+      float sc = 0.f;
+#pragma unroll 8
+      for (int d = 0; d < D; d += 4) {
+        const float4 qv = *reinterpret_cast<const float4*>(qr + d);
+        const float4 kv4 = Load4AsFloat<T>(kr + d);
+        sc = fmaf(qv.x, kv4.x, sc);
+        sc = fmaf(qv.y, kv4.y, sc);
+        sc = fmaf(qv.z, kv4.z, sc);
+        sc = fmaf(qv.w, kv4.w, sc);
+      }
+      const int row = blk.row0 + r;
+      const int lim = min(DecodeVisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
+      sS[r * SP + j] = tile0 + j < lim ? sc : -INFINITY;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < RPW; ++i) {
+      const int r = warp + i * W;
+      if (r < BM) {
+        float* srow = sS + r * SP;
+        const float alpha = OnlineSoftmaxRow<BS / 32, 32>(
+            [&](int n) -> float& { return srow[lane + 32 * n]; }, m_run[i], l_run[i], c);
+        if (lane == 0) sAlpha[r] = alpha;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) {
+      const int g = tid + i * NT;
+      const int r = g / (D / 4), col = (g % (D / 4)) * 4;
+      const float alpha = sAlpha[r];
+      float4 x = acc[i];
+      x.x *= alpha;
+      x.y *= alpha;
+      x.z *= alpha;
+      x.w *= alpha;
+      const float* prow = sS + r * SP;
+#pragma unroll 4
+      for (int j = 0; j < BS; ++j) {
+        const float p = prow[j];
+        const float4 vv = Load4AsFloat<T>(v_tile + j * P + col);
+        x.x = fmaf(p, vv.x, x.x);
+        x.y = fmaf(p, vv.y, x.y);
+        x.z = fmaf(p, vv.z, x.z);
+        x.w = fmaf(p, vv.w, x.w);
+      }
+      acc[i] = x;
+    }
+  }
+  CpAsyncWait<0>();
+  __syncthreads();
+  // The merge area: acc [1][BM][D] over sK (the pipeline is done), m and l beside the scores.
+  float* sAcc = reinterpret_cast<float*>(sK);
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int r = warp + i * W;
+    float l = l_run[i];
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    if (r < BM && lane == 0) {
+      sM[r] = m_run[i];
+      sL[r] = l;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) {
+    const int g = tid + i * NT;
+    const int r = g / (D / 4), col = (g % (D / 4)) * 4;
+    *reinterpret_cast<float4*>(sAcc + r * D + col) = acc[i];
+  }
+  __syncthreads();
+  DecodeEpilogue<T, D, BM, 1, NT>(a, blk, sAcc, sM, sL);
+}
+
+// ---- launch -------------------------------------------------------------------------------
+
+template <typename T, int D, int BM, int BS, int W, int ST, bool kSimt>
+struct DecodeTraits : std::conditional_t<kSimt, DecodeSimtTraits<T, D, BM, BS, W, ST>,
+                                         DecodeMmaTraits<T, D, BM, BS, W, ST>> {
+  static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kStages = ST;
+};
+
+template <class Tr, bool kSimt>
+cudaError_t LaunchDecodeKernel(const DecodeKernelArgs& a, cudaStream_t stream) {
+  const int64_t blocks = static_cast<int64_t>(a.row_blocks) * a.batch * a.kv_heads * a.splits;
+  if (blocks <= 0 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  if constexpr (kSimt) {
+    if (const cudaError_t e = SetSharedMemoryLimitOnce<DecodeSimtKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
+      return e;
+    }
+    DecodeSimtKernel<Tr><<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
+  } else {
+    if (const cudaError_t e = SetSharedMemoryLimitOnce<DecodeMmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
+      return e;
+    }
+    DecodeMmaKernel<Tr><<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+template <class Tr, bool kSimt>
+int DecodeBlocksPerSm() {
+  int blocks = 0;
+  cudaError_t e;
+  if constexpr (kSimt) {
+    e = SetSharedMemoryLimitOnce<DecodeSimtKernel<Tr>>(Tr::kSmemBytes);
+    if (e == cudaSuccess) {
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeSimtKernel<Tr>, Tr::kThreads, Tr::kSmemBytes);
+    }
+  } else {
+    e = SetSharedMemoryLimitOnce<DecodeMmaKernel<Tr>>(Tr::kSmemBytes);
+    if (e == cudaSuccess) {
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeMmaKernel<Tr>, Tr::kThreads, Tr::kSmemBytes);
+    }
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return blocks;
+}
+
+template <typename T, int D, int BM, int BS, int W, int ST>
+DecodeInstance DecodeMmaInstance() {
+  using Tr = DecodeTraits<T, D, BM, BS, W, ST, false>;
+  return DecodeInstance{D, DecodeStorageOf<T>(), BM, BS, Tr::kThreads, ST, Tr::kSmemBytes,
+                        &LaunchDecodeKernel<Tr, false>, &DecodeBlocksPerSm<Tr, false>};
+}
+
+template <typename T, int D, int BM, int BS, int W, int ST>
+DecodeInstance DecodeSimtInstance() {
+  using Tr = DecodeTraits<T, D, BM, BS, W, ST, true>;
+  return DecodeInstance{D, DecodeStorageOf<T>(), BM, BS, Tr::kThreads, ST, Tr::kSmemBytes,
+                        &LaunchDecodeKernel<Tr, true>, &DecodeBlocksPerSm<Tr, true>};
+}
+
+// The tensor-core tables, one per storage type (each .cu instantiates one, so they compile in
+// parallel). block_m 16: decode (a KV group's heads x up to 16 / group tokens in one block;
+// the warps split each tile's keys). block_m 64: prefill over a cache (the warps split rows).
+template <typename T>
+DecodeInstanceList DecodeMmaTable() {
+  static const DecodeInstance kInstances[] = {
+      // head_dim, block_m, block_s, warps, stages
+      DecodeMmaInstance<T, 64, 16, 64, 4, 2>(),   DecodeMmaInstance<T, 64, 16, 64, 4, 3>(),
+      DecodeMmaInstance<T, 64, 16, 128, 4, 2>(),  DecodeMmaInstance<T, 64, 16, 128, 8, 3>(),
+      DecodeMmaInstance<T, 64, 64, 64, 4, 2>(),   DecodeMmaInstance<T, 64, 64, 64, 4, 3>(),
+      DecodeMmaInstance<T, 128, 16, 64, 4, 2>(),  DecodeMmaInstance<T, 128, 16, 64, 4, 3>(),
+      DecodeMmaInstance<T, 128, 16, 64, 4, 4>(),  DecodeMmaInstance<T, 128, 16, 128, 4, 2>(),
+      DecodeMmaInstance<T, 128, 16, 128, 8, 2>(), DecodeMmaInstance<T, 128, 16, 128, 8, 3>(),
+      DecodeMmaInstance<T, 128, 16, 32, 2, 4>(),
+      DecodeMmaInstance<T, 128, 64, 64, 4, 2>(),  DecodeMmaInstance<T, 128, 64, 32, 4, 3>(),
+  };
+  return DecodeListOf(kInstances);
+}
+
+
+}  // namespace fusetune::cuda::decode
+
+#endif  // FUSETUNE_KERNELS_CUDA_DECODE_DECODE_KERNEL_CUH_
