@@ -385,6 +385,7 @@ DecodeKernelArgs ArgsFor(const DevProblem& p, const DeviceProblem& dp, const Dec
   a.block_table = dp.table;
   a.block_table_width = p.table_width;
   a.page_size = p.page;
+  a.page_magic = fusetune::cuda::decode::PageDivisorMagic(p.page);
   a.splits = splits;
   a.total_q = p.total_q;
   if (splits > 1) {
@@ -632,7 +633,7 @@ int Bench(const char* csv_path, int launches) {
     double best = 1e30;
     std::string best_name;
     const bool prefill = s.n > 16;
-    const int splits_list[] = {1, 2, 4, 8, 16, 32, 64};
+    const int splits_list[] = {1, 2, 4, 8, 16, 24, 32, 33, 64};
     for (const DecodeInstance& in : all) {
       if (in.head_dim != p.d || in.storage != p.storage) continue;
       if (prefill != (in.block_m > 16)) continue;

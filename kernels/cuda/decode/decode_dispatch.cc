@@ -185,6 +185,7 @@ cudaError_t LaunchDecode(const AttentionProblem& problem, const KernelConfig& co
     a.block_table = buffers.block_table;
     a.block_table_width = problem.BlockTableWidth();
     a.page_size = problem.page_block_size;
+    a.page_magic = decode::PageDivisorMagic(problem.page_block_size);
   }
   a.splits = splits;
   a.total_q = problem.TotalQueries();

@@ -55,6 +55,7 @@ struct DecodeKernelArgs {
   const int32_t* block_table = nullptr;
   int block_table_width = 0;
   int page_size = 0;
+  uint32_t page_magic = 0;  // PageDivisorMagic(page_size): j / page_size as one multiply-high
   // Key splits per sequence (>= 1). With more than one, the blocks write `partial` (fp32,
   // entry e = (split * total_q + token) * q_heads + head: head_dim accumulators at
   // partial + e * head_dim, then max and sum at partial_ml + 2 * e) and count themselves on
@@ -71,6 +72,17 @@ struct DecodeKernelArgs {
 // Floats of workspace a launch with `splits` > 1 needs (0 for one split).
 inline int64_t DecodeWorkspaceFloats(int64_t total_q, int q_heads, int head_dim, int splits) {
   return splits > 1 ? static_cast<int64_t>(splits) * total_q * q_heads * (head_dim + 2) : 0;
+}
+
+// The multiplier that turns a key index j (< 2^20, kMaxSeqLen) into j / page_size with one
+// multiply-high: ceil(2^32 / page_size), exact for j < 2^20 and page sizes 2..256 (the error
+// j * (m - 2^32 / p) / 2^32 < 2^-12 never crosses an integer, since frac(j / p) <= 1 - 1 / p and
+// 1 / p >= 2^-8). 0 for page size 1 (j itself). A runtime division per gathered row costs more
+// instructions than the rest of a tile's work.
+inline uint32_t PageDivisorMagic(int page_size) {
+  if (page_size <= 1) return 0;
+  return static_cast<uint32_t>(((uint64_t{1} << 32) + static_cast<uint64_t>(page_size) - 1) /
+                               static_cast<uint64_t>(page_size));
 }
 
 // Split counters a launch with `splits` > 1 needs: one per (row block, sequence, KV head).

@@ -146,6 +146,7 @@ struct DecodeKvLoader {
   int64_t kv_row_stride;  // elements between consecutive key rows (kv_heads * D)
   const int32_t* table;   // this sequence's block-table row, or nullptr (contiguous)
   int page_size;
+  uint32_t page_magic;    // PageDivisorMagic(page_size)
   int64_t k_start;        // contiguous cache: the sequence's first key row
   int key_begin, key_end;
   int row0, col;          // this thread's first row in a tile and its column (elements)
@@ -154,6 +155,9 @@ struct DecodeKvLoader {
 
   // Key of row i of tile `tile` for this thread.
   __device__ __forceinline__ int Key(int tile, int i) const { return key_begin + tile * BS + row0 + i * kRowStep; }
+  __device__ __forceinline__ int PageOf(int j) const {
+    return page_magic == 0 ? j : static_cast<int>(__umulhi(static_cast<uint32_t>(j), page_magic));
+  }
 
   __device__ __forceinline__ void LookUp(int tile) {
     if (table == nullptr) return;
@@ -161,7 +165,7 @@ struct DecodeKvLoader {
     for (int i = 0; i < kPer; ++i) {
       const int j = Key(tile, i);
       // Only the entries of the sequence's own pages are valid (and validated): none past key_end.
-      next_page[i] = j < key_end ? __ldg(table + j / page_size) : 0;
+      next_page[i] = j < key_end ? __ldg(table + PageOf(j)) : 0;
     }
   }
 
@@ -174,7 +178,7 @@ struct DecodeKvLoader {
       const int j = Key(tile, i);
       const bool valid = j < key_end;
       const int64_t row = table != nullptr
-                              ? static_cast<int64_t>(next_page[i]) * page_size + j % page_size
+                              ? static_cast<int64_t>(next_page[i]) * page_size + (j - PageOf(j) * page_size)
                               : k_start + j;
       const int64_t offset = valid ? row * kv_row_stride + head_offset : 0;
       const int r = row0 + i * kRowStep;
@@ -195,6 +199,7 @@ __device__ __forceinline__ DecodeKvLoader<T, D, BS, NT> MakeDecodeKvLoader(const
   ld.kv_row_stride = static_cast<int64_t>(a.kv_heads) * D;
   ld.table = a.page_size > 0 ? a.block_table + static_cast<int64_t>(blk.b) * a.block_table_width : nullptr;
   ld.page_size = a.page_size;
+  ld.page_magic = a.page_magic;
   ld.k_start = blk.seq.k_start;
   ld.key_begin = blk.key_begin;
   ld.key_end = blk.key_end;
