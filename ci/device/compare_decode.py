@@ -83,10 +83,15 @@ SHAPES = {
 DEFAULT_SHAPES = ["b16-c1k", "b16-c8k", "b16-c32k", "b1-c64k", "prefix-n512-c8k"]
 TORCH_CANDIDATES = ["cudnn", "flash", "efficient", "math"]
 DEFAULT_TORCH = ["cudnn", "flash", "efficient"]
-# split_kv planned at launch (skauto); keys as KernelConfig::Key prints them, precision filled in.
-OURS_CONFIGS = ["fused/bm16/bs64/t128/{p}/st2/skauto", "fused/bm16/bs128/t128/{p}/st2/skauto",
-                "fused/bm16/bs64/t256/{p}/st3/skauto", "fused/bm64/bs64/t128/{p}/st2/skauto",
-                "fused/bm64/bs128/t256/{p}/st2/skauto"]
+# The short list each ours* candidate takes its fastest from (one block each), keys as
+# KernelConfig::Key prints them, precision filled in: the decode family (block_m 16: a KV
+# group's heads x the new tokens per block; split planned at launch or fixed) and, for the
+# prefill over a cache, its block_m 64 instances and the Hopper prefill kernel (which serves the
+# contiguous cache). Configs a candidate's problem cannot run are skipped.
+OURS_CONFIGS = ["fused/bm16/bs128/t256/{p}/st3/skauto", "fused/bm16/bs128/t256/{p}/st3",
+                "fused/bm16/bs64/t128/{p}/st3/skauto", "fused/bm16/bs64/t128/{p}/st2/sk8",
+                "fused/bm16/bs64/t128/{p}/st4", "fused/bm16/bs64/t128/{p}/st3/sk16",
+                "fused/bm64/bs64/t128/{p}/st2", "fused/bm128/bs128/t384/{p}/st2"]
 
 
 class KvCache(ctypes.Structure):

@@ -13,6 +13,12 @@
 #            then fusetune report                                  -> fusetune.db, report.txt
 #   regress  the regression method on the GPU (regress_check.sh: A/A runs and planted
 #            slowdowns of suites/h200.json; not in the default)    -> regress_summary.md, */
+#   decode   decode against a KV cache: compare_decode.py (ours contiguous and paged vs SDPA
+#            cudnn/flash, interleaved; DECODE_COMPARE_ARGS), then fusetune sweep --preset
+#            decode --backend cuda (DECODE_SWEEP_SECONDS per problem, default 15) and fusetune
+#            audit of its picks (fused space, DECODE_AUDIT_ROUNDS, default 7); not in the
+#            default                                                -> decode/compare.md, decode.db,
+#                                                                      decode_sweep.log, decode_audit.json
 #   bisect   a real bisect of this repository's history (bisect_check.sh: GOOD, BAD, CELL,
 #            LIBS or REPO_BUNDLE; not in the default)                -> bisect.log, bisect.db
 # Everything else printed goes to run.log. Prints a short summary last.
@@ -68,6 +74,33 @@ if step cupti; then
   summary+=("cupti: rc=$rc $((SECONDS - t0))s")
 fi
 
+if step decode; then
+  t0=$SECONDS
+  mkdir -p "$OUT/decode"
+  PYTHONUNBUFFERED=1 python3 "$ROOT/ci/device/compare_decode.py" --lib "$B/lib/libfusetune_capi.so" \
+    --out "$OUT/decode" ${DECODE_COMPARE_ARGS:-}
+  summary+=("decode compare: rc=$? $((SECONDS - t0))s")
+  if [[ -x "$B/bin/fusetune" ]]; then
+    t1=$SECONDS
+    "$B/bin/fusetune" sweep --backend cuda --preset decode --db "$OUT/decode.db" \
+      --max-seconds "${DECODE_SWEEP_SECONDS:-15}" > "$OUT/decode_sweep.log" 2>&1
+    summary+=("decode sweep: rc=$? $((SECONDS - t1))s")
+    t1=$SECONDS
+    "$B/bin/fusetune" audit --backend cuda --preset decode --db "$OUT/decode.db" --variants fused \
+      --rounds "${DECODE_AUDIT_ROUNDS:-7}" --json > "$OUT/decode_audit.json" 2> "$OUT/decode_audit.log"
+    summary+=("decode audit: rc=$? $((SECONDS - t1))s")
+    "$B/bin/fusetune" report --db "$OUT/decode.db" > "$OUT/decode_report.txt" 2>&1
+    tail -30 "$OUT/decode_sweep.log"
+    python3 - "$OUT/decode_audit.json" <<'PY' || true
+import json, sys
+for a in json.load(open(sys.argv[1])):
+    print(f"{a.get('problem')}: recorded {a.get('recorded_config')} {a.get('recorded_us', 0):.2f} us, best "
+          f"{a.get('best_config')} {a.get('best_us', 0):.2f} us, regret {100 * a.get('regret', 0):.2f} % "
+          f"[{100 * a.get('regret_low', 0):.2f}, {100 * a.get('regret_high', 0):.2f}]")
+PY
+  fi
+fi
+
 if step bisect; then
   t0=$SECONDS
   bash "$ROOT/ci/device/bisect_check.sh" "$B/bin/fusetune" "$OUT"
@@ -100,4 +133,5 @@ echo "==== summary"
 printf '%s\n' "${summary[@]}"
 [[ -f "$OUT/compare.md" ]] && cat "$OUT/compare.md"
 [[ -f "$OUT/cupti_check.md" ]] && cat "$OUT/cupti_check.md"
+[[ -f "$OUT/decode/compare.md" ]] && cat "$OUT/decode/compare.md"
 exit 0

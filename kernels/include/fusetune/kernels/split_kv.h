@@ -8,7 +8,9 @@
 // adds a combine of the partial outputs by their log-sum-exp. The rule is FlashAttention-2's
 // wave-efficiency rule: among split counts whose parts keep at least `min_keys_per_split`
 // keys, the smallest whose wave efficiency (items / (waves * processors)) is within 85 % of
-// the best one.
+// the best one. `processors` is what runs items at once: CPU worker threads; on a GPU the
+// resident block slots (multiprocessors x blocks of the kernel each holds), so a kernel small
+// enough for three blocks per multiprocessor is planned for three times the items.
 //
 // Thread-safety: a pure function.
 #ifndef FUSETUNE_KERNELS_SPLIT_KV_H_
