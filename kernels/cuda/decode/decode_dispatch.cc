@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
+#include "fusetune/base/strings.h"
 #include "fusetune/kernels/split_kv.h"
 
 namespace fusetune::cuda {
@@ -108,24 +108,24 @@ std::vector<KernelConfig> DecodeCandidateConfigs(const AttentionProblem& problem
 absl::Status DecodeCanImplement(const AttentionProblem& problem, const KernelConfig& config,
                                 int64_t smem_limit_bytes) {
   if (config.precision != PrecisionOfStorage(problem.dtype)) {
-    return absl::UnimplementedError(absl::StrCat(
+    return absl::UnimplementedError(Cat(
         "the CUDA decode kernel computes in the storage type's own precision: ", DTypeName(problem.dtype),
         " storage needs precision ", PrecisionName(PrecisionOfStorage(problem.dtype)), ", not ",
         PrecisionName(config.precision)));
   }
   const DecodeInstance* inst = FindInstance(problem.head_dim, problem.dtype, config);
   if (inst == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
+    return absl::UnimplementedError(Cat(
         "no compiled CUDA decode kernel for head_dim ", problem.head_dim, " ", DTypeName(problem.dtype),
         " block_m ", config.block_m, " block_s ", config.block_s, " threads ", config.threads, " stages ",
         config.stages));
   }
   if (problem.kind != ProblemKind::kDecode && config.split_kv != 1 && config.split_kv != kAutoSplitKv) {
-    return absl::UnimplementedError(absl::StrCat(
+    return absl::UnimplementedError(Cat(
         "split_kv must be 1 for a prefill over a cache (only decode splits its keys), got ", config.split_kv));
   }
   if (inst->smem_bytes > smem_limit_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::FailedPreconditionError(Cat(
         "the CUDA decode kernel ", config.Key(), " needs ", inst->smem_bytes,
         " bytes of shared memory per block, the device allows ", smem_limit_bytes));
   }
@@ -133,7 +133,7 @@ absl::Status DecodeCanImplement(const AttentionProblem& problem, const KernelCon
   const int64_t blocks = static_cast<int64_t>(RowBlocks(problem, config.block_m)) * problem.batch *
                          problem.kv_heads * splits;
   if (blocks > 0x7fffffff) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::FailedPreconditionError(Cat(
         "the CUDA decode kernel would need ", blocks, " blocks, over the grid limit of 2^31 - 1"));
   }
   return absl::OkStatus();
