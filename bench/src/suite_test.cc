@@ -13,6 +13,7 @@
 
 #ifdef FUSETUNE_HAVE_CUDA_FUSED
 #include "attention_params.h"
+#include "decode/decode_dispatch.h"
 #endif
 
 namespace fusetune::bench {
@@ -554,12 +555,15 @@ TEST(CheckedInSuites, H200SuiteCoversTheTunedShapes) {
 
 #ifdef FUSETUNE_HAVE_CUDA_FUSED
 // Host-only: every fused cell of the H200 suite has a compiled instance the H200 accepts
-// (sm_90, 227 KiB of shared memory per block); no GPU is touched.
+// (sm_90, 227 KiB of shared memory per block): the fused kernel's for a contiguous prefill, the
+// decode family's for decode and paged problems. No GPU is touched.
 TEST(CheckedInSuites, H200FusedCellsHaveCompiledInstances) {
   int checked = 0;
   for (const SuiteCell& cell : ReadCheckedIn("h200").cells) {
     if (cell.config.variant != Variant::kFused) continue;
-    const absl::Status can = cuda::FusedCanImplement(cell.problem, cell.config, 227 * 1024, 90);
+    const absl::Status can = cuda::UsesDecodeFamily(cell.problem)
+                                 ? cuda::DecodeCanImplement(cell.problem, cell.config, 227 * 1024)
+                                 : cuda::FusedCanImplement(cell.problem, cell.config, 227 * 1024, 90);
     EXPECT_TRUE(can.ok()) << cell.Name() << ": " << can;
     ++checked;
   }

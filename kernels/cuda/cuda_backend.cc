@@ -24,9 +24,12 @@
 #include "baseline_args.h"
 #include "baseline_kernels.h"
 #include "baseline_plan.h"
+#include "decode/decode_dispatch.h"
 #include "fused/fused_configs.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/kernels/cuda_backend.h"
+#include "fusetune/kernels/split_kv.h"
+#include "gather_paged_kv.h"
 #include "nvml_clock.h"
 
 namespace fusetune {
@@ -148,7 +151,25 @@ struct PreparedLaunch {
   BaselinePlan plan;
   // Device pointer arrays for the batched GEMMs, per group: {K, Q, S, V, P, O} x entries.
   std::vector<const void**> group_pointers;
+  // The fused variant of a decode problem or of a prefill over a paged cache: the decode
+  // family's launch with its split count resolved for this device.
+  bool decode = false;
+  int decode_splits = 1;
+  cuda::DecodeLaunchBuffers decode_buffers;
+  // Partial/materialized over a paged cache: K and V gathered first (part of every launch),
+  // then the baseline's passes on `unpaged` with params.k/v pointing at the gathered copies.
+  bool gather = false;
+  cuda::GatherPagedKVArgs gather_args;
+  AttentionProblem unpaged;
 };
+
+// Bytes of each of the gathered K and V a baseline over a paged cache needs (0 otherwise).
+// They follow the plan's S/P in the workspace, each 256-byte aligned (AlignUp256).
+size_t GatheredKVBytes(const AttentionProblem& problem) {
+  if (!problem.is_paged()) return 0;
+  return static_cast<size_t>(problem.Unpaged().KVElements()) * static_cast<size_t>(DTypeBytes(problem.dtype));
+}
+size_t AlignUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 class CudaBackend final : public Backend {
  public:
@@ -166,6 +187,7 @@ class CudaBackend final : public Backend {
     if (workspace_ != nullptr) cudaFree(workspace_);
     if (flush_buffer_ != nullptr) cudaFree(flush_buffer_);
     if (pointer_arrays_ != nullptr) cudaFree(pointer_arrays_);
+    if (split_counters_ != nullptr) cudaFree(split_counters_);
     for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
     cu_seqlens_q_.Reset();
     cu_seqlens_k_.Reset();
@@ -178,9 +200,6 @@ class CudaBackend final : public Backend {
                             const KernelConfig& config) const override {
     if (auto s = problem.Validate(); !s.ok()) return s;
     if (auto s = config.Validate(); !s.ok()) return s;
-    if (problem.is_paged()) {
-      return absl::UnimplementedError("no kernel of this backend reads a paged KV cache");
-    }
     if (problem.head_dim != 64 && problem.head_dim != 128) {
       return absl::UnimplementedError(Cat(
           "the CUDA backend supports head_dim 64 and 128 only, got ", problem.head_dim));
@@ -188,6 +207,20 @@ class CudaBackend final : public Backend {
     if (config.threads < 32 || config.threads > 1024 || config.threads % 32 != 0) {
       return absl::FailedPreconditionError(Cat(
           "threads per block must be a multiple of 32 in [32, 1024], got ", config.threads));
+    }
+    if (config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem)) {
+      if (auto s = cuda::DecodeCanImplement(problem, config, info_.shared_mem_per_block); !s.ok()) return s;
+      // The split partials of the most splits the config can ask for (the planner's cap for
+      // kAutoSplitKv).
+      const int splits = config.split_kv == kAutoSplitKv ? kMaxSplitKv : config.split_kv;
+      const size_t bytes = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, splits)) * sizeof(float);
+      if (bytes > WorkspaceLimit()) {
+        return absl::FailedPreconditionError(Cat(
+            "fused decode with ", splits, " KV splits needs ", bytes >> 20,
+            " MiB of workspace for the split partials, over the backend's limit of ", WorkspaceLimit() >> 20,
+            " MiB (half the device memory)"));
+      }
+      return absl::OkStatus();
     }
     if (config.variant == Variant::kFused) {
       return cuda::FusedCanImplement(problem, config, info_.shared_mem_per_block, sm_version_);
@@ -225,25 +258,31 @@ class CudaBackend final : public Backend {
     }
     auto plan = PlanFor(problem, config);
     if (!plan.ok()) return plan.status();
-    if (plan->workspace_bytes > WorkspaceLimit()) {
+    const size_t workspace = BaselineWorkspaceBytes(problem, *plan);
+    if (workspace > WorkspaceLimit()) {
       return absl::FailedPreconditionError(Cat(
-          VariantName(config.variant), " needs ", plan->workspace_bytes >> 20,
-          " MiB of workspace for S/P, over the backend's limit of ", WorkspaceLimit() >> 20,
-          " MiB (half the device memory)"));
+          VariantName(config.variant), " needs ", workspace >> 20, " MiB of workspace for S/P",
+          problem.is_paged() ? " and the gathered K/V" : "", ", over the backend's limit of ",
+          WorkspaceLimit() >> 20, " MiB (half the device memory)"));
     }
     return absl::OkStatus();
   }
 
-  // Fused: the compiled instance table for (head_dim, dtype); partial and materialized:
-  // the grids above over every precision. Each kept only where CanImplement accepts it
-  // (this GPU's architecture and shared memory, the workspace limit, the PV precision).
+  // Fused: the compiled instance table for (head_dim, dtype), or for decode problems and
+  // prefills over a paged cache the decode family's candidates (its tiles times the KV
+  // splits); partial and materialized: the grids above over every precision. Each kept only
+  // where CanImplement accepts it (this GPU's architecture and shared memory, the workspace
+  // limit, the PV precision).
   std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& problem) const override {
     std::vector<KernelConfig> out;
     if (!problem.Validate().ok()) return out;
     auto keep = [&](const KernelConfig& c) {
       if (CanImplement(problem, c).ok()) out.push_back(c);
     };
-    for (const KernelConfig& c : cuda::FusedCompiledConfigs(problem.head_dim, problem.dtype)) keep(c);
+    const std::vector<KernelConfig> fused = cuda::UsesDecodeFamily(problem)
+                                                ? cuda::DecodeCandidateConfigs(problem)
+                                                : cuda::FusedCompiledConfigs(problem.head_dim, problem.dtype);
+    for (const KernelConfig& c : fused) keep(c);
     for (Precision precision : kAllPrecisions) {
       KernelConfig c;
       c.precision = precision;
@@ -402,11 +441,48 @@ class CudaBackend final : public Backend {
  private:
   size_t WorkspaceLimit() const { return static_cast<size_t>(info_.memory_bytes / 2); }
 
+  // The baselines' GEMM plan; a paged problem's is that of its gathered, contiguous twin.
   static absl::StatusOr<BaselinePlan> PlanFor(const AttentionProblem& problem,
                                               const KernelConfig& config) {
     if (config.variant == Variant::kFused) return BaselinePlan{};
     const int probs_bytes = problem.dtype == DType::kFp32 ? 4 : 2;
-    return cuda::PlanBaseline(problem, config.variant == Variant::kMaterialized, probs_bytes);
+    return cuda::PlanBaseline(problem.is_paged() ? problem.Unpaged() : problem,
+                              config.variant == Variant::kMaterialized, probs_bytes);
+  }
+
+  // The plan's S/P, then (paged) the gathered K and V.
+  static size_t BaselineWorkspaceBytes(const AttentionProblem& problem, const BaselinePlan& plan) {
+    const size_t gathered = GatheredKVBytes(problem);
+    return gathered == 0 ? plan.workspace_bytes : AlignUp256(plan.workspace_bytes) + 2 * AlignUp256(gathered);
+  }
+
+  // Copies the block table of a paged problem to the host and checks it (ValidateBlockTable)
+  // before anything reads K/V through it: a bad table is InvalidArgument with O untouched.
+  // Copied on every call rather than cached by pointer: the caller may rewrite a table in
+  // place between calls (a serving engine does, every step), and a stale check would let a
+  // kernel read outside the pool.
+  absl::Status ValidateDeviceBlockTable(const AttentionProblem& problem, const int32_t* table) {
+    cudaPointerAttributes attributes{};
+    if (cudaError_t e = cudaPointerGetAttributes(&attributes, table); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InvalidArgumentError(Cat("block_table is not a pointer CUDA knows: ", CudaErrorText(e)));
+    }
+    if (attributes.type == cudaMemoryTypeUnregistered) {
+      return absl::InvalidArgumentError(
+          "block_table is plain host memory; the CUDA backend reads the table on the GPU, so it must be "
+          "device (or managed, or host-registered) memory");
+    }
+    const int64_t entries = problem.BlockTableEntries();
+    host_table_.resize(static_cast<size_t>(entries));
+    if (entries > 0) {
+      if (auto s = Check(cudaMemcpy(host_table_.data(), table, static_cast<size_t>(entries) * sizeof(int32_t),
+                                    cudaMemcpyDefault),
+                         "copying the block table to the host to check it");
+          !s.ok()) {
+        return s;
+      }
+    }
+    return ValidateBlockTable(problem, host_table_.data(), entries);
   }
 
   // Every public call starts here: the right device, and no use of a faulted context.
@@ -452,9 +528,35 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // The decode family's split counters: zero before a launch, and every completed launch
+  // leaves them zero, so they are zeroed only when allocated. Their own allocation, not the
+  // workspace, which the baselines overwrite.
+  absl::StatusOr<int32_t*> SplitCounters(int64_t count) {
+    if (count <= split_counter_capacity_) return split_counters_;
+    if (split_counters_ != nullptr) cudaFree(split_counters_);
+    split_counters_ = nullptr;
+    split_counter_capacity_ = 0;
+    const size_t bytes = static_cast<size_t>(count) * sizeof(int32_t);
+    if (cudaError_t e = cudaMalloc(&split_counters_, bytes); e != cudaSuccess) {
+      split_counters_ = nullptr;
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(Cat("allocating the decode split counters: ", CudaErrorText(e)));
+    }
+    if (auto s = Check(cudaMemset(split_counters_, 0, bytes), "zeroing the decode split counters"); !s.ok()) {
+      return s;
+    }
+    split_counter_capacity_ = count;
+    return split_counters_;
+  }
+
   absl::StatusOr<PreparedLaunch> Prepare(const AttentionProblem& problem,
                                          const KernelConfig& config,
                                          const AttentionBuffers& buffers) {
+    // First, before any upload or launch, so that a bad table leaves O (and everything
+    // else) as it was.
+    if (problem.is_paged()) {
+      if (auto s = ValidateDeviceBlockTable(problem, buffers.block_table); !s.ok()) return s;
+    }
     PreparedLaunch out;
     out.variant = config.variant;
     AttentionParams& p = out.params;
@@ -481,7 +583,8 @@ class CudaBackend final : public Backend {
     p.q_total_rows = problem.TotalQueries();
     p.kv_total_rows = problem.TotalKeys();
 
-    if (config.variant == Variant::kFused) {
+    // The fused kernels read the lengths on the device; so does the gather of a paged cache.
+    if (config.variant == Variant::kFused || problem.is_paged()) {
       auto q = cu_seqlens_q_.Upload(problem.cu_seqlens_q);
       if (!q.ok()) return q.status();
       auto k = cu_seqlens_k_.Upload(problem.cu_seqlens_k);
@@ -491,15 +594,67 @@ class CudaBackend final : public Backend {
       p.cu_seqlens_q = *q;
       p.cu_seqlens_k = *k;
       p.kv_valid_lens = *pad;
+    }
+
+    if (config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem)) {
+      // kAutoSplitKv plans with the blocks the whole device holds at once as its processors.
+      const int resident = info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config);
+      out.decode = true;
+      out.decode_splits = cuda::ResolveDecodeSplits(problem, config, resident);
+      const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, out.decode_splits));
+      if (auto s = EnsureWorkspace(floats * sizeof(float)); !s.ok()) return s;
+      cuda::DecodeLaunchBuffers& launch = out.decode_buffers;
+      launch.q = buffers.q;
+      launch.k = buffers.k;
+      launch.v = buffers.v;
+      launch.o = buffers.o;
+      launch.block_table = problem.is_paged() ? buffers.block_table : nullptr;
+      launch.cu_seqlens_q = p.cu_seqlens_q;
+      launch.cu_seqlens_k = p.cu_seqlens_k;
+      launch.kv_valid_lens = p.kv_valid_lens;
+      launch.workspace = floats > 0 ? static_cast<float*>(workspace_) : nullptr;
+      if (out.decode_splits > 1) {
+        auto counters = SplitCounters(cuda::DecodeSplitCounterCount(problem, config));
+        if (!counters.ok()) return counters.status();
+        launch.split_counters = *counters;
+      }
       return out;
     }
+    if (config.variant == Variant::kFused) return out;
 
     auto plan = PlanFor(problem, config);
     if (!plan.ok()) return plan.status();
     out.plan = *std::move(plan);
-    if (auto s = EnsureWorkspace(out.plan.workspace_bytes); !s.ok()) return s;
+    if (auto s = EnsureWorkspace(BaselineWorkspaceBytes(problem, out.plan)); !s.ok()) return s;
     p.workspace = workspace_;
     p.workspace_bytes = workspace_bytes_;
+    if (problem.is_paged()) {
+      // The baselines run on the contiguous twin of the problem, reading K and V from the
+      // gathered copies behind S/P in the workspace.
+      out.gather = true;
+      out.unpaged = problem.Unpaged();
+      const size_t gathered = GatheredKVBytes(problem);
+      char* k_copy = static_cast<char*>(workspace_) + AlignUp256(out.plan.workspace_bytes);
+      char* v_copy = k_copy + AlignUp256(gathered);
+      cuda::GatherPagedKVArgs& gather = out.gather_args;
+      gather.k_pool = buffers.k;
+      gather.v_pool = buffers.v;
+      gather.k_out = k_copy;
+      gather.v_out = v_copy;
+      gather.block_table = buffers.block_table;
+      gather.block_table_width = problem.BlockTableWidth();
+      gather.page_size = problem.page_block_size;
+      gather.batch = problem.batch;
+      gather.kv_len = problem.kv_len;
+      gather.kv_valid_lens = p.kv_valid_lens;
+      gather.cu_seqlens_k = p.cu_seqlens_k;
+      gather.total_rows = out.unpaged.TotalKeys();
+      gather.row_bytes = static_cast<int64_t>(problem.kv_heads) * d * DTypeBytes(problem.dtype);
+      p.k = k_copy;
+      p.v = v_copy;
+      p.kv_total_rows = gather.total_rows;
+    }
+    const AttentionProblem& flat = out.gather ? out.unpaged : problem;
 
     // Pointer arrays for cublasGemmBatchedEx: one entry per (sequence, q head); GQA by
     // pointing each q head at its kv head.
@@ -514,15 +669,15 @@ class CudaBackend final : public Backend {
       const void** ptrs = host.data() + base;
       char* ws = static_cast<char*>(workspace_);
       for (int64_t e = 0; e < g.entries; ++e) {
-        const int64_t s = e / problem.q_heads;
-        const int h = static_cast<int>(e % problem.q_heads);
-        const int kvh = h / problem.heads_per_kv();
+        const int64_t s = e / flat.q_heads;
+        const int h = static_cast<int>(e % flat.q_heads);
+        const int kvh = h / flat.heads_per_kv();
         const int64_t q_row = g.q_first_row + s * g.q_seq_stride;
         const int64_t k_row = g.k_first_row + s * g.k_seq_stride;
         const size_t rows_elems = static_cast<size_t>(e) * g.q_len * static_cast<size_t>(g.ld);
         const char* qb = static_cast<const char*>(buffers.q);
-        const char* kb = static_cast<const char*>(buffers.k);
-        const char* vb = static_cast<const char*>(buffers.v);
+        const char* kb = static_cast<const char*>(p.k);
+        const char* vb = static_cast<const char*>(p.v);
         char* ob = static_cast<char*>(buffers.o);
         ptrs[0 * g.entries + e] = kb + (k_row * p.k_row_stride + kvh * d) * elem;
         ptrs[1 * g.entries + e] = qb + (q_row * p.q_row_stride + h * d) * elem;
@@ -564,12 +719,27 @@ class CudaBackend final : public Backend {
   }
 
   // Enqueues every kernel of the variant on kStream; no synchronization.
-  absl::Status Enqueue(const AttentionProblem& problem, const KernelConfig& config,
+  absl::Status Enqueue(const AttentionProblem& paged_or_contiguous, const KernelConfig& config,
                        const PreparedLaunch& prepared) {
     const AttentionParams& p = prepared.params;
+    if (prepared.decode) {
+      return Check(cuda::LaunchDecode(paged_or_contiguous, config, prepared.decode_splits, prepared.decode_buffers,
+                                      kStream),
+                   "fused decode launch");
+    }
     if (config.variant == Variant::kFused) {
       return Check(cuda::LaunchFused(p, config, kStream), "fused launch");
     }
+    // A baseline over a paged cache first gathers K and V into contiguous copies (its GEMMs
+    // take one pointer and stride per operand): the work such a baseline must do, so it is
+    // inside every timed launch.
+    if (prepared.gather) {
+      if (auto s = Check(cuda::LaunchGatherPagedKV(prepared.gather_args, kStream), "gathering the paged K/V");
+          !s.ok()) {
+        return s;
+      }
+    }
+    const AttentionProblem& problem = prepared.gather ? prepared.unpaged : paged_or_contiguous;
     const size_t elem = static_cast<size_t>(DTypeBytes(problem.dtype));
     for (const cuda::ZeroRows& z : prepared.plan.zero_rows) {
       char* o = static_cast<char*>(p.o) + static_cast<size_t>(z.first_token) * p.o_row_stride * elem;
@@ -649,6 +819,9 @@ class CudaBackend final : public Backend {
   std::vector<const void*> pointer_host_;
   std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of the timed launches, grown on demand
   DeviceIntArray cu_seqlens_q_, cu_seqlens_k_, kv_valid_lens_;
+  std::vector<int32_t> host_table_;  // the last block table checked, copied from the device
+  int32_t* split_counters_ = nullptr;
+  int64_t split_counter_capacity_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // GPU tests of the CUDA backend: every variant against the fp64 reference on fresh random
-// inputs, odd lengths, masks, GQA/MQA, varlen and key padding; bad input gives a Status, and
-// the backend keeps working afterwards. Exits 77 (ctest: skipped) where there is no GPU.
+// inputs, odd lengths, masks, GQA/MQA, varlen and key padding, decode and paged KV caches; bad
+// input (a block table outside the pool included) gives a Status, and the backend keeps
+// working afterwards. Exits 77 (ctest: skipped) where there is no GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "fusetune/kernels/default_config.h"
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
+#include "decode/decode_dispatch.h"
 #include "fused/fused_configs.h"
 
 namespace fusetune {
@@ -631,10 +633,13 @@ TEST_F(CudaBackendTest, TheDefaultConfigIsACandidateForEveryProblemClass) {
       AttentionProblem p = base;
       p.kind = kind;
       if (kind == ProblemKind::kDecode) p.q_len = 1;  // decode: at most 16 new queries
-      ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
-      absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
-      ASSERT_TRUE(c.ok()) << c.status();
-      EXPECT_TRUE(Contains(backend_->CandidateConfigs(p), *c)) << p.Key() << " " << c->Key();
+      for (int page : {0, 16}) {
+        p.page_block_size = page;  // both kinds over a paged cache too (the decode family)
+        ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+        absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
+        ASSERT_TRUE(c.ok()) << c.status();
+        EXPECT_TRUE(Contains(backend_->CandidateConfigs(p), *c)) << p.Key() << " " << c->Key();
+      }
     }
   }
 }
@@ -743,6 +748,396 @@ TEST_F(CudaBackendTest, TimeReadsTheDeviceStateBeforeAndAfterTheBlock) {
               static_cast<unsigned long long>(t->before.throttle_reasons), t->after.sm_clock_mhz,
               t->after.power_mw / 1000.0, static_cast<unsigned long long>(t->after.throttle_reasons),
               DeviceStateMoved(t->before, t->after) ? 1 : 0);
+}
+
+
+// --- KV caches: the decode family (fused), and the baselines over a gathered paged cache. ---
+
+// A problem against a KV cache with its host inputs: Q, K and V (the contiguous tensors, or the
+// paged pool), the block table of a paged cache, and the fp64 reference.
+struct CacheCase {
+  AttentionProblem problem;
+  Inputs in;
+  std::vector<int32_t> table;  // paged only
+  std::vector<double> ref;
+};
+
+// A shuffled block table for `p` (whose kv_pool_pages leaves spare pages): the first
+// `shared_pages` logical pages of every sequence that has them are the same physical pages (a
+// shared prompt prefix, shared by hand), every other page is its own, all at random places in
+// the pool. Entries past a sequence's pages hold -1: they are never read.
+std::vector<int32_t> ShuffledTable(const AttentionProblem& p, int shared_pages, uint32_t seed) {
+  std::vector<int32_t> physical(static_cast<size_t>(p.PoolPages()));
+  for (size_t i = 0; i < physical.size(); ++i) physical[i] = static_cast<int32_t>(i);
+  std::mt19937 rng(seed);
+  std::shuffle(physical.begin(), physical.end(), rng);
+  size_t next = static_cast<size_t>(shared_pages);
+  std::vector<int32_t> table(static_cast<size_t>(p.BlockTableEntries()), -1);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int i = 0; i < p.PagesOfSequence(b); ++i) {
+      table[static_cast<size_t>(b) * p.BlockTableWidth() + i] =
+          i < shared_pages ? physical[static_cast<size_t>(i)] : physical[next++];
+    }
+  }
+  EXPECT_LE(next, physical.size()) << "the pool is too small for the table";
+  return table;
+}
+
+// Random inputs for `p`, NaN in every K/V row no sequence reads (spare pool pages, rows past a
+// cache length), so a kernel that reads one shows it; the reference is computed on the
+// contiguous K/V (a paged cache gathered through `table`, as GatherPagedKV defines it).
+CacheCase MakeCacheCase(const AttentionProblem& p, std::vector<int32_t> table, uint32_t seed) {
+  CacheCase out;
+  out.problem = p;
+  out.in = RandomInputs(p, seed);
+  out.table = std::move(table);
+  const size_t row = static_cast<size_t>(p.kv_heads) * p.head_dim;
+  std::vector<bool> read(static_cast<size_t>(p.TotalKeys()), false);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int j = 0; j < p.VisibleKeyLen(b); ++j) {
+      if (p.is_paged()) {
+        const int64_t page = out.table[static_cast<size_t>(b) * p.BlockTableWidth() + j / p.page_block_size];
+        read[static_cast<size_t>(page * p.page_block_size + j % p.page_block_size)] = true;
+      } else {
+        read[static_cast<size_t>(p.KeyStart(b) + j)] = true;
+      }
+    }
+  }
+  for (size_t r = 0; r < read.size(); ++r) {
+    if (read[r]) continue;
+    std::fill(out.in.k.begin() + r * row, out.in.k.begin() + (r + 1) * row, std::nanf(""));
+    std::fill(out.in.v.begin() + r * row, out.in.v.begin() + (r + 1) * row, std::nanf(""));
+  }
+  absl::StatusOr<std::vector<double>> ref;
+  if (p.is_paged()) {
+    auto k = GatherPagedKV(p, out.in.k, out.table);
+    auto v = GatherPagedKV(p, out.in.v, out.table);
+    EXPECT_TRUE(k.ok() && v.ok()) << k.status() << " " << v.status();
+    if (!k.ok() || !v.ok()) return out;
+    ref = ReferenceAttention(p.Unpaged(), out.in.q, *k, *v);
+  } else {
+    ref = ReferenceAttention(p, out.in.q, out.in.k, out.in.v);
+  }
+  EXPECT_TRUE(ref.ok()) << ref.status();
+  if (ref.ok()) out.ref = *std::move(ref);
+  return out;
+}
+
+// Device copies of one CacheCase, allocated once and reused by every config of the problem.
+class DeviceCase {
+ public:
+  DeviceCase(Backend& backend, const CacheCase& c) : backend_(backend), case_(c) {
+    const AttentionProblem& p = c.problem;
+    const size_t eb = static_cast<size_t>(DTypeBytes(p.dtype));
+    q_bytes_ = c.in.q.size() * eb;
+    const size_t kv_bytes = c.in.k.size() * eb;
+    auto q = backend.Allocate(q_bytes_);
+    auto k = backend.Allocate(kv_bytes);
+    auto v = backend.Allocate(kv_bytes);
+    auto o = backend.Allocate(q_bytes_);
+    EXPECT_TRUE(q.ok() && k.ok() && v.ok() && o.ok());
+    if (!q.ok() || !k.ok() || !v.ok() || !o.ok()) return;
+    q_ = *std::move(q);
+    k_ = *std::move(k);
+    v_ = *std::move(v);
+    o_ = *std::move(o);
+    std::vector<uint8_t> bytes(std::max(q_bytes_, kv_bytes));
+    EncodeTensor(p.dtype, c.in.q, bytes.data());
+    EXPECT_TRUE(backend.CopyToDevice(q_.data(), bytes.data(), q_bytes_).ok());
+    EncodeTensor(p.dtype, c.in.k, bytes.data());
+    EXPECT_TRUE(backend.CopyToDevice(k_.data(), bytes.data(), kv_bytes).ok());
+    EncodeTensor(p.dtype, c.in.v, bytes.data());
+    EXPECT_TRUE(backend.CopyToDevice(v_.data(), bytes.data(), kv_bytes).ok());
+    if (p.is_paged()) SetTable(c.table);
+    ok_ = true;
+  }
+
+  bool ok() const { return ok_; }
+
+  // Replaces the device table (a bad one, for the tests of the check).
+  void SetTable(const std::vector<int32_t>& table) {
+    auto t = backend_.Allocate(std::max<size_t>(table.size(), 1) * sizeof(int32_t));
+    ASSERT_TRUE(t.ok()) << t.status();
+    table_ = *std::move(t);
+    ASSERT_TRUE(backend_.CopyToDevice(table_.data(), table.data(), table.size() * sizeof(int32_t)).ok());
+  }
+
+  AttentionBuffers Buffers() const {
+    return {q_.data(), k_.data(), v_.data(), o_.data(),
+            case_.problem.is_paged() ? static_cast<const int32_t*>(table_.data()) : nullptr};
+  }
+
+  // Fills O with `pattern`, runs `config`, and returns O's bytes.
+  absl::StatusOr<std::vector<uint8_t>> Run(const KernelConfig& config, uint8_t pattern = 0xFF) {
+    if (auto s = backend_.Fill(o_.data(), pattern, q_bytes_); !s.ok()) return s;
+    if (auto s = backend_.Run(case_.problem, config, Buffers()); !s.ok()) return s;
+    return Output();
+  }
+
+  std::vector<uint8_t> Output() const {
+    std::vector<uint8_t> out(q_bytes_);
+    EXPECT_TRUE(backend_.CopyToHost(out.data(), o_.data(), out.size()).ok());
+    return out;
+  }
+
+  // Runs `config` and checks every output element against the reference: finite, within the
+  // config's tolerance.
+  void ExpectMatchesReference(const KernelConfig& config) {
+    SCOPED_TRACE(case_.problem.Key() + " " + config.Key());
+    absl::StatusOr<std::vector<uint8_t>> bytes = Run(config);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    std::vector<float> out(case_.in.q.size());
+    DecodeTensor(case_.problem.dtype, bytes->data(), out.size(), out.data());
+    ASSERT_EQ(out.size(), case_.ref.size());
+    double max_ref = 0, max_diff = 0;
+    int non_finite = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!std::isfinite(out[i])) ++non_finite;
+      max_ref = std::max(max_ref, std::abs(case_.ref[i]));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(out[i]) - case_.ref[i]));
+    }
+    EXPECT_EQ(non_finite, 0) << "NaN/Inf in the output: an unread row, an unwritten element or a NaN pool row";
+    EXPECT_LE(max_ref > 0 ? max_diff / max_ref : max_diff, ToleranceFor(config.precision, case_.problem.dtype));
+  }
+
+ private:
+  Backend& backend_;
+  const CacheCase& case_;
+  DeviceMemory q_, k_, v_, o_, table_;
+  size_t q_bytes_ = 0;
+  bool ok_ = false;
+};
+
+// A decode problem: batch 4 with cache lengths 300, 200, 1 and 0 (the new tokens included), so
+// some sequences' queries see no key; contiguous, or paged with `page` tokens per page in a
+// pool of 5 spare pages beyond what the table uses.
+AttentionProblem DecodeCacheProblem(DType dtype, int head_dim, int q_heads, int kv_heads, int new_tokens, int page) {
+  AttentionProblem p = MakeProblem(4, q_heads, kv_heads, new_tokens, 300, head_dim, /*causal=*/true, dtype);
+  p.kind = ProblemKind::kDecode;
+  p.kv_valid_lens = {300, 200, 1, 0};
+  p.page_block_size = page;
+  if (page > 0) {
+    // Pages of the 96-key shared prefix count once.
+    const int shared = 96 / page;
+    int64_t needed = shared;
+    for (int len : p.kv_valid_lens) needed += std::max(0, (len + page - 1) / page - shared);
+    p.kv_pool_pages = static_cast<int>(needed) + 5;
+  }
+  return p;
+}
+
+// The table for DecodeCacheProblem: its first 96 keys' pages shared by the sequences that
+// have them (only the 300- and 200-key ones fill them; the 1-key one shares its single page).
+std::vector<int32_t> DecodeCacheTable(const AttentionProblem& p, uint32_t seed) {
+  return p.is_paged() ? ShuffledTable(p, 96 / p.page_block_size, seed) : std::vector<int32_t>{};
+}
+
+std::vector<KernelConfig> FusedOf(const std::vector<KernelConfig>& v) {
+  std::vector<KernelConfig> out;
+  for (const KernelConfig& c : v) {
+    if (c.variant == Variant::kFused) out.push_back(c);
+  }
+  return out;
+}
+
+// The fused candidates of a decode problem are the decode family's, filtered by CanImplement.
+TEST_F(CudaBackendTest, DecodeFusedCandidatesAreTheDecodeFamilysThisGpuAccepts) {
+  for (int page : {0, 16}) {
+    const AttentionProblem p = DecodeCacheProblem(DType::kBf16, 128, 32, 8, 1, page);
+    SCOPED_TRACE(p.Key());
+    ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+    const std::vector<KernelConfig> candidates = backend_->CandidateConfigs(p);
+    std::vector<KernelConfig> expected;
+    for (const KernelConfig& c : cuda::DecodeCandidateConfigs(p)) {
+      if (backend_->CanImplement(p, c).ok()) expected.push_back(c);
+    }
+    std::sort(expected.begin(), expected.end(), ConfigOrderLess);
+    EXPECT_EQ(FusedOf(candidates), expected);
+    EXPECT_FALSE(expected.empty());
+    // The baselines too: over a paged cache they run on the gathered K/V.
+    EXPECT_FALSE(OfVariant(candidates, Variant::kPartial).empty());
+    EXPECT_FALSE(OfVariant(candidates, Variant::kMaterialized).empty());
+  }
+}
+
+// Every fused candidate of decode problems of each storage type and head_dim, GQA 32/8 and MQA
+// 8/1, 1 and 4 new tokens (causal), contiguous and paged by 1, 3 and 16 tokens (shuffled tables,
+// a shared prefix, spare pool pages of NaN), cache lengths 300, 200, 1 and 0.
+TEST_F(CudaBackendTest, DecodeEveryFusedCandidateMatchesTheReference) {
+  uint32_t seed = 7000;
+  int runs = 0;
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (int d : {64, 128}) {
+      for (auto [hq, hkv] : std::vector<std::pair<int, int>>{{32, 8}, {8, 1}}) {
+        for (int new_tokens : {1, 4}) {
+          for (int page : {0, 1, 3, 16}) {
+            const AttentionProblem p = DecodeCacheProblem(dtype, d, hq, hkv, new_tokens, page);
+            ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+            ++seed;
+            const CacheCase cc = MakeCacheCase(p, DecodeCacheTable(p, seed), seed);
+            DeviceCase dev(*backend_, cc);
+            ASSERT_TRUE(dev.ok());
+            const std::vector<KernelConfig> fused = FusedOf(backend_->CandidateConfigs(p));
+            EXPECT_FALSE(fused.empty()) << p.Key();
+            for (const KernelConfig& c : fused) {
+              dev.ExpectMatchesReference(c);
+              ++runs;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("[ info ] %d decode runs\n", runs);
+}
+
+// The default config of a decode problem (planned split) runs and matches, paged or not.
+TEST_F(CudaBackendTest, DecodeDefaultConfigMatchesTheReference) {
+  for (int page : {0, 16}) {
+    const AttentionProblem p = DecodeCacheProblem(DType::kBf16, 128, 32, 8, 1, page);
+    const CacheCase cc = MakeCacheCase(p, DecodeCacheTable(p, 17), 17);
+    DeviceCase dev(*backend_, cc);
+    ASSERT_TRUE(dev.ok());
+    absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->split_kv, kAutoSplitKv);
+    dev.ExpectMatchesReference(*c);
+  }
+}
+
+// A prefill of 40 new tokens over a paged cache (a 96-key shared prompt prefix, pages of 3 and
+// 16 tokens, the second sequence's cache 30 keys shorter): every fused candidate (the decode
+// family's prefill tiles) and the two baselines over the gathered K/V.
+TEST_F(CudaBackendTest, PagedPrefillMatchesTheReference) {
+  uint32_t seed = 8000;
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (int d : {64, 128}) {
+      for (int page : {3, 16}) {
+        AttentionProblem p = MakeProblem(2, 8, 2, 40, 136, d, /*causal=*/true, dtype);
+        p.kv_valid_lens = {136, 106};
+        p.page_block_size = page;
+        p.shared_prefix_pages = 96 / page;
+        p.kv_pool_pages = static_cast<int>(p.PagesNeeded()) + 3;
+        ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+        ++seed;
+        const CacheCase cc = MakeCacheCase(p, ShuffledTable(p, p.shared_prefix_pages, seed), seed);
+        DeviceCase dev(*backend_, cc);
+        ASSERT_TRUE(dev.ok());
+        const std::vector<KernelConfig> candidates = backend_->CandidateConfigs(p);
+        EXPECT_FALSE(FusedOf(candidates).empty()) << p.Key();
+        for (const KernelConfig& c : FusedOf(candidates)) dev.ExpectMatchesReference(c);
+        const Precision precision = dtype == DType::kFp32   ? Precision::kFp32
+                                    : dtype == DType::kFp16 ? Precision::kFp16
+                                                            : Precision::kBf16;
+        for (const KernelConfig& c : ConfigsFor(p, precision)) {
+          if (c.variant != Variant::kFused) dev.ExpectMatchesReference(c);
+        }
+      }
+    }
+  }
+}
+
+// Partial and materialized over paged decode caches (uniform with cache lengths 300..0, and a
+// varlen batch with an empty cache) gather K/V through the table first; they match the
+// reference and never read a NaN pool row.
+TEST_F(CudaBackendTest, BaselinesOverAPagedCacheMatchTheReference) {
+  uint32_t seed = 9000;
+  for (DType dtype : {DType::kFp32, DType::kBf16}) {
+    const Precision precision = dtype == DType::kFp32 ? Precision::kFp32 : Precision::kBf16;
+    for (int page : {1, 16}) {
+      AttentionProblem uniform = DecodeCacheProblem(dtype, 128, 32, 8, 4, page);
+      AttentionProblem varlen = MakeProblem(3, 8, 1, 4, 250, 64, /*causal=*/true, dtype);
+      varlen.kind = ProblemKind::kDecode;
+      varlen.cu_seqlens_q = {0, 4, 5, 8};
+      varlen.cu_seqlens_k = {0, 250, 250, 327};  // the second sequence's cache is empty
+      varlen.page_block_size = page;
+      varlen.kv_pool_pages = static_cast<int>(varlen.PagesNeeded()) + 2;
+      for (const AttentionProblem& p : {uniform, varlen}) {
+        ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+        ++seed;
+        const CacheCase cc =
+            MakeCacheCase(p, p.kv_valid_lens.empty() ? ShuffledTable(p, 0, seed) : DecodeCacheTable(p, seed), seed);
+        DeviceCase dev(*backend_, cc);
+        ASSERT_TRUE(dev.ok());
+        for (const KernelConfig& c : ConfigsFor(p, precision)) {
+          if (c.variant != Variant::kFused) dev.ExpectMatchesReference(c);
+        }
+        // The same tables for the fused variant (varlen included).
+        absl::StatusOr<KernelConfig> def = DefaultConfig("cuda", p);
+        ASSERT_TRUE(def.ok());
+        dev.ExpectMatchesReference(*def);
+      }
+    }
+  }
+}
+
+// A table naming a page outside the pool, or a negative page, is InvalidArgument for every
+// variant, in Run and in Time, before anything is launched: O keeps its byte pattern.
+TEST_F(CudaBackendTest, InvalidBlockTableIsInvalidArgumentAndLeavesOutputUntouched) {
+  const AttentionProblem p = DecodeCacheProblem(DType::kBf16, 128, 32, 8, 1, 16);
+  const CacheCase cc = MakeCacheCase(p, DecodeCacheTable(p, 31), 31);
+  DeviceCase dev(*backend_, cc);
+  ASSERT_TRUE(dev.ok());
+  absl::StatusOr<KernelConfig> fused = DefaultConfig("cuda", p);
+  ASSERT_TRUE(fused.ok());
+  std::vector<KernelConfig> configs = {*fused};
+  for (const KernelConfig& c : ConfigsFor(p, Precision::kBf16)) {
+    if (c.variant != Variant::kFused) configs.push_back(c);
+  }
+  const size_t second_page_of_sequence_1 = static_cast<size_t>(p.BlockTableWidth()) + 1;
+  for (int32_t bad : {static_cast<int32_t>(p.PoolPages()), int32_t{1} << 30, int32_t{-1}}) {
+    std::vector<int32_t> table = cc.table;
+    table[second_page_of_sequence_1] = bad;
+    dev.SetTable(table);
+    for (const KernelConfig& c : configs) {
+      SCOPED_TRACE(c.Key() + " with page " + std::to_string(bad));
+      const absl::StatusOr<std::vector<uint8_t>> out = dev.Run(c, 0xA5);
+      EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
+      EXPECT_NE(out.status().message().find("block_table"), std::string::npos) << out.status();
+      const std::vector<uint8_t> o = dev.Output();
+      EXPECT_EQ(std::count(o.begin(), o.end(), uint8_t{0xA5}), static_cast<std::ptrdiff_t>(o.size()))
+          << "the output was written";
+      TimingOptions opt;
+      opt.warmup = 1;
+      opt.repeats = 3;
+      EXPECT_EQ(backend_->Time(p, c, dev.Buffers(), opt).status().code(), absl::StatusCode::kInvalidArgument);
+      const std::vector<uint8_t> after_time = dev.Output();
+      EXPECT_EQ(after_time, o) << "Time wrote the output";
+    }
+  }
+  // A table in plain host memory: the kernels read the table on the device.
+  AttentionBuffers host_table = dev.Buffers();
+  host_table.block_table = cc.table.data();
+  EXPECT_EQ(backend_->Run(p, *fused, host_table).code(), absl::StatusCode::kInvalidArgument);
+  // The backend still works, with the good table back.
+  dev.SetTable(cc.table);
+  for (const KernelConfig& c : configs) dev.ExpectMatchesReference(c);
+}
+
+// Time on a paged cache: the table is checked once, the timed launches (decode; gather and
+// passes for a baseline) give one sample each.
+TEST_F(CudaBackendTest, TimeRunsThePagedVariants) {
+  const AttentionProblem p = DecodeCacheProblem(DType::kFp16, 128, 32, 8, 1, 16);
+  const CacheCase cc = MakeCacheCase(p, DecodeCacheTable(p, 41), 41);
+  DeviceCase dev(*backend_, cc);
+  ASSERT_TRUE(dev.ok());
+  absl::StatusOr<KernelConfig> fused = DefaultConfig("cuda", p);
+  ASSERT_TRUE(fused.ok());
+  std::vector<KernelConfig> configs = {*fused};
+  for (const KernelConfig& c : ConfigsFor(p, Precision::kFp16)) {
+    if (c.variant != Variant::kFused) configs.push_back(c);
+  }
+  for (const KernelConfig& c : configs) {
+    TimingOptions opt;
+    opt.warmup = 2;
+    opt.repeats = 5;
+    opt.max_seconds = 5;
+    auto t = backend_->Time(p, c, dev.Buffers(), opt);
+    ASSERT_TRUE(t.ok()) << c.Key() << ": " << t.status();
+    EXPECT_EQ(t->micros.size(), 5u) << c.Key();
+    for (double us : t->micros) EXPECT_GT(us, 0.0) << c.Key();
+    dev.ExpectMatchesReference(c);  // and Time left a correct output behind
+  }
 }
 
 }  // namespace

@@ -15,6 +15,9 @@
 #include "attention_params.h"
 #include "fused/fused_configs.h"
 #endif
+#ifdef FUSETUNE_HAVE_CUDA_DECODE
+#include "decode/decode_dispatch.h"
+#endif
 
 namespace fusetune {
 namespace {
@@ -188,11 +191,20 @@ TEST(DefaultConfig, CpuDecodeDefaultPlansTheSplitAtLaunch) {
   p.q_len = 1;
   p.kv_len = 4096;
   EXPECT_EQ(DefaultConfig("cpu", p)->split_kv, kAutoSplitKv);
-  // The GPU fused kernels have no split-KV path.
-  EXPECT_EQ(DefaultConfig("cuda", p)->split_kv, 1);
+  // The CUDA decode family plans its split at launch too; HIP has no split-KV path.
+  EXPECT_EQ(DefaultConfig("cuda", p)->split_kv, kAutoSplitKv);
   EXPECT_EQ(DefaultConfig("hip", p)->split_kv, 1);
   p.kind = ProblemKind::kPrefill;
   EXPECT_EQ(DefaultConfig("cpu", p)->split_kv, 1);
+  EXPECT_EQ(DefaultConfig("cuda", p)->split_kv, 1);
+  // A prefill over a paged cache runs on the decode family, unsplit, with its 64-row tiles
+  // (fp32 storage: the 16-row SIMT tiles, the only fp32 ones).
+  p.page_block_size = 16;
+  EXPECT_EQ(DefaultConfig("cuda", p)->split_kv, 1);
+  EXPECT_EQ(DefaultConfig("cuda", p)->block_m, 16);
+  p.dtype = DType::kBf16;
+  EXPECT_EQ(DefaultConfig("cuda", p)->split_kv, 1);
+  EXPECT_EQ(DefaultConfig("cuda", p)->block_m, 64);
 }
 
 // The same for decode problems, contiguous and paged.
@@ -236,6 +248,100 @@ TEST(DefaultConfig, CudaDefaultHasACompiledInstanceForEveryProblemClass) {
   GTEST_SKIP() << "built without the CUDA fused kernel (FUSETUNE_WITH_CUDA=OFF or no nvcc)";
 }
 #endif
+
+// Every class of problem the CUDA decode family serves: DecodeProblemClasses above, then the
+// serving shapes (GQA 32/8 and MQA 32/1 at 1, 4 and 16 new tokens) contiguous and paged by 1
+// and by 16, and prefills over a paged cache (pages of 1 and 16, with and without a shared
+// prefix, varlen) for each storage dtype and head_dim.
+std::vector<AttentionProblem> CudaDecodeFamilyClasses() {
+  std::vector<AttentionProblem> out = DecodeProblemClasses();
+  for (DType dtype : {DType::kFp32, DType::kFp16, DType::kBf16}) {
+    for (int d : {64, 128}) {
+      for (int kv_heads : {8, 1}) {
+        for (int q_len : {1, 4, 16}) {
+          for (int page : {0, 1, 16}) {
+            AttentionProblem p;
+            p.kind = ProblemKind::kDecode;
+            p.batch = 3;
+            p.q_heads = 32;
+            p.kv_heads = kv_heads;
+            p.q_len = q_len;
+            p.kv_len = 300;
+            p.kv_valid_lens = {300, 17, q_len};
+            p.head_dim = d;
+            p.causal = true;
+            p.dtype = dtype;
+            p.page_block_size = page;
+            out.push_back(p);
+          }
+        }
+      }
+      for (int page : {1, 16}) {
+        for (bool varlen : {false, true}) {
+          AttentionProblem p;
+          p.batch = 2;
+          p.q_heads = 8;
+          p.kv_heads = 2;
+          p.q_len = 40;
+          p.kv_len = 40 + 96;
+          p.head_dim = d;
+          p.causal = true;
+          p.dtype = dtype;
+          p.page_block_size = page;
+          if (varlen) {
+            p.cu_seqlens_q = {0, 40, 57};
+            p.cu_seqlens_k = {0, 136, 136 + 57 + 64};
+            p.kv_len = 136;  // the longest sequence's keys
+          } else {
+            p.shared_prefix_pages = 96 / page;  // the 96-key prompt shared by both sequences
+          }
+          out.push_back(p);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+#ifdef FUSETUNE_HAVE_CUDA_DECODE
+// Host-only: the CUDA default of every decode and paged class is a compiled decode-family
+// instance within the 99 KiB of shared memory per block of sm_86/sm_89 (the smallest of the
+// supported GPUs), and one of the candidates the tuner's space is built from.
+TEST(DefaultConfig, CudaDefaultOfEveryDecodeAndPagedClassIsADecodeFamilyInstance) {
+  constexpr int64_t kSm86SharedMemory = 101376;
+  int checked = 0;
+  for (const AttentionProblem& p : CudaDecodeFamilyClasses()) {
+    ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+    ASSERT_TRUE(cuda::UsesDecodeFamily(p)) << p.Key();
+    absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const absl::Status can = cuda::DecodeCanImplement(p, *c, kSm86SharedMemory);
+    EXPECT_TRUE(can.ok()) << p.Key() << " " << c->Key() << ": " << can;
+    const std::vector<KernelConfig> candidates = cuda::DecodeCandidateConfigs(p);
+    EXPECT_NE(std::find(candidates.begin(), candidates.end(), *c), candidates.end())
+        << p.Key() << " " << c->Key() << " is not among the decode family's candidates";
+    EXPECT_EQ(c->split_kv, p.kind == ProblemKind::kDecode ? kAutoSplitKv : 1) << p.Key();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3 * 2 * 2 * 3 * 4 + 3 * 2 * (2 * 3 * 3 + 2 * 2));
+}
+#else
+TEST(DefaultConfig, CudaDefaultOfEveryDecodeAndPagedClassIsADecodeFamilyInstance) {
+  GTEST_SKIP() << "built without the CUDA decode kernels (FUSETUNE_WITH_CUDA=OFF or no nvcc)";
+}
+#endif
+
+// The paged prefill classes above on the CPU default too (the CPU backend serves every class).
+TEST(DefaultConfig, CpuDefaultRunsEveryPagedPrefillClassAndMatchesTheReference) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  int checked = 0;
+  for (const AttentionProblem& p : CudaDecodeFamilyClasses()) {
+    if (p.kind != ProblemKind::kPrefill || p.dtype != DType::kFp16) continue;
+    ExpectCpuDefaultImplementedAndCorrect(*cpu, p, /*run=*/true);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2 * 2 * 2);
+}
 
 }  // namespace
 }  // namespace fusetune

@@ -8,8 +8,8 @@
 // The defaults are chosen to be implementable, not fast: for every problem the backend
 // supports (each storage dtype, each supported head_dim, causal or not, GQA/MQA, varlen and
 // key padding, decode and paged KV caches), the default passes the backend's CanImplement.
-// default_config_test checks this against the CPU backend and the CUDA fused kernel's
-// compiled instance table.
+// default_config_test checks this against the CPU backend and the CUDA fused and decode
+// kernels' compiled instance tables.
 //
 //   cpu:   fused/bm64/bs64/t1/fp32/st1; decode: block_m 16 and split_kv = kAutoSplitKv (the
 //          split count ChooseSplitKv plans at launch). One thread, because a caller's thread
@@ -19,9 +19,13 @@
 //          fp32, never tf32 by default); fp16/bf16: block_s 64, 2 stages (mma.sync);
 //          fp32: block_s 32, 1 stage (SIMT). Compiled for head_dim 64 and 128 and within the
 //          99 KiB of shared memory per block of the smallest supported GPU (sm_86/sm_89).
-//          split_kv 1 for decode too: the CUDA fused kernel has no split-KV path, and its
-//          CanImplement refuses kAutoSplitKv.
-//   hip:   as cuda with 256 threads (wave64).
+//          Decode problems and prefills over a paged cache run on the decode family
+//          (cuda/decode): block_m 16 (decode) or 64 (paged prefill; 16 for fp32, whose SIMT
+//          instances all have 16 rows), block_s 64 (fp32: 32), 128 threads, 2 stages,
+//          precision = the storage dtype, split_kv = kAutoSplitKv for decode (planned at launch
+//          from the device's resident blocks) and 1 for a prefill. The same 99 KiB bound holds.
+//   hip:   as cuda's prefill default with 256 threads (wave64), for every problem: the HIP
+//          backend has no decode family and no split-KV path (split_kv 1).
 //
 // Thread-safety: pure functions.
 #ifndef FUSETUNE_KERNELS_DEFAULT_CONFIG_H_
