@@ -10,6 +10,8 @@
 //        1-16 new tokens (bottom-right causal), fp16/bf16/fp32, d64/d128, random splits, large
 //        logits. Output poisoned (all ones) first: every element must be written. `small`
 //        keeps every problem tiny (for compute-sanitizer).
+//   decode_dev one SHAPE INSTANCE SPLITS [launches]  one bench shape, instance and split, back to
+//        back (for ncu), e.g. one b16-c8k bf16/d128/bm16/bs128/t256/st3 1
 //   decode_dev bench [csv] [launches]  the decode preset's shapes: every instance x split
 //        count, L2 flushed before every launch, CUDA events, median; K/V bytes / time in TB/s
 //        beside a read-only kernel over the same bytes (the read ceiling of this run).
@@ -589,24 +591,52 @@ DevProblem ServingShape(const char* label, int batch, int cache, int n, int page
   return p;
 }
 
-int Bench(const char* csv_path, int launches) {
-  const std::vector<DecodeInstance> all = AllInstances();
-  struct Shape {
-    const char* label;
-    int batch, cache, n, page, prefix_pages;
-  };
-  const Shape shapes[] = {
+struct BenchShape {
+  const char* label;
+  int batch, cache, n, page, prefix_pages;
+};
+const BenchShape kBenchShapes[] = {
       {"b16-c1k", 16, 1024, 1, 0, 0},        {"b16-c8k", 16, 8192, 1, 0, 0},
       {"b16-c32k", 16, 32768, 1, 0, 0},      {"b1-c64k", 1, 65536, 1, 0, 0},
       {"b16-c8k-paged16", 16, 8192, 1, 16, 0}, {"b16-c8k-paged1", 16, 8192, 1, 1, 0},
       {"prefix-n512-c8k", 16, 8704, 512, 0, 0}, {"prefix-n512-c8k-paged16", 16, 8704, 512, 16, 512},
-  };
+};
+
+// One shape, one instance and split, `launches` times back to back (for a profiler: ncu
+// --launch-skip / --launch-count pick which launch to read).
+int One(const std::string& shape, const std::string& instance, int splits, int launches) {
+  const BenchShape* s = nullptr;
+  for (const BenchShape& b : kBenchShapes)
+    if (shape == b.label) s = &b;
+  const DecodeInstance* in = nullptr;
+  const std::vector<DecodeInstance> all = AllInstances();
+  for (const DecodeInstance& i : all)
+    if (InstanceName(i) == instance) in = &i;
+  if (s == nullptr || in == nullptr || splits < 1) {
+    std::fprintf(stderr, "unknown shape or instance (e.g. b16-c8k bf16/d128/bm16/bs128/t256/st3)\n");
+    return 2;
+  }
+  std::mt19937_64 rng(11);
+  DevProblem p = ServingShape(s->label, s->batch, s->cache, s->n, s->page, s->prefix_pages);
+  Materialize(p, rng, 1.0f, s->prefix_pages, /*poison=*/false);
+  DeviceProblem dp = UploadProblem(p, std::max(2, splits));
+  DecodeKernelArgs a = ArgsFor(p, dp, *in, splits);
+  for (int i = 0; i < launches; ++i) CUDA_OK(in->launch(a, 0));
+  CUDA_OK(cudaDeviceSynchronize());
+  std::printf("%s %s split %d: %d launches\n", s->label, instance.c_str(), splits, launches);
+  dp.Free();
+  return 0;
+}
+
+int Bench(const char* csv_path, int launches) {
+  const std::vector<DecodeInstance> all = AllInstances();
+  const auto& shapes = kBenchShapes;
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) std::fprintf(csv, "shape,config,splits,us,tbps,ceiling_tbps\n");
   Timer timer;
   std::mt19937_64 rng(11);
   std::vector<std::string> best_lines;
-  for (const Shape& s : shapes) {
+  for (const BenchShape& s : shapes) {
     DevProblem p = ServingShape(s.label, s.batch, s.cache, s.n, s.page, s.prefix_pages);
     // Values only matter for timing through the data path; uniform inputs as the tuner uses.
     Materialize(p, rng, 1.0f, s.prefix_pages, /*poison=*/false);
@@ -683,6 +713,9 @@ int main(int argc, char** argv) {
     return Check(problems, seed, small);
   }
   if (mode == "bench") return Bench(argc > 2 ? argv[2] : nullptr, argc > 3 ? std::atoi(argv[3]) : 20);
-  std::fprintf(stderr, "usage: decode_dev check [problems] [seed] [small] | bench [csv] [launches]\n");
+  if (mode == "one" && argc >= 5) return One(argv[2], argv[3], std::atoi(argv[4]), argc > 5 ? std::atoi(argv[5]) : 3);
+  std::fprintf(stderr,
+               "usage: decode_dev check [problems] [seed] [small] | bench [csv] [launches] |\n"
+               "       one SHAPE INSTANCE SPLITS [launches]\n");
   return 2;
 }
