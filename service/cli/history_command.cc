@@ -293,7 +293,7 @@ void AddHistoryCommand(CLI::App& app, CommandContext& context) {
   CLI::App* history = app.add_subcommand(
       "history", "One cell's per-commit history from a suite's bench runs (median of its block medians per run, "
                  "oldest first) with its change points (E-divisive means, t-test p <= 0.001).");
-  history->add_option("--db", flags->db, "SQLite database with the bench runs")->capture_default_str();
+  AddDatabaseOption(history, &flags->db, "SQLite database with the bench runs");
   history->add_option("--suite", flags->suite, "the suite's name")->required();
   history->add_option("--cell", flags->cell, "'PROBLEM_KEY' or 'PROBLEM_KEY CONFIG_KEY'")->required();
   history->add_option("--device-class", flags->device_class, "only runs on this device class");

@@ -49,7 +49,7 @@ void ProblemFlags::Register(CLI::App* command, bool allow_list) {
   group->add_option("--cache-lens", cache_lens,
                     "per-sequence KV cache lengths of one problem, comma-separated (batch = their count)")
       ->delimiter(',');
-  group->add_option("--new-tokens", new_tokens,
+  new_tokens_option_ = group->add_option("--new-tokens", new_tokens,
                     "queries per sequence against the cache (decode: 1..16, default 1; prefill with "
                     "--cache-len/--cache-lens: required)");
   group->add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
@@ -57,9 +57,11 @@ void ProblemFlags::Register(CLI::App* command, bool allow_list) {
   group->add_option("--dtype", dtype, "storage type: fp32, fp16 or bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
       ->capture_default_str();
-  group->add_option("--page-size", page_size,
+  page_size_option_ = group->add_option("--page-size", page_size,
                     "tokens per page of a paged KV cache, 1..256 (default: contiguous K/V)");
-  group->add_option("--pool-pages", pool_pages, "pages in the paged cache's pool (default: those the sequences need)");
+  pool_pages_option_ = group->add_option(
+      "--pool-pages", pool_pages,
+      "pages in the paged cache's pool, at least those the sequences need (the default)");
   group->add_option("--shared-prefix-pages", shared_prefix_pages,
                     "leading pages every sequence shares (prefix caching; needs --page-size)");
 }
@@ -92,7 +94,17 @@ absl::StatusOr<AttentionProblem> ProblemFlags::BaseProblem() const {
   absl::StatusOr<ProblemKind> parsed_kind = ParseProblemKind(kind);
   if (!parsed_kind.ok()) return absl::InvalidArgumentError(std::string("--kind: ") + std::string(parsed_kind.status().message()));
   const bool decode = *parsed_kind == ProblemKind::kDecode;
-  if (new_tokens < 0) return absl::InvalidArgumentError("--new-tokens must be >= 1");
+  auto given = [](const CLI::Option* o) { return o != nullptr && o->count() > 0; };
+  if (new_tokens < 0 || (given(new_tokens_option_) && new_tokens < 1)) {
+    return absl::InvalidArgumentError("--new-tokens must be >= 1, got " + std::to_string(new_tokens));
+  }
+  if (given(page_size_option_) && (page_size < 1 || page_size > kMaxPageBlockSize)) {
+    return absl::InvalidArgumentError("--page-size must be in [1, " + std::to_string(kMaxPageBlockSize) + "], got " +
+                                      std::to_string(page_size) + " (leave it out for a contiguous cache)");
+  }
+  if (given(pool_pages_option_) && pool_pages < 1) {
+    return absl::InvalidArgumentError("--pool-pages must be >= 1, got " + std::to_string(pool_pages));
+  }
   if (!decode && !seq.empty() && new_tokens != 0) {
     return absl::InvalidArgumentError(
         "a prefill takes its query length from --seq or --new-tokens (with --cache-len), not both");
@@ -135,6 +147,13 @@ absl::StatusOr<std::vector<AttentionProblem>> ProblemFlags::Build() const {
   auto add = [&out](AttentionProblem p, const std::string& flag) -> absl::Status {
     if (absl::Status s = p.Validate(); !s.ok()) {
       return absl::InvalidArgumentError("invalid problem (" + flag + "): " + std::string(s.message()));
+    }
+    // The tuner lays out one page per page of every sequence (the shared prefix once): a
+    // smaller pool would make sequences alias each other's pages and time a cache smaller
+    // than the one named. A caller's own table may share pages; the flags may not.
+    if (p.is_paged() && p.kv_pool_pages != 0 && p.kv_pool_pages < p.PagesNeeded()) {
+      return absl::InvalidArgumentError("--pool-pages " + std::to_string(p.kv_pool_pages) + " (" + flag +
+                                        "): the sequences need " + std::to_string(p.PagesNeeded()) + " pages");
     }
     out.push_back(std::move(p));
     return absl::OkStatus();

@@ -54,7 +54,12 @@ struct ProblemFlags {
   // The shape flags' common problem (kind, heads, dtype, cache options; q_len for a cache).
   absl::StatusOr<AttentionProblem> BaseProblem() const;
 
-  CLI::Option* batch_option_ = nullptr;  // to tell an explicit --batch from the default
+  // To tell an explicit flag from its default (an explicit --new-tokens 0 or --page-size 0 is
+  // an error, not "one token" or "contiguous").
+  CLI::Option* batch_option_ = nullptr;
+  CLI::Option* new_tokens_option_ = nullptr;
+  CLI::Option* page_size_option_ = nullptr;
+  CLI::Option* pool_pages_option_ = nullptr;
 };
 
 // "fused,partial" -> variants; InvalidArgument on an unknown name. Empty -> empty.

@@ -92,6 +92,10 @@ TEST(ProblemFlags, BadCacheValuesAreErrorsNamingTheFlag) {
       {"--seq", "128", "--new-tokens", "4"},
       {"--preset", "decode", "--page-size", "16"},
       {"--kind", "decode", "--cache-len", "abc"},
+      {"--kind", "decode", "--cache-len", "512", "--page-size", "16", "--new-tokens", "0"},
+      {"--kind", "decode", "--cache-len", "512", "--page-size", "0"},
+      {"--kind", "decode", "--cache-len", "512", "--page-size", "16", "--pool-pages", "3"},  // needs 32
+      {"--kind", "decode", "--cache-len", "512", "--page-size", "16", "--pool-pages", "0"},
   };
   for (const std::vector<std::string>& args : cases) {
     auto problems = Parse(args);
@@ -100,7 +104,17 @@ TEST(ProblemFlags, BadCacheValuesAreErrorsNamingTheFlag) {
     EXPECT_FALSE(problems.ok()) << joined;
   }
   auto page = Parse({"--kind", "decode", "--cache-len", "128", "--page-size", "300"});
-  EXPECT_NE(page.status().message().find("page_block_size"), std::string::npos) << page.status();
+  EXPECT_NE(page.status().message().find("--page-size"), std::string::npos) << page.status();
+  auto zero_tokens = Parse({"--kind", "decode", "--cache-len", "512", "--page-size", "16", "--new-tokens", "0"});
+  EXPECT_NE(zero_tokens.status().message().find("--new-tokens"), std::string::npos) << zero_tokens.status();
+  auto small_pool = Parse({"--kind", "decode", "--cache-len", "512", "--page-size", "16", "--pool-pages", "3"});
+  EXPECT_NE(small_pool.status().message().find("need 32 pages"), std::string::npos) << small_pool.status();
+}
+
+TEST(ProblemFlags, APoolOfExactlyThePagesNeededIsAccepted) {
+  auto problems = Parse({"--kind", "decode", "--cache-len", "512", "--page-size", "16", "--pool-pages", "32"});
+  ASSERT_TRUE(problems.ok()) << problems.status();
+  EXPECT_EQ((*problems)[0].PoolPages(), 32);
 }
 
 }  // namespace

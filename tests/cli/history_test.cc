@@ -182,6 +182,10 @@ TEST(History, BadInputIsRefused) {
   CommandResult other_device =
       Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kCell, "--device-class", "cuda/H200/sm90"});
   EXPECT_EQ(other_device.exit_code, 3) << other_device.err;
+  // An empty --db is a usage error (exit 2), as for every command that reads a database.
+  CommandResult empty_db = Fusetune({"history", "--db", "", "--suite", kSuite, "--cell", kCell});
+  EXPECT_EQ(empty_db.exit_code, 2) << empty_db.err;
+  EXPECT_NE(empty_db.err.find("--db"), std::string::npos) << empty_db.err;
   CommandResult missing = Fusetune({"history", "--db", dir.File("missing.db"), "--suite", kSuite, "--cell", kCell});
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_FALSE(std::filesystem::exists(dir.File("missing.db")));

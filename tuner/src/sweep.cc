@@ -13,6 +13,13 @@
 namespace fusetune {
 namespace {
 
+// Trials of `trials` whose outcome is ok (a progress line's "ok" counts every kind of trial it
+// counts in its total: screen, halving and final).
+int CountOk(const std::vector<Trial>& trials) {
+  return static_cast<int>(std::count_if(trials.begin(), trials.end(),
+                                        [](const Trial& t) { return t.outcome == TrialOutcome::kOk; }));
+}
+
 using tuner_internal::Cancelled;
 using tuner_internal::Clock;
 using tuner_internal::Contenders;
@@ -374,6 +381,7 @@ class SweepSteps {
       }
       if (!found.empty() && found.size() == configs.size()) {
         p.report.trials_resumed += static_cast<int>(found.size());
+        p.report.trials_ok += CountOk(found);
         return found;
       }
       if (!found.empty()) continue;
@@ -410,6 +418,7 @@ class SweepSteps {
       if (absl::Status s = Record(p, t); !s.ok()) return s;
     }
     p.report.trials_measured += static_cast<int>(measured.size());
+    p.report.trials_ok += CountOk(measured);
     return measured;
   }
 

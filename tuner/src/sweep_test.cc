@@ -108,6 +108,30 @@ TEST(Sweep, CpuBackendTinyProblemsRecordEveryTrialAndPickABestConfig) {
   EXPECT_GE(reports[1].elapsed_seconds, reports[0].elapsed_seconds);
 }
 
+TEST(Sweep, ProgressCountsAsOkEveryOkTrialItCounts) {
+  // Every config runs (a host backend): the progress line's "ok" must equal its trial count,
+  // the final rounds' trials included, not only the screen's.
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s + 10 * c.block_m; };
+  SweepOptions o = Quick(4);
+  o.final_rounds.rounds = 3;
+  MemorySink sink;
+  std::vector<SweepProgress> reports;
+  const std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink,
+                                           [&](const SweepProgress& p) { reports.push_back(p); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(reports.size(), 1u);
+  int rounds_trials = 0;
+  for (const Trial& t : sink.trials) {
+    ASSERT_EQ(t.outcome, TrialOutcome::kOk) << t.config_key;
+    if (t.stage != TrialStage::kScreen) ++rounds_trials;
+  }
+  ASSERT_GT(rounds_trials, 0) << "the test needs trials beyond the screen";
+  EXPECT_EQ(reports[0].trials_ok, reports[0].trials_measured + reports[0].trials_resumed);
+  EXPECT_EQ(reports[0].trials_ok, static_cast<int>(sink.trials.size()));
+}
+
 TEST(Sweep, APickFromTheFinalRoundsKeepsItsVerificationError) {
   std::unique_ptr<Backend> cpu = CreateCpuBackend();
   std::vector<AttentionProblem> problems = {Tiny(33, 33)};

@@ -121,7 +121,7 @@ struct SweepProgress {
   std::string problem_key;
   int trials_measured = 0;                 // this problem, measured now
   int trials_resumed = 0;                  // this problem, found already recorded
-  int trials_ok = 0;                       // this problem, kOk (measured or resumed)
+  int trials_ok = 0;                       // this problem, kOk (measured or resumed; screen and rounds)
   double problem_seconds = 0;              // wall time spent on this problem
   double elapsed_seconds = 0;              // since the sweep started
   // The remaining problems at the latest problem's seconds per FLOP, each capped by
