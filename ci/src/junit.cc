@@ -82,8 +82,11 @@ std::string WriteJUnitXml(std::string_view suite_name, const std::vector<CellVer
                     XmlEscape(absl::StrCat(v.problem_key, " ", v.config_key)), "\">\n");
     out += "      <properties>\n";
     AppendProperty(out, "verdict", VerdictName(v.verdict));
-    AppendProperty(out, "ratio", Number(v.ratio.ratio));
-    AppendProperty(out, "pairwise_ratio", Number(v.ratio.pairwise_ratio));
+    // "ratio" is the ratio the verdict, the markdown report and the stored rows give (the
+    // Hodges–Lehmann ratio, centre of the interval); the ratio of the medians is another
+    // statistic and says so in its name.
+    AppendProperty(out, "ratio", Number(v.ratio.pairwise_ratio));
+    AppendProperty(out, "ratio_of_medians", Number(v.ratio.ratio));
     AppendProperty(out, "ci_lower", Number(v.ratio.lower));
     AppendProperty(out, "ci_upper", Number(v.ratio.upper));
     AppendProperty(out, "confidence", Number(v.ratio.confidence));

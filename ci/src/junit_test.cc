@@ -50,6 +50,19 @@ TEST(XmlEscape, EscapesTheFiveSpecialCharactersAndControlCharacters) {
   EXPECT_EQ(XmlEscape(std::string("x\x01y\tz", 5)), "x?y\tz");
 }
 
+TEST(WriteJUnitXml, ItsRatioIsTheRatioTheMarkdownShows) {
+  // The ratio of medians and the pairwise (Hodges–Lehmann) ratio differ on skewed blocks; a
+  // cell must not show one number in JUnit and another in markdown under the same name.
+  CellVerdict v = Verdicted("p/skewed", "c1", Verdict::kImproved, 0.9865);
+  v.ratio.ratio = 0.932;
+  const std::string xml = WriteJUnitXml("s", {v});
+  const std::string markdown = WriteMarkdownReport("t", {v});
+  EXPECT_NE(xml.find("<property name=\"ratio\" value=\"0.9865\"/>"), std::string::npos) << xml;
+  EXPECT_NE(markdown.find("0.9865"), std::string::npos) << markdown;
+  EXPECT_NE(xml.find("<property name=\"ratio_of_medians\" value=\"0.932\"/>"), std::string::npos) << xml;
+  EXPECT_EQ(markdown.find("0.932"), std::string::npos) << markdown;
+}
+
 TEST(WriteJUnitXml, OneTestCasePerCellWithFailuresAndSkips) {
   const std::string xml = WriteJUnitXml("suite <cpu>", Sample());
   EXPECT_EQ(xml.rfind("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", 0), 0u);

@@ -3,8 +3,9 @@
 //
 // JUnit: one <testcase> per cell, named "<problem key> <config key>" (classname: the problem
 // key); a <failure> for a cell that Failed() (type "regressed", "accuracy" or "error-growth"),
-// a <skipped> for an unknown cell; properties ratio, pairwise_ratio, ci_lower, ci_upper,
-// confidence, floor, p_slower, p_slower_adjusted, verdict, blocks.
+// a <skipped> for an unknown cell; properties ratio (RatioEstimate::pairwise_ratio, the one
+// ratio every report and stored row gives), ratio_of_medians, ci_lower, ci_upper, confidence,
+// floor, p_slower, p_slower_adjusted, verdict, blocks.
 //
 // Markdown: one row per cell, most severe first: regressed (largest ratio first), accuracy
 // failures, error growth, unknown, improved, same.

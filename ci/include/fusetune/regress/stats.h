@@ -87,7 +87,8 @@ struct RatioEstimate {
   // median(candidate) / median(baseline): > 1 means the candidate is slower.
   double ratio = 1;
   // The Hodges–Lehmann estimate of the ratio: the median of all candidate/baseline pairwise
-  // ratios, the centre of the interval below.
+  // ratios, the centre of the interval below. This is "the ratio" of a cell wherever one is
+  // shown or stored (verdicts, markdown, JUnit's `ratio`, regression rows).
   double pairwise_ratio = 1;
   // Distribution-free confidence interval for the ratio under the model "candidate =
   // baseline times a constant factor, any distribution" (Moses' interval: order statistics of
