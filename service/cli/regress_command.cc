@@ -291,6 +291,12 @@ absl::StatusOr<bench::Comparison> Measure(const RegressFlags& f, const Baseline&
 }
 
 int RunRegress(const RegressFlags& f) {
+  // Output paths first: a report that cannot be written must not cost a measurement or leave
+  // a bench run and verdict rows behind.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--junit", f.junit},
+                                   std::pair<const char*, const std::string&>{"--markdown", f.markdown}}) {
+    if (absl::Status s = CheckOutputFile(flag, path); !s.ok()) return Error(std::string(s.message()));
+  }
   absl::StatusOr<bench::Suite> suite = bench::ReadSuiteFile(f.suite);
   if (!suite.ok()) return Error(std::string(suite.status().message()));
   std::unique_ptr<Store> store;

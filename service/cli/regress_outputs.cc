@@ -1,6 +1,11 @@
 #include "regress_outputs.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +50,31 @@ std::string Markdown(const bench::Suite& suite, const bench::Comparison& c, cons
 }
 
 }  // namespace
+
+absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return absl::OkStatus();
+  std::error_code ec;
+  const fs::path target(path);
+  if (fs::is_directory(target, ec)) {
+    return absl::InvalidArgumentError(fmt::format("{} {}: is a directory, not a file", flag, path));
+  }
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  while (!fs::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(fmt::format("{} {}: {} is not a directory", flag, path, dir.string()));
+  }
+  std::string probe = (dir / ".fusetune-write-check-XXXXXX").string();
+  const int fd = mkstemp(probe.data());
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} {}: cannot create a file in {}: {}", flag, path, dir.string(), std::strerror(errno)));
+  }
+  close(fd);
+  fs::remove(probe, ec);
+  return absl::OkStatus();
+}
 
 std::vector<Regression> RegressionRows(const bench::Comparison& comparison, bool planted) {
   std::vector<Regression> rows;

@@ -47,6 +47,13 @@ struct RegressFlags {
 // --server, --token-file, --tls-ca, --timeout in service builds; nothing otherwise.
 void AddRegressServerOptions(CLI::App* command, RegressFlags* flags);
 
+// OK when the output file `path` (given with `flag`) can be written at the end of a command:
+// it is not a directory, and the nearest existing directory above it lets this process create
+// a file (probed with a temporary file, removed at once; missing directories below it are
+// created when the file is written). Empty `path`: nothing asked, OK. InvalidArgument naming the
+// flag otherwise. Called before anything is measured or stored, so bad output paths cost nothing.
+absl::Status CheckOutputFile(const std::string& flag, const std::string& path);
+
 // The rows of `comparison` for the `regressions` table: per cell a "latency" row (a pick cell:
 // "latency_vs_previous_pick"; with planted slowdowns "planted_latency", so that a method check
 // is never read as a calibration) with the Hodges–Lehmann ratio and the adjusted p-value of the

@@ -315,6 +315,16 @@ TEST_F(RegressBadInput, ASuiteForAnotherDevice) {
                 "is for cuda/NVIDIA-H200/sm90");
 }
 
+TEST_F(RegressBadInput, AReportPathThatCannotBeWrittenBeforeAnythingIsMeasured) {
+  ExpectRefused({"regress", "--suite", suite_, "--baseline", "abcdef1", "--commit", commit_, "--db", db_, "--junit",
+                 "/proc/fusetune-junit.xml"},
+                "--junit");
+  ExpectRefused({"regress", "--suite", suite_, "--baseline", "abcdef1", "--commit", commit_, "--db", db_,
+                 "--markdown", dir_.File("")},
+                "is a directory");
+  EXPECT_FALSE(std::filesystem::exists("/proc/fusetune-junit.xml"));
+}
+
 TEST(RegressEmptyDatabase, PreviousInAnEmptyOrMissingDatabaseIsAnError) {
   TempDir dir;
   const std::string suite = WriteSuite(dir);
