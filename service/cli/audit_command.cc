@@ -35,13 +35,15 @@ struct AuditFlags {
 
 std::string Percent(double fraction) { return fmt::format("{:.2f}%", 100 * fraction); }
 
-// One line per problem, for people: what was recorded, what is fastest, and how sure.
+// One line per problem, for people: the regret and its interval come from per-round ratios
+// (recorded / best in the same round), the microseconds from each config's own rounds; the two
+// can disagree when the device drifts between rounds, so the line says which number is which.
 std::string SummaryLine(const AuditSummary& a) {
   return fmt::format(
-      "{}: recorded {} {:.1f} us, best {} {:.1f} us, regret {} (90% CI {} to {}), {} rounds, {} configs "
-      "measured{}",
-      a.problem_key, a.recorded_config_key, a.recorded_us, a.best_config_key, a.best_us, Percent(a.regret),
-      Percent(a.regret_low), Percent(a.regret_high), a.rounds, a.configs_measured,
+      "{}: recorded {}, best {}: regret {} (90% CI {} to {}) from per-round ratios; round medians {:.1f} us "
+      "recorded, {:.1f} us best; {} rounds, {} configs measured{}",
+      a.problem_key, a.recorded_config_key, a.best_config_key, Percent(a.regret), Percent(a.regret_low),
+      Percent(a.regret_high), a.recorded_us, a.best_us, a.rounds, a.configs_measured,
       a.configs_failed > 0 ? fmt::format(", {} failed", a.configs_failed) : "");
 }
 

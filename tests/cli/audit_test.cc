@@ -74,12 +74,13 @@ TEST(AuditCommand, AfterASweepPrintsTheRegretAndRecordsTheAudit) {
   CommandResult audit = Fusetune(With({"audit", "--db", db}, kProblem));
   ASSERT_EQ(audit.exit_code, 0) << audit.out << audit.err;
   const std::regex line(std::string("(^|\n)") + kProblemKey +
-                        R"(: recorded (\S+) ([0-9.]+) us, best (\S+) ([0-9.]+) us, regret (-?[0-9.]+)% )"
-                        R"(\(90% CI (-?[0-9.]+)% to (-?[0-9.]+)%\), (\d+) rounds, (\d+) configs measured)");
+                        R"(: recorded (\S+), best (\S+): regret (-?[0-9.]+)% )"
+                        R"(\(90% CI (-?[0-9.]+)% to (-?[0-9.]+)%\) from per-round ratios; )"
+                        R"(round medians ([0-9.]+) us recorded, ([0-9.]+) us best; (\d+) rounds, (\d+) configs measured)");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(audit.out, m, line)) << audit.out;
   EXPECT_EQ(m[2].str(), recorded_config);
-  const double regret = std::stod(m[6].str()), low = std::stod(m[7].str()), high = std::stod(m[8].str());
+  const double regret = std::stod(m[4].str()), low = std::stod(m[5].str()), high = std::stod(m[6].str());
   EXPECT_LE(low, regret + 0.005) << m[0];  // printed with 2 decimals
   EXPECT_LE(regret, high + 0.005) << m[0];
   EXPECT_GE(std::stoi(m[9].str()), 3) << "at least 3 rounds: " << m[0];
@@ -94,7 +95,7 @@ TEST(AuditCommand, AfterASweepPrintsTheRegretAndRecordsTheAudit) {
   ASSERT_EQ(audits->size(), 1u);
   const AuditSummary& a = audits->front();
   EXPECT_EQ(a.recorded_config_key, recorded_config);
-  EXPECT_EQ(a.best_config_key, m[4].str());
+  EXPECT_EQ(a.best_config_key, m[3].str());
   EXPECT_EQ(a.rounds, std::stoi(m[9].str()));
   EXPECT_EQ(a.configs_measured, std::stoi(m[10].str()));
   EXPECT_FALSE(a.commit.empty());
