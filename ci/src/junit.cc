@@ -62,7 +62,8 @@ std::string XmlEscape(std::string_view text) {
   return out;
 }
 
-std::string WriteJUnitXml(std::string_view suite_name, const std::vector<CellVerdict>& verdicts) {
+std::string WriteJUnitXml(std::string_view suite_name, const std::vector<CellVerdict>& verdicts,
+                          const std::vector<SuiteProperty>& suite_properties) {
   int failures = 0, skipped = 0;
   for (const CellVerdict& v : verdicts) {
     if (v.Failed()) {
@@ -77,6 +78,14 @@ std::string WriteJUnitXml(std::string_view suite_name, const std::vector<CellVer
                   "\" failures=\"", failures, "\" errors=\"0\" skipped=\"", skipped, "\">\n");
   absl::StrAppend(&out, "  <testsuite name=\"", suite, "\" tests=\"", verdicts.size(),
                   "\" failures=\"", failures, "\" errors=\"0\" skipped=\"", skipped, "\">\n");
+  if (!suite_properties.empty()) {
+    out += "    <properties>\n";
+    for (const SuiteProperty& p : suite_properties) {
+      absl::StrAppend(&out, "      <property name=\"", XmlEscape(p.name), "\" value=\"", XmlEscape(p.value),
+                      "\"/>\n");
+    }
+    out += "    </properties>\n";
+  }
   for (const CellVerdict& v : verdicts) {
     absl::StrAppend(&out, "    <testcase classname=\"", XmlEscape(v.problem_key), "\" name=\"",
                     XmlEscape(absl::StrCat(v.problem_key, " ", v.config_key)), "\">\n");

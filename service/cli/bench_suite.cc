@@ -8,6 +8,7 @@
 #include "bench_records.h"
 #include "commands.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "fusetune/bench/block_source.h"
 #include "fusetune/bench/compare.h"
 #include "fusetune/bench/planted_slowdown.h"
@@ -49,7 +50,8 @@ void PrintTable(const bench::SourceInfo& source, const std::vector<bench::Measur
   }
 }
 
-void PrintJson(const bench::SourceInfo& source, const std::vector<bench::MeasuredCell>& cells, int64_t run_id) {
+void PrintJson(const bench::SourceInfo& source, const std::vector<bench::MeasuredCell>& cells, int64_t run_id,
+               const std::string& planted) {
   nlohmann::json rows = nlohmann::json::array();
   for (const bench::MeasuredCell& c : cells) {
     rows.push_back({{"role", c.cell.role},
@@ -64,6 +66,7 @@ void PrintJson(const bench::SourceInfo& source, const std::vector<bench::Measure
   }
   nlohmann::json out = {{"commit", source.commit}, {"device_class", source.device.DeviceClass()},
                         {"run_id", run_id}, {"cells", rows}};
+  if (!planted.empty()) out["planted_slowdowns"] = planted;
   std::printf("%s\n", out.dump(2).c_str());
 }
 
@@ -75,6 +78,28 @@ void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs) 
                       "slower by FRACTION (e.g. 0.03 or 3%), to measure what the regression method detects "
                       "(repeatable)");
 }
+
+absl::Status CheckPlantedSlowdowns(const bench::Suite& suite, const std::vector<std::string>& specs) {
+  for (const std::string& spec : specs) {
+    absl::StatusOr<bench::PlantedSlowdown> s = bench::ParsePlantedSlowdown(spec);
+    if (!s.ok()) return absl::InvalidArgumentError(
+          fmt::format("--plant-slowdown {}: {}", spec, std::string(s.status().message())));
+    std::vector<std::string> names;
+    bool matched = false;
+    for (const bench::SuiteCell& cell : suite.cells) {
+      const std::string name = cell.problem.Key() + " " + cell.config.Key();
+      if (name.find(s->cell_substring) != std::string::npos) matched = true;
+      names.push_back(name);
+    }
+    if (!matched) {
+      return absl::InvalidArgumentError(fmt::format("--plant-slowdown {}: '{}' is in no cell of suite {}; its cells: {}",
+                                                    spec, s->cell_substring, suite.name, fmt::join(names, "; ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string PlantedDescription(const std::vector<std::string>& specs) { return fmt::format("{}", fmt::join(specs, "; ")); }
 
 std::unique_ptr<Backend> CreateMeasuredBackend(const std::string& command, const std::string& backend, int device,
                                                const std::vector<std::string>& plant_slowdowns, int* exit_code) {
@@ -102,6 +127,8 @@ int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int
   absl::StatusOr<bench::Suite> suite = bench::ReadSuiteFile(f.suite);
   if (!suite.ok()) return Error(cmd, std::string(suite.status().message()));
   if (f.blocks != 0 && f.blocks < 3) return Error(cmd, "--blocks must be at least 3");
+  if (absl::Status s = CheckPlantedSlowdowns(*suite, f.plant_slowdowns); !s.ok()) return Error(cmd, std::string(s.message()));
+  const std::string planted = PlantedDescription(f.plant_slowdowns);
   // An existing database is opened before measuring, so that a bad one fails at once; a new
   // one is created only when there is a measurement to store.
   std::unique_ptr<Store> store;
@@ -127,7 +154,7 @@ int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int
   absl::StatusOr<bench::SourceInfo> info = source.Describe();
   if (!info.ok()) return Error(cmd, std::string(info.status().message()));
   int64_t run_id = 0;
-  if (!f.db.empty()) {
+  if (!f.db.empty() && planted.empty()) {
     if (store == nullptr) {
       if (absl::Status s = open_store(); !s.ok()) return Error(cmd, std::string(s.message()));
     }
@@ -136,10 +163,14 @@ int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int
     run_id = *stored;
   }
   if (f.json) {
-    PrintJson(*info, *cells, run_id);
+    PrintJson(*info, *cells, run_id, planted);
   } else {
+    if (!planted.empty()) std::printf("planted slowdowns (a check of the method, not a measurement): %s\n", planted.c_str());
     PrintTable(*info, *cells);
     if (run_id > 0) std::printf("\nstored as bench run %lld of suite %s in %s\n", static_cast<long long>(run_id), suite->name.c_str(), f.db.c_str());
+    if (!planted.empty() && !f.db.empty()) {
+      std::printf("\nnot stored in %s: a run with planted slowdowns is never a baseline or a history point\n", f.db.c_str());
+    }
   }
   for (const bench::MeasuredCell& c : *cells) {
     if (c.measurement.check.outcome != TrialOutcome::kOk) return kExitCellFailed;

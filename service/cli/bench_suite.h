@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "fusetune/bench/suite.h"
 #include "fusetune/kernels/backend.h"
 
 namespace fusetune::cli {
@@ -34,6 +36,17 @@ std::unique_ptr<Backend> CreateMeasuredBackend(const std::string& command, const
                                                const std::vector<std::string>& plant_slowdowns, int* exit_code);
 // Registers --plant-slowdown on `command`.
 void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs);
+
+// OK when every --plant-slowdown spec parses and its substring names at least one cell of
+// `suite` ("<problem key> <config key>"); InvalidArgument naming the spec (and listing the
+// cells) otherwise: a plant that matches nothing would make a method check measure nothing.
+absl::Status CheckPlantedSlowdowns(const bench::Suite& suite, const std::vector<std::string>& specs);
+
+// What a run planted, for its outputs ("SUBSTRING=FRACTION; ..."); empty when nothing was.
+// A run with planted slowdowns is a check of the method, not a measurement of the build: its
+// bench run is never stored (so it cannot become a baseline, a calibration or a history point)
+// and every output says what was planted.
+std::string PlantedDescription(const std::vector<std::string>& specs);
 
 // Exit: 0 every cell verified and was measured; 1 a cell failed verification (recorded);
 // 2 an error (bad suite, a config the device cannot run, the database): nothing stored.

@@ -299,6 +299,7 @@ int RunRegress(const RegressFlags& f) {
   }
   absl::StatusOr<bench::Suite> suite = bench::ReadSuiteFile(f.suite);
   if (!suite.ok()) return Error(std::string(suite.status().message()));
+  if (absl::Status s = CheckPlantedSlowdowns(*suite, f.plant_slowdowns); !s.ok()) return Error(std::string(s.message()));
   std::unique_ptr<Store> store;
   if (std::filesystem::exists(f.db)) {
     absl::StatusOr<std::unique_ptr<Store>> opened = OpenExistingStoreForWriting(f.db);

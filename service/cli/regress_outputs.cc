@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "bench_records.h"
+#include "bench_suite.h"
 #include "fmt/format.h"
 #include "fusetune/base/time.h"
 #include "fusetune/regress/junit.h"
@@ -112,20 +113,46 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const bench::Suite& suit
     if (!opened.ok()) return opened.status();
     store = *std::move(opened);
   }
-  std::vector<bench::MeasuredCell> measured;
-  for (const bench::CellComparison& c : comparison.cells) measured.push_back({c.cell, c.candidate});
-  absl::StatusOr<int64_t> run = StoreBenchRun(*store, suite, comparison.candidate, measured);
-  if (!run.ok()) return run.status();
-  const std::vector<Regression> rows = RegressionRows(comparison, !f.plant_slowdowns.empty());
+  // A run with planted slowdowns checks the method: its candidate measurement is never stored
+  // as a bench run (it would become a baseline or a history point); its verdict rows are, under
+  // the metric "planted_latency" that no calibration reads.
+  const std::string planted = PlantedDescription(f.plant_slowdowns);
+  int64_t run_id = 0;
+  if (planted.empty()) {
+    std::vector<bench::MeasuredCell> measured;
+    for (const bench::CellComparison& c : comparison.cells) measured.push_back({c.cell, c.candidate});
+    absl::StatusOr<int64_t> run = StoreBenchRun(*store, suite, comparison.candidate, measured);
+    if (!run.ok()) return run.status();
+    run_id = *run;
+  }
+  const std::vector<Regression> rows = RegressionRows(comparison, !planted.empty());
   if (absl::StatusOr<int> recorded = store->RecordRegressions(rows); !recorded.ok()) return recorded.status();
 
   std::vector<regress::CellVerdict> verdicts;
   for (const bench::CellComparison& cell : comparison.cells) verdicts.push_back(cell.verdict);
-  const std::string markdown = Markdown(suite, comparison, notes);
+  std::vector<std::string> all_notes = notes;
+  if (!planted.empty()) {
+    all_notes.insert(all_notes.begin(),
+                     fmt::format("planted slowdowns on the candidate (a check of the method, not a measurement of the "
+                                 "build): {}",
+                                 planted));
+  }
+  const std::string markdown = Markdown(suite, comparison, all_notes);
   std::printf("%s", markdown.c_str());
-  std::printf("\nstored: bench run %lld and %zu verdict rows in %s\n", static_cast<long long>(*run), rows.size(), f.db.c_str());
+  if (planted.empty()) {
+    std::printf("\nstored: bench run %lld and %zu verdict rows in %s\n", static_cast<long long>(run_id), rows.size(),
+                f.db.c_str());
+  } else {
+    std::printf("\nstored: %zu planted_latency verdict rows in %s (no bench run: planted)\n", rows.size(), f.db.c_str());
+  }
   if (!f.junit.empty()) {
-    if (absl::Status s = WriteFile(f.junit, regress::WriteJUnitXml(fmt::format("fusetune-regress-{}", suite.name), verdicts)); !s.ok()) return s;
+    std::vector<regress::SuiteProperty> properties;
+    if (!planted.empty()) properties.push_back({"planted_slowdowns", planted});
+    if (absl::Status s = WriteFile(f.junit, regress::WriteJUnitXml(fmt::format("fusetune-regress-{}", suite.name),
+                                                                   verdicts, properties));
+        !s.ok()) {
+      return s;
+    }
   }
   if (!f.markdown.empty()) {
     if (absl::Status s = WriteFile(f.markdown, markdown); !s.ok()) return s;

@@ -105,6 +105,20 @@ TEST(BenchSuite, AConfigTheDeviceCannotRunIsAnErrorAndNothingIsStored) {
   EXPECT_FALSE(std::filesystem::exists(db));
 }
 
+TEST(BenchSuite, APlantedRunIsNotStoredAndSaysWhatWasPlanted) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string suite = WriteSuite(dir);
+  CommandResult r = Fusetune({"bench", "--suite", suite, "--db", db, "--plant-slowdown", "fused=0.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("planted slowdowns"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not stored"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(db) && Count(db, "SELECT COUNT(*) FROM runs") > 0);
+  CommandResult none = Fusetune({"bench", "--suite", suite, "--plant-slowdown", "nothing-like-this=0.5"});
+  EXPECT_EQ(none.exit_code, 2) << none.err;
+  EXPECT_NE(none.err.find("is in no cell"), std::string::npos) << none.err;
+}
+
 TEST(BenchSuite, ASuiteIsWrittenFromADatabasesBestConfigsAndRuns) {
   TempDir dir;
   const std::string db = dir.File("tuned.db");
@@ -155,7 +169,15 @@ TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
   EXPECT_GE(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'planted_latency'"), 4);
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency'"), 0);
   EXPECT_NE(r.out.find("no A/A calibration"), std::string::npos) << r.out;
-  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM runs WHERE label = 'bench:tiny'"), 1);
+  // A planted run is a check of the method, never a measurement: no bench run is stored (it
+  // could become a baseline or a history point), and every output says what was planted.
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM runs WHERE label = 'bench:tiny'"), 0);
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM bench_cells"), 0);
+  EXPECT_NE(r.out.find(std::string("planted slowdowns on the candidate") ), std::string::npos) << r.out;
+  EXPECT_NE(report.find(kPlantOnFusedCausal), std::string::npos) << report;
+  EXPECT_NE(junit.find("<property name=\"planted_slowdowns\" value=\"" + std::string(kPlantOnFusedCausal) + "\"/>"),
+            std::string::npos)
+      << junit;
   // `fusetune regressions` is the server's; the rows are what ListRegressions serves.
 }
 
@@ -313,6 +335,12 @@ TEST_F(RegressBadInput, ASuiteForAnotherDevice) {
   std::ofstream(dir_.File("h200.json")) << text;
   ExpectRefused({"regress", "--suite", dir_.File("h200.json"), "--baseline", "abcdef1", "--commit", commit_, "--db", db_},
                 "is for cuda/NVIDIA-H200/sm90");
+}
+
+TEST_F(RegressBadInput, APlantedSlowdownThatMatchesNoCell) {
+  ExpectRefused({"regress", "--suite", suite_, "--baseline", commit_, "--commit", commit_, "--db", db_,
+                 "--baseline-binary", FUSETUNE_BINARY, "--plant-slowdown", "q4096=0.5"},
+                "is in no cell");
 }
 
 TEST_F(RegressBadInput, AReportPathThatCannotBeWrittenBeforeAnythingIsMeasured) {

@@ -26,8 +26,16 @@ namespace fusetune::regress {
 // characters XML 1.0 cannot hold (below 0x20 except tab, newline, carriage return) become '?'.
 std::string XmlEscape(std::string_view text);
 
-// The JUnit XML document of `verdicts` as one <testsuite> named `suite_name`.
-std::string WriteJUnitXml(std::string_view suite_name, const std::vector<CellVerdict>& verdicts);
+// A name and value the <testsuite> carries as a property (e.g. what a method check planted).
+struct SuiteProperty {
+  std::string name;
+  std::string value;
+};
+
+// The JUnit XML document of `verdicts` as one <testsuite> named `suite_name`, with
+// `suite_properties` (if any) in its own <properties>.
+std::string WriteJUnitXml(std::string_view suite_name, const std::vector<CellVerdict>& verdicts,
+                          const std::vector<SuiteProperty>& suite_properties = {});
 
 // Severity rank used by the markdown report: 0 for the most severe.
 int SeverityRank(const CellVerdict& verdict);
