@@ -205,7 +205,8 @@ std::map<std::string, double> KnownAANoise(Store* store, const std::string& devi
   if (!rows.ok()) rows = std::vector<Regression>{};
   std::string commit;
   for (const Regression& r : *rows) {  // newest first: the first row of a cell wins
-    if (r.metric != kLatencyMetric || r.commit != r.baseline_commit || r.device_class != device_class || !(r.ratio > 0)) {
+    if (r.metric != kLatencyMetric || !SameCommit(r.commit, r.baseline_commit) || r.device_class != device_class ||
+        !(r.ratio > 0)) {
       continue;
     }
     if (noise.emplace(r.problem_key + " " + r.config_key, std::abs(std::log(r.ratio))).second && commit.empty()) {
@@ -277,7 +278,9 @@ absl::StatusOr<bench::Comparison> Measure(const RegressFlags& f, const Baseline&
                                                     base_info->commit, baseline.commit));
     }
     absl::StatusOr<bench::Comparison> comparison = bench::CompareInterleaved(**base, candidate, suite, options);
-    if (comparison.ok()) comparison->baseline.commit = baseline.commit;
+    // The commit as the baseline build reports it (its full form), not as the flag spelled it:
+    // rows are stored and compared in one form (an A/A row is found by commit == baseline).
+    if (comparison.ok()) comparison->baseline.commit = base_info->commit != "unknown" ? base_info->commit : baseline.commit;
     return comparison;
   }
   absl::StatusOr<std::vector<BenchCell>> rows = store->ListBenchCells(baseline.run->run_id);

@@ -241,6 +241,26 @@ TEST(Regress, AnAARunCalibratesTheFloorsOfLaterRuns) {
   EXPECT_NE(second.out.find("floors include the A/A differences of 4 cell(s)"), std::string::npos) << second.out;
 }
 
+TEST(Regress, AnAARunNamedByShortCommitsCalibratesToo) {
+  // The commits as a user types them (7 hex digits): the rows store the build's own full
+  // commit on both sides, so the next run finds the calibration.
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string full = BuiltCommit();
+  if (full == "unknown" || full.size() < 8) GTEST_SKIP() << "this build has no commit (built outside git)";
+  const std::string commit = full.substr(0, 7);
+  const std::vector<std::string> aa = {"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
+                                       "--baseline-binary", FUSETUNE_BINARY, "--db", db};
+  CommandResult first = Fusetune(aa);
+  ASSERT_NE(first.exit_code, 2) << first.err;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency' AND commit_hash = baseline_commit AND "
+                      "commit_hash = '" + full + "'"),
+            4);
+  CommandResult second = Fusetune(aa);
+  ASSERT_NE(second.exit_code, 2) << second.err;
+  EXPECT_NE(second.out.find("floors include the A/A differences of 4 cell(s)"), std::string::npos) << second.out;
+}
+
 TEST(Regress, AStoredBaselineIsComparedAndFlaggedCellsAreConfirmedWithARebuild) {
   TempDir dir;
   const std::string db = dir.File("f.db");
