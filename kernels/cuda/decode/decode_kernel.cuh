@@ -52,44 +52,16 @@ constexpr DecodeStorage DecodeStorageOf() {
   }
 }
 
-// One sequence's geometry (uniform or varlen batch, key padding applied).
-struct DecodeSequence {
-  int64_t q_start = 0;  // first query token (row of Q/O)
-  int64_t k_start = 0;  // first key row of a contiguous cache
-  int q_len = 0;
-  int k_vis = 0;  // visible keys
-};
-
-__device__ __forceinline__ DecodeSequence LoadDecodeSequence(const DecodeKernelArgs& a, int b) {
-  DecodeSequence s;
-  int k_len;
-  if (a.cu_seqlens_q != nullptr) {
-    const int q0 = a.cu_seqlens_q[b];
-    const int k0 = a.cu_seqlens_k[b];
-    s.q_start = q0;
-    s.q_len = a.cu_seqlens_q[b + 1] - q0;
-    s.k_start = k0;
-    k_len = a.cu_seqlens_k[b + 1] - k0;
-  } else {
-    s.q_start = static_cast<int64_t>(b) * a.q_len;
-    s.q_len = a.q_len;
-    s.k_start = static_cast<int64_t>(b) * a.kv_len;
-    k_len = a.kv_len;
-  }
-  s.k_vis = k_len;
-  if (a.kv_valid_lens != nullptr) s.k_vis = max(0, min(a.kv_valid_lens[b], k_len));
-  return s;
-}
-
-// Keys [0, result) are visible to query token i of the sequence (bottom-right causal).
-__device__ __forceinline__ int DecodeVisibleKeys(const DecodeSequence& s, bool causal, int i) {
-  if (!causal) return s.k_vis;
-  return max(0, min(s.k_vis, i + s.k_vis - s.q_len + 1));
-}
+// A sequence's geometry and its causal/padding mask are the fused kernels' (fused_common.cuh):
+// one definition of where a sequence's rows are and which keys a query sees. For a paged cache
+// only the key counts are used (the rows are where the block table says).
+using fused::LoadSequenceGeometry;
+using fused::SequenceGeometry;
+using fused::VisibleKeys;
 
 // Which work a block does: its sequence, KV head, split, row block and key range.
 struct DecodeBlock {
-  DecodeSequence seq;
+  SequenceGeometry seq;
   int b = 0, kv_head = 0, split = 0;
   int row_block = 0;
   int row0 = 0;       // first row of the block within the sequence's rows
@@ -112,13 +84,13 @@ __device__ __forceinline__ bool LocateDecodeBlock(const DecodeKernelArgs& a, Dec
   blk.row_block = rb;
   blk.b = bk / a.kv_heads;
   blk.kv_head = bk % a.kv_heads;
-  blk.seq = LoadDecodeSequence(a, blk.b);
+  blk.seq = LoadSequenceGeometry(a, blk.b);
   const int n_rows = a.group * blk.seq.q_len;
   blk.row0 = rb * BM;
   if (blk.row0 >= n_rows) return false;
   blk.rows = min(BM, n_rows - blk.row0);
   // The block's last row is its last token: it sees the most keys.
-  const int k_max = DecodeVisibleKeys(blk.seq, a.causal != 0, (blk.row0 + blk.rows - 1) / a.group);
+  const int k_max = VisibleKeys(blk.seq, a.causal != 0, (blk.row0 + blk.rows - 1) / a.group);
   // Splits cover whole tiles of the sequence's keys; trailing splits of a short cache are empty.
   const int per_split = CeilDiv(CeilDiv(blk.seq.k_vis, a.splits), BS) * BS;
   blk.key_begin = min(blk.split * per_split, k_max);
@@ -406,7 +378,7 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
   for (int r = 0; r < 2; ++r) {
     const int br = wm * 16 + gr + 8 * r;
     const int row = blk.row0 + br;
-    lim[r] = min(DecodeVisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
+    lim[r] = min(VisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
     // Rows past the block's rows are never written: they need no mask.
     if (br < blk.rows) warp_min_lim = min(warp_min_lim, lim[r]);
   }
@@ -615,7 +587,7 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeSimtKernel(const DecodeKer
         sc = fmaf(qv.w, kv4.w, sc);
       }
       const int row = blk.row0 + r;
-      const int lim = min(DecodeVisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
+      const int lim = min(VisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
       sS[r * SP + j] = tile0 + j < lim ? sc : -INFINITY;
     }
     __syncthreads();
@@ -686,39 +658,33 @@ struct DecodeTraits : std::conditional_t<kSimt, DecodeSimtTraits<T, D, BM, BS, W
   static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kStages = ST;
 };
 
+// The kernel of an instance: the SIMT body for exact fp32, the tensor-core one otherwise (only
+// the chosen one is instantiated).
+template <class Tr, bool kSimt>
+constexpr auto DecodeKernelOf() {
+  if constexpr (kSimt) {
+    return &DecodeSimtKernel<Tr>;
+  } else {
+    return &DecodeMmaKernel<Tr>;
+  }
+}
+
 template <class Tr, bool kSimt>
 cudaError_t LaunchDecodeKernel(const DecodeKernelArgs& a, cudaStream_t stream) {
+  constexpr auto kKernel = DecodeKernelOf<Tr, kSimt>();
   const int64_t blocks = static_cast<int64_t>(a.row_blocks) * a.batch * a.kv_heads * a.splits;
   if (blocks <= 0 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  if constexpr (kSimt) {
-    if (const cudaError_t e = SetSharedMemoryLimitOnce<DecodeSimtKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
-      return e;
-    }
-    DecodeSimtKernel<Tr><<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
-  } else {
-    if (const cudaError_t e = SetSharedMemoryLimitOnce<DecodeMmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
-      return e;
-    }
-    DecodeMmaKernel<Tr><<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
-  }
+  if (const cudaError_t e = SetSharedMemoryLimitOnce<kKernel>(Tr::kSmemBytes); e != cudaSuccess) return e;
+  kKernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
   return cudaGetLastError();
 }
 
 template <class Tr, bool kSimt>
 int DecodeBlocksPerSm() {
+  constexpr auto kKernel = DecodeKernelOf<Tr, kSimt>();
   int blocks = 0;
-  cudaError_t e;
-  if constexpr (kSimt) {
-    e = SetSharedMemoryLimitOnce<DecodeSimtKernel<Tr>>(Tr::kSmemBytes);
-    if (e == cudaSuccess) {
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeSimtKernel<Tr>, Tr::kThreads, Tr::kSmemBytes);
-    }
-  } else {
-    e = SetSharedMemoryLimitOnce<DecodeMmaKernel<Tr>>(Tr::kSmemBytes);
-    if (e == cudaSuccess) {
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, DecodeMmaKernel<Tr>, Tr::kThreads, Tr::kSmemBytes);
-    }
-  }
+  cudaError_t e = SetSharedMemoryLimitOnce<kKernel>(Tr::kSmemBytes);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, Tr::kThreads, Tr::kSmemBytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return 0;

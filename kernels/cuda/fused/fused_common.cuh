@@ -21,7 +21,10 @@ struct SequenceGeometry {
   int k_vis = 0;   // keys visible (k_len minus padding)
 };
 
-__device__ __forceinline__ SequenceGeometry LoadSequenceGeometry(const FusedKernelArgs& a, int b) {
+// `Args` is any kernel argument block with the fields below (FusedKernelArgs; the decode
+// family's DecodeKernelArgs).
+template <class Args>
+__device__ __forceinline__ SequenceGeometry LoadSequenceGeometry(const Args& a, int b) {
   SequenceGeometry g;
   if (a.cu_seqlens_q != nullptr) {
     const int q0 = a.cu_seqlens_q[b], q1 = a.cu_seqlens_q[b + 1];
