@@ -89,7 +89,7 @@ for spec in "fp16 1024" "fp16 2048" "fp32 512" "fp16 1536" "bf16 1024"; do
     --head-dim 64 --dtype "$1" --seq "$2"
 done
 [[ -n "${mport:-}" && "$mport" != 0 ]] && curl -s "http://127.0.0.1:$mport/metrics" > "$OUT/metrics.txt"
-[[ -f "$OUT/metrics.txt" ]] && grep -E '^fusetune_(best_latency_us|best_speedup|jobs|workers_alive|trials_recorded)' "$OUT/metrics.txt" | head -30
+[[ -f "$OUT/metrics.txt" ]] && grep -E '^fusetune_(best_latency_seconds|best_speedup|jobs|workers_alive|trials_recorded)' "$OUT/metrics.txt" | head -30
 
 echo "== SIGTERM mid-job (job C), t=$(elapsed) s"
 ft submit --server "$S" --token-file "$D/token" --device-class "$DC" --max-trials "${JOBC_TRIALS:-24}" \

@@ -1,12 +1,15 @@
 // The Grafana dashboard parses, every fusetune_* metric its queries and annotations use is
 // one the server's exporter actually produces (names taken from ServiceMetrics' own
-// exposition), and its annotations take their time from a timestamp-valued series.
+// exposition), its annotations and date columns take their time from a timestamp series in
+// Unix seconds, converted to the milliseconds Grafana reads, and its duration panels are in
+// seconds.
 // tests/prometheus/dashboard_queries_test runs every query through a real Prometheus server.
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "fusetune/service/metric_names.h"
 #include "gtest/gtest.h"
 #include "metrics.h"
 #include "fusetune/worker/worker_metrics.h"
@@ -87,7 +90,7 @@ TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
   const std::set<std::string> exported = ExportedNames();
   // Histograms export _bucket/_sum/_count; a sanity check that the exposition was read.
   ASSERT_TRUE(exported.count("fusetune_rpc_latency_seconds_bucket")) << exported.size();
-  ASSERT_TRUE(exported.count("fusetune_best_latency_seconds"));
+  ASSERT_TRUE(exported.count(kBestLatencySeconds));
 
   std::vector<std::string> exprs;
   CollectExprs(dashboard, &exprs);
@@ -101,15 +104,15 @@ TEST(Dashboards, GrafanaDashboardUsesOnlyExportedMetrics) {
     }
   }
   // Each series family the dashboard is meant to show is on it.
-  for (const char* required : {"fusetune_best_latency_seconds", "fusetune_best_speedup_vs_materialized",
+  for (const char* required : {kBestLatencySeconds, "fusetune_best_speedup_vs_materialized",
                                "fusetune_best_max_rel_error", "fusetune_jobs", "fusetune_workers_alive",
                                "fusetune_rpc_requests_total", "fusetune_rpc_latency_seconds_bucket",
                                "fusetune_worker_jobs_total", "fusetune_worker_trials_total",
                                "fusetune_worker_device_failures_total", "fusetune_regression_ratio",
-                               "fusetune_regressions_latest", "fusetune_bench_latency_us",
+                               "fusetune_regressions_latest", kBenchLatencySeconds,
                                "fusetune_bench_run_position", "fusetune_bench_speedup_vs_materialized",
                                "fusetune_bench_max_rel_error", "fusetune_bench_series_dropped",
-                               "fusetune_regression_detected_unix_ms", "fusetune_change_point_unix_ms"}) {
+                               kRegressionDetectedTimestampSeconds, kChangePointTimestampSeconds}) {
     EXPECT_TRUE(used.count(required)) << required << " is not on the dashboard";
   }
 }
@@ -121,18 +124,55 @@ TEST(Dashboards, AnnotationsMarkChangePointsAndRegressionsAtTheirSeriesValue) {
   const nlohmann::json& list = dashboard["annotations"]["list"];
   ASSERT_TRUE(list.is_array());
   std::set<std::string> families;
-  const std::regex timestamp_family("^(fusetune_[a-z_]+_unix_ms)\\{");
+  // The series holds Unix seconds; Grafana reads the value as Unix milliseconds.
+  const std::regex timestamp_family("^(fusetune_[a-z_]+_timestamp_seconds)\\{[^}]*\\} \\* 1000$");
   for (const nlohmann::json& a : list) {
     ASSERT_TRUE(a.contains("expr") && a["expr"].is_string()) << a.dump();
     const std::string expr = a["expr"].get<std::string>();
-    // Grafana places each event at the sample's value (Unix ms), not at the scrape time.
+    // Grafana places each event at the sample's value, not at the scrape time.
     EXPECT_EQ(a.value("useValueForTime", false), true) << expr;
     EXPECT_NE(a.value("titleFormat", "").find("{{commit}}"), std::string::npos) << expr;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(expr, m, timestamp_family)) << expr;
     families.insert(m[1]);
   }
-  EXPECT_EQ(families, (std::set<std::string>{"fusetune_change_point_unix_ms", "fusetune_regression_detected_unix_ms"}));
+  EXPECT_EQ(families, (std::set<std::string>{kChangePointTimestampSeconds, kRegressionDetectedTimestampSeconds}));
+}
+
+// Grafana scales the unit "s" (µs, ms, s) and reads a date unit (dateTimeAsIso, ...) as Unix
+// milliseconds: a panel of a duration in seconds has the unit "s"; one of a timestamp has a
+// date unit and each of its timestamp queries multiplies the Unix seconds by 1000.
+TEST(Dashboards, PanelUnitsMatchTheSeriesUnits) {
+  std::ifstream in(FUSETUNE_DASHBOARD_JSON);
+  auto dashboard = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(dashboard.is_discarded());
+  const std::regex timestamp("fusetune_[a-z_]+_timestamp_seconds(?![a-z_])");
+  const std::regex duration("fusetune_[a-z_]+_seconds(_bucket|_sum|_count)?(?![a-z_])");
+  int timestamp_panels = 0, duration_panels = 0;
+  for (const nlohmann::json& panel : dashboard["panels"]) {
+    if (!panel.contains("targets")) continue;
+    const std::string unit = panel["fieldConfig"]["defaults"].value("unit", "");
+    const std::string title = panel.value("title", "");
+    bool has_timestamp = false, has_duration = false;
+    for (const nlohmann::json& target : panel["targets"]) {
+      const std::string expr = target.value("expr", "");
+      if (std::regex_search(expr, timestamp)) {
+        has_timestamp = true;
+        EXPECT_TRUE(expr.size() > 7 && expr.compare(expr.size() - 7, 7, " * 1000") == 0) << title << ": " << expr;
+      } else if (std::regex_search(expr, duration)) {
+        has_duration = true;
+      }
+    }
+    if (has_timestamp) {
+      ++timestamp_panels;
+      EXPECT_EQ(unit.rfind("dateTime", 0), 0u) << title << ": unit " << unit;
+    } else if (has_duration) {
+      ++duration_panels;
+      EXPECT_EQ(unit, "s") << title;
+    }
+  }
+  EXPECT_EQ(timestamp_panels, 2);  // the regressions and change points tables
+  EXPECT_GE(duration_panels, 5);   // best latency, the bench history latencies, RPC times
 }
 
 TEST(Dashboards, PrometheusConfigScrapesTheDefaultMetricsAddress) {

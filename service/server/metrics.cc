@@ -6,6 +6,7 @@
 
 #include "fusetune/kernels/config.h"
 #include "fusetune/regress/stats.h"
+#include "fusetune/service/metric_names.h"
 #include "prometheus/text_serializer.h"
 
 namespace fusetune {
@@ -42,6 +43,11 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   b.push_back(30.0);
   return b;
 }
+
+// Prometheus base units: the records hold microseconds and Unix milliseconds, the series
+// seconds and Unix seconds. Division rounds once, so 12.5 µs is exported as 1.25e-05.
+double SecondsFromUs(double us) { return us / 1e6; }
+double UnixSecondsFromUnixMs(int64_t unix_ms) { return static_cast<double>(unix_ms) / 1e3; }
 
 prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& r, const char* name, const char* help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r);
@@ -107,7 +113,7 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
                              .Register(r)
                              .Add({});
   m->best_latency_ = &prometheus::BuildGauge()
-                          .Name("fusetune_best_latency_seconds")
+                          .Name(kBestLatencySeconds)
                           .Help("Median latency of the best config, seconds")
                           .Register(r);
   m->best_speedup_ = &prometheus::BuildGauge()
@@ -154,19 +160,20 @@ void ServiceMetrics::RegisterReplacedSeries(prometheus::Registry& r) {
                             "Newest regression verdict per compared cell: its ratio new / baseline", kMaxShapeSeries);
   run_position_ = replaced("fusetune_bench_run_position",
                            "Kept bench runs per device class and suite: 0 = the newest commit's run", kMaxHistorySeries);
-  run_finished_ = replaced("fusetune_bench_run_finished_unix_ms", "When a kept bench run finished, Unix ms",
+  run_finished_ = replaced(kBenchRunFinishedTimestampSeconds, "When a kept bench run finished, Unix seconds",
                            kMaxHistorySeries);
-  bench_latency_ = replaced("fusetune_bench_latency_us",
-                            "Median of a bench cell's block medians in a kept run, microseconds", kMaxHistorySeries);
+  bench_latency_ = replaced(kBenchLatencySeconds, "Median of a bench cell's block medians in a kept run, seconds",
+                            kMaxHistorySeries);
   bench_speedup_ = replaced("fusetune_bench_speedup_vs_materialized",
                             "A problem's materialized over best latency in a kept bench run", kMaxHistorySeries);
   bench_error_ = replaced("fusetune_bench_max_rel_error",
                           "Largest relative error of a kept bench run's verified cells per compute precision",
                           kMaxHistorySeries);
-  regression_marks_ = replaced("fusetune_regression_detected_unix_ms",
-                               "When a regressed verdict was recorded, Unix ms (an annotation)", kMaxAnnotationSeries);
-  change_point_marks_ = replaced("fusetune_change_point_unix_ms",
-                                 "When the first bench run after a change point finished, Unix ms (an annotation)",
+  regression_marks_ = replaced(kRegressionDetectedTimestampSeconds,
+                               "When a regressed verdict was recorded, Unix seconds (an annotation)",
+                               kMaxAnnotationSeries);
+  change_point_marks_ = replaced(kChangePointTimestampSeconds,
+                                 "When the first bench run after a change point finished, Unix seconds (an annotation)",
                                  kMaxAnnotationSeries);
   history_dropped_ =
       &Gauges(r, "fusetune_bench_series_dropped", "Bench history series not exported because of the series cap").Add({});
@@ -233,7 +240,7 @@ void ServiceMetrics::SetBestConfigs(const std::vector<BestConfig>& best) {
                .first;
     }
     seen.insert(key);
-    it->second.latency->Set(b.median_us * 1e-6);
+    it->second.latency->Set(SecondsFromUs(b.median_us));
     it->second.speedup->Set(b.speedup_vs_materialized);
     it->second.error->Set(b.max_rel_error);
     it->second.run->Set(static_cast<double>(b.run_id));
@@ -281,7 +288,7 @@ void ServiceMetrics::SetBenchHistory(const std::vector<BenchHistoryRun>& runs) {
   for (const BenchHistoryRun& h : runs) {
     const prometheus::Labels run_labels{{"device_class", h.device_class}, {"suite", h.suite}, {"commit", h.run.commit}};
     set(*run_position_, run_labels, h.position);
-    set(*run_finished_, run_labels, static_cast<double>(h.run.finished_unix_ms));
+    set(*run_finished_, run_labels, UnixSecondsFromUnixMs(h.run.finished_unix_ms));
     std::map<std::string, std::pair<double, double>> best_and_materialized;  // by problem; 0 = none
     std::map<std::string, double> error_by_precision;
     for (const BenchCell& cell : h.cells) {
@@ -290,7 +297,7 @@ void ServiceMetrics::SetBenchHistory(const std::vector<BenchHistoryRun>& runs) {
       const double median = regress::Median(samples);
       prometheus::Labels labels = run_labels;
       labels.insert({{"problem", cell.problem_key}, {"config", cell.config_key}, {"role", cell.role}});
-      set(*bench_latency_, labels, median);
+      set(*bench_latency_, labels, SecondsFromUs(median));
       auto& [best, materialized] = best_and_materialized[cell.problem_key];
       if (cell.role == "best") best = best == 0 ? median : std::min(best, median);
       if (cell.role == "materialized") materialized = materialized == 0 ? median : std::min(materialized, median);
@@ -326,7 +333,7 @@ void ServiceMetrics::SetRegressionAnnotations(const std::vector<Regression>& new
                                     {"config", r.config_key}, {"metric", r.metric},
                                     {"commit", r.commit}, {"baseline_commit", r.baseline_commit}};
     // A re-checked commit keeps the time of its newest verdict.
-    if (!regression_marks_->IsSet(labels)) regression_marks_->Set(labels, static_cast<double>(r.created_unix_ms));
+    if (!regression_marks_->IsSet(labels)) regression_marks_->Set(labels, UnixSecondsFromUnixMs(r.created_unix_ms));
   }
   regression_marks_->RemoveUnset();
 }
@@ -346,7 +353,7 @@ void ServiceMetrics::SetChangePoints(const std::vector<ChangePointMark>& newest_
     const prometheus::Labels labels{{"device_class", c.device_class}, {"suite", c.suite},
                                     {"problem", c.problem_key}, {"config", c.config_key},
                                     {"commit", c.commit}, {"direction", c.direction}};
-    if (!change_point_marks_->IsSet(labels)) change_point_marks_->Set(labels, static_cast<double>(unix_ms));
+    if (!change_point_marks_->IsSet(labels)) change_point_marks_->Set(labels, UnixSecondsFromUnixMs(unix_ms));
   }
   change_point_marks_->RemoveUnset();
 }

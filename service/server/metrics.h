@@ -2,7 +2,8 @@
 // a MetricsEndpoint (service/metrics). Internal to service/server.
 //
 // Series (every name is listed in dashboards/ and checked by dashboards_test; units are
-// Prometheus base units):
+// Prometheus base units: seconds, and points in time as Unix seconds; the names with a unit
+// are constants of fusetune/service/metric_names.h):
 //   fusetune_rpc_requests_total{method,code}          counter
 //   fusetune_rpc_latency_seconds{method}              histogram: handling time
 //   fusetune_jobs{state}                               gauge: queue depth by state
@@ -24,19 +25,23 @@
 // the per-commit values side by side and names the commit of each:
 //   fusetune_bench_run_position{device_class,suite,commit}  gauge: 0 = the newest commit's
 //       run, 1 the one before, ...; `== 0` selects the newest run in a join
-//   fusetune_bench_run_finished_unix_ms{device_class,suite,commit}  gauge: Unix ms
-//   fusetune_bench_latency_us{device_class,suite,problem,config,role,commit}  gauge: the
-//       median of the cell's block medians, microseconds (cells measured ok)
+//   fusetune_bench_run_finished_timestamp_seconds{device_class,suite,commit}  gauge: Unix
+//       seconds
+//   fusetune_bench_latency_seconds{device_class,suite,problem,config,role,commit}  gauge: the
+//       median of the cell's block medians, seconds (cells measured ok)
 //   fusetune_bench_speedup_vs_materialized{device_class,suite,problem,commit}  gauge: the
 //       problem's "materialized" cell over its "best" cell in the same run (both needed)
 //   fusetune_bench_max_rel_error{device_class,suite,precision,commit}  gauge: the largest
 //       relative error of the run's verified cells of that compute precision (fp32, tf32, ...)
 //   fusetune_bench_series_dropped                      gauge: history series not exported (cap)
-// Annotations (the value is a Unix-ms timestamp, for Grafana's "series value as timestamp"):
-//   fusetune_regression_detected_unix_ms{device_class,problem,config,metric,commit,baseline_commit}
-//       gauge: when a "regressed" verdict was recorded; the newest kMaxAnnotationSeries
-//   fusetune_change_point_unix_ms{device_class,suite,problem,config,commit,direction}  gauge:
-//       when the first run of the changed level finished; the newest kMaxAnnotationSeries
+// Annotations (the value is the event's time, Unix seconds; a dashboard's "series value as
+// timestamp" takes milliseconds, so its query multiplies by 1000):
+//   fusetune_regression_detected_timestamp_seconds{device_class,problem,config,metric,commit,
+//       baseline_commit}  gauge: when a "regressed" verdict was recorded; the newest
+//       kMaxAnnotationSeries
+//   fusetune_change_point_timestamp_seconds{device_class,suite,problem,config,commit,direction}
+//       gauge: when the first run of the changed level finished; the newest
+//       kMaxAnnotationSeries
 // Every RPC counter series (each method of the services times each gRPC code) and every
 // method's latency histogram exists from start-up at 0: a rate() over a series that appears
 // at 1 never sees its first increment, so an error ratio would miss the first errors.
@@ -133,12 +138,13 @@ class ServiceMetrics {
   // Replaces the bench history series with `runs` (the caller keeps one run per commit and
   // kBenchHistoryCommits per device class and suite: SelectBenchHistory).
   void SetBenchHistory(const std::vector<BenchHistoryRun>& runs);
-  // Replaces fusetune_regression_detected_unix_ms with the "regressed" rows among
+  // Replaces fusetune_regression_detected_timestamp_seconds with the "regressed" rows among
   // `newest_first` (Store::ListRegressions' order), the first kMaxAnnotationSeries.
   void SetRegressionAnnotations(const std::vector<Regression>& newest_first);
-  // Replaces fusetune_change_point_unix_ms with `newest_first`, the first kMaxAnnotationSeries;
-  // a mark without a time (unix_ms 0) takes the finish time of its commit's run in `history`
-  // (what SetBenchHistory exported) and is left out when it has none there.
+  // Replaces fusetune_change_point_timestamp_seconds with `newest_first`, the first
+  // kMaxAnnotationSeries; a mark without a time (unix_ms 0) takes the finish time of its
+  // commit's run in `history` (what SetBenchHistory exported) and is left out when it has
+  // none there.
   void SetChangePoints(const std::vector<ChangePointMark>& newest_first, const std::vector<BenchHistoryRun>& history);
 
   // The text exposition of every series (what /metrics serves); for tests.

@@ -1,7 +1,10 @@
 #include "metrics.h"
 
 #include <map>
+#include <regex>
+#include <sstream>
 
+#include "fusetune/service/metric_names.h"
 #include "gtest/gtest.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -93,7 +96,7 @@ TEST(ServiceMetrics, BestLatencyIsInSeconds) {
   (*metrics)->SetBestConfigs({b});
   const std::string text = (*metrics)->Serialize();
   EXPECT_EQ(text.find("_us"), std::string::npos) << text;
-  EXPECT_NE(text.find("fusetune_best_latency_seconds{device_class=\"cpu/X/y\",problem=\"" + b.problem_key + "\"} 0.00025"),
+  EXPECT_NE(text.find(std::string(kBestLatencySeconds) + "{device_class=\"cpu/X/y\",problem=\"" + b.problem_key + "\"} 0.00025"),
             std::string::npos)
       << text;
 }
@@ -160,9 +163,9 @@ TEST(ServiceMetrics, BenchHistorySeriesArePerCommitAndFollowTheKeptRuns) {
   const std::string cell =
       "config=\"fused/bm64/bs64/t1/fp32/st1\",device_class=\"cpu/X/y\",problem=\"prefill/b1/hq1/hkv1/q64/k64/d64/causal0/fp32\","
       "role=\"best\",suite=\"nightly\"} ";
-  // The median of the block medians, per commit.
-  EXPECT_NE(text.find("fusetune_bench_latency_us{commit=\"c2\"," + cell + "10"), std::string::npos) << text;
-  EXPECT_NE(text.find("fusetune_bench_latency_us{commit=\"c1\"," + cell + "8"), std::string::npos) << text;
+  // The median of the block medians, per commit, in seconds.
+  EXPECT_NE(text.find(kBenchLatencySeconds + std::string("{commit=\"c2\",") + cell + "1e-05\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(kBenchLatencySeconds + std::string("{commit=\"c1\",") + cell + "8e-06\n"), std::string::npos) << text;
   EXPECT_NE(text.find("fusetune_bench_run_position{commit=\"c1\",device_class=\"cpu/X/y\",suite=\"nightly\"} 1"),
             std::string::npos);
   // Materialized over best of the same run; the largest error per compute precision.
@@ -182,7 +185,7 @@ TEST(ServiceMetrics, BenchHistorySeriesArePerCommitAndFollowTheKeptRuns) {
   EXPECT_NE(text.find("fusetune_bench_series_dropped 0"), std::string::npos);
 }
 
-TEST(ServiceMetrics, AnnotationSeriesCarryTheirTimeAsValue) {
+TEST(ServiceMetrics, AnnotationSeriesCarryTheirTimeAsValueInUnixSeconds) {
   auto metrics = ServiceMetrics::Create("", {"GetBestConfig"});
   ASSERT_TRUE(metrics.ok());
   Regression regressed = Verdict("fused/a", "regressed", 1.07);
@@ -196,24 +199,77 @@ TEST(ServiceMetrics, AnnotationSeriesCarryTheirTimeAsValue) {
                                {"cpu/X/y", "nightly", "p", "fused/a", "c9", "faster", 0}},
                               {HistoryRun("c2", 0, 10)});
   std::string text = (*metrics)->Serialize();
-  EXPECT_NE(text.find("fusetune_regression_detected_unix_ms{baseline_commit=\"abc123\",commit=\"c0ffee\",config=\"fused/a\""),
+  const std::string regression = kRegressionDetectedTimestampSeconds + std::string("{baseline_commit=\"abc123\",commit=\"c0ffee\",");
+  EXPECT_NE(text.find(regression + "config=\"fused/a\",device_class=\"cpu/X/y\",metric=\"latency\","
+                                   "problem=\"prefill/b1/hq1/hkv1/q64/k64/d64/causal0/fp32\"} 1700000123.456\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("} 1700000123456"), std::string::npos) << text;
-  EXPECT_EQ(text.find("1600000000000"), std::string::npos) << text;
-  EXPECT_EQ(text.find("fusetune_regression_detected_unix_ms{baseline_commit=\"abc123\",commit=\"c0ffee\",config=\"fused/b\""),
-            std::string::npos);  // only regressed verdicts are marked
-  EXPECT_NE(text.find("direction=\"slower\",problem=\"p\",suite=\"nightly\"} 1700000000001"), std::string::npos) << text;
-  EXPECT_NE(text.find("fusetune_change_point_unix_ms{commit=\"c2\",config=\"fused/a\",device_class=\"cpu/X/y\","
-                      "direction=\"faster\",problem=\"p\",suite=\"nightly\"} 1700000000000"),
+  EXPECT_EQ(text.find("1600000000"), std::string::npos) << text;
+  EXPECT_EQ(text.find(regression + "config=\"fused/b\""), std::string::npos);  // only regressed verdicts are marked
+  const std::string change_point = kChangePointTimestampSeconds + std::string("{commit=");
+  EXPECT_NE(text.find(change_point + "\"c0ffee\",config=\"fused/a\",device_class=\"cpu/X/y\","
+                                     "direction=\"slower\",problem=\"p\",suite=\"nightly\"} 1700000000.001\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(change_point + "\"c2\",config=\"fused/a\",device_class=\"cpu/X/y\","
+                                     "direction=\"faster\",problem=\"p\",suite=\"nightly\"} 1700000000\n"),
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("commit=\"c9\""), std::string::npos) << text;
   (*metrics)->SetChangePoints({}, {});
   (*metrics)->SetRegressionAnnotations({});
   text = (*metrics)->Serialize();
-  EXPECT_EQ(text.find("fusetune_change_point_unix_ms{"), std::string::npos);
-  EXPECT_EQ(text.find("fusetune_regression_detected_unix_ms{"), std::string::npos);
+  EXPECT_EQ(text.find(kChangePointTimestampSeconds + std::string("{")), std::string::npos);
+  EXPECT_EQ(text.find(kRegressionDetectedTimestampSeconds + std::string("{")), std::string::npos);
+}
+
+// Prometheus base units: a 12.5 µs cell is 1.25e-05 s, a run finished at Unix ms
+// 1700000000123 is at Unix second 1700000000.123.
+TEST(ServiceMetrics, BenchHistoryLatencyAndFinishTimeAreInSeconds) {
+  auto metrics = ServiceMetrics::Create("", {});
+  ASSERT_TRUE(metrics.ok());
+  BenchHistoryRun run = HistoryRun("c1", 0, 12.5);
+  run.run.finished_unix_ms = 1700000000123;
+  (*metrics)->SetBenchHistory({run});
+  const std::string text = (*metrics)->Serialize();
+  EXPECT_NE(text.find(kBenchLatencySeconds + std::string("{commit=\"c1\",config=\"fused/bm64/bs64/t1/fp32/st1\","
+                                                          "device_class=\"cpu/X/y\",problem=\"prefill/b1/hq1/hkv1/q64/k64/"
+                                                          "d64/causal0/fp32\",role=\"best\",suite=\"nightly\"} 1.25e-05\n")),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(kBenchRunFinishedTimestampSeconds +
+                      std::string("{commit=\"c1\",device_class=\"cpu/X/y\",suite=\"nightly\"} 1700000000.123\n")),
+            std::string::npos)
+      << text;
+  // The speedup stays a ratio: materialized 40 µs over best 12.5 µs.
+  EXPECT_NE(text.find("problem=\"prefill/b1/hq1/hkv1/q64/k64/d64/causal0/fp32\",suite=\"nightly\"} 3.2\n"), std::string::npos)
+      << text;
+}
+
+// Every family is in base units: no name ends in a smaller unit (a dashboard scales seconds).
+TEST(ServiceMetrics, NoSeriesNameCarriesANonBaseUnit) {
+  auto metrics = ServiceMetrics::Create("", {"GetBestConfig"});
+  ASSERT_TRUE(metrics.ok());
+  (*metrics)->ObserveRpc("GetBestConfig", grpc::StatusCode::OK, 0.001);
+  (*metrics)->AddTrials(2, 1);
+  (*metrics)->SetJobCounts({{"queued", 1}});
+  (*metrics)->SetWorkers(1, 1);
+  (*metrics)->SetBestConfigs({Shape(1)});
+  (*metrics)->SetLatestVerdicts({Verdict("fused/a", "regressed", 1.07)});
+  (*metrics)->SetBenchHistory({HistoryRun("c2", 0, 10)});
+  (*metrics)->SetRegressionAnnotations({Verdict("fused/a", "regressed", 1.07)});
+  (*metrics)->SetChangePoints({{"cpu/X/y", "nightly", "p", "fused/a", "c2", "faster", 0}}, {HistoryRun("c2", 0, 10)});
+  std::istringstream text((*metrics)->Serialize());
+  const std::regex family("^# TYPE (fusetune_[a-z_]+) ");
+  const std::regex non_base_unit("_(ns|us|ms|nanoseconds|microseconds|milliseconds|minutes|hours|days|unix)(_|$)");
+  int families = 0;
+  for (std::string line; std::getline(text, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, family)) continue;
+    ++families;
+    EXPECT_FALSE(std::regex_search(m[1].str(), non_base_unit)) << m[1];
+  }
+  EXPECT_GE(families, 20);
 }
 
 TEST(ReplacedGaugeSeries, TheCapCountsThisRefreshSoTheNewestReplaceTheOldest) {

@@ -1,9 +1,12 @@
 // The bench history a server exports: the newest run of each of the last kBenchHistoryCommits
 // commits per (device class, suite), read from the store at start-up, and the change points
 // given by ServerOptions::list_change_points.
+#include <cmath>
+#include <ctime>
 #include <string>
 
 #include "fusetune/db/store.h"
+#include "fusetune/service/metric_names.h"
 #include "fusetune/service/server.h"
 #include "metrics.h"
 #include "server_test_util.h"
@@ -42,8 +45,16 @@ void BenchRun(Store& store, const std::string& suite, const DeviceInfo& device, 
 }
 
 std::string LatencyLine(const std::string& commit, const std::string& device_class, const std::string& suite) {
-  return "fusetune_bench_latency_us{commit=\"" + commit + "\",config=\"" + kConfig + "\",device_class=\"" +
+  return kBenchLatencySeconds + std::string("{commit=\"") + commit + "\",config=\"" + kConfig + "\",device_class=\"" +
          device_class + "\",problem=\"" + kProblem + "\",role=\"best\",suite=\"" + suite + "\"} ";
+}
+
+// The value of the sample that starts with `line` (a LatencyLine) in the exposition `text`;
+// NaN (which no expectation matches) when there is none.
+double SampleValue(const std::string& text, const std::string& line) {
+  const size_t at = text.find(line);
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(text.substr(at + line.size(), text.find('\n', at) - at - line.size()));
 }
 
 TEST(ServerBenchHistory, KeepsTheNewestRunOfTheLastCommitsPerDeviceClassAndSuite) {
@@ -71,19 +82,20 @@ TEST(ServerBenchHistory, KeepsTheNewestRunOfTheLastCommitsPerDeviceClassAndSuite
   const std::string& text = page->body;
   const std::string a = Device("A").DeviceClass(), b = Device("B").DeviceClass();
 
-  EXPECT_NE(text.find(LatencyLine("commit5", a, "nightly") + "99"), std::string::npos) << text;
+  // Seconds (the exposition prints 16 digits: 99 µs is 9.899999999999999e-05).
+  EXPECT_NEAR(SampleValue(text, LatencyLine("commit5", a, "nightly")), 99e-6, 1e-15) << text;
   EXPECT_NE(text.find("fusetune_bench_run_position{commit=\"commit5\",device_class=\"" + a + "\",suite=\"nightly\"} 0"),
             std::string::npos);
-  EXPECT_NE(text.find(LatencyLine("commit" + std::to_string(commits - 1), a, "nightly") + std::to_string(10 + commits - 1)),
-            std::string::npos);
+  EXPECT_NEAR(SampleValue(text, LatencyLine("commit" + std::to_string(commits - 1), a, "nightly")),
+              (10 + commits - 1) * 1e-6, 1e-15);
   // 50 commits: the re-run moved commit5 up, so the two oldest others fell out.
   EXPECT_EQ(text.find(LatencyLine("commit0", a, "nightly")), std::string::npos);
   EXPECT_EQ(text.find(LatencyLine("commit1", a, "nightly")), std::string::npos);
   EXPECT_NE(text.find(LatencyLine("commit2", a, "nightly")), std::string::npos);
   // Other device classes and suites keep their own history.
-  EXPECT_NE(text.find(LatencyLine("commit0", b, "nightly") + "7"), std::string::npos);
-  EXPECT_NE(text.find(LatencyLine("commit0", a, "smoke") + "3"), std::string::npos);
-  EXPECT_NE(text.find("fusetune_change_point_unix_ms{commit=\"commit9\""), std::string::npos) << text;
+  EXPECT_NEAR(SampleValue(text, LatencyLine("commit0", b, "nightly")), 7e-6, 1e-15);
+  EXPECT_NEAR(SampleValue(text, LatencyLine("commit0", a, "smoke")), 3e-6, 1e-15);
+  EXPECT_NE(text.find(kChangePointTimestampSeconds + std::string("{commit=\"commit9\"")), std::string::npos) << text;
   EXPECT_NE(text.find("fusetune_bench_series_dropped 0"), std::string::npos);
 }
 
@@ -111,7 +123,15 @@ TEST(ServerBenchHistory, StoredChangePointsAreMarkedAtTheirCommitsRun) {
   ASSERT_TRUE(server.ok()) << server.status();
   auto page = HttpGet((*server)->metrics_port(), "/metrics");
   ASSERT_TRUE(page.ok());
-  EXPECT_NE(page->body.find("fusetune_change_point_unix_ms{commit=\"commit1\""), std::string::npos) << page->body;
+  // Marked at its run's finish time, both in Unix seconds.
+  const std::string a = Device("A").DeviceClass();
+  const double marked = SampleValue(page->body, kChangePointTimestampSeconds + std::string("{commit=\"commit1\",config=\"") +
+                                                    kConfig + "\",device_class=\"" + a + "\",direction=\"slower\",problem=\"" +
+                                                    kProblem + "\",suite=\"nightly\"} ");
+  const double finished = SampleValue(
+      page->body, kBenchRunFinishedTimestampSeconds + std::string("{commit=\"commit1\",device_class=\"") + a + "\",suite=\"nightly\"} ");
+  EXPECT_EQ(marked, finished) << page->body;
+  EXPECT_NEAR(finished, static_cast<double>(std::time(nullptr)), 24 * 3600) << page->body;
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // holds a synthetic bench history: 40 commits of one suite with a planted 3 % step on one
 // cell, a drift of five 0.7 % steps on another, the step's regressed verdict and the change
 // points (given through ServerOptions::list_change_points). Each query must parse, and the
-// bench history panels and the annotations must return the planted data.
+// bench history panels and the annotations must return the planted data: latencies in
+// seconds, the annotations' and the date columns' times in the Unix milliseconds Grafana
+// reads (the series hold Unix seconds).
 //
 // Prometheus is a test dependency installed by the setup script; when it is missing this
 // test FAILS (it does not skip).
@@ -20,6 +22,7 @@
 #include <thread>
 
 #include "fusetune/db/store.h"
+#include "fusetune/service/metric_names.h"
 #include "fusetune/service/server.h"
 #include "gtest/gtest.h"
 #include "prometheus_query.h"
@@ -63,6 +66,8 @@ double DriftCellUs(int i) {
   for (int at : kDriftCommits) steps += i >= at ? 1 : 0;
   return kDriftBaseUs * std::pow(1.007, steps);
 }
+// The exported latency of a cell of `us`.
+double Seconds(double us) { return us / 1e6; }
 
 BenchCell Cell(const std::string& problem, const std::string& config, const std::string& role, double median_us,
                double max_rel_error) {
@@ -209,16 +214,17 @@ TEST_F(DashboardQueriesTest, EveryPanelAndAnnotationQueryReturnsThePlantedHistor
   std::unique_ptr<Subprocess> prometheus = StartPrometheus(dir_, {{"fusetune", (*server)->metrics_port()}}, &prometheus_port_);
   ASSERT_TRUE(prometheus->started());
   // Wait for two scrapes of the whole history (rate() panels need two samples).
+  const std::string count_cells = "count(" + std::string(kBenchLatencySeconds) + ")";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   while (std::chrono::steady_clock::now() < deadline) {
     ASSERT_FALSE(prometheus->Poll().has_value()) << "prometheus exited:\n" << prometheus->Stderr();
-    const std::optional<double> cells = QueryScalar(prometheus_port_, "count(fusetune_bench_latency_us)");
+    const std::optional<double> cells = QueryScalar(prometheus_port_, count_cells);
     if (cells == 3.0 * kCommits && QueryScalar(prometheus_port_, "count_over_time(up{job=\"fusetune\"}[1m])") >= 2.0) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  ASSERT_EQ(QueryScalar(prometheus_port_, "count(fusetune_bench_latency_us)"), 3.0 * kCommits) << prometheus->Stderr();
+  ASSERT_EQ(QueryScalar(prometheus_port_, count_cells), 3.0 * kCommits) << prometheus->Stderr();
   ASSERT_GE(QueryScalar(prometheus_port_, "count_over_time(up{job=\"fusetune\"}[1m])"), 2.0) << prometheus->Stderr();
 
   // Every query parses and evaluates (the service and worker panels may be empty here).
@@ -226,40 +232,54 @@ TEST_F(DashboardQueriesTest, EveryPanelAndAnnotationQueryReturnsThePlantedHistor
   ASSERT_GE(queries.size(), 25u);
   std::map<std::string, nlohmann::json> results;
   for (const std::string& q : queries) results[q] = Instant(q);
-  // The result of the dashboard query that selects `family`, of the newest run only or not.
-  auto result_of = [&](const std::string& family, bool newest_run) -> const nlohmann::json& {
+  // The results of the dashboard queries that select `family`, of the newest run only or not.
+  auto results_of = [&](const std::string& family, bool newest_run) {
+    std::vector<const nlohmann::json*> out;
     for (const auto& [q, r] : results) {
       if (q.rfind(family + "{", 0) == 0 && newest_run == (q.find("fusetune_bench_run_position == 0") != std::string::npos)) {
-        return r;
+        out.push_back(&r);
       }
     }
-    ADD_FAILURE() << "no dashboard query starts with " << family << (newest_run ? " for the newest run" : "");
+    EXPECT_FALSE(out.empty()) << "no dashboard query starts with " << family << (newest_run ? " for the newest run" : "");
+    return out;
+  };
+  // The result of the first of them.
+  auto result_of = [&](const std::string& family, bool newest_run) -> const nlohmann::json& {
     static const nlohmann::json empty = nlohmann::json::array();
-    return empty;
+    const std::vector<const nlohmann::json*> all = results_of(family, newest_run);
+    return all.empty() ? empty : *all.front();
   };
   const std::string newest = Commit(kCommits - 1);
   const std::map<std::string, std::string> step_cell{{"problem", kStepProblem}, {"config", kStepConfig}};
   const std::map<std::string, std::string> drift_cell{{"problem", kDriftProblem}, {"config", kDriftConfig}};
 
-  // Latency per cell, newest run: one series per cell, named by the newest commit.
-  const nlohmann::json& latest = result_of("fusetune_bench_latency_us", true);
+  // Latency per cell in seconds (the exposition's 16 digits may be off in the last place),
+  // newest run: one series per cell, named by the newest commit.
+  const double kSecondsTolerance = 1e-15;
+  const nlohmann::json& latest = result_of(kBenchLatencySeconds, true);
   EXPECT_EQ(latest.size(), 3u) << latest.dump();
-  EXPECT_EQ(ValuesBy(latest, "commit", step_cell), (std::map<std::string, double>{{newest, kStepBaseUs * 1.03}}));
+  ASSERT_EQ(ValuesBy(latest, "commit", step_cell).count(newest), 1u) << latest.dump();
+  EXPECT_NEAR(ValuesBy(latest, "commit", step_cell)[newest], Seconds(kStepBaseUs * 1.03), kSecondsTolerance);
   ASSERT_EQ(ValuesBy(latest, "commit", drift_cell).count(newest), 1u);
-  EXPECT_NEAR(ValuesBy(latest, "commit", drift_cell)[newest], DriftCellUs(kCommits - 1), 1e-9);
+  EXPECT_NEAR(ValuesBy(latest, "commit", drift_cell)[newest], Seconds(DriftCellUs(kCommits - 1)), kSecondsTolerance);
 
   // Over the commits: every commit's value, the step at its commit, the drift's five steps.
-  const nlohmann::json& history = result_of("fusetune_bench_latency_us", false);
+  const nlohmann::json& history = result_of(kBenchLatencySeconds, false);
   const std::map<std::string, double> step_by_commit = ValuesBy(history, "commit", step_cell);
   const std::map<std::string, double> drift_by_commit = ValuesBy(history, "commit", drift_cell);
   ASSERT_EQ(step_by_commit.size(), static_cast<size_t>(kCommits));
   ASSERT_EQ(drift_by_commit.size(), static_cast<size_t>(kCommits));
   const std::map<std::string, double> position = ValuesBy(result_of("fusetune_bench_run_position", false), "commit");
-  const std::map<std::string, double> finished = ValuesBy(Instant("fusetune_bench_run_finished_unix_ms"), "commit");
+  // Each run finished while this test wrote the history: Unix seconds, near now.
+  const std::map<std::string, double> finished = ValuesBy(Instant(kBenchRunFinishedTimestampSeconds), "commit");
+  const double now_seconds =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (int i = 0; i < kCommits; ++i) {
-    EXPECT_EQ(step_by_commit.at(Commit(i)), StepCellUs(i)) << i;
-    EXPECT_NEAR(drift_by_commit.at(Commit(i)), DriftCellUs(i), 1e-9) << i;
+    EXPECT_NEAR(step_by_commit.at(Commit(i)), Seconds(StepCellUs(i)), kSecondsTolerance) << i;
+    EXPECT_NEAR(drift_by_commit.at(Commit(i)), Seconds(DriftCellUs(i)), kSecondsTolerance) << i;
     EXPECT_EQ(position.at(Commit(i)), kCommits - 1 - i) << i;
+    ASSERT_EQ(finished.count(Commit(i)), 1u) << i;
+    EXPECT_NEAR(finished.at(Commit(i)), now_seconds, 3600) << i;
   }
 
   // Speedup of the problem with a materialized cell, from the newest run.
@@ -273,13 +293,22 @@ TEST_F(DashboardQueriesTest, EveryPanelAndAnnotationQueryReturnsThePlantedHistor
             (std::map<std::string, double>{{"regressed", 1.03}}));
   EXPECT_EQ(ValuesBy(Instant("fusetune_regressions_latest"), "verdict")["regressed"], 1.0);
 
-  // The annotations: the step's commit is marked both ways, at the planted times.
-  const std::map<std::string, double> regressions = ValuesBy(result_of("fusetune_regression_detected_unix_ms", false), "commit");
-  EXPECT_EQ(regressions, (std::map<std::string, double>{
-                             {Commit(kStepCommit), static_cast<double>(kFirstRunMs + kStepCommit * kHourMs + 60000)}}));
-  const std::map<std::string, double> change_points = ValuesBy(result_of("fusetune_change_point_unix_ms", false), "commit");
-  EXPECT_EQ(change_points, (std::map<std::string, double>{{Commit(kStepCommit), finished.at(Commit(kStepCommit))},
-                                                          {Commit(kDriftCommits[2]), static_cast<double>(kDriftMarkMs)}}));
+  // The annotations and the tables: the step's commit is marked both ways, at the planted
+  // times, in Unix milliseconds (what Grafana's "series value as timestamp" and date units read).
+  const std::vector<const nlohmann::json*> regression_queries = results_of(kRegressionDetectedTimestampSeconds, false);
+  EXPECT_EQ(regression_queries.size(), 2u);  // the annotation and the table
+  for (const nlohmann::json* result : regression_queries) {
+    EXPECT_EQ(ValuesBy(*result, "commit"),
+              (std::map<std::string, double>{
+                  {Commit(kStepCommit), static_cast<double>(kFirstRunMs + kStepCommit * kHourMs + 60000)}}));
+  }
+  const std::vector<const nlohmann::json*> change_point_queries = results_of(kChangePointTimestampSeconds, false);
+  EXPECT_EQ(change_point_queries.size(), 2u);
+  for (const nlohmann::json* result : change_point_queries) {
+    EXPECT_EQ(ValuesBy(*result, "commit"),
+              (std::map<std::string, double>{{Commit(kStepCommit), finished.at(Commit(kStepCommit)) * 1000},
+                                             {Commit(kDriftCommits[2]), static_cast<double>(kDriftMarkMs)}}));
+  }
   // Grafana evaluates annotations as range queries: the step's commit is in that answer too.
   for (const auto& annotation : dashboard["annotations"]["list"]) {
     std::string expr = annotation["expr"].get<std::string>();

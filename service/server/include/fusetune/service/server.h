@@ -29,7 +29,7 @@ namespace fusetune {
 
 // A change point of one bench cell's per-commit medians (a cell's history is identified by
 // device class, suite, problem and config), as the metrics export it
-// (fusetune_change_point_unix_ms, a dashboard annotation).
+// (fusetune_change_point_timestamp_seconds, a dashboard annotation).
 struct ChangePointMark {
   std::string device_class;
   std::string suite;
@@ -37,8 +37,9 @@ struct ChangePointMark {
   std::string config_key;
   std::string commit;     // the first commit of the new level
   std::string direction;  // "slower" or "faster"
-  // The annotation's time (Unix ms). 0: when the commit's bench run finished, looked up in the
-  // exported bench history; the mark is left out when that commit is not in it.
+  // The annotation's time (Unix ms, as every record stores time; exported in Unix seconds).
+  // 0: when the commit's bench run finished, looked up in the exported bench history; the
+  // mark is left out when that commit is not in it.
   int64_t unix_ms = 0;
 };
 
