@@ -81,6 +81,8 @@ class CapiBackend : public Backend {
 
   absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override {
     if (auto s = Representable(problem, config); !s.ok()) return s;
+    // The library cannot see the token: it is read before each call into it.
+    if (auto s = stop_token().Check(); !s.ok()) return s;
     const fusetune_problem p = ToCapi(problem);
     const fusetune_config c = ToCapi(config);
     char err[512] = "";
@@ -92,6 +94,8 @@ class CapiBackend : public Backend {
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
     if (auto s = Representable(problem, config); !s.ok()) return s;
+    // The library cannot see the token: it is read before each call into it.
+    if (auto s = stop_token().Check(); !s.ok()) return s;
     const fusetune_problem p = ToCapi(problem);
     const fusetune_config c = ToCapi(config);
     char err[512] = "";
@@ -101,6 +105,7 @@ class CapiBackend : public Backend {
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers, const TimingOptions& options) override {
     if (auto s = Representable(problem, config); !s.ok()) return s;
+    if (auto s = stop_token().Check(); !s.ok()) return s;
     const fusetune_problem p = ToCapi(problem);
     const fusetune_config c = ToCapi(config);
     std::vector<double> samples(static_cast<size_t>(std::max(options.repeats, 1)));

@@ -96,4 +96,9 @@ absl::Status PlantedSlowdownBackend::Fill(void* dst, uint8_t value, size_t bytes
   return inner_->Fill(dst, value, bytes);
 }
 
+void PlantedSlowdownBackend::SetStopToken(StopToken stop) {
+  inner_->SetStopToken(stop);
+  Backend::SetStopToken(std::move(stop));
+}
+
 }  // namespace fusetune::bench

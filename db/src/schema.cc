@@ -200,6 +200,69 @@ CREATE TABLE change_points (
 CREATE INDEX change_points_by_commit ON change_points (commit_hash);
 )sql";
 
+
+// Version 5: the trial outcomes "interrupted" (a signal or the time budget stopped the trial)
+// and "resource_exhausted" (out of host or device memory). SQLite cannot alter a CHECK, so
+// trials and bench_cells are rebuilt with the new list (same columns, same order, same rows
+// and ids) and their indexes made again.
+constexpr char kMigration5[] = R"sql(
+CREATE TABLE trials_rebuilt (
+  trial_id          TEXT    PRIMARY KEY NOT NULL,
+  run_id            INTEGER NOT NULL REFERENCES runs (run_id),
+  problem_key       TEXT    NOT NULL,
+  config_key        TEXT    NOT NULL,
+  attempt           INTEGER NOT NULL,
+  outcome           TEXT    NOT NULL CHECK (outcome IN
+                      ('ok', 'unsupported', 'launch_failed', 'verify_failed', 'timed_out',
+                       'interrupted', 'resource_exhausted')),
+  message           TEXT    NOT NULL,
+  samples_json      TEXT    NOT NULL,
+  median_us         REAL,
+  p10_us            REAL,
+  p90_us            REAL,
+  max_abs_error     REAL,
+  max_rel_error     REAL,
+  checked_elements  INTEGER NOT NULL,
+  sm_clock_mhz      INTEGER NOT NULL,
+  flops             REAL,
+  created_unix_ms   INTEGER NOT NULL,
+  stage             TEXT    NOT NULL DEFAULT 'screen'
+                      CHECK (stage IN ('screen', 'halving', 'final', 'audit')),
+  blocks_json       TEXT    NOT NULL DEFAULT '[]',
+  wall_seconds      REAL    NOT NULL DEFAULT 0
+);
+INSERT INTO trials_rebuilt SELECT * FROM trials;
+DROP TABLE trials;
+ALTER TABLE trials_rebuilt RENAME TO trials;
+CREATE INDEX trials_by_run_problem ON trials (run_id, problem_key);
+CREATE INDEX trials_by_problem_created ON trials (problem_key, created_unix_ms);
+
+CREATE TABLE bench_cells_rebuilt (
+  bench_cell_id     INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id            INTEGER NOT NULL REFERENCES runs (run_id),
+  suite             TEXT    NOT NULL,
+  problem_key       TEXT    NOT NULL,
+  problem_json      TEXT    NOT NULL,
+  config_key        TEXT    NOT NULL,
+  role              TEXT    NOT NULL,
+  outcome           TEXT    NOT NULL CHECK (outcome IN
+                      ('ok', 'unsupported', 'launch_failed', 'verify_failed', 'timed_out',
+                       'interrupted', 'resource_exhausted')),
+  message           TEXT    NOT NULL DEFAULT '',
+  max_abs_error     REAL,
+  max_rel_error     REAL,
+  tolerance         REAL,
+  samples_us_json   TEXT,
+  blocks_json       TEXT,
+  created_unix_ms   INTEGER NOT NULL,
+  UNIQUE (run_id, problem_key, config_key, role)
+);
+INSERT INTO bench_cells_rebuilt SELECT * FROM bench_cells;
+DROP TABLE bench_cells;
+ALTER TABLE bench_cells_rebuilt RENAME TO bench_cells;
+CREATE INDEX bench_cells_by_suite_run ON bench_cells (suite, run_id);
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -209,6 +272,7 @@ const std::vector<Migration>& Migrations() {
       {2, "trials.stage, trials.blocks_json, trials.wall_seconds; audits", kMigration2},
       {3, "bench_cells", kMigration3},
       {4, "change_points", kMigration4},
+      {5, "trial outcomes interrupted and resource_exhausted", kMigration5},
   };
   return *kMigrations;
 }

@@ -358,5 +358,64 @@ TEST(StoreUpgrade, VersionOneFileMigratesAndItsTrialsReadBackAsScreenTrials) {
   EXPECT_EQ(RawQuery(path, "SELECT COUNT(*) FROM trials WHERE stage = 'screen'"), "1");
 }
 
+// ---- a file written by a binary with schema version 4 (before the interrupted and
+// resource_exhausted outcomes)
+
+TEST(StoreUpgrade, VersionFourFileKeepsItsTrialsAndBenchCellsAndTakesTheNewOutcomes) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("v4.db");
+  {
+    absl::StatusOr<std::unique_ptr<db_internal::Connection>> c = db_internal::Connection::Open(path, 1000);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->Exec("BEGIN IMMEDIATE").ok());
+    std::vector<db_internal::Migration> four(db_internal::Migrations().begin(), db_internal::Migrations().begin() + 4);
+    absl::Status st = db_internal::ApplyMigrations(**c, four, path);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE((*c)->Exec("COMMIT").ok());
+  }
+  ASSERT_EQ(RawQuery(path, "PRAGMA user_version"), "4");
+  RawQuery(path,
+           "INSERT INTO runs (commit_hash, host, device_class, device_json, backend, tool_version, "
+           "environment, label, started_unix_ms) VALUES ('old', 'h', 'cpu/Test-CPU/x86_64-avx2', "
+           "'{\"backend\":\"cpu\"}', 'cpu', '0.1.0', '', 'sweep', 1700000000000)");
+  RawQuery(path, "INSERT INTO trials (trial_id, run_id, problem_key, config_key, attempt, outcome, "
+                 "message, samples_json, median_us, p10_us, p90_us, max_abs_error, max_rel_error, "
+                 "checked_elements, sm_clock_mhz, flops, created_unix_ms, stage, blocks_json, wall_seconds) "
+                 "VALUES ('" + TrialId(1, kProblem, kConfigA, 0) + "', 1, '" + kProblem + "', '" + kConfigA +
+                 "', 0, 'timed_out', 'slow', '[]', NULL, NULL, NULL, 0, 0, 0, 0, 1e6, 1700000000500, 'screen', '[]', 61)");
+  RawQuery(path, std::string("INSERT INTO bench_cells (run_id, suite, problem_key, problem_json, config_key, role, "
+                             "outcome, created_unix_ms) VALUES (1, 'cpu', '") + kProblem + "', '{}', '" + kConfigA +
+                 "', 'best', 'ok', 1700000000600)");
+  // The old CHECK refuses the new names.
+  EXPECT_EQ(RawQuery(path, "UPDATE trials SET outcome = 'interrupted'"), "<error>");
+
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), Store::LatestSchemaVersion());
+  absl::StatusOr<std::vector<Trial>> trials = store->ListTrials(1);
+  ASSERT_TRUE(trials.ok()) << trials.status();
+  ASSERT_EQ(trials->size(), 1u);
+  EXPECT_EQ((*trials)[0].outcome, TrialOutcome::kTimedOut);
+  EXPECT_EQ((*trials)[0].message, "slow");
+  EXPECT_EQ((*trials)[0].wall_seconds, 61);
+  EXPECT_EQ(RawQuery(path, "SELECT COUNT(*) FROM bench_cells WHERE outcome = 'ok' AND suite = 'cpu'"), "1");
+  EXPECT_EQ(RawQuery(path, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN "
+                           "('trials_by_run_problem', 'trials_by_problem_created', 'bench_cells_by_suite_run')"),
+            "3");
+  for (TrialOutcome outcome : {TrialOutcome::kInterrupted, TrialOutcome::kResourceExhausted}) {
+    Trial t = StagedTrial(1, kConfigB, TrialStage::kScreen, outcome == TrialOutcome::kInterrupted ? 0 : 1);
+    t.outcome = outcome;
+    t.message = "stopped";
+    t.samples_us.clear();
+    t.blocks.clear();
+    ASSERT_TRUE(store->RecordTrial(t).ok()) << TrialOutcomeName(outcome);
+  }
+  absl::StatusOr<std::vector<Trial>> now = store->ListTrials(1);
+  ASSERT_TRUE(now.ok());
+  ASSERT_EQ(now->size(), 3u);
+  EXPECT_EQ((*now)[1].outcome, TrialOutcome::kInterrupted);
+  EXPECT_EQ((*now)[2].outcome, TrialOutcome::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace fusetune

@@ -4,6 +4,7 @@
 #include "fusetune/kernels/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -270,6 +271,7 @@ class CpuBackend final : public Backend {
     if (problem.is_paged()) {
       if (auto s = ValidateBlockTable(problem, buffers.block_table, problem.BlockTableEntries()); !s.ok()) return s;
     }
+    if (auto s = stop_token().Check(); !s.ok()) return s;
     return Launch(problem, config, buffers);
   }
 
@@ -563,9 +565,21 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   }
 
   const CpuKernelTable& k = *kernels_;
+  // A launch of a long problem takes seconds to minutes on a few cores: the stop token is
+  // read before every tile, and once it asks, the remaining tiles are skipped (O is then
+  // incomplete, and the launch returns the token's status).
+  const StopToken& stop = stop_token();
+  std::atomic<bool> stopped{false};
   auto for_each = [&](const std::vector<CpuTask>& tasks, auto&& body) {
-    pool_.ParallelFor(workers, static_cast<int64_t>(tasks.size()),
-                      [&](int64_t task, int worker) { body(tasks[task], scratch[worker]); });
+    if (stopped.load(std::memory_order_relaxed)) return;
+    pool_.ParallelFor(workers, static_cast<int64_t>(tasks.size()), [&](int64_t task, int worker) {
+      if (stopped.load(std::memory_order_relaxed)) return;
+      if (stop.Requested()) {
+        stopped.store(true, std::memory_order_relaxed);
+        return;
+      }
+      body(tasks[task], scratch[worker]);
+    });
   };
   switch (config.variant) {
     case Variant::kFused:
@@ -597,6 +611,10 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
       for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.pv(params, t, s); });
       break;
     }
+  }
+  if (stopped.load(std::memory_order_relaxed)) {
+    absl::Status why = stop.Check();
+    return why.ok() ? absl::CancelledError("stopped") : why;
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,8 @@
 #include "fusetune/kernels/cpu_backend.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -531,6 +533,44 @@ TEST(CpuBackend, TimeKeepsAtLeastThreeSamples) {
   options.repeats = 0;
   EXPECT_EQ(backend->Time(p, Config(Variant::kFused), buffers, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuBackend, AStopTokenThatAlreadyAsksStopsRunAndTimeBeforeTheLaunch) {
+  auto backend = CreateCpuBackend();
+  AttentionProblem p = Problem(64, 64);
+  Inputs in = RandomInputs(p, 8);
+  std::vector<float> o(p.OElements(), 7.0f);
+  AttentionBuffers buffers{in.q.data(), in.k.data(), in.v.data(), o.data()};
+  std::atomic<bool> stop{true};
+  backend->SetStopToken(StopToken(&stop));
+  EXPECT_EQ(backend->Run(p, Config(Variant::kFused), buffers).code(), absl::StatusCode::kCancelled);
+  TimingOptions options;
+  EXPECT_EQ(backend->Time(p, Config(Variant::kMaterialized), buffers, options).status().code(),
+            absl::StatusCode::kCancelled);
+  for (float x : o) ASSERT_EQ(x, 7.0f) << "nothing was launched";
+  backend->SetStopToken(StopToken(nullptr, StopToken::Clock::now()));
+  EXPECT_EQ(backend->Run(p, Config(Variant::kFused), buffers).code(), absl::StatusCode::kDeadlineExceeded);
+  backend->SetStopToken(StopToken());
+  EXPECT_TRUE(backend->Run(p, Config(Variant::kFused), buffers).ok());
+}
+
+// One launch of ~0.3 TFLOP (seconds to minutes on a few cores) given a budget that ends
+// 20 ms in: the tiles after the deadline are skipped, so the launch returns DeadlineExceeded
+// instead of finishing (a launch that ignored the token would return OK).
+TEST(CpuBackend, ADeadlinePassingDuringALongLaunchStopsItBetweenTiles) {
+  auto backend = CreateCpuBackend();
+  // Fused over 16k x 16k x 4 heads; materialized (its score workspace within the 2 GiB
+  // limit) over 8k x 8k x 2 heads, ~34 GFLOP.
+  for (auto [variant, length, heads] : {std::tuple{Variant::kFused, 16384, 4}, std::tuple{Variant::kMaterialized, 8192, 2}}) {
+    AttentionProblem p = Problem(length, length);
+    p.q_heads = p.kv_heads = heads;
+    Inputs in = RandomInputs(p, 8);
+    std::vector<float> o(p.OElements());
+    AttentionBuffers buffers{in.q.data(), in.k.data(), in.v.data(), o.data()};
+    backend->SetStopToken(StopToken(nullptr, StopToken::Clock::now() + std::chrono::milliseconds(20)));
+    EXPECT_EQ(backend->Run(p, Config(variant, 64, 64, 2), buffers).code(), absl::StatusCode::kDeadlineExceeded)
+        << VariantName(variant);
+  }
 }
 
 TEST(CpuBackend, EveryRunnableKernelBuildIsOffered) {

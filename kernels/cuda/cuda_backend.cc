@@ -316,6 +316,7 @@ class CudaBackend final : public Backend {
     if (auto s = Enter(); !s.ok()) return s;
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
     if (auto s = ValidateBuffers(problem, buffers); !s.ok()) return s;
+    if (auto s = stop_token().Check(); !s.ok()) return s;
     auto prepared = Prepare(problem, config, buffers);
     if (!prepared.ok()) return prepared.status();
     if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
@@ -331,6 +332,9 @@ class CudaBackend final : public Backend {
     if (options.repeats < 1 || options.warmup < 0) {
       return absl::InvalidArgumentError("timing needs repeats >= 1 and warmup >= 0");
     }
+    // One block is bounded by max_seconds and its launches are queued together: the token
+    // is read before the block, not between its launches.
+    if (auto s = stop_token().Check(); !s.ok()) return s;
     auto prepared = Prepare(problem, config, buffers);
     if (!prepared.ok()) return prepared.status();
     if (options.flush_l2 && flush_buffer_ == nullptr) {

@@ -60,6 +60,7 @@ class HipBackend final : public Backend {
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
     if (auto s = Prepare(problem, config, buffers); !s.ok()) return s;
+    if (auto s = stop_token().Check(); !s.ok()) return s;
     if (auto s = Enqueue(problem, config); !s.ok()) return s;
     return Check(hipStreamSynchronize(stream_), "run");
   }
@@ -71,6 +72,7 @@ class HipBackend final : public Backend {
       return absl::InvalidArgumentError("timing needs repeats >= 1 and warmup >= 0");
     }
     if (auto s = Prepare(problem, config, buffers); !s.ok()) return s;
+    if (auto s = stop_token().Check(); !s.ok()) return s;  // before the block, as on CUDA
     if (options.flush_l2 && flush_buffer_ == nullptr) {
       if (auto s = Check(hipMalloc(&flush_buffer_, kL2FlushBytes), "allocating the cache flush buffer");
           !s.ok()) {

@@ -24,13 +24,16 @@ std::string_view TrialOutcomeName(TrialOutcome o) {
     case TrialOutcome::kLaunchFailed: return "launch_failed";
     case TrialOutcome::kVerifyFailed: return "verify_failed";
     case TrialOutcome::kTimedOut: return "timed_out";
+    case TrialOutcome::kInterrupted: return "interrupted";
+    case TrialOutcome::kResourceExhausted: return "resource_exhausted";
   }
   return "?";
 }
 
 absl::StatusOr<TrialOutcome> ParseTrialOutcome(std::string_view name) {
   for (TrialOutcome o : {TrialOutcome::kOk, TrialOutcome::kUnsupported, TrialOutcome::kLaunchFailed,
-                         TrialOutcome::kVerifyFailed, TrialOutcome::kTimedOut}) {
+                         TrialOutcome::kVerifyFailed, TrialOutcome::kTimedOut, TrialOutcome::kInterrupted,
+                         TrialOutcome::kResourceExhausted}) {
     if (TrialOutcomeName(o) == name) return o;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown trial outcome '", std::string(name), "'"));

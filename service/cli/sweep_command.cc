@@ -1,4 +1,7 @@
 // fusetune sweep: tune problems on a local backend into the SQLite store, resumably.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -11,6 +14,7 @@
 #include "fusetune/kernels/backend.h"
 #include "fusetune/tuner/sweep.h"
 #include "problem_flags.h"
+#include "sweep_progress.h"
 
 namespace fusetune::cli {
 namespace {
@@ -34,7 +38,30 @@ struct SweepFlags {
   double trial_time_limit = 60;
   std::string commit;
   std::string label = "sweep";
+  // "auto": a progress line while a problem runs when stderr is a terminal; "always", "never".
+  std::string progress = "auto";
+  double progress_seconds = 10;
 };
+
+// The problem's progress line's verdict: the best, or why there is none.
+std::string BestOrWhyNot(const SweepProgress& p) {
+  std::string text;
+  if (p.best) {
+    text = fmt::format("best {} {:.1f} us", p.best->config_key, p.best->median_us);
+    if (p.best->speedup_vs_materialized > 0) {
+      text += fmt::format(", fused {:.2f}x vs materialized", p.best->speedup_vs_materialized);
+    }
+    if (p.best->speedup_vs_partial > 0) text += fmt::format(", {:.2f}x vs partial", p.best->speedup_vs_partial);
+  } else {
+    text = "no successful trial";
+    std::string counts;
+    for (const auto& [outcome, n] : p.outcomes) counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", n, outcome);
+    if (!counts.empty()) text += " (" + counts + ")";
+    if (!p.first_failure.empty()) text += "; first: " + p.first_failure;
+  }
+  if (!p.incomplete.empty()) text += fmt::format(" [INCOMPLETE: {}]", p.incomplete);
+  return text;
+}
 
 std::string Seconds(double s) {
   if (s < 60) return fmt::format("{:.1f} s", s);
@@ -73,6 +100,11 @@ int RunSweepCommand(const SweepFlags& f) {
   if (absl::Status s = CheckSpaces(*problems, *backend, options.space); !s.ok()) {
     return UsageError(cmd, std::string(s.message()));
   }
+  for (const AttentionProblem& p : *problems) {
+    if (absl::Status s = CheckMemoryFits(p, device, options.runner); !s.ok()) {
+      return UsageError(cmd, std::string(s.message()));
+    }
+  }
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
@@ -107,25 +139,26 @@ int RunSweepCommand(const SweepFlags& f) {
   // committed), leaving the run unfinished so that the same command resumes it.
   std::optional<StopOnSignal> stop_on_signal;
   stop_on_signal.emplace();
+  int incomplete = 0;
   auto progress = [&](const SweepProgress& p) {
-    std::string best = "no successful trial";
-    if (p.best) {
-      best = fmt::format("best {} {:.1f} us", p.best->config_key, p.best->median_us);
-      if (p.best->speedup_vs_materialized > 0) {
-        best += fmt::format(", fused {:.2f}x vs materialized", p.best->speedup_vs_materialized);
-      }
-      if (p.best->speedup_vs_partial > 0) best += fmt::format(", {:.2f}x vs partial", p.best->speedup_vs_partial);
-    }
+    if (!p.incomplete.empty()) ++incomplete;
     std::printf("[%d/%d] %s: %d trials (%d resumed, %d ok) in %s; %s; elapsed %s, ~%s remaining\n",
                 p.problem_index + 1, p.problem_count, p.problem_key.c_str(),
                 p.trials_measured + p.trials_resumed, p.trials_resumed, p.trials_ok,
-                Seconds(p.problem_seconds).c_str(), best.c_str(), Seconds(p.elapsed_seconds).c_str(),
+                Seconds(p.problem_seconds).c_str(), BestOrWhyNot(p).c_str(), Seconds(p.elapsed_seconds).c_str(),
                 Seconds(p.estimated_remaining_seconds).c_str());
     std::fflush(stdout);
   };
+  // While a problem runs: a line on stderr at its start and every --progress-seconds.
+  std::optional<SweepProgressTicker> ticker;
+  if (f.progress == "always" || (f.progress == "auto" && isatty(STDERR_FILENO))) {
+    ticker.emplace(stderr, std::chrono::duration<double>(f.progress_seconds));
+    options.activity = [&ticker](const SweepActivity& a) { ticker->Update(a); };
+  }
   // The store is the sweep's sink: trials and best configs go to it as they are made.
   absl::StatusOr<SweepResult> result =
       RunSweep(*backend, *problems, options, run_id, **store, progress, stop_on_signal->flag());
+  ticker.reset();
   stop_on_signal.reset();
   if (!result.ok()) return Failure(cmd, std::string(result.status().ToString()));
   if (result->cancelled) {
@@ -137,6 +170,11 @@ int RunSweepCommand(const SweepFlags& f) {
   std::printf("done: run %lld, %d problem(s), %d trials measured, %d resumed. 'fusetune report --db %s' shows the table.\n",
               static_cast<long long>(run_id), result->problems_finished, result->trials_measured,
               result->trials_resumed, f.db.c_str());
+  if (incomplete > 0) {
+    std::printf("%d problem(s) INCOMPLETE: the time budget ran out inside a trial (see above); a larger "
+                "--max-seconds searches them fully\n",
+                incomplete);
+  }
   return kExitOk;
 }
 
@@ -156,7 +194,9 @@ void AddSweepCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   sweep->add_option("--max-seconds", flags->max_seconds,
-                    "time budget per problem, s: 3/4 for the search, the rest for the final rounds (0 = unbounded)")
+                    "time budget per problem, s: 3/4 for the search, the rest for the final rounds (0 = unbounded); "
+                    "a trial still running when it is spent is interrupted, and the final rounds never run past "
+                    "twice it")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   sweep->add_option("--strategy", flags->strategy,
@@ -192,6 +232,14 @@ void AddSweepCommand(CLI::App& app, CommandContext& context) {
   sweep->add_option("--commit", flags->commit, std::string("commit recorded with the run (default: built from ") +
                                                    BuiltCommit() + ")");
   sweep->add_option("--label", flags->label, "run label (part of the resume identity)")->capture_default_str();
+  sweep->add_option("--progress", flags->progress,
+                    "a progress line on stderr while a problem runs (step, configs done of the space, budget left): "
+                    "auto (when stderr is a terminal), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  sweep->add_option("--progress-seconds", flags->progress_seconds, "seconds between progress lines")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   SetAction(sweep, context, [flags] { return RunSweepCommand(*flags); });
 }
 

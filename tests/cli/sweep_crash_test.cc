@@ -1,6 +1,9 @@
 // A `fusetune sweep` SIGKILLed midway leaves a valid database that loses no committed trial,
-// and the same command resumes the same run to completion, duplicating nothing.
+// and the same command resumes the same run to completion, duplicating nothing. Ctrl-C and a
+// spent time budget stop a trial in flight, however long its launch; a problem too large for
+// the host is refused before anything is measured.
 #include <signal.h>
+#include <unistd.h>
 #include <sqlite3.h>
 
 #include <chrono>
@@ -197,6 +200,89 @@ TEST(SweepCrash, SigtermStopsBetweenTrialsAndTheRunResumes) {
   EXPECT_NE(resumed.out.find("resuming run " + std::to_string(run_id) + " (" + std::to_string(recorded) + " trials"),
             std::string::npos)
       << resumed.out;
+}
+
+// One launch of this problem takes minutes on a few cores (a 65536-token prefill, one head).
+std::vector<std::string> LongTrialArgs(const std::string& db, const std::string& max_seconds) {
+  return {FUSETUNE_BINARY, "sweep", "--db", db, "--seq", "65536", "--heads", "1", "--max-seconds", max_seconds,
+          "--commit", kCommit, "--label", kLabel, "--progress", "always", "--progress-seconds", "0.5"};
+}
+
+// The trials of the first run of a fresh database (run 1), whatever its state.
+std::vector<Trial> FirstRunTrials(const std::string& db) {
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db);
+  if (!store.ok()) return {};
+  absl::StatusOr<std::vector<Trial>> trials = (*store)->ListTrials(1);
+  return trials.ok() ? *trials : std::vector<Trial>{};
+}
+
+TEST(SweepInterrupt, CtrlCDuringALongLaunchStopsTheSweepAndRecordsTheTrialInterrupted) {
+  TempDir dir;
+  const std::string db = dir.File("long.db");
+  Subprocess sweep(LongTrialArgs(db, "600"), dir.path());
+  ASSERT_TRUE(sweep.started());
+  // The progress line names the config being screened once its trial is under way.
+  ASSERT_TRUE(testing::WaitFor([&] { return sweep.Stderr().find("now fused/") != std::string::npos || sweep.Poll(); },
+                               120))
+      << sweep.Stdout() << sweep.Stderr();
+  ASSERT_FALSE(sweep.Poll().has_value()) << sweep.Stdout() << sweep.Stderr();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  sweep.Signal(SIGINT);
+  // A launch of minutes is stopped between tiles: the sweep ends long before the launch would.
+  EXPECT_EQ(sweep.Wait(90).value_or(-1), 4) << "exit code 4: cancelled\n" << sweep.Stdout() << sweep.Stderr();
+  EXPECT_NE(sweep.Stdout().find("stopped by a signal"), std::string::npos) << sweep.Stdout();
+  EXPECT_EQ(sweep.Stdout().find("done:"), std::string::npos) << sweep.Stdout();
+  const std::vector<Trial> trials = FirstRunTrials(db);
+  ASSERT_EQ(trials.size(), 1u);
+  EXPECT_EQ(trials[0].outcome, TrialOutcome::kInterrupted);
+  EXPECT_NE(trials[0].message.find("signal"), std::string::npos) << trials[0].message;
+}
+
+TEST(SweepInterrupt, ABudgetSpentInsideALongLaunchEndsTheProblemAndTheOutputSaysIncomplete) {
+  TempDir dir;
+  const std::string db = dir.File("budget.db");
+  // 3 s of budget against a launch of minutes: before the budget held inside trials, this ran
+  // until the launch ended.
+  testing::CommandResult r = RunCommand(LongTrialArgs(db, "3"), 90);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("no successful trial (1 interrupted)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("INCOMPLETE: the time budget (3 s) ran out inside a trial"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 problem(s) INCOMPLETE"), std::string::npos) << r.out;
+  const std::vector<Trial> trials = FirstRunTrials(db);
+  ASSERT_EQ(trials.size(), 1u);
+  EXPECT_EQ(trials[0].outcome, TrialOutcome::kInterrupted);
+  EXPECT_NE(trials[0].message.find("time budget"), std::string::npos) << trials[0].message;
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db);
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE(absl::IsNotFound((*store)->GetBestConfig(DeviceClass(), trials[0].problem_key).status()))
+      << "no best config from a search that measured nothing";
+}
+
+TEST(SweepInterrupt, AProblemTooLargeForTheHostIsRefusedWithTheBytesItNeeds) {
+  TempDir dir;
+  const std::string db = dir.File("large.db");
+  // A 4 GB address-space limit, as `prlimit --as` or a container gives.
+  testing::CommandResult r =
+      RunCommand({"/bin/sh", "-c", std::string("ulimit -v 4000000 && exec ") + FUSETUNE_BINARY +
+                                       " sweep --seq 1048576 --db " + db});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("GiB of host memory"), std::string::npos) << r.err;
+  EXPECT_NE(access(db.c_str(), F_OK), 0) << "refused before the database is touched";
+}
+
+TEST(SweepInterrupt, NoProgressLinesWhenStderrIsNotATerminalUnlessAsked) {
+  TempDir dir;
+  testing::CommandResult quiet = RunCommand({FUSETUNE_BINARY, "sweep", "--db", dir.File("q.db"), "--seq", "64",
+                                             "--heads", "2", "--max-trials", "1", "--final-rounds", "0"});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.out << quiet.err;
+  EXPECT_EQ(quiet.err.find("..."), std::string::npos) << quiet.err;
+  testing::CommandResult asked = RunCommand({FUSETUNE_BINARY, "sweep", "--db", dir.File("a.db"), "--seq", "64",
+                                             "--heads", "2", "--max-trials", "1", "--final-rounds", "0", "--progress",
+                                             "always"});
+  ASSERT_EQ(asked.exit_code, 0) << asked.out << asked.err;
+  EXPECT_NE(asked.err.find("... [1/1] prefill/"), std::string::npos) << asked.err;
+  EXPECT_NE(asked.err.find("screening fused configs: 0 of"), std::string::npos) << asked.err;
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ absl::StatusOr<Screens> ScreenSpace(Runner& runner, const AttentionProblem& prob
   Screens screens;
   Trial recorded_screen = runner.Measure(problem, recorded, timing, run_id, 0, TrialStage::kAudit);
   screens.trials.push_back(recorded_screen);
+  if (Cancelled(cancel)) return absl::CancelledError("audit stopped");
   if (recorded_screen.outcome != TrialOutcome::kOk) {
     return absl::FailedPreconditionError(absl::StrCat("the recorded config ", recorded_key, " is ",
                                                       std::string(TrialOutcomeName(recorded_screen.outcome)), " here: ",
@@ -56,6 +57,7 @@ absl::StatusOr<Screens> ScreenSpace(Runner& runner, const AttentionProblem& prob
     if (c.Key() == recorded_key) continue;
     if (Cancelled(cancel)) return absl::CancelledError("audit stopped");
     Trial t = runner.Measure(problem, c, timing, run_id, 0, TrialStage::kAudit);
+    if (Cancelled(cancel)) return absl::CancelledError("audit stopped");  // t was interrupted
     if (t.outcome == TrialOutcome::kOk) {
       screens.ok.push_back(t);
     } else if (t.outcome != TrialOutcome::kUnsupported) {
@@ -121,6 +123,8 @@ absl::StatusOr<AuditResult> RunAudit(Backend& backend, const AttentionProblem& p
   if (!space.ok()) return space.status();
 
   Runner runner(backend, options.runner);
+  // Ctrl-C stops a trial in flight, not only the audit between trials.
+  runner.SetStopToken(StopToken(cancel));
   const std::string recorded_key = recorded.Key();
   absl::StatusOr<Screens> screens =
       ScreenSpace(runner, problem, recorded, *space, options.runner.timing, run_id, cancel);

@@ -1,11 +1,16 @@
 #include "fusetune/tuner/runner.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -14,6 +19,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "fusetune/base/strings.h"
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
 #include "internal.h"
@@ -358,6 +364,22 @@ Verification Verify(const AttentionProblem& problem, const KernelConfig& config,
   return r;
 }
 
+// The outcome of a backend error: a stop (signal or budget) says nothing about the config;
+// running out of memory is the host's or device's limit, not a launch failure.
+TrialOutcome OutcomeOfError(const absl::Status& s, TrialOutcome otherwise) {
+  if (StopToken::IsStop(s)) return TrialOutcome::kInterrupted;
+  if (absl::IsResourceExhausted(s)) return TrialOutcome::kResourceExhausted;
+  return otherwise;
+}
+
+// The message of a trial that ran out of host memory: what the problem's inputs need.
+std::string OutOfHostMemory(const AttentionProblem& problem, const std::exception& e) {
+  const MemoryNeed need = MeasurementMemory(problem);
+  return absl::StrCat("out of host memory (", e.what(), "): measuring ", problem.Key(), " needs about ",
+                      FormatBytes(need.host_bytes), " of host and ", FormatBytes(need.device_bytes),
+                      " of device memory");
+}
+
 // A trial's identity, before anything is measured.
 Trial NewTrial(const std::string& problem_key, const KernelConfig& config, int64_t run_id, int attempt,
                TrialStage stage) {
@@ -406,6 +428,63 @@ std::vector<int32_t> GenerateBlockTable(const AttentionProblem& problem, uint64_
   return table;
 }
 
+MemoryNeed MeasurementMemory(const AttentionProblem& problem, const RunnerOptions& options) {
+  MemoryNeed need;
+  if (!problem.Validate().ok()) return need;
+  const int64_t esize = DTypeBytes(problem.dtype);
+  const int64_t q = problem.QElements(), kv = problem.KVElements(), o = problem.OElements();
+  const int64_t kv_unpaged = problem.Unpaged().KVElements();
+  const int64_t sets = options.adversarial_check ? 2 : 1;
+  const int64_t table = problem.is_paged() ? problem.BlockTableEntries() * int64_t{4} : 0;
+  need.device_bytes = sets * ((q + 2 * kv) * esize + table) + o * esize;
+  const int64_t rows = o <= options.full_check_max_elements
+                           ? problem.TotalQueries()
+                           : std::min<int64_t>(problem.TotalQueries(), options.sampled_rows);
+  // Making a set: q, k and v as floats (a paged pool's K/V gathered one tensor at a time), one
+  // tensor's staging in the storage dtype; then the output's host copy and the reference rows.
+  need.host_bytes = 4 * (q + 2 * std::max(kv, kv_unpaged)) + (problem.is_paged() ? 4 * kv_unpaged : 0) +
+                    esize * std::max(q, kv) + o * esize +
+                    sets * rows * problem.q_heads * problem.head_dim * int64_t{8};
+  return need;
+}
+
+int64_t HostMemoryAvailableBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  int64_t available = pages > 0 && page_size > 0 ? int64_t{pages} * page_size : std::numeric_limits<int64_t>::max();
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    // What the process has mapped already counts against the limit.
+    int64_t mapped = 0;
+    if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
+      long size_pages = 0;
+      if (std::fscanf(statm, "%ld", &size_pages) == 1 && page_size > 0) mapped = int64_t{size_pages} * page_size;
+      std::fclose(statm);
+    }
+    available = std::min<int64_t>(available, std::max<int64_t>(0, static_cast<int64_t>(limit.rlim_cur) - mapped));
+  }
+  return available;
+}
+
+absl::Status CheckMemoryFits(const AttentionProblem& problem, const DeviceInfo& device, const RunnerOptions& options) {
+  const MemoryNeed need = MeasurementMemory(problem, options);
+  const int64_t host = HostMemoryAvailableBytes();
+  const bool device_is_host = device.backend == "cpu";
+  const int64_t host_need = need.host_bytes + (device_is_host ? need.device_bytes : 0);
+  if (host_need > host) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "problem ", problem.Key(), " needs about ", FormatBytes(host_need), " of host memory for its inputs, output and ",
+        "fp64 reference rows; this process can take ", FormatBytes(host),
+        " (physical memory, or what the address-space limit leaves)"));
+  }
+  if (!device_is_host && device.memory_bytes > 0 && need.device_bytes > device.memory_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("problem ", problem.Key(), " needs about ",
+                                                     FormatBytes(need.device_bytes), " of device memory for its ",
+                                                     "inputs and output; ", device.name, " has ",
+                                                     FormatBytes(device.memory_bytes)));
+  }
+  return absl::OkStatus();
+}
+
 double Quantile(std::vector<double> samples, double q) {
   if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());
@@ -418,7 +497,9 @@ double Quantile(std::vector<double> samples, double q) {
 }
 
 Runner::Runner(Backend& backend, RunnerOptions options) : backend_(backend), options_(std::move(options)) {}
-Runner::~Runner() = default;
+// The token may point at the caller's cancel flag: the backend outlives the runner, so it
+// must not keep it.
+Runner::~Runner() { backend_.SetStopToken(StopToken()); }
 
 absl::StatusOr<Runner::ProblemInputs*> Runner::InputsFor(const AttentionProblem& problem) {
   const std::string key = problem.Key();
@@ -468,6 +549,10 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
     t.wall_seconds = SecondsSince(start);
     return t;
   };
+  // A backend error's outcome: a stop is no verdict on the config, memory is the host's.
+  auto failed = [&finish](TrialOutcome otherwise, const absl::Status& s, std::string_view what) {
+    return finish(OutcomeOfError(s, otherwise), Cat(what, s.ToString()));
+  };
 
   if (absl::Status s = problem.Validate(); !s.ok()) {
     return finish(TrialOutcome::kUnsupported, absl::StrCat("invalid problem: ", s.message()));
@@ -485,8 +570,7 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
     const bool fresh = inputs_ == nullptr || inputs_->problem_key != t.problem_key;
     absl::StatusOr<ProblemInputs*> prepared = InputsFor(problem);
     if (!prepared.ok()) {
-      return finish(TrialOutcome::kLaunchFailed,
-                    absl::StrCat("preparing the problem's inputs failed: ", prepared.status().ToString()));
+      return failed(TrialOutcome::kLaunchFailed, prepared.status(), "preparing the problem's inputs failed: ");
     }
     // The problem's one-time preparation is not this trial's cost.
     if (fresh) start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(prepare_seconds_));
@@ -501,7 +585,7 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
       const AttentionBuffers buffers = BuffersOf(set, in.out);
       const auto run_start = Clock::now();
       if (absl::Status s = backend_.Run(problem, config, buffers); !s.ok()) {
-        return finish(TrialOutcome::kLaunchFailed, absl::StrCat(where, s.ToString()));
+        return failed(TrialOutcome::kLaunchFailed, s, where);
       }
       const double run_seconds = SecondsSince(run_start);
       if (options_.trial_time_limit_seconds > 0 && run_seconds > options_.trial_time_limit_seconds) {
@@ -524,9 +608,7 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
     const InputSet& timed = in.sets.front();
     const AttentionBuffers buffers = BuffersOf(timed, in.out);
     absl::StatusOr<TimingSamples> timing = backend_.Time(problem, config, buffers, timing_options);
-    if (!timing.ok()) {
-      return finish(TrialOutcome::kLaunchFailed, absl::StrCat("timing failed: ", timing.status().ToString()));
-    }
+    if (!timing.ok()) return failed(TrialOutcome::kLaunchFailed, timing.status(), "timing failed: ");
     if (timing->micros.empty()) return finish(TrialOutcome::kLaunchFailed, "timing returned no samples");
     t.samples_us = timing->micros;
     t.blocks.push_back(ToBlock(*timing));
@@ -535,6 +617,8 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
     t.p10_us = Quantile(t.samples_us, 0.1);
     t.p90_us = Quantile(t.samples_us, 0.9);
     return finish(TrialOutcome::kOk, "");
+  } catch (const std::bad_alloc& e) {
+    return finish(TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, e));
   } catch (const std::exception& e) {
     return finish(TrialOutcome::kLaunchFailed, absl::StrCat("exception from the backend: ", e.what()));
   } catch (...) {
@@ -558,10 +642,16 @@ std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::s
     t.outcome = outcome;
     t.message = std::move(message);
   };
-  absl::StatusOr<ProblemInputs*> prepared = InputsFor(problem);
+  absl::StatusOr<ProblemInputs*> prepared = absl::UnknownError("not prepared");
+  try {
+    prepared = InputsFor(problem);
+  } catch (const std::bad_alloc& e) {
+    for (Trial& t : trials) fail(t, TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, e));
+    return trials;
+  }
   if (!prepared.ok()) {
     for (Trial& t : trials) {
-      fail(t, TrialOutcome::kLaunchFailed,
+      fail(t, OutcomeOfError(prepared.status(), TrialOutcome::kLaunchFailed),
            absl::StrCat("preparing the problem's inputs failed: ", prepared.status().ToString()));
     }
     return trials;
@@ -571,7 +661,8 @@ std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::s
   std::vector<size_t> order(configs.size());
   std::iota(order.begin(), order.end(), size_t{0});
   int done = 0;
-  for (int r = 0; r < rounds; ++r) {
+  absl::Status stopped;  // the backend's stop status when a block was cut short
+  for (int r = 0; r < rounds && stopped.ok(); ++r) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) break;
     if (max_seconds > 0 && done >= 3 && SecondsSince(start) > max_seconds) break;
     // A fresh order each round (Fisher-Yates on our own generator: same on every host), so
@@ -583,6 +674,10 @@ std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::s
       if (t.outcome != TrialOutcome::kOk) continue;
       try {
         absl::StatusOr<TimingSamples> timing = backend_.Time(problem, configs[idx], buffers, block);
+        if (StopToken::IsStop(timing.status())) {
+          stopped = timing.status();  // the round is incomplete: it is dropped below
+          break;
+        }
         if (!timing.ok()) {
           fail(t, absl::IsUnimplemented(timing.status()) || absl::IsFailedPrecondition(timing.status())
                       ? TrialOutcome::kUnsupported
@@ -597,19 +692,32 @@ std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::s
         t.blocks.push_back(ToBlock(*timing));
         t.samples_us.push_back(t.blocks.back().median_us);
         t.sm_clock_mhz = timing->sm_clock_mhz;
+      } catch (const std::bad_alloc& e) {
+        fail(t, TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, e));
       } catch (const std::exception& e) {
         fail(t, TrialOutcome::kLaunchFailed, absl::StrCat("exception from the backend: ", e.what()));
       } catch (...) {
         fail(t, TrialOutcome::kLaunchFailed, "unknown exception from the backend");
       }
     }
-    ++done;
+    if (stopped.ok()) ++done;
+  }
+  // Rounds pair up by index: a round cut short by a stop is dropped from every trial.
+  for (Trial& t : trials) {
+    if (t.blocks.size() > static_cast<size_t>(done)) {
+      t.blocks.resize(static_cast<size_t>(done));
+      t.samples_us.resize(static_cast<size_t>(done));
+    }
   }
   const double share = configs.empty() ? 0 : SecondsSince(start) / static_cast<double>(configs.size());
   for (Trial& t : trials) {
     t.wall_seconds = share;
     if (t.outcome == TrialOutcome::kOk && t.samples_us.empty()) {
-      fail(t, TrialOutcome::kLaunchFailed, "no round was measured (cancelled before the first)");
+      if (!stopped.ok()) {
+        fail(t, TrialOutcome::kInterrupted, absl::StrCat("interrupted before the first round ended: ", stopped.message()));
+      } else {
+        fail(t, TrialOutcome::kLaunchFailed, "no round was measured (cancelled before the first)");
+      }
     }
     if (t.outcome != TrialOutcome::kOk) {
       t.samples_us.clear();

@@ -1,6 +1,7 @@
 #include "fusetune/tuner/runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <set>
@@ -231,6 +232,88 @@ TEST(Runner, MeasureRoundsGivesOneBlockPerRoundInAFreshOrderEachRound) {
   }
   EXPECT_GT(orders.size(), 1u) << "the order changes between rounds";
   EXPECT_GT(firsts.size(), 1u) << "no config always goes first";
+}
+
+TEST(Runner, AStopDuringARoundDropsThatRoundFromEveryConfig) {
+  HostBackend backend;
+  std::atomic<bool> stop{false};
+  // Each block is one Run: the 8th is the 2nd config of the 3rd round.
+  backend.on_run = [&](int run) {
+    if (run == 8) stop = true;
+  };
+  Runner runner(backend);
+  runner.SetStopToken(StopToken(&stop));
+  std::vector<KernelConfig> configs;
+  for (int bs : {16, 32, 64}) {
+    KernelConfig c = Fused();
+    c.block_s = bs;
+    configs.push_back(c);
+  }
+  TimingOptions block{.warmup = 0, .repeats = 3, .max_seconds = 1, .flush_l2 = true};
+  std::vector<Trial> trials = runner.MeasureRounds(Small(), configs, 5, block, 9, 1, TrialStage::kFinal, 0);
+  ASSERT_EQ(trials.size(), 3u);
+  for (const Trial& t : trials) {
+    EXPECT_EQ(t.outcome, TrialOutcome::kOk) << t.message;
+    EXPECT_EQ(t.samples_us.size(), 2u) << "the two whole rounds, paired by index";
+    EXPECT_EQ(t.blocks.size(), 2u);
+  }
+  EXPECT_EQ(backend.runs, 8) << "nothing started after the stop";
+}
+
+TEST(Runner, AStopBeforeTheFirstRoundEndsIsInterruptedNotAFailure) {
+  HostBackend backend;
+  Runner runner(backend);
+  runner.SetStopToken(StopToken(nullptr, StopToken::Clock::now()));  // a budget already spent
+  std::vector<KernelConfig> configs = {Fused()};
+  TimingOptions block{.warmup = 0, .repeats = 3, .max_seconds = 1, .flush_l2 = true};
+  std::vector<Trial> trials = runner.MeasureRounds(Small(), configs, 3, block, 9, 1, TrialStage::kFinal, 0);
+  ASSERT_EQ(trials.size(), 1u);
+  EXPECT_EQ(trials[0].outcome, TrialOutcome::kInterrupted);
+  EXPECT_NE(trials[0].message.find("time budget"), std::string::npos) << trials[0].message;
+  EXPECT_TRUE(trials[0].samples_us.empty());
+}
+
+TEST(Runner, AStoppedLaunchIsInterruptedAndOutOfMemoryIsResourceExhausted) {
+  HostBackend backend;
+  std::atomic<bool> stop{true};
+  Runner runner(backend);
+  runner.SetStopToken(StopToken(&stop));
+  Trial t = runner.Measure(Small(), Fused(), 1);
+  EXPECT_EQ(t.outcome, TrialOutcome::kInterrupted) << t.message;
+  EXPECT_NE(t.message.find("signal"), std::string::npos) << t.message;
+
+  stop = false;
+  backend.fault = Fault::kOutOfMemory;
+  t = runner.Measure(Small(), Fused(), 1);
+  EXPECT_EQ(t.outcome, TrialOutcome::kResourceExhausted) << t.message;
+  EXPECT_NE(t.message.find("out of host memory"), std::string::npos) << t.message;
+}
+
+TEST(MeasurementMemory, CountsBothInputSetsTheOutputAndTheReferenceRows) {
+  AttentionProblem p = Small();
+  const int64_t q = p.QElements(), kv = p.KVElements(), o = p.OElements();
+  RunnerOptions options;
+  const MemoryNeed need = MeasurementMemory(p, options);
+  EXPECT_EQ(need.device_bytes, 2 * (q + 2 * kv) * 4 + o * 4);
+  EXPECT_GE(need.host_bytes, 4 * (q + 2 * kv) + o * 4 + 2 * o * 8) << "floats, output copy, fp64 reference";
+  options.adversarial_check = false;
+  EXPECT_EQ(MeasurementMemory(p, options).device_bytes, (q + 2 * kv) * 4 + o * 4);
+}
+
+TEST(CheckMemoryFits, RefusesWhatTheDeviceCannotHoldAndNamesTheBytes) {
+  DeviceInfo gpu;
+  gpu.backend = "cuda";
+  gpu.name = "small GPU";
+  gpu.memory_bytes = 4096;
+  const absl::Status st = CheckMemoryFits(Small(), gpu);
+  EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
+  EXPECT_NE(st.message().find("small GPU has 4.0 KiB"), std::string::npos) << st;
+  gpu.memory_bytes = int64_t{1} << 30;
+  EXPECT_TRUE(CheckMemoryFits(Small(), gpu).ok());
+  DeviceInfo cpu;
+  cpu.backend = "cpu";
+  EXPECT_TRUE(CheckMemoryFits(Small(), cpu).ok());
+  EXPECT_GT(HostMemoryAvailableBytes(), int64_t{1} << 20);
 }
 
 TEST(Runner, MeasureRoundsKeepsAFailingConfigsFirstErrorAndMeasuresTheOthers) {

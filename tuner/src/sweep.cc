@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "fusetune/base/strings.h"
 #include "fusetune/tuner/selection.h"
 #include "internal.h"
 
@@ -155,6 +156,7 @@ struct ProblemState {
   double fused_search_seconds = -1;    // < 0 until the fused variant has been searched
   double fused_leader_us = 0;          // the fused leader's ranking time, 0 until known
   bool cancelled = false;              // the problem is unfinished: neither selected nor reported
+  bool budget_cut = false;             // the time budget ran out inside a trial: the search stopped
 };
 
 // One variant's search of one problem: its space, strategy, budget and screen timing.
@@ -187,11 +189,33 @@ class SweepSteps {
   // Steps 1 and 2 of the top of sweep.h for one problem: every variant's search, then the
   // final rounds; `p.trials` then holds what SelectBest reads.
   absl::Status Tune(ProblemState& p) {
-    for (size_t vi = 0; vi < p.variants.size() && !p.cancelled; ++vi) {
+    // The budget is enforced inside trials too ("Budgets" in sweep.h): the search stops at
+    // it; the final rounds may run on to their 3-round minimum, never past twice it.
+    SetStop(StopToken(cancel_, Deadline(p, 1)));
+    for (size_t vi = 0; vi < p.variants.size() && !p.cancelled && !p.budget_cut; ++vi) {
       if (absl::Status s = SearchVariant(p, vi); !s.ok()) return s;
     }
     if (p.cancelled) return absl::OkStatus();
-    return FinalRounds(p);
+    if (p.budget_cut) {
+      p.report.incomplete = absl::StrCat("the time budget (", options_.max_seconds_per_problem,
+                                         " s) ran out inside a trial: the search stopped there, without final rounds");
+      return absl::OkStatus();
+    }
+    SetStop(StopToken(cancel_, Deadline(p, 2)));
+    absl::Status finals = FinalRounds(p);
+    if (finals.ok() && p.budget_cut) {
+      p.report.incomplete = absl::StrCat("the final rounds reached twice the time budget (",
+                                         options_.max_seconds_per_problem, " s) before their third round: the pick "
+                                         "is the search's");
+    }
+    return finals;
+  }
+
+  // The problem's start plus `multiple` times its budget; none when unbounded.
+  std::optional<Clock::time_point> Deadline(const ProblemState& p, int multiple) const {
+    if (options_.max_seconds_per_problem <= 0) return std::nullopt;
+    return p.start + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(multiple * options_.max_seconds_per_problem));
   }
 
   // Step 3: the problem's best config, recorded; nullopt when no trial of it was kOk.
@@ -214,7 +238,7 @@ class SweepSteps {
     absl::StatusOr<std::vector<Trial>> history = Screen(p, v);
     if (!history.ok()) return history.status();
     p.trials.insert(p.trials.end(), history->begin(), history->end());
-    if (p.cancelled) return absl::OkStatus();
+    if (p.cancelled || p.budget_cut) return absl::OkStatus();
     absl::StatusOr<std::vector<Trial>> ranked = HalvingRungs(p, v, RankedOk(*history));
     if (!ranked.ok()) return ranked.status();
     if (v.variant == Variant::kFused) p.fused_search_seconds = SecondsSince(v.start);
@@ -268,14 +292,22 @@ class SweepSteps {
     std::vector<Trial> history;
     int counted = 0;
     while (!v.stop.Reached(counted, SecondsSince(v.start))) {
-      if (Cancelled(cancel_)) {
-        p.cancelled = true;
+      if (stop_.Requested()) {  // a signal, or the problem's budget is spent: the search ends
+        p.cancelled = Cancelled(cancel_);
         break;
       }
       std::optional<KernelConfig> config = v.searcher->Next(history);
       if (!config.has_value()) break;
+      Announce(p, "screen", std::string(VariantName(v.variant)), config->Key(), static_cast<int>(history.size()),
+               static_cast<int>(v.configs.size()));
       absl::StatusOr<Trial> trial = ScreenTrial(p, *config, v.screen_timing);
       if (!trial.ok()) return trial.status();
+      if (trial->outcome == TrialOutcome::kInterrupted) {
+        // Recorded, but no measurement of the config: neither the searcher nor selection see it.
+        if (Cancelled(cancel_)) p.cancelled = true;
+        else p.budget_cut = true;
+        break;
+      }
       if (trial->outcome != TrialOutcome::kUnsupported) ++counted;
       if (trial->outcome == TrialOutcome::kOk) ++p.report.trials_ok;
       history.push_back(*std::move(trial));
@@ -293,14 +325,29 @@ class SweepSteps {
   }
 
   // The config's screen trial: the recorded one when there is one, else measured and recorded.
+  // An interrupted screen says nothing about the config: resume measures it again under the
+  // next attempt number.
   absl::StatusOr<Trial> ScreenTrial(ProblemState& p, const KernelConfig& config, const TimingOptions& timing) {
-    if (const Trial* existing = recorded_.Find(TrialId(run_id_, p.key, config.Key(), 0))) {
-      ++p.report.trials_resumed;
-      return *existing;
+    int attempt = 0;
+    for (; attempt < kHalvingAttemptStride; ++attempt) {
+      const Trial* existing = recorded_.Find(TrialId(run_id_, p.key, config.Key(), attempt));
+      if (existing == nullptr) break;
+      if (existing->outcome != TrialOutcome::kInterrupted) {
+        ++p.report.trials_resumed;
+        return *existing;
+      }
     }
-    Trial trial = runner_.Measure(p.problem, config, timing, run_id_, 0);
+    if (attempt == kHalvingAttemptStride) {
+      return absl::InternalError(absl::StrCat("every attempt of the screen of ", p.key, " ", config.Key(),
+                                              " is recorded as interrupted"));
+    }
+    Trial trial = runner_.Measure(p.problem, config, timing, run_id_, attempt);
     if (absl::Status s = Record(p, trial); !s.ok()) return s;
     ++p.report.trials_measured;
+    ++p.report.outcomes[std::string(TrialOutcomeName(trial.outcome))];
+    if (trial.outcome != TrialOutcome::kOk && p.report.first_failure.empty()) {
+      p.report.first_failure = Cat(TrialOutcomeName(trial.outcome), ": ", trial.message);
+    }
     return trial;
   }
 
@@ -396,11 +443,25 @@ class SweepSteps {
                                                      const std::vector<KernelConfig>& configs, TrialStage stage,
                                                      int attempt, int rounds, const TimingOptions& block,
                                                      double max_seconds) {
+    Announce(p, std::string(TrialStageName(stage)), "", "", 0, static_cast<int>(configs.size()));
     std::vector<Trial> measured =
         runner_.MeasureRounds(p.problem, configs, rounds, block, p.round_seed + static_cast<uint64_t>(attempt), run_id_,
                               stage, attempt, max_seconds, cancel_);
     if (Cancelled(cancel_)) {
       p.cancelled = true;  // a set cut short is not recorded: its rounds are incomplete
+      return std::vector<Trial>();
+    }
+    // The budget's deadline cut the rounds: the complete rounds stand (MeasureRounds dropped
+    // the cut one), unless there are none or, for the final rounds, fewer than 3. A rung cut
+    // so leaves the ranking as it was; final rounds cut so leave the pick to the search.
+    const bool none = std::any_of(measured.begin(), measured.end(),
+                                  [](const Trial& t) { return t.outcome == TrialOutcome::kInterrupted; });
+    const bool too_few = stage == TrialStage::kFinal && rounds >= 3 && stop_.Requested() &&
+                         std::any_of(measured.begin(), measured.end(), [](const Trial& t) {
+                           return t.outcome == TrialOutcome::kOk && t.samples_us.size() < 3;
+                         });
+    if (none || too_few) {
+      if (stage == TrialStage::kFinal) p.budget_cut = true;
       return std::vector<Trial>();
     }
     // The rounds only time: each trial keeps the verification errors of the measurement it
@@ -422,6 +483,32 @@ class SweepSteps {
     return measured;
   }
 
+  // Tells the activity callback what starts now.
+  void Announce(const ProblemState& p, std::string step, std::string variant, std::string config_key, int done,
+                int space) const {
+    if (!options_.activity) return;
+    SweepActivity a;
+    a.problem_index = p.report.problem_index;
+    a.problem_count = p.report.problem_count;
+    a.problem_key = p.key;
+    a.step = std::move(step);
+    a.variant = std::move(variant);
+    a.config_key = std::move(config_key);
+    a.configs_done = done;
+    a.configs_in_space = space;
+    a.trials = p.report.trials_measured + p.report.trials_resumed;
+    a.problem_seconds = SecondsSince(p.start);
+    a.budget_seconds = options_.max_seconds_per_problem;
+    options_.activity(a);
+  }
+
+  // The stop token of the current step, for the runner (and so the backend) and for the
+  // checks between trials.
+  void SetStop(StopToken stop) {
+    stop_ = stop;
+    runner_.SetStopToken(stop_);
+  }
+
   // Sends one trial to the sink; an error names the trial.
   absl::Status Record(const ProblemState& p, const Trial& t) {
     absl::Status s = sink_.RecordTrial(t);
@@ -437,6 +524,7 @@ class SweepSteps {
   const RecordedTrialIndex recorded_;
   const std::atomic<bool>* const cancel_;
   Runner runner_;
+  StopToken stop_;
 };
 
 }  // namespace
@@ -450,6 +538,10 @@ absl::StatusOr<SweepResult> RunSweep(Backend& backend, std::span<const Attention
   const DeviceInfo device = backend.Describe();
   absl::StatusOr<std::vector<ConfigSpace>> spaces = CreateSpaces(problems, backend, options.space);
   if (!spaces.ok()) return spaces.status();
+  // A problem too large for this host or device is refused before anything is measured.
+  for (const AttentionProblem& p : problems) {
+    if (absl::Status s = CheckMemoryFits(p, device, options.runner); !s.ok()) return s;
+  }
   absl::StatusOr<RecordedTrialIndex> recorded = ReadRecordedTrials(sink, run_id);
   if (!recorded.ok()) return recorded.status();
 

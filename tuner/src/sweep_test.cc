@@ -1,6 +1,7 @@
 #include "fusetune/tuner/sweep.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iterator>
 #include <map>
 #include <set>
@@ -193,6 +194,147 @@ TEST(Sweep, CancelFlagStopsBetweenTrials) {
   EXPECT_EQ(sink.trials.size(), 3u);
   EXPECT_EQ(r->problems_finished, 0);
   EXPECT_TRUE(r->best.empty());
+}
+
+TEST(Sweep, ASignalDuringALongTrialStopsItThereAndRecordsItInterrupted) {
+  HostBackend backend;
+  backend.fault = Fault::kLongLaunch;  // a launch that only ends when its stop token asks
+  std::atomic<bool> cancel{false};
+  backend.on_run = [&](int run) {
+    if (run == 1) cancel = true;  // Ctrl-C while the first launch is in flight
+  };
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(4), 1, sink, nullptr, &cancel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->cancelled);
+  ASSERT_EQ(sink.trials.size(), 1u);
+  EXPECT_EQ(sink.trials[0].outcome, TrialOutcome::kInterrupted);
+  EXPECT_TRUE(absl::StrContains(sink.trials[0].message, "signal")) << sink.trials[0].message;
+  EXPECT_EQ(backend.runs, 1) << "nothing more was started";
+  EXPECT_TRUE(sink.best.empty());
+  EXPECT_EQ(r->problems_finished, 0);
+}
+
+TEST(Sweep, ABudgetSpentInsideATrialStopsTheSearchAndSaysItIsIncomplete) {
+  HostBackend backend;
+  backend.fault = Fault::kLongLaunch;
+  MemorySink sink;
+  std::vector<SweepProgress> reports;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  SweepOptions o = Quick(0);
+  o.max_seconds_per_problem = 0.2;
+  absl::StatusOr<SweepResult> r =
+      RunSweep(backend, problems, o, 1, sink, [&](const SweepProgress& p) { reports.push_back(p); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->cancelled);
+  EXPECT_EQ(r->problems_finished, 1);
+  ASSERT_EQ(sink.trials.size(), 1u) << "the search ends with the interrupted trial";
+  EXPECT_EQ(sink.trials[0].outcome, TrialOutcome::kInterrupted);
+  EXPECT_TRUE(absl::StrContains(sink.trials[0].message, "time budget")) << sink.trials[0].message;
+  EXPECT_TRUE(sink.best.empty()) << "no best from a search without a measurement";
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(reports[0].incomplete, "time budget")) << reports[0].incomplete;
+  EXPECT_FALSE(reports[0].best.has_value());
+}
+
+TEST(Sweep, AResumedSweepMeasuresAnInterruptedScreenAgain) {
+  HostBackend backend;
+  backend.fault = Fault::kLongLaunch;
+  std::atomic<bool> cancel{false};
+  backend.on_run = [&](int) { cancel = true; };
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  ASSERT_TRUE(RunSweep(backend, problems, Quick(2), 5, sink, nullptr, &cancel).ok());
+  ASSERT_EQ(sink.trials.size(), 1u);
+  ASSERT_EQ(sink.trials[0].outcome, TrialOutcome::kInterrupted);
+  const std::string interrupted_config = sink.trials[0].config_key;
+
+  backend.fault = Fault::kNone;
+  backend.on_run = [](int) {};
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, Quick(2), 5, sink);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->trials_resumed, 0) << "an interrupted trial is not a result to reuse";
+  bool measured_again = false;
+  for (const Trial& t : sink.trials) {
+    if (t.config_key == interrupted_config && t.stage == TrialStage::kScreen && t.attempt == 1) {
+      measured_again = true;
+      EXPECT_EQ(t.outcome, TrialOutcome::kOk);
+    }
+  }
+  EXPECT_TRUE(measured_again);
+  EXPECT_EQ(sink.best.size(), 1u);
+}
+
+TEST(Sweep, RunningOutOfHostMemoryIsRecordedAsResourceExhaustedAndReported) {
+  HostBackend backend;
+  backend.fault = Fault::kOutOfMemory;
+  MemorySink sink;
+  std::vector<SweepProgress> reports;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  absl::StatusOr<SweepResult> r =
+      RunSweep(backend, problems, Quick(1), 1, sink, [&](const SweepProgress& p) { reports.push_back(p); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_FALSE(sink.trials.empty());
+  for (const Trial& t : sink.trials) {
+    EXPECT_EQ(t.outcome, TrialOutcome::kResourceExhausted);
+    EXPECT_TRUE(absl::StrContains(t.message, "out of host memory")) << t.message;
+  }
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].outcomes.at("resource_exhausted"), static_cast<int>(sink.trials.size()));
+  EXPECT_TRUE(absl::StrContains(reports[0].first_failure, "resource_exhausted: out of host memory"))
+      << reports[0].first_failure;
+}
+
+TEST(Sweep, AProblemTooLargeForTheDeviceIsRefusedBeforeAnythingRuns) {
+  // A GPU with 1 MiB of memory: the problem's tensors alone need more.
+  class SmallDevice : public HostBackend {
+   public:
+    DeviceInfo Describe() const override {
+      DeviceInfo d = HostBackend::Describe();
+      d.backend = "cuda";
+      d.name = "test GPU";
+      d.memory_bytes = int64_t{1} << 20;
+      return d;
+    }
+  } backend;
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(4096, 4096)};
+  const absl::Status st = RunSweep(backend, problems, Quick(1), 1, sink).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "q4096") && absl::StrContains(st.message(), "MiB of device memory") &&
+              absl::StrContains(st.message(), "test GPU has 1.0 MiB"))
+      << st;
+  EXPECT_EQ(backend.runs, 0);
+  EXPECT_TRUE(sink.recorded_asked.empty()) << "refused before the sink is asked anything";
+}
+
+TEST(Sweep, ActivityIsAnnouncedBeforeEachScreenAndEachSetOfRounds) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s + 10 * c.block_m; };
+  SweepOptions o = Quick(3);
+  o.final_rounds.rounds = 3;
+  o.max_seconds_per_problem = 600;
+  std::vector<SweepActivity> seen;
+  o.activity = [&](const SweepActivity& a) { seen.push_back(a); };
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(20, 20)};
+  ASSERT_TRUE(RunSweep(backend, problems, o, 1, sink).ok());
+  int screens = 0, finals = 0;
+  for (const SweepActivity& a : seen) {
+    EXPECT_EQ(a.problem_count, 1);
+    EXPECT_EQ(a.budget_seconds, 600);
+    if (a.step == "screen") {
+      ++screens;
+      EXPECT_FALSE(a.config_key.empty());
+      EXPECT_LT(a.configs_done, a.configs_in_space);
+    }
+    if (a.step == "final") ++finals;
+  }
+  int screened = 0;
+  for (const Trial& t : sink.trials) screened += t.stage == TrialStage::kScreen;
+  EXPECT_EQ(screens, screened);
+  EXPECT_EQ(finals, 1);
 }
 
 TEST(Sweep, SinkFailureStopsTheSweepWithItsError) {

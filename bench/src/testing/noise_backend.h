@@ -131,6 +131,7 @@ class SyntheticTimeBackend : public Backend {
     ++calls;
     return cpu_->Fill(dst, value, bytes);
   }
+  void SetStopToken(StopToken stop) override { cpu_->SetStopToken(std::move(stop)); }
 
  protected:
   // `name` replaces the CPU's model name in Describe().

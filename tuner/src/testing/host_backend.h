@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -35,6 +36,8 @@ enum class Fault {
   kSlow,            // Run() sleeps 50 ms
   kInfKeysAsZero,   // Run() reads a -inf key element as 0 (a kernel that mishandles masked keys)
   kIgnoresBlockTable,  // Run() reads a paged pool's pages in order instead of through the table
+  kLongLaunch,      // Run() runs until its stop token asks (a launch of minutes), 1 ms at a time
+  kOutOfMemory,     // Run() throws std::bad_alloc
 };
 
 class HostBackend : public Backend {
@@ -106,9 +109,25 @@ class HostBackend : public Backend {
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
+  // Called at the start of every Run() with the run's number (1-based), e.g. to set a
+  // cancel flag while a launch is in flight.
+  std::function<void(int)> on_run = [](int) {};
+
   absl::Status Run(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b) override {
     ++runs;
+    on_run(runs);
     if (auto s = CanImplement(p, c); !s.ok()) return s;
+    if (auto s = stop_token().Check(); !s.ok()) return s;
+    if (fault == Fault::kOutOfMemory) throw std::bad_alloc();
+    if (fault == Fault::kLongLaunch) {
+      // As the CPU backend between tiles: the token is read until it asks. A test that never
+      // stops it fails after 60 s instead of hanging.
+      for (int ms = 0; ms < 60000; ++ms) {
+        if (auto s = stop_token().Check(); !s.ok()) return s;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      return absl::InternalError("test: the long launch was never stopped");
+    }
     if (fault == Fault::kRunError) return absl::InternalError("test: launch failed");
     if (fault == Fault::kThrows) throw std::runtime_error("test: thrown");
     if (fault == Fault::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -8,6 +8,7 @@
 #ifndef FUSETUNE_BASE_STRINGS_H_
 #define FUSETUNE_BASE_STRINGS_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -27,6 +28,10 @@ template <typename... Args>
 std::string Cat(const Args&... args) {
   return absl::StrCat(ToAbsl(args)...);
 }
+
+// A byte count for people: "512 B", "3.0 KiB", "1.5 GiB" (binary units, one decimal from KiB
+// up). Negative counts print as 0 B.
+std::string FormatBytes(int64_t bytes);
 
 }  // namespace fusetune
 

@@ -53,6 +53,7 @@ class PlantedSlowdownBackend : public Backend {
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
   absl::Status Fill(void* dst, uint8_t value, size_t bytes) override;
+  void SetStopToken(StopToken stop) override;  // the inner backend's
 
   // The factor Time() applies to (problem, config): 1 + fraction of the first matching
   // slowdown, else 1.

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "fusetune/kernels/config.h"
 #include "fusetune/kernels/problem.h"
+#include "fusetune/kernels/stop_token.h"
 
 namespace fusetune {
 
@@ -174,6 +175,19 @@ class Backend {
   virtual absl::Status CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Sets every byte to `value` (used to poison outputs before verification).
   virtual absl::Status Fill(void* dst, uint8_t value, size_t bytes) = 0;
+
+  // From now on Run and Time stop early once `stop` asks (StopToken::Check), returning its
+  // status (Cancelled or DeadlineExceeded) with O incomplete. Every backend checks it before
+  // each launch; the CPU backend also between the tiles of one launch, so a launch of many
+  // seconds stops within about a tile's time. A backend that wraps another passes it on. The
+  // default token never stops.
+  virtual void SetStopToken(StopToken stop) { stop_ = std::move(stop); }
+
+ protected:
+  const StopToken& stop_token() const { return stop_; }
+
+ private:
+  StopToken stop_;
 };
 
 // Creates a backend by name ("cpu", "cuda", "hip") for device `device_index`.

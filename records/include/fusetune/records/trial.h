@@ -26,8 +26,13 @@ enum class TrialOutcome {
   kLaunchFailed,  // compile/launch/runtime error
   kVerifyFailed,  // ran, but the output differs from the fp64 reference beyond tolerance
   kTimedOut,      // exceeded the per-trial time limit
+  kInterrupted,   // stopped before it finished: a signal, or the sweep's time budget ran out
+                  //   inside it (not a property of the config: a resumed sweep measures it again)
+  kResourceExhausted,  // the host or device ran out of memory for it (inputs, workspace)
 };
-std::string_view TrialOutcomeName(TrialOutcome o);  // "ok", "unsupported", "launch_failed", ...
+// "ok", "unsupported", "launch_failed", "verify_failed", "timed_out", "interrupted",
+// "resource_exhausted": the names the store, the wire and the reports use.
+std::string_view TrialOutcomeName(TrialOutcome o);
 absl::StatusOr<TrialOutcome> ParseTrialOutcome(std::string_view name);
 
 // Which measurement of a sweep a trial is.

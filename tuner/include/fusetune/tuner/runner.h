@@ -29,6 +29,8 @@
 //   1. Backend::CanImplement says no                      -> kUnsupported
 //   2. for each input set: O poisoned with 0xFF bytes (NaN in fp32, fp16 and bf16), one
 //      Run(); a Run error                                  -> kLaunchFailed
+//      (at any step: the backend stopped by the stop token -> kInterrupted; out of memory,
+//      a ResourceExhausted status or std::bad_alloc        -> kResourceExhausted)
 //   3. the random set's run took longer than trial_time_limit_seconds -> kTimedOut
 //   4. verification of each set's output:
 //      - the whole output is scanned for NaN/Inf (an unwritten element stays NaN);
@@ -96,6 +98,27 @@ std::vector<int32_t> GenerateBlockTable(const AttentionProblem& problem, uint64_
 // Order statistics of timing samples, linear interpolation; q in [0, 1]. 0 for no samples.
 double Quantile(std::vector<double> samples, double q);
 
+// What measuring a problem holds in memory at its peak (Runner's inputs: both input sets on
+// the device, the output and its host copy, the host's float tensors and staging while a set
+// is made, the fp64 reference rows), in bytes. The backends' own workspaces come on top
+// (CanImplement refuses a config whose workspace is too large).
+struct MemoryNeed {
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+};
+MemoryNeed MeasurementMemory(const AttentionProblem& problem, const RunnerOptions& options = {});
+
+// The host memory this process may still take: the smaller of the physical memory and what
+// the address-space limit (RLIMIT_AS, e.g. `prlimit --as`) leaves above the current size.
+int64_t HostMemoryAvailableBytes();
+
+// OK when MeasurementMemory(problem) fits: on the CPU backend (whose device memory is host
+// memory) device plus host bytes within HostMemoryAvailableBytes(); on a GPU the device bytes
+// within `device.memory_bytes` (when known) and the host bytes within the host's.
+// ResourceExhausted otherwise, naming the problem, the bytes it needs and what there is.
+absl::Status CheckMemoryFits(const AttentionProblem& problem, const DeviceInfo& device,
+                             const RunnerOptions& options = {});
+
 class Runner {
  public:
   // `backend` must outlive the Runner.
@@ -129,6 +152,12 @@ class Runner {
                                    int64_t run_id, TrialStage stage, int attempt,
                                    double max_seconds = 0,
                                    const std::atomic<bool>* cancel = nullptr);
+
+  // Stops the measurements from now on once `stop` asks (kernels/stop_token.h): passed to the
+  // backend, so a trial in flight ends within about a launch (on the CPU, a tile) and is
+  // recorded as kInterrupted; MeasureRounds drops the round it cuts short. Until the next
+  // call or the Runner's destruction (which gives the backend a token that never stops).
+  void SetStopToken(const StopToken& stop) { backend_.SetStopToken(stop); }
 
   // Seconds spent preparing the current problem's inputs and references (0 before any).
   double prepare_seconds() const { return prepare_seconds_; }

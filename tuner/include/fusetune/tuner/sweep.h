@@ -41,11 +41,19 @@
 // left, so an early finisher donates), the final rounds the rest (they stop after at least
 // 3 rounds once it is spent). Within that, each baseline variant's search (screen and
 // halving rungs) is capped by baseline_time_ratio x the fused search's time, and the final
-// rounds by FinalRoundOptions::time_ratio x the whole search's time.
+// rounds by FinalRoundOptions::time_ratio x the whole search's time. The budget holds inside
+// trials too: the runner's stop token (kernels/stop_token.h) carries the problem's deadline,
+// so a trial still running when the budget is spent is stopped (within a launch; on the CPU
+// backend, a tile), recorded as kInterrupted, and the problem's search ends there without
+// final rounds (SweepProgress::incomplete says so; the pick, if any, is of what was
+// measured). The final rounds may run past the budget to their 3-round minimum, never past
+// twice the budget.
 //
-// Cancellation: `*cancel` is read between trials and between blocks of the rounds; once
-// true the sweep returns the problems finished so far with cancelled = true. A trial in
-// flight finishes first; rounds cut short are not recorded.
+// Cancellation: `*cancel` is read between trials and blocks, and through the stop token
+// inside them; once true the sweep returns the problems finished so far with cancelled =
+// true. The trial in flight stops within a launch (a tile on the CPU) and is recorded as
+// kInterrupted; rounds cut short are not recorded. A resumed sweep measures an interrupted
+// screen again under the next attempt number.
 //
 // This API takes no Store: the `fusetune sweep` command passes its SQLite store as the
 // sink, the worker daemon its spool-backed sink (whose trials reach the server through the
@@ -58,6 +66,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -94,6 +103,23 @@ struct FinalRoundOptions {
   double min_seconds = 1.0;
 };
 
+// What the sweep is doing now, sent before each trial and each set of rounds starts (and
+// when a problem's inputs are being prepared), for a progress line while a problem runs.
+struct SweepActivity {
+  int problem_index = 0;                   // 0-based
+  int problem_count = 0;
+  std::string problem_key;
+  std::string step;                        // "screen", "halving" or "final"
+  std::string variant;                     // the variant screened ("" for rounds of several)
+  std::string config_key;                  // the config screened ("" for rounds)
+  int configs_done = 0;                    // configs of the variant's space screened so far
+  int configs_in_space = 0;                // the variant's space
+  int trials = 0;                          // the problem's trials so far (measured + resumed)
+  double problem_seconds = 0;              // since the problem started
+  double budget_seconds = 0;               // SweepOptions::max_seconds_per_problem (0 = none)
+};
+using SweepActivityCallback = std::function<void(const SweepActivity&)>;
+
 struct SweepOptions {
   ConfigSpaceOptions space;                // variants, precisions, block sizes, ...
   SearchStrategy strategy = SearchStrategy::kAuto;
@@ -110,6 +136,7 @@ struct SweepOptions {
   double max_seconds_per_problem = 0;      // 0 = unbounded
   RunnerOptions runner;
   std::string commit;                      // provenance written into each BestConfig
+  SweepActivityCallback activity;          // may be empty; called on the sweep's thread
 };
 
 inline constexpr double kMinBaselineSeconds = 0.5;
@@ -128,7 +155,15 @@ struct SweepProgress {
   // max_seconds_per_problem (+10%) when set.
   double estimated_remaining_seconds = 0;
   std::optional<BestConfig> best;          // nullopt when no trial of the problem was kOk
+  // Why the problem's search is incomplete ("" when it is not): the time budget ran out
+  // inside a trial, or the final rounds were cut before their third round. `best`, when
+  // set, is then the pick of what was measured.
+  std::string incomplete;
+  std::map<std::string, int> outcomes;     // measured screen trials by outcome name
+  std::string first_failure;               // "<outcome>: <message>" of the first that was not ok
 };
+
+
 
 struct SweepResult {
   std::vector<BestConfig> best;            // one per finished problem with a kOk trial
@@ -142,7 +177,8 @@ using SweepProgressCallback = std::function<void(const SweepProgress&)>;
 
 // Runs the sweep described above. Errors (the sweep stops; records sent so far stay
 // recorded): InvalidArgument for an invalid problem or option, or an empty problem list
-// (before the sink is asked anything); whatever `sink.RecordedTrials` returned when it fails
+// (before the sink is asked anything); ResourceExhausted for a problem whose measurement
+// does not fit in the host's or device's memory (CheckMemoryFits, same time); whatever `sink.RecordedTrials` returned when it fails
 // (before anything is measured); whatever `sink.RecordTrial` or `sink.RecordBestConfig`
 // returned when they fail (with the trial or problem named). Failing configs are not
 // errors: they are trials with their outcome.
