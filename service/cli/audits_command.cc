@@ -5,10 +5,12 @@
 #include <string>
 
 #include "commands.h"
+#include "fmt/format.h"
 #include "fusetune/wire/convert.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"
+#include "text_table.h"
 
 namespace fusetune::cli {
 namespace {
@@ -61,18 +63,26 @@ int RunAudits(const AuditsFlags& f) {
     return kExitOk;
   }
   // Regret in percent with its 90 % interval; times in µs.
-  std::printf("%-6s %-20s %-22s %-8s %-10s %-10s %-6s %-7s %-30s %-30s %s\n", "AUDIT", "CREATED", "REGRET_%[90%CI]",
-              "ROUNDS", "RECORDED_US", "BEST_US", "CONFIGS", "FAILED", "RECORDED", "BEST", "PROBLEM / DEVICE_CLASS");
+  TextTable table({{"AUDIT", TextAlign::kRight},
+                   {"CREATED"},
+                   {"REGRET_%[90%CI]"},
+                   {"ROUNDS", TextAlign::kRight},
+                   {"RECORDED_US", TextAlign::kRight},
+                   {"BEST_US", TextAlign::kRight},
+                   {"CONFIGS", TextAlign::kRight},
+                   {"FAILED", TextAlign::kRight},
+                   {"RECORDED"},
+                   {"BEST"},
+                   {"PROBLEM"},
+                   {"DEVICE_CLASS"}});
   for (const auto& a : resp.audits()) {
-    char regret[64];
-    std::snprintf(regret, sizeof(regret), "%.2f [%.2f, %.2f]", 100 * a.regret(), 100 * a.regret_low(),
-                  100 * a.regret_high());
-    std::printf("%-6lld %-20s %-22s %-8d %-10.2f %-10.2f %-6d %-7d %-30s %-30s %s %s\n",
-                static_cast<long long>(a.audit_id()), UtcTime(a.created_unix_ms()).c_str(), regret, a.rounds(),
-                a.recorded_us(), a.best_us(), a.configs_measured(), a.configs_failed(),
-                a.recorded_config_key().c_str(), a.best_config_key().c_str(), a.problem_key().c_str(),
-                a.device_class().c_str());
+    table.AddRow({std::to_string(a.audit_id()), UtcTime(a.created_unix_ms()),
+                  fmt::format("{:.2f} [{:.2f}, {:.2f}]", 100 * a.regret(), 100 * a.regret_low(), 100 * a.regret_high()),
+                  std::to_string(a.rounds()), fmt::format("{:.2f}", a.recorded_us()), fmt::format("{:.2f}", a.best_us()),
+                  std::to_string(a.configs_measured()), std::to_string(a.configs_failed()), a.recorded_config_key(),
+                  a.best_config_key(), a.problem_key(), a.device_class()});
   }
+  table.Print();
   return kExitOk;
 }
 

@@ -21,6 +21,7 @@
 #include "history_plot.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
+#include "text_table.h"
 
 namespace fusetune::cli {
 namespace {
@@ -213,7 +214,11 @@ void PrintHistory(const CellHistory& h, const std::string& suite, const regress:
               h.problem_key.c_str(), h.config_key.c_str());
   std::map<int, const regress::ChangePoint*> at;
   for (const regress::ChangePoint& cp : result.change_points) at[cp.index] = &cp;
-  std::printf("%-5s %-12s %-16s %-12s %s\n", "#", "COMMIT", "FINISHED (UTC)", "MEDIAN_US", "CHANGE");
+  TextTable table({{"#", TextAlign::kRight},
+                   {"COMMIT"},
+                   {"FINISHED (UTC)"},
+                   {"MEDIAN_US", TextAlign::kRight},
+                   {"CHANGE"}});
   for (size_t i = 0; i < h.points.size(); ++i) {
     const HistoryPoint& p = h.points[i];
     auto it = at.find(static_cast<int>(i));
@@ -221,9 +226,10 @@ void PrintHistory(const CellHistory& h, const std::string& suite, const regress:
         it == at.end() ? ""
                        : fmt::format("<- {} {:+.2f} %", regress::ChangeDirectionName(it->second->direction),
                                      100 * it->second->relative_change);
-    std::printf("%-5zu %-12s %-16s %-12.3f %s\n", i, ShortCommit(p.commit).c_str(),
-                UtcMinute(p.finished_unix_ms).c_str(), p.median_us, marker.c_str());
+    table.AddRow({std::to_string(i), ShortCommit(p.commit), UtcMinute(p.finished_unix_ms),
+                  fmt::format("{:.3f}", p.median_us), marker});
   }
+  table.Print();
   std::printf("\n%zu change point(s)\n", result.change_points.size());
   for (const regress::ChangePoint& cp : result.change_points) {
     std::printf("  at #%d commit %s: %s %+.2f %% (%.3f -> %.3f us), p = %.2g\n", cp.index, cp.commit.c_str(),
@@ -266,14 +272,14 @@ int RunHistory(const HistoryFlags& f) {
     if (!s.ok()) return Failure(cmd, std::string(s.message()));
   }
   if (!f.plot.empty()) {
-    std::vector<double> values;
+    std::vector<HistoryPlotPoint> points;
     std::vector<HistoryPlotChange> changes;
-    for (const HistoryPoint& p : history->points) values.push_back(p.median_us);
+    for (const HistoryPoint& p : history->points) points.push_back({p.commit, p.median_us});
     for (const regress::ChangePoint& cp : result->change_points) {
-      changes.push_back({cp.index, fmt::format("{} {:+.1f} %", cp.commit.substr(0, 7), 100 * cp.relative_change)});
+      changes.push_back({cp.index, cp.commit, cp.relative_change});
     }
     std::ofstream out(f.plot, std::ios::binary | std::ios::trunc);
-    out << HistorySvg(fmt::format("{} {} ({})", history->problem_key, history->config_key, f.suite), values,
+    out << HistorySvg(fmt::format("{} {} ({})", history->problem_key, history->config_key, f.suite), points,
                       changes);
     out.close();
     if (!out) return Failure(cmd, "cannot write the plot to " + f.plot);

@@ -8,6 +8,7 @@
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"
+#include "text_table.h"
 
 namespace fusetune::cli {
 namespace {
@@ -77,14 +78,20 @@ int RunJobs(const JobsFlags& f) {
     std::printf("%s\n", all.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("%-6s %-5s %-7s %-8s %-9s %-20s %-12s %s\n", "JOB", "KIND", "STATE", "PROBLEMS", "ATTEMPTS", "CREATED",
-              "LEASED_BY", "DEVICE_CLASS");
+  TextTable table({{"JOB", TextAlign::kRight},
+                   {"KIND"},
+                   {"STATE"},
+                   {"PROBLEMS", TextAlign::kRight},
+                   {"ATTEMPTS", TextAlign::kRight},
+                   {"CREATED"},
+                   {"LEASED_BY"},
+                   {"DEVICE_CLASS"}});
   for (const auto& j : resp.jobs()) {
-    std::printf("%-6lld %-5s %-7s %-8d %-9d %-20s %-12s %s\n", static_cast<long long>(j.job_id()),
-                std::string(JobKindName(j.kind())).c_str(), j.state().c_str(), j.problem_keys_size(), j.attempts(),
-                UtcTime(j.created_unix_ms()).c_str(),
-                j.leased_by().empty() ? "-" : j.leased_by().c_str(), j.device_class().c_str());
+    table.AddRow({std::to_string(j.job_id()), std::string(JobKindName(j.kind())), j.state(),
+                  std::to_string(j.problem_keys_size()), std::to_string(j.attempts()), UtcTime(j.created_unix_ms()),
+                  j.leased_by().empty() ? "-" : j.leased_by(), j.device_class()});
   }
+  table.Print();
   return kExitOk;
 }
 

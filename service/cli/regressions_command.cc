@@ -6,10 +6,12 @@
 #include <string>
 
 #include "commands.h"
+#include "fmt/format.h"
 #include "fusetune/wire/convert.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"
+#include "text_table.h"
 
 namespace fusetune::cli {
 namespace {
@@ -54,14 +56,22 @@ int RunRegressions(const RegressionsFlags& f) {
     return kExitOk;
   }
   // Ratio new / baseline (latency: > 1 is slower); p-value after the suite's correction.
-  std::printf("%-20s %-10s %-8s %-9s %-14s %-14s %-14s %-30s %s\n", "CREATED", "VERDICT", "RATIO", "P", "METRIC",
-              "COMMIT", "BASELINE", "CONFIG", "PROBLEM / DEVICE_CLASS");
+  TextTable table({{"CREATED"},
+                   {"VERDICT"},
+                   {"RATIO", TextAlign::kRight},
+                   {"P", TextAlign::kRight},
+                   {"METRIC"},
+                   {"COMMIT"},
+                   {"BASELINE"},
+                   {"CONFIG"},
+                   {"PROBLEM"},
+                   {"DEVICE_CLASS"}});
   for (const auto& r : resp.regressions()) {
-    std::printf("%-20s %-10s %-8.4f %-9.2g %-14s %-14s %-14s %-30s %s %s\n", UtcTime(r.created_unix_ms()).c_str(),
-                r.verdict().c_str(), r.ratio(), r.p_value(), r.metric().c_str(), r.commit().c_str(),
-                r.baseline_commit().c_str(), r.config_key().c_str(), r.problem_key().c_str(),
-                r.device_class().c_str());
+    table.AddRow({UtcTime(r.created_unix_ms()), r.verdict(), fmt::format("{:.4f}", r.ratio()),
+                  fmt::format("{:.2g}", r.p_value()), r.metric(), r.commit(), r.baseline_commit(), r.config_key(),
+                  r.problem_key(), r.device_class()});
   }
+  table.Print();
   return kExitOk;
 }
 

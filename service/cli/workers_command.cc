@@ -8,6 +8,7 @@
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"
+#include "text_table.h"
 
 namespace fusetune::cli {
 namespace {
@@ -64,14 +65,14 @@ int RunWorkers(const WorkersFlags& f) {
     std::printf("%s\n", all.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("%-24s %-16s %-6s %-12s %-8s %s\n", "WORKER", "HOST", "STATE", "LAST_SEEN", "JOB", "DEVICE_CLASS");
+  TextTable table({{"WORKER"}, {"HOST"}, {"STATE"}, {"LAST_SEEN"}, {"JOB"}, {"DEVICE_CLASS"}});
   for (const auto& w : resp.workers()) {
     std::string jobs;
     for (int64_t id : w.leased_job_ids()) jobs += (jobs.empty() ? "" : ",") + std::to_string(id);
-    std::printf("%-24s %-16s %-6s %-12s %-8s %s\n", w.worker_id().c_str(), w.host().c_str(),
-                w.alive() ? "alive" : "gone", Ago(w.last_seen_unix_ms(), resp.now_unix_ms()).c_str(),
-                jobs.empty() ? "-" : jobs.c_str(), w.device_class().c_str());
+    table.AddRow({w.worker_id(), w.host(), w.alive() ? "alive" : "gone", Ago(w.last_seen_unix_ms(), resp.now_unix_ms()),
+                  jobs.empty() ? "-" : jobs, w.device_class()});
   }
+  table.Print();
   if (resp.truncated()) std::printf("(more workers than --limit %d)\n", f.limit);
   return kExitOk;
 }

@@ -117,8 +117,29 @@ TEST(History, ReportsThePlantedStepsCommitAndWritesThePlot) {
   const std::string plot = ReadFile(svg);
   EXPECT_EQ(plot.rfind("<svg", 0), 0u) << plot.substr(0, 80);
   EXPECT_NE(plot.find("<polyline"), std::string::npos);
-  EXPECT_NE(plot.find(CommitOf(kStepAt).substr(0, 7)), std::string::npos);
   EXPECT_NE(plot.find("</svg>"), std::string::npos);
+  // The change point is labelled with its commit in full; the x axis with every point's
+  // commit (40 fit when rotated), in the 12-character form of the table above.
+  EXPECT_NE(plot.find("fill=\"red\">" + CommitOf(kStepAt) + " +"), std::string::npos) << plot;
+  int x_labels = 0;
+  for (size_t at = plot.find("class=\"x-label\""); at != std::string::npos;
+       at = plot.find("class=\"x-label\"", at + 1)) {
+    ++x_labels;
+  }
+  EXPECT_EQ(x_labels, kRuns);
+  for (int i = 0; i < kRuns; ++i) {
+    EXPECT_NE(plot.find(">" + CommitOf(i).substr(0, 12) + "</text>"), std::string::npos) << i;
+  }
+  EXPECT_NE(plot.find("class=\"y-tick\""), std::string::npos);
+  // The table's columns line up: every row's commit starts under COMMIT.
+  const size_t header = r.out.find("COMMIT");
+  ASSERT_NE(header, std::string::npos) << r.out;
+  const size_t header_line = r.out.rfind('\n', header) + 1;
+  for (int i = 0; i < kRuns; ++i) {
+    const size_t at = r.out.find(CommitOf(i).substr(0, 12) + " ");
+    ASSERT_NE(at, std::string::npos) << i;
+    EXPECT_EQ(at - (r.out.rfind('\n', at) + 1), header - header_line) << r.out;
+  }
   // Read-only by default: nothing recorded.
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM change_points"), 0);
 }

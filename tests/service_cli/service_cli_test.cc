@@ -310,6 +310,103 @@ TEST_F(ServiceCliTest, RegressionsListsTheStoredVerdictsNewestFirst) {
   EXPECT_EQ(no_token.exit_code, 1);
 }
 
+// Where `token` (delimited by spaces or the line's ends) starts in `line` at or after `from`;
+// npos if nowhere.
+size_t FindToken(const std::string& line, const std::string& token, size_t from = 0) {
+  for (size_t at = line.find(token, from); at != std::string::npos; at = line.find(token, at + 1)) {
+    const bool starts = at == 0 || line[at - 1] == ' ';
+    const size_t end = at + token.size();
+    if (starts && (end == line.size() || line[end] == ' ')) return at;
+  }
+  return std::string::npos;
+}
+
+// In the table `out` (a header line, then rows), the line holding `marker` has each row[i] in
+// the column headed headers[i]: starting at the offset where that header starts.
+void ExpectRowUnderHeaders(const std::string& out, const std::string& marker, const std::vector<std::string>& headers,
+                           const std::vector<std::string>& row) {
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_FALSE(lines.empty());
+  std::string line;
+  for (const std::string& l : lines) {
+    if (FindToken(l, marker) != std::string::npos) line = l;
+  }
+  ASSERT_FALSE(line.empty()) << marker << " in\n" << out;
+  size_t header_from = 0, row_from = 0;
+  for (size_t c = 0; c < headers.size(); ++c) {
+    const size_t h = FindToken(lines[0], headers[c], header_from);
+    ASSERT_NE(h, std::string::npos) << headers[c] << " in\n" << out;
+    const size_t v = FindToken(line, row[c], row_from);
+    ASSERT_NE(v, std::string::npos) << row[c] << " in\n" << out;
+    EXPECT_EQ(v, h) << row[c] << " is not under " << headers[c] << ":\n" << out;
+    header_from = h + headers[c].size();
+    row_from = v + row[c].size();
+  }
+}
+
+// Long config keys (a split-K tile) and decode problem keys (paged) do not push the columns of
+// `audits` and `regressions` out of line: each column is as wide as its longest cell.
+TEST_F(ServiceCliTest, AuditsAndRegressionsTablesLineUpWhateverTheKeyLengths) {
+  const std::string long_config = "fused/bm16/bs64/t128/fp16/st2/skauto";
+  const std::string short_config = "fused/bm16/bs16/t1/fp32/st1";
+  const std::string decode = "decode/b3/hq8/hkv2/q2/k70/d64/causal0/fp32/page16/pool64/bt6/prefix2";
+  const std::string prefill = "prefill/b1/hq1/hkv1/q64/k64/d32/causal0/fp32";
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(dir_.File("f.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < 2; ++i) {
+      AuditSummary a;
+      a.device_class = i == 0 ? kClass : "cuda/NVIDIA-H200/sm90";
+      a.problem_key = i == 0 ? prefill : decode;
+      a.recorded_config_key = i == 0 ? short_config : long_config;
+      a.best_config_key = i == 0 ? long_config : short_config;
+      a.recorded_us = 12.5 + 1000 * i;
+      a.best_us = 12.0 + 900 * i;
+      a.regret = 0.04;
+      a.regret_low = 0.01;
+      a.regret_high = 0.06;
+      a.rounds = 9;
+      a.configs_measured = 3 + 100 * i;
+      a.commit = "c0ffee123456";
+      a.created_unix_ms = 1764547200000 + i;
+      ASSERT_TRUE((*store)->RecordAudit(a).ok());
+
+      Regression r;
+      r.commit = i == 0 ? "c0ffee" : "0123456789abcdef0123456789abcdef01234567";
+      r.baseline_commit = "abc123";
+      r.device_class = a.device_class;
+      r.problem_key = a.problem_key;
+      r.config_key = a.recorded_config_key;
+      r.metric = i == 0 ? "latency" : "latency_vs_previous_pick";
+      r.ratio = 1.05;
+      r.p_value = 0.001;
+      r.verdict = i == 0 ? "same" : "regressed";
+      r.created_unix_ms = 1764547200000 + i;
+      ASSERT_TRUE((*store)->RecordRegression(r).ok());
+    }
+  }
+  ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
+  CommandResult audits = Run({"audits", "--server", Address(), "--token-file", token_file_});
+  ASSERT_EQ(audits.exit_code, 0) << audits.err;
+  const std::vector<std::string> audit_headers = {"RECORDED", "BEST", "PROBLEM", "DEVICE_CLASS"};
+  ExpectRowUnderHeaders(audits.out, prefill, audit_headers, {short_config, long_config, prefill, kClass});
+  ExpectRowUnderHeaders(audits.out, decode, audit_headers, {long_config, short_config, decode, "cuda/NVIDIA-H200/sm90"});
+
+  CommandResult regressions = Run({"regressions", "--server", Address(), "--token-file", token_file_});
+  ASSERT_EQ(regressions.exit_code, 0) << regressions.err;
+  const std::vector<std::string> regression_headers = {"VERDICT", "METRIC", "COMMIT", "BASELINE",
+                                                       "CONFIG",  "PROBLEM", "DEVICE_CLASS"};
+  ExpectRowUnderHeaders(regressions.out, prefill, regression_headers,
+                        {"same", "latency", "c0ffee", "abc123", short_config, prefill, kClass});
+  ExpectRowUnderHeaders(regressions.out, decode, regression_headers,
+                        {"regressed", "latency_vs_previous_pick", "0123456789abcdef0123456789abcdef01234567", "abc123",
+                         long_config, decode, "cuda/NVIDIA-H200/sm90"});
+  serve_->Signal(SIGTERM);
+  EXPECT_EQ(serve_->Wait(15), 0);
+}
+
 TEST_F(ServiceCliTest, EveryServiceCommandDefaultsToTheSamePort) {
   for (std::vector<std::string> help : {std::vector<std::string>{"serve", "--help"}, {"worker", "--help"},
                                         {"submit", "--help"}, {"jobs", "--help"}, {"workers", "--help"},
