@@ -63,8 +63,6 @@ std::string UtcMinute(int64_t unix_ms) {
   return text;
 }
 
-std::string ShortCommit(const std::string& commit) { return commit.substr(0, 12); }
-
 // What the suite's runs hold for the asked-for cell, oldest run first.
 struct CellSamples {
   struct Run {
@@ -221,7 +219,7 @@ void PrintHistory(const CellHistory& h, const std::string& suite, const regress:
         it == at.end() ? ""
                        : fmt::format("<- {} {:+.2f} %", regress::ChangeDirectionName(it->second->direction),
                                      100 * it->second->relative_change);
-    std::printf("%-5zu %-12s %-16s %-12.3f %s\n", i, ShortCommit(p.commit).c_str(),
+    std::printf("%-5zu %-12s %-16s %-12.3f %s\n", i, p.commit.c_str(),
                 UtcMinute(p.finished_unix_ms).c_str(), p.median_us, marker.c_str());
   }
   std::printf("\n%zu change point(s)\n", result.change_points.size());
