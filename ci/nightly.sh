@@ -115,6 +115,8 @@ if [[ $fetch == 1 ]]; then
 fi
 rev=${rev:-HEAD}
 full=$(git -C "$repo" rev-parse --verify --quiet "$rev^{commit}") || die "unknown commit '$rev' in $repo"
+# The commit's canonical name (records/include/fusetune/records/commit.h): what the build
+# reports and the database stores, so --commit and --baseline need no resolving.
 short=${full:0:12}
 
 if [[ -z $backend ]]; then

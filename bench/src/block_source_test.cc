@@ -82,7 +82,7 @@ std::string Serve(BlockSource& source, const std::string& requests, absl::Status
 
 TEST(ServeBlocksTest, AnswersHelloCanRunVerifyAndBlockAndSurvivesMalformedRequests) {
   std::unique_ptr<Backend> cpu = Cpu();
-  RunnerBlockSource source(*cpu, "abcdef1", kBlock);
+  RunnerBlockSource source(*cpu, "ABCDEF1234567890abcdef1234567890abcdef12", kBlock);
   const KernelConfig c = Config("fused/bm16/bs16/t1/fp32/st1");
   const std::string requests = "not json\n" + protocol::RequestLine(protocol::Op::kCanRun, Small(), c) + "\n" +
                                protocol::RequestLine(protocol::Op::kVerify, Small(), c) + "\n" +
@@ -100,7 +100,7 @@ TEST(ServeBlocksTest, AnswersHelloCanRunVerifyAndBlockAndSurvivesMalformedReques
   ASSERT_EQ(lines.size(), 6u) << replies;  // hello + 5 replies; nothing after quit
   absl::StatusOr<SourceInfo> hello = protocol::ParseHello(lines[0]);
   ASSERT_TRUE(hello.ok()) << hello.status();
-  EXPECT_EQ(hello->commit, "abcdef1");
+  EXPECT_EQ(hello->commit, "abcdef123456");  // the canonical form of the commit the build reports
   EXPECT_EQ(hello->device.backend, "cpu");
   EXPECT_TRUE(absl::IsUnavailable(protocol::ParseCheck(lines[1]).status()));  // the malformed line's error
   std::string why;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/bench/suite.h"
+#include "fusetune/records/commit.h"
 #include "fusetune/records/json.h"
 
 namespace fusetune::bench::protocol {
@@ -80,7 +81,10 @@ absl::StatusOr<SourceInfo> ParseHello(std::string_view line) {
   }
   try {
     SourceInfo info;
-    info.commit = j->at("commit").get<std::string>();
+    // A build's own commit enters here: in canonical form from now on.
+    absl::StatusOr<std::string> commit = CanonicalCommit(j->at("commit").get<std::string>());
+    if (!commit.ok()) return absl::UnavailableError(Cat("bench-serve's hello: ", commit.status().message()));
+    info.commit = *std::move(commit);
     info.environment = j->value("environment", "");
     absl::StatusOr<DeviceInfo> device = DeviceInfoFromJson(j->at("device").dump());
     if (!device.ok()) return absl::UnavailableError(device.status().message());

@@ -1,10 +1,8 @@
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -39,10 +37,6 @@ std::vector<double> BenchCell::SamplesUs() const {
 }
 
 namespace {
-
-// A git abbreviation is at least 7 hex digits; shorter prefixes collide too easily to mean
-// one commit.
-constexpr size_t kMinCommitPrefix = 7;
 
 absl::Status ValidateBenchCell(int64_t run_id, const BenchCell& cell, size_t index) {
   const std::string what = absl::StrCat("bench cell ", index);
@@ -91,13 +85,6 @@ absl::StatusOr<BenchCell> ReadBenchCell(const Statement& s) {
   }
   c.created_unix_ms = s.Int64(12);
   return c;
-}
-
-bool IsHex(std::string_view text) {
-  for (char ch : text) {
-    if (!absl::ascii_isxdigit(static_cast<unsigned char>(ch))) return false;
-  }
-  return true;
 }
 
 // The finished runs holding cells of `suite` (?1) on `device_class` (?2, empty = any), as a
@@ -223,39 +210,15 @@ absl::StatusOr<RunInfo> Store::FindBenchRun(std::string_view suite, std::string_
                                             std::string_view commit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(suite, "suite"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(commit, "commit"));
-  const bool usable_prefix = commit.size() >= kMinCommitPrefix && IsHex(commit);
   absl::MutexLock lock(&impl_->mu);
   RunInfo found;
   FT_DB_RETURN_IF_ERROR(impl_->ReadTransaction([&](Connection& c) -> absl::Status {
-    // Exact matches sort first, then newest first.
-    FT_DB_ASSIGN_OR_RETURN(
-        Statement s,
-        c.Prepare(absl::StrCat("SELECT ", kRunColumns, kFinishedBenchRuns,
-                               " AND (commit_hash = ?3 OR (?4 AND substr(commit_hash, 1, length(?3)) = ?3))"
-                               " ORDER BY commit_hash = ?3 DESC, finished_unix_ms DESC, run_id DESC")));
-    s.Bind(1, suite).Bind(2, device_class).Bind(3, commit).Bind(4, usable_prefix ? 1 : 0);
-    FT_DB_ASSIGN_OR_RETURN(std::vector<RunInfo> runs, ReadRows<RunInfo>(s, ReadRun));
-    if (!runs.empty() && runs.front().commit == commit) {
-      found = std::move(runs.front());
-      return absl::OkStatus();
-    }
-    if (!usable_prefix) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "commit '", std::string(commit), "' matches no bench run of suite '", std::string(suite),
-          "' exactly, and a commit prefix must be at least ", kMinCommitPrefix, " hex digits"));
-    }
-    if (runs.empty()) return NoBenchRunFor(c, suite, device_class, commit);
-    std::vector<std::string> commits;
-    for (const RunInfo& r : runs) {
-      if (std::find(commits.begin(), commits.end(), r.commit) == commits.end()) commits.push_back(r.commit);
-    }
-    if (commits.size() > 1) {
-      return absl::FailedPreconditionError(absl::StrCat("commit prefix '", std::string(commit),
-                                                        "' is ambiguous in suite '", std::string(suite),
-                                                        "': it matches ", absl::StrJoin(commits, ", "),
-                                                        "; give more digits"));
-    }
-    found = std::move(runs.front());
+    FT_DB_ASSIGN_OR_RETURN(Statement s, c.Prepare(absl::StrCat("SELECT ", kRunColumns, kFinishedBenchRuns,
+                                                               " AND commit_hash = ?3", kNewestFirst, " LIMIT 1")));
+    s.Bind(1, suite).Bind(2, device_class).Bind(3, commit);
+    FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return NoBenchRunFor(c, suite, device_class, commit);
+    FT_DB_ASSIGN_OR_RETURN(found, ReadRun(s));
     return absl::OkStatus();
   }));
   return found;

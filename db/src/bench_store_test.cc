@@ -1,6 +1,7 @@
 // The bench_cells table: cells round-trip with their blocks and device state, a re-recorded
 // cell replaces its row, bad input writes nothing, bench runs are found by suite, device class
-// and commit (prefixes included), and a version-2 file upgrades keeping its rows.
+// and commit, stored commits by prefix, a version-2 file upgrades keeping its rows, and a
+// version-4 file's commits are rewritten in canonical form.
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -209,7 +210,7 @@ TEST(StoreBenchRuns, ListedNewestFirstFinishedOnlyAndFilteredBySuiteAndDeviceCla
   EXPECT_EQ(store->ListBenchRuns(kSuite, "", 0).status().code(), kInvalid);
 }
 
-TEST(StoreBenchRuns, FindResolvesFullCommitsAndUniquePrefixes) {
+TEST(StoreBenchRuns, FindMatchesTheCommitExactly) {
   auto store = OpenOrDie(":memory:");
   const std::string cls = TestDevice().DeviceClass();
   BenchRun(*store, kCommitA);
@@ -218,28 +219,43 @@ TEST(StoreBenchRuns, FindResolvesFullCommitsAndUniquePrefixes) {
   absl::StatusOr<RunInfo> full = store->FindBenchRun(kSuite, cls, kCommitA);
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(full->run_id, newer_a);
-  absl::StatusOr<RunInfo> prefix = store->FindBenchRun(kSuite, cls, "89abcde");
-  ASSERT_TRUE(prefix.ok()) << prefix.status();
-  EXPECT_EQ(prefix->run_id, c);
-  EXPECT_EQ(prefix->commit, kCommitC);
-  EXPECT_EQ(store->FindBenchRun(kSuite, "", "89abcdef0")->run_id, c);
-}
-
-TEST(StoreBenchRuns, FindRefusesAmbiguousShortAndNonHexPrefixes) {
-  auto store = OpenOrDie(":memory:");
-  const std::string cls = TestDevice().DeviceClass();
-  BenchRun(*store, kCommitA);
-  BenchRun(*store, kCommitB);
-  absl::StatusOr<RunInfo> ambiguous = store->FindBenchRun(kSuite, cls, "0123456");
-  EXPECT_EQ(ambiguous.status().code(), absl::StatusCode::kFailedPrecondition) << ambiguous.status();
-  EXPECT_NE(std::string(ambiguous.status().message()).find(kCommitA), std::string::npos);
-  EXPECT_NE(std::string(ambiguous.status().message()).find(kCommitB), std::string::npos);
-  // One more digit tells them apart.
-  EXPECT_EQ(store->FindBenchRun(kSuite, cls, "01234567")->commit, kCommitA);
-  EXPECT_EQ(store->FindBenchRun(kSuite, cls, "012345").status().code(), kInvalid);
-  EXPECT_EQ(store->FindBenchRun(kSuite, cls, "0123456x").status().code(), kInvalid);
+  EXPECT_EQ(store->FindBenchRun(kSuite, "", kCommitC)->run_id, c);
+  // Abbreviations are resolved before (CommitsStartingWith): here a prefix is just another name.
+  EXPECT_EQ(store->FindBenchRun(kSuite, cls, "89abcde").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->FindBenchRun(kSuite, cls, "").status().code(), kInvalid);
   EXPECT_EQ(store->FindBenchRun("", cls, kCommitA).status().code(), kInvalid);
+}
+
+TEST(StoreCommits, EveryStoredCommitWithThePrefixIsListedOnceAndSorted) {
+  auto store = OpenOrDie(":memory:");
+  BenchRun(*store, kCommitB);
+  BenchRun(*store, kCommitA);
+  BenchRun(*store, kCommitA);
+  Regression r;
+  r.commit = "0123456000000";
+  r.baseline_commit = "0123456111111";
+  r.device_class = TestDevice().DeviceClass();
+  r.problem_key = kProblem;
+  r.config_key = kConfigA;
+  r.metric = "latency";
+  r.ratio = 1;
+  r.p_value = 1;
+  r.verdict = "same";
+  ASSERT_TRUE(store->RecordRegression(r).ok());
+  Job job;
+  job.device_class = r.device_class;
+  job.commit = "0123456222222";
+  job.problem_keys = {kProblem};
+  job.spec_json = "{}";
+  ASSERT_TRUE(store->EnqueueJob(job).ok());
+  absl::StatusOr<std::vector<std::string>> all = store->CommitsStartingWith("0123456");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all, (std::vector<std::string>{"0123456000000", "0123456111111", "0123456222222", kCommitA, kCommitB}));
+  EXPECT_EQ(*store->CommitsStartingWith("01234567"), std::vector<std::string>{kCommitA});
+  EXPECT_EQ(store->CommitsStartingWith("0123456", 2)->size(), 2u);
+  EXPECT_TRUE(store->CommitsStartingWith("fedcba9")->empty());
+  EXPECT_EQ(store->CommitsStartingWith("").status().code(), kInvalid);
+  EXPECT_EQ(store->CommitsStartingWith("0123456", 0).status().code(), kInvalid);
 }
 
 TEST(StoreBenchRuns, FindAcceptsAnyExactCommitText) {
@@ -330,6 +346,50 @@ TEST(StoreUpgrade, VersionTwoFileMigratesKeepingItsRows) {
   ASSERT_TRUE(store->RecordBenchCells(1, {Cell(kConfigA, "best", 3)}).ok());
   EXPECT_EQ(store->ListBenchCells(1)->size(), 1u);
   EXPECT_EQ(RawQuery(path, "UPDATE bench_cells SET outcome = 'bogus'"), "<error>");
+}
+
+// ---- a file written by a binary with schema version 4: commits as they were sent or typed
+
+TEST(StoreUpgrade, VersionFourCommitsAreRewrittenInCanonicalForm) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("v4.db");
+  {
+    absl::StatusOr<std::unique_ptr<db_internal::Connection>> c = db_internal::Connection::Open(path, 1000);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->Exec("BEGIN IMMEDIATE").ok());
+    const std::vector<db_internal::Migration> four(db_internal::Migrations().begin(),
+                                                   db_internal::Migrations().begin() + 4);
+    absl::Status st = db_internal::ApplyMigrations(**c, four, path);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE((*c)->Exec("COMMIT").ok());
+  }
+  ASSERT_EQ(RawQuery(path, "PRAGMA user_version"), "4");
+  const std::string run = "INSERT INTO runs (commit_hash, host, device_class, device_json, backend, tool_version, "
+                          "environment, label, started_unix_ms) VALUES ('";
+  const std::string rest = "', 'h', 'cpu/Test-CPU/x86_64-avx2', '{\"backend\":\"cpu\"}', 'cpu', '0.1.0', '', "
+                           "'sweep', 1700000000000)";
+  RawQuery(path, run + "0DDB43A4D977C3B1E0F2A9D8C7B6A5F4E3D2C1B0" + rest);  // a client's full upper-case hash
+  RawQuery(path, run + "local-dirty" + rest);                               // a label
+  const std::string regression = "INSERT INTO regressions (commit_hash, baseline_commit, device_class, problem_key, "
+                                 "config_key, metric, ratio, p_value, verdict, created_unix_ms) VALUES ('";
+  const std::string verdict = std::string("', 'cpu/Test-CPU/x86_64-avx2', '") + kProblem + "', '" + kConfigA +
+                              "', 'latency', 1.0, 0.5, 'same', 1700000000100)";
+  // An A/A run of regress named by 7 digits: the build's commit against the flag as typed.
+  RawQuery(path, regression + "0ddb43a4d977', '0ddb43a" + verdict);
+  // An abbreviation that no row spells out stays as it was.
+  RawQuery(path, regression + "0ddb43a4d977', 'fedcba9" + verdict);
+
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), Store::LatestSchemaVersion());
+  EXPECT_EQ(store->GetRun(1)->commit, "0ddb43a4d977");
+  EXPECT_EQ(store->GetRun(2)->commit, "local-dirty");
+  absl::StatusOr<std::vector<Regression>> rows = store->ListRegressions();
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[1].commit, "0ddb43a4d977");
+  EXPECT_EQ((*rows)[1].baseline_commit, "0ddb43a4d977");  // now an A/A row, found by equality
+  EXPECT_EQ((*rows)[0].baseline_commit, "fedcba9");
 }
 
 }  // namespace

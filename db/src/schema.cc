@@ -1,9 +1,12 @@
 #include "schema.h"
 
 #include <cstdlib>
+#include <iterator>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "fusetune/records/commit.h"
 
 namespace fusetune::db_internal {
 namespace {
@@ -263,7 +266,56 @@ ALTER TABLE bench_cells_rebuilt RENAME TO bench_cells;
 CREATE INDEX bench_cells_by_suite_run ON bench_cells (suite, run_id);
 )sql";
 
+// Version 6: every stored commit in its canonical form (fusetune/records/commit.h), in which
+// commits are compared by equality. Rows of older binaries may hold a longer or upper-case
+// hash (sent by a client, given as a flag) or an abbreviation (regress stored its --baseline
+// as typed): a hash becomes its canonical form, an abbreviation the one canonical hash in the
+// file that starts with it. An abbreviation that no row resolves, and labels, stay as they
+// are. The columns are those of version 4: this migration never changes.
+constexpr CommitColumn kVersion4CommitColumns[] = {
+    {"runs", "commit_hash"},          {"best_configs", "commit_hash"}, {"regressions", "commit_hash"},
+    {"regressions", "baseline_commit"}, {"jobs", "commit_hash"},       {"audits", "commit_hash"},
+    {"change_points", "commit_hash"}};
+
+absl::Status CanonicalizeCommits(Connection& c) {
+  std::set<std::string> stored;
+  for (const CommitColumn& col : kVersion4CommitColumns) {
+    absl::StatusOr<Statement> s = c.Prepare(absl::StrCat("SELECT DISTINCT ", col.column, " FROM ", col.table));
+    if (!s.ok()) return s.status();
+    while (true) {
+      absl::StatusOr<bool> row = s->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      stored.insert(s->Text(0));
+    }
+  }
+  std::vector<std::string> hashes;
+  for (const std::string& name : stored) {
+    absl::StatusOr<CommitName> parsed = ParseCommitName(name);
+    if (parsed.ok() && parsed->kind == CommitNameKind::kHash) hashes.push_back(parsed->text);
+  }
+  for (const std::string& name : stored) {
+    absl::StatusOr<std::string> canonical = ResolveCommitName(name, hashes, "the database");
+    if (!canonical.ok() || *canonical == name) continue;
+    for (const CommitColumn& col : kVersion4CommitColumns) {
+      absl::StatusOr<Statement> s = c.Prepare(
+          absl::StrCat("UPDATE ", col.table, " SET ", col.column, " = ?1 WHERE ", col.column, " = ?2"));
+      if (!s.ok()) return s.status();
+      s->Bind(1, *canonical).Bind(2, name);
+      if (absl::Status run = s->Run(); !run.ok()) return run;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+const std::vector<CommitColumn>& CommitColumns() {
+  // Version 4's; a later table that names a commit is appended here.
+  static const std::vector<CommitColumn>* const kColumns =
+      new std::vector<CommitColumn>(std::begin(kVersion4CommitColumns), std::end(kVersion4CommitColumns));
+  return *kColumns;
+}
 
 const std::vector<Migration>& Migrations() {
   // Append new migrations at the end; never edit a released one.
@@ -273,6 +325,7 @@ const std::vector<Migration>& Migrations() {
       {3, "bench_cells", kMigration3},
       {4, "change_points", kMigration4},
       {5, "trial outcomes interrupted and resource_exhausted", kMigration5},
+      {6, "every stored commit in canonical form", "", CanonicalizeCommits},
   };
   return *kMigrations;
 }
@@ -294,6 +347,7 @@ absl::Status ApplyMigrations(Connection& c, const std::vector<Migration>& migrat
   for (const Migration& m : migrations) {
     if (m.version <= current) continue;
     absl::Status applied = c.Exec(m.sql);
+    if (applied.ok() && m.rewrite != nullptr) applied = m.rewrite(c);
     if (applied.ok()) applied = c.Exec(absl::StrCat("PRAGMA user_version = ", m.version));
     if (!applied.ok()) {
       return absl::InternalError(absl::StrCat("migration ", m.version, " (", m.description,

@@ -19,7 +19,17 @@ struct Migration {
   int version;              // the user_version after this migration
   const char* description;  // one line, for error messages
   const char* sql;          // one or more statements, no transaction control
+  // Run after `sql`, in the same transaction, for what SQL alone cannot say (null: none).
+  absl::Status (*rewrite)(Connection& c) = nullptr;
 };
+
+// A column that names a commit.
+struct CommitColumn {
+  const char* table;
+  const char* column;
+};
+// Every column of the latest schema that names a commit.
+const std::vector<CommitColumn>& CommitColumns();
 
 // Versions 1..N in order, contiguous.
 const std::vector<Migration>& Migrations();

@@ -361,4 +361,22 @@ absl::StatusOr<RunInfo> Store::FindUnfinishedRun(std::string_view commit,
   return ReadRun(s);
 }
 
+// ---- commits
+
+absl::StatusOr<std::vector<std::string>> Store::CommitsStartingWith(std::string_view prefix, int limit) {
+  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(prefix, "commit prefix"));
+  FT_DB_RETURN_IF_ERROR(db_internal::RequireLimit(limit));
+  std::string stored;
+  for (const db_internal::CommitColumn& col : db_internal::CommitColumns()) {
+    absl::StrAppend(&stored, stored.empty() ? "" : " UNION ", "SELECT ", col.column, " AS commit_hash FROM ", col.table);
+  }
+  absl::MutexLock lock(&impl_->mu);
+  FT_DB_ASSIGN_OR_RETURN(Statement s, impl_->conn->Prepare(absl::StrCat(
+                                          "SELECT commit_hash FROM (", stored,
+                                          ") WHERE substr(commit_hash, 1, length(?1)) = ?1 "
+                                          "ORDER BY commit_hash LIMIT ?2")));
+  s.Bind(1, prefix).Bind(2, limit);
+  return db_internal::ReadRows<std::string>(s, [](const Statement& row) { return row.Text(0); });
+}
+
 }  // namespace fusetune

@@ -595,7 +595,7 @@ TEST(StoreSchema, MigrationsAreContiguousFromOne) {
   ASSERT_FALSE(m.empty());
   for (size_t i = 0; i < m.size(); ++i) {
     EXPECT_EQ(m[i].version, static_cast<int>(i) + 1);
-    EXPECT_NE(std::string(m[i].sql), "");
+    EXPECT_TRUE(std::string(m[i].sql) != "" || m[i].rewrite != nullptr) << "migration " << m[i].version << " does nothing";
   }
   EXPECT_EQ(Store::LatestSchemaVersion(), m.back().version);
 }

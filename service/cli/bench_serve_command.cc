@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "fusetune/bench/block_source.h"
 #include "fusetune/bench/capi_backend.h"
+#include "fusetune/records/commit.h"
 #include "problem_flags.h"
 
 namespace fusetune::cli {
@@ -25,7 +26,7 @@ struct BenchServeFlags {
   std::vector<std::string> plant_slowdowns;
   int timing_cpu = -1;
   std::string capi_library;
-  std::string capi_commit = "unknown";
+  std::string capi_commit = kUnknownCommit;
 };
 
 int RunBenchServe(const BenchServeFlags& f) {
@@ -39,7 +40,9 @@ int RunBenchServe(const BenchServeFlags& f) {
         bench::OpenCapiBackend(f.capi_library, f.backend, f.device, std::move(backend));
     if (!library.ok()) return Failure("bench-serve", std::string(library.status().message()), 2);
     backend = std::move(*library);
-    commit = f.capi_commit;
+    absl::StatusOr<std::string> capi_commit = CanonicalCommit(f.capi_commit);
+    if (!capi_commit.ok()) return Failure("bench-serve", "--capi-commit: " + std::string(capi_commit.status().message()), 2);
+    commit = *std::move(capi_commit);
   }
   bench::RunnerBlockSource source(*backend, commit, f.block, RunnerOptions{}, f.timing_cpu);
   absl::Status served = bench::ServeBlocks(source, stdin, stdout);

@@ -24,6 +24,7 @@
 #include "fusetune/bench/compare.h"
 #include "fusetune/bench/suite.h"
 #include "fusetune/db/store.h"
+#include "fusetune/records/commit.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 
@@ -74,11 +75,15 @@ absl::StatusOr<std::string> Git(const std::string& repo, const std::vector<std::
   return out;
 }
 
+// `name` resolved by git in `repo`: the commit's full hash (what builds are asked for).
 absl::StatusOr<std::string> ResolveCommit(const std::string& repo, const std::string& name) {
   absl::StatusOr<std::string> full = Git(repo, {"rev-parse", "--verify", "--quiet", name + "^{commit}"});
   if (!full.ok() || full->empty()) return absl::NotFoundError(fmt::format("unknown commit '{}' in {}", name, repo));
   return full;
 }
+
+// A full hash from git in the form commits are stored and shown in.
+std::string Canonical(const std::string& full) { return CanonicalCommit(full).value_or(full); }
 
 // The cell(s) to measure: a suite file, or one cell by keys (its problem from the database's
 // bench cells when the key alone does not hold it, e.g. varlen).
@@ -150,7 +155,7 @@ class Builds {
   absl::StatusOr<std::string> Get(const std::string& commit) {
     auto it = built_.find(commit);
     if (it != built_.end()) return it->second;
-    absl::StatusOr<std::string> binary = BuildCommit(command_, commit, who_ + ": building " + commit.substr(0, 12));
+    absl::StatusOr<std::string> binary = BuildCommit(command_, commit, who_ + ": building " + Canonical(commit));
     if (binary.ok() || absl::IsNotFound(binary.status())) {
       built_[commit] = binary;
       order_.push_back(commit);
@@ -251,8 +256,8 @@ void RecordCulprit(const BisectFlags& f, const bench::CellComparison& cell, cons
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStoreForWriting(f.db);
   if (!store.ok()) return;
   Regression r;
-  r.commit = culprit.substr(0, 12);
-  r.baseline_commit = parent.substr(0, 12);
+  r.commit = Canonical(culprit);
+  r.baseline_commit = Canonical(parent);
   r.device_class = device_class;
   r.problem_key = cell.cell.problem.Key();
   r.config_key = cell.cell.config.Key();
@@ -281,8 +286,8 @@ int RunBisect(const BisectFlags& f) {
   absl::StatusOr<bench::Comparison> endpoints = Compare(f, *good_binary, *bad_binary, *suite);
   if (!endpoints.ok()) return Error(cmd, std::string(endpoints.status().message()));
   const std::string device_class = endpoints->candidate.device.DeviceClass();
-  std::printf("bisect %zu commit(s) %s..%s on %s\n  bad against good: %s\n", commits->size(), good.substr(0, 12).c_str(),
-              bad.substr(0, 12).c_str(), device_class.c_str(), Describe(Telling(*endpoints, f.improvement)).c_str());
+  std::printf("bisect %zu commit(s) %s..%s on %s\n  bad against good: %s\n", commits->size(), Canonical(good).c_str(),
+              Canonical(bad).c_str(), device_class.c_str(), Describe(Telling(*endpoints, f.improvement)).c_str());
   if (Judge(*endpoints, f.improvement) != bench::ProbeResult::kBad) {
     return Error(cmd, fmt::format("the bad commit is not {} than the good one on this cell: nothing to find",
                                   f.improvement ? "faster" : "slower"));
@@ -292,14 +297,14 @@ int RunBisect(const BisectFlags& f) {
     if (i == static_cast<int>(commits->size()) - 1) return bench::ProbeResult::kBad;
     absl::StatusOr<std::string> binary = builds.Get(commit);
     if (absl::IsNotFound(binary.status())) {
-      std::printf("  %s: skip (does not build)\n", commit.substr(0, 12).c_str());
+      std::printf("  %s: skip (does not build)\n", Canonical(commit).c_str());
       return bench::ProbeResult::kSkip;
     }
     if (!binary.ok()) return binary.status();
     absl::StatusOr<bench::Comparison> c = Compare(f, *good_binary, *binary, *suite);
     if (!c.ok()) return c.status();
     const bench::ProbeResult result = Judge(*c, f.improvement);
-    std::printf("  %s: %s (%s)\n", commit.substr(0, 12).c_str(), bench::ProbeResultName(result),
+    std::printf("  %s: %s (%s)\n", Canonical(commit).c_str(), bench::ProbeResultName(result),
                 Describe(Telling(*c, f.improvement)).c_str());
     return result;
   };
@@ -325,10 +330,10 @@ int RunBisect(const BisectFlags& f) {
   const std::string subject = Git(f.repo, {"log", "-1", "--format=%s", culprit}).value_or("");
   std::printf("%s %s\n  %s\n  against its parent %s: %s\n", Judge(*confirm, f.improvement) == bench::ProbeResult::kBad
                                                                 ? "culprit" : "not confirmed:",
-              culprit.c_str(), subject.c_str(), parent.substr(0, 12).c_str(), Describe(telling).c_str());
+              culprit.c_str(), subject.c_str(), Canonical(parent).c_str(), Describe(telling).c_str());
   std::printf("builds used (%d):\n", builds.count());
   for (const auto& [commit, binary] : builds.all()) {
-    std::printf("  %s %s\n", commit.substr(0, 12).c_str(), binary.ok() ? binary->c_str() : "does not build");
+    std::printf("  %s %s\n", Canonical(commit).c_str(), binary.ok() ? binary->c_str() : "does not build");
   }
   std::printf("%zu probe(s), %.0f s\n", outcome->probes.size(), seconds);
   if (Judge(*confirm, f.improvement) != bench::ProbeResult::kBad) {
@@ -355,7 +360,7 @@ int RunBisectStep(const BisectFlags& f) {
   absl::StatusOr<bench::Comparison> c = Compare(f, f.good_binary, *binary, *suite);
   if (!c.ok()) return Error(cmd, std::string(c.status().message()), kAbort);
   const bench::ProbeResult result = Judge(*c, f.improvement);
-  std::printf("%s: %s (%s)\n", head->substr(0, 12).c_str(), bench::ProbeResultName(result),
+  std::printf("%s: %s (%s)\n", Canonical(*head).c_str(), bench::ProbeResultName(result),
               Describe(Telling(*c, f.improvement)).c_str());
   return result == bench::ProbeResult::kBad ? kBad : result == bench::ProbeResult::kGood ? kGood : kSkip;
 }

@@ -8,13 +8,27 @@
 #include <filesystem>
 
 #include "fmt/format.h"
+#include "fusetune/records/commit.h"
 
 namespace fusetune::cli {
 
-bool SameCommit(std::string_view a, std::string_view b) {
-  if (a.empty() || b.empty() || a == "unknown" || b == "unknown") return false;
-  const size_t n = std::min(a.size(), b.size());
-  return n >= 7 && a.substr(0, n) == b.substr(0, n);
+absl::StatusOr<std::string> ResolveCommitFlag(std::string_view flag, std::string_view name,
+                                              const std::vector<std::string>& known, std::string_view where) {
+  absl::StatusOr<std::string> commit = ResolveCommitName(name, known, where);
+  if (commit.ok()) return commit;
+  if (absl::IsNotFound(commit.status())) {
+    return absl::NotFoundError(fmt::format("{}: {}; give at least {} hex digits", flag,
+                                           std::string(commit.status().message()), kCommitHashDigits));
+  }
+  return absl::InvalidArgumentError(fmt::format("{}: {}", flag, std::string(commit.status().message())));
+}
+
+absl::StatusOr<std::vector<std::string>> StoredCommitsAbbreviated(Store* store, std::string_view name) {
+  absl::StatusOr<CommitName> parsed = ParseCommitName(name);
+  if (store == nullptr || !parsed.ok() || parsed->kind != CommitNameKind::kAbbreviation) {
+    return std::vector<std::string>{};
+  }
+  return store->CommitsStartingWith(parsed->text);
 }
 
 std::string SelfBinary() {

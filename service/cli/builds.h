@@ -1,5 +1,6 @@
-// What `regress`, `bisect` and `bisect-step` share about builds of fusetune: naming commits,
-// building one with a command, and starting a build's bench-serve as a block source.
+// What `regress`, `bisect`, `bisect-step` and the other commands that take a commit share about
+// builds of fusetune: resolving commit names, building one with a command, and starting a
+// build's bench-serve as a block source.
 #ifndef FUSETUNE_SERVICE_CLI_BUILDS_H_
 #define FUSETUNE_SERVICE_CLI_BUILDS_H_
 
@@ -11,12 +12,21 @@
 #include "absl/status/statusor.h"
 #include "fusetune/bench/block_source.h"
 #include "fusetune/bench/suite.h"
+#include "fusetune/db/store.h"
 
 namespace fusetune::cli {
 
-// True when two commit names denote the same commit: equal, or one a prefix (>= 7 characters)
-// of the other (a 12-digit build commit against a full hash). "unknown" matches nothing.
-bool SameCommit(std::string_view a, std::string_view b);
+// A commit named on the command line by `flag`, in canonical form (fusetune/records/commit.h):
+// a hash or a label as CanonicalCommit, an abbreviation resolved against `known`, the commits
+// at hand (`where` says what they are). InvalidArgument (naming the flag) for a malformed name
+// or an abbreviation of several known commits (listed), NotFound for one of none (the message
+// says to give at least 12 digits).
+absl::StatusOr<std::string> ResolveCommitFlag(std::string_view flag, std::string_view name,
+                                              const std::vector<std::string>& known, std::string_view where);
+
+// The commits `store` holds that `name` may abbreviate: those starting with it when it is an
+// abbreviation, none otherwise or without a store. The store's errors.
+absl::StatusOr<std::vector<std::string>> StoredCommitsAbbreviated(Store* store, std::string_view name);
 
 // Runs `line` through /bin/sh and reads its whole stdout. `status` is pclose's (-1 when the
 // command could not be started).

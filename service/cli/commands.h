@@ -45,8 +45,9 @@ class StopOnSignal {
   bool stop_requested() const { return flag()->load(); }
 };
 
-// The commit baked in at configure time ("unknown" outside a git checkout).
-const char* BuiltCommit();
+// The commit this binary was built at, canonical (fusetune/records/commit.h); "unknown" for a
+// build outside a git checkout.
+const std::string& BuiltCommit();
 const char* ToolVersion();
 
 // The RunInfo of a run this process measures on `device`: this host, this binary's version

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "fusetune/base/time.h"
+#include "fusetune/records/commit.h"
 
 #ifndef FUSETUNE_VERSION
 #define FUSETUNE_VERSION "0.0.0"
@@ -16,7 +17,11 @@ namespace fusetune::cli {
 
 extern const char kBuildCommit[];  // build_info.cc, generated at build time
 
-const char* BuiltCommit() { return kBuildCommit; }
+const std::string& BuiltCommit() {
+  // The full hash git reports (or kUnknownCommit), in the form every commit is stored in.
+  static const std::string* const kCanonical = new std::string(CanonicalCommit(kBuildCommit).value_or(kUnknownCommit));
+  return *kCanonical;
+}
 const char* ToolVersion() { return FUSETUNE_VERSION; }
 
 namespace {

@@ -64,8 +64,6 @@ std::string UtcMinute(int64_t unix_ms) {
   return text;
 }
 
-std::string ShortCommit(const std::string& commit) { return commit.substr(0, 12); }
-
 // What the suite's runs hold for the asked-for cell, oldest run first.
 struct CellSamples {
   struct Run {
@@ -226,7 +224,7 @@ void PrintHistory(const CellHistory& h, const std::string& suite, const regress:
         it == at.end() ? ""
                        : fmt::format("<- {} {:+.2f} %", regress::ChangeDirectionName(it->second->direction),
                                      100 * it->second->relative_change);
-    table.AddRow({std::to_string(i), ShortCommit(p.commit), UtcMinute(p.finished_unix_ms),
+    table.AddRow({std::to_string(i), p.commit, UtcMinute(p.finished_unix_ms),
                   fmt::format("{:.3f}", p.median_us), marker});
   }
   table.Print();

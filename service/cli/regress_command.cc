@@ -22,9 +22,11 @@
 #include "builds.h"
 #include "commands.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "fusetune/bench/block_source.h"
 #include "fusetune/bench/compare.h"
 #include "fusetune/bench/suite.h"
+#include "fusetune/records/commit.h"
 #include "fusetune/regress/junit.h"
 #include "problem_flags.h"
 #include "regress_outputs.h"
@@ -38,17 +40,34 @@ constexpr int kExitError = 2;
 
 int Error(const std::string& message) { return Failure("regress", message, kExitError); }
 
-// The baseline's binary under --builds-dir: <dir>/<commit, or a directory starting with it>/bin/fusetune.
-std::string BinaryInBuildsDir(const std::string& dir, const std::string& commit) {
-  if (dir.empty() || commit.empty()) return {};
+// The builds kept under --builds-dir (<dir>/<commit>/bin/fusetune): commit, canonical -> binary.
+std::map<std::string, std::string> BuildsInDir(const std::string& dir) {
+  std::map<std::string, std::string> builds;
+  if (dir.empty()) return builds;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!SameCommit(name, commit)) continue;
+    absl::StatusOr<std::string> commit = CanonicalCommit(entry.path().filename().string());
     const std::filesystem::path binary = entry.path() / "bin" / "fusetune";
-    if (access(binary.c_str(), X_OK) == 0) return binary.string();
+    if (commit.ok() && access(binary.c_str(), X_OK) == 0) builds.emplace(*commit, binary.string());
   }
-  return {};
+  return builds;
+}
+
+// The commit of a build that reports `reported` (its own, canonical), which `flag` names as
+// `named`: the build's commit when `named` is it or abbreviates it; for a build outside git,
+// which reports none, `named` itself (then it cannot be an abbreviation). InvalidArgument
+// otherwise, `hint` appended.
+absl::StatusOr<std::string> CommitOfBuild(std::string_view flag, const std::string& named, const std::string& reported,
+                                          const std::string& binary, std::string_view hint = "") {
+  if (reported == kUnknownCommit) {
+    return ResolveCommitFlag(flag, named, {}, fmt::format("{}, built outside git", binary));
+  }
+  absl::StatusOr<std::string> commit = ResolveCommitName(named, {reported}, binary);
+  if (commit.ok() ? *commit != reported : absl::IsNotFound(commit.status())) {
+    return absl::InvalidArgumentError(fmt::format("{} was built at commit {}, not {}{}", binary, reported, named, hint));
+  }
+  if (!commit.ok()) return absl::InvalidArgumentError(fmt::format("{}: {}", flag, std::string(commit.status().message())));
+  return commit;
 }
 
 // Starts a build's bench-serve; the candidate side carries the planted slowdowns.
@@ -64,6 +83,8 @@ absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartBuild(const Regr
 
 // The baseline to compare with: a stored run (when found) and the commit.
 struct Baseline {
+  // Canonical; with --baseline-binary, --baseline as given (an abbreviation lowercased) until
+  // Measure resolves it against the commit the build reports.
   std::string commit;
   std::optional<RunInfo> run;
   std::string binary;
@@ -72,6 +93,7 @@ struct Baseline {
 absl::StatusOr<Baseline> ResolveBaseline(const RegressFlags& f, Store* store, const bench::Suite& suite,
                                          const bench::SourceInfo& candidate) {
   const std::string device_class = candidate.device.DeviceClass();
+  const std::map<std::string, std::string> builds = BuildsInDir(f.builds_dir);
   Baseline b;
   if (f.baseline == "previous") {
     if (store == nullptr) {
@@ -80,7 +102,7 @@ absl::StatusOr<Baseline> ResolveBaseline(const RegressFlags& f, Store* store, co
     absl::StatusOr<std::vector<RunInfo>> runs = store->ListBenchRuns(suite.name, device_class, 100);
     if (!runs.ok()) return runs.status();
     for (const RunInfo& run : *runs) {
-      if (!SameCommit(run.commit, candidate.commit)) {
+      if (run.commit != candidate.commit) {
         b.run = run;
         break;
       }
@@ -91,28 +113,46 @@ absl::StatusOr<Baseline> ResolveBaseline(const RegressFlags& f, Store* store, co
                                              f.db, suite.name, device_class, candidate.commit));
     }
     b.commit = b.run->commit;
+  } else if (!f.baseline_binary.empty()) {
+    // The build reports its own commit: Measure resolves --baseline against it.
+    absl::StatusOr<CommitName> named = ParseCommitName(f.baseline);
+    if (!named.ok()) return absl::InvalidArgumentError(fmt::format("--baseline: {}", std::string(named.status().message())));
+    b.commit = named->text;
   } else {
-    b.commit = f.baseline;
+    // An abbreviation is resolved against the commits at hand: the database's and the kept builds'.
+    absl::StatusOr<std::vector<std::string>> known = StoredCommitsAbbreviated(store, f.baseline);
+    if (!known.ok()) return known.status();
+    for (const auto& [commit, binary] : builds) known->push_back(commit);
+    std::vector<std::string> sources;
+    if (store != nullptr) sources.push_back("the database " + f.db);
+    if (!f.builds_dir.empty()) sources.push_back("the builds in " + f.builds_dir);
+    absl::StatusOr<std::string> commit = ResolveCommitFlag(
+        "--baseline", f.baseline, *known,
+        sources.empty() ? fmt::format("any database or build (none at {}, no --builds-dir)", f.db)
+                        : fmt::format("{}", fmt::join(sources, " or ")));
+    if (!commit.ok()) return commit.status();
+    b.commit = *commit;
+    const bool built = builds.count(b.commit) > 0;
     if (store != nullptr) {
-      absl::StatusOr<RunInfo> run = store->FindBenchRun(suite.name, device_class, f.baseline);
+      absl::StatusOr<RunInfo> run = store->FindBenchRun(suite.name, device_class, b.commit);
       if (run.ok()) {
         b.run = *run;
-        b.commit = run->commit;
       } else if (!absl::IsNotFound(run.status())) {
         return run.status();
-      } else if (f.baseline_binary.empty() && BinaryInBuildsDir(f.builds_dir, f.baseline).empty()) {
-        absl::StatusOr<RunInfo> elsewhere = store->FindBenchRun(suite.name, "", f.baseline);
+      } else if (!built) {
+        absl::StatusOr<RunInfo> elsewhere = store->FindBenchRun(suite.name, "", b.commit);
         if (elsewhere.ok()) {
           return absl::FailedPreconditionError(fmt::format("the baseline {} was benched on {}, not on {}: only the same device class compares",
                                                            elsewhere->commit, elsewhere->device.DeviceClass(), device_class));
         }
         return run.status();
       }
-    } else if (f.baseline_binary.empty() && BinaryInBuildsDir(f.builds_dir, f.baseline).empty()) {
-      return absl::NotFoundError(fmt::format("no database at {} and no build of {}: nothing to compare with", f.db, f.baseline));
+    } else if (!built) {
+      return absl::NotFoundError(fmt::format("no database at {} and no build of {}: nothing to compare with", f.db, b.commit));
     }
   }
-  b.binary = !f.baseline_binary.empty() ? f.baseline_binary : BinaryInBuildsDir(f.builds_dir, b.commit);
+  auto kept = builds.find(b.commit);
+  b.binary = !f.baseline_binary.empty() ? f.baseline_binary : kept != builds.end() ? kept->second : "";
   return b;
 }
 
@@ -126,7 +166,7 @@ std::vector<std::string> AddChangedPicks(Store& store, const std::string& device
   for (const bench::SuiteCell& cell : cells) {
     if (cell.role != "best" || cell.baseline_config) continue;
     absl::StatusOr<BestConfig> best = store.GetBestConfig(device_class, cell.problem.Key());
-    if (!best.ok() || !SameCommit(best->commit, candidate_commit) || best->config_key == cell.config.Key()) continue;
+    if (!best.ok() || best->commit != candidate_commit || best->config_key == cell.config.Key()) continue;
     absl::StatusOr<KernelConfig> pick = KernelConfig::FromKey(best->config_key);
     if (!pick.ok()) continue;
     bench::SuiteCell changed = cell;
@@ -205,8 +245,7 @@ std::map<std::string, double> KnownAANoise(Store* store, const std::string& devi
   if (!rows.ok()) rows = std::vector<Regression>{};
   std::string commit;
   for (const Regression& r : *rows) {  // newest first: the first row of a cell wins
-    if (r.metric != kLatencyMetric || !SameCommit(r.commit, r.baseline_commit) || r.device_class != device_class ||
-        !(r.ratio > 0)) {
+    if (r.metric != kLatencyMetric || r.commit != r.baseline_commit || r.device_class != device_class || !(r.ratio > 0)) {
       continue;
     }
     if (noise.emplace(r.problem_key + " " + r.config_key, std::abs(std::log(r.ratio))).second && commit.empty()) {
@@ -231,13 +270,11 @@ absl::StatusOr<std::unique_ptr<bench::ProcessBlockSource>> StartCandidate(const 
   absl::StatusOr<bench::SourceInfo> described = (*candidate)->Describe();
   if (!described.ok()) return described.status();
   *info = *std::move(described);
-  if (info->commit == "unknown") {
-    info->commit = f.commit;  // built outside git: the caller names it
-  } else if (!SameCommit(info->commit, f.commit)) {
-    return absl::InvalidArgumentError(fmt::format(
-        "{} was built at commit {}, not {}: build the candidate or pass its binary with --candidate-binary", binary,
-        info->commit, f.commit));
-  }
+  absl::StatusOr<std::string> commit =
+      CommitOfBuild("--commit", f.commit, info->commit, binary,
+                    ": build the candidate or pass its binary with --candidate-binary");
+  if (!commit.ok()) return commit.status();
+  info->commit = *std::move(commit);
   if (!suite.device_class.empty() && suite.device_class != info->device.DeviceClass()) {
     return absl::FailedPreconditionError(
         fmt::format("suite {} is for {}, not {}", suite.name, suite.device_class, info->device.DeviceClass()));
@@ -273,14 +310,10 @@ absl::StatusOr<bench::Comparison> Measure(const RegressFlags& f, const Baseline&
     if (!base.ok()) return base.status();
     absl::StatusOr<bench::SourceInfo> base_info = (*base)->Describe();
     if (!base_info.ok()) return base_info.status();
-    if (base_info->commit != "unknown" && !SameCommit(base_info->commit, baseline.commit)) {
-      return absl::InvalidArgumentError(fmt::format("{} was built at commit {}, not the baseline {}", baseline.binary,
-                                                    base_info->commit, baseline.commit));
-    }
+    absl::StatusOr<std::string> commit = CommitOfBuild("--baseline", baseline.commit, base_info->commit, baseline.binary);
+    if (!commit.ok()) return commit.status();
     absl::StatusOr<bench::Comparison> comparison = bench::CompareInterleaved(**base, candidate, suite, options);
-    // The commit as the baseline build reports it (its full form), not as the flag spelled it:
-    // rows are stored and compared in one form (an A/A row is found by commit == baseline).
-    if (comparison.ok()) comparison->baseline.commit = base_info->commit != "unknown" ? base_info->commit : baseline.commit;
+    if (comparison.ok()) comparison->baseline.commit = *std::move(commit);
     return comparison;
   }
   absl::StatusOr<std::vector<BenchCell>> rows = store->ListBenchCells(baseline.run->run_id);
@@ -315,7 +348,7 @@ int RunRegress(const RegressFlags& f) {
   const std::string device_class = candidate_info.device.DeviceClass();
   absl::StatusOr<Baseline> baseline = ResolveBaseline(f, store.get(), *suite, candidate_info);
   if (!baseline.ok()) return Error(std::string(baseline.status().message()));
-  if (SameCommit(baseline->commit, candidate_info.commit) && baseline->binary.empty()) {
+  if (baseline->commit == candidate_info.commit && baseline->binary.empty()) {
     return Error(fmt::format("the baseline and the candidate are the same commit {}; an A/A check needs --baseline-binary",
                              baseline->commit));
   }
@@ -346,10 +379,12 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
       "regress", "Judge a candidate build against a baseline on a bench suite: exit 0 clean, 1 regression, 2 error.");
   regress->add_option("--suite", flags->suite, "the bench suite file (suites/README.md)")->required();
   regress->add_option("--baseline", flags->baseline,
-                      "the baseline commit (a prefix of at least 7 hex digits), or 'previous': the newest bench run of the "
-                      "suite on this device class at another commit")
+                      "the baseline commit (12 or more hex digits, or 7 or more resolved against --baseline-binary's "
+                      "build, the database or --builds-dir), or 'previous': the newest bench run of the suite on this "
+                      "device class at another commit")
       ->required();
-  regress->add_option("--commit", flags->commit, "the candidate commit: the commit the candidate binary was built at")
+  regress->add_option("--commit", flags->commit,
+                      "the candidate commit: the commit the candidate binary was built at (7 or more of its hex digits)")
       ->required();
   AddDatabaseOption(regress, &flags->db, "database of bench runs and verdicts (read for stored baselines, written with the results)");
   AddBackendOptions(regress, &flags->backend, &flags->device);

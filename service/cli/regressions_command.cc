@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "fmt/format.h"
+#include "fusetune/records/commit.h"
 #include "fusetune/wire/convert.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
@@ -38,13 +39,17 @@ nlohmann::json RegressionJson(const v1::Regression& r) {
 
 int RunRegressions(const RegressionsFlags& f) {
   const std::string cmd = "regressions";
+  // In canonical form; an abbreviation is resolved by the server against the commits it stores.
+  std::string commit;
   if (!f.commit.empty()) {
-    if (auto s = ValidateCommit(f.commit); !s.ok()) return UsageError(cmd, std::string(s.message()));
+    absl::StatusOr<CommitName> named = ParseCommitName(f.commit);
+    if (!named.ok()) return UsageError(cmd, "--commit: " + std::string(named.status().message()));
+    commit = named->text;
   }
   auto connection = ServerConnection::Open(f.connection);
   if (!connection.ok()) return UsageError(cmd, std::string(connection.status().message()));
   v1::ListRegressionsRequest req;
-  req.set_commit(f.commit);
+  req.set_commit(commit);
   req.set_limit(f.limit);
   v1::ListRegressionsResponse resp;
   grpc::Status status = connection->tuning().ListRegressions(connection->Context().get(), req, &resp);
@@ -83,7 +88,9 @@ void AddRegressionsCommand(CLI::App& app, CommandContext& context) {
       "regressions", "List the regression verdicts a fusetune server holds (per cell: commit against its "
                      "baseline, ratio new/baseline, corrected p-value, verdict), newest first.");
   flags->connection.Register(regressions, /*with_server=*/true);
-  regressions->add_option("--commit", flags->commit, "only verdicts of this commit under test");
+  regressions->add_option("--commit", flags->commit,
+                          "only verdicts of this commit under test (12 or more hex digits, or 7 or more resolved "
+                          "against the server's commits)");
   regressions->add_option("--limit", flags->limit, "at most this many")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "fusetune/records/commit.h"
 #include "fusetune/wire/convert.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
@@ -40,6 +41,8 @@ int RunSubmit(const SubmitFlags& f) {
   if (auto p = ParsePrecisions(f.precisions); !p.ok()) return UsageError(cmd, std::string(p.status().message()));
   auto kind = ParseJobKind(f.kind);
   if (!kind.ok()) return UsageError(cmd, std::string(kind.status().message()));
+  absl::StatusOr<std::string> commit = f.commit.empty() ? BuiltCommit() : CanonicalCommit(f.commit);
+  if (!commit.ok()) return UsageError(cmd, "--commit: " + std::string(commit.status().message()));
   auto connection = ServerConnection::Open(f.connection);
   if (!connection.ok()) return UsageError(cmd, std::string(connection.status().message()));
 
@@ -47,7 +50,7 @@ int RunSubmit(const SubmitFlags& f) {
   for (const AttentionProblem& p : *problems) ProblemToProto(p, req.add_problems());
   req.set_device_class(f.device_class);
   req.set_kind(*kind);
-  req.set_commit(f.commit.empty() ? BuiltCommit() : f.commit);
+  req.set_commit(*commit);
   req.set_max_trials(f.max_trials);
   req.set_max_seconds(f.max_seconds);
   for (const auto& v : f.variants) req.add_variants(v);
@@ -118,7 +121,7 @@ void AddSubmitCommand(CLI::App& app, CommandContext& context) {
                      "against its whole space and report the regret (see `fusetune audits`)")
       ->capture_default_str()
       ->check(CLI::IsMember({"tune", "audit"}));
-  submit->add_option("--commit", flags->commit, "fusetune commit to run (default: this binary's)");
+  submit->add_option("--commit", flags->commit, "fusetune commit to run: 12 or more hex digits (default: this binary's)");
   submit->add_option("--max-trials", flags->max_trials, "trials per problem and variant (0 = exhaustive)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));

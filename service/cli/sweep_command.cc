@@ -3,14 +3,17 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "builds.h"
 #include "commands.h"
 #include "fmt/format.h"
 #include "fusetune/db/store.h"
+#include "fusetune/records/commit.h"
 #include "fusetune/kernels/backend.h"
 #include "fusetune/tuner/sweep.h"
 #include "problem_flags.h"
@@ -76,6 +79,8 @@ int RunSweepCommand(const SweepFlags& f) {
   if (!space.ok()) return UsageError(cmd, std::string(space.status().message()));
   absl::StatusOr<SearchStrategy> strategy = ParseSearchStrategy(f.strategy);
   if (!strategy.ok()) return UsageError(cmd, std::string(strategy.status().message()));
+  absl::StatusOr<CommitName> named_commit = ParseCommitName(f.commit.empty() ? BuiltCommit() : f.commit);
+  if (!named_commit.ok()) return UsageError(cmd, "--commit: " + std::string(named_commit.status().message()));
 
   SweepOptions options;
   options.space = *space;
@@ -89,7 +94,6 @@ int RunSweepCommand(const SweepFlags& f) {
   options.runner.timing.warmup = f.warmup;
   options.runner.timing.max_seconds = f.timing_seconds;
   options.runner.trial_time_limit_seconds = f.trial_time_limit;
-  options.commit = f.commit.empty() ? BuiltCommit() : f.commit;
 
   int exit_code = kExitOk;
   std::unique_ptr<Backend> backend = CreateLocalBackend(cmd, f.backend, f.device, &exit_code);
@@ -106,8 +110,19 @@ int RunSweepCommand(const SweepFlags& f) {
     }
   }
 
+  // An abbreviated --commit names a commit the database holds (a sweep to resume, say): none
+  // when there is no database yet, and a name that resolves to nothing creates none.
+  const std::string where = "the database " + f.db;
+  if (named_commit->kind == CommitNameKind::kAbbreviation && !std::filesystem::exists(f.db)) {
+    return UsageError(cmd, std::string(ResolveCommitFlag("--commit", named_commit->text, {}, where).status().message()));
+  }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
+  absl::StatusOr<std::vector<std::string>> known = StoredCommitsAbbreviated(store->get(), named_commit->text);
+  if (!known.ok()) return Failure(cmd, std::string(known.status().message()));
+  absl::StatusOr<std::string> commit = ResolveCommitFlag("--commit", named_commit->text, *known, where);
+  if (!commit.ok()) return UsageError(cmd, std::string(commit.status().message()));
+  options.commit = *std::move(commit);
 
   // Resume the newest unfinished run of the same commit, device and label, if any (the
   // sweep itself reads that run's recorded trials from the store, its sink).
@@ -229,7 +244,8 @@ void AddSweepCommand(CLI::App& app, CommandContext& context) {
                     "a run slower than this many seconds is recorded as timed_out")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sweep->add_option("--commit", flags->commit, std::string("commit recorded with the run (default: built from ") +
+  sweep->add_option("--commit", flags->commit, "commit recorded with the run: 12 or more hex digits, 7 or more of a "
+                                               "commit the database holds, or a label (default: built from " +
                                                    BuiltCommit() + ")");
   sweep->add_option("--label", flags->label, "run label (part of the resume identity)")->capture_default_str();
   sweep->add_option("--progress", flags->progress,

@@ -5,6 +5,7 @@
 
 #include "fusetune/base/strings.h"
 #include "fusetune/base/time.h"
+#include "fusetune/records/commit.h"
 #include "fusetune/tuner/selection.h"
 #include "fusetune/wire/status.h"
 
@@ -228,11 +229,30 @@ absl::StatusOr<std::vector<Trial>> ServerCore::ListTrials(int64_t run_id, const 
   return store_->ListTrialsForProblem(device_class, problem_key, limit);
 }
 
-absl::StatusOr<std::vector<Regression>> ServerCore::ListRegressions(const std::string& commit, int limit) {
-  return store_->ListRegressions(commit, limit);
+absl::StatusOr<std::optional<std::string>> ServerCore::ResolveCommitFilter(const std::string& commit) {
+  if (commit.empty()) return commit;
+  absl::StatusOr<CommitName> named = ParseCommitName(commit);
+  if (!named.ok() || named->kind != CommitNameKind::kAbbreviation) return commit;
+  absl::StatusOr<std::vector<std::string>> known = store_->CommitsStartingWith(named->text);
+  if (!known.ok()) return known.status();
+  absl::StatusOr<std::string> resolved = ResolveCommitName(named->text, *known, "the server's database");
+  if (absl::IsNotFound(resolved.status())) return std::nullopt;
+  if (!resolved.ok()) return absl::InvalidArgumentError(Cat("commit: ", resolved.status().message()));
+  return *std::move(resolved);
 }
 
-absl::StatusOr<std::vector<ChangePointRow>> ServerCore::ListChangePoints(const ChangePointFilter& filter, int limit) {
+absl::StatusOr<std::vector<Regression>> ServerCore::ListRegressions(const std::string& commit, int limit) {
+  absl::StatusOr<std::optional<std::string>> resolved = ResolveCommitFilter(commit);
+  if (!resolved.ok()) return resolved.status();
+  if (!*resolved) return std::vector<Regression>{};
+  return store_->ListRegressions(**resolved, limit);
+}
+
+absl::StatusOr<std::vector<ChangePointRow>> ServerCore::ListChangePoints(ChangePointFilter filter, int limit) {
+  absl::StatusOr<std::optional<std::string>> resolved = ResolveCommitFilter(filter.commit);
+  if (!resolved.ok()) return resolved.status();
+  if (!*resolved) return std::vector<ChangePointRow>{};
+  filter.commit = **std::move(resolved);
   return store_->ListChangePoints(filter, limit);
 }
 

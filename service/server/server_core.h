@@ -91,8 +91,11 @@ class ServerCore {
   // `problem_key` on `device_class` across runs.
   absl::StatusOr<std::vector<Trial>> ListTrials(int64_t run_id, const std::string& problem_key,
                                                 const std::string& device_class, int limit);
+  // Filtered by commit (empty: all): a canonical commit name, or an abbreviation resolved
+  // against the commits the store holds (Store::CommitsStartingWith). An abbreviation of no
+  // stored commit selects nothing; one of several is InvalidArgument naming them.
   absl::StatusOr<std::vector<Regression>> ListRegressions(const std::string& commit, int limit);
-  absl::StatusOr<std::vector<ChangePointRow>> ListChangePoints(const ChangePointFilter& filter, int limit);
+  absl::StatusOr<std::vector<ChangePointRow>> ListChangePoints(ChangePointFilter filter, int limit);
   // Stores verdicts (RegressionsFromReportRequest) in one transaction (Store::RecordRegressions:
   // all or none) and then refreshes the verdict gauges; returns how many were stored.
   absl::StatusOr<int> ReportRegressions(const std::vector<Regression>& rows);
@@ -147,6 +150,8 @@ class ServerCore {
   absl::Status ReleaseJob(const std::string& worker_id, int64_t job_id);
 
  private:
+  // A commit filter as ListRegressions says: the commit it selects; nullopt for none.
+  absl::StatusOr<std::optional<std::string>> ResolveCommitFilter(const std::string& commit);
   void RefreshLoop();
   void RefreshIndex();
   void RefreshGauges();

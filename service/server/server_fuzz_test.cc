@@ -64,8 +64,8 @@ std::vector<std::string> Seeds() {
   seeds.push_back(MakeTrial(1, KeyOf(SeedProblem(128)), "fused/bm64/bs64/t1/fp32/st1", 3).SerializeAsString());
   v1::ReportRegressionsRequest verdicts;
   v1::Regression* verdict = verdicts.add_regressions();
-  verdict->set_commit("c0ffee1");
-  verdict->set_baseline_commit("abc1234");
+  verdict->set_commit("c0ffee123456");
+  verdict->set_baseline_commit("abc123456789");
   verdict->set_device_class(kCpuClass);
   verdict->set_problem_key(KeyOf(SeedProblem(128)));
   verdict->set_config_key("fused/bm64/bs64/t1/fp32/st1");

@@ -1,5 +1,6 @@
 // ReportRegressions through real gRPC: uploaded verdicts are listed and exposed as metrics at
-// once, a bad row or a missing token stores nothing.
+// once, a bad row or a missing token stores nothing, commits are stored in canonical form and
+// found by any form of them.
 #include <string>
 #include <vector>
 
@@ -105,6 +106,53 @@ TEST_F(ServerRegressionsTest, ABadRowIsInvalidArgumentNamingItAndNothingIsStored
   EXPECT_TRUE(Listed().empty());
 }
 
+// What a client may send: a full (here upper-case) hash, as git and CI systems spell it.
+constexpr char kFullCommit[] = "0DDB43A4D977C3B1E0F2A9D8C7B6A5F4E3D2C1B0";
+constexpr char kCanonicalCommit[] = "0ddb43a4d977";
+
+TEST_F(ServerRegressionsTest, CommitsAreStoredInCanonicalFormAndFoundByAnyFormOfThem) {
+  StartServer(/*with_metrics=*/false);
+  Regression aa = Verdict(kFused, "same", 1.0);
+  aa.commit = kFullCommit;
+  aa.baseline_commit = std::string(kFullCommit).substr(0, 20);
+  Regression other = Verdict(kFused, "same", 1.0);
+  other.commit = "0ddb43a000000000";
+  ASSERT_TRUE(UploadRegressions(*stubs_.tuning, Ctx().get(), {aa, other}).ok());
+  const std::vector<v1::Regression> listed = Listed();
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[1].commit(), kCanonicalCommit);
+  EXPECT_EQ(listed[1].baseline_commit(), kCanonicalCommit);  // an A/A row: commit == baseline
+
+  auto with_commit = [&](const std::string& commit, grpc::Status* status) {
+    v1::ListRegressionsRequest req;
+    req.set_commit(commit);
+    v1::ListRegressionsResponse resp;
+    *status = stubs_.tuning->ListRegressions(Ctx().get(), req, &resp);
+    return resp.regressions_size();
+  };
+  grpc::Status status;
+  for (const std::string& form : {std::string(kFullCommit), std::string(kCanonicalCommit), std::string("0DDB43A4D9")}) {
+    EXPECT_EQ(with_commit(form, &status), 1) << form;
+    EXPECT_TRUE(status.ok()) << form << ": " << status.error_message();
+  }
+  EXPECT_EQ(with_commit("fedcba9", &status), 0);  // an abbreviation of no stored commit selects nothing
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  with_commit("0ddb43a", &status);  // two stored commits start with it
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("0ddb43a00000, 0ddb43a4d977"), std::string::npos) << status.error_message();
+
+  // An abbreviation is not stored: the client resolves it first.
+  v1::ReportRegressionsRequest req;
+  Regression abbreviated = Verdict(kFused, "same", 1.0);
+  abbreviated.baseline_commit = "0ddb43a";
+  RegressionToProto(abbreviated, req.add_regressions());
+  v1::ReportRegressionsResponse resp;
+  grpc::Status refused = stubs_.tuning->ReportRegressions(Ctx().get(), req, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("regressions[0].baseline_commit"), std::string::npos) << refused.error_message();
+  EXPECT_EQ(Listed().size(), 2u);
+}
+
 TEST_F(ServerRegressionsTest, UploadWithoutTheTokenIsUnauthenticatedEvenWithOpenReads) {
   StartServer(/*with_metrics=*/false, /*open_reads=*/true);
   for (const std::string& token : {std::string(), std::string("wrong-token")}) {
@@ -120,7 +168,7 @@ TEST_F(ServerRegressionsTest, ChangePointsStoredInTheDatabaseAreListedWithFilter
     auto store = Store::Open(dir_.File("fusetune.db"));
     ASSERT_TRUE(store.ok()) << store.status();
     ChangePointRow step;
-    step.commit = "c0ffee1234567";
+    step.commit = "c0ffee123456";
     step.position = 17;
     step.mean_before_us = 100;
     step.mean_after_us = 103;
@@ -134,10 +182,17 @@ TEST_F(ServerRegressionsTest, ChangePointsStoredInTheDatabaseAreListedWithFilter
   v1::ListChangePointsResponse resp;
   ASSERT_TRUE(stubs_.tuning->ListChangePoints(Ctx().get(), req, &resp).ok());
   ASSERT_EQ(resp.change_points_size(), 1);
-  EXPECT_EQ(resp.change_points(0).commit(), "c0ffee1234567");
+  EXPECT_EQ(resp.change_points(0).commit(), "c0ffee123456");
   EXPECT_EQ(resp.change_points(0).position(), 17);
   EXPECT_EQ(resp.change_points(0).direction(), "slower");
   EXPECT_EQ(resp.change_points(0).suite(), "nightly");
+  // The commit filter takes any form of the commit.
+  for (const char* form : {"C0FFEE1234567890C0FFEE1234567890C0FFEE12", "c0ffee1"}) {
+    req.set_commit(form);
+    resp.Clear();
+    ASSERT_TRUE(stubs_.tuning->ListChangePoints(Ctx().get(), req, &resp).ok()) << form;
+    EXPECT_EQ(resp.change_points_size(), 1) << form;
+  }
   req.set_suite("other");
   resp.Clear();
   ASSERT_TRUE(stubs_.tuning->ListChangePoints(Ctx().get(), req, &resp).ok());

@@ -190,10 +190,11 @@ absl::Status TuningServiceImpl::AnswerListTrials(const v1::ListTrialsRequest& re
 
 absl::Status TuningServiceImpl::AnswerListRegressions(const v1::ListRegressionsRequest& req,
                                                 v1::ListRegressionsResponse* resp) {
-  if (auto s = ValidateCommit(req.commit()); !s.ok()) return s;
+  absl::StatusOr<std::string> commit = CommitFilterFromProto(req.commit(), "commit");
+  if (!commit.ok()) return commit.status();
   auto limit = ListLimitFromProto(req.limit(), 100, 1000);
   if (!limit.ok()) return limit.status();
-  auto regressions = core_->ListRegressions(req.commit(), *limit);
+  auto regressions = core_->ListRegressions(*commit, *limit);
   if (!regressions.ok()) return regressions.status();
   for (const Regression& r : *regressions) RegressionToProto(r, resp->add_regressions());
   return absl::OkStatus();

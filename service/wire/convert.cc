@@ -71,14 +71,6 @@ absl::Status ValidateText(std::string_view value, size_t max, std::string_view f
   return CheckLength(value, max, field);
 }
 
-absl::Status ValidateCommit(std::string_view commit) {
-  if (auto s = CheckLength(commit, kMaxKeyLength, "commit"); !s.ok()) return s;
-  for (char c : commit) {
-    if (c <= ' ' || c > '~') return InvalidField("commit", "has whitespace or a non-printable character");
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<int> ListLimitFromProto(int32_t limit, int default_limit, int max_limit, std::string_view field) {
   if (limit < 0 || limit > max_limit) {
     return InvalidField(field, Cat("must be in [1, ", max_limit, "] (0 = ", default_limit, ")"));

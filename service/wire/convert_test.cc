@@ -333,6 +333,14 @@ TEST(ServiceConvert, AuditSummaryRoundTrip) {
   EXPECT_EQ(back.SerializeAsString(), GoodAudit().SerializeAsString());
 }
 
+TEST(ServiceConvert, AnAuditsCommitIsReceivedInCanonicalForm) {
+  v1::AuditSummary full = GoodAudit();
+  full.set_commit("ABCDEF1234567890ABCDEF1234567890ABCDEF12");
+  auto a = AuditSummaryFromProto(full);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->commit, "abcdef123456");
+}
+
 TEST(ServiceConvert, AuditSummaryRejectsMalformedFields) {
   auto with = [](auto edit) {
     v1::AuditSummary a = GoodAudit();
@@ -353,6 +361,8 @@ TEST(ServiceConvert, AuditSummaryRejectsMalformedFields) {
   EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_configs_measured(0); }), kInvalid);
   EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_configs_failed(-1); }), kInvalid);
   EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_run_id(-3); }), kInvalid);
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_commit("abc1234"); }), kInvalid);  // abbreviated
+  EXPECT_EQ(with([](v1::AuditSummary& a) { a.set_commit("two words"); }), kInvalid);
   // The server fills these from the job.
   EXPECT_EQ(with([](v1::AuditSummary& a) {
               a.clear_device_class();

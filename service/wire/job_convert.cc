@@ -87,7 +87,8 @@ absl::StatusOr<Job> JobFromSubmitRequest(const v1::SubmitTuningJobRequest& req) 
     return InvalidField("problems", Cat("1..", kMaxJobProblems, " per job, got ", req.problems_size()));
   }
   if (auto s = ValidateDeviceClass(req.device_class()); !s.ok()) return s;
-  if (auto s = ValidateCommit(req.commit()); !s.ok()) return s;
+  absl::StatusOr<std::string> commit = CommitFromProto(req.commit(), "commit");
+  if (!commit.ok()) return commit.status();
   if (auto s = CheckJobOptions(req); !s.ok()) return s;
   Job job;
   std::set<std::string> seen;
@@ -104,7 +105,7 @@ absl::StatusOr<Job> JobFromSubmitRequest(const v1::SubmitTuningJobRequest& req) 
   job.spec_json = std::move(*spec);
   job.state = JobState::kQueued;
   job.device_class = req.device_class();
-  job.commit = req.commit();
+  job.commit = *std::move(commit);
   job.max_trials = req.max_trials();
   job.max_seconds = req.max_seconds();
   return job;
@@ -162,23 +163,22 @@ absl::StatusOr<ChangePointFilter> ChangePointFilterFromProto(const v1::ListChang
   if (!request.device_class().empty()) {
     if (auto s = ValidateDeviceClass(request.device_class()); !s.ok()) return s;
   }
-  if (!request.commit().empty()) {
-    if (auto s = ValidateCommit(request.commit()); !s.ok()) return s;
-  }
+  absl::StatusOr<std::string> commit = CommitFilterFromProto(request.commit(), "commit");
+  if (!commit.ok()) return commit.status();
   ChangePointFilter filter;
   filter.device_class = request.device_class();
   filter.suite = request.suite();
   filter.problem_key = request.problem_key();
   filter.config_key = request.config_key();
-  filter.commit = request.commit();
+  filter.commit = *std::move(commit);
   return filter;
 }
 
 absl::StatusOr<Regression> RegressionFromProto(const v1::Regression& proto, std::string_view field) {
-  if (auto s = ValidateCommit(proto.commit()); !s.ok()) return absl::InvalidArgumentError(Cat(field, ".", s.message()));
-  if (auto s = ValidateCommit(proto.baseline_commit()); !s.ok()) {
-    return absl::InvalidArgumentError(Cat(field, ".baseline_", s.message()));  // "commit: ..." of the baseline
-  }
+  absl::StatusOr<std::string> commit = CommitFromProto(proto.commit(), Cat(field, ".commit"));
+  if (!commit.ok()) return commit.status();
+  absl::StatusOr<std::string> baseline_commit = CommitFromProto(proto.baseline_commit(), Cat(field, ".baseline_commit"));
+  if (!baseline_commit.ok()) return baseline_commit.status();
   if (auto s = ValidateDeviceClass(proto.device_class()); !s.ok()) {
     return absl::InvalidArgumentError(Cat(field, ".", s.message()));
   }
@@ -187,8 +187,8 @@ absl::StatusOr<Regression> RegressionFromProto(const v1::Regression& proto, std:
     if (auto s = ValidateText(*value, kMaxKeyLength, Cat(field, ".", name)); !s.ok()) return s;
   }
   Regression r;
-  r.commit = proto.commit();
-  r.baseline_commit = proto.baseline_commit();
+  r.commit = *std::move(commit);
+  r.baseline_commit = *std::move(baseline_commit);
   r.device_class = proto.device_class();
   r.problem_key = proto.problem_key();
   r.config_key = proto.config_key();

@@ -45,6 +45,18 @@ TEST(WireJobs, SubmissionBecomesAQueuedJobWhoseSpecIsTheRequest) {
   EXPECT_EQ(JobKindOf(*job), v1::JOB_KIND_AUDIT);
 }
 
+TEST(WireJobs, ASubmittedCommitIsStoredInCanonicalFormAndAnAbbreviationIsRefused) {
+  v1::SubmitTuningJobRequest full = Submission();
+  full.set_commit("0DDB43A4D977C3B1E0F2A9D8C7B6A5F4E3D2C1B0");
+  auto job = JobFromSubmitRequest(full);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->commit, "0ddb43a4d977");
+  v1::SubmitTuningJobRequest abbreviated = Submission();
+  abbreviated.set_commit("0ddb43a");
+  EXPECT_EQ(JobFromSubmitRequest(abbreviated).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(JobFromSubmitRequest(abbreviated).status().message().rfind("commit: ", 0), 0u);
+}
+
 TEST(WireJobs, SubmissionRefusalsNameTheField) {
   v1::SubmitTuningJobRequest duplicate = Submission();
   *duplicate.add_problems() = SmallProblem(16);
@@ -108,7 +120,7 @@ v1::RegisterWorkerRequest Registration() {
 v1::Regression Verdict(const std::string& commit) {
   v1::Regression r;
   r.set_commit(commit);
-  r.set_baseline_commit("0123456789abcdef");
+  r.set_baseline_commit("0123456789ab");
   r.set_device_class("cpu/test/x86_64");
   r.set_problem_key("prefill/b1/hq2/hkv2/q16/k16/d64/causal0/fp32");
   r.set_config_key("fused/bm64/bs64/t1/fp32/st1");
@@ -128,7 +140,7 @@ TEST(WireRegressions, ReportedRowsReadBackAsSent) {
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 2u);
   EXPECT_EQ((*rows)[1].commit, "c2");
-  EXPECT_EQ((*rows)[0].baseline_commit, "0123456789abcdef");
+  EXPECT_EQ((*rows)[0].baseline_commit, "0123456789ab");
   EXPECT_EQ((*rows)[0].ratio, 1.07);
   EXPECT_EQ((*rows)[0].p_value, 0.001);
   EXPECT_EQ((*rows)[0].verdict, "regressed");
@@ -136,6 +148,16 @@ TEST(WireRegressions, ReportedRowsReadBackAsSent) {
   RegressionToProto((*rows)[0], &back);
   EXPECT_EQ(back.SerializeAsString(), req.regressions(0).SerializeAsString());
   EXPECT_TRUE(RegressionsFromReportRequest({})->empty());
+}
+
+TEST(WireRegressions, CommitsAreReceivedInCanonicalForm) {
+  v1::ReportRegressionsRequest req;
+  *req.add_regressions() = Verdict("0DDB43A4D977C3B1E0F2A9D8C7B6A5F4E3D2C1B0");
+  req.mutable_regressions(0)->set_baseline_commit("0ddb43a4d977c3b1");
+  auto rows = RegressionsFromReportRequest(req);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ((*rows)[0].commit, "0ddb43a4d977");
+  EXPECT_EQ((*rows)[0].baseline_commit, "0ddb43a4d977");
 }
 
 TEST(WireRegressions, EachBadRowIsRefusedNamingItsIndexAndField) {
@@ -147,6 +169,7 @@ TEST(WireRegressions, EachBadRowIsRefusedNamingItsIndexAndField) {
       {"commit", [](v1::Regression& r) { r.clear_commit(); }},
       {"baseline_commit", [](v1::Regression& r) { r.clear_baseline_commit(); }},
       {"baseline_commit", [](v1::Regression& r) { r.set_baseline_commit("has space"); }},
+      {"baseline_commit", [](v1::Regression& r) { r.set_baseline_commit("0123456"); }},  // abbreviated
       {"device_class", [](v1::Regression& r) { r.clear_device_class(); }},
       {"device_class", [](v1::Regression& r) { r.set_device_class("not-a-class"); }},
       {"problem_key", [](v1::Regression& r) { r.clear_problem_key(); }},

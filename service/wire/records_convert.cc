@@ -49,6 +49,22 @@ absl::Status CheckTrialMeasurements(const v1::Trial& proto) {
 
 }  // namespace
 
+absl::StatusOr<std::string> CommitFromProto(std::string_view commit, std::string_view field) {
+  if (commit.empty()) return std::string();
+  if (auto s = ValidateText(commit, kMaxKeyLength, field); !s.ok()) return s;
+  absl::StatusOr<std::string> canonical = CanonicalCommit(commit);
+  if (!canonical.ok()) return InvalidField(field, canonical.status().message());
+  return canonical;
+}
+
+absl::StatusOr<std::string> CommitFilterFromProto(std::string_view commit, std::string_view field) {
+  if (commit.empty()) return std::string();
+  if (auto s = ValidateText(commit, kMaxKeyLength, field); !s.ok()) return s;
+  absl::StatusOr<CommitName> named = ParseCommitName(commit);
+  if (!named.ok()) return InvalidField(field, named.status().message());
+  return std::move(named->text);
+}
+
 absl::StatusOr<TrialStage> TrialStageFromProto(v1::TrialStage stage) {
   switch (stage) {
     case v1::TRIAL_STAGE_SCREEN: return TrialStage::kScreen;
@@ -228,7 +244,8 @@ absl::StatusOr<AuditSummary> AuditSummaryFromProto(const v1::AuditSummary& proto
   if (proto.rounds() < 1) return InvalidField("audit.rounds", "must be >= 1");
   if (proto.configs_measured() < 1) return InvalidField("audit.configs_measured", "must be >= 1");
   if (proto.configs_failed() < 0) return InvalidField("audit.configs_failed", "must be >= 0");
-  if (auto s = ValidateText(proto.commit(), kMaxKeyLength, "audit.commit"); !s.ok()) return s;
+  absl::StatusOr<std::string> commit = CommitFromProto(proto.commit(), "audit.commit");
+  if (!commit.ok()) return commit.status();
   if (proto.created_unix_ms() < 0) return InvalidField("audit.created_unix_ms", "must be >= 0");
   AuditSummary a;
   a.audit_id = proto.audit_id();
@@ -245,7 +262,7 @@ absl::StatusOr<AuditSummary> AuditSummaryFromProto(const v1::AuditSummary& proto
   a.rounds = proto.rounds();
   a.configs_measured = proto.configs_measured();
   a.configs_failed = proto.configs_failed();
-  a.commit = proto.commit();
+  a.commit = *std::move(commit);
   a.created_unix_ms = proto.created_unix_ms();
   return a;
 }

@@ -59,15 +59,6 @@ TEST(WireBounds, ListLimitZeroMeansDefaultAndOutOfRangeNamesTheRange) {
   }
 }
 
-TEST(WireBounds, CommitsAreShortAndPrintableWithoutWhitespace) {
-  EXPECT_TRUE(ValidateCommit("").ok());
-  EXPECT_TRUE(ValidateCommit("b4569c9ff69e").ok());
-  EXPECT_EQ(ValidateCommit("two words").message(), "commit: has whitespace or a non-printable character");
-  EXPECT_FALSE(ValidateCommit("tab\there").ok());
-  EXPECT_FALSE(ValidateCommit(std::string(kMaxKeyLength + 1, 'a')).ok());
-  EXPECT_TRUE(ValidateCommit(std::string(kMaxKeyLength, 'a')).ok());
-}
-
 TEST(WireBounds, TextLongerThanItsBoundIsRefusedNamingTheField) {
   EXPECT_TRUE(ValidateText(std::string(10, 'x'), 10, "error").ok());
   EXPECT_EQ(ValidateText(std::string(11, 'x'), 10, "error").message(), "error: longer than 10 characters (11)");

@@ -55,6 +55,8 @@ TEST(Cli, BadFlagsAreUsageErrorsAndCreateNothing) {
       {"sweep", "--db", db, "--kind", "decode", "--cache-len", "128", "--new-tokens", "17"},
       {"sweep", "--db", db, "--kind", "decode", "--cache-lens", "64,-1"},
       {"sweep", "--db", db, "--preset", "decode", "--shared-prefix-pages", "2"},
+      {"sweep", "--db", db, "--seq", "128", "--commit", "two words"},
+      {"sweep", "--db", db, "--seq", "128", "--commit", "abcdef1"},  // an abbreviation of nothing stored
       {"best", "--db", db},
       {"best", "--db", db, "--seq", "128,256"},
       {"bench", "--seq", "64", "--config", "garbage"},
@@ -221,6 +223,28 @@ TEST(Cli, ReportAndBestReadAnotherUsersDirectory) {
     EXPECT_FALSE(owner.out.empty());
   }
   ::chmod(shared.c_str(), 0755);  // so that TempDir can remove it
+}
+
+TEST(Cli, ASweepsCommitIsStoredInCanonicalFormAndAnAbbreviationOfItResumes) {
+  TempDir dir;
+  const std::string db = dir.File("c.db");
+  const std::vector<std::string> sweep = {"sweep", "--db", db, "--seq", "48", "--heads", "2", "--head-dim", "32",
+                                          "--max-trials", "1", "--repeats", "3"};
+  std::vector<std::string> full = sweep;
+  full.insert(full.end(), {"--commit", "ABCDEF1234567890ABCDEF1234567890ABCDEF12"});
+  CommandResult first = Fusetune(full);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.out.find("commit abcdef123456,"), std::string::npos) << first.out;
+  std::vector<std::string> abbreviated = sweep;
+  abbreviated.insert(abbreviated.end(), {"--commit", "abcdef1"});
+  CommandResult second = Fusetune(abbreviated);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.out.find("commit abcdef123456,"), std::string::npos) << second.out;
+  std::vector<std::string> unknown = sweep;
+  unknown.insert(unknown.end(), {"--commit", "fedcba9"});
+  CommandResult third = Fusetune(unknown);
+  EXPECT_EQ(third.exit_code, 2) << third.out;
+  EXPECT_NE(third.err.find("give at least 12 hex digits"), std::string::npos) << third.err;
 }
 
 TEST(Cli, SweepThenReportJsonAndBest) {

@@ -35,7 +35,8 @@ CommandResult Fusetune(std::vector<std::string> args) {
   return RunCommand(args, 120);
 }
 
-std::string CommitOf(int i) { return absl::StrFormat("%08x%032d", 0xc0ffee00 + i, i); }
+// A commit as the store holds it: canonical, 12 hex digits.
+std::string CommitOf(int i) { return absl::StrFormat("%08x%04d", 0xc0ffee00 + i, i); }
 
 DeviceInfo TestDevice() {
   DeviceInfo d;
@@ -107,7 +108,7 @@ TEST(History, ReportsThePlantedStepsCommitAndWritesThePlot) {
   const std::string svg = dir.File("history.svg");
   CommandResult r = Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kCell, "--plot", svg});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
-  EXPECT_NE(r.out.find(CommitOf(kStepAt).substr(0, 12) + " "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(CommitOf(kStepAt) + " "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("<- slower +"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1 change point(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("commit " + CommitOf(kStepAt)), std::string::npos) << r.out;

@@ -4,6 +4,7 @@
 // kind of bad input exiting 2 with nothing written.
 #include <sqlite3.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -261,6 +262,67 @@ TEST(Regress, AnAARunNamedByShortCommitsCalibratesToo) {
   EXPECT_NE(second.out.find("floors include the A/A differences of 4 cell(s)"), std::string::npos) << second.out;
 }
 
+std::string Uppercase(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+TEST(Regress, AnAARunCalibratesLaterRunsWhateverFormTheCommitsAreWrittenIn) {
+  // The same commit, written as the build reports it, in upper case, and abbreviated: one
+  // commit, stored in one form, so each later run finds the calibration.
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string built = BuiltCommit();
+  if (built == "unknown") GTEST_SKIP() << "this build has no commit (built outside git)";
+  const std::string suite = WriteSuite(dir);
+  auto aa = [&](const std::string& baseline, const std::string& commit) {
+    return Fusetune({"regress", "--suite", suite, "--baseline", baseline, "--commit", commit, "--baseline-binary",
+                     FUSETUNE_BINARY, "--db", db});
+  };
+  CommandResult first = aa(Uppercase(built), Uppercase(built));
+  ASSERT_NE(first.exit_code, 2) << first.err;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency' AND commit_hash = '" + built +
+                          "' AND baseline_commit = '" + built + "'"),
+            4);
+  CommandResult second = aa(built.substr(0, 7), Uppercase(built.substr(0, 9)));
+  ASSERT_NE(second.exit_code, 2) << second.err;
+  EXPECT_NE(second.out.find("floors include the A/A differences of 4 cell(s) measured at " + built),
+            std::string::npos)
+      << second.out;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE commit_hash != '" + built + "' OR baseline_commit != '" +
+                          built + "'"),
+            0);
+}
+
+TEST(Regress, AnAbbreviationThatNamesNoCommitOfTheBuildIsRefused) {
+  TempDir dir;
+  const std::string built = BuiltCommit();
+  if (built == "unknown") GTEST_SKIP() << "this build has no commit (built outside git)";
+  const std::string other = built[0] == 'f' ? "0000000" : "fffffff";
+  CommandResult r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", other, "--commit", built,
+                              "--baseline-binary", FUSETUNE_BINARY, "--db", dir.File("f.db")});
+  EXPECT_EQ(r.exit_code, 2) << r.err << r.out;
+  EXPECT_NE(r.err.find("was built at commit " + built + ", not " + other), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("f.db")) &&
+               Count(dir.File("f.db"), "SELECT COUNT(*) FROM regressions") > 0);
+}
+
+TEST(Regress, AStoredBaselineIsFoundByAnyFormOfItsCommit) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  const std::string suite = WriteSuite(dir);
+  ASSERT_EQ(Fusetune({"bench", "--suite", suite, "--db", db}).exit_code, 0);
+  Execute(db, "UPDATE runs SET commit_hash = 'abcdef123456'");
+  const std::string commit = BuiltCommit();
+  // The full hash, in upper case, as a CI system might pass it.
+  CommandResult r = Fusetune({"regress", "--suite", suite, "--baseline", "ABCDEF1234567890ABCDEF1234567890ABCDEF12",
+                              "--commit", commit, "--db", db, "--rebuild-command", std::string("echo ") + FUSETUNE_BINARY});
+  EXPECT_NE(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.out.find("against abcdef123456"), std::string::npos) << r.out;
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE baseline_commit = 'abcdef123456'"),
+            Count(db, "SELECT COUNT(*) FROM regressions"));
+}
+
 TEST(Regress, AStoredBaselineIsComparedAndFlaggedCellsAreConfirmedWithARebuild) {
   TempDir dir;
   const std::string db = dir.File("f.db");
@@ -326,6 +388,18 @@ class RegressBadInput : public ::testing::Test {
 TEST_F(RegressBadInput, AnUnknownBaselineCommit) {
   ExpectRefused({"regress", "--suite", suite_, "--baseline", "0123456789ab", "--commit", commit_, "--db", db_},
                 "abcdef123456");  // the message lists the commits that exist
+}
+
+TEST_F(RegressBadInput, AnAbbreviationOfSeveralStoredCommits) {
+  ASSERT_EQ(Fusetune({"bench", "--suite", suite_, "--db", db_}).exit_code, 0);
+  Execute(db_, "UPDATE runs SET commit_hash = 'abcdef100000' WHERE commit_hash != 'abcdef123456'");
+  ExpectRefused({"regress", "--suite", suite_, "--baseline", "abcdef1", "--commit", commit_, "--db", db_},
+                "abcdef100000, abcdef123456");
+}
+
+TEST_F(RegressBadInput, AnAbbreviationOfNoKnownCommit) {
+  ExpectRefused({"regress", "--suite", suite_, "--baseline", "0123456", "--commit", commit_, "--db", db_},
+                "give at least 12 hex digits");
 }
 
 TEST_F(RegressBadInput, ACandidateBuiltAtAnotherCommit) {

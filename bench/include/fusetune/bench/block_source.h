@@ -33,7 +33,7 @@ namespace fusetune::bench {
 
 // Which build a source measures, on what.
 struct SourceInfo {
-  std::string commit;       // the build's commit ("unknown" when built outside git)
+  std::string commit;       // the build's commit, canonical (fusetune/records/commit.h); "unknown" outside git
   DeviceInfo device;        // device.DeviceClass() must match between compared sources
   std::string environment;  // toolkit, driver, compiler: free text
 };

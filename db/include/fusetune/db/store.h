@@ -201,6 +201,14 @@ class Store : public RecordSink {
   absl::StatusOr<RunInfo> FindUnfinishedRun(std::string_view commit, std::string_view device_class,
                                             std::string_view label);
 
+  // ---- commits (every column that names one: runs, best configs, regressions and their
+  // baselines, jobs, audits, change points)
+  // The distinct stored commits that start with `prefix` (compared as is: pass an
+  // abbreviation as ParseCommitName lowercases it), sorted, at most `limit` (in [1, 100000],
+  // else InvalidArgument, as for an empty prefix): what an abbreviation is resolved against
+  // (ResolveCommitName) where the database is what knows the commit.
+  absl::StatusOr<std::vector<std::string>> CommitsStartingWith(std::string_view prefix, int limit = 100);
+
   // ---- trials
   // Idempotent by trial_id. NotFound if the run does not exist. InvalidArgument (nothing
   // written) for empty keys, an unknown outcome or stage, a negative or non-finite wall time
@@ -276,13 +284,11 @@ class Store : public RecordSink {
                                                      int limit);
   // The suites that have bench cells, sorted by name; an empty list when none.
   absl::StatusOr<std::vector<std::string>> ListBenchSuites();
-  // The newest finished bench run of `suite` on `device_class` (empty = any) whose commit is
-  // `commit` or, for 7 or more hex digits, starts with it (an exact match wins over a
-  // prefix). InvalidArgument for an empty suite or commit, or a commit that matches no run
-  // exactly and is shorter than 7 characters or not hex. FailedPrecondition when the prefix
-  // matches runs of two or more different commits (the message lists them). NotFound when
-  // none matches: the message names the suite, device class and commit and lists up to 5
-  // commits that the suite has runs of (or the device classes it has runs on).
+  // The newest finished bench run of `suite` on `device_class` (empty = any) at `commit`,
+  // compared by equality: a canonical commit name (fusetune/records/commit.h), abbreviations
+  // resolved by the caller (CommitsStartingWith). InvalidArgument for an empty suite or
+  // commit. NotFound when none matches: the message names the suite, device class and commit
+  // and lists up to 5 commits that the suite has runs of (or the device classes it has runs on).
   absl::StatusOr<RunInfo> FindBenchRun(std::string_view suite, std::string_view device_class,
                                        std::string_view commit);
 

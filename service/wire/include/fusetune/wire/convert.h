@@ -53,10 +53,6 @@ absl::Status ValidateId(std::string_view id, std::string_view field);
 // OK when `value` has at most `max` characters; InvalidArgument naming `field` otherwise.
 absl::Status ValidateText(std::string_view value, size_t max, std::string_view field);
 
-// OK when `commit` (a hex digest or a short name; may be empty) has at most kMaxKeyLength
-// characters and no whitespace or control bytes.
-absl::Status ValidateCommit(std::string_view commit);
-
 // The row limit of a List* request: 0 means `default_limit`; otherwise it must lie in
 // [1, max_limit] (InvalidArgument naming `field` and the range).
 absl::StatusOr<int> ListLimitFromProto(int32_t limit, int default_limit, int max_limit,

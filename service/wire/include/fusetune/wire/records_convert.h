@@ -28,12 +28,24 @@
 #include "fusetune/kernels/config.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/proto/fusetune.pb.h"
+#include "fusetune/records/commit.h"
 #include "fusetune/records/run.h"
 #include "fusetune/records/trial.h"
 #include "fusetune/wire/convert.h"
 #include "fusetune/wire/provenance.h"
 
 namespace fusetune {
+
+// ---- commits (fusetune/records/commit.h)
+// A commit a peer sends to be stored, in canonical form: at most kMaxKeyLength characters, a
+// hash or a label ("" stays "": callers that need one say so). InvalidArgument
+// "<field>: ..." otherwise, for an abbreviation too: a peer resolves its abbreviations before
+// it sends a commit to be stored.
+absl::StatusOr<std::string> CommitFromProto(std::string_view commit, std::string_view field);
+// The commit filter of a List* request: "" (every commit), a hash or label in canonical form,
+// or an abbreviation lowercased (the server resolves it against its stored commits). At most
+// kMaxKeyLength characters; InvalidArgument "<field>: ..." otherwise.
+absl::StatusOr<std::string> CommitFilterFromProto(std::string_view commit, std::string_view field);
 
 // ---- trials and audits
 // Trial stage: the three known stages; any other enum value is InvalidArgument.
@@ -62,8 +74,9 @@ void TrialToProto(const Trial& trial, v1::Trial* proto);
 
 // AuditSummary: problem key set, both config keys parse, times finite and >= 0, regret and
 // its interval finite, > -1 and regret_low <= regret <= regret_high, rounds >= 1,
-// configs_measured >= 1, configs_failed >= 0, strings within bounds. device_class (valid
-// when set), run_id and commit may be empty/0: the server fills them from the audit's job.
+// configs_measured >= 1, configs_failed >= 0, strings within bounds, the commit as
+// CommitFromProto. device_class (valid when set), run_id and commit may be empty/0: the
+// server fills them from the audit's job.
 absl::StatusOr<AuditSummary> AuditSummaryFromProto(const v1::AuditSummary& proto);
 void AuditSummaryToProto(const AuditSummary& audit, v1::AuditSummary* proto);
 
@@ -81,7 +94,8 @@ v1::JobKind JobKindOf(const Job& job);
 void JobToProto(const Job& job, v1::Job* proto);
 
 // The queued job a SubmitTuningJobRequest asks for: 1..kMaxJobProblems problems (each
-// JobProblemFromProto, no two with the same key), a valid device class and commit,
+// JobProblemFromProto, no two with the same key), a valid device class, a commit as
+// CommitFromProto (stored in canonical form),
 // max_trials in [0, 1000000], max_seconds finite in [0, 7 days], at most 3 known variants
 // and 4 known precisions, kind tune or audit. The job's spec_json is the request itself as
 // JSON (Internal if it cannot be encoded); created_unix_ms is left 0 for the caller.
@@ -104,13 +118,14 @@ void JobLeaseToProto(const JobLease& lease, v1::LeaseJobResponse* proto);  // se
 void RegressionToProto(const Regression& regression, v1::Regression* proto);
 void ChangePointToProto(const ChangePointRow& change_point, v1::ChangePoint* proto);
 // The store filter of a ListChangePointsRequest: InvalidArgument for a malformed device class
-// or commit (the limit is checked by the caller).
+// or commit (CommitFilterFromProto; the limit is checked by the caller).
 absl::StatusOr<ChangePointFilter> ChangePointFilterFromProto(const v1::ListChangePointsRequest& request);
 
 // One verdict as sent (`field` names it in messages, e.g. "regressions[3]"): the store's
 // rules (ValidateRegression: non-empty commits, device class, keys and metric, a verdict of
 // kRegressionVerdicts, a finite ratio >= 0, a p-value in [0, 1], a time >= 0), a valid
-// device class, commits as ValidateCommit, keys and metric within kMaxKeyLength.
+// device class, commits as CommitFromProto (stored in canonical form), keys and metric
+// within kMaxKeyLength.
 // InvalidArgument "<field>.<name>: ..." or "<field>: ..." otherwise.
 absl::StatusOr<Regression> RegressionFromProto(const v1::Regression& proto, std::string_view field);
 
