@@ -59,16 +59,18 @@ struct Side {
 };
 
 // Measures the cells of `which` on `sides`, interleaved, until each verified side of a cell
-// has `target` blocks: problem by problem, every round a fresh random order of (cell, side).
-// Cells not yet verified on a side are verified first.
+// has `target` blocks: every round a fresh random order of (cell, side) of one problem; problem
+// by problem, or with `rounds_across_problems` one round of every problem before the next
+// (Suite::rounds_across_problems says why). Cells not yet verified on a side are verified first.
 class Interleaver {
  public:
   // `stored_baseline`: the cells' baseline sides hold a stored measurement (not a side here).
   Interleaver(std::vector<Side> sides, std::vector<CellComparison>& cells, const CompareOptions& options,
-              int* blocks_measured, bool stored_baseline = false)
+              bool rounds_across_problems, int* blocks_measured, bool stored_baseline = false)
       : sides_(std::move(sides)),
         cells_(cells),
         options_(options),
+        rounds_across_problems_(rounds_across_problems),
         blocks_measured_(blocks_measured),
         stored_baseline_(stored_baseline) {}
 
@@ -79,9 +81,28 @@ class Interleaver {
     if (absl::Status s = AskCanRun(which); !s.ok()) return s;
     if (absl::Status s = CheckRunnable(which); !s.ok()) return s;
     planned_ += PlannedBlocks(which, target);
-    for (const std::vector<size_t>& group : GroupByProblem(suite_cells, which)) {
+    const std::vector<std::vector<size_t>> groups = GroupByProblem(suite_cells, which);
+    if (!rounds_across_problems_) {
+      for (const std::vector<size_t>& group : groups) {
+        if (absl::Status s = VerifyGroup(group); !s.ok()) return s;
+        for (;;) {
+          absl::StatusOr<bool> measured = Round(group, target);
+          if (!measured.ok()) return measured.status();
+          if (!*measured) break;
+        }
+      }
+      return absl::OkStatus();
+    }
+    for (const std::vector<size_t>& group : groups) {
       if (absl::Status s = VerifyGroup(group); !s.ok()) return s;
-      if (absl::Status s = RoundsOf(group, target); !s.ok()) return s;
+    }
+    for (bool any = true; any;) {
+      any = false;
+      for (const std::vector<size_t>& group : groups) {
+        absl::StatusOr<bool> measured = Round(group, target);
+        if (!measured.ok()) return measured.status();
+        any = any || *measured;
+      }
     }
     return absl::OkStatus();
   }
@@ -155,35 +176,37 @@ class Interleaver {
     return absl::OkStatus();
   }
 
-  absl::Status RoundsOf(const std::vector<size_t>& group, int target) {
-    for (;;) {
-      std::vector<std::pair<size_t, size_t>> round;  // (cell, side index)
-      for (size_t i : group) {
-        if (!Measurable(i)) continue;
-        for (size_t s = 0; s < sides_.size(); ++s) {
-          if (static_cast<int>(sides_[s].Of(cells_[i]).blocks.size()) < target) round.push_back({i, s});
-        }
-      }
-      if (round.empty()) return absl::OkStatus();
-      std::mt19937_64 rng(options_.order_seed * 0x9E3779B97F4A7C15ull + ++rounds_);
-      std::shuffle(round.begin(), round.end(), rng);
-      for (auto [i, s] : round) {
-        if (absl::Status c = CheckCancel(options_); !c.ok()) return c;
-        const Side& side = sides_[s];
-        absl::StatusOr<SampleBlock> block =
-            side.source->MeasureBlock(cells_[i].cell.problem, side.ConfigOf(cells_[i].cell));
-        if (!block.ok()) return block.status();
-        side.Of(cells_[i]).blocks.push_back(*block);
-        ++*blocks_measured_;
-        ++done_;
-        if (options_.progress) options_.progress(done_, planned_);
+  // One round of a problem's cells: a block of every (cell, side) still short of `target`, in
+  // a fresh random order. False when none was.
+  absl::StatusOr<bool> Round(const std::vector<size_t>& group, int target) {
+    std::vector<std::pair<size_t, size_t>> round;  // (cell, side index)
+    for (size_t i : group) {
+      if (!Measurable(i)) continue;
+      for (size_t s = 0; s < sides_.size(); ++s) {
+        if (static_cast<int>(sides_[s].Of(cells_[i]).blocks.size()) < target) round.push_back({i, s});
       }
     }
+    if (round.empty()) return false;
+    std::mt19937_64 rng(options_.order_seed * 0x9E3779B97F4A7C15ull + ++rounds_);
+    std::shuffle(round.begin(), round.end(), rng);
+    for (auto [i, s] : round) {
+      if (absl::Status c = CheckCancel(options_); !c.ok()) return c;
+      const Side& side = sides_[s];
+      absl::StatusOr<SampleBlock> block =
+          side.source->MeasureBlock(cells_[i].cell.problem, side.ConfigOf(cells_[i].cell));
+      if (!block.ok()) return block.status();
+      side.Of(cells_[i]).blocks.push_back(*block);
+      ++*blocks_measured_;
+      ++done_;
+      if (options_.progress) options_.progress(done_, planned_);
+    }
+    return true;
   }
 
   std::vector<Side> sides_;
   std::vector<CellComparison>& cells_;
   const CompareOptions& options_;
+  bool rounds_across_problems_;
   int* blocks_measured_;
   bool stored_baseline_;
   std::set<std::pair<size_t, bool>> verified_;
@@ -239,7 +262,7 @@ regress::CellInput InputOf(const CellComparison& c, const CompareOptions& option
   in.aa_noise = noise.ok() ? *noise : 0;
   if (options.known_aa_noise) {
     const double known = options.known_aa_noise(c.cell);
-    if (std::isfinite(known) && known > in.aa_noise) in.aa_noise = known;
+    if (std::isfinite(known) && known > 0) in.calibrated_noise = known;
   }
   const double base_error = c.baseline.check.max_rel_error;
   const double cand_error = c.candidate.check.max_rel_error;
@@ -359,6 +382,13 @@ bool Comparison::AnyFailed() const {
   return false;
 }
 
+bool Comparison::AnyAccuracyFailed() const {
+  for (const CellComparison& c : cells) {
+    if (c.verdict.accuracy.failed || c.verdict.accuracy.grew) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource& candidate, const Suite& suite,
                                               const CompareOptions& options) {
   if (absl::Status s = CheckOptions(suite, options); !s.ok()) return s;
@@ -373,7 +403,8 @@ absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource
   if (absl::Status s = CheckDevices(out.baseline, out.candidate, suite); !s.ok()) return s;
   for (const SuiteCell& cell : suite.cells) out.cells.push_back(CellComparison{cell, {}, {}, {}});
 
-  Interleaver interleaver({{&baseline, true}, {&candidate, false}}, out.cells, options, &out.blocks_measured);
+  Interleaver interleaver({{&baseline, true}, {&candidate, false}}, out.cells, options, suite.rounds_across_problems,
+                          &out.blocks_measured);
   if (absl::Status s = MeasureUntilDecided(interleaver, suite, options, options.verdict, out); !s.ok()) return s;
   return out;
 }
@@ -409,7 +440,8 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
 
   regress::VerdictOptions verdict = options.verdict;
   verdict.min_floor = std::max(verdict.min_floor, options.stored_min_floor);
-  Interleaver measurer({{&candidate, false}}, out.cells, options, &out.blocks_measured, /*stored_baseline=*/true);
+  Interleaver measurer({{&candidate, false}}, out.cells, options, suite.rounds_across_problems, &out.blocks_measured,
+                       /*stored_baseline=*/true);
   if (absl::Status s = MeasureUntilDecided(measurer, suite, options, verdict, out); !s.ok()) return s;
   return out;
 }
@@ -426,7 +458,7 @@ absl::StatusOr<std::vector<MeasuredCell>> MeasureSuite(BlockSource& source, cons
   std::vector<CellComparison> cells;
   for (const SuiteCell& cell : suite.cells) cells.push_back(CellComparison{cell, {}, {}, {}});
   int blocks_measured = 0;
-  Interleaver measurer({{&source, false}}, cells, options, &blocks_measured);
+  Interleaver measurer({{&source, false}}, cells, options, suite.rounds_across_problems, &blocks_measured);
   if (absl::Status s = measurer.Measure(AllCells(cells.size()), FirstPassBlocks(suite, options)); !s.ok()) return s;
   std::vector<MeasuredCell> out;
   for (CellComparison& c : cells) out.push_back({std::move(c.cell), std::move(c.candidate)});

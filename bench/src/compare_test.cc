@@ -146,6 +146,40 @@ TEST(CompareInterleavedTest, AProblemsCellsAreVerifiedOnBothSidesBeforeItsBlocks
   }
 }
 
+TEST(CompareInterleavedTest, RoundsAcrossProblemsMeasureEveryProblemEachRound) {
+  // Each source then holds a problem's inputs for one round at a time: a fresh preparation
+  // (and fresh buffers) every round.
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  Suite suite = TwoProblemSuite();
+  suite.rounds_across_problems = true;
+  const std::string first_problem = suite.cells[0].problem.Key();
+  ASSERT_TRUE(CompareInterleaved(base, cand, suite).ok());
+  for (ScriptedSource* s : {&base, &cand}) {
+    // Every cell verified first, then per round two blocks of each problem in turn.
+    ASSERT_EQ(s->log.size(), 4u + 4u * 10);
+    for (size_t k = 0; k < 4; ++k) EXPECT_EQ(s->log[k].rfind("verify", 0), 0u) << s->log[k];
+    for (size_t k = 4; k < s->log.size(); ++k) {
+      const bool first = s->log[k].find(first_problem + " ") != std::string::npos;
+      EXPECT_EQ(first, (k - 4) / 2 % 2 == 0) << k << ": " << s->log[k];
+    }
+  }
+}
+
+TEST(CompareInterleavedTest, ACellTooNoisyToResolveIsUnknownWithTheReason) {
+  // Blocks spread 15 %: even at the block cap the floor is wider than a "same" may hide.
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  base.sigma = cand.sigma = 0.15;
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, TwoProblemSuite());
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const CellComparison& cell : c->cells) {
+    EXPECT_EQ(cell.verdict.verdict, regress::Verdict::kUnknown) << cell.verdict.why;
+    EXPECT_GT(cell.verdict.floor, regress::VerdictOptions{}.max_floor);
+    EXPECT_EQ(cell.candidate.blocks.size(), 40u);
+    EXPECT_NE(cell.verdict.why.find("cannot resolve"), std::string::npos) << cell.verdict.why;
+  }
+  EXPECT_FALSE(c->AnyFailed());
+}
+
 TEST(CompareInterleavedTest, UndecidedCellsAreMeasuredAgainUpToTheCap) {
   Suite suite = TwoProblemSuite();
   const std::string slow = NameOf(suite.cells[0]);

@@ -393,7 +393,8 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
   absl::StatusOr<Json> doc = ParseJson(json_text);
   if (!doc.ok()) return doc.status();
   if (!doc->is_object()) return absl::InvalidArgumentError("a suite must be a JSON object");
-  if (auto s = CheckKnownFields(*doc, {"name", "description", "device_class", "block", "blocks", "cells"}, "");
+  if (auto s = CheckKnownFields(
+          *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "cells"}, "");
       !s.ok()) {
     return s;
   }
@@ -417,6 +418,11 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
     absl::StatusOr<int> blocks = ReadIntIn(*blocks_value, "blocks", 3, 1000);
     if (!blocks.ok()) return blocks.status();
     suite.blocks = *blocks;
+  }
+  if (const Json* across = Find(*doc, "rounds_across_problems")) {
+    absl::StatusOr<bool> v = ReadBool(*across, "rounds_across_problems");
+    if (!v.ok()) return v.status();
+    suite.rounds_across_problems = *v;
   }
   if (auto s = ReadCells(*doc, suite); !s.ok()) return s;
   return suite;
@@ -443,6 +449,7 @@ std::string SuiteToJson(const Suite& suite) {
                    {"max_seconds", suite.block.max_seconds},
                    {"flush_l2", suite.block.flush_l2}};
   head["blocks"] = suite.blocks;
+  if (suite.rounds_across_problems) head["rounds_across_problems"] = true;
   // One cell a line: a suite file reads and diffs cell by cell.
   std::string out = "{\n";
   for (auto it = head.begin(); it != head.end(); ++it) {

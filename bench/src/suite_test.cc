@@ -76,6 +76,7 @@ void ExpectSameSuite(const Suite& a, const Suite& b) {
   EXPECT_EQ(a.block.max_seconds, b.block.max_seconds);
   EXPECT_EQ(a.block.flush_l2, b.block.flush_l2);
   EXPECT_EQ(a.blocks, b.blocks);
+  EXPECT_EQ(a.rounds_across_problems, b.rounds_across_problems);
   ASSERT_EQ(a.cells.size(), b.cells.size());
   for (size_t i = 0; i < a.cells.size(); ++i) {
     // ProblemToJson holds every field, so equal texts are equal problems.
@@ -169,6 +170,7 @@ TEST(Suite, LeftOutFieldsTakeTheDefaults) {
   EXPECT_EQ(suite->block.max_seconds, defaults.block.max_seconds);
   EXPECT_EQ(suite->block.flush_l2, defaults.block.flush_l2);
   EXPECT_EQ(suite->blocks, defaults.blocks);
+  EXPECT_FALSE(suite->rounds_across_problems);
   ASSERT_EQ(suite->cells.size(), 1u);
   EXPECT_EQ(suite->cells[0].role, "best");
   EXPECT_FALSE(suite->cells[0].baseline_config.has_value());
@@ -341,6 +343,16 @@ TEST(Suite, BlocksOutsideThreeToAThousandAreInvalid) {
     ASSERT_TRUE(suite.ok()) << suite.status();
     EXPECT_EQ(suite->blocks, blocks);
   }
+}
+
+TEST(Suite, RoundsAcrossProblemsIsABooleanThatRoundTrips) {
+  absl::StatusOr<Suite> suite = ParseSuite(OneCellSuite(SeedCell(), R"("rounds_across_problems": true, )"));
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  EXPECT_TRUE(suite->rounds_across_problems);
+  EXPECT_THAT(SuiteToJson(*suite), HasSubstr("\"rounds_across_problems\": true"));
+  ExpectSameSuite(RoundTrip(*suite), *suite);
+  ExpectInvalid(OneCellSuite(SeedCell(), R"("rounds_across_problems": 1, )"),
+                "rounds_across_problems: must be true or false");
 }
 
 TEST(Suite, NoCellsIsInvalid) {

@@ -146,8 +146,8 @@ std::string WriteMarkdownReport(std::string_view title, const std::vector<CellVe
   absl::StrAppend(&out, verdicts.size(), " cells: ", counts[0], " regressed, ", counts[1],
                   " improved, ", counts[2], " same, ", counts[3], " unknown; ", accuracy,
                   " with an accuracy finding.\n\n");
-  out += "| verdict | problem | config | ratio | CI | p (slower, adjusted) | accuracy |\n";
-  out += "|---|---|---|---|---|---|---|\n";
+  out += "| verdict | problem | config | ratio | CI | floor | p (slower, adjusted) | accuracy |\n";
+  out += "|---|---|---|---|---|---|---|---|\n";
   for (const CellVerdict* v : sorted) {
     std::string accuracy_text = "—";
     if (v->accuracy.failed) {
@@ -163,8 +163,18 @@ std::string WriteMarkdownReport(std::string_view title, const std::vector<CellVe
         " | ",
         absl::StrFormat("[%.4f, %.4f] (%.0f %%)", v->ratio.lower, v->ratio.upper,
                         100 * v->ratio.confidence),
-        " | ", absl::StrFormat("%.3g", v->p_slower_adjusted), " | ", accuracy_text, " |\n");
+        " | ", absl::StrFormat("%.2f %%", 100 * v->floor), " | ", absl::StrFormat("%.3g", v->p_slower_adjusted),
+        " | ", accuracy_text, " |\n");
   }
+  // An unknown cell is only useful with its reason (more blocks would help, or the host cannot
+  // resolve the cell at all).
+  std::string unknown;
+  for (const CellVerdict* v : sorted) {
+    if (v->verdict != Verdict::kUnknown) continue;
+    absl::StrAppend(&unknown, "- ", MarkdownCell(v->problem_key), " ", MarkdownCell(v->config_key), ": ",
+                    MarkdownCell(v->why), "\n");
+  }
+  if (!unknown.empty()) absl::StrAppend(&out, "\nWhy unknown:\n\n", unknown);
   return out;
 }
 

@@ -113,5 +113,22 @@ TEST(WriteMarkdownReport, SortsBySeverityThenRatio) {
   EXPECT_EQ(Count(md, "\n| "), 7u);
 }
 
+TEST(WriteMarkdownReport, ShowsEachFloorAndWhyEachUnknownCellIsUnknown) {
+  std::vector<CellVerdict> verdicts = Sample();
+  verdicts[0].floor = 0.015;
+  verdicts[2].floor = 0.25;
+  verdicts[2].why = "cannot resolve on this host: the floor 25.00% is wider than the 10.00% a \"same\" may hide";
+  const std::string md = WriteMarkdownReport("Regressions", verdicts);
+  EXPECT_NE(md.find("| 1.50 % |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 25.00 % |"), std::string::npos) << md;
+  const size_t why = md.find("Why unknown:");
+  ASSERT_NE(why, std::string::npos) << md;
+  EXPECT_NE(md.find("- p/&lt;odd&gt;&\"name' c3: cannot resolve on this host", why), std::string::npos) << md;
+  // Only unknown cells get a reason below the table.
+  EXPECT_EQ(md.find("why &lt;&&gt;", why), std::string::npos) << md;
+  verdicts[2].verdict = Verdict::kSame;
+  EXPECT_EQ(WriteMarkdownReport("Regressions", verdicts).find("Why unknown:"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fusetune::regress

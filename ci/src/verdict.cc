@@ -23,6 +23,10 @@ absl::Status ValidateOptions(const VerdictOptions& o) {
       !(o.noise_multiplier >= 0 && std::isfinite(o.noise_multiplier))) {
     return absl::InvalidArgumentError("min_floor and noise_multiplier must be finite and >= 0");
   }
+  if (!(o.max_floor >= o.min_floor && std::isfinite(o.max_floor))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_floor ", o.max_floor, " must be finite and >= min_floor ", o.min_floor));
+  }
   if (o.max_blocks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_blocks ", o.max_blocks, " < 1"));
   }
@@ -37,9 +41,10 @@ absl::Status ValidateCell(const CellInput& cell) {
   if (absl::Status s = ValidateSample(cell.candidate, "candidate"); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
   }
-  if (!(cell.aa_noise >= 0 && std::isfinite(cell.aa_noise))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": aa_noise ", cell.aa_noise, " must be finite and >= 0"));
+  if (!(cell.aa_noise >= 0 && std::isfinite(cell.aa_noise)) ||
+      !(cell.calibrated_noise >= 0 && std::isfinite(cell.calibrated_noise))) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": aa_noise ", cell.aa_noise, " and calibrated_noise ",
+                                                   cell.calibrated_noise, " must be finite and >= 0"));
   }
   if (cell.accuracy) {
     const AccuracyInput& a = *cell.accuracy;
@@ -80,6 +85,27 @@ absl::StatusOr<std::vector<double>> Adjust(const std::vector<double>& p, Correct
   return absl::InvalidArgumentError("unknown correction");
 }
 
+// What set the cell's floor, for the reasons of verdicts: "the minimum 1.50%", "3 x the
+// blocks' A/A noise 2.10%" or "3 x the calibrated between-process noise 4.00%".
+std::string FloorSource(const CellInput& cell, const VerdictOptions& options) {
+  const double noise = std::max(cell.aa_noise, cell.calibrated_noise);
+  if (options.noise_multiplier * noise <= options.min_floor) {
+    return absl::StrFormat("the minimum %.2f%%", 100 * options.min_floor);
+  }
+  return absl::StrFormat("%g x the %s %.2f%%", options.noise_multiplier,
+                         cell.calibrated_noise >= cell.aa_noise ? "calibrated between-process noise"
+                                                                : "blocks' A/A noise",
+                         100 * noise);
+}
+
+// Marks `v` unknown and, below the block cap when `more_blocks_help`, asks for more blocks.
+void Undecided(const VerdictOptions& options, bool more_blocks_help, CellVerdict& v) {
+  v.verdict = Verdict::kUnknown;
+  const int blocks = std::max(v.baseline_blocks, v.candidate_blocks);
+  v.remeasure = more_blocks_help && blocks < options.max_blocks;
+  v.suggested_blocks = v.remeasure ? std::min(options.max_blocks, 2 * blocks) : blocks;
+}
+
 // Applies the rule of verdict.h to a cell whose statistics and adjusted p-values are filled.
 void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v) {
   const double hi = 1 + v.floor, lo = 1 / (1 + v.floor);
@@ -95,16 +121,21 @@ void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v
   } else if (v.p_faster_adjusted < options.alpha && r < lo) {
     v.verdict = Verdict::kImproved;
     v.why = absl::StrCat("faster beyond the floor: ", numbers);
+  } else if (v.floor > options.max_floor) {
+    // More blocks narrow only the blocks' part of the floor.
+    const bool more_blocks_help =
+        std::max(options.min_floor, options.noise_multiplier * cell.calibrated_noise) <= options.max_floor;
+    Undecided(options, more_blocks_help, v);
+    v.why = absl::StrFormat("cannot resolve%s: the floor %.2f%% (%s) is wider than the %.2f%% a \"same\" may hide: %s",
+                            v.remeasure ? ", measure more blocks" : " on this host", 100 * v.floor,
+                            FloorSource(cell, options), 100 * options.max_floor, numbers);
   } else if (v.ratio.lower >= lo && v.ratio.upper <= hi) {
     v.verdict = Verdict::kSame;
     v.why = absl::StrCat("interval inside the floor: ", numbers);
   } else {
-    v.verdict = Verdict::kUnknown;
-    const int blocks = std::max(v.baseline_blocks, v.candidate_blocks);
-    v.remeasure = blocks < options.max_blocks;
-    v.suggested_blocks = v.remeasure ? std::min(options.max_blocks, 2 * blocks) : blocks;
+    Undecided(options, /*more_blocks_help=*/true, v);
     v.why = absl::StrCat(v.remeasure ? "not decided, measure more blocks: "
-                                     : "not decided at the block cap: ",
+                                     : "not decided at the block cap (the interval reaches past the floor): ",
                          numbers);
   }
   if (v.accuracy.failed) {
@@ -154,6 +185,22 @@ absl::StatusOr<double> RatioNoise(const std::vector<double>& first,
   return sigma * std::sqrt(std::numbers::pi / 2) * std::sqrt(1 / n1 + 1 / n2);
 }
 
+double Floor(const CellInput& cell, const VerdictOptions& options) {
+  return std::max(options.min_floor, options.noise_multiplier * std::max(cell.aa_noise, cell.calibrated_noise));
+}
+
+absl::StatusOr<double> CalibratedNoise(const std::vector<double>& aa_ratios) {
+  if (aa_ratios.empty()) return absl::InvalidArgumentError("calibrated noise needs at least one A/A ratio");
+  double sum_of_squares = 0;
+  for (double r : aa_ratios) {
+    if (!(r > 0) || !std::isfinite(r)) {
+      return absl::InvalidArgumentError(absl::StrCat("A/A ratio ", r, " must be finite and > 0"));
+    }
+    sum_of_squares += std::log(r) * std::log(r);
+  }
+  return std::sqrt(sum_of_squares / static_cast<double>(aa_ratios.size()));
+}
+
 absl::StatusOr<std::vector<CellVerdict>> JudgeSuite(const std::vector<CellInput>& cells,
                                                     const VerdictOptions& options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
@@ -167,7 +214,7 @@ absl::StatusOr<std::vector<CellVerdict>> JudgeSuite(const std::vector<CellInput>
     v.config_key = cell.config_key;
     v.baseline_blocks = static_cast<int>(cell.baseline.size());
     v.candidate_blocks = static_cast<int>(cell.candidate.size());
-    v.floor = std::max(options.min_floor, options.noise_multiplier * cell.aa_noise);
+    v.floor = Floor(cell, options);
     absl::StatusOr<RankTestResult> slower = MannWhitneySlower(cell.baseline, cell.candidate);
     if (!slower.ok()) return slower.status();
     absl::StatusOr<RankTestResult> faster = MannWhitneySlower(cell.candidate, cell.baseline);

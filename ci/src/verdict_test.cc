@@ -76,6 +76,69 @@ TEST(JudgeCell, NoisyCellRaisesTheFloor) {
   EXPECT_NE(v->verdict, Verdict::kRegressed);
 }
 
+TEST(JudgeCell, TheCalibratedBetweenProcessNoiseRaisesTheFloor) {
+  // 3 % slower with tight blocks: a regression at the 1.5 % minimum, not when earlier A/A
+  // comparisons saw two processes of the build differ by 2 % (floor 6 %).
+  CellInput cell = Cell(100, 103);
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kRegressed) << v->why;
+  cell.calibrated_noise = 0.02;
+  v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_DOUBLE_EQ(v->floor, 0.06);
+  EXPECT_DOUBLE_EQ(Floor(cell, VerdictOptions{}), 0.06);
+  EXPECT_NE(v->verdict, Verdict::kRegressed) << v->why;
+}
+
+TEST(JudgeCell, AFloorWiderThanTheMaximumIsUnknownNotSame) {
+  // Identical medians, but blocks so noisy that the floor is 15 %: "same" would promise that no
+  // change up to 15 % happened. Unknown, with the reason, and more blocks asked for (they
+  // narrow the blocks' noise).
+  absl::StatusOr<CellVerdict> v = JudgeCell(Cell(100, 100.1, 0.05));
+  ASSERT_TRUE(v.ok());
+  EXPECT_DOUBLE_EQ(v->floor, 0.15);
+  EXPECT_EQ(v->verdict, Verdict::kUnknown) << v->why;
+  EXPECT_TRUE(v->remeasure);
+  EXPECT_NE(v->why.find("cannot resolve"), std::string::npos) << v->why;
+  EXPECT_NE(v->why.find("blocks' A/A noise"), std::string::npos) << v->why;
+  EXPECT_NE(v->why.find("wider than the 10.00%"), std::string::npos) << v->why;
+  // A wider maximum lets it be called the same.
+  VerdictOptions wide;
+  wide.max_floor = 0.2;
+  v = JudgeCell(Cell(100, 100.1, 0.05), wide);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kSame) << v->why;
+}
+
+TEST(JudgeCell, ACellTheHostCannotResolveIsUnknownWithoutMoreBlocks) {
+  // The calibrated between-process noise (5 %) makes the floor 15 %; more blocks cannot
+  // narrow it, so none are asked for.
+  CellInput cell = Cell(100, 100.1);
+  cell.calibrated_noise = 0.05;
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kUnknown) << v->why;
+  EXPECT_FALSE(v->remeasure);
+  EXPECT_NE(v->why.find("cannot resolve on this host"), std::string::npos) << v->why;
+  EXPECT_NE(v->why.find("calibrated between-process noise 5.00%"), std::string::npos) << v->why;
+  // A minimum above the maximum would leave no cell that can be the same: refused.
+  VerdictOptions inverted;
+  inverted.min_floor = 0.2;
+  EXPECT_EQ(JudgeCell(Cell(100, 100), inverted).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JudgeCell, AChangeLargerThanAWideFloorIsStillCalled) {
+  CellInput cell = Cell(100, 150);
+  cell.calibrated_noise = 0.05;  // floor 15 %
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kRegressed) << v->why;
+  v = JudgeCell(Cell(100, 60, 0.05));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kImproved) << v->why;
+}
+
 TEST(JudgeCell, UndecidedCellAsksForMoreBlocksUpToTheCap) {
   // Three blocks a side straddling the floor: neither significant nor inside it.
   CellInput cell = Cell(100, 102);
@@ -106,6 +169,9 @@ TEST(JudgeCell, RejectsBadInput) {
   cell.candidate[0] = 0;
   EXPECT_FALSE(JudgeCell(cell).ok());
   cell = Cell(100, 100, -0.01);
+  EXPECT_FALSE(JudgeCell(cell).ok());
+  cell = Cell(100, 100);
+  cell.calibrated_noise = std::numeric_limits<double>::infinity();
   EXPECT_FALSE(JudgeCell(cell).ok());
   VerdictOptions bad;
   bad.alpha = 0;
@@ -186,6 +252,23 @@ TEST(JudgeSuite, AdjustsAcrossCellsAndKeepsTheOrder) {
   // An invalid cell anywhere fails the whole suite.
   cells[3].baseline.clear();
   EXPECT_FALSE(JudgeSuite(cells).ok());
+}
+
+TEST(CalibratedNoise, IsTheRootMeanSquareOfTheLogRatios) {
+  // Differences of either sign count alike; one comparison is its own |log ratio|.
+  absl::StatusOr<double> noise = CalibratedNoise({1.02, 1 / 1.02});
+  ASSERT_TRUE(noise.ok());
+  EXPECT_NEAR(*noise, std::log(1.02), 1e-12);
+  noise = CalibratedNoise({0.97});
+  ASSERT_TRUE(noise.ok());
+  EXPECT_NEAR(*noise, -std::log(0.97), 1e-12);
+  // Every comparison, not only the newest: one large difference among four quiet ones.
+  noise = CalibratedNoise({1.0, 1.0, 1.0, 1.25});
+  ASSERT_TRUE(noise.ok());
+  EXPECT_NEAR(*noise, std::log(1.25) / 2, 1e-12);
+  EXPECT_FALSE(CalibratedNoise({}).ok());
+  EXPECT_FALSE(CalibratedNoise({1.0, 0.0}).ok());
+  EXPECT_FALSE(CalibratedNoise({std::numeric_limits<double>::quiet_NaN()}).ok());
 }
 
 TEST(RatioNoise, EstimatesTheSpreadOfTheRatio) {

@@ -1,6 +1,9 @@
 // fusetune regress: judge a candidate build against a baseline build on a bench suite, cell by
 // cell, and say so in the exit status (0 clean, 1 regression, 2 error), a JUnit file, a markdown
 // report, rows in the database's `regressions` table and, with --server, on a fusetune server.
+// A build against itself (the same commit on both sides, nothing planted) is an A/A
+// calibration: its rows give later runs' floors the cells' between-process noise, and its
+// timing verdicts do not gate.
 //
 // Both builds are measured interleaved when the baseline's binary is at hand (--baseline-binary,
 // or <builds-dir>/<commit>/bin/fusetune); otherwise the candidate is judged against the
@@ -9,6 +12,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -235,27 +239,42 @@ int ConfirmFlagged(const RegressFlags& f, const Baseline& baseline, const bench:
   return 0;
 }
 
-// Per cell, the newest A/A comparison of this device class in the database (latency rows whose
-// commit is their baseline): |log ratio|, the systematic difference of two processes of one
-// build (compare.h). Empty when the database holds none.
+// The A/A comparisons a cell's calibrated noise is taken over, newest first. Two processes of
+// one build differ by a different amount each time (sign and size, docs/perf.md), so one
+// comparison says little; ten follow the host as it changes.
+constexpr size_t kCalibrationsPerCell = 10;
+
+// Per cell, its between-process A/A noise (regress::CalibratedNoise) over the newest
+// kCalibrationsPerCell A/A comparisons of this device class in the database (latency rows whose
+// commit is their baseline). Empty when the database holds none.
 std::map<std::string, double> KnownAANoise(Store* store, const std::string& device_class, std::string* note) {
-  std::map<std::string, double> noise;
+  std::map<std::string, std::vector<double>> ratios;
   absl::StatusOr<std::vector<Regression>> rows =
       store == nullptr ? absl::StatusOr<std::vector<Regression>>(std::vector<Regression>{}) : store->ListRegressions({}, 100000);
   if (!rows.ok()) rows = std::vector<Regression>{};
   std::string commit;
-  for (const Regression& r : *rows) {  // newest first: the first row of a cell wins
+  for (const Regression& r : *rows) {  // newest first
     if (r.metric != kLatencyMetric || r.commit != r.baseline_commit || r.device_class != device_class || !(r.ratio > 0)) {
       continue;
     }
-    if (noise.emplace(r.problem_key + " " + r.config_key, std::abs(std::log(r.ratio))).second && commit.empty()) {
-      commit = r.commit;
-    }
+    std::vector<double>& cell = ratios[r.problem_key + " " + r.config_key];
+    if (cell.size() < kCalibrationsPerCell) cell.push_back(r.ratio);
+    if (commit.empty()) commit = r.commit;
+  }
+  std::map<std::string, double> noise;
+  size_t most = 0;
+  for (const auto& [cell, aa] : ratios) {
+    absl::StatusOr<double> calibrated = regress::CalibratedNoise(aa);
+    if (!calibrated.ok()) continue;
+    noise[cell] = *calibrated;
+    most = std::max(most, aa.size());
   }
   *note = noise.empty()
               ? "no A/A calibration for this device class in the database: floors come from the blocks alone "
-                "(regress a build against itself once, --baseline C --commit C --baseline-binary B, to measure it)"
-              : fmt::format("floors include the A/A differences of {} cell(s) measured at {}", noise.size(), commit);
+                "(regress a build against itself, --baseline C --commit C --baseline-binary B, to measure it)"
+              : fmt::format("floors include the between-process A/A noise of {} cell(s), from up to {} calibration(s) "
+                            "each (the newest at {})",
+                            noise.size(), most, commit);
   return noise;
 }
 
@@ -364,9 +383,17 @@ int RunRegress(const RegressFlags& f) {
   if (!comparison.ok()) return Error(std::string(comparison.status().message()));
   absl::Status written = WriteRegressOutputs(f, *suite, *comparison, notes, store);
   if (!written.ok()) return Error(std::string(written.message()));
-  if (comparison->AnyFailed()) return kExitRegressed;
+  // A calibration's timing verdicts measure two processes of one build: recorded, not gating.
+  const bool calibration = IsCalibration(f, *comparison);
+  if (calibration ? comparison->AnyAccuracyFailed() : comparison->AnyFailed()) return kExitRegressed;
   if (unconfirmed > 0) {
     return Error(fmt::format("{} cell(s) flagged against the stored baseline could not be confirmed (reported unknown)", unconfirmed));
+  }
+  const int unknown = comparison->CountVerdict(regress::Verdict::kUnknown);
+  if (f.fail_on_unknown && !calibration && unknown > 0) {
+    std::fprintf(stderr, "regress: %d cell(s) unknown and --fail-on-unknown was given (the report says why each is)\n",
+                 unknown);
+    return kExitRegressed;
   }
   return kExitClean;
 }
@@ -376,7 +403,9 @@ int RunRegress(const RegressFlags& f) {
 void AddRegressCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<RegressFlags>();
   CLI::App* regress = app.add_subcommand(
-      "regress", "Judge a candidate build against a baseline on a bench suite: exit 0 clean, 1 regression, 2 error.");
+      "regress",
+      "Judge a candidate build against a baseline on a bench suite: exit 0 clean (or an A/A calibration: the same "
+      "commit on both sides), 1 regression (or an unknown cell with --fail-on-unknown), 2 error.");
   regress->add_option("--suite", flags->suite, "the bench suite file (suites/README.md)")->required();
   regress->add_option("--baseline", flags->baseline,
                       "the baseline commit (12 or more hex digits, or 7 or more resolved against --baseline-binary's "
@@ -404,6 +433,9 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   regress->add_flag("--no-picks", flags->no_picks, "do not add cells for best configs re-tuned at the candidate commit");
+  regress->add_flag("--fail-on-unknown", flags->fail_on_unknown,
+                    "exit 1 when a cell is unknown (not resolved on this host), as for a regression; an A/A "
+                    "calibration never fails on it");
   AddPlantSlowdownOption(regress, &flags->plant_slowdowns);
   regress->add_option("--timing-cpu", flags->timing_cpu,
                       "the CPU both builds launch from during blocks (-1: unpinned; default: the last allowed CPU "

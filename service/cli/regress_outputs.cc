@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "fusetune/base/time.h"
 #include "fusetune/regress/junit.h"
+#include "fusetune/regress/stats.h"
 
 namespace fusetune::cli {
 namespace {
@@ -50,7 +51,40 @@ std::string Markdown(const bench::Suite& suite, const bench::Comparison& c, cons
   return text;
 }
 
+// What a calibration measured, for its reports: the spread of its timed cells' ratios and what
+// its verdicts were.
+std::string CalibrationNote(const bench::Comparison& c) {
+  std::vector<double> differences;
+  double largest = 0;
+  std::string largest_cell;
+  for (const bench::CellComparison& cell : c.cells) {
+    const regress::CellVerdict& v = cell.verdict;
+    if (v.baseline_blocks == 0 || v.candidate_blocks == 0 || !(v.ratio.pairwise_ratio > 0)) continue;
+    const double difference = std::abs(std::log(v.ratio.pairwise_ratio));
+    differences.push_back(difference);
+    if (difference >= largest) {
+      largest = difference;
+      largest_cell = cell.cell.Name();
+    }
+  }
+  std::string measured = "no cell was timed";
+  if (!differences.empty()) {
+    measured = fmt::format("two processes of the build differed by {:.2f} % (median |log ratio| of {} timed cells), "
+                           "at most {:.2f} % ({})",
+                           100 * regress::Median(differences), differences.size(), 100 * largest, largest_cell);
+  }
+  return fmt::format("A/A calibration of {} (the same build on both sides): {}; {} regressed, {} improved, {} "
+                     "unknown. Stored for later runs' floors; its timing verdicts do not gate (exit 0 unless "
+                     "accuracy fails)",
+                     c.candidate.commit, measured, c.CountVerdict(regress::Verdict::kRegressed),
+                     c.CountVerdict(regress::Verdict::kImproved), c.CountVerdict(regress::Verdict::kUnknown));
+}
+
 }  // namespace
+
+bool IsCalibration(const RegressFlags& flags, const bench::Comparison& comparison) {
+  return flags.plant_slowdowns.empty() && comparison.candidate.commit == comparison.baseline.commit;
+}
 
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
   namespace fs = std::filesystem;
@@ -131,23 +165,27 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const bench::Suite& suit
   std::vector<regress::CellVerdict> verdicts;
   for (const bench::CellComparison& cell : comparison.cells) verdicts.push_back(cell.verdict);
   std::vector<std::string> all_notes = notes;
+  const bool calibration = IsCalibration(f, comparison);
   if (!planted.empty()) {
     all_notes.insert(all_notes.begin(),
                      fmt::format("planted slowdowns on the candidate (a check of the method, not a measurement of the "
                                  "build): {}",
                                  planted));
+  } else if (calibration) {
+    all_notes.insert(all_notes.begin(), CalibrationNote(comparison));
   }
   const std::string markdown = Markdown(suite, comparison, all_notes);
   std::printf("%s", markdown.c_str());
   if (planted.empty()) {
-    std::printf("\nstored: bench run %lld and %zu verdict rows in %s\n", static_cast<long long>(run_id), rows.size(),
-                f.db.c_str());
+    std::printf("\nstored: bench run %lld and %zu verdict rows%s in %s\n", static_cast<long long>(run_id), rows.size(),
+                calibration ? " (an A/A calibration)" : "", f.db.c_str());
   } else {
     std::printf("\nstored: %zu planted_latency verdict rows in %s (no bench run: planted)\n", rows.size(), f.db.c_str());
   }
   if (!f.junit.empty()) {
     std::vector<regress::SuiteProperty> properties;
     if (!planted.empty()) properties.push_back({"planted_slowdowns", planted});
+    if (calibration) properties.push_back({"calibration", comparison.candidate.commit});
     if (absl::Status s = WriteFile(f.junit, regress::WriteJUnitXml(fmt::format("fusetune-regress-{}", suite.name),
                                                                    verdicts, properties));
         !s.ok()) {

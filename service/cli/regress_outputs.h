@@ -37,6 +37,7 @@ struct RegressFlags {
   int blocks = 0;
   double stored_floor = 0.03;
   bool no_picks = false;
+  bool fail_on_unknown = false;  // an unknown cell fails the run (not a calibration's)
   std::vector<std::string> plant_slowdowns;  // the candidate side's
   int timing_cpu = kAutoTimingCpu;
 #ifdef FUSETUNE_WITH_SERVICE
@@ -54,6 +55,11 @@ void AddRegressServerOptions(CLI::App* command, RegressFlags* flags);
 // flag otherwise. Called before anything is measured or stored, so bad output paths cost nothing.
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path);
 
+// Whether `comparison` is an A/A calibration: the same commit on both sides and nothing planted.
+// Its verdicts measure two processes of one build: they are reported and stored (later runs'
+// floors read its latency rows), and its timing verdicts do not gate.
+bool IsCalibration(const RegressFlags& flags, const bench::Comparison& comparison);
+
 // The rows of `comparison` for the `regressions` table: per cell a "latency" row (a pick cell:
 // "latency_vs_previous_pick"; with planted slowdowns "planted_latency", so that a method check
 // is never read as a calibration) with the Hodges–Lehmann ratio and the adjusted p-value of the
@@ -65,7 +71,8 @@ std::vector<Regression> RegressionRows(const bench::Comparison& comparison, bool
 inline constexpr char kLatencyMetric[] = "latency";
 
 // Stores the candidate's measurement as a bench run and the verdict rows (creating the database
-// when `store` is null), writes the reports, prints the markdown, uploads with --server. The
+// when `store` is null), writes the reports, prints the markdown, uploads with --server. A
+// calibration's reports say so, with what it measured (a JUnit property "calibration"). The
 // first failure is returned; what was written before it stays.
 absl::Status WriteRegressOutputs(const RegressFlags& flags, const bench::Suite& suite,
                                  const bench::Comparison& comparison, const std::vector<std::string>& notes,

@@ -2,10 +2,11 @@
 // candidate, then the regression verdicts of fusetune/regress/verdict.h.
 //
 // Interleaved (both builds at hand, CompareInterleaved): cells are taken problem by problem
-// (each source prepares a problem's inputs once); both sources verify every cell of the problem,
-// then each round measures one block of every (cell, side) of the problem in a fresh random
-// order (seeded by the options and the round), so both builds see the same device state, L2
-// state and inputs. After the first pass (`blocks` rounds) the suite is judged; cells judged
+// (each source prepares a problem's inputs once; with Suite::rounds_across_problems, one round
+// of every problem before the next round, and inputs prepared afresh each round); both sources
+// verify every cell of the problem, then each round measures one block of every (cell, side) of
+// the problem in a fresh random order (seeded by the options and the round), so both builds see
+// the same device state, L2 state and inputs. After the first pass (`blocks` rounds) the suite is judged; cells judged
 // unknown are measured again, interleaved, up to the block count the verdict suggests (10 -> 20
 // -> 40), and the suite is judged again.
 //
@@ -15,11 +16,12 @@
 // both builds interleaved (the caller rebuilds the baseline and calls CompareInterleaved on the
 // flagged cells).
 //
-// A cell's A/A noise (the floor's input) is the larger of two estimates: RatioNoise of the
+// A cell's floor (regress::Floor) takes the larger of two noise estimates: RatioNoise of the
 // comparison's own baseline and candidate block sets (shift-invariant, so a real slowdown does
-// not widen its own floor), and CompareOptions::known_aa_noise, the cell's measured A/A
-// difference: two processes of one build can differ systematically (on an H200, 1.5-2 % on
-// 12 us kernels), which no spread of blocks shows.
+// not widen its own floor), and CompareOptions::known_aa_noise, the cell's between-process
+// noise from earlier A/A comparisons (regress::CalibratedNoise): two processes of one build can
+// differ systematically (on an H200, 1.5-2 % on 12 us kernels; on a loaded 2-core CPU host,
+// 1-3 % often and over 20 % now and then), which no spread of blocks shows.
 //
 // A cell that fails verification on the candidate side fails on accuracy (no timing); on the
 // baseline side only, it is reported unknown. Accuracy: each side's max_rel_error, the
@@ -59,7 +61,8 @@ struct CompareOptions {
   // Called after every block with (blocks done, blocks planned so far); may be empty.
   std::function<void(int, int)> progress;
   const std::atomic<bool>* cancel = nullptr;  // stop early (Cancelled)
-  // The cell's measured A/A difference, relative (|log ratio| of an A/A comparison), or 0.
+  // The cell's between-process A/A noise from earlier A/A comparisons (relative,
+  // regress::CalibratedNoise), or 0 when none was measured: CellInput::calibrated_noise.
   std::function<double(const SuiteCell&)> known_aa_noise;
   // Fail with InvalidArgument, before any block is timed, when a cell is unsupported on every
   // side measured (a suite naming configs this device cannot run).
@@ -84,6 +87,8 @@ struct Comparison {
   int CountVerdict(regress::Verdict verdict) const;
   // Any cell that Failed() (regressed, accuracy failed or grew).
   bool AnyFailed() const;
+  // Any cell whose accuracy failed or grew (what fails a comparison whatever its timing says).
+  bool AnyAccuracyFailed() const;
 };
 
 // Measures `cells` of both sources interleaved and judges them. FailedPrecondition when the

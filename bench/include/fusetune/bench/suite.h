@@ -8,6 +8,7 @@
 //     "device_class": "cuda/NVIDIA-H200/sm90",     // optional: refuse to run on another device
 //     "block": {"warmup": 3, "repeats": 20, "max_seconds": 1.0, "flush_l2": true},
 //     "blocks": 10,                                // blocks per cell and side (first pass)
+//     "rounds_across_problems": false,             // optional; see Suite
 //     "cells": [
 //       {"problem": "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32",
 //        "config": "fused/bm64/bs64/t2/fp32/st1",
@@ -63,6 +64,14 @@ struct Suite {
   std::string device_class;  // empty = any device
   TimingOptions block{.warmup = 3, .repeats = 20, .max_seconds = 1.0, .flush_l2 = true};
   int blocks = 10;
+  // How a measurement's rounds visit the problems. false: one problem's rounds all before the
+  // next problem's (each source prepares a problem's inputs once). true: one round of every
+  // problem before the next round, so each source prepares every problem's inputs afresh each
+  // round (a source holds one problem's inputs at a time): where a process's buffers land then
+  // varies from round to round and shows in the blocks' spread, instead of shifting every
+  // block of one side alike (on a loaded 2-core CPU host, by 2-30 % now and then; docs/perf.md).
+  // Costs a preparation per round and problem; a suite of one problem is unaffected.
+  bool rounds_across_problems = false;
   std::vector<SuiteCell> cells;
 
   // The stored run label of this suite's bench runs: "bench:<name>".
@@ -77,7 +86,8 @@ absl::Status ValidateSuiteName(std::string_view name);
 // ignored), an unknown role, a baseline_config on a cell whose role is not "pick" or a pick cell
 // without one, an invalid problem (AttentionProblem::Validate) or config
 // (KernelConfig::Validate), a problem key that cannot be parsed back, block options out of range
-// (repeats 1..100000, warmup 0..1000, max_seconds > 0), blocks outside 3..1000, no cells, or two
+// (repeats 1..100000, warmup 0..1000, max_seconds > 0), blocks outside 3..1000,
+// rounds_across_problems not a boolean, no cells, or two
 // cells with the same problem, config, role and baseline config. Fields left out take the
 // defaults of Suite, TimingOptions and SuiteCell (role "best"); name and cells are required.
 absl::StatusOr<Suite> ParseSuite(std::string_view json_text);

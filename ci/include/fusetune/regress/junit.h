@@ -8,7 +8,8 @@
 // floor, p_slower, p_slower_adjusted, verdict, blocks.
 //
 // Markdown: one row per cell, most severe first: regressed (largest ratio first), accuracy
-// failures, error growth, unknown, improved, same.
+// failures, error growth, unknown, improved, same; with each cell's ratio, interval and floor,
+// then each unknown cell's reason (CellVerdict::why).
 //
 // Thread-safety: pure functions.
 #ifndef FUSETUNE_REGRESS_JUNIT_H_
@@ -40,8 +41,9 @@ std::string WriteJUnitXml(std::string_view suite_name, const std::vector<CellVer
 // Severity rank used by the markdown report: 0 for the most severe.
 int SeverityRank(const CellVerdict& verdict);
 
-// The markdown report: a heading with `title`, counts per verdict, and the sorted table.
-// Table cells escape '|', '`', '<', '>' and newlines so that keys cannot break the table.
+// The markdown report: a heading with `title`, counts per verdict, the sorted table and the
+// reasons of unknown cells. Table cells and reasons escape '|', '`', '<', '>' and newlines so
+// that keys cannot break the table.
 std::string WriteMarkdownReport(std::string_view title, const std::vector<CellVerdict>& verdicts);
 
 }  // namespace fusetune::regress
