@@ -381,10 +381,12 @@ int RunRegress(const RegressFlags& f) {
   absl::StatusOr<bench::Comparison> comparison =
       Measure(f, *baseline, store.get(), *suite, options, **candidate, &notes, &unconfirmed);
   if (!comparison.ok()) return Error(std::string(comparison.status().message()));
+  // A calibration's timing verdicts measure two processes of one build: recorded, not gating,
+  // and never "regressed".
+  const bool calibration = IsCalibration(f, *comparison);
+  if (calibration) ReportCalibrationDifferencesAsUnknown(*comparison);
   absl::Status written = WriteRegressOutputs(f, *suite, *comparison, notes, store);
   if (!written.ok()) return Error(std::string(written.message()));
-  // A calibration's timing verdicts measure two processes of one build: recorded, not gating.
-  const bool calibration = IsCalibration(f, *comparison);
   if (calibration ? comparison->AnyAccuracyFailed() : comparison->AnyFailed()) return kExitRegressed;
   if (unconfirmed > 0) {
     return Error(fmt::format("{} cell(s) flagged against the stored baseline could not be confirmed (reported unknown)", unconfirmed));

@@ -73,17 +73,32 @@ std::string CalibrationNote(const bench::Comparison& c) {
                            "at most {:.2f} % ({})",
                            100 * regress::Median(differences), differences.size(), 100 * largest, largest_cell);
   }
-  return fmt::format("A/A calibration of {} (the same build on both sides): {}; {} regressed, {} improved, {} "
-                     "unknown. Stored for later runs' floors; its timing verdicts do not gate (exit 0 unless "
-                     "accuracy fails)",
-                     c.candidate.commit, measured, c.CountVerdict(regress::Verdict::kRegressed),
-                     c.CountVerdict(regress::Verdict::kImproved), c.CountVerdict(regress::Verdict::kUnknown));
+  return fmt::format("A/A calibration of {} (the same build on both sides): {}; {} same, {} unknown (a calibration "
+                     "calls no cell regressed or improved: a difference beyond the floor is the host's noise). "
+                     "Stored for later runs' floors; exit 0 unless accuracy fails",
+                     c.candidate.commit, measured, c.CountVerdict(regress::Verdict::kSame),
+                     c.CountVerdict(regress::Verdict::kUnknown));
 }
 
 }  // namespace
 
 bool IsCalibration(const RegressFlags& flags, const bench::Comparison& comparison) {
   return flags.plant_slowdowns.empty() && comparison.candidate.commit == comparison.baseline.commit;
+}
+
+int ReportCalibrationDifferencesAsUnknown(bench::Comparison& comparison) {
+  int changed = 0;
+  for (bench::CellComparison& cell : comparison.cells) {
+    regress::CellVerdict& v = cell.verdict;
+    if (v.verdict != regress::Verdict::kRegressed && v.verdict != regress::Verdict::kImproved) continue;
+    v.why = fmt::format("A/A calibration: two processes of one build differ beyond the floor, which is this host's "
+                        "between-process noise (recorded for later floors), not a change: {}",
+                        v.why);
+    v.verdict = regress::Verdict::kUnknown;
+    v.remeasure = false;
+    ++changed;
+  }
+  return changed;
 }
 
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {

@@ -60,6 +60,12 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& path);
 // floors read its latency rows), and its timing verdicts do not gate.
 bool IsCalibration(const RegressFlags& flags, const bench::Comparison& comparison);
 
+// A calibration calls no cell regressed or improved: a timing difference beyond a cell's floor
+// between two processes of one build is the host's between-process noise, which is what the
+// calibration measures, so such a cell is reported unknown with that reason (its ratio stays,
+// for later floors). Accuracy verdicts are left as they are. Returns how many cells it changed.
+int ReportCalibrationDifferencesAsUnknown(bench::Comparison& comparison);
+
 // The rows of `comparison` for the `regressions` table: per cell a "latency" row (a pick cell:
 // "latency_vs_previous_pick"; with planted slowdowns "planted_latency", so that a method check
 // is never read as a calibration) with the Hodges–Lehmann ratio and the adjusted p-value of the
