@@ -1,18 +1,20 @@
 """What the Python layer costs: a ConfigCache hit, and fusetune.attention against the same launch
 made by calling the C ABI (fusetune_run_on_stream, through ctypes) with everything prepared.
 
-    PYTHONPATH=build/python python3 python/bench/overhead.py [--device cpu|cuda] [--rounds 15]
+    PYTHONPATH=build/python python3 python/bench/overhead.py [--device cpu|cuda] [--pairs 20000]
 
-Both calls launch the same config on the same tensors (out given, so neither allocates); they
-alternate in rounds of --calls calls each, and a round's time per call is its wall time over
-its calls (CUDA: launches are queued without waiting, then one synchronization per round: the
-host's cost per call while the GPU keeps up with it; the shape is small for that). Prints the
-median over rounds of each, and of their per-round difference (what attention adds). Targets:
-lookup <= 2 us from memory, <= 5 us added per call.
+Both calls launch the same config on the same tensors (out given, so neither allocates; a third
+form lets attention allocate out). They are timed call by call in pairs, the two in a random
+order each time, so that a machine whose load changes (a shared build box) slows both alike;
+what attention adds is the median over the pairs of (attention - direct). CUDA: launches are
+queued without waiting (the shape is small, so the GPU keeps up with the host) and the queue is
+drained every 200 pairs, outside the timed calls. Targets: lookup <= 2 us from memory, <= 5 us
+added per call.
 """
 
 import argparse
 import ctypes
+import random
 import statistics
 import sys
 import time
@@ -30,11 +32,30 @@ def timed(fn, calls, sync):
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def paired(first, second, pairs, sync):
+    """Per pair the time of each call (us), the two in a random order; sync every 200 pairs."""
+    clock = time.perf_counter_ns
+    a_times, b_times = [], []
+    order = random.Random(1)
+    for i in range(pairs):
+        if order.random() < 0.5:
+            t0 = clock(); first(); t1 = clock(); second(); t2 = clock()
+            a_times.append((t1 - t0) / 1000)
+            b_times.append((t2 - t1) / 1000)
+        else:
+            t0 = clock(); second(); t1 = clock(); first(); t2 = clock()
+            b_times.append((t1 - t0) / 1000)
+            a_times.append((t2 - t1) / 1000)
+        if i % 200 == 199:
+            sync()
+    return a_times, b_times
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--pairs", type=int, default=20000)
+    parser.add_argument("--lookups", type=int, default=200000)
     parser.add_argument("--shape", default="1,16,2,64", help="batch,seqlen,heads,head_dim (small: launch-bound)")
     parser.add_argument("--dtype", default=None, help="float32 (cpu default), bfloat16 (cuda default), float16")
     args = parser.parse_args()
@@ -55,10 +76,9 @@ def main():
     cache = fusetune.default_config_cache()
     config = cache.lookup(problem, handle.device_class).config
 
-    # The ConfigCache hit, alone.
-    lookups = []
-    for _ in range(args.rounds):
-        lookups.append(timed(lambda: cache.lookup(problem, handle.device_class), args.calls * 10, lambda: None))
+    # The ConfigCache hit, alone (in rounds of 10000; the median round).
+    lookups = [timed(lambda: cache.lookup(problem, handle.device_class), 10000, lambda: None)
+               for _ in range(max(1, args.lookups // 10000))]
 
     # The direct C ABI call: every argument prepared once.
     problem_struct, cache_struct = problem._structs()[:2]
@@ -84,26 +104,29 @@ def main():
         fusetune.attention(q, k, v)
 
     for fn in (direct, through_attention, through_attention_allocating):  # warm up
-        timed(fn, 50, sync)
-    rows = {"direct": [], "attention": [], "attention_new_out": []}
-    for _ in range(args.rounds):
-        rows["direct"].append(timed(direct, args.calls, sync))
-        rows["attention"].append(timed(through_attention, args.calls, sync))
-        rows["attention_new_out"].append(timed(through_attention_allocating, args.calls, sync))
-    added = [a - d for a, d in zip(rows["attention"], rows["direct"])]
-    added_new_out = [a - d for a, d in zip(rows["attention_new_out"], rows["direct"])]
+        timed(fn, 200, sync)
+    direct_us, attention_us = paired(direct, through_attention, args.pairs, sync)
+    direct_new_us, allocating_us = paired(direct, through_attention_allocating, args.pairs, sync)
+    sync()
+    added = [a - d for a, d in zip(attention_us, direct_us)]
+    added_new_out = [a - d for a, d in zip(allocating_us, direct_new_us)]
 
     med = statistics.median
-    print(f"device {handle.device_class}, shape {args.shape} {dtype}, config {config.key()}, "
-          f"{args.rounds} rounds of {args.calls} calls, torch {torch.__version__}, python {sys.version.split()[0]}")
+
+    def quartiles(xs):
+        q = statistics.quantiles(xs, n=4)
+        return f"[{q[0]:.2f}, {q[2]:.2f}]"
+
+    print(f"device {handle.device_class}, shape {args.shape} {dtype}, config {config.key()}, {args.pairs} pairs, "
+          f"torch {torch.__version__}, python {sys.version.split()[0]}")
     print(f"lookup (ConfigCache hit)          {med(lookups):8.3f} us   target <= 2 us: "
           f"{'met' if med(lookups) <= 2 else 'missed'}")
-    print(f"direct C ABI call (ctypes)        {med(rows['direct']):8.3f} us per call")
-    print(f"fusetune.attention (out given)    {med(rows['attention']):8.3f} us per call")
-    print(f"fusetune.attention (new out)      {med(rows['attention_new_out']):8.3f} us per call")
-    print(f"added by attention (out given)    {med(added):8.3f} us  (rounds: min {min(added):.3f}, max {max(added):.3f})"
-          f"   target <= 5 us: {'met' if med(added) <= 5 else 'missed'}")
-    print(f"added by attention (new out)      {med(added_new_out):8.3f} us")
+    print(f"direct C ABI call (ctypes)        {med(direct_us):8.3f} us per call, quartiles {quartiles(direct_us)}")
+    print(f"fusetune.attention (out given)    {med(attention_us):8.3f} us per call, quartiles {quartiles(attention_us)}")
+    print(f"fusetune.attention (new out)      {med(allocating_us):8.3f} us per call, quartiles {quartiles(allocating_us)}")
+    print(f"added by attention (out given)    {med(added):8.3f} us, quartiles {quartiles(added)}   target <= 5 us: "
+          f"{'met' if med(added) <= 5 else 'missed'}")
+    print(f"added by attention (new out)      {med(added_new_out):8.3f} us, quartiles {quartiles(added_new_out)}")
 
 
 if __name__ == "__main__":

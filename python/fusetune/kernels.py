@@ -125,24 +125,25 @@ def device_class(device=None) -> str:
 
 def _describe(t, name: str):
     """(shape, dtype name, device index (-1: CPU), contiguous, data pointer, is torch) of a tensor
-    argument; InvalidArgumentError naming it for anything else."""
+    argument; InvalidArgumentError naming it for anything else. On every call's path: torch is
+    asked first, and only for attributes that cost no object (is_cpu, not device)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(t, torch.Tensor):
+        dtype = (_torch_dtypes or _torch_dtype_names(torch)).get(t.dtype)
+        if dtype is None:
+            raise InvalidArgumentError(f"{name}: dtype {t.dtype} is not supported (float32, float16 or bfloat16)")
+        if t.is_cuda:
+            device = t.get_device()
+        elif t.is_cpu:
+            device = -1
+        else:
+            raise InvalidArgumentError(f"{name}: device {t.device} is not supported (cpu or cuda)")
+        return t.shape, dtype, device, t.is_contiguous(), t.data_ptr(), True
     if _ndarray(t):
         dtype = _numpy_dtype_names(sys.modules["numpy"]).get(t.dtype)
         if dtype is None:
             raise InvalidArgumentError(f"{name}: dtype {t.dtype} is not supported (numpy: float32 or float16)")
         return t.shape, dtype, -1, t.flags.c_contiguous, t.ctypes.data, False
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(t, torch.Tensor):
-        dtype = _torch_dtype_names(torch).get(t.dtype)
-        if dtype is None:
-            raise InvalidArgumentError(f"{name}: dtype {t.dtype} is not supported (float32, float16 or bfloat16)")
-        if t.is_cuda:
-            device = t.get_device()
-        elif t.device.type == "cpu":
-            device = -1
-        else:
-            raise InvalidArgumentError(f"{name}: device {t.device} is not supported (cpu or cuda)")
-        return t.shape, dtype, device, t.is_contiguous(), t.data_ptr(), True
     raise InvalidArgumentError(f"{name}: expected a torch.Tensor or a numpy.ndarray, got {type(t).__name__}")
 
 
