@@ -9,7 +9,7 @@
 #             what a capture refuses                                     -> cuda_tests.log
 #   overhead  python/bench/overhead.py on the GPU and on the CPU: a ConfigCache hit, and what
 #             fusetune.attention adds per call over the same fusetune_run_on_stream call made
-#             directly (OVERHEAD_ARGS, e.g. "--rounds 31")              -> overhead_cuda.txt, overhead_cpu.txt
+#             directly (OVERHEAD_ARGS, e.g. "--pairs 50000")              -> overhead_cuda.txt, overhead_cpu.txt
 # Everything is logged under $OUT (default /tmp/fusetune-python-out); the numbers are printed
 # last. Exit status: that of the tests.
 set -uo pipefail

@@ -3,7 +3,8 @@ made by calling the C ABI (fusetune_run_on_stream, through ctypes) with everythi
 
     PYTHONPATH=build/python python3 python/bench/overhead.py [--device cpu|cuda] [--pairs 20000]
 
-Both calls launch the same config on the same tensors (out given, so neither allocates; a third
+Lookups: a hit (from memory), and a miss answered with the default config or from a snapshot
+file (a new problem each time; no server). Both calls launch the same config on the same tensors (out given, so neither allocates; a third
 form lets attention allocate out). They are timed call by call in pairs, the two in a random
 order each time, so that a machine whose load changes (a shared build box) slows both alike;
 what attention adds is the median over the pairs of (attention - direct). CUDA: launches are
@@ -14,9 +15,13 @@ added per call.
 
 import argparse
 import ctypes
+import dataclasses
+import json
+import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 
 import fusetune
@@ -51,6 +56,31 @@ def paired(first, second, pairs, sync):
     return a_times, b_times
 
 
+def miss_costs(device_class, problems=3000, runs=5):
+    """A lookup of a problem the cache has never seen, without a server: answered with the
+    default config (its key and default through the C ABI), or from a snapshot file holding it.
+    Median over `runs` runs of `problems` new problems, us per lookup."""
+    shapes = [fusetune.Problem(batch=1, q_heads=2, q_len=8 + i, kv_len=8 + i, head_dim=32) for i in range(problems)]
+    with tempfile.TemporaryDirectory() as d:
+        snapshot = os.path.join(d, "configs.json")
+        entries = [{"device_class": device_class, "problem_key": p.key(), "config_key": "fused/bm16/bs16/t1/fp32/st1",
+                    "provenance": "exact", "median_us": 1.0} for p in shapes]
+        with open(snapshot, "w") as f:
+            json.dump({"format": "fusetune-config-snapshot", "version": 1, "entries": entries}, f)
+        out = []
+        for path in (None, snapshot):
+            costs = []
+            for _ in range(runs):
+                cache = fusetune.ConfigCache(snapshot=path, max_entries=1 << 30)
+                fresh = [dataclasses.replace(p) for p in shapes]  # new objects: nothing cached on them
+                start = time.perf_counter()
+                for p in fresh:
+                    cache.lookup(p, device_class)
+                costs.append((time.perf_counter() - start) / problems * 1e6)
+            out.append(statistics.median(costs))
+        return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -79,6 +109,7 @@ def main():
     # The ConfigCache hit, alone (in rounds of 10000; the median round).
     lookups = [timed(lambda: cache.lookup(problem, handle.device_class), 10000, lambda: None)
                for _ in range(max(1, args.lookups // 10000))]
+    misses_default, misses_snapshot = miss_costs(handle.device_class)
 
     # The direct C ABI call: every argument prepared once.
     problem_struct, cache_struct = problem._structs()[:2]
@@ -121,6 +152,8 @@ def main():
           f"torch {torch.__version__}, python {sys.version.split()[0]}")
     print(f"lookup (ConfigCache hit)          {med(lookups):8.3f} us   target <= 2 us: "
           f"{'met' if med(lookups) <= 2 else 'missed'}")
+    print(f"lookup, miss -> default config    {misses_default:8.3f} us   (a new problem, no server)")
+    print(f"lookup, miss -> snapshot file     {misses_snapshot:8.3f} us")
     print(f"direct C ABI call (ctypes)        {med(direct_us):8.3f} us per call, quartiles {quartiles(direct_us)}")
     print(f"fusetune.attention (out given)    {med(attention_us):8.3f} us per call, quartiles {quartiles(attention_us)}")
     print(f"fusetune.attention (new out)      {med(allocating_us):8.3f} us per call, quartiles {quartiles(allocating_us)}")
