@@ -303,6 +303,7 @@ def test_what_a_capture_cannot_do_is_refused():
     # A thread's first decode with 16 KV splits needs workspace: refused while capturing (its
     # handle is new, so nothing is allocated yet), then fine after one launch outside.
     dq, _, _, dk, dv, lengths, _ = decode_inputs(False, seed=24)
+    torch.cuda.synchronize()  # the thread's stream does not wait for this one
     split16 = fusetune.Config.from_key("fused/bm16/bs64/t128/bf16/st2/sk16")
     result = {}
 
