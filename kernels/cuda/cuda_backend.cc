@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -399,8 +401,7 @@ class CudaBackend final : public Backend {
     }
     // Planned for the problem as given: with the counts on the device, for kv_len keys per
     // sequence, which holds for any counts up to it.
-    const int resident = info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config);
-    const int splits = cuda::ResolveDecodeSplits(problem, config, resident);
+    const int splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
     cuda::DecodeLaunchBuffers decode = DecodeBuffersOf(problem, buffers, p);
     if (splits > 1) {
       const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, splits));
@@ -692,6 +693,19 @@ class CudaBackend final : public Backend {
     return split_counters_;
   }
 
+  // What kAutoSplitKv plans with: the blocks of the config's decode instance the whole device
+  // holds at once (0 for an explicit split count, which needs none). Asked of CUDA once per
+  // instance, so that a launch being captured into a graph calls nothing but the launch.
+  int DecodeResidentBlocks(const AttentionProblem& problem, const KernelConfig& config) {
+    if (config.split_kv != kAutoSplitKv) return 0;
+    const auto key = std::make_tuple(problem.head_dim, static_cast<int>(problem.dtype), config.block_m,
+                                     config.block_s, config.threads, config.stages);
+    if (auto it = decode_resident_blocks_.find(key); it != decode_resident_blocks_.end()) return it->second;
+    const int blocks = info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config);
+    if (blocks > 0) decode_resident_blocks_.emplace(key, blocks);
+    return blocks;
+  }
+
   // The fused kernels' arguments for the problem's tensors in the layout of problem.h; the
   // device length arrays are the caller's to set.
   static AttentionParams ParamsOf(const AttentionProblem& problem, const AttentionBuffers& buffers) {
@@ -765,10 +779,8 @@ class CudaBackend final : public Backend {
     }
 
     if (config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem)) {
-      // kAutoSplitKv plans with the blocks the whole device holds at once as its processors.
-      const int resident = info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config);
       out.decode = true;
-      out.decode_splits = cuda::ResolveDecodeSplits(problem, config, resident);
+      out.decode_splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
       const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, out.decode_splits));
       if (auto s = EnsureWorkspace(floats * sizeof(float)); !s.ok()) return s;
       out.decode_buffers = DecodeBuffersOf(problem, buffers, p);
@@ -986,6 +998,8 @@ class CudaBackend final : public Backend {
   // RunOnStream's own: never shared with Run's, whose workspace is freed when it grows.
   RetainedDeviceBuffer stream_workspace_;
   RetainedDeviceBuffer stream_split_counters_;
+  // DecodeResidentBlocks by (head_dim, dtype, block_m, block_s, threads, stages).
+  std::map<std::tuple<int, int, int, int, int, int>, int> decode_resident_blocks_;
 };
 
 }  // namespace
