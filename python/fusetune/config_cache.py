@@ -122,6 +122,7 @@ class ConfigCache:
         self._stats = ConfigCacheStats()
         self._stop = False
         self._in_flight = False
+        self._next_expiry = float("inf")  # earliest time an entry's TTL runs out (monotonic)
         self._retry_after = 0.0
         self._delay = retry_initial
         # The snapshot: (device class, problem key) -> record, as read and as fetched since.
@@ -227,8 +228,8 @@ class ConfigCache:
                     self._queue_expired(now)
                     if self._pending and now >= self._retry_after:
                         break
-                    wait = self._ttl if not self._pending else self._retry_after - now
-                    self._mu.wait(max(0.001, min(wait, 1.0)))
+                    wait = self._retry_after - now if self._pending else self._next_expiry - now
+                    self._mu.wait(max(0.001, min(wait, 3600.0)))  # lookups, flush and close notify
                 if self._stop:
                     return
             time.sleep(self._batch_window)  # gather the misses arriving together
@@ -254,9 +255,16 @@ class ConfigCache:
                 self._mu.notify_all()
 
     def _queue_expired(self, now: float) -> None:
+        """Queues the entries older than the TTL (a scan only once the earliest has expired)."""
+        if now < self._next_expiry:
+            return
+        self._next_expiry = float("inf")
         for key, (at, device_class, problem) in self._fetched_at.items():
-            if now - at >= self._ttl and key not in self._pending:
-                self._pending[key] = (device_class, problem)
+            if now - at >= self._ttl:
+                if key not in self._pending:
+                    self._pending[key] = (device_class, problem)
+            else:
+                self._next_expiry = min(self._next_expiry, at + self._ttl)
 
     def _fetch_and_publish(self, batch) -> bool:
         by_class: Dict[str, list] = {}
@@ -285,6 +293,7 @@ class ConfigCache:
                     answer = CachedConfig(default_config(problem, device_class))
                 self._entries[key] = answer
                 self._fetched_at[key] = (now, device_class, problem)
+            self._next_expiry = min(self._next_expiry, now + self._ttl)
         if self._snapshot_path:
             self._write_snapshot()
         return True
