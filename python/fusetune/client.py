@@ -86,14 +86,18 @@ class Client:
         timeout: seconds per call.
         reconnect_initial, reconnect_max: the bounds of the channel's reconnect backoff while
             the service is away (gRPC's own grows to 120 s), as the C++ client's.
+        device_class: the device class of calls that name none (e.g.
+            ``fusetune.device_class("cuda:0")``).
     """
 
     def __init__(self, target: str, *, token: Optional[str] = None, tls_ca: Union[bytes, str, None] = None,
-                 timeout: float = 10.0, reconnect_initial: float = 0.1, reconnect_max: float = 10.0):
+                 timeout: float = 10.0, reconnect_initial: float = 0.1, reconnect_max: float = 10.0,
+                 device_class: Optional[str] = None):
         host, sep, port = target.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise InvalidArgumentError(f"target: expected host:port, got {target!r}")
         self.target = target
+        self.device_class = device_class
         self._timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         # gRPC adds up to 20 % jitter to its capped backoff: cap at 5/6 so it stays within the bound.
@@ -120,6 +124,12 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
+    def _class(self, device_class: Optional[str]) -> str:
+        chosen = device_class or self.device_class
+        if not chosen:
+            raise InvalidArgumentError("device_class: required, here or on the Client (e.g. fusetune.device_class('cuda:0'))")
+        return chosen
+
     def _call(self, method, request, timeout: Optional[float] = None):
         try:
             return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
@@ -128,16 +138,18 @@ class Client:
 
     # ------------------------------------------------------------ best configs
 
-    def best_config(self, problem: Problem, device_class: str) -> BestConfigAnswer:
-        """The service's best config for ``problem`` on ``device_class``: exact, nearest or
-        default, with its provenance and distance."""
-        return _answer(self._call(self._stub.GetBestConfig,
-                                  pb.GetBestConfigRequest(problem=_problem_message(problem), device_class=device_class)))
+    def best_config(self, problem: Problem, device_class: Optional[str] = None) -> BestConfigAnswer:
+        """The service's best config for ``problem`` on ``device_class`` (default: the
+        Client's): exact, nearest or default, with its provenance and distance."""
+        request = pb.GetBestConfigRequest(problem=_problem_message(problem), device_class=self._class(device_class))
+        return _answer(self._call(self._stub.GetBestConfig, request))
 
-    def best_configs(self, problems: Sequence[Problem], device_class: str) -> List[Union[BestConfigAnswer, FusetuneError]]:
+    def best_configs(self, problems: Sequence[Problem],
+                     device_class: Optional[str] = None) -> List[Union[BestConfigAnswer, FusetuneError]]:
         """One answer per problem, in order (batches of up to 1024 per call). A problem the
         service refuses gets the exception it would raise (not raised) in its place; a failed
         call raises."""
+        device_class = self._class(device_class)
         out: List[Union[BestConfigAnswer, FusetuneError]] = []
         for start in range(0, len(problems), MAX_BATCH):
             chunk = problems[start:start + MAX_BATCH]
@@ -156,15 +168,16 @@ class Client:
 
     # ------------------------------------------------------------ jobs
 
-    def submit(self, problems: Iterable[Problem], device_class: str, *, kind: str = "tune", commit: str = "",
+    def submit(self, problems: Iterable[Problem], device_class: Optional[str] = None, *, kind: str = "tune",
+               commit: str = "",
                max_trials: int = 0, max_seconds: float = 0.0, variants: Sequence[str] = (),
                precisions: Sequence[str] = ()) -> int:
-        """Queues a job (``kind`` ``"tune"`` or ``"audit"``) for workers of ``device_class``;
-        returns its id. Needs the token."""
+        """Queues a job (``kind`` ``"tune"`` or ``"audit"``) for workers of ``device_class``
+        (default: the Client's); returns its id. Needs the token."""
         if kind not in _JOB_KINDS:
             raise InvalidArgumentError(f"kind: expected 'tune' or 'audit', got {kind!r}")
         request = pb.SubmitTuningJobRequest(problems=[_problem_message(p) for p in problems],
-                                            device_class=device_class, commit=commit, max_trials=max_trials,
+                                            device_class=self._class(device_class), commit=commit, max_trials=max_trials,
                                             max_seconds=max_seconds, variants=list(variants),
                                             precisions=list(precisions), kind=_JOB_KINDS[kind])
         return self._call(self._stub.SubmitTuningJob, request).job_id

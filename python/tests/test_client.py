@@ -88,6 +88,11 @@ def test_status_codes_are_exceptions(server, recorded):
             client.jobs(limit=-1)
     with pytest.raises(fusetune.InvalidArgumentError, match="^target"):
         fusetune.Client("no-port-here")
+    with fusetune.Client(server.address, token=TOKEN) as client:
+        with pytest.raises(fusetune.InvalidArgumentError, match="^device_class"):
+            client.best_config(fusetune.Problem(**TUNED))
+    with fusetune.Client(server.address, token=TOKEN, device_class=recorded.device_class) as client:
+        assert client.best_config(fusetune.Problem(**TUNED)).provenance == "exact"
 
 
 def test_a_server_that_goes_away_leaves_the_cache_answering(server, recorded, tmp_path):
