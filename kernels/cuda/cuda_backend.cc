@@ -195,6 +195,26 @@ class RetainedDeviceBuffer {
   size_t bytes_ = 0;            // size of back()
 };
 
+// Restores the calling thread's current device when it goes out of scope: a launch on a caller's
+// stream must not change the device the caller's next work goes to (the backend sets its own).
+class CurrentDeviceRestorer {
+ public:
+  CurrentDeviceRestorer() {
+    if (cudaGetDevice(&device_) != cudaSuccess) {
+      cudaGetLastError();
+      device_ = -1;
+    }
+  }
+  ~CurrentDeviceRestorer() {
+    if (device_ >= 0) cudaSetDevice(device_);
+  }
+  CurrentDeviceRestorer(const CurrentDeviceRestorer&) = delete;
+  CurrentDeviceRestorer& operator=(const CurrentDeviceRestorer&) = delete;
+
+ private:
+  int device_ = -1;
+};
+
 // Everything a variant's launches need, computed before any timing starts so that the
 // timed region holds launches only.
 struct PreparedLaunch {
@@ -377,6 +397,7 @@ class CudaBackend final : public Backend {
 
   absl::Status RunOnStream(const AttentionProblem& problem, const KernelConfig& config,
                            const AttentionBuffers& buffers, const StreamLaunch& launch) override {
+    const CurrentDeviceRestorer restore_device;
     if (auto s = Enter(); !s.ok()) return s;
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
     if (config.variant != Variant::kFused) {

@@ -193,7 +193,7 @@ class Backend {
   // kernel only: its entries are not checked on the host (that needs a copy back, i.e. a
   // synchronization) and must name pages of the pool. One backend's calls share its
   // workspace: they must be ordered on the device (one stream, or streams that wait for each
-  // other).
+  // other). The calling thread's current device is left as it was.
   // Errors, with O untouched: CanImplement's and ValidateBuffers'; InvalidArgument for
   // device lengths missing or given twice (launch.kv_valid_lens beside problem.kv_valid_lens)
   // or a stream the backend cannot have; Unimplemented for a variant other than fused on a GPU
