@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # reference.py
 
-# The problem the session's sweep tunes on the CPU, as `fusetune sweep` flags and as a Problem.
+# The problem the tests' one sweep tunes on the CPU, as `fusetune sweep` flags and as a Problem.
 TUNED = dict(batch=1, q_heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=32)
 TUNED_FLAGS = ["--seq", "64", "--heads", "2", "--head-dim", "32"]
 TOKEN = "python-test-token"
