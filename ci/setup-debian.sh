@@ -2,8 +2,10 @@
 # Installs what fusetune needs to build on Debian 12, idempotently: packages already present
 # are skipped, and apt-get runs only when something is missing. Uses sudo when not root.
 #
-#   ci/setup-debian.sh          build dependencies (enough for the main job)
-#   ci/setup-debian.sh --tests  plus what the test suite runs (the Prometheus server)
+#   ci/setup-debian.sh          build dependencies (enough for the main job), and what the Python
+#                               package imports (python3-grpcio, python3-protobuf, python3-numpy)
+#   ci/setup-debian.sh --tests  plus what the test suite runs (the Prometheus server; pytest, torch,
+#                               pandas and venv for the Python package's tests)
 #   ci/setup-debian.sh --hip    plus hipcc and the HIP runtime (Debian's ROCm 5.2, ~630 MiB with
 #                               clang-15), so ci/build.sh compiles the HIP backend
 #
@@ -18,9 +20,12 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev
+  python3 python3-grpcio python3-protobuf python3-numpy
 )
-# Without recommends: the server alone, not ~350 MiB of exporters.
-test_packages=(prometheus)
+# Without recommends: the server alone, not ~350 MiB of exporters. python3-torch (CPU) is what
+# the Python package's kernel tests run on (~150 MB of packages); python3-venv makes the fresh
+# environments the packaging tests install into.
+test_packages=(prometheus python3-pytest python3-torch python3-pandas python3-venv)
 # The HIP backend's compiler and runtime library (compile-only without an AMD GPU).
 hip_packages=(hipcc libamdhip64-dev)
 

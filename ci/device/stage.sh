@@ -19,6 +19,8 @@ cmake -S "$ROOT" -B "$BUILD" -DFUSETUNE_WITH_CUDA=ON -DFUSETUNE_WITH_SERVICE=OFF
   -DFUSETUNE_WITH_HIP=OFF >/dev/null
 
 # STAGE_TARGETS="a b" packs only those targets (e.g. the kernel checks need no CLI).
+# fusetune_python packs the Python package's modules under python/ (its library is the bundle's
+# lib/libfusetune_capi.so: stage fusetune_capi with it; ci/device/python_check.sh uses both).
 read -r -a targets <<<"${STAGE_TARGETS:-cuda_backend_test cuda_attention_bench fusetune_capi fusetune}"
 echo "stage: building ${targets[*]}"
 cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}"
@@ -27,6 +29,11 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib"
 for t in "${targets[@]}"; do
+  if [[ $t == fusetune_python ]]; then
+    mkdir -p "$STAGE/python"
+    (cd "$BUILD/python" && find fusetune -name '*.py' -print0 | xargs -0 cp --parents -t "$STAGE/python")
+    continue
+  fi
   # lib$t.so is the development symlink to the versioned file (strip reads through it).
   f=$(find "$BUILD" \( -type f -o -type l \) \( -name "$t" -o -name "lib$t.so" \) -perm -u+x | head -1)
   [[ -n "$f" ]] || { echo "stage: no file for target $t" >&2; exit 1; }
@@ -53,9 +60,9 @@ done
 
 mkdir -p "$DEST"
 rm -f "$DEST"/bundle.tar.xz
-tar -C "$STAGE" -cf - bin lib | xz -T"$JOBS" -6 > "$DEST/bundle.tar.xz"
+tar -C "$STAGE" -cf - $(cd "$STAGE" && ls -d bin lib python 2>/dev/null) | xz -T"$JOBS" -6 > "$DEST/bundle.tar.xz"
 git -C "$ROOT" rev-parse --short=12 HEAD > "$DEST/commit.txt"
-(cd "$STAGE" && find bin lib -type f -printf '%p %s\n') > "$DEST/manifest.txt"
+(cd "$STAGE" && find bin lib $(ls -d python 2>/dev/null) -type f -printf '%p %s\n') > "$DEST/manifest.txt"
 size=$(stat -c %s "$DEST/bundle.tar.xz")
 echo "stage: $DEST/bundle.tar.xz $((size / 1024 / 1024)) MiB ($(wc -l < "$DEST/manifest.txt") files)"
 # A bundle this large means something unstripped or unintended was packed.

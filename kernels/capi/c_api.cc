@@ -11,16 +11,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "c_api_internal.h"
 #include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/default_config.h"
 
 struct fusetune_handle {
   std::unique_ptr<fusetune::Backend> backend;
 };
 
-namespace {
-
-using fusetune::AttentionProblem;
-using fusetune::KernelConfig;
+namespace fusetune::capi {
 
 void WriteMessage(std::string_view message, char* err, size_t errlen) {
   if (err == nullptr || errlen == 0) return;
@@ -36,13 +35,37 @@ int Report(const absl::Status& s, char* err, size_t errlen) {
     case absl::StatusCode::kOk: return FUSETUNE_OK;
     case absl::StatusCode::kInvalidArgument: return FUSETUNE_INVALID_ARGUMENT;
     case absl::StatusCode::kNotFound: return FUSETUNE_NOT_FOUND;
+    case absl::StatusCode::kPermissionDenied: return FUSETUNE_PERMISSION_DENIED;
     case absl::StatusCode::kResourceExhausted: return FUSETUNE_RESOURCE_EXHAUSTED;
     case absl::StatusCode::kFailedPrecondition: return FUSETUNE_FAILED_PRECONDITION;
     case absl::StatusCode::kUnimplemented: return FUSETUNE_UNIMPLEMENTED;
     case absl::StatusCode::kInternal: return FUSETUNE_INTERNAL;
     case absl::StatusCode::kUnavailable: return FUSETUNE_UNAVAILABLE;
+    case absl::StatusCode::kDataLoss: return FUSETUNE_DATA_LOSS;
     default: return FUSETUNE_UNKNOWN;
   }
+}
+
+}  // namespace fusetune::capi
+
+namespace {
+
+using fusetune::AttentionProblem;
+using fusetune::KernelConfig;
+using fusetune::capi::Guard;
+using fusetune::capi::Report;
+using fusetune::capi::WriteMessage;
+
+// Copies `text` with its NUL into key[0..keylen); InvalidArgument, writing nothing, when it does
+// not fit (a truncated key would silently name another problem).
+absl::Status WriteKey(const std::string& text, char* key, size_t keylen) {
+  if (key == nullptr) return absl::InvalidArgumentError("key buffer is NULL");
+  if (text.size() + 1 > keylen) {
+    return absl::InvalidArgumentError(absl::StrCat("key buffer of ", keylen, " bytes is too small for the ",
+                                                   text.size() + 1, " bytes of the key and its NUL"));
+  }
+  std::memcpy(key, text.c_str(), text.size() + 1);
+  return absl::OkStatus();
 }
 
 // `cache` (may be NULL: a contiguous prefill) adds the kind and the paged-cache fields.
@@ -118,6 +141,20 @@ absl::Status ToConfig(const fusetune_config* in, KernelConfig* out) {
   if (auto s = c.Validate(); !s.ok()) return s;
   *out = c;
   return absl::OkStatus();
+}
+
+fusetune_config FromConfig(const KernelConfig& c) {
+  fusetune_config out;
+  out.variant = c.variant == fusetune::Variant::kFused     ? FUSETUNE_FUSED
+                : c.variant == fusetune::Variant::kPartial ? FUSETUNE_PARTIAL
+                                                           : FUSETUNE_MATERIALIZED;
+  out.precision = static_cast<int32_t>(c.precision);  // enum orders match
+  out.block_m = c.block_m;
+  out.block_s = c.block_s;
+  out.threads = c.threads;
+  out.stages = c.stages;
+  out.split_kv = c.split_kv;
+  return out;
 }
 
 absl::Status CheckHandle(const fusetune_handle* h) {
@@ -201,16 +238,22 @@ absl::Status TimeCall(fusetune_handle* handle, const fusetune_problem* problem, 
   return absl::OkStatus();
 }
 
-// Runs `body` and turns any escaping C++ exception into INTERNAL.
-template <typename F>
-int Guard(char* err, size_t errlen, F&& body) {
-  try {
-    return Report(body(), err, errlen);
-  } catch (const std::exception& e) {
-    return Report(absl::InternalError(std::string("unexpected exception: ") + e.what()), err, errlen);
-  } catch (...) {
-    return Report(absl::InternalError("unexpected exception"), err, errlen);
+absl::Status RunOnStreamCall(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                             const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                             const fusetune_launch* launch) {
+  AttentionProblem p;
+  KernelConfig c;
+  if (auto s = PrepareCall(handle, problem, cache, config, &p, &c); !s.ok()) return s;
+  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, q, k, v, o);
+  if (!buffers.ok()) return buffers.status();
+  fusetune::StreamLaunch on;
+  if (launch != nullptr) {
+    on.stream = launch->stream;
+    on.cu_seqlens_q = launch->cu_seqlens_q;
+    on.cu_seqlens_k = launch->cu_seqlens_k;
+    on.kv_valid_lens = launch->kv_valid_lens;
   }
+  return handle->backend->RunOnStream(p, c, *buffers, on);
 }
 
 }  // namespace
@@ -224,11 +267,13 @@ const char* fusetune_status_name(int status) {
     case FUSETUNE_OK: return "OK";
     case FUSETUNE_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
     case FUSETUNE_NOT_FOUND: return "NOT_FOUND";
+    case FUSETUNE_PERMISSION_DENIED: return "PERMISSION_DENIED";
     case FUSETUNE_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
     case FUSETUNE_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
     case FUSETUNE_UNIMPLEMENTED: return "UNIMPLEMENTED";
     case FUSETUNE_INTERNAL: return "INTERNAL";
     case FUSETUNE_UNAVAILABLE: return "UNAVAILABLE";
+    case FUSETUNE_DATA_LOSS: return "DATA_LOSS";
     default: return "UNKNOWN";
   }
 }
@@ -271,15 +316,7 @@ int fusetune_config_from_key(const char* key, fusetune_config* out, char* err, s
     if (key == nullptr || out == nullptr) return absl::InvalidArgumentError("key and out must be non-NULL");
     auto c = KernelConfig::FromKey(key);
     if (!c.ok()) return c.status();
-    out->variant = c->variant == fusetune::Variant::kFused     ? FUSETUNE_FUSED
-                   : c->variant == fusetune::Variant::kPartial ? FUSETUNE_PARTIAL
-                                                               : FUSETUNE_MATERIALIZED;
-    out->precision = static_cast<int32_t>(c->precision);  // enum orders match
-    out->block_m = c->block_m;
-    out->block_s = c->block_s;
-    out->threads = c->threads;
-    out->stages = c->stages;
-    out->split_kv = c->split_kv;
+    *out = FromConfig(*c);
     return absl::OkStatus();
   });
 }
@@ -310,6 +347,55 @@ int fusetune_run_kv_cache(fusetune_handle* handle, const fusetune_problem* probl
   return Guard(err, errlen, [&]() -> absl::Status {
     if (cache == nullptr) return absl::InvalidArgumentError("kv_cache is NULL");
     return RunCall(handle, problem, cache, config, q, k, v, o);
+  });
+}
+
+int fusetune_run_on_stream(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                           const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                           const fusetune_launch* launch, char* err, size_t errlen) {
+  return Guard(err, errlen, [&] { return RunOnStreamCall(handle, problem, cache, config, q, k, v, o, launch); });
+}
+
+int fusetune_problem_validate(const fusetune_problem* problem, const fusetune_kv_cache* cache, char* err,
+                              size_t errlen) {
+  return Guard(err, errlen, [&] {
+    AttentionProblem p;
+    return ToProblem(problem, cache, &p);
+  });
+}
+
+int fusetune_problem_key(const fusetune_problem* problem, const fusetune_kv_cache* cache, char* key,
+                         size_t keylen, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    AttentionProblem p;
+    if (auto s = ToProblem(problem, cache, &p); !s.ok()) return s;
+    return WriteKey(p.Key(), key, keylen);
+  });
+}
+
+int fusetune_config_key(const fusetune_config* config, char* key, size_t keylen, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    KernelConfig c;
+    if (auto s = ToConfig(config, &c); !s.ok()) return s;
+    return WriteKey(c.Key(), key, keylen);
+  });
+}
+
+int fusetune_default_config(const char* device_class, const fusetune_problem* problem,
+                            const fusetune_kv_cache* cache, fusetune_config* out, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    AttentionProblem p;
+    if (auto s = ToProblem(problem, cache, &p); !s.ok()) return s;
+    *out = FromConfig(fusetune::DefaultConfigOfDeviceClass(device_class == nullptr ? "" : device_class, p));
+    return absl::OkStatus();
+  });
+}
+
+int fusetune_device_class(fusetune_handle* handle, char* buf, size_t buflen) {
+  return Guard(nullptr, 0, [&]() -> absl::Status {
+    if (auto s = CheckHandle(handle); !s.ok()) return s;
+    return WriteKey(handle->backend->Describe().DeviceClass(), buf, buflen);
   });
 }
 

@@ -1,7 +1,9 @@
 // The C ABI on the CPU backend (host pointers): status codes and messages, problem/config
-// conversion (varlen, padding, GQA), results against the fp64 reference, timing.
+// conversion (varlen, padding, GQA), results against the fp64 reference, timing, the stream
+// entry point (no stream on the CPU), problem and config keys, defaults, the device class.
 #include "fusetune/c_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -372,6 +374,172 @@ TEST(CApi, PagedDecodeMatchesTheReferenceGatheredThroughTheTable) {
   cache.block_table = out_of_pool;
   EXPECT_EQ(fusetune_run_kv_cache(h.h, &problem, &cache, &c, q.data(), k.data(), v.data(), o.data(), err, sizeof err),
             FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, RunOnStreamWithoutAStreamComputesOnTheCpuAsRunDoes) {
+  const fusetune_problem problem = Problem(2, 4, 2, 17, 23, 64, true);
+  const fusetune::AttentionProblem cpp = ToCpp(problem);
+  std::vector<float> q, k, v;
+  RandomInputs(cpp, 7, &q, &k, &v);
+  auto ref = fusetune::ReferenceAttention(cpp, q, k, v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  Handle h;
+  const fusetune_config c = Config(FUSETUNE_FUSED);
+  char err[256] = "";
+  std::vector<float> o(q.size(), std::nanf(""));
+  // A null launch and a zeroed one are the same: the legacy stream, no device lengths.
+  ASSERT_EQ(fusetune_run_on_stream(h.h, &problem, nullptr, &c, q.data(), k.data(), v.data(), o.data(), nullptr, err,
+                                   sizeof err),
+            FUSETUNE_OK)
+      << err;
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 1e-4) << "element " << i;
+  fusetune_launch launch;
+  std::memset(&launch, 0, sizeof launch);
+  std::fill(o.begin(), o.end(), std::nanf(""));
+  ASSERT_EQ(fusetune_run_on_stream(h.h, &problem, nullptr, &c, q.data(), k.data(), v.data(), o.data(), &launch, err,
+                                   sizeof err),
+            FUSETUNE_OK)
+      << err;
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 1e-4) << "element " << i;
+}
+
+TEST(CApi, RunOnStreamRefusesAStreamOnTheCpuAndLeavesTheOutput) {
+  Handle h;
+  const fusetune_problem p = Problem(1, 1, 1, 4, 4, 32, false);
+  const fusetune_config c = Config(FUSETUNE_FUSED);
+  std::vector<float> buf(4 * 32, 0.5f), o(4 * 32, 7.0f);
+  fusetune_launch launch;
+  std::memset(&launch, 0, sizeof launch);
+  launch.stream = reinterpret_cast<void*>(0x1234);
+  char err[256] = "";
+  EXPECT_EQ(fusetune_run_on_stream(h.h, &p, nullptr, &c, buf.data(), buf.data(), buf.data(), o.data(), &launch, err,
+                                   sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("stream"), std::string::npos) << err;
+  for (float x : o) ASSERT_EQ(x, 7.0f);
+}
+
+// The launch's visible-key counts are the cache lengths of a decode batch whose problem is at
+// its capacity: the same result as the problem's own kv_valid_lens.
+TEST(CApi, RunOnStreamReadsTheLaunchsKeyCountsAndRefusesThemTwice) {
+  const int32_t cache_lens[] = {13, 6};
+  const fusetune_problem with_lengths = DecodeProblem(cache_lens);
+  fusetune_problem at_capacity = with_lengths;
+  at_capacity.kv_valid_lens = nullptr;
+  const fusetune_kv_cache cache = DecodeCache(0, nullptr);
+  fusetune::AttentionProblem cpp = ToCpp(with_lengths);
+  cpp.kind = fusetune::ProblemKind::kDecode;
+  std::vector<float> q, k, v;
+  RandomInputs(cpp, 8, &q, &k, &v);
+  auto ref = fusetune::ReferenceAttention(cpp, q, k, v);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  Handle h;
+  const fusetune_config c = Config(FUSETUNE_FUSED);
+  fusetune_launch launch;
+  std::memset(&launch, 0, sizeof launch);
+  launch.kv_valid_lens = cache_lens;
+  char err[256] = "";
+  std::vector<float> o(q.size(), std::nanf(""));
+  ASSERT_EQ(fusetune_run_on_stream(h.h, &at_capacity, &cache, &c, q.data(), k.data(), v.data(), o.data(), &launch,
+                                   err, sizeof err),
+            FUSETUNE_OK)
+      << err;
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 1e-4) << "element " << i;
+
+  std::vector<float> untouched(q.size(), 7.0f);
+  EXPECT_EQ(fusetune_run_on_stream(h.h, &with_lengths, &cache, &c, q.data(), k.data(), v.data(), untouched.data(),
+                                   &launch, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("twice"), std::string::npos) << err;
+  const int32_t too_long[] = {14, 6};  // over kv_len 13
+  launch.kv_valid_lens = too_long;
+  EXPECT_EQ(fusetune_run_on_stream(h.h, &at_capacity, &cache, &c, q.data(), k.data(), v.data(), untouched.data(),
+                                   &launch, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("kv_valid_lens[0]"), std::string::npos) << err;
+  for (float x : untouched) ASSERT_EQ(x, 7.0f);
+}
+
+TEST(CApi, ProblemKeysAreTheLibrarysAndValidationNamesTheField) {
+  const fusetune_problem p = Problem(1, 12, 12, 2048, 2048, 64, false);
+  char key[256], err[256] = "";
+  ASSERT_EQ(fusetune_problem_key(&p, nullptr, key, sizeof key, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_STREQ(key, "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32");
+  EXPECT_EQ(key, ToCpp(p).Key());
+  EXPECT_EQ(fusetune_problem_validate(&p, nullptr, err, sizeof err), FUSETUNE_OK) << err;
+
+  // A paged decode problem: the cache's fields are part of the key.
+  const int32_t cache_lens[] = {13, 6};
+  const fusetune_problem decode = DecodeProblem(cache_lens);
+  const int32_t table[] = {0};
+  fusetune_kv_cache cache = DecodeCache(4, table);
+  cache.pool_pages = 6;
+  fusetune::AttentionProblem cpp = ToCpp(decode);
+  cpp.kind = fusetune::ProblemKind::kDecode;
+  cpp.page_block_size = 4;
+  cpp.kv_pool_pages = 6;
+  ASSERT_EQ(fusetune_problem_key(&decode, &cache, key, sizeof key, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_EQ(key, cpp.Key());
+
+  // Too small a buffer is an error that says the size, never a truncated key.
+  char small[8];
+  std::memset(small, 'x', sizeof small);
+  EXPECT_EQ(fusetune_problem_key(&p, nullptr, small, sizeof small, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("51 bytes"), std::string::npos) << err;
+  EXPECT_EQ(small[0], 'x');
+
+  fusetune_problem bad = p;
+  bad.kv_heads = 5;
+  EXPECT_EQ(fusetune_problem_validate(&bad, nullptr, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("kv_heads"), std::string::npos) << err;
+  EXPECT_EQ(fusetune_problem_key(&bad, nullptr, key, sizeof key, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, ConfigKeysRoundTrip) {
+  fusetune_config c;
+  char key[128], err[256] = "";
+  for (const char* text : {"fused/bm64/bs32/t4/fp32/st2", "fused/bm16/bs64/t128/bf16/st2/skauto",
+                           "partial/bm64/bs32/t128/tf32/st1"}) {
+    ASSERT_EQ(fusetune_config_from_key(text, &c, err, sizeof err), FUSETUNE_OK) << err;
+    ASSERT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_OK) << err;
+    EXPECT_STREQ(key, text);
+  }
+  c.block_m = 0;
+  EXPECT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, DefaultConfigIsTheDeviceClassBackendsAndRunsOnTheCpu) {
+  const fusetune_problem p = Problem(1, 2, 2, 8, 8, 64, false);
+  fusetune_config c;
+  char key[128], err[256] = "";
+  ASSERT_EQ(fusetune_default_config("cpu/some-cpu/x86_64", &p, nullptr, &c, err, sizeof err), FUSETUNE_OK) << err;
+  ASSERT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_STREQ(key, "fused/bm64/bs64/t1/fp32/st1");
+  Handle h;
+  EXPECT_EQ(fusetune_can_implement(h.h, &p, &c, err, sizeof err), FUSETUNE_OK) << err;
+  fusetune_problem half = p;
+  half.dtype = FUSETUNE_BF16;
+  ASSERT_EQ(fusetune_default_config("cuda/NVIDIA-H200/sm90", &half, nullptr, &c, err, sizeof err), FUSETUNE_OK);
+  ASSERT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_STREQ(key, "fused/bm64/bs64/t128/bf16/st2");
+  // An unknown backend falls back to the cpu's, as the C++ client cache does.
+  ASSERT_EQ(fusetune_default_config("tpu/v5", &half, nullptr, &c, err, sizeof err), FUSETUNE_OK);
+  ASSERT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_STREQ(key, "fused/bm64/bs64/t1/fp32/st1");
+  fusetune_problem bad = p;
+  bad.head_dim = 7;
+  EXPECT_EQ(fusetune_default_config("cpu", &bad, nullptr, &c, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, DeviceClassIsTheBackendsDescription) {
+  Handle h;
+  char device_class[256];
+  ASSERT_EQ(fusetune_device_class(h.h, device_class, sizeof device_class), FUSETUNE_OK);
+  EXPECT_EQ(std::string(device_class).rfind("cpu/", 0), 0u) << device_class;
+  char describe[512];
+  ASSERT_EQ(fusetune_describe(h.h, describe, sizeof describe), FUSETUNE_OK);
+  EXPECT_EQ(std::string(describe).rfind(std::string(device_class) + " | ", 0), 0u) << describe;
+  EXPECT_EQ(fusetune_device_class(nullptr, device_class, sizeof device_class), FUSETUNE_INVALID_ARGUMENT);
 }
 
 TEST(CApi, PlainCCallerGetsTheReferenceResult) {

@@ -275,6 +275,25 @@ class CpuBackend final : public Backend {
     return Launch(problem, config, buffers);
   }
 
+  // No streams here: the work is done before returning, on the problem's own length arrays,
+  // with the launch's visible-key counts (host memory) checked like the problem's.
+  absl::Status RunOnStream(const AttentionProblem& problem, const KernelConfig& config,
+                           const AttentionBuffers& buffers, const StreamLaunch& launch) override {
+    if (launch.stream != nullptr) {
+      return absl::InvalidArgumentError("the cpu backend has no streams: the stream must be null");
+    }
+    if (launch.kv_valid_lens == nullptr) return Run(problem, config, buffers);
+    if (!problem.kv_valid_lens.empty()) {
+      return absl::InvalidArgumentError(
+          "kv_valid_lens is given twice: on the problem and on the launch (give the launch's only)");
+    }
+    // Validated first: the counts are read with `batch` entries.
+    if (auto s = CanImplement(problem, config); !s.ok()) return s;
+    AttentionProblem with_lengths = problem;
+    with_lengths.kv_valid_lens.assign(launch.kv_valid_lens, launch.kv_valid_lens + problem.batch);
+    return Run(with_lengths, config, buffers);
+  }
+
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers,
                                      const TimingOptions& options) override {

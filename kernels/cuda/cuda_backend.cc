@@ -1,6 +1,8 @@
 // The CUDA backend: API checks -> AttentionParams / BaselinePlan -> launches on the legacy
 // default stream (so callers such as PyTorch, which also use it, see our work ordered with
-// theirs) -> synchronize -> Status.
+// theirs) -> synchronize -> Status. RunOnStream instead launches the fused variant on the
+// caller's stream and returns: no synchronization, no host-to-device copy, and device memory
+// of its own that only grows outside a stream capture (RetainedDeviceBuffer).
 //
 // CUDA errors come in two kinds. A launch-configuration or API error is reported and
 // cleared; the backend stays usable. A kernel fault (illegal address, ...) poisons the CUDA
@@ -9,8 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -141,6 +145,74 @@ class DeviceIntArray {
   int32_t* ptr_ = nullptr;
   size_t capacity_ = 0;
   std::vector<int32_t> host_;
+};
+
+// Device memory RunOnStream reuses across calls. It grows to a power of two (so a run of ever
+// larger problems allocates a few times only), and only while the stream is not being
+// captured; an outgrown buffer is kept until the backend is destroyed instead of freed, since a
+// CUDA graph captured earlier may still run kernels that use it.
+class RetainedDeviceBuffer {
+ public:
+  ~RetainedDeviceBuffer() {
+    for (void* p : buffers_) cudaFree(p);
+  }
+  // At least `bytes` of device memory: the current buffer, or a new one (zeroed on `stream`
+  // when `zeroed`) when it is too small. FailedPrecondition, naming `what`, when a new one is
+  // needed while `stream` is being captured; ResourceExhausted when the allocation fails.
+  absl::StatusOr<void*> AtLeast(size_t bytes, cudaStream_t stream, bool zeroed, std::string_view what) {
+    if (!buffers_.empty() && bytes <= bytes_) return buffers_.back();
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InternalError(Cat("asking whether the stream is being captured: ", CudaErrorText(e)));
+    }
+    if (capture != cudaStreamCaptureStatusNone) {
+      return absl::FailedPreconditionError(Cat(
+          what, " needs ", bytes, " bytes, more than earlier launches of this backend allocated, and the stream is "
+          "being captured (allocating would break the capture): launch this shape once before capturing"));
+    }
+    size_t rounded = size_t{1} << 16;
+    while (rounded < bytes) rounded <<= 1;
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, rounded); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(Cat("allocating ", rounded, " bytes for ", what, ": ", CudaErrorText(e)));
+    }
+    if (zeroed) {
+      if (cudaError_t e = cudaMemsetAsync(p, 0, rounded, stream); e != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(p);
+        return absl::InternalError(Cat("zeroing ", what, ": ", CudaErrorText(e)));
+      }
+    }
+    buffers_.push_back(p);
+    bytes_ = rounded;
+    return p;
+  }
+
+ private:
+  std::vector<void*> buffers_;  // every buffer allocated; back() is the current one
+  size_t bytes_ = 0;            // size of back()
+};
+
+// Restores the calling thread's current device when it goes out of scope: a launch on a caller's
+// stream must not change the device the caller's next work goes to (the backend sets its own).
+class CurrentDeviceRestorer {
+ public:
+  CurrentDeviceRestorer() {
+    if (cudaGetDevice(&device_) != cudaSuccess) {
+      cudaGetLastError();
+      device_ = -1;
+    }
+  }
+  ~CurrentDeviceRestorer() {
+    if (device_ >= 0) cudaSetDevice(device_);
+  }
+  CurrentDeviceRestorer(const CurrentDeviceRestorer&) = delete;
+  CurrentDeviceRestorer& operator=(const CurrentDeviceRestorer&) = delete;
+
+ private:
+  int device_ = -1;
 };
 
 // Everything a variant's launches need, computed before any timing starts so that the
@@ -323,6 +395,50 @@ class CudaBackend final : public Backend {
     return Check(cudaStreamSynchronize(kStream), "synchronizing after the launch");
   }
 
+  absl::Status RunOnStream(const AttentionProblem& problem, const KernelConfig& config,
+                           const AttentionBuffers& buffers, const StreamLaunch& launch) override {
+    const CurrentDeviceRestorer restore_device;
+    if (auto s = Enter(); !s.ok()) return s;
+    if (auto s = CanImplement(problem, config); !s.ok()) return s;
+    if (config.variant != Variant::kFused) {
+      return absl::UnimplementedError(Cat(
+          "the ", VariantName(config.variant),
+          " variant runs through Run only: on a caller's stream the CUDA backend runs the fused variant (the "
+          "partial and materialized variants are measurement baselines)"));
+    }
+    if (auto s = ValidateBuffers(problem, buffers); !s.ok()) return s;
+    if (auto s = CheckStreamLengths(problem, launch); !s.ok()) return s;
+    if (problem.is_paged()) {
+      if (auto s = CheckBlockTableMemory(buffers.block_table); !s.ok()) return s;
+    }
+    if (auto s = stop_token().Check(); !s.ok()) return s;
+    const auto stream = static_cast<cudaStream_t>(launch.stream);
+    AttentionParams p = ParamsOf(problem, buffers);
+    p.cu_seqlens_q = launch.cu_seqlens_q;
+    p.cu_seqlens_k = launch.cu_seqlens_k;
+    p.kv_valid_lens = launch.kv_valid_lens;
+    if (!cuda::UsesDecodeFamily(problem)) {
+      return CheckStreamLaunch(cuda::LaunchFused(p, config, stream), "fused launch");
+    }
+    // Planned for the problem as given: with the counts on the device, for kv_len keys per
+    // sequence, which holds for any counts up to it.
+    const int splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
+    cuda::DecodeLaunchBuffers decode = DecodeBuffersOf(problem, buffers, p);
+    if (splits > 1) {
+      const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, splits));
+      auto workspace = stream_workspace_.AtLeast(floats * sizeof(float), stream, /*zeroed=*/false,
+                                                 "the decode split workspace");
+      if (!workspace.ok()) return workspace.status();
+      const size_t counters = static_cast<size_t>(cuda::DecodeSplitCounterCount(problem, config));
+      auto counter_memory = stream_split_counters_.AtLeast(counters * sizeof(int32_t), stream, /*zeroed=*/true,
+                                                           "the decode split counters");
+      if (!counter_memory.ok()) return counter_memory.status();
+      decode.workspace = static_cast<float*>(*workspace);
+      decode.split_counters = static_cast<int32_t*>(*counter_memory);
+    }
+    return CheckStreamLaunch(cuda::LaunchDecode(problem, config, splits, decode, stream), "fused decode launch");
+  }
+
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers,
                                      const TimingOptions& options) override {
@@ -466,16 +582,7 @@ class CudaBackend final : public Backend {
   // place between calls (a serving engine does, every step), and a stale check would let a
   // kernel read outside the pool.
   absl::Status ValidateDeviceBlockTable(const AttentionProblem& problem, const int32_t* table) {
-    cudaPointerAttributes attributes{};
-    if (cudaError_t e = cudaPointerGetAttributes(&attributes, table); e != cudaSuccess) {
-      cudaGetLastError();
-      return absl::InvalidArgumentError(Cat("block_table is not a pointer CUDA knows: ", CudaErrorText(e)));
-    }
-    if (attributes.type == cudaMemoryTypeUnregistered) {
-      return absl::InvalidArgumentError(
-          "block_table is plain host memory; the CUDA backend reads the table on the GPU, so it must be "
-          "device (or managed, or host-registered) memory");
-    }
+    if (auto s = CheckBlockTableMemory(table); !s.ok()) return s;
     const int64_t entries = problem.BlockTableEntries();
     host_table_.resize(static_cast<size_t>(entries));
     if (entries > 0) {
@@ -487,6 +594,60 @@ class CudaBackend final : public Backend {
       }
     }
     return ValidateBlockTable(problem, host_table_.data(), entries);
+  }
+
+  // The block table must be memory the GPU can read (the kernels read it there).
+  static absl::Status CheckBlockTableMemory(const int32_t* table) {
+    cudaPointerAttributes attributes{};
+    if (cudaError_t e = cudaPointerGetAttributes(&attributes, table); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InvalidArgumentError(Cat("block_table is not a pointer CUDA knows: ", CudaErrorText(e)));
+    }
+    if (attributes.type == cudaMemoryTypeUnregistered) {
+      return absl::InvalidArgumentError(
+          "block_table is plain host memory; the CUDA backend reads the table on the GPU, so it must be "
+          "device (or managed, or host-registered) memory");
+    }
+    return absl::OkStatus();
+  }
+
+  // The lengths RunOnStream's kernels read, all on the device: a varlen problem's prefix sums
+  // as copies beside the problem's host arrays (validated there), the visible-key counts of a
+  // uniform batch as the launch's array only (it may change between launches).
+  static absl::Status CheckStreamLengths(const AttentionProblem& problem, const StreamLaunch& launch) {
+    const bool device_prefix_sums = launch.cu_seqlens_q != nullptr || launch.cu_seqlens_k != nullptr;
+    if (problem.is_varlen() && (launch.cu_seqlens_q == nullptr || launch.cu_seqlens_k == nullptr)) {
+      return absl::InvalidArgumentError(
+          "a varlen problem on a CUDA stream needs device copies of cu_seqlens_q and cu_seqlens_k (this path "
+          "never copies host memory to the device)");
+    }
+    if (!problem.is_varlen() && device_prefix_sums) {
+      return absl::InvalidArgumentError("device cu_seqlens are given for a problem that is not varlen");
+    }
+    if (!problem.kv_valid_lens.empty()) {
+      return absl::InvalidArgumentError(
+          "on a CUDA stream the visible-key counts are read on the device: give them as the launch's "
+          "kv_valid_lens (device memory), not the problem's");
+    }
+    if (launch.kv_valid_lens != nullptr && problem.is_varlen()) {
+      return absl::InvalidArgumentError(
+          "kv_valid_lens applies to uniform batches; varlen batches express lengths in cu_seqlens_k");
+    }
+    for (const int32_t* lengths : {launch.cu_seqlens_q, launch.cu_seqlens_k, launch.kv_valid_lens}) {
+      if (reinterpret_cast<uintptr_t>(lengths) % alignof(int32_t) != 0) {
+        return absl::InvalidArgumentError("a device length array is not aligned to 4 bytes");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A launch error on the stream path, without Check's device synchronization (forbidden while
+  // the stream is captured, and it would wait for the caller's work): reported and cleared.
+  // A fault while the kernels run shows at the caller's next synchronization.
+  static absl::Status CheckStreamLaunch(cudaError_t e, std::string_view what) {
+    if (e == cudaSuccess) return absl::OkStatus();
+    cudaGetLastError();
+    return absl::InternalError(Cat(what, ": ", CudaErrorText(e)));
   }
 
   // Every public call starts here: the right device, and no use of a faulted context.
@@ -553,17 +714,23 @@ class CudaBackend final : public Backend {
     return split_counters_;
   }
 
-  absl::StatusOr<PreparedLaunch> Prepare(const AttentionProblem& problem,
-                                         const KernelConfig& config,
-                                         const AttentionBuffers& buffers) {
-    // First, before any upload or launch, so that a bad table leaves O (and everything
-    // else) as it was.
-    if (problem.is_paged()) {
-      if (auto s = ValidateDeviceBlockTable(problem, buffers.block_table); !s.ok()) return s;
-    }
-    PreparedLaunch out;
-    out.variant = config.variant;
-    AttentionParams& p = out.params;
+  // What kAutoSplitKv plans with: the blocks of the config's decode instance the whole device
+  // holds at once (0 for an explicit split count, which needs none). Asked of CUDA once per
+  // instance, so that a launch being captured into a graph calls nothing but the launch.
+  int DecodeResidentBlocks(const AttentionProblem& problem, const KernelConfig& config) {
+    if (config.split_kv != kAutoSplitKv) return 0;
+    const auto key = std::make_tuple(problem.head_dim, static_cast<int>(problem.dtype), config.block_m,
+                                     config.block_s, config.threads, config.stages);
+    if (auto it = decode_resident_blocks_.find(key); it != decode_resident_blocks_.end()) return it->second;
+    const int blocks = info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config);
+    if (blocks > 0) decode_resident_blocks_.emplace(key, blocks);
+    return blocks;
+  }
+
+  // The fused kernels' arguments for the problem's tensors in the layout of problem.h; the
+  // device length arrays are the caller's to set.
+  static AttentionParams ParamsOf(const AttentionProblem& problem, const AttentionBuffers& buffers) {
+    AttentionParams p;
     const int d = problem.head_dim;
     p.q = buffers.q;
     p.k = buffers.k;
@@ -586,6 +753,38 @@ class CudaBackend final : public Backend {
     p.scale_log2 = p.scale * 1.4426950408889634f;
     p.q_total_rows = problem.TotalQueries();
     p.kv_total_rows = problem.TotalKeys();
+    return p;
+  }
+
+  // The decode family's pointers: the tensors, a paged problem's table and the device length
+  // arrays of `p`; the split workspace and counters are the caller's to set.
+  static cuda::DecodeLaunchBuffers DecodeBuffersOf(const AttentionProblem& problem, const AttentionBuffers& buffers,
+                                                   const AttentionParams& p) {
+    cuda::DecodeLaunchBuffers launch;
+    launch.q = buffers.q;
+    launch.k = buffers.k;
+    launch.v = buffers.v;
+    launch.o = buffers.o;
+    launch.block_table = problem.is_paged() ? buffers.block_table : nullptr;
+    launch.cu_seqlens_q = p.cu_seqlens_q;
+    launch.cu_seqlens_k = p.cu_seqlens_k;
+    launch.kv_valid_lens = p.kv_valid_lens;
+    return launch;
+  }
+
+  absl::StatusOr<PreparedLaunch> Prepare(const AttentionProblem& problem,
+                                         const KernelConfig& config,
+                                         const AttentionBuffers& buffers) {
+    // First, before any upload or launch, so that a bad table leaves O (and everything
+    // else) as it was.
+    if (problem.is_paged()) {
+      if (auto s = ValidateDeviceBlockTable(problem, buffers.block_table); !s.ok()) return s;
+    }
+    PreparedLaunch out;
+    out.variant = config.variant;
+    out.params = ParamsOf(problem, buffers);
+    AttentionParams& p = out.params;
+    const int d = problem.head_dim;
 
     // The fused kernels read the lengths on the device; so does the gather of a paged cache.
     if (config.variant == Variant::kFused || problem.is_paged()) {
@@ -601,21 +800,12 @@ class CudaBackend final : public Backend {
     }
 
     if (config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem)) {
-      // kAutoSplitKv plans with the blocks the whole device holds at once as its processors.
-      const int resident = info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config);
       out.decode = true;
-      out.decode_splits = cuda::ResolveDecodeSplits(problem, config, resident);
+      out.decode_splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
       const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, out.decode_splits));
       if (auto s = EnsureWorkspace(floats * sizeof(float)); !s.ok()) return s;
+      out.decode_buffers = DecodeBuffersOf(problem, buffers, p);
       cuda::DecodeLaunchBuffers& launch = out.decode_buffers;
-      launch.q = buffers.q;
-      launch.k = buffers.k;
-      launch.v = buffers.v;
-      launch.o = buffers.o;
-      launch.block_table = problem.is_paged() ? buffers.block_table : nullptr;
-      launch.cu_seqlens_q = p.cu_seqlens_q;
-      launch.cu_seqlens_k = p.cu_seqlens_k;
-      launch.kv_valid_lens = p.kv_valid_lens;
       launch.workspace = floats > 0 ? static_cast<float*>(workspace_) : nullptr;
       if (out.decode_splits > 1) {
         auto counters = SplitCounters(cuda::DecodeSplitCounterCount(problem, config));
@@ -826,6 +1016,11 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> host_table_;  // the last block table checked, copied from the device
   int32_t* split_counters_ = nullptr;
   int64_t split_counter_capacity_ = 0;
+  // RunOnStream's own: never shared with Run's, whose workspace is freed when it grows.
+  RetainedDeviceBuffer stream_workspace_;
+  RetainedDeviceBuffer stream_split_counters_;
+  // DecodeResidentBlocks by (head_dim, dtype, block_m, block_s, threads, stages).
+  std::map<std::tuple<int, int, int, int, int, int>, int> decode_resident_blocks_;
 };
 
 }  // namespace

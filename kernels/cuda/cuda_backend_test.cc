@@ -1,7 +1,8 @@
 // GPU tests of the CUDA backend: every variant against the fp64 reference on fresh random
 // inputs, odd lengths, masks, GQA/MQA, varlen and key padding, decode and paged KV caches; bad
 // input (a block table outside the pool included) gives a Status, and the backend keeps
-// working afterwards. Exits 77 (ctest: skipped) where there is no GPU.
+// working afterwards; RunOnStream on a caller's stream and inside a CUDA graph capture. Exits
+// 77 (ctest: skipped) where there is no GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include "fusetune/kernels/backend.h"
@@ -886,19 +888,32 @@ class DeviceCase {
     SCOPED_TRACE(case_.problem.Key() + " " + config.Key());
     absl::StatusOr<std::vector<uint8_t>> bytes = Run(config);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ExpectOutputMatches(*bytes, case_.ref, config);
+  }
+
+  // O as it is now (after a launch the caller made and waited for) against `ref`.
+  void ExpectOutputMatches(const std::vector<double>& ref, const KernelConfig& config) const {
+    ExpectOutputMatches(Output(), ref, config);
+  }
+
+  void ExpectOutputMatches(const std::vector<uint8_t>& bytes, const std::vector<double>& ref,
+                           const KernelConfig& config) const {
     std::vector<float> out(case_.in.q.size());
-    DecodeTensor(case_.problem.dtype, bytes->data(), out.size(), out.data());
-    ASSERT_EQ(out.size(), case_.ref.size());
+    DecodeTensor(case_.problem.dtype, bytes.data(), out.size(), out.data());
+    ASSERT_EQ(out.size(), ref.size());
     double max_ref = 0, max_diff = 0;
     int non_finite = 0;
     for (size_t i = 0; i < out.size(); ++i) {
       if (!std::isfinite(out[i])) ++non_finite;
-      max_ref = std::max(max_ref, std::abs(case_.ref[i]));
-      max_diff = std::max(max_diff, std::abs(static_cast<double>(out[i]) - case_.ref[i]));
+      max_ref = std::max(max_ref, std::abs(ref[i]));
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(out[i]) - ref[i]));
     }
     EXPECT_EQ(non_finite, 0) << "NaN/Inf in the output: an unread row, an unwritten element or a NaN pool row";
     EXPECT_LE(max_ref > 0 ? max_diff / max_ref : max_diff, ToleranceFor(config.precision, case_.problem.dtype));
   }
+
+  // Fills O with `pattern` (and waits for it).
+  void FillOutput(uint8_t pattern) { EXPECT_TRUE(backend_.Fill(o_.data(), pattern, q_bytes_).ok()); }
 
  private:
   Backend& backend_;
@@ -1138,6 +1153,159 @@ TEST_F(CudaBackendTest, TimeRunsThePagedVariants) {
     for (double us : t->micros) EXPECT_GT(us, 0.0) << c.Key();
     dev.ExpectMatchesReference(c);  // and Time left a correct output behind
   }
+}
+
+// A stream of the test's own, destroyed with it.
+class TestStream {
+ public:
+  TestStream() { EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess); }
+  ~TestStream() { cudaStreamDestroy(stream_); }
+  cudaStream_t get() const { return stream_; }
+  void Sync() const { ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// RunOnStream: decode caches (contiguous and paged) at their capacity with the cache lengths in
+// device memory, on a non-blocking stream of the caller's: each split count matches the
+// reference; then one launch captured into a CUDA graph matches it when replayed, and again
+// after the lengths were rewritten in place (the graph reads them when it runs).
+TEST_F(CudaBackendTest, RunOnStreamMatchesOnACallersStreamAndReplayedFromAGraph) {
+  for (int page : {0, 16}) {
+    const AttentionProblem p = DecodeCacheProblem(DType::kBf16, 128, 32, 8, 1, page);
+    const uint32_t seed = 61 + page;
+    const CacheCase cc = MakeCacheCase(p, DecodeCacheTable(p, seed), seed);
+    DeviceCase dev(*backend_, cc);
+    ASSERT_TRUE(dev.ok());
+    AttentionProblem at_capacity = p;
+    at_capacity.kv_valid_lens.clear();
+    auto lengths = backend_->Allocate(p.kv_valid_lens.size() * sizeof(int32_t));
+    ASSERT_TRUE(lengths.ok()) << lengths.status();
+    ASSERT_TRUE(backend_->CopyToDevice(lengths->data(), p.kv_valid_lens.data(),
+                                       p.kv_valid_lens.size() * sizeof(int32_t)).ok());
+    TestStream stream;
+    StreamLaunch launch;
+    launch.stream = stream.get();
+    launch.kv_valid_lens = static_cast<const int32_t*>(lengths->data());
+    absl::StatusOr<KernelConfig> config = DefaultConfig("cuda", p);
+    ASSERT_TRUE(config.ok()) << config.status();
+    for (int split : {1, 4, kAutoSplitKv}) {
+      KernelConfig c = *config;
+      c.split_kv = split;
+      SCOPED_TRACE(p.Key() + " " + c.Key());
+      dev.FillOutput(0xFF);
+      ASSERT_TRUE(backend_->RunOnStream(at_capacity, c, dev.Buffers(), launch).ok());
+      stream.Sync();
+      dev.ExpectOutputMatches(cc.ref, c);
+    }
+
+    KernelConfig c = *config;
+    c.split_kv = 4;  // the workspace and counters exist from the launches above
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+    const absl::Status captured = backend_->RunOnStream(at_capacity, c, dev.Buffers(), launch);
+    ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+    ASSERT_TRUE(captured.ok()) << captured;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    dev.FillOutput(0xFF);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+    stream.Sync();
+    dev.ExpectOutputMatches(cc.ref, c);
+
+    // Shorter caches, within the pages the table maps: the same graph, new lengths.
+    AttentionProblem shorter = p;
+    shorter.kv_valid_lens = {150, 17, 1, 0};
+    const CacheCase shorter_case = MakeCacheCase(shorter, cc.table, seed);
+    ASSERT_TRUE(backend_->CopyToDevice(lengths->data(), shorter.kv_valid_lens.data(),
+                                       shorter.kv_valid_lens.size() * sizeof(int32_t)).ok());
+    dev.FillOutput(0xFF);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+    stream.Sync();
+    dev.ExpectOutputMatches(shorter_case.ref, c);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
+// A launch that needs more workspace than the backend has allocated refuses to allocate while
+// the stream is captured (FailedPrecondition, the capture intact); the same launch outside a
+// capture allocates, and the capture then succeeds.
+TEST_F(CudaBackendTest, RunOnStreamDoesNotAllocateWhileCapturing) {
+  auto fresh = CreateCudaBackend(0);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  Backend& backend = **fresh;
+  const AttentionProblem p = DecodeCacheProblem(DType::kFp16, 128, 32, 8, 1, 0);
+  const CacheCase cc = MakeCacheCase(p, {}, 71);
+  DeviceCase dev(backend, cc);
+  ASSERT_TRUE(dev.ok());
+  AttentionProblem at_capacity = p;
+  at_capacity.kv_valid_lens.clear();
+  auto lengths = backend.Allocate(p.kv_valid_lens.size() * sizeof(int32_t));
+  ASSERT_TRUE(lengths.ok());
+  ASSERT_TRUE(backend.CopyToDevice(lengths->data(), p.kv_valid_lens.data(), p.kv_valid_lens.size() * 4).ok());
+  TestStream stream;
+  StreamLaunch launch;
+  launch.stream = stream.get();
+  launch.kv_valid_lens = static_cast<const int32_t*>(lengths->data());
+  KernelConfig c = *DefaultConfig("cuda", p);
+  c.split_kv = 8;
+
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+  const absl::Status refused = backend.RunOnStream(at_capacity, c, dev.Buffers(), launch);
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "the capture was broken";
+  cudaGraphDestroy(graph);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("before capturing"), std::string::npos) << refused;
+
+  ASSERT_TRUE(backend.RunOnStream(at_capacity, c, dev.Buffers(), launch).ok());
+  stream.Sync();
+  dev.ExpectOutputMatches(cc.ref, c);
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+  const absl::Status captured = backend.RunOnStream(at_capacity, c, dev.Buffers(), launch);
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+  EXPECT_TRUE(captured.ok()) << captured;
+  cudaGraphDestroy(graph);
+}
+
+// What the stream path refuses, before launching anything: the baselines, the lengths as host
+// memory, a varlen problem without device prefix sums.
+TEST_F(CudaBackendTest, RunOnStreamRefusesWhatItCannotRunWithoutCopies) {
+  const AttentionProblem p = DecodeCacheProblem(DType::kBf16, 128, 32, 8, 1, 0);
+  const CacheCase cc = MakeCacheCase(p, {}, 81);
+  DeviceCase dev(*backend_, cc);
+  ASSERT_TRUE(dev.ok());
+  TestStream stream;
+  StreamLaunch launch;
+  launch.stream = stream.get();
+  dev.FillOutput(0xA5);
+  // The problem's own (host) lengths.
+  absl::Status s = backend_->RunOnStream(p, *DefaultConfig("cuda", p), dev.Buffers(), launch);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("device"), std::string::npos) << s;
+  AttentionProblem at_capacity = p;
+  at_capacity.kv_valid_lens.clear();
+  int baselines = 0;
+  for (const KernelConfig& c : ConfigsFor(at_capacity, Precision::kBf16)) {
+    if (c.variant == Variant::kFused || !backend_->CanImplement(at_capacity, c).ok()) continue;
+    s = backend_->RunOnStream(at_capacity, c, dev.Buffers(), launch);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << c.Key() << ": " << s;
+    ++baselines;
+  }
+  EXPECT_GT(baselines, 0);
+  AttentionProblem varlen = MakeProblem(2, 8, 2, 8, 16, 64, false, DType::kFp16);
+  varlen.cu_seqlens_q = {0, 3, 8};
+  varlen.cu_seqlens_k = {0, 16, 20};
+  varlen.q_len = 5;
+  ASSERT_TRUE(varlen.Validate().ok()) << varlen.Validate();
+  s = backend_->RunOnStream(varlen, *DefaultConfig("cuda", varlen), dev.Buffers(), launch);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("cu_seqlens"), std::string::npos) << s;
+  stream.Sync();
+  const std::vector<uint8_t> o = dev.Output();
+  EXPECT_EQ(std::count(o.begin(), o.end(), uint8_t{0xA5}), static_cast<std::ptrdiff_t>(o.size()));
 }
 
 }  // namespace

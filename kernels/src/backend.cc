@@ -58,4 +58,10 @@ absl::Status ValidateBuffers(const AttentionProblem& problem, const AttentionBuf
   return absl::OkStatus();
 }
 
+absl::Status Backend::RunOnStream(const AttentionProblem& problem, const KernelConfig& config,
+                                  const AttentionBuffers& buffers, const StreamLaunch& launch) {
+  return absl::UnimplementedError(absl::StrCat("the ", Describe().backend,
+                                               " backend has no stream launches; use Run (synchronous)"));
+}
+
 }  // namespace fusetune

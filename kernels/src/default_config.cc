@@ -67,6 +67,12 @@ absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const Atten
                                                  "' (expected cpu, cuda or hip)"));
 }
 
+KernelConfig DefaultConfigOfDeviceClass(std::string_view device_class, const AttentionProblem& problem) {
+  absl::StatusOr<KernelConfig> config = DefaultConfig(BackendOfDeviceClass(device_class), problem);
+  if (config.ok()) return *config;
+  return *DefaultConfig("cpu", problem);  // "cpu" is always known
+}
+
 std::string_view BackendOfDeviceClass(std::string_view device_class) {
   return device_class.substr(0, device_class.find('/'));
 }

@@ -117,6 +117,16 @@ TEST(DefaultConfig, UnknownBackendIsInvalidArgument) {
   EXPECT_TRUE(absl::IsInvalidArgument(DefaultConfig("", p).status()));
 }
 
+TEST(DefaultConfig, OfDeviceClassIsItsBackendsAndTheCpusForAnUnknownBackend) {
+  AttentionProblem p;
+  p.q_len = p.kv_len = 8;
+  p.dtype = DType::kBf16;
+  EXPECT_EQ(DefaultConfigOfDeviceClass("cuda/NVIDIA-H200/sm90", p), *DefaultConfig("cuda", p));
+  EXPECT_EQ(DefaultConfigOfDeviceClass("hip/AMD-MI300X/gfx942", p), *DefaultConfig("hip", p));
+  EXPECT_EQ(DefaultConfigOfDeviceClass("tpu/v5", p), *DefaultConfig("cpu", p));
+  EXPECT_EQ(DefaultConfigOfDeviceClass("", p), *DefaultConfig("cpu", p));
+}
+
 TEST(DefaultConfig, BackendOfDeviceClassIsTheFirstPart) {
   EXPECT_EQ(BackendOfDeviceClass("cuda/NVIDIA-H200/sm90"), "cuda");
   EXPECT_EQ(BackendOfDeviceClass("cpu/AMD-EPYC/avx512"), "cpu");

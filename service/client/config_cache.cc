@@ -26,9 +26,7 @@ thread_local ReaderSlot reader_slot;
 }  // namespace
 
 KernelConfig DefaultKernelConfig(std::string_view device_class, const AttentionProblem& problem) {
-  absl::StatusOr<KernelConfig> config = DefaultConfig(BackendOfDeviceClass(device_class), problem);
-  if (config.ok()) return *config;
-  return *DefaultConfig("cpu", problem);  // "cpu" is always known
+  return DefaultConfigOfDeviceClass(device_class, problem);
 }
 
 ProblemCacheKey ProblemCacheKey::Of(const AttentionProblem& p) {

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs a built fusetune tree into a temporary folder and builds and runs consumers of it, as
 # a user outside the project would: a CMake project with find_package(fusetune CONFIG), and
-# plain compiler lines with pkg-config. Usage (ctest passes these, see CMakeLists.txt):
-#   install_test.sh BUILD_DIR CONSUMER_SRC LIBDIR VERSION C_API_VERSION WITH_CLIENT CC CXX [LAUNCHER]
+# plain compiler lines with pkg-config; and, when the build has the Python package, imports it
+# from the prefix's site-packages in a fresh venv. Usage (ctest passes these, see CMakeLists.txt):
+#   install_test.sh BUILD_DIR CONSUMER_SRC LIBDIR VERSION C_API_VERSION WITH_CLIENT CC CXX LAUNCHER \
+#                   [PYTHON PYTHON_INSTALL_DIR]
 set -euo pipefail
 build_dir=$1 consumer_src=$2 libdir=$3 version=$4 c_api_version=$5 with_client=$6 cc=$7 cxx=$8
-launcher=${9:-}
+launcher=${9:-} python=${10:-} python_dir=${11:-}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fusetune-install-test.XXXXXX")
 keep_work() { echo "install_test: FAILED; work files kept in $work" >&2; }
@@ -28,6 +30,10 @@ if [[ $with_client == ON ]]; then
              include/fusetune/kernels/problem.h
              include/fusetune/kernels/config.h "$libdir/libfusetune_client.a"
              "$libdir/pkgconfig/fusetune-client.pc")
+fi
+if [[ -n $python ]]; then
+  expected+=("$python_dir/fusetune/__init__.py" "$python_dir/fusetune/proto/fusetune_pb2_grpc.py"
+             "$python_dir/fusetune/_build.py" "$python_dir/fusetune/libfusetune_capi.so.$c_api_version")
 fi
 for f in "${expected[@]}"; do
   [[ -e $prefix/$f ]] || fail "not installed: $f (installed: $(cd "$prefix" 2>/dev/null && find . -type f | sort | tr '\n' ' '))"
@@ -90,6 +96,24 @@ if [[ $with_client == ON ]]; then
   "$cxx" -std=c++20 -O1 -o "$work/client_consumer_pc" "$consumer_src/client_consumer.cc" \
     $(pkg-config --cflags --libs fusetune-client fusetune-capi) -Wl,-rpath,"$prefix/$libdir"
   run "client_consumer (pkg-config)" "$work/client_consumer_pc"; check_client "$out"
+fi
+
+if [[ -n $python ]]; then
+  # A fresh venv that sees the system's packages (Debian's grpc, protobuf, numpy) and the
+  # prefix's site-packages, as /usr/local's is seen after `cmake --install` to the default prefix.
+  echo "== Python: import fusetune from $prefix/$python_dir in a fresh venv"
+  "$python" -m venv --system-site-packages --without-pip "$work/venv"
+  out=$(cd "$work" && env -u FUSETUNE_CAPI_LIBRARY PYTHONPATH="$prefix/$python_dir" "$work/venv/bin/python" -c '
+import sys, numpy as np, fusetune
+from fusetune import _capi
+print("fusetune", fusetune.__version__, "library", _capi._library_path())
+q = np.ones((1, 4, 2, 32), np.float32)
+print("attention sum", float(fusetune.attention(q, q, q).sum()))
+' 2>&1) || { echo "$out"; fail "importing the installed package failed"; }
+  echo "$out"
+  grep -qx "fusetune $version library $prefix/$python_dir/fusetune/libfusetune_capi.so.$c_api_version" <<<"$out" ||
+    fail "the installed package is not version $version with its library beside it"
+  grep -qx "attention sum 256.0" <<<"$out" || fail "the installed package's attention is wrong"
 fi
 
 trap - ERR

@@ -21,7 +21,10 @@
  *
  * Thread-safety: a handle is not thread-safe (one handle per thread and device); distinct
  * handles may be used concurrently. fusetune_run is synchronous: O is complete on return,
- * and the CUDA backend works on the legacy default stream.
+ * and the CUDA backend works on the legacy default stream. fusetune_run_on_stream is for
+ * inference code: it launches on the caller's stream and returns at once (below). The
+ * functions without a handle (problem and config keys, defaults) are thread-safe; a database
+ * opened with fusetune_db_open is safe to read from several threads (calls are serialised).
  */
 #ifndef FUSETUNE_C_API_H_
 #define FUSETUNE_C_API_H_
@@ -39,12 +42,14 @@ extern "C" {
 typedef enum fusetune_status {
   FUSETUNE_OK = 0,
   FUSETUNE_INVALID_ARGUMENT = 3,   /* bad problem, config, pointer or name */
-  FUSETUNE_NOT_FOUND = 5,          /* unknown backend name */
+  FUSETUNE_NOT_FOUND = 5,          /* unknown backend name; no database at the path */
+  FUSETUNE_PERMISSION_DENIED = 7,  /* a database file that may not be read */
   FUSETUNE_RESOURCE_EXHAUSTED = 8, /* out of device memory */
   FUSETUNE_FAILED_PRECONDITION = 9,/* config over a device limit (shared memory, workspace) */
   FUSETUNE_UNIMPLEMENTED = 12,     /* valid but unsupported here (e.g. head_dim 96 on CUDA) */
   FUSETUNE_INTERNAL = 13,          /* launch or device error */
-  FUSETUNE_UNAVAILABLE = 14,       /* backend compiled out, or no device/driver */
+  FUSETUNE_UNAVAILABLE = 14,       /* backend compiled out, or no device/driver; database locked */
+  FUSETUNE_DATA_LOSS = 15,         /* a damaged database, or not an SQLite file */
   FUSETUNE_UNKNOWN = 2             /* anything else */
 } fusetune_status;
 
@@ -159,6 +164,99 @@ int fusetune_time_kv_cache(fusetune_handle* handle, const fusetune_problem* prob
                            const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
                            int warmup, int repeats, double max_seconds, int flush_l2, double* median_us,
                            double* samples_us, int capacity, int* count, char* err, size_t errlen);
+
+/* ---------------------------------------------------------------- inference on a stream */
+
+/* Where fusetune_run_on_stream launches, and the per-sequence lengths its kernels read there. */
+typedef struct fusetune_launch {
+  void* stream;                 /* cudaStream_t; NULL = the legacy default stream. cpu: NULL only */
+  /* cuda, varlen problem: device copies of problem.cu_seqlens_q/k (the same values; the
+   * problem's host arrays are still what is validated). cpu: ignored, NULL. */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  /* Uniform batch: the visible keys of each sequence (batch entries; device memory for cuda,
+   * host memory for cpu), read when the kernel runs, so they may change between launches (a
+   * CUDA graph captured once and replayed as the caches grow). problem.kv_valid_lens must then
+   * be NULL and kv_len is the capacity: the launch is planned for any counts in [0, kv_len].
+   * cpu checks the values (INVALID_ARGUMENT); cuda cannot without synchronizing: a value
+   * outside [0, kv_len] is the caller's error. NULL = kv_len keys for every sequence. */
+  const int32_t* kv_valid_lens;
+} fusetune_launch;
+
+/* Computes O = attention(Q, K, V) as fusetune_run / fusetune_run_kv_cache (`cache` NULL: a
+ * contiguous prefill) but asynchronously, on launch->stream (`launch` NULL: all fields zero):
+ * enqueues the kernel and returns. It never synchronizes with the device, never copies host
+ * memory to it and, on the CUDA backend, allocates device memory only when a problem needs
+ * more workspace than earlier calls on the handle did (decode with KV splits); while the
+ * stream is being captured into a CUDA graph that is FAILED_PRECONDITION instead, so launch a
+ * shape once before capturing it. The handle's calls share that workspace: order them on the
+ * device (one stream, or streams that wait for each other). On CUDA: the fused variant only
+ * (UNIMPLEMENTED for the baselines), and a paged cache's block table is read by the kernel
+ * only: its entries are not checked (a check needs a copy back) and must name pool pages.
+ * The cpu backend computes O before returning. Errors found here leave O untouched; a fault
+ * while the kernel runs shows at the caller's next synchronization. */
+int fusetune_run_on_stream(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                           const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                           const fusetune_launch* launch, char* err, size_t errlen);
+
+/* ---------------------------------------------------------------- problems and configs */
+
+/* OK when the problem (with `cache`, which may be NULL) is valid: the checks every run makes,
+ * INVALID_ARGUMENT with a message naming the field otherwise. */
+int fusetune_problem_validate(const fusetune_problem* problem, const fusetune_kv_cache* cache, char* err,
+                              size_t errlen);
+/* Writes the problem's canonical key (e.g. "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32"),
+ * the key the tuner records and the service answers for, NUL-terminated into key[0..keylen).
+ * INVALID_ARGUMENT for an invalid problem or a buffer too small for the key (its message says
+ * the size needed; keys are under 256 bytes). */
+int fusetune_problem_key(const fusetune_problem* problem, const fusetune_kv_cache* cache, char* key,
+                         size_t keylen, char* err, size_t errlen);
+/* Writes the config's canonical key (the inverse of fusetune_config_from_key), as above;
+ * INVALID_ARGUMENT for a config out of range. */
+int fusetune_config_key(const fusetune_config* config, char* key, size_t keylen, char* err, size_t errlen);
+/* The config the backend of `device_class` (its text before the first '/': "cuda" for
+ * "cuda/NVIDIA-H200/sm90") runs when nothing better is known for the problem: the service's
+ * DEFAULT answer and the C++ client cache's fallback (kernels/default_config.h); a class whose
+ * backend is unknown, or empty, gets the cpu one. INVALID_ARGUMENT for an invalid problem. */
+int fusetune_default_config(const char* device_class, const fusetune_problem* problem,
+                            const fusetune_kv_cache* cache, fusetune_config* out, char* err, size_t errlen);
+/* Writes the handle's device class (e.g. "cuda/NVIDIA-H200/sm90"), the key of tuned configs. */
+int fusetune_device_class(fusetune_handle* handle, char* buf, size_t buflen);
+
+/* ---------------------------------------------------------------- reading a database */
+
+/* A fusetune database (SQLite, db/README.md) opened for reading only, as `fusetune report` and
+ * `fusetune best` open it: never created, upgraded or changed. */
+typedef struct fusetune_db fusetune_db;
+
+/* Opens the database at `path`. NOT_FOUND when there is no file (nothing is created);
+ * FAILED_PRECONDITION for a schema version other than this library's, another program's file,
+ * or changes in <path>-wal this process cannot read (a read-only directory: the message says
+ * how to fold them in); DATA_LOSS, PERMISSION_DENIED, UNAVAILABLE as db/README.md's table. Every
+ * message names the file. *out is NULL on failure. */
+int fusetune_db_open(const char* path, fusetune_db** out, char* err, size_t errlen);
+/* Closes the database; NULL is ignored. */
+void fusetune_db_close(fusetune_db* db);
+/* Each of the reads below writes a JSON array of objects, one per row, into *json (free it with
+ * fusetune_free_text; NULL on failure). The fields are those of the records they mirror
+ * (BestConfig and AuditSummary in records/run.h, Trial in records/trial.h, Regression in
+ * db/store.h), in snake_case; a number that is not finite is the string "nan", "inf" or "-inf".
+ * NULL or "" filters match everything. */
+/* Best configs of `device_class`, by device class and problem key. */
+int fusetune_db_best_configs(fusetune_db* db, const char* device_class, char** json, char* err, size_t errlen);
+/* Trials of run `run_id` (> 0; of `problem_key` only when given), in insertion order; or, with
+ * run_id 0, the newest `limit` trials of `problem_key` on `device_class` (both required) across
+ * runs. A trial's "blocks" are its timing blocks with the device state around each. */
+int fusetune_db_trials(fusetune_db* db, int64_t run_id, const char* device_class, const char* problem_key,
+                       int limit, char** json, char* err, size_t errlen);
+/* Regression verdicts of `commit`, newest first, at most `limit` (1..100000). */
+int fusetune_db_regressions(fusetune_db* db, const char* commit, int limit, char** json, char* err,
+                            size_t errlen);
+/* Audits, newest first, at most `limit` (1..100000). */
+int fusetune_db_audits(fusetune_db* db, const char* device_class, const char* problem_key, int limit, char** json,
+                       char* err, size_t errlen);
+/* Frees text returned by this library; NULL is ignored. */
+void fusetune_free_text(char* text);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -102,6 +102,27 @@ inline constexpr size_t kBufferAlignment = 16;
 // first.
 absl::Status ValidateBuffers(const AttentionProblem& problem, const AttentionBuffers& buffers);
 
+// Where Backend::RunOnStream puts its work, and the per-sequence lengths a GPU kernel reads
+// there (device memory; the CPU backend's device memory is host memory).
+struct StreamLaunch {
+  // The device's stream (a cudaStream_t) as an opaque pointer; nullptr = the legacy default
+  // stream. The CPU backend has no streams and takes nullptr only.
+  void* stream = nullptr;
+  // Device copies of problem.cu_seqlens_q / cu_seqlens_k (the same values): a GPU backend
+  // requires them for a varlen problem, because this path never copies host memory to the
+  // device. The CPU backend reads the problem's own arrays and ignores these.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  // Visible keys of each sequence of a uniform batch (batch entries), read when the work runs.
+  // The problem then describes the batch at its capacity (kv_len keys per sequence, no
+  // kv_valid_lens of its own) and the launch is planned for any counts in [0, kv_len], so the
+  // array may change between launches: a CUDA graph captured once is replayed as the caches
+  // grow. nullptr = every sequence sees kv_len keys. The CPU backend checks the values; a GPU
+  // backend cannot without synchronizing, so there a value outside [0, kv_len] is the
+  // caller's error, as with FlashAttention's kernels.
+  const int32_t* kv_valid_lens = nullptr;
+};
+
 struct TimingOptions {
   int warmup = 3;            // untimed launches first
   int repeats = 20;          // timed launches (samples); the backend may take fewer when
@@ -161,6 +182,26 @@ class Backend {
   // when this returns OK.
   virtual absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                            const AttentionBuffers& buffers) = 0;
+
+  // Computes O as Run does, for inference code on its own stream: enqueues the work on
+  // `launch.stream` and returns without waiting for it (the CPU backend, which has no
+  // streams, computes O before returning). It never synchronizes with the device and never
+  // copies host memory to it; it allocates device memory only when a problem needs more
+  // workspace than earlier calls did, and refuses to (FailedPrecondition) while the stream is
+  // being captured into a CUDA graph, so a call made once outside the capture makes the
+  // captured ones allocation-free. On a GPU a paged problem's block table is read by the
+  // kernel only: its entries are not checked on the host (that needs a copy back, i.e. a
+  // synchronization) and must name pages of the pool. One backend's calls share its
+  // workspace: they must be ordered on the device (one stream, or streams that wait for each
+  // other). The calling thread's current device is left as it was.
+  // Errors, with O untouched: CanImplement's and ValidateBuffers'; InvalidArgument for
+  // device lengths missing or given twice (launch.kv_valid_lens beside problem.kv_valid_lens)
+  // or a stream the backend cannot have; Unimplemented for a variant other than fused on a GPU
+  // (the partial and materialized variants are measurement baselines) and for backends
+  // without this path (the default; hip). A launch error is Internal; a fault while the
+  // kernels run surfaces at the caller's next synchronization.
+  virtual absl::Status RunOnStream(const AttentionProblem& problem, const KernelConfig& config,
+                                   const AttentionBuffers& buffers, const StreamLaunch& launch);
 
   // Times Run() as the options say; each sample covers exactly one kernel-family launch
   // (all kernels of the variant), excluding cache flushing. Same errors as Run().

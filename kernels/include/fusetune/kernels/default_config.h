@@ -44,6 +44,12 @@ namespace fusetune {
 // on its kind and storage dtype).
 absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const AttentionProblem& problem);
 
+// The default config of the backend of `device_class` (BackendOfDeviceClass); a class whose
+// backend has no default here (an unknown name, an empty class) gets the cpu one. What a
+// client runs while the service has not answered: the C++ ConfigCache's fallback and the C
+// ABI's fusetune_default_config.
+KernelConfig DefaultConfigOfDeviceClass(std::string_view device_class, const AttentionProblem& problem);
+
 // The backend part of a device class: its text before the first '/', e.g. "cuda" for
 // "cuda/NVIDIA-H200/sm90"; the whole text when it has no '/'.
 std::string_view BackendOfDeviceClass(std::string_view device_class);

@@ -65,10 +65,11 @@ struct CachedConfig {
   double median_us = 0;  // measured latency on the source problem (0 when unknown)
 };
 
-// The fallback for `problem` on `device_class`: DefaultConfig of the class's backend
-// (fusetune/kernels/default_config.h), the same config the service answers with when it has
-// nothing tuned, so inference runs the same thing during an outage as after one. A class
-// whose backend fusetune does not know (or an empty class) gets the CPU default.
+// The fallback for `problem` on `device_class`: DefaultConfigOfDeviceClass
+// (fusetune/kernels/default_config.h), the DefaultConfig of the class's backend that the
+// service answers with when it has nothing tuned, so inference runs the same thing during an
+// outage as after one. A class whose backend fusetune does not know (or an empty class) gets
+// the CPU default.
 KernelConfig DefaultKernelConfig(std::string_view device_class, const AttentionProblem& problem);
 
 // The compact key a problem is cached under (exposed for tests and the benchmark).
