@@ -82,9 +82,11 @@ class _Handle:
         self.launch = _capi.LaunchStruct()
         self.launch_ptr = ctypes.pointer(self.launch)
 
-    def __del__(self):
+    # The C function is bound when the class is made: at interpreter shutdown the module's
+    # globals (`_capi` among them) may already be None when a thread's handles are collected.
+    def __del__(self, _destroy=_capi.destroy):
         if getattr(self, "ptr", None):
-            _capi.destroy(self.ptr)
+            _destroy(self.ptr)
             self.ptr = None
 
 
