@@ -172,6 +172,18 @@ def _contiguous(name: str, facts):
         raise InvalidArgumentError(f"{name}: must be contiguous (call .contiguous() / numpy.ascontiguousarray)")
 
 
+def _output(out, q, qf, device: int):
+    """The call's output and its pointer: `out` checked against q (described as `qf`), or a new
+    tensor like q."""
+    if out is None:
+        out = _empty_like(q, device, qf[5])
+        return out, (out.data_ptr() if qf[5] else out.ctypes.data)
+    of = _describe(out, "out")
+    _same("out", of, "q", qf)
+    _contiguous("out", of)
+    return out, of[4]
+
+
 def _empty_like(q, device: int, is_torch: bool):
     if is_torch:
         return sys.modules["torch"].empty_like(q)
@@ -495,14 +507,7 @@ def _attention_varlen(q, k, v, qf, kf, vf, causal, softmax_scale, cu_seqlens_q, 
         k_lens, k_owner = _device_lengths(cu_seqlens_k, host_k, "cu_seqlens_k", device, capturing)
         launch_lengths = (q_lens, k_lens, None)
         owners = (q_owner, k_owner)  # alive until the launch is enqueued (torch orders their reuse)
-    if out is None:
-        out = _empty_like(q, device, qf[5])
-        o_ptr = out.data_ptr() if qf[5] else out.ctypes.data
-    else:
-        of = _describe(out, "out")
-        _same("out", of, "q", qf)
-        _contiguous("out", of)
-        o_ptr = of[4]
+    out, o_ptr = _output(out, q, qf, device)
     _run("attention", plan, _handle(device), config, qf[4], kf[4], vf[4], o_ptr, launch_lengths)
     del owners
     return out
@@ -574,14 +579,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
                           kind=kind, page_block_size=paged[0], kv_pool_pages=paged[1], block_table_width=paged[2])
         plan = _remember(signature, _Plan(problem, device, qf[5], qf[0], "kvcache"))
     kv_lengths, owner = _cache_seqlens(cache_seqlens, plan.problem, device)
-    if out is None:
-        out = _empty_like(q, device, qf[5])
-        o_ptr = out.data_ptr() if qf[5] else out.ctypes.data
-    else:
-        of = _describe(out, "out")
-        _same("out", of, "q", qf)
-        _contiguous("out", of)
-        o_ptr = of[4]
+    out, o_ptr = _output(out, q, qf, device)
     # The plan is shared by threads; the table pointer is this call's.
     cache_ptr = None
     if table_ptr is not None:
