@@ -373,8 +373,8 @@ TrialOutcome OutcomeOfError(const absl::Status& s, TrialOutcome otherwise) {
 }
 
 // The message of a trial that ran out of host memory: what the problem's inputs need.
-std::string OutOfHostMemory(const AttentionProblem& problem, const std::exception& e) {
-  const MemoryNeed need = MeasurementMemory(problem);
+std::string OutOfHostMemory(const AttentionProblem& problem, const RunnerOptions& options, const std::exception& e) {
+  const MemoryNeed need = MeasurementMemory(problem, options);
   return absl::StrCat("out of host memory (", e.what(), "): measuring ", problem.Key(), " needs about ",
                       FormatBytes(need.host_bytes), " of host and ", FormatBytes(need.device_bytes),
                       " of device memory");
@@ -618,7 +618,7 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
     t.p90_us = Quantile(t.samples_us, 0.9);
     return finish(TrialOutcome::kOk, "");
   } catch (const std::bad_alloc& e) {
-    return finish(TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, e));
+    return finish(TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, options_, e));
   } catch (const std::exception& e) {
     return finish(TrialOutcome::kLaunchFailed, absl::StrCat("exception from the backend: ", e.what()));
   } catch (...) {
@@ -646,7 +646,7 @@ std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::s
   try {
     prepared = InputsFor(problem);
   } catch (const std::bad_alloc& e) {
-    for (Trial& t : trials) fail(t, TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, e));
+    for (Trial& t : trials) fail(t, TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, options_, e));
     return trials;
   }
   if (!prepared.ok()) {
@@ -693,7 +693,7 @@ std::vector<Trial> Runner::MeasureRounds(const AttentionProblem& problem, std::s
         t.samples_us.push_back(t.blocks.back().median_us);
         t.sm_clock_mhz = timing->sm_clock_mhz;
       } catch (const std::bad_alloc& e) {
-        fail(t, TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, e));
+        fail(t, TrialOutcome::kResourceExhausted, OutOfHostMemory(problem, options_, e));
       } catch (const std::exception& e) {
         fail(t, TrialOutcome::kLaunchFailed, absl::StrCat("exception from the backend: ", e.what()));
       } catch (...) {
