@@ -313,17 +313,7 @@ TEST(StoreBenchCells, ReadOnlyStoreRefusesToRecord) {
 TEST(StoreUpgrade, VersionTwoFileMigratesKeepingItsRows) {
   ScopedTempDir dir;
   const std::string path = dir.File("v2.db");
-  {
-    // Exactly what the version-2 binary created: migrations 1 and 2.
-    absl::StatusOr<std::unique_ptr<db_internal::Connection>> c = db_internal::Connection::Open(path, 1000);
-    ASSERT_TRUE(c.ok()) << c.status();
-    ASSERT_TRUE((*c)->Exec("BEGIN IMMEDIATE").ok());
-    const std::vector<db_internal::Migration> two(db_internal::Migrations().begin(),
-                                                  db_internal::Migrations().begin() + 2);
-    absl::Status st = db_internal::ApplyMigrations(**c, two, path);
-    ASSERT_TRUE(st.ok()) << st;
-    ASSERT_TRUE((*c)->Exec("COMMIT").ok());
-  }
+  ASSERT_EQ(db_test::WriteSchemaVersion(path, 2), absl::OkStatus());  // what the version-2 binary created
   ASSERT_EQ(RawQuery(path, "PRAGMA user_version"), "2");
   RawQuery(path,
            "INSERT INTO runs (commit_hash, host, device_class, device_json, backend, tool_version, "
@@ -353,16 +343,7 @@ TEST(StoreUpgrade, VersionTwoFileMigratesKeepingItsRows) {
 TEST(StoreUpgrade, VersionFourCommitsAreRewrittenInCanonicalForm) {
   ScopedTempDir dir;
   const std::string path = dir.File("v4.db");
-  {
-    absl::StatusOr<std::unique_ptr<db_internal::Connection>> c = db_internal::Connection::Open(path, 1000);
-    ASSERT_TRUE(c.ok()) << c.status();
-    ASSERT_TRUE((*c)->Exec("BEGIN IMMEDIATE").ok());
-    const std::vector<db_internal::Migration> four(db_internal::Migrations().begin(),
-                                                   db_internal::Migrations().begin() + 4);
-    absl::Status st = db_internal::ApplyMigrations(**c, four, path);
-    ASSERT_TRUE(st.ok()) << st;
-    ASSERT_TRUE((*c)->Exec("COMMIT").ok());
-  }
+  ASSERT_EQ(db_test::WriteSchemaVersion(path, 4), absl::OkStatus());  // what the version-4 binary created
   ASSERT_EQ(RawQuery(path, "PRAGMA user_version"), "4");
   const std::string run = "INSERT INTO runs (commit_hash, host, device_class, device_json, backend, tool_version, "
                           "environment, label, started_unix_ms) VALUES ('";

@@ -308,15 +308,7 @@ TEST(StoreUpgrade, VersionOneFileMigratesAndItsTrialsReadBackAsScreenTrials) {
   ScopedTempDir dir;
   const std::string path = dir.File("v1.db");
   const std::string trial_id = TrialId(1, kProblem, kConfigA, 0);
-  {
-    // Exactly what the version-1 binary wrote: migration 1 only, then a run and a trial.
-    absl::StatusOr<std::unique_ptr<db_internal::Connection>> c = db_internal::Connection::Open(path, 1000);
-    ASSERT_TRUE(c.ok()) << c.status();
-    ASSERT_TRUE((*c)->Exec("BEGIN IMMEDIATE").ok());
-    absl::Status st = db_internal::ApplyMigrations(**c, {db_internal::Migrations().front()}, path);
-    ASSERT_TRUE(st.ok()) << st;
-    ASSERT_TRUE((*c)->Exec("COMMIT").ok());
-  }
+  ASSERT_EQ(db_test::WriteSchemaVersion(path, 1), absl::OkStatus());  // what the version-1 binary created
   ASSERT_EQ(RawQuery(path, "PRAGMA user_version"), "1");
   RawQuery(path,
            "INSERT INTO runs (commit_hash, host, device_class, device_json, backend, tool_version, "
@@ -364,15 +356,7 @@ TEST(StoreUpgrade, VersionOneFileMigratesAndItsTrialsReadBackAsScreenTrials) {
 TEST(StoreUpgrade, VersionFourFileKeepsItsTrialsAndBenchCellsAndTakesTheNewOutcomes) {
   ScopedTempDir dir;
   const std::string path = dir.File("v4.db");
-  {
-    absl::StatusOr<std::unique_ptr<db_internal::Connection>> c = db_internal::Connection::Open(path, 1000);
-    ASSERT_TRUE(c.ok()) << c.status();
-    ASSERT_TRUE((*c)->Exec("BEGIN IMMEDIATE").ok());
-    std::vector<db_internal::Migration> four(db_internal::Migrations().begin(), db_internal::Migrations().begin() + 4);
-    absl::Status st = db_internal::ApplyMigrations(**c, four, path);
-    ASSERT_TRUE(st.ok()) << st;
-    ASSERT_TRUE((*c)->Exec("COMMIT").ok());
-  }
+  ASSERT_EQ(db_test::WriteSchemaVersion(path, 4), absl::OkStatus());  // what the version-4 binary created
   ASSERT_EQ(RawQuery(path, "PRAGMA user_version"), "4");
   RawQuery(path,
            "INSERT INTO runs (commit_hash, host, device_class, device_json, backend, tool_version, "

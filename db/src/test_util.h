@@ -9,10 +9,13 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "fusetune/db/store.h"
 #include "gtest/gtest.h"
+#include "schema.h"
+#include "sqlite.h"
 
 namespace fusetune::db_test {
 
@@ -34,6 +37,18 @@ class ScopedTempDir {
  private:
   std::string path_;
 };
+
+// Writes `path` as a binary of schema `version` created it: migrations 1..version in one write
+// transaction, as Store::Open applies them. For the tests of upgrades from older files.
+inline absl::Status WriteSchemaVersion(const std::string& path, int version) {
+  absl::StatusOr<std::unique_ptr<db_internal::Connection>> c = db_internal::Connection::Open(path, 1000);
+  if (!c.ok()) return c.status();
+  const std::vector<db_internal::Migration> first(db_internal::Migrations().begin(),
+                                                  db_internal::Migrations().begin() + version);
+  absl::Status st = (*c)->Exec("BEGIN IMMEDIATE");
+  if (st.ok()) st = db_internal::ApplyMigrations(**c, first, path);
+  return st.ok() ? (*c)->Exec("COMMIT") : st;
+}
 
 // Store::Open of `path`; a failure is a test failure and returns nullptr.
 inline std::unique_ptr<Store> OpenOrDie(const std::string& path, const StoreOptions& options = {}) {
