@@ -83,16 +83,6 @@ absl::Status ValidateSample(const std::vector<double>& sample, const char* name)
   return absl::OkStatus();
 }
 
-double Median(std::vector<double> sample) {
-  if (sample.empty()) return std::nan("");
-  const size_t mid = sample.size() / 2;
-  std::nth_element(sample.begin(), sample.begin() + mid, sample.end());
-  const double upper = sample[mid];
-  if (sample.size() % 2 == 1) return upper;
-  const double lower = *std::max_element(sample.begin(), sample.begin() + mid);
-  return 0.5 * (lower + upper);
-}
-
 absl::StatusOr<std::vector<double>> MannWhitneyNullCounts(int m, int n) {
   if (m < 0 || n < 0 || m > 64 || n > 64) {
     return absl::InvalidArgumentError(

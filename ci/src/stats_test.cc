@@ -229,10 +229,5 @@ TEST(RatioOfMedians, TinySamplesGiveTheWholeRange) {
   EXPECT_DOUBLE_EQ(r->upper, 4.0);
 }
 
-TEST(Median, OddAndEvenSizes) {
-  EXPECT_EQ(Median({3, 1, 2}), 2);
-  EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
-}
-
 }  // namespace
 }  // namespace fusetune::regress

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "c_api_internal.h"
+#include "fusetune/base/median.h"
 #include "fusetune/kernels/backend.h"
 #include "fusetune/kernels/default_config.h"
 
@@ -226,10 +227,8 @@ absl::Status TimeCall(fusetune_handle* handle, const fusetune_problem* problem, 
   opt.flush_l2 = r.flush_l2 != 0;
   auto t = handle->backend->Time(p, c, *buffers, opt);
   if (!t.ok()) return t.status();
-  std::vector<double> sorted = t->micros;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  *r.median_us = n == 0 ? 0.0 : (n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
+  const size_t n = t->micros.size();
+  *r.median_us = n == 0 ? 0.0 : fusetune::Median(t->micros);
   if (r.count != nullptr) *r.count = 0;
   for (size_t i = 0; i < n && static_cast<int>(i) < r.capacity; ++i) {
     r.samples_us[i] = t->micros[i];

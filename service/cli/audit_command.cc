@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "fusetune/base/median.h"
 #include "fmt/format.h"
 #include "fusetune/db/store.h"
 #include "fusetune/kernels/backend.h"
@@ -64,12 +65,6 @@ nlohmann::json SummaryJson(const AuditSummary& a, double seconds) {
           {"configs_failed", a.configs_failed},
           {"commit", a.commit},
           {"seconds", seconds}};
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 AuditOptions MakeAuditOptions(const AuditFlags& f, const ConfigSpaceOptions& space) {

@@ -60,7 +60,7 @@ absl::StatusOr<int64_t> StoreBenchRun(Store& store, const bench::Suite& suite, c
 }
 
 double MedianOfBlocks(const bench::CellMeasurement& measurement) {
-  return measurement.blocks.empty() ? 0 : regress::Median(measurement.Medians());
+  return measurement.blocks.empty() ? 0 : Median(measurement.Medians());
 }
 
 }  // namespace fusetune::cli

@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "fmt/format.h"
+#include "fusetune/base/time.h"
 #include "fusetune/db/store.h"
 #include "fusetune/regress/change_points.h"
 #include "fusetune/regress/stats.h"
@@ -55,14 +56,7 @@ struct CellHistory {
   std::vector<HistoryPoint> points;  // oldest first
 };
 
-std::string UtcMinute(int64_t unix_ms) {
-  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M", &tm);
-  return text;
-}
+std::string UtcMinute(int64_t unix_ms) { return FormatUtc(unix_ms, "%Y-%m-%d %H:%M"); }
 
 // What the suite's runs hold for the asked-for cell, oldest run first.
 struct CellSamples {
@@ -156,7 +150,7 @@ std::optional<CellHistory> ReadHistory(Store& store, const HistoryFlags& f, cons
     auto it = r.blocks_by_config.find(history.config_key);
     if (it == r.blocks_by_config.end()) continue;
     history.points.push_back({r.run->run_id, r.run->commit, r.run->finished_unix_ms,
-                              regress::Median(std::move(it->second))});
+                              Median(std::move(it->second))});
   }
   return history;
 }

@@ -71,7 +71,7 @@ std::string CalibrationNote(const bench::Comparison& c) {
   if (!differences.empty()) {
     measured = fmt::format("two processes of the build differed by {:.2f} % (median |log ratio| of {} timed cells), "
                            "at most {:.2f} % ({})",
-                           100 * regress::Median(differences), differences.size(), 100 * largest, largest_cell);
+                           100 * Median(differences), differences.size(), 100 * largest, largest_cell);
   }
   return fmt::format("A/A calibration of {} (the same build on both sides): {}; {} same, {} unknown (a calibration "
                      "calls no cell regressed or improved: a difference beyond the floor is the host's noise). "

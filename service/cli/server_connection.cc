@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "fusetune/base/time.h"
 #include "fusetune/wire/connection.h"
 #include "fusetune/wire/records_convert.h"
 
@@ -97,12 +98,7 @@ int RpcFailure(const std::string& command, const grpc::Status& status) {
 
 std::string UtcTime(int64_t unix_ms) {
   if (unix_ms <= 0) return "-";
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return Rfc3339Utc(unix_ms);
 }
 
 }  // namespace fusetune::cli

@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "fusetune/kernels/config.h"
-#include "fusetune/regress/stats.h"
+#include "fusetune/base/median.h"
 #include "fusetune/service/metric_names.h"
 #include "prometheus/text_serializer.h"
 
@@ -294,7 +294,7 @@ void ServiceMetrics::SetBenchHistory(const std::vector<BenchHistoryRun>& runs) {
     for (const BenchCell& cell : h.cells) {
       const std::vector<double> samples = cell.SamplesUs();
       if (cell.outcome != TrialOutcome::kOk || samples.empty()) continue;
-      const double median = regress::Median(samples);
+      const double median = Median(samples);
       prometheus::Labels labels = run_labels;
       labels.insert({{"problem", cell.problem_key}, {"config", cell.config_key}, {"role", cell.role}});
       set(*bench_latency_, labels, SecondsFromUs(median));

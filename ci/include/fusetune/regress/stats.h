@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "fusetune/base/median.h"
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -107,9 +109,6 @@ struct RatioEstimate {
 absl::StatusOr<RatioEstimate> RatioOfMedians(const std::vector<double>& baseline,
                                              const std::vector<double>& candidate,
                                              double confidence = kDefaultConfidence);
-
-// The median of a non-empty sample (the mean of the two middle values for even sizes).
-double Median(std::vector<double> sample);
 
 }  // namespace fusetune::regress
 
