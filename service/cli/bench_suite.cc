@@ -5,14 +5,14 @@
 #include <fstream>
 #include <string>
 
-#include "bench_records.h"
 #include "commands.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
-#include "fusetune/bench/block_source.h"
-#include "fusetune/bench/compare.h"
-#include "fusetune/bench/planted_slowdown.h"
-#include "fusetune/bench/suite.h"
+#include "fusetune/regress/bench_records.h"
+#include "fusetune/regress/block_source.h"
+#include "fusetune/regress/compare.h"
+#include "fusetune/regress/planted_slowdown.h"
+#include "fusetune/regress/suite.h"
 #include "fusetune/kernels/default_config.h"
 #include "fusetune/tuner/runner.h"
 #include "nlohmann/json.hpp"
@@ -27,19 +27,19 @@ constexpr int kExitError = 2;
 int Error(const std::string& command, const std::string& message) { return Failure(command, message, kExitError); }
 
 // Block medians' spread: (p90 - p10) / median, percent.
-double SpreadPercent(const bench::CellMeasurement& m) {
+double SpreadPercent(const regress::CellMeasurement& m) {
   if (m.blocks.size() < 2) return 0;
   const std::vector<double> medians = m.Medians();
   const double median = Quantile(medians, 0.5);
   return median > 0 ? 100 * (Quantile(medians, 0.9) - Quantile(medians, 0.1)) / median : 0;
 }
 
-void PrintTable(const bench::SourceInfo& source, const std::vector<bench::MeasuredCell>& cells) {
+void PrintTable(const regress::SourceInfo& source, const std::vector<regress::MeasuredCell>& cells) {
   std::printf("device %s, commit %s\n\n", source.device.DeviceClass().c_str(), source.commit.c_str());
   std::printf("| role | problem | config | outcome | median us | spread p10-p90 | TFLOP/s | max rel error | blocks |\n");
   std::printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
-  for (const bench::MeasuredCell& c : cells) {
-    const double median = MedianOfBlocks(c.measurement);
+  for (const regress::MeasuredCell& c : cells) {
+    const double median = regress::MedianOfBlocks(c.measurement);
     const double tflops = median > 0 ? c.cell.problem.Flops() / (median * 1e-6) / 1e12 : 0;
     const bool ok = c.measurement.check.outcome == TrialOutcome::kOk;
     std::printf("| %s | %s | %s | %s | %s | %s | %s | %.1e | %zu |\n", c.cell.role.c_str(),
@@ -50,16 +50,16 @@ void PrintTable(const bench::SourceInfo& source, const std::vector<bench::Measur
   }
 }
 
-void PrintJson(const bench::SourceInfo& source, const std::vector<bench::MeasuredCell>& cells, int64_t run_id,
+void PrintJson(const regress::SourceInfo& source, const std::vector<regress::MeasuredCell>& cells, int64_t run_id,
                const std::string& planted) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const bench::MeasuredCell& c : cells) {
+  for (const regress::MeasuredCell& c : cells) {
     rows.push_back({{"role", c.cell.role},
                     {"problem", c.cell.problem.Key()},
                     {"config", c.cell.config.Key()},
                     {"outcome", std::string(TrialOutcomeName(c.measurement.check.outcome))},
                     {"message", c.measurement.check.message},
-                    {"median_us", MedianOfBlocks(c.measurement)},
+                    {"median_us", regress::MedianOfBlocks(c.measurement)},
                     {"block_medians_us", c.measurement.Medians()},
                     {"max_rel_error", c.measurement.check.max_rel_error},
                     {"tolerance", c.measurement.check.tolerance}});
@@ -72,6 +72,12 @@ void PrintJson(const bench::SourceInfo& source, const std::vector<bench::Measure
 
 }  // namespace
 
+RunInfo BenchRunInfo(const regress::Suite& suite, const regress::SourceInfo& source) {
+  RunInfo info = LocalRunInfo(source.device, source.commit, suite.RunLabel());
+  if (!source.environment.empty()) info.environment += "; " + source.environment;
+  return info;
+}
+
 void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs) {
   command->add_option("--plant-slowdown", *specs,
                       "SUBSTRING=FRACTION: report cells whose '<problem key> <config key>' contains SUBSTRING "
@@ -79,14 +85,14 @@ void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs) 
                       "(repeatable)");
 }
 
-absl::Status CheckPlantedSlowdowns(const bench::Suite& suite, const std::vector<std::string>& specs) {
+absl::Status CheckPlantedSlowdowns(const regress::Suite& suite, const std::vector<std::string>& specs) {
   for (const std::string& spec : specs) {
-    absl::StatusOr<bench::PlantedSlowdown> s = bench::ParsePlantedSlowdown(spec);
+    absl::StatusOr<regress::PlantedSlowdown> s = regress::ParsePlantedSlowdown(spec);
     if (!s.ok()) return absl::InvalidArgumentError(
           fmt::format("--plant-slowdown {}: {}", spec, std::string(s.status().message())));
     std::vector<std::string> names;
     bool matched = false;
-    for (const bench::SuiteCell& cell : suite.cells) {
+    for (const regress::SuiteCell& cell : suite.cells) {
       const std::string name = cell.problem.Key() + " " + cell.config.Key();
       if (name.find(s->cell_substring) != std::string::npos) matched = true;
       names.push_back(name);
@@ -103,9 +109,9 @@ std::string PlantedDescription(const std::vector<std::string>& specs) { return f
 
 std::unique_ptr<Backend> CreateMeasuredBackend(const std::string& command, const std::string& backend, int device,
                                                const std::vector<std::string>& plant_slowdowns, int* exit_code) {
-  std::vector<bench::PlantedSlowdown> slowdowns;
+  std::vector<regress::PlantedSlowdown> slowdowns;
   for (const std::string& spec : plant_slowdowns) {
-    absl::StatusOr<bench::PlantedSlowdown> s = bench::ParsePlantedSlowdown(spec);
+    absl::StatusOr<regress::PlantedSlowdown> s = regress::ParsePlantedSlowdown(spec);
     if (!s.ok()) {
       *exit_code = Error(command, fmt::format("--plant-slowdown {}: {}", spec, std::string(s.status().message())));
       return nullptr;
@@ -119,12 +125,12 @@ std::unique_ptr<Backend> CreateMeasuredBackend(const std::string& command, const
     return nullptr;
   }
   if (slowdowns.empty()) return inner;
-  return std::make_unique<bench::PlantedSlowdownBackend>(std::move(inner), std::move(slowdowns));
+  return std::make_unique<regress::PlantedSlowdownBackend>(std::move(inner), std::move(slowdowns));
 }
 
 int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int device) {
   const std::string cmd = "bench";
-  absl::StatusOr<bench::Suite> suite = bench::ReadSuiteFile(f.suite);
+  absl::StatusOr<regress::Suite> suite = regress::ReadSuiteFile(f.suite);
   if (!suite.ok()) return Error(cmd, std::string(suite.status().message()));
   if (f.blocks != 0 && f.blocks < 3) return Error(cmd, "--blocks must be at least 3");
   if (absl::Status s = CheckPlantedSlowdowns(*suite, f.plant_slowdowns); !s.ok()) return Error(cmd, std::string(s.message()));
@@ -144,21 +150,21 @@ int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int
   int exit_code = kExitOk;
   std::unique_ptr<Backend> backend = CreateMeasuredBackend(cmd, backend_name, device, f.plant_slowdowns, &exit_code);
   if (backend == nullptr) return exit_code;
-  bench::RunnerBlockSource source(*backend, BuiltCommit(), suite->block);
-  bench::CompareOptions options;
+  regress::RunnerBlockSource source(*backend, BuiltCommit(), suite->block);
+  regress::CompareOptions options;
   options.blocks = f.blocks;
   StopOnSignal stop;
   options.cancel = stop.flag();
-  absl::StatusOr<std::vector<bench::MeasuredCell>> cells = bench::MeasureSuite(source, *suite, options);
+  absl::StatusOr<std::vector<regress::MeasuredCell>> cells = regress::MeasureSuite(source, *suite, options);
   if (!cells.ok()) return Error(cmd, std::string(cells.status().message()));
-  absl::StatusOr<bench::SourceInfo> info = source.Describe();
+  absl::StatusOr<regress::SourceInfo> info = source.Describe();
   if (!info.ok()) return Error(cmd, std::string(info.status().message()));
   int64_t run_id = 0;
   if (!f.db.empty() && planted.empty()) {
     if (store == nullptr) {
       if (absl::Status s = open_store(); !s.ok()) return Error(cmd, std::string(s.message()));
     }
-    absl::StatusOr<int64_t> stored = StoreBenchRun(*store, *suite, *info, *cells);
+    absl::StatusOr<int64_t> stored = regress::StoreBenchRun(*store, *suite, BenchRunInfo(*suite, *info), *cells);
     if (!stored.ok()) return Error(cmd, std::string(stored.status().message()));
     run_id = *stored;
   }
@@ -172,7 +178,7 @@ int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int
       std::printf("\nnot stored in %s: a run with planted slowdowns is never a baseline or a history point\n", f.db.c_str());
     }
   }
-  for (const bench::MeasuredCell& c : *cells) {
+  for (const regress::MeasuredCell& c : *cells) {
     if (c.measurement.check.outcome != TrialOutcome::kOk) return kExitCellFailed;
   }
   return kExitOk;
@@ -197,9 +203,9 @@ int WriteSuiteFromDatabase(const SuiteFromDbFlags& f) {
                                     f.db, device_class, b.device_class));
     }
   }
-  std::vector<bench::SuiteSource> sources;
+  std::vector<regress::SuiteSource> sources;
   for (const BestConfig& b : *best) {
-    bench::SuiteSource s;
+    regress::SuiteSource s;
     s.best = b;
     if (b.run_id > 0) {
       absl::StatusOr<std::vector<Trial>> trials = (*store)->ListTrials(b.run_id, b.problem_key);
@@ -211,9 +217,9 @@ int WriteSuiteFromDatabase(const SuiteFromDbFlags& f) {
   std::vector<std::string> skipped;
   // The reference cells are the default config of the backend the best configs were tuned on.
   const std::string tuned_backend = device_class.substr(0, device_class.find('/'));
-  absl::StatusOr<bench::Suite> suite = bench::SuiteFromBestConfigs(name, device_class, tuned_backend, sources, &skipped);
+  absl::StatusOr<regress::Suite> suite = regress::SuiteFromBestConfigs(name, device_class, tuned_backend, sources, &skipped);
   if (!suite.ok()) return Error(cmd, std::string(suite.status().message()));
-  const std::string text = bench::SuiteToJson(*suite);
+  const std::string text = regress::SuiteToJson(*suite);
   const std::string tmp = f.out + ".tmp";
   {
     std::ofstream out(tmp);
