@@ -43,17 +43,6 @@ RunInfo BenchRunInfo(const regress::Suite& suite, const regress::SourceInfo& sou
 // Registers --plant-slowdown on `command`.
 void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs);
 
-// OK when every --plant-slowdown spec parses and its substring names at least one cell of
-// `suite` ("<problem key> <config key>"); InvalidArgument naming the spec (and listing the
-// cells) otherwise: a plant that matches nothing would make a method check measure nothing.
-absl::Status CheckPlantedSlowdowns(const regress::Suite& suite, const std::vector<std::string>& specs);
-
-// What a run planted, for its outputs ("SUBSTRING=FRACTION; ..."); empty when nothing was.
-// A run with planted slowdowns is a check of the method, not a measurement of the build: its
-// bench run is never stored (so it cannot become a baseline, a calibration or a history point)
-// and every output says what was planted.
-std::string PlantedDescription(const std::vector<std::string>& specs);
-
 // Exit: 0 every cell verified and was measured; 1 a cell failed verification (recorded);
 // 2 an error (bad suite, a config the device cannot run, the database): nothing stored.
 int RunSuiteBench(const SuiteBenchFlags& flags, const std::string& backend, int device);

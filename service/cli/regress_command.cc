@@ -22,6 +22,7 @@
 #include "fusetune/regress/compare.h"
 #include "fusetune/regress/suite.h"
 #include "fusetune/regress/regress_run.h"
+#include "fusetune/regress/suite_bench.h"
 #include "problem_flags.h"
 #include "regress_outputs.h"
 
@@ -47,7 +48,7 @@ int RunRegress(const RegressFlags& flags) {
   }
   absl::StatusOr<regress::Suite> suite = regress::ReadSuiteFile(f.suite);
   if (!suite.ok()) return Error(std::string(suite.status().message()));
-  if (absl::Status s = CheckPlantedSlowdowns(*suite, f.plant_slowdowns); !s.ok()) return Error(std::string(s.message()));
+  if (absl::Status s = regress::CheckPlantedSlowdowns(*suite, f.plant_slowdowns); !s.ok()) return Error(std::string(s.message()));
   std::unique_ptr<Store> store;
   if (std::filesystem::exists(f.db)) {
     absl::StatusOr<std::unique_ptr<Store>> opened = OpenExistingStoreForWriting(f.db);

@@ -15,6 +15,7 @@
 #include "fusetune/base/median.h"
 #include "fusetune/regress/junit.h"
 #include "fusetune/regress/regress_run.h"
+#include "fusetune/regress/suite_bench.h"
 
 namespace fusetune::cli {
 namespace {
@@ -116,7 +117,7 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& su
   // A run with planted slowdowns checks the method: its candidate measurement is never stored
   // as a bench run (it would become a baseline or a history point); its verdict rows are, under
   // the metric "planted_latency" that no calibration reads.
-  const std::string planted = PlantedDescription(f.plant_slowdowns);
+  const std::string planted = regress::PlantedDescription(f.plant_slowdowns);
   absl::StatusOr<regress::RecordedRegressRun> recorded = regress::RecordRegressRun(
       *store, suite, comparison, BenchRunInfo(suite, comparison.candidate), !planted.empty());
   if (!recorded.ok()) return recorded.status();
