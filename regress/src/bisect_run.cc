@@ -18,7 +18,10 @@ std::string ShellQuote(const std::string& s) {
 
 absl::StatusOr<std::string> Git(const std::string& repo, const std::vector<std::string>& args) {
   std::string line = "git -C " + ShellQuote(repo);
-  for (const std::string& a : args) line += " " + ShellQuote(a);
+  for (const std::string& a : args) {
+    line += ' ';
+    line += ShellQuote(a);
+  }
   line += " 2>/dev/null";
   ShellResult run = RunShell(line);
   if (run.status == -1) return absl::UnavailableError("cannot run git");
