@@ -12,6 +12,7 @@
 #include "fmt/format.h"
 #include "fusetune/db/store.h"
 #include "fusetune/kernels/backend.h"
+#include "fusetune/regress/audit_targets.h"
 #include "fusetune/tuner/audit.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
@@ -91,91 +92,7 @@ int ParseProblems(const std::string& cmd, const AuditFlags& f, std::vector<Atten
   return kExitOk;
 }
 
-// A problem to audit and its recorded best config.
-struct Target {
-  AttentionProblem problem;
-  KernelConfig recorded;
-};
-
-// What the command audits. A problem without a recorded best config, or whose record names
-// no problem that can be rebuilt, is named and skipped; one whose record cannot be audited is
-// named and counted in `failures`.
-struct Targets {
-  std::vector<Target> list;
-  int failures = 0;
-};
-
-// Every best config recorded on `device_class` (--all). Returns kExitOk with `*targets`
-// filled, or the exit code to end with (its message printed).
-int TargetsOfAllRecords(const std::string& cmd, Store& store, const std::string& device_class, const std::string& db,
-                        const Backend& backend, const ConfigSpaceOptions& space_options, Targets* targets) {
-  absl::StatusOr<std::vector<BestConfig>> best = store.ListBestConfigs(device_class);
-  if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
-  if (best->empty()) {
-    std::fprintf(stderr, "fusetune audit: no best configs recorded on %s in %s (run 'fusetune sweep' first)\n",
-                 device_class.c_str(), db.c_str());
-    return kExitNotFound;
-  }
-  for (const BestConfig& b : *best) {
-    absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(b.problem_key);
-    if (!p.ok()) {
-      // Varlen and padded keys carry only a hash of their lengths: the shape is not in the
-      // database, so such a problem is audited by naming it in full, not from its record.
-      std::fprintf(stderr, "fusetune audit: %s: skipped, the problem cannot be rebuilt from its key (%s)\n",
-                   b.problem_key.c_str(), std::string(p.status().message()).c_str());
-      continue;
-    }
-    absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(b.config_key);
-    if (!c.ok()) {
-      std::fprintf(stderr, "fusetune audit: %s: recorded config '%s' cannot be read: %s\n", b.problem_key.c_str(),
-                   b.config_key.c_str(), std::string(c.status().message()).c_str());
-      ++targets->failures;
-      continue;
-    }
-    if (absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(*p, backend, space_options); !space.ok()) {
-      std::fprintf(stderr, "fusetune audit: %s: %s\n", b.problem_key.c_str(),
-                   std::string(space.status().message()).c_str());
-      ++targets->failures;
-      continue;
-    }
-    targets->list.push_back({*p, *c});
-  }
-  return kExitOk;
-}
-
-// The best config recorded on `device_class` for each of `problems`. Returns kExitOk with
-// `*targets` filled, or the exit code to end with (its message printed).
-int TargetsOfProblems(const std::string& cmd, Store& store, const std::string& device_class,
-                      const std::vector<AttentionProblem>& problems, Targets* targets) {
-  for (const AttentionProblem& p : problems) {
-    absl::StatusOr<BestConfig> best = store.GetBestConfig(device_class, p.Key());
-    if (absl::IsNotFound(best.status())) {
-      std::fprintf(stderr, "fusetune audit: %s: no best config recorded on %s (run 'fusetune sweep' first)\n",
-                   p.Key().c_str(), device_class.c_str());
-      continue;
-    }
-    if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
-    absl::StatusOr<KernelConfig> c = KernelConfig::FromKey(best->config_key);
-    if (!c.ok()) {
-      std::fprintf(stderr, "fusetune audit: %s: recorded config '%s' cannot be read: %s\n", p.Key().c_str(),
-                   best->config_key.c_str(), std::string(c.status().message()).c_str());
-      ++targets->failures;
-      continue;
-    }
-    targets->list.push_back({p, *c});
-  }
-  return kExitOk;
-}
-
-// Where the audits go and what each summary carries besides its measurements.
-struct AuditRecording {
-  Store& store;
-  int64_t run_id;
-  std::string device_class;
-  std::string commit;
-};
-
-// The audits done, as recorded.
+// The audits done, as recorded, and their --json rows.
 struct Audited {
   std::vector<AuditSummary> summaries;
   nlohmann::json rows = nlohmann::json::array();  // --json: one object per audit
@@ -183,59 +100,49 @@ struct Audited {
   bool cancelled = false;                         // stopped by a signal
 };
 
-// Records an audit whole: its trials, then its summary. Returns the summary with its
-// audit id; an error's message says which record failed.
-absl::StatusOr<AuditSummary> RecordTrialsAndSummary(const AuditRecording& to, const AuditResult& result) {
-  AuditSummary summary = result.summary;
-  summary.run_id = to.run_id;
-  summary.device_class = to.device_class;
-  summary.commit = to.commit;
-  if (absl::Status s = to.store.RecordTrials(result.trials); !s.ok()) {
-    return absl::Status(s.code(), fmt::format("recording the audit's trials: {}", s.ToString()));
+// The targets of --all or of the problems named, their notes printed; or the exit code to end
+// with (its message printed).
+int SelectTargets(const std::string& cmd, const AuditFlags& f, Store& store, const std::string& device_class,
+                  const Backend& backend, const ConfigSpaceOptions& space, const std::vector<AttentionProblem>& problems,
+                  regress::AuditTargets* targets) {
+  absl::StatusOr<regress::AuditTargets> selected = f.all
+                                                       ? regress::TargetsOfAllRecords(store, device_class, backend, space)
+                                                       : regress::TargetsOfProblems(store, device_class, problems);
+  if (f.all && absl::IsNotFound(selected.status())) {
+    std::fprintf(stderr, "fusetune audit: %s in %s (run 'fusetune sweep' first)\n",
+                 std::string(selected.status().message()).c_str(), f.db.c_str());
+    return kExitNotFound;
   }
-  absl::StatusOr<int64_t> audit_id = to.store.RecordAudit(summary);
-  if (!audit_id.ok()) {
-    return absl::Status(audit_id.status().code(), fmt::format("recording the audit: {}", audit_id.status().ToString()));
-  }
-  summary.audit_id = *audit_id;
-  return summary;
+  if (!selected.ok()) return Failure(cmd, std::string(selected.status().message()));
+  for (const std::string& note : selected->notes) std::fprintf(stderr, "fusetune audit: %s\n", note.c_str());
+  *targets = *std::move(selected);
+  return kExitOk;
 }
 
 // Audits each target in turn, recording and printing each audit once it is done. SIGINT and
 // SIGTERM stop the audits between measurements; audits already finished stay recorded.
 // Returns kExitOk with `*audited` filled, or the exit code to end with (its message printed).
-int AuditTargets(const std::string& cmd, const std::vector<Target>& targets, Backend& backend,
-                 const AuditOptions& options, const AuditRecording& to, bool json, Audited* audited) {
+int AuditTargets(const std::string& cmd, const std::vector<regress::AuditTarget>& targets, Backend& backend,
+                 const AuditOptions& options, const regress::AuditRecording& to, bool json, Audited* audited) {
   StopOnSignal stop_on_signal;
-  for (const Target& t : targets) {
-    absl::StatusOr<AuditResult> result =
-        RunAudit(backend, t.problem, t.recorded, options, to.run_id, stop_on_signal.flag());
-    if (absl::IsCancelled(result.status())) {
-      audited->cancelled = true;
-      break;
-    }
-    if (!result.ok()) {
-      std::fprintf(stderr, "fusetune audit: %s: %s\n", t.problem.Key().c_str(),
-                   std::string(result.status().message()).c_str());
-      ++audited->failures;
-      continue;
-    }
-    absl::StatusOr<AuditSummary> summary = RecordTrialsAndSummary(to, *result);
-    if (!summary.ok()) return Failure(cmd, std::string(summary.status().message()));
+  regress::AuditEvents events;
+  events.on_audited = [&](const AuditSummary& summary, const AuditResult& result) {
     if (json) {
-      audited->rows.push_back(SummaryJson(*summary, result->seconds));
+      audited->rows.push_back(SummaryJson(summary, result.seconds));
     } else {
-      std::printf("%s\n", SummaryLine(*summary).c_str());
+      std::printf("%s\n", SummaryLine(summary).c_str());
       std::fflush(stdout);
     }
-    audited->summaries.push_back(*std::move(summary));
-    // A signal during the last measurement of an audit that still completed: keep the
-    // audit, start no other.
-    if (stop_on_signal.stop_requested()) {
-      audited->cancelled = true;
-      break;
-    }
-  }
+  };
+  events.on_failed = [](const regress::AuditTarget& t, const absl::Status& error) {
+    std::fprintf(stderr, "fusetune audit: %s: %s\n", t.problem.Key().c_str(), std::string(error.message()).c_str());
+  };
+  absl::StatusOr<regress::AuditedTargets> done =
+      regress::AuditEach(targets, backend, options, to, stop_on_signal.flag(), events);
+  if (!done.ok()) return Failure(cmd, std::string(done.status().message()));
+  audited->summaries = std::move(done->summaries);
+  audited->failures = done->failures;
+  audited->cancelled = done->cancelled;
   return kExitOk;
 }
 
@@ -280,9 +187,8 @@ int RunAuditCommand(const AuditFlags& f) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStoreForWriting(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
-  Targets targets;
-  exit_code = f.all ? TargetsOfAllRecords(cmd, **store, device_class, f.db, *backend, options.space, &targets)
-                    : TargetsOfProblems(cmd, **store, device_class, problems, &targets);
+  regress::AuditTargets targets;
+  exit_code = SelectTargets(cmd, f, **store, device_class, *backend, options.space, problems, &targets);
   if (exit_code != kExitOk) return exit_code;
   if (targets.list.empty()) return targets.failures > 0 ? kExitFailure : kExitNotFound;
 
@@ -295,7 +201,7 @@ int RunAuditCommand(const AuditFlags& f) {
     std::fflush(stdout);
   }
   Audited audited;
-  const AuditRecording to{**store, *run_id, device_class, commit};
+  const regress::AuditRecording to{**store, *run_id, device_class, commit};
   if (int code = AuditTargets(cmd, targets.list, *backend, options, to, f.json, &audited); code != kExitOk) {
     return code;
   }

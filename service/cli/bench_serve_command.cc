@@ -1,8 +1,8 @@
 // fusetune bench-serve: this build as one side of an interleaved comparison. Another fusetune
 // (`regress`) starts it and sends it cells to verify and blocks to measure, one JSON line each
-// way on stdin and stdout (bench/src/protocol.h); nothing else is written to stdout. With
+// way on stdin and stdout (regress/src/protocol.h); nothing else is written to stdout. With
 // --capi-library it serves another build's kernels through that build's C ABI library instead
-// of its own (bench/include/fusetune/bench/capi_backend.h): how builds older than bench-serve
+// of its own (regress/include/fusetune/regress/capi_backend.h): how builds older than bench-serve
 // are compared and bisected.
 #include <cstdio>
 #include <memory>
@@ -11,8 +11,8 @@
 
 #include "bench_suite.h"
 #include "commands.h"
-#include "fusetune/bench/block_source.h"
-#include "fusetune/bench/capi_backend.h"
+#include "fusetune/regress/block_source.h"
+#include "fusetune/regress/capi_backend.h"
 #include "fusetune/records/commit.h"
 #include "problem_flags.h"
 
@@ -37,15 +37,15 @@ int RunBenchServe(const BenchServeFlags& f) {
   if (!f.capi_library.empty()) {
     if (!f.plant_slowdowns.empty()) return Failure("bench-serve", "--plant-slowdown and --capi-library do not combine", 2);
     absl::StatusOr<std::unique_ptr<Backend>> library =
-        bench::OpenCapiBackend(f.capi_library, f.backend, f.device, std::move(backend));
+        regress::OpenCapiBackend(f.capi_library, f.backend, f.device, std::move(backend));
     if (!library.ok()) return Failure("bench-serve", std::string(library.status().message()), 2);
     backend = std::move(*library);
     absl::StatusOr<std::string> capi_commit = CanonicalCommit(f.capi_commit);
     if (!capi_commit.ok()) return Failure("bench-serve", "--capi-commit: " + std::string(capi_commit.status().message()), 2);
     commit = *std::move(capi_commit);
   }
-  bench::RunnerBlockSource source(*backend, commit, f.block, RunnerOptions{}, f.timing_cpu);
-  absl::Status served = bench::ServeBlocks(source, stdin, stdout);
+  regress::RunnerBlockSource source(*backend, commit, f.block, RunnerOptions{}, f.timing_cpu);
+  absl::Status served = regress::ServeBlocks(source, stdin, stdout);
   if (!served.ok()) {
     std::fprintf(stderr, "fusetune bench-serve: %s\n", std::string(served.message()).c_str());
     return 2;

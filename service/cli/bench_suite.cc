@@ -5,14 +5,14 @@
 #include <fstream>
 #include <string>
 
-#include "bench_records.h"
 #include "commands.h"
 #include "fmt/format.h"
-#include "fmt/ranges.h"
-#include "fusetune/bench/block_source.h"
-#include "fusetune/bench/compare.h"
-#include "fusetune/bench/planted_slowdown.h"
-#include "fusetune/bench/suite.h"
+#include "fusetune/regress/bench_records.h"
+#include "fusetune/regress/block_source.h"
+#include "fusetune/regress/compare.h"
+#include "fusetune/regress/planted_slowdown.h"
+#include "fusetune/regress/suite_bench.h"
+#include "fusetune/regress/suite.h"
 #include "fusetune/kernels/default_config.h"
 #include "fusetune/tuner/runner.h"
 #include "nlohmann/json.hpp"
@@ -27,19 +27,19 @@ constexpr int kExitError = 2;
 int Error(const std::string& command, const std::string& message) { return Failure(command, message, kExitError); }
 
 // Block medians' spread: (p90 - p10) / median, percent.
-double SpreadPercent(const bench::CellMeasurement& m) {
+double SpreadPercent(const regress::CellMeasurement& m) {
   if (m.blocks.size() < 2) return 0;
   const std::vector<double> medians = m.Medians();
   const double median = Quantile(medians, 0.5);
   return median > 0 ? 100 * (Quantile(medians, 0.9) - Quantile(medians, 0.1)) / median : 0;
 }
 
-void PrintTable(const bench::SourceInfo& source, const std::vector<bench::MeasuredCell>& cells) {
+void PrintTable(const regress::SourceInfo& source, const std::vector<regress::MeasuredCell>& cells) {
   std::printf("device %s, commit %s\n\n", source.device.DeviceClass().c_str(), source.commit.c_str());
   std::printf("| role | problem | config | outcome | median us | spread p10-p90 | TFLOP/s | max rel error | blocks |\n");
   std::printf("|---|---|---|---|---:|---:|---:|---:|---:|\n");
-  for (const bench::MeasuredCell& c : cells) {
-    const double median = MedianOfBlocks(c.measurement);
+  for (const regress::MeasuredCell& c : cells) {
+    const double median = regress::MedianOfBlocks(c.measurement);
     const double tflops = median > 0 ? c.cell.problem.Flops() / (median * 1e-6) / 1e12 : 0;
     const bool ok = c.measurement.check.outcome == TrialOutcome::kOk;
     std::printf("| %s | %s | %s | %s | %s | %s | %s | %.1e | %zu |\n", c.cell.role.c_str(),
@@ -50,16 +50,16 @@ void PrintTable(const bench::SourceInfo& source, const std::vector<bench::Measur
   }
 }
 
-void PrintJson(const bench::SourceInfo& source, const std::vector<bench::MeasuredCell>& cells, int64_t run_id,
+void PrintJson(const regress::SourceInfo& source, const std::vector<regress::MeasuredCell>& cells, int64_t run_id,
                const std::string& planted) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const bench::MeasuredCell& c : cells) {
+  for (const regress::MeasuredCell& c : cells) {
     rows.push_back({{"role", c.cell.role},
                     {"problem", c.cell.problem.Key()},
                     {"config", c.cell.config.Key()},
                     {"outcome", std::string(TrialOutcomeName(c.measurement.check.outcome))},
                     {"message", c.measurement.check.message},
-                    {"median_us", MedianOfBlocks(c.measurement)},
+                    {"median_us", regress::MedianOfBlocks(c.measurement)},
                     {"block_medians_us", c.measurement.Medians()},
                     {"max_rel_error", c.measurement.check.max_rel_error},
                     {"tolerance", c.measurement.check.tolerance}});
@@ -72,6 +72,12 @@ void PrintJson(const bench::SourceInfo& source, const std::vector<bench::Measure
 
 }  // namespace
 
+RunInfo BenchRunInfo(const regress::Suite& suite, const regress::SourceInfo& source) {
+  RunInfo info = LocalRunInfo(source.device, source.commit, suite.RunLabel());
+  if (!source.environment.empty()) info.environment += "; " + source.environment;
+  return info;
+}
+
 void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs) {
   command->add_option("--plant-slowdown", *specs,
                       "SUBSTRING=FRACTION: report cells whose '<problem key> <config key>' contains SUBSTRING "
@@ -79,38 +85,12 @@ void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs) 
                       "(repeatable)");
 }
 
-absl::Status CheckPlantedSlowdowns(const bench::Suite& suite, const std::vector<std::string>& specs) {
-  for (const std::string& spec : specs) {
-    absl::StatusOr<bench::PlantedSlowdown> s = bench::ParsePlantedSlowdown(spec);
-    if (!s.ok()) return absl::InvalidArgumentError(
-          fmt::format("--plant-slowdown {}: {}", spec, std::string(s.status().message())));
-    std::vector<std::string> names;
-    bool matched = false;
-    for (const bench::SuiteCell& cell : suite.cells) {
-      const std::string name = cell.problem.Key() + " " + cell.config.Key();
-      if (name.find(s->cell_substring) != std::string::npos) matched = true;
-      names.push_back(name);
-    }
-    if (!matched) {
-      return absl::InvalidArgumentError(fmt::format("--plant-slowdown {}: '{}' is in no cell of suite {}; its cells: {}",
-                                                    spec, s->cell_substring, suite.name, fmt::join(names, "; ")));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string PlantedDescription(const std::vector<std::string>& specs) { return fmt::format("{}", fmt::join(specs, "; ")); }
-
 std::unique_ptr<Backend> CreateMeasuredBackend(const std::string& command, const std::string& backend, int device,
                                                const std::vector<std::string>& plant_slowdowns, int* exit_code) {
-  std::vector<bench::PlantedSlowdown> slowdowns;
-  for (const std::string& spec : plant_slowdowns) {
-    absl::StatusOr<bench::PlantedSlowdown> s = bench::ParsePlantedSlowdown(spec);
-    if (!s.ok()) {
-      *exit_code = Error(command, fmt::format("--plant-slowdown {}: {}", spec, std::string(s.status().message())));
-      return nullptr;
-    }
-    slowdowns.push_back(*s);
+  absl::StatusOr<std::vector<regress::PlantedSlowdown>> slowdowns = regress::ParsePlantedSlowdowns(plant_slowdowns);
+  if (!slowdowns.ok()) {
+    *exit_code = Error(command, std::string(slowdowns.status().message()));
+    return nullptr;
   }
   int create_exit = kExitOk;
   std::unique_ptr<Backend> inner = CreateLocalBackend(command, backend, device, &create_exit);
@@ -118,17 +98,17 @@ std::unique_ptr<Backend> CreateMeasuredBackend(const std::string& command, const
     *exit_code = kExitError;
     return nullptr;
   }
-  if (slowdowns.empty()) return inner;
-  return std::make_unique<bench::PlantedSlowdownBackend>(std::move(inner), std::move(slowdowns));
+  if (slowdowns->empty()) return inner;
+  return std::make_unique<regress::PlantedSlowdownBackend>(std::move(inner), *std::move(slowdowns));
 }
 
 int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int device) {
   const std::string cmd = "bench";
-  absl::StatusOr<bench::Suite> suite = bench::ReadSuiteFile(f.suite);
+  absl::StatusOr<regress::Suite> suite = regress::ReadSuiteFile(f.suite);
   if (!suite.ok()) return Error(cmd, std::string(suite.status().message()));
   if (f.blocks != 0 && f.blocks < 3) return Error(cmd, "--blocks must be at least 3");
-  if (absl::Status s = CheckPlantedSlowdowns(*suite, f.plant_slowdowns); !s.ok()) return Error(cmd, std::string(s.message()));
-  const std::string planted = PlantedDescription(f.plant_slowdowns);
+  if (absl::Status s = regress::CheckPlantedSlowdowns(*suite, f.plant_slowdowns); !s.ok()) return Error(cmd, std::string(s.message()));
+  const std::string planted = regress::PlantedDescription(f.plant_slowdowns);
   // An existing database is opened before measuring, so that a bad one fails at once; a new
   // one is created only when there is a measurement to store.
   std::unique_ptr<Store> store;
@@ -144,38 +124,32 @@ int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int
   int exit_code = kExitOk;
   std::unique_ptr<Backend> backend = CreateMeasuredBackend(cmd, backend_name, device, f.plant_slowdowns, &exit_code);
   if (backend == nullptr) return exit_code;
-  bench::RunnerBlockSource source(*backend, BuiltCommit(), suite->block);
-  bench::CompareOptions options;
-  options.blocks = f.blocks;
   StopOnSignal stop;
-  options.cancel = stop.flag();
-  absl::StatusOr<std::vector<bench::MeasuredCell>> cells = bench::MeasureSuite(source, *suite, options);
-  if (!cells.ok()) return Error(cmd, std::string(cells.status().message()));
-  absl::StatusOr<bench::SourceInfo> info = source.Describe();
-  if (!info.ok()) return Error(cmd, std::string(info.status().message()));
+  absl::StatusOr<regress::SuiteBench> bench =
+      regress::BenchSuite(*backend, BuiltCommit(), *suite, {.blocks = f.blocks, .cancel = stop.flag()});
+  if (!bench.ok()) return Error(cmd, std::string(bench.status().message()));
+  const regress::SourceInfo& info = bench->source;
+  const std::vector<regress::MeasuredCell>& cells = bench->cells;
   int64_t run_id = 0;
   if (!f.db.empty() && planted.empty()) {
     if (store == nullptr) {
       if (absl::Status s = open_store(); !s.ok()) return Error(cmd, std::string(s.message()));
     }
-    absl::StatusOr<int64_t> stored = StoreBenchRun(*store, *suite, *info, *cells);
+    absl::StatusOr<int64_t> stored = regress::StoreBenchRun(*store, *suite, BenchRunInfo(*suite, info), cells);
     if (!stored.ok()) return Error(cmd, std::string(stored.status().message()));
     run_id = *stored;
   }
   if (f.json) {
-    PrintJson(*info, *cells, run_id, planted);
+    PrintJson(info, cells, run_id, planted);
   } else {
     if (!planted.empty()) std::printf("planted slowdowns (a check of the method, not a measurement): %s\n", planted.c_str());
-    PrintTable(*info, *cells);
+    PrintTable(info, cells);
     if (run_id > 0) std::printf("\nstored as bench run %lld of suite %s in %s\n", static_cast<long long>(run_id), suite->name.c_str(), f.db.c_str());
     if (!planted.empty() && !f.db.empty()) {
       std::printf("\nnot stored in %s: a run with planted slowdowns is never a baseline or a history point\n", f.db.c_str());
     }
   }
-  for (const bench::MeasuredCell& c : *cells) {
-    if (c.measurement.check.outcome != TrialOutcome::kOk) return kExitCellFailed;
-  }
-  return kExitOk;
+  return bench->AnyCellFailed() ? kExitCellFailed : kExitOk;
 }
 
 int WriteSuiteFromDatabase(const SuiteFromDbFlags& f) {
@@ -183,37 +157,11 @@ int WriteSuiteFromDatabase(const SuiteFromDbFlags& f) {
   if (f.out.empty()) return Error(cmd, "--from-db needs --suite-out FILE");
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
   if (!store.ok()) return Error(cmd, std::string(store.status().message()));
-  absl::StatusOr<std::vector<BestConfig>> best = (*store)->ListBestConfigs(f.device_class);
-  if (!best.ok()) return Error(cmd, std::string(best.status().message()));
-  if (best->empty()) {
-    return Error(cmd, fmt::format("{} holds no best configs{}: tune first ('fusetune sweep')", f.db,
-                                  f.device_class.empty() ? "" : " for " + f.device_class));
-  }
-  std::string device_class = f.device_class;
-  for (const BestConfig& b : *best) {
-    if (device_class.empty()) device_class = b.device_class;
-    if (b.device_class != device_class) {
-      return Error(cmd, fmt::format("{} holds best configs of several device classes ({}, {}): choose one with --device-class",
-                                    f.db, device_class, b.device_class));
-    }
-  }
-  std::vector<bench::SuiteSource> sources;
-  for (const BestConfig& b : *best) {
-    bench::SuiteSource s;
-    s.best = b;
-    if (b.run_id > 0) {
-      absl::StatusOr<std::vector<Trial>> trials = (*store)->ListTrials(b.run_id, b.problem_key);
-      if (trials.ok()) s.provenance_trials = *std::move(trials);
-    }
-    sources.push_back(std::move(s));
-  }
   const std::string name = f.name.empty() ? std::filesystem::path(f.out).stem().string() : f.name;
-  std::vector<std::string> skipped;
-  // The reference cells are the default config of the backend the best configs were tuned on.
-  const std::string tuned_backend = device_class.substr(0, device_class.find('/'));
-  absl::StatusOr<bench::Suite> suite = bench::SuiteFromBestConfigs(name, device_class, tuned_backend, sources, &skipped);
-  if (!suite.ok()) return Error(cmd, std::string(suite.status().message()));
-  const std::string text = bench::SuiteToJson(*suite);
+  absl::StatusOr<regress::SuiteFromStore> written = regress::SuiteFromDatabase(**store, f.device_class, name, f.db);
+  if (!written.ok()) return Error(cmd, std::string(written.status().message()));
+  const regress::Suite& suite = written->suite;
+  const std::string text = regress::SuiteToJson(suite);
   const std::string tmp = f.out + ".tmp";
   {
     std::ofstream out(tmp);
@@ -223,9 +171,9 @@ int WriteSuiteFromDatabase(const SuiteFromDbFlags& f) {
   std::error_code ec;
   std::filesystem::rename(tmp, f.out, ec);
   if (ec) return Error(cmd, fmt::format("cannot write {}: {}", f.out, ec.message()));
-  std::printf("wrote suite %s (%zu cells from %zu best configs of %s) to %s\n", suite->name.c_str(), suite->cells.size(),
-              best->size(), device_class.c_str(), f.out.c_str());
-  for (const std::string& s : skipped) std::printf("  skipped %s\n", s.c_str());
+  std::printf("wrote suite %s (%zu cells from %zu best configs of %s) to %s\n", suite.name.c_str(), suite.cells.size(),
+              written->best_configs, written->device_class.c_str(), f.out.c_str());
+  for (const std::string& s : written->skipped) std::printf("  skipped %s\n", s.c_str());
   return kExitOk;
 }
 

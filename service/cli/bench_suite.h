@@ -10,7 +10,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
-#include "fusetune/bench/suite.h"
+#include "fusetune/records/run.h"
+#include "fusetune/regress/block_source.h"
+#include "fusetune/regress/suite.h"
 #include "fusetune/kernels/backend.h"
 
 namespace fusetune::cli {
@@ -34,19 +36,12 @@ struct SuiteFromDbFlags {
 // error printed and *exit_code set on failure.
 std::unique_ptr<Backend> CreateMeasuredBackend(const std::string& command, const std::string& backend, int device,
                                                const std::vector<std::string>& plant_slowdowns, int* exit_code);
+// The description of a bench run of `suite` measured by `source`: this host and tool
+// (LocalRunInfo), the source's device and commit, its environment after this build's.
+RunInfo BenchRunInfo(const regress::Suite& suite, const regress::SourceInfo& source);
+
 // Registers --plant-slowdown on `command`.
 void AddPlantSlowdownOption(CLI::App* command, std::vector<std::string>* specs);
-
-// OK when every --plant-slowdown spec parses and its substring names at least one cell of
-// `suite` ("<problem key> <config key>"); InvalidArgument naming the spec (and listing the
-// cells) otherwise: a plant that matches nothing would make a method check measure nothing.
-absl::Status CheckPlantedSlowdowns(const bench::Suite& suite, const std::vector<std::string>& specs);
-
-// What a run planted, for its outputs ("SUBSTRING=FRACTION; ..."); empty when nothing was.
-// A run with planted slowdowns is a check of the method, not a measurement of the build: its
-// bench run is never stored (so it cannot become a baseline, a calibration or a history point)
-// and every output says what was planted.
-std::string PlantedDescription(const std::vector<std::string>& specs);
 
 // Exit: 0 every cell verified and was measured; 1 a cell failed verification (recorded);
 // 2 an error (bad suite, a config the device cannot run, the database): nothing stored.

@@ -10,12 +10,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "bench_records.h"
 #include "bench_suite.h"
 #include "fmt/format.h"
-#include "fusetune/base/time.h"
+#include "fusetune/base/median.h"
 #include "fusetune/regress/junit.h"
-#include "fusetune/regress/stats.h"
+#include "fusetune/regress/regress_run.h"
+#include "fusetune/regress/suite_bench.h"
 
 namespace fusetune::cli {
 namespace {
@@ -35,15 +35,15 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-std::string Title(const bench::Suite& suite, const bench::Comparison& c) {
+std::string Title(const regress::Suite& suite, const regress::Comparison& c) {
   return fmt::format("fusetune regress: suite {}, {} against {} on {} ({})", suite.name, c.candidate.commit,
                      c.baseline.commit, c.candidate.device.DeviceClass(),
                      c.interleaved ? "interleaved" : "against stored baseline blocks");
 }
 
-std::string Markdown(const bench::Suite& suite, const bench::Comparison& c, const std::vector<std::string>& notes) {
+std::string Markdown(const regress::Suite& suite, const regress::Comparison& c, const std::vector<std::string>& notes) {
   std::vector<regress::CellVerdict> verdicts;
-  for (const bench::CellComparison& cell : c.cells) verdicts.push_back(cell.verdict);
+  for (const regress::CellComparison& cell : c.cells) verdicts.push_back(cell.verdict);
   std::string text = regress::WriteMarkdownReport(Title(suite, c), verdicts);
   text += fmt::format("\n{} blocks measured in {:.1f} s.\n", c.blocks_measured, c.measure_seconds);
   for (const std::string& note : notes) text += fmt::format("\n- {}", note);
@@ -53,11 +53,11 @@ std::string Markdown(const bench::Suite& suite, const bench::Comparison& c, cons
 
 // What a calibration measured, for its reports: the spread of its timed cells' ratios and what
 // its verdicts were.
-std::string CalibrationNote(const bench::Comparison& c) {
+std::string CalibrationNote(const regress::Comparison& c) {
   std::vector<double> differences;
   double largest = 0;
   std::string largest_cell;
-  for (const bench::CellComparison& cell : c.cells) {
+  for (const regress::CellComparison& cell : c.cells) {
     const regress::CellVerdict& v = cell.verdict;
     if (v.baseline_blocks == 0 || v.candidate_blocks == 0 || !(v.ratio.pairwise_ratio > 0)) continue;
     const double difference = std::abs(std::log(v.ratio.pairwise_ratio));
@@ -81,25 +81,6 @@ std::string CalibrationNote(const bench::Comparison& c) {
 }
 
 }  // namespace
-
-bool IsCalibration(const RegressFlags& flags, const bench::Comparison& comparison) {
-  return flags.plant_slowdowns.empty() && comparison.candidate.commit == comparison.baseline.commit;
-}
-
-int ReportCalibrationDifferencesAsUnknown(bench::Comparison& comparison) {
-  int changed = 0;
-  for (bench::CellComparison& cell : comparison.cells) {
-    regress::CellVerdict& v = cell.verdict;
-    if (v.verdict != regress::Verdict::kRegressed && v.verdict != regress::Verdict::kImproved) continue;
-    v.why = fmt::format("A/A calibration: two processes of one build differ beyond the floor, which is this host's "
-                        "between-process noise (recorded for later floors), not a change: {}",
-                        v.why);
-    v.verdict = regress::Verdict::kUnknown;
-    v.remeasure = false;
-    ++changed;
-  }
-  return changed;
-}
 
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
   namespace fs = std::filesystem;
@@ -126,36 +107,7 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
   return absl::OkStatus();
 }
 
-std::vector<Regression> RegressionRows(const bench::Comparison& comparison, bool planted) {
-  std::vector<Regression> rows;
-  const int64_t now = NowUnixMs();
-  for (const bench::CellComparison& cell : comparison.cells) {
-    const regress::CellVerdict& v = cell.verdict;
-    Regression r;
-    r.commit = comparison.candidate.commit;
-    r.baseline_commit = comparison.baseline.commit;
-    r.device_class = comparison.candidate.device.DeviceClass();
-    r.problem_key = cell.cell.problem.Key();
-    r.config_key = cell.cell.config.Key();
-    r.metric = planted ? "planted_latency" : cell.cell.baseline_config ? "latency_vs_previous_pick" : kLatencyMetric;
-    r.ratio = std::isfinite(v.ratio.pairwise_ratio) ? v.ratio.pairwise_ratio : 0;
-    r.p_value = r.ratio >= 1 ? v.p_slower_adjusted : v.p_faster_adjusted;
-    r.verdict = regress::VerdictName(v.verdict);
-    r.created_unix_ms = now;
-    rows.push_back(r);
-    if (v.accuracy.checked) {
-      Regression a = r;
-      a.metric = "max_rel_error";
-      a.ratio = std::isfinite(v.accuracy.growth) ? v.accuracy.growth : 0;
-      a.p_value = 1;
-      a.verdict = v.accuracy.failed || v.accuracy.grew ? "regressed" : "same";
-      rows.push_back(a);
-    }
-  }
-  return rows;
-}
-
-absl::Status WriteRegressOutputs(const RegressFlags& f, const bench::Suite& suite, const bench::Comparison& comparison,
+absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& suite, const regress::Comparison& comparison,
                                  const std::vector<std::string>& notes, std::unique_ptr<Store>& store) {
   if (store == nullptr) {
     absl::StatusOr<std::unique_ptr<Store>> opened = Store::Open(f.db);
@@ -165,22 +117,17 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const bench::Suite& suit
   // A run with planted slowdowns checks the method: its candidate measurement is never stored
   // as a bench run (it would become a baseline or a history point); its verdict rows are, under
   // the metric "planted_latency" that no calibration reads.
-  const std::string planted = PlantedDescription(f.plant_slowdowns);
-  int64_t run_id = 0;
-  if (planted.empty()) {
-    std::vector<bench::MeasuredCell> measured;
-    for (const bench::CellComparison& c : comparison.cells) measured.push_back({c.cell, c.candidate});
-    absl::StatusOr<int64_t> run = StoreBenchRun(*store, suite, comparison.candidate, measured);
-    if (!run.ok()) return run.status();
-    run_id = *run;
-  }
-  const std::vector<Regression> rows = RegressionRows(comparison, !planted.empty());
-  if (absl::StatusOr<int> recorded = store->RecordRegressions(rows); !recorded.ok()) return recorded.status();
+  const std::string planted = regress::PlantedDescription(f.plant_slowdowns);
+  absl::StatusOr<regress::RecordedRegressRun> recorded = regress::RecordRegressRun(
+      *store, suite, comparison, BenchRunInfo(suite, comparison.candidate), !planted.empty());
+  if (!recorded.ok()) return recorded.status();
+  const int64_t run_id = recorded->run_id;
+  const std::vector<Regression>& rows = recorded->rows;
 
   std::vector<regress::CellVerdict> verdicts;
-  for (const bench::CellComparison& cell : comparison.cells) verdicts.push_back(cell.verdict);
+  for (const regress::CellComparison& cell : comparison.cells) verdicts.push_back(cell.verdict);
   std::vector<std::string> all_notes = notes;
-  const bool calibration = IsCalibration(f, comparison);
+  const bool calibration = regress::IsCalibration(f, comparison);
   if (!planted.empty()) {
     all_notes.insert(all_notes.begin(),
                      fmt::format("planted slowdowns on the candidate (a check of the method, not a measurement of the "

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "builds.h"
+#include "fusetune/regress/builds.h"
 #include "commands.h"
 #include "fmt/format.h"
 #include "fusetune/db/store.h"
@@ -114,13 +114,13 @@ int RunSweepCommand(const SweepFlags& f) {
   // when there is no database yet, and a name that resolves to nothing creates none.
   const std::string where = "the database " + f.db;
   if (named_commit->kind == CommitNameKind::kAbbreviation && !std::filesystem::exists(f.db)) {
-    return UsageError(cmd, std::string(ResolveCommitFlag("--commit", named_commit->text, {}, where).status().message()));
+    return UsageError(cmd, std::string(regress::ResolveCommitFlag("--commit", named_commit->text, {}, where).status().message()));
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
-  absl::StatusOr<std::vector<std::string>> known = StoredCommitsAbbreviated(store->get(), named_commit->text);
+  absl::StatusOr<std::vector<std::string>> known = regress::StoredCommitsAbbreviated(store->get(), named_commit->text);
   if (!known.ok()) return Failure(cmd, std::string(known.status().message()));
-  absl::StatusOr<std::string> commit = ResolveCommitFlag("--commit", named_commit->text, *known, where);
+  absl::StatusOr<std::string> commit = regress::ResolveCommitFlag("--commit", named_commit->text, *known, where);
   if (!commit.ok()) return UsageError(cmd, std::string(commit.status().message()));
   options.commit = *std::move(commit);
 

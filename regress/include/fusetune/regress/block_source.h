@@ -1,0 +1,144 @@
+// Block sources: one build of fusetune measuring suite cells, one block at a time, so that a
+// driver can alternate the blocks of two builds (fusetune/regress/compare.h).
+//
+// RunnerBlockSource measures in this process over a Backend with the Runner (verification
+// against the fp64 reference, then Backend::Time blocks). ProcessBlockSource drives another
+// fusetune binary, typically another commit's build, started as `<binary> bench-serve ...`
+// (ServeBlocks below) and spoken to over its stdin and stdout: both builds then measure on the
+// same device, alternately, in one session.
+//
+// Errors: a config that cannot run or does not verify is a CellCheck outcome, not an error; an
+// error Status means the source itself failed (the child process died, the device was lost,
+// the reply was malformed) and nothing it measures afterwards can be trusted.
+//
+// Thread-safety: a source is not thread-safe (it drives one device); use one per thread.
+#ifndef FUSETUNE_REGRESS_BLOCK_SOURCE_H_
+#define FUSETUNE_REGRESS_BLOCK_SOURCE_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/config.h"
+#include "fusetune/kernels/problem.h"
+#include "fusetune/records/trial.h"
+#include "fusetune/tuner/runner.h"
+
+namespace fusetune::regress {
+
+// Which build a source measures, on what.
+struct SourceInfo {
+  std::string commit;       // the build's commit, canonical (fusetune/records/commit.h); "unknown" outside git
+  DeviceInfo device;        // device.DeviceClass() must match between compared sources
+  std::string environment;  // toolkit, driver, compiler: free text
+};
+
+// A cell's verification: the Runner's screen of (problem, config) on its random and
+// adversarial inputs.
+struct CellCheck {
+  TrialOutcome outcome = TrialOutcome::kOk;
+  std::string message;       // why, for every outcome but kOk
+  double max_abs_error = 0;  // vs the fp64 reference, random inputs
+  double max_rel_error = 0;  // the Runner's error metric (runner.h)
+  double tolerance = 0;      // what the metric was checked against (ToleranceFor)
+};
+
+class BlockSource {
+ public:
+  virtual ~BlockSource() = default;
+  virtual absl::StatusOr<SourceInfo> Describe() = 0;
+  // Whether the source's backend can run (problem, config) at all (Backend::CanImplement),
+  // without preparing inputs: true, or false with the reason in *why.
+  virtual absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config,
+                                      std::string* why) = 0;
+  // Verifies (problem, config); must come before MeasureBlock of that pair (and again after
+  // another problem was measured, which a source may handle by re-preparing inputs itself).
+  virtual absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) = 0;
+  // One block of the source's timing options: `samples` launches and their median, with the
+  // device state around them. FailedPrecondition when (problem, config) did not verify.
+  virtual absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem,
+                                                   const KernelConfig& config) = 0;
+};
+
+// Measures in this process. `backend` must outlive the source; `block` is one block's timing.
+//
+// `timing_cpu` >= 0 pins the measuring thread to that CPU for the duration of each block (its
+// affinity is restored after). Two builds measured interleaved as two processes then launch
+// from the same core: on an H200 host, unpinned processes differed by 1.5-2.5 % on 12 us
+// kernels (host launch speed shows in short kernels' times), pinned ones by under 0.5 %.
+// Only for GPU backends: a CPU backend's worker threads would inherit the one core.
+class RunnerBlockSource : public BlockSource {
+ public:
+  RunnerBlockSource(Backend& backend, std::string commit, const TimingOptions& block,
+                    RunnerOptions runner_options = {}, int timing_cpu = -1);
+  ~RunnerBlockSource() override;
+
+  absl::StatusOr<SourceInfo> Describe() override;
+  absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config, std::string* why) override;
+  absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override;
+  absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override;
+
+ private:
+  Backend& backend_;
+  std::string commit_;
+  TimingOptions block_;
+  Runner runner_;
+  std::vector<std::string> verified_;  // "<problem key> <config key>" that passed
+  uint64_t blocks_measured_ = 0;
+  int timing_cpu_ = -1;
+};
+
+// Options of a child `fusetune bench-serve`.
+struct ProcessOptions {
+  std::string binary;                 // path of the other build's fusetune
+  std::vector<std::string> args;      // after "bench-serve": e.g. --backend cuda --device 0
+  TimingOptions block;                // passed to the child as its block flags
+  int timing_cpu = -1;                // passed as --timing-cpu (RunnerBlockSource) when >= 0
+  // A reply slower than this means the child hangs (a kernel that never finishes): it is
+  // killed and the request fails with DeadlineExceeded.
+  double reply_timeout_seconds = 600;
+};
+
+// Drives `<binary> bench-serve <args>`. Start() launches it and reads its hello (commit and
+// device); the destructor asks it to quit and reaps it.
+class ProcessBlockSource : public BlockSource {
+ public:
+  // Unavailable when the binary cannot be started or does not answer the protocol (an older
+  // build without `bench-serve`), with the child's stderr in the message.
+  static absl::StatusOr<std::unique_ptr<ProcessBlockSource>> Start(const ProcessOptions& options);
+  ~ProcessBlockSource() override;
+
+  absl::StatusOr<SourceInfo> Describe() override;
+  absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config, std::string* why) override;
+  absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override;
+  absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override;
+
+ private:
+  ProcessBlockSource() = default;
+  absl::StatusOr<std::string> Request(const std::string& line);
+  // Kills and reaps the child; Unavailable with `what` and its stderr.
+  absl::Status ChildGone(std::string_view what);
+
+  int pid_ = -1;
+  int socket_ = -1;       // the child's stdin and stdout
+  std::string received_;  // read from the child, not yet a whole line
+  std::string stderr_path_;
+  double reply_timeout_seconds_ = 600;
+  SourceInfo info_;
+};
+
+// The child side: reads one JSON request per line from `in`, measures with `source`, writes one
+// JSON reply per line to `out`, until {"op": "quit"} or end of input. The first line written is
+// the hello ({"protocol": 1, "commit": ..., "device": {...}}). A malformed request gets
+// {"error": "..."} and serving goes on; an error of the source itself is replied and ends it.
+// Returns OK at a clean end, else the source's error.
+absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out);
+
+}  // namespace fusetune::regress
+
+#endif  // FUSETUNE_REGRESS_BLOCK_SOURCE_H_

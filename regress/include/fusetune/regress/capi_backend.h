@@ -1,0 +1,42 @@
+// CapiBackend: a Backend whose kernels are another build's, reached through that build's C ABI
+// library (libfusetune_capi.so, fusetune/c_api.h) loaded into this process.
+//
+// What it is for: comparing and bisecting builds of fusetune older than `bench-serve`. Every
+// build since the C ABI's version 1 ships the library, so this build's `bench-serve
+// --capi-library PATH` can serve another commit's kernels over the bench protocol: the cells are
+// verified by this build's Runner against the fp64 reference, and the blocks are timed by the
+// library's own fusetune_time (its kernels, its timer).
+//
+// The library is loaded with RTLD_LOCAL; only its fusetune_* symbols are exported, so its
+// internal copies of the kernels and libraries do not meet this build's. Memory (Allocate, the
+// copies, Fill) goes through `memory`, this build's backend of the same name on the same device:
+// both address the same device (the CUDA driver's primary context is shared by every runtime in
+// the process). What the ABI cannot say is marked so: Describe() is `memory`'s description,
+// CandidateConfigs() is empty (a served cell names its config), and timing blocks carry no
+// device state (DeviceState::known is false). Paged problems are Unimplemented (ABI version 1
+// has no block table).
+//
+// Thread-safety: as the ABI's handle, not thread-safe; one CapiBackend per thread.
+#ifndef FUSETUNE_REGRESS_CAPI_BACKEND_H_
+#define FUSETUNE_REGRESS_CAPI_BACKEND_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "fusetune/kernels/backend.h"
+
+namespace fusetune::regress {
+
+// Loads `library` and creates its backend `backend` ("cpu" or "cuda") on device `device`.
+// NotFound when the file does not exist; InvalidArgument when it is not a loadable library or
+// lacks a fusetune_* function the adapter needs (named); FailedPrecondition when its ABI version
+// is not the one this build speaks; the library's own error (its status code) when it cannot
+// create the backend. `memory` must be this build's backend of the same name and device.
+absl::StatusOr<std::unique_ptr<Backend>> OpenCapiBackend(const std::string& library, std::string_view backend,
+                                                         int device, std::unique_ptr<Backend> memory);
+
+}  // namespace fusetune::regress
+
+#endif  // FUSETUNE_REGRESS_CAPI_BACKEND_H_

@@ -1,0 +1,129 @@
+// Comparing two builds of fusetune on a suite: per cell, blocks of the baseline and of the
+// candidate, then the regression verdicts of fusetune/regress/verdict.h.
+//
+// Interleaved (both builds at hand, CompareInterleaved): cells are taken problem by problem
+// (each source prepares a problem's inputs once; with Suite::rounds_across_problems, one round
+// of every problem before the next round, and inputs prepared afresh each round); both sources
+// verify every cell of the problem, then each round measures one block of every (cell, side) of
+// the problem in a fresh random order (seeded by the options and the round), so both builds see
+// the same device state, L2 state and inputs. After the first pass (`blocks` rounds) the suite is judged; cells judged
+// unknown are measured again, interleaved, up to the block count the verdict suggests (10 -> 20
+// -> 40), and the suite is judged again.
+//
+// Stored (the baseline build is gone, CompareWithStored): the candidate is measured alone and
+// judged against the baseline's stored blocks with a wider floor (between-session drift is not
+// in the blocks' spread); a flagged cell is then only a suspicion, to be confirmed by measuring
+// both builds interleaved (the caller rebuilds the baseline and calls CompareInterleaved on the
+// flagged cells).
+//
+// A cell's floor (regress::Floor) takes the larger of two noise estimates: RatioNoise of the
+// comparison's own baseline and candidate block sets (shift-invariant, so a real slowdown does
+// not widen its own floor), and CompareOptions::known_aa_noise, the cell's between-process
+// noise from earlier A/A comparisons (regress::CalibratedNoise): two processes of one build can
+// differ systematically (on an H200, 1.5-2 % on 12 us kernels; on a loaded 2-core CPU host,
+// 1-3 % often and over 20 % now and then), which no spread of blocks shows.
+//
+// A cell that fails verification on the candidate side fails on accuracy (no timing); on the
+// baseline side only, it is reported unknown. Accuracy: each side's max_rel_error, the
+// candidate's tolerance and ErrorGrowthLimit of the cell's precision.
+//
+// Thread-safety: the functions drive the sources passed in; not for concurrent use of a source.
+#ifndef FUSETUNE_REGRESS_COMPARE_H_
+#define FUSETUNE_REGRESS_COMPARE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fusetune/regress/block_source.h"
+#include "fusetune/regress/suite.h"
+#include "fusetune/regress/verdict.h"
+
+namespace fusetune::regress {
+
+// One side of a cell: its verification and its blocks, in measurement order.
+struct CellMeasurement {
+  CellCheck check;
+  std::vector<SampleBlock> blocks;
+  std::vector<double> Medians() const;  // blocks[i].median_us
+};
+
+struct CompareOptions {
+  // First-pass blocks per cell and side; 0 = the suite's `blocks`.
+  int blocks = 0;
+  regress::VerdictOptions verdict;
+  // Stored comparisons: the floor's minimum instead of verdict.min_floor.
+  double stored_min_floor = 0.03;
+  uint64_t order_seed = 1;
+  // Called after every block with (blocks done, blocks planned so far); may be empty.
+  std::function<void(int, int)> progress;
+  const std::atomic<bool>* cancel = nullptr;  // stop early (Cancelled)
+  // The cell's between-process A/A noise from earlier A/A comparisons (relative,
+  // regress::CalibratedNoise), or 0 when none was measured: CellInput::calibrated_noise.
+  std::function<double(const SuiteCell&)> known_aa_noise;
+  // Fail with InvalidArgument, before any block is timed, when a cell is unsupported on every
+  // side measured (a suite naming configs this device cannot run).
+  bool require_runnable = true;
+};
+
+struct CellComparison {
+  SuiteCell cell;
+  CellMeasurement baseline;
+  CellMeasurement candidate;
+  regress::CellVerdict verdict;
+};
+
+struct Comparison {
+  SourceInfo baseline;
+  SourceInfo candidate;
+  bool interleaved = false;        // false: against stored baseline blocks
+  std::vector<CellComparison> cells;  // in suite order
+  double measure_seconds = 0;      // wall time spent measuring
+  int blocks_measured = 0;         // both sides together
+
+  int CountVerdict(regress::Verdict verdict) const;
+  // Any cell that Failed() (regressed, accuracy failed or grew).
+  bool AnyFailed() const;
+  // Any cell whose accuracy failed or grew (what fails a comparison whatever its timing says).
+  bool AnyAccuracyFailed() const;
+};
+
+// Measures `cells` of both sources interleaved and judges them. FailedPrecondition when the
+// sources' device classes differ; InvalidArgument for no cells or bad options; a source's error
+// (Unavailable, Internal, ...) is returned as is; Cancelled when options.cancel was set.
+absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource& candidate,
+                                              const Suite& suite, const CompareOptions& options = {});
+
+// The stored side of a comparison: a previous bench run's measurement of a cell.
+struct StoredCell {
+  std::string problem_key;
+  std::string config_key;
+  std::string role;
+  CellMeasurement measurement;
+};
+
+// Measures the candidate alone on `suite` and judges it against `stored` (matched by problem
+// key, config key — the baseline config for pick cells — and role; a cell with no stored match
+// is reported unknown with the reason). FailedPrecondition when the device classes differ.
+absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const std::vector<StoredCell>& stored,
+                                             BlockSource& candidate, const Suite& suite,
+                                             const CompareOptions& options = {});
+
+// One cell measured on one source.
+struct MeasuredCell {
+  SuiteCell cell;
+  CellMeasurement measurement;
+};
+
+// Measures every cell of `suite` on one source (`fusetune bench --suite`): verification, then
+// `blocks` rounds (0 = the suite's), the cells of a problem in random order each round. A cell
+// that fails verification has no blocks. A source's error is returned as is.
+absl::StatusOr<std::vector<MeasuredCell>> MeasureSuite(BlockSource& source, const Suite& suite,
+                                                        const CompareOptions& options = {});
+
+}  // namespace fusetune::regress
+
+#endif  // FUSETUNE_REGRESS_COMPARE_H_

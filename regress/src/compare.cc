@@ -1,0 +1,468 @@
+// Measuring suites and comparing two builds on them (compare.h has the method).
+#include "fusetune/regress/compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "fusetune/base/strings.h"
+#include "absl/strings/str_format.h"
+
+namespace fusetune::regress {
+
+using fusetune::Cat;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using regress::CellVerdict;
+using regress::Verdict;
+
+// The cells of `which`, grouped by problem in the order problems first appear: each source
+// prepares a problem's inputs once per group.
+std::vector<std::vector<size_t>> GroupByProblem(const std::vector<SuiteCell>& cells, const std::vector<size_t>& which) {
+  std::vector<std::vector<size_t>> groups;
+  std::map<std::string, size_t> group_of;
+  for (size_t i : which) {
+    const std::string key = cells[i].problem.Key();
+    auto [it, fresh] = group_of.emplace(key, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  return groups;
+}
+
+std::vector<size_t> AllCells(size_t n) {
+  std::vector<size_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  return all;
+}
+
+absl::Status CheckCancel(const CompareOptions& options) {
+  if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
+    return absl::CancelledError("comparison cancelled");
+  }
+  return absl::OkStatus();
+}
+
+// One side that measures: its source, and whether it runs the cells' baseline configs.
+struct Side {
+  BlockSource* source = nullptr;
+  bool baseline = false;
+  CellMeasurement& Of(CellComparison& c) const { return baseline ? c.baseline : c.candidate; }
+  const KernelConfig& ConfigOf(const SuiteCell& cell) const { return baseline ? cell.BaselineConfig() : cell.config; }
+};
+
+// Measures the cells of `which` on `sides`, interleaved, until each verified side of a cell
+// has `target` blocks: every round a fresh random order of (cell, side) of one problem; problem
+// by problem, or with `rounds_across_problems` one round of every problem before the next
+// (Suite::rounds_across_problems says why). Cells not yet verified on a side are verified first.
+class Interleaver {
+ public:
+  // `stored_baseline`: the cells' baseline sides hold a stored measurement (not a side here).
+  Interleaver(std::vector<Side> sides, std::vector<CellComparison>& cells, const CompareOptions& options,
+              bool rounds_across_problems, int* blocks_measured, bool stored_baseline = false)
+      : sides_(std::move(sides)),
+        cells_(cells),
+        options_(options),
+        rounds_across_problems_(rounds_across_problems),
+        blocks_measured_(blocks_measured),
+        stored_baseline_(stored_baseline) {}
+
+  absl::Status Measure(const std::vector<size_t>& which, int target) {
+    std::vector<SuiteCell> suite_cells;
+    for (const CellComparison& c : cells_) suite_cells.push_back(c.cell);
+    // A suite naming configs no build can run fails at once, before any input is prepared.
+    if (absl::Status s = AskCanRun(which); !s.ok()) return s;
+    if (absl::Status s = CheckRunnable(which); !s.ok()) return s;
+    planned_ += PlannedBlocks(which, target);
+    const std::vector<std::vector<size_t>> groups = GroupByProblem(suite_cells, which);
+    if (!rounds_across_problems_) {
+      for (const std::vector<size_t>& group : groups) {
+        if (absl::Status s = VerifyGroup(group); !s.ok()) return s;
+        for (;;) {
+          absl::StatusOr<bool> measured = Round(group, target);
+          if (!measured.ok()) return measured.status();
+          if (!*measured) break;
+        }
+      }
+      return absl::OkStatus();
+    }
+    for (const std::vector<size_t>& group : groups) {
+      if (absl::Status s = VerifyGroup(group); !s.ok()) return s;
+    }
+    for (bool any = true; any;) {
+      any = false;
+      for (const std::vector<size_t>& group : groups) {
+        absl::StatusOr<bool> measured = Round(group, target);
+        if (!measured.ok()) return measured.status();
+        any = any || *measured;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  bool Measurable(size_t i) {
+    for (const Side& side : sides_) {
+      if (side.Of(cells_[i]).check.outcome != TrialOutcome::kOk) return false;
+    }
+    return true;
+  }
+
+  // Asks every side whether it can run each cell, once per (cell, side).
+  absl::Status AskCanRun(const std::vector<size_t>& which) {
+    for (size_t i : which) {
+      for (const Side& side : sides_) {
+        if (cannot_run_.count({i, side.baseline}) > 0 || verified_.count({i, side.baseline}) > 0) continue;
+        std::string why;
+        absl::StatusOr<bool> can = side.source->CanRun(cells_[i].cell.problem, side.ConfigOf(cells_[i].cell), &why);
+        if (!can.ok()) return can.status();
+        if (!*can) cannot_run_[{i, side.baseline}] = why;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // InvalidArgument naming the cells that no side can run (nor a stored baseline ran).
+  absl::Status CheckRunnable(const std::vector<size_t>& which) {
+    if (!options_.require_runnable) return absl::OkStatus();
+    std::string refused;
+    int count = 0;
+    for (size_t i : which) {
+      bool all_refuse = !stored_baseline_ || cells_[i].baseline.check.outcome != TrialOutcome::kOk;
+      std::string why;
+      for (const Side& side : sides_) {
+        auto it = cannot_run_.find({i, side.baseline});
+        all_refuse = all_refuse && it != cannot_run_.end();
+        if (it != cannot_run_.end()) why = it->second;
+      }
+      if (!all_refuse) continue;
+      if (++count <= 5) refused += Cat("\n  ", cells_[i].cell.Name(), ": ", why);
+    }
+    if (count == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(Cat(count, " cell(s) of the suite cannot run on this device", refused));
+  }
+
+  int PlannedBlocks(const std::vector<size_t>& which, int target) {
+    int planned = 0;
+    for (size_t i : which) {
+      for (const Side& side : sides_) {
+        planned += std::max(0, target - static_cast<int>(side.Of(cells_[i]).blocks.size()));
+      }
+    }
+    return planned;
+  }
+
+  absl::Status VerifyGroup(const std::vector<size_t>& group) {
+    for (size_t i : group) {
+      for (const Side& side : sides_) {
+        if (verified_.count({i, side.baseline}) > 0) continue;
+        verified_.insert({i, side.baseline});
+        if (auto it = cannot_run_.find({i, side.baseline}); it != cannot_run_.end()) {
+          side.Of(cells_[i]).check = CellCheck{.outcome = TrialOutcome::kUnsupported, .message = it->second};
+          continue;
+        }
+        absl::StatusOr<CellCheck> check = side.source->Verify(cells_[i].cell.problem, side.ConfigOf(cells_[i].cell));
+        if (!check.ok()) return check.status();
+        side.Of(cells_[i]).check = *std::move(check);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // One round of a problem's cells: a block of every (cell, side) still short of `target`, in
+  // a fresh random order. False when none was.
+  absl::StatusOr<bool> Round(const std::vector<size_t>& group, int target) {
+    std::vector<std::pair<size_t, size_t>> round;  // (cell, side index)
+    for (size_t i : group) {
+      if (!Measurable(i)) continue;
+      for (size_t s = 0; s < sides_.size(); ++s) {
+        if (static_cast<int>(sides_[s].Of(cells_[i]).blocks.size()) < target) round.push_back({i, s});
+      }
+    }
+    if (round.empty()) return false;
+    std::mt19937_64 rng(options_.order_seed * 0x9E3779B97F4A7C15ull + ++rounds_);
+    std::shuffle(round.begin(), round.end(), rng);
+    for (auto [i, s] : round) {
+      if (absl::Status c = CheckCancel(options_); !c.ok()) return c;
+      const Side& side = sides_[s];
+      absl::StatusOr<SampleBlock> block =
+          side.source->MeasureBlock(cells_[i].cell.problem, side.ConfigOf(cells_[i].cell));
+      if (!block.ok()) return block.status();
+      side.Of(cells_[i]).blocks.push_back(*block);
+      ++*blocks_measured_;
+      ++done_;
+      if (options_.progress) options_.progress(done_, planned_);
+    }
+    return true;
+  }
+
+  std::vector<Side> sides_;
+  std::vector<CellComparison>& cells_;
+  const CompareOptions& options_;
+  bool rounds_across_problems_;
+  int* blocks_measured_;
+  bool stored_baseline_;
+  std::set<std::pair<size_t, bool>> verified_;
+  std::map<std::pair<size_t, bool>, std::string> cannot_run_;  // why not
+  uint64_t rounds_ = 0;
+  int done_ = 0;
+  int planned_ = 0;
+};
+
+// The verdict of a cell that cannot be timed on both sides.
+CellVerdict UntimedVerdict(const CellComparison& c) {
+  CellVerdict v;
+  v.problem_key = c.cell.problem.Key();
+  v.config_key = c.cell.config.Key();
+  v.verdict = Verdict::kUnknown;
+  const CellCheck& base = c.baseline.check;
+  const CellCheck& cand = c.candidate.check;
+  const bool base_ok = base.outcome == TrialOutcome::kOk;
+  const bool cand_ok = cand.outcome == TrialOutcome::kOk;
+  if (!cand_ok && cand.outcome == TrialOutcome::kVerifyFailed) {
+    v.accuracy.checked = true;
+    v.accuracy.failed = true;
+    v.why = Cat("the candidate fails verification: ", cand.message);
+  } else if (!cand_ok && base_ok) {
+    // A cell the baseline runs and the candidate cannot is the worst slowdown there is.
+    v.verdict = Verdict::kRegressed;
+    v.why = Cat("the candidate cannot run the cell (", TrialOutcomeName(cand.outcome), "): ", cand.message);
+  } else if (!cand_ok) {
+    v.why = Cat("neither build runs the cell; candidate (", TrialOutcomeName(cand.outcome),
+                         "): ", cand.message, "; baseline (", TrialOutcomeName(base.outcome), "): ", base.message);
+  } else {
+    v.why = Cat("the baseline has nothing to compare with (", TrialOutcomeName(base.outcome),
+                         base.message.empty() ? "" : ": ", base.message, ")");
+  }
+  v.baseline_blocks = static_cast<int>(c.baseline.blocks.size());
+  v.candidate_blocks = static_cast<int>(c.candidate.blocks.size());
+  return v;
+}
+
+bool Timed(const CellComparison& c) {
+  return c.baseline.check.outcome == TrialOutcome::kOk && c.candidate.check.outcome == TrialOutcome::kOk &&
+         c.baseline.blocks.size() >= 3 && c.candidate.blocks.size() >= 3;
+}
+
+regress::CellInput InputOf(const CellComparison& c, const CompareOptions& options) {
+  regress::CellInput in;
+  in.problem_key = c.cell.problem.Key();
+  in.config_key = c.cell.config.Key();
+  if (c.cell.baseline_config) in.config_key += Cat(" (was ", c.cell.baseline_config->Key(), ")");
+  in.baseline = c.baseline.Medians();
+  in.candidate = c.candidate.Medians();
+  absl::StatusOr<double> noise = regress::RatioNoise(in.baseline, in.candidate);
+  in.aa_noise = noise.ok() ? *noise : 0;
+  if (options.known_aa_noise) {
+    const double known = options.known_aa_noise(c.cell);
+    if (std::isfinite(known) && known > 0) in.calibrated_noise = known;
+  }
+  const double base_error = c.baseline.check.max_rel_error;
+  const double cand_error = c.candidate.check.max_rel_error;
+  if (c.candidate.check.tolerance > 0 && std::isfinite(base_error) && base_error >= 0) {
+    regress::AccuracyInput accuracy;
+    accuracy.baseline_error = base_error;
+    accuracy.candidate_error = std::isfinite(cand_error) ? cand_error : std::numeric_limits<double>::infinity();
+    accuracy.tolerance = c.candidate.check.tolerance;
+    accuracy.growth_limit = regress::ErrorGrowthLimit(PrecisionName(c.cell.config.precision));
+    in.accuracy = accuracy;
+  }
+  return in;
+}
+
+// Judges every cell (the timed ones together, so the adjustment spans the suite).
+absl::Status Judge(std::vector<CellComparison>& cells, const regress::VerdictOptions& options,
+                   const CompareOptions& compare) {
+  std::vector<regress::CellInput> inputs;
+  std::vector<size_t> timed;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (Timed(cells[i])) {
+      inputs.push_back(InputOf(cells[i], compare));
+      timed.push_back(i);
+    } else {
+      cells[i].verdict = UntimedVerdict(cells[i]);
+    }
+  }
+  if (inputs.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<CellVerdict>> verdicts = regress::JudgeSuite(inputs, options);
+  if (!verdicts.ok()) return verdicts.status();
+  for (size_t k = 0; k < timed.size(); ++k) cells[timed[k]].verdict = (*verdicts)[k];
+  return absl::OkStatus();
+}
+
+std::vector<size_t> CellsToRemeasure(const std::vector<CellComparison>& cells, int* target) {
+  std::vector<size_t> which;
+  *target = 0;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (cells[i].verdict.remeasure) {
+      which.push_back(i);
+      *target = std::max(*target, cells[i].verdict.suggested_blocks);
+    }
+  }
+  return which;
+}
+
+absl::Status CheckDevices(const SourceInfo& baseline, const SourceInfo& candidate, const Suite& suite) {
+  const std::string base_class = baseline.device.DeviceClass();
+  const std::string cand_class = candidate.device.DeviceClass();
+  if (base_class != cand_class) {
+    return absl::FailedPreconditionError(Cat("the baseline was measured on ", base_class,
+                                                      " and the candidate on ", cand_class,
+                                                      ": only the same device class compares"));
+  }
+  if (!suite.device_class.empty() && suite.device_class != cand_class) {
+    return absl::FailedPreconditionError(Cat("suite ", suite.name, " is for ", suite.device_class,
+                                                      ", not ", cand_class));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptions(const Suite& suite, const CompareOptions& options) {
+  if (suite.cells.empty()) return absl::InvalidArgumentError(Cat("suite ", suite.name, " has no cells"));
+  const int blocks = options.blocks > 0 ? options.blocks : suite.blocks;
+  if (blocks < 3 || options.blocks < 0) {
+    return absl::InvalidArgumentError(Cat("blocks per side must be at least 3, not ", blocks));
+  }
+  if (!(options.stored_min_floor >= 0) || !std::isfinite(options.stored_min_floor)) {
+    return absl::InvalidArgumentError("the stored floor must be a finite number >= 0");
+  }
+  return absl::OkStatus();
+}
+
+int FirstPassBlocks(const Suite& suite, const CompareOptions& options) {
+  return options.blocks > 0 ? options.blocks : suite.blocks;
+}
+
+std::string StoredKey(std::string_view problem, std::string_view config, std::string_view role) {
+  return Cat(problem, " ", config, " ", role);
+}
+
+// The first pass over every cell, then the undecided cells again at the block count their
+// verdicts suggest, judging the whole suite after each pass; the wall time goes to `out`.
+absl::Status MeasureUntilDecided(Interleaver& measurer, const Suite& suite, const CompareOptions& options,
+                                 const regress::VerdictOptions& verdict, Comparison& out) {
+  const auto start = Clock::now();
+  std::vector<size_t> which = AllCells(out.cells.size());
+  int target = FirstPassBlocks(suite, options);
+  while (!which.empty()) {
+    if (absl::Status s = measurer.Measure(which, target); !s.ok()) return s;
+    if (absl::Status s = Judge(out.cells, verdict, options); !s.ok()) return s;
+    which = CellsToRemeasure(out.cells, &target);
+  }
+  out.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<double> CellMeasurement::Medians() const {
+  std::vector<double> out;
+  out.reserve(blocks.size());
+  for (const SampleBlock& b : blocks) out.push_back(b.median_us);
+  return out;
+}
+
+int Comparison::CountVerdict(Verdict verdict) const {
+  int n = 0;
+  for (const CellComparison& c : cells) n += c.verdict.verdict == verdict ? 1 : 0;
+  return n;
+}
+
+bool Comparison::AnyFailed() const {
+  for (const CellComparison& c : cells) {
+    if (c.verdict.Failed()) return true;
+  }
+  return false;
+}
+
+bool Comparison::AnyAccuracyFailed() const {
+  for (const CellComparison& c : cells) {
+    if (c.verdict.accuracy.failed || c.verdict.accuracy.grew) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource& candidate, const Suite& suite,
+                                              const CompareOptions& options) {
+  if (absl::Status s = CheckOptions(suite, options); !s.ok()) return s;
+  Comparison out;
+  out.interleaved = true;
+  absl::StatusOr<SourceInfo> base_info = baseline.Describe();
+  if (!base_info.ok()) return base_info.status();
+  absl::StatusOr<SourceInfo> cand_info = candidate.Describe();
+  if (!cand_info.ok()) return cand_info.status();
+  out.baseline = *std::move(base_info);
+  out.candidate = *std::move(cand_info);
+  if (absl::Status s = CheckDevices(out.baseline, out.candidate, suite); !s.ok()) return s;
+  for (const SuiteCell& cell : suite.cells) out.cells.push_back(CellComparison{cell, {}, {}, {}});
+
+  Interleaver interleaver({{&baseline, true}, {&candidate, false}}, out.cells, options, suite.rounds_across_problems,
+                          &out.blocks_measured);
+  if (absl::Status s = MeasureUntilDecided(interleaver, suite, options, options.verdict, out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const std::vector<StoredCell>& stored,
+                                             BlockSource& candidate, const Suite& suite,
+                                             const CompareOptions& options) {
+  if (absl::Status s = CheckOptions(suite, options); !s.ok()) return s;
+  Comparison out;
+  out.interleaved = false;
+  out.baseline = baseline;
+  absl::StatusOr<SourceInfo> cand_info = candidate.Describe();
+  if (!cand_info.ok()) return cand_info.status();
+  out.candidate = *std::move(cand_info);
+  if (absl::Status s = CheckDevices(out.baseline, out.candidate, suite); !s.ok()) return s;
+
+  std::map<std::string, const StoredCell*> by_key;
+  for (const StoredCell& s : stored) by_key[StoredKey(s.problem_key, s.config_key, s.role)] = &s;
+  for (const SuiteCell& cell : suite.cells) {
+    CellComparison c{cell, {}, {}, {}};
+    // A pick cell's baseline is the old pick as the baseline measured it (its own cell).
+    const std::string role = cell.baseline_config ? "best" : cell.role;
+    auto it = by_key.find(StoredKey(cell.problem.Key(), cell.BaselineConfig().Key(), role));
+    if (it != by_key.end()) {
+      c.baseline = it->second->measurement;
+    } else {
+      c.baseline.check.outcome = TrialOutcome::kUnsupported;
+      c.baseline.check.message = Cat("the baseline run did not measure ", cell.BaselineConfig().Key(),
+                                              " (", role, ") on this problem");
+    }
+    out.cells.push_back(std::move(c));
+  }
+
+  regress::VerdictOptions verdict = options.verdict;
+  verdict.min_floor = std::max(verdict.min_floor, options.stored_min_floor);
+  Interleaver measurer({{&candidate, false}}, out.cells, options, suite.rounds_across_problems, &out.blocks_measured,
+                       /*stored_baseline=*/true);
+  if (absl::Status s = MeasureUntilDecided(measurer, suite, options, verdict, out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<MeasuredCell>> MeasureSuite(BlockSource& source, const Suite& suite,
+                                                        const CompareOptions& options) {
+  if (absl::Status s = CheckOptions(suite, options); !s.ok()) return s;
+  absl::StatusOr<SourceInfo> info = source.Describe();
+  if (!info.ok()) return info.status();
+  if (!suite.device_class.empty() && suite.device_class != info->device.DeviceClass()) {
+    return absl::FailedPreconditionError(Cat("suite ", suite.name, " is for ", suite.device_class, ", not ",
+                                                      info->device.DeviceClass()));
+  }
+  std::vector<CellComparison> cells;
+  for (const SuiteCell& cell : suite.cells) cells.push_back(CellComparison{cell, {}, {}, {}});
+  int blocks_measured = 0;
+  Interleaver measurer({{&source, false}}, cells, options, suite.rounds_across_problems, &blocks_measured);
+  if (absl::Status s = measurer.Measure(AllCells(cells.size()), FirstPassBlocks(suite, options)); !s.ok()) return s;
+  std::vector<MeasuredCell> out;
+  for (CellComparison& c : cells) out.push_back({std::move(c.cell), std::move(c.candidate)});
+  return out;
+}
+
+}  // namespace fusetune::regress

@@ -1,0 +1,359 @@
+// The comparison drivers over scripted block sources: what is measured in which order, how
+// verdicts come out of blocks, re-measurement, stored baselines and the refusals.
+#include "fusetune/regress/compare.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace fusetune::regress {
+namespace {
+
+// A source whose blocks come from a seeded lognormal model: `factor(cell name)` scales the
+// latency of a cell; `outcome(cell name)` is its verification.
+class ScriptedSource : public BlockSource {
+ public:
+  ScriptedSource(std::string commit, uint64_t seed, std::string device_name = "test")
+      : commit_(std::move(commit)), rng_(seed), device_name_(std::move(device_name)) {}
+
+  std::function<double(const std::string&)> factor = [](const std::string&) { return 1.0; };
+  std::function<TrialOutcome(const std::string&)> outcome = [](const std::string&) { return TrialOutcome::kOk; };
+  double sigma = 0.005;
+  double error = 1e-6;
+  std::vector<std::string> log;  // "verify <name>" / "block <name>"
+
+  absl::StatusOr<SourceInfo> Describe() override {
+    SourceInfo info;
+    info.commit = commit_;
+    info.device.backend = "cpu";
+    info.device.name = device_name_;
+    info.device.arch = "x";
+    return info;
+  }
+  absl::StatusOr<bool> CanRun(const AttentionProblem& p, const KernelConfig& c, std::string* why) override {
+    const bool can = outcome(p.Key() + " " + c.Key()) != TrialOutcome::kUnsupported;
+    if (!can) *why = "scripted refusal";
+    return can;
+  }
+  absl::StatusOr<CellCheck> Verify(const AttentionProblem& p, const KernelConfig& c) override {
+    const std::string name = p.Key() + " " + c.Key();
+    log.push_back("verify " + name);
+    CellCheck check;
+    check.outcome = outcome(name);
+    check.message = check.outcome == TrialOutcome::kOk ? "" : "scripted";
+    check.max_rel_error = error;
+    check.tolerance = 1e-4;
+    return check;
+  }
+  absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& p, const KernelConfig& c) override {
+    const std::string name = p.Key() + " " + c.Key();
+    log.push_back("block " + name);
+    SampleBlock b;
+    b.samples = 10;
+    b.median_us = 100 * factor(name) * std::exp(sigma * normal_(rng_));
+    return b;
+  }
+
+ private:
+  std::string commit_;
+  std::mt19937_64 rng_;
+  std::normal_distribution<double> normal_;
+  std::string device_name_;
+};
+
+Suite TwoProblemSuite() {
+  Suite s;
+  s.name = "test";
+  s.blocks = 10;
+  for (int q : {64, 128}) {
+    for (int bm : {16, 32}) {
+      SuiteCell cell;
+      cell.problem.q_len = q;
+      cell.problem.kv_len = q;
+      cell.config.block_m = bm;
+      s.cells.push_back(cell);
+    }
+  }
+  return s;
+}
+
+std::string NameOf(const SuiteCell& c) { return c.problem.Key() + " " + c.config.Key(); }
+
+TEST(CompareInterleavedTest, AnAACompareOfOneModelFindsNoRegression) {
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, TwoProblemSuite());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->interleaved);
+  EXPECT_EQ(c->cells.size(), 4u);
+  EXPECT_FALSE(c->AnyFailed());
+  EXPECT_EQ(c->CountVerdict(regress::Verdict::kRegressed), 0);
+  EXPECT_EQ(c->baseline.commit, "aaaaaaa");
+  EXPECT_EQ(c->candidate.commit, "bbbbbbb");
+}
+
+TEST(CompareInterleavedTest, ASlowerCellIsRegressedAndTheOthersAreNot) {
+  Suite suite = TwoProblemSuite();
+  const std::string slow = NameOf(suite.cells[2]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  cand.factor = [&](const std::string& name) { return name == slow ? 1.10 : 1.0; };
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (size_t i = 0; i < c->cells.size(); ++i) {
+    EXPECT_EQ(c->cells[i].verdict.verdict == regress::Verdict::kRegressed, i == 2) << c->cells[i].verdict.why;
+  }
+  EXPECT_NEAR(c->cells[2].verdict.ratio.pairwise_ratio, 1.10, 0.02);
+  EXPECT_TRUE(c->AnyFailed());
+}
+
+TEST(CompareInterleavedTest, AKnownAANoiseWidensTheFloorOfItsCellOnly) {
+  Suite suite = TwoProblemSuite();
+  const std::string biased = NameOf(suite.cells[0]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  cand.factor = [&](const std::string& name) { return name == biased ? 1.02 : 1.0; };
+  CompareOptions options;
+  // The A/A run measured this cell 2 % apart: a 2 % difference is not a regression there.
+  options.known_aa_noise = [&](const SuiteCell& cell) { return NameOf(cell) == biased ? std::log(1.02) : 0.0; };
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE(c->cells[0].verdict.verdict, regress::Verdict::kRegressed) << c->cells[0].verdict.why;
+  EXPECT_NEAR(c->cells[0].verdict.floor, 3 * std::log(1.02), 1e-6);
+  EXPECT_LT(c->cells[1].verdict.floor, 0.02);
+  // Without it the same difference is a regression.
+  ScriptedSource base2("aaaaaaa", 1), cand2("bbbbbbb", 2);
+  cand2.factor = cand.factor;
+  c = CompareInterleaved(base2, cand2, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cells[0].verdict.verdict, regress::Verdict::kRegressed) << c->cells[0].verdict.why;
+}
+
+TEST(CompareInterleavedTest, AProblemsCellsAreVerifiedOnBothSidesBeforeItsBlocks) {
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  const Suite suite = TwoProblemSuite();
+  ASSERT_TRUE(CompareInterleaved(base, cand, suite).ok());
+  for (ScriptedSource* s : {&base, &cand}) {
+    // Per problem (two cells each): two verifications, then its 2 x 10 blocks.
+    ASSERT_EQ(s->log.size(), 2u * (2 + 20));
+    for (size_t group = 0; group < 2; ++group) {
+      for (size_t k = 0; k < 22; ++k) {
+        EXPECT_EQ(s->log[group * 22 + k].rfind(k < 2 ? "verify" : "block", 0), 0u) << s->log[group * 22 + k];
+      }
+    }
+  }
+}
+
+TEST(CompareInterleavedTest, RoundsAcrossProblemsMeasureEveryProblemEachRound) {
+  // Each source then holds a problem's inputs for one round at a time: a fresh preparation
+  // (and fresh buffers) every round.
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  Suite suite = TwoProblemSuite();
+  suite.rounds_across_problems = true;
+  const std::string first_problem = suite.cells[0].problem.Key();
+  ASSERT_TRUE(CompareInterleaved(base, cand, suite).ok());
+  for (ScriptedSource* s : {&base, &cand}) {
+    // Every cell verified first, then per round two blocks of each problem in turn.
+    ASSERT_EQ(s->log.size(), 4u + 4u * 10);
+    for (size_t k = 0; k < 4; ++k) EXPECT_EQ(s->log[k].rfind("verify", 0), 0u) << s->log[k];
+    for (size_t k = 4; k < s->log.size(); ++k) {
+      const bool first = s->log[k].find(first_problem + " ") != std::string::npos;
+      EXPECT_EQ(first, (k - 4) / 2 % 2 == 0) << k << ": " << s->log[k];
+    }
+  }
+}
+
+TEST(CompareInterleavedTest, ACellTooNoisyToResolveIsUnknownWithTheReason) {
+  // Blocks spread 15 %: even at the block cap the floor is wider than a "same" may hide.
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  base.sigma = cand.sigma = 0.15;
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, TwoProblemSuite());
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const CellComparison& cell : c->cells) {
+    EXPECT_EQ(cell.verdict.verdict, regress::Verdict::kUnknown) << cell.verdict.why;
+    EXPECT_GT(cell.verdict.floor, regress::VerdictOptions{}.max_floor);
+    EXPECT_EQ(cell.candidate.blocks.size(), 40u);
+    EXPECT_NE(cell.verdict.why.find("cannot resolve"), std::string::npos) << cell.verdict.why;
+  }
+  EXPECT_FALSE(c->AnyFailed());
+}
+
+TEST(CompareInterleavedTest, UndecidedCellsAreMeasuredAgainUpToTheCap) {
+  Suite suite = TwoProblemSuite();
+  const std::string slow = NameOf(suite.cells[0]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  // Right at the floor with wide noise: the first pass cannot decide.
+  base.sigma = cand.sigma = 0.03;
+  cand.factor = [&](const std::string& name) { return name == slow ? 1.015 : 1.0; };
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  int more = 0;
+  for (const CellComparison& cell : c->cells) {
+    EXPECT_LE(cell.candidate.blocks.size(), 40u);
+    EXPECT_EQ(cell.candidate.blocks.size(), cell.baseline.blocks.size());
+    more += cell.candidate.blocks.size() > 10 ? 1 : 0;
+  }
+  EXPECT_GT(more, 0);
+}
+
+TEST(CompareInterleavedTest, OtherDeviceClassesAreRefused) {
+  ScriptedSource base("aaaaaaa", 1, "one"), cand("bbbbbbb", 2, "other");
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, TwoProblemSuite());
+  EXPECT_TRUE(absl::IsFailedPrecondition(c.status())) << c.status();
+  EXPECT_TRUE(base.log.empty());
+}
+
+TEST(CompareInterleavedTest, ASuiteForAnotherDeviceIsRefused) {
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  Suite suite = TwoProblemSuite();
+  suite.device_class = "cuda/NVIDIA-H200/sm90";
+  EXPECT_TRUE(absl::IsFailedPrecondition(CompareInterleaved(base, cand, suite).status()));
+}
+
+TEST(CompareInterleavedTest, ACellNoSideCanRunFailsBeforeAnyBlock) {
+  Suite suite = TwoProblemSuite();
+  const std::string refused = NameOf(suite.cells[1]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  auto outcome = [&](const std::string& name) { return name == refused ? TrialOutcome::kUnsupported : TrialOutcome::kOk; };
+  base.outcome = cand.outcome = outcome;
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+  EXPECT_NE(c.status().message().find("scripted refusal"), std::string::npos) << c.status();
+  EXPECT_TRUE(cand.log.empty());  // nothing verified (no inputs prepared), nothing timed
+}
+
+TEST(CompareInterleavedTest, ACellTheCandidateNoLongerRunsIsRegressed) {
+  Suite suite = TwoProblemSuite();
+  const std::string broken = NameOf(suite.cells[3]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  cand.outcome = [&](const std::string& name) { return name == broken ? TrialOutcome::kLaunchFailed : TrialOutcome::kOk; };
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cells[3].verdict.verdict, regress::Verdict::kRegressed);
+  EXPECT_TRUE(c->cells[3].candidate.blocks.empty());
+}
+
+TEST(CompareInterleavedTest, AVerificationFailureOfTheCandidateFailsOnAccuracy) {
+  Suite suite = TwoProblemSuite();
+  const std::string wrong = NameOf(suite.cells[0]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  cand.outcome = [&](const std::string& name) { return name == wrong ? TrialOutcome::kVerifyFailed : TrialOutcome::kOk; };
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->cells[0].verdict.accuracy.failed);
+  EXPECT_TRUE(c->cells[0].verdict.Failed());
+}
+
+TEST(CompareInterleavedTest, ErrorGrowthInsideTheToleranceIsFlagged) {
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  base.error = 1e-6;
+  cand.error = 5e-6;  // 5x, under the 1e-4 tolerance; fp32 flags growth above 2x
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, TwoProblemSuite());
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const CellComparison& cell : c->cells) {
+    EXPECT_TRUE(cell.verdict.accuracy.grew);
+    EXPECT_FALSE(cell.verdict.accuracy.failed);
+  }
+}
+
+TEST(CompareInterleavedTest, APickCellRunsTheOldPickOnTheBaselineAndTheNewOnTheCandidate) {
+  Suite suite = TwoProblemSuite();
+  suite.cells.resize(1);
+  SuiteCell pick = suite.cells[0];
+  pick.role = "pick";
+  pick.config.block_m = 64;
+  pick.baseline_config = suite.cells[0].config;
+  suite.cells.push_back(pick);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  ASSERT_TRUE(CompareInterleaved(base, cand, suite).ok());
+  const std::string old_name = NameOf(suite.cells[0]);
+  const std::string new_name = pick.problem.Key() + " " + pick.config.Key();
+  for (const std::string& line : base.log) EXPECT_EQ(line.find(new_name), std::string::npos) << line;
+  bool candidate_ran_new = false;
+  for (const std::string& line : cand.log) candidate_ran_new = candidate_ran_new || line == "block " + new_name;
+  EXPECT_TRUE(candidate_ran_new);
+  (void)old_name;
+}
+
+std::vector<StoredCell> StoredOf(const Suite& suite, uint64_t seed, double factor = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  std::vector<StoredCell> out;
+  for (const SuiteCell& cell : suite.cells) {
+    StoredCell s;
+    s.problem_key = cell.problem.Key();
+    s.config_key = cell.config.Key();
+    s.role = cell.role;
+    s.measurement.check.max_rel_error = 1e-6;
+    s.measurement.check.tolerance = 1e-4;
+    for (int i = 0; i < 10; ++i) {
+      SampleBlock b;
+      b.samples = 10;
+      b.median_us = 100 * factor * std::exp(0.005 * normal(rng));
+      s.measurement.blocks.push_back(b);
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(CompareWithStoredTest, UsesTheWiderFloor) {
+  const Suite suite = TwoProblemSuite();
+  ScriptedSource cand("bbbbbbb", 2);
+  // 2 % slower: above the interleaved floor (1.5 %), below the stored one (3 %).
+  cand.factor = [](const std::string&) { return 1.02; };
+  SourceInfo base_info = *ScriptedSource("aaaaaaa", 1).Describe();
+  absl::StatusOr<Comparison> c = CompareWithStored(base_info, StoredOf(suite, 7), cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->interleaved);
+  for (const CellComparison& cell : c->cells) {
+    EXPECT_NE(cell.verdict.verdict, regress::Verdict::kRegressed) << cell.verdict.why;
+    EXPECT_GE(cell.verdict.floor, 0.03);
+  }
+  cand.factor = [](const std::string&) { return 1.08; };
+  c = CompareWithStored(base_info, StoredOf(suite, 7), cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->CountVerdict(regress::Verdict::kRegressed), 4);
+}
+
+TEST(CompareWithStoredTest, ACellTheBaselineDidNotMeasureIsUnknown) {
+  Suite suite = TwoProblemSuite();
+  std::vector<StoredCell> stored = StoredOf(suite, 7);
+  stored.pop_back();
+  ScriptedSource cand("bbbbbbb", 2);
+  absl::StatusOr<Comparison> c = CompareWithStored(*ScriptedSource("aaaaaaa", 1).Describe(), stored, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cells[3].verdict.verdict, regress::Verdict::kUnknown);
+  EXPECT_FALSE(c->cells[3].verdict.Failed());
+  EXPECT_NE(c->cells[3].verdict.why.find("did not measure"), std::string::npos) << c->cells[3].verdict.why;
+}
+
+TEST(MeasureSuiteTest, MeasuresEveryCellTheSuitesBlockCount) {
+  ScriptedSource source("aaaaaaa", 1);
+  absl::StatusOr<std::vector<MeasuredCell>> cells = MeasureSuite(source, TwoProblemSuite());
+  ASSERT_TRUE(cells.ok()) << cells.status();
+  ASSERT_EQ(cells->size(), 4u);
+  for (const MeasuredCell& c : *cells) EXPECT_EQ(c.measurement.blocks.size(), 10u);
+}
+
+TEST(MeasureSuiteTest, AnUnsupportedCellIsAnErrorBeforeAnyBlock) {
+  Suite suite = TwoProblemSuite();
+  const std::string refused = NameOf(suite.cells[2]);
+  ScriptedSource source("aaaaaaa", 1);
+  source.outcome = [&](const std::string& name) { return name == refused ? TrialOutcome::kUnsupported : TrialOutcome::kOk; };
+  EXPECT_TRUE(absl::IsInvalidArgument(MeasureSuite(source, suite).status()));
+  EXPECT_TRUE(source.log.empty());
+}
+
+TEST(MeasureSuiteTest, CancelStopsWithCancelled) {
+  ScriptedSource source("aaaaaaa", 1);
+  std::atomic<bool> cancel{true};
+  CompareOptions options;
+  options.cancel = &cancel;
+  EXPECT_TRUE(absl::IsCancelled(MeasureSuite(source, TwoProblemSuite(), options).status()));
+}
+
+}  // namespace
+}  // namespace fusetune::regress

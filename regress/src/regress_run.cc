@@ -1,0 +1,348 @@
+#include "fusetune/regress/regress_run.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <utility>
+
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "fusetune/base/time.h"
+#include "fusetune/records/commit.h"
+#include "fusetune/regress/bench_records.h"
+#include "fusetune/regress/verdict.h"
+
+namespace fusetune::regress {
+
+std::map<std::string, std::string> BuildsInDir(const std::string& dir) {
+  std::map<std::string, std::string> builds;
+  if (dir.empty()) return builds;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    absl::StatusOr<std::string> commit = CanonicalCommit(entry.path().filename().string());
+    const std::filesystem::path binary = entry.path() / "bin" / "fusetune";
+    if (commit.ok() && access(binary.c_str(), X_OK) == 0) builds.emplace(*commit, binary.string());
+  }
+  return builds;
+}
+
+absl::StatusOr<std::string> CommitOfBuild(std::string_view flag, const std::string& named, const std::string& reported,
+                                          const std::string& binary, std::string_view hint) {
+  if (reported == kUnknownCommit) {
+    return ResolveCommitFlag(flag, named, {}, fmt::format("{}, built outside git", binary));
+  }
+  absl::StatusOr<std::string> commit = ResolveCommitName(named, {reported}, binary);
+  if (commit.ok() ? *commit != reported : absl::IsNotFound(commit.status())) {
+    return absl::InvalidArgumentError(fmt::format("{} was built at commit {}, not {}{}", binary, reported, named, hint));
+  }
+  if (!commit.ok()) return absl::InvalidArgumentError(fmt::format("{}: {}", flag, std::string(commit.status().message())));
+  return commit;
+}
+
+absl::StatusOr<Baseline> ResolveBaseline(const RegressOptions& f, Store* store, const Suite& suite,
+                                         const SourceInfo& candidate) {
+  const std::string device_class = candidate.device.DeviceClass();
+  const std::map<std::string, std::string> builds = BuildsInDir(f.builds_dir);
+  Baseline b;
+  if (f.baseline == "previous") {
+    if (store == nullptr) {
+      return absl::NotFoundError(fmt::format("no database at {}: no previous bench run of suite {} to compare with", f.db, suite.name));
+    }
+    absl::StatusOr<std::vector<RunInfo>> runs = store->ListBenchRuns(suite.name, device_class, 100);
+    if (!runs.ok()) return runs.status();
+    for (const RunInfo& run : *runs) {
+      if (run.commit != candidate.commit) {
+        b.run = run;
+        break;
+      }
+    }
+    if (!b.run) {
+      return absl::NotFoundError(fmt::format("{} has no bench run of suite {} on {} at a commit other than {}: "
+                                             "bench one first ('fusetune bench --suite ... --db ...')",
+                                             f.db, suite.name, device_class, candidate.commit));
+    }
+    b.commit = b.run->commit;
+  } else if (!f.baseline_binary.empty()) {
+    // The build reports its own commit: Measure resolves the baseline against it.
+    absl::StatusOr<CommitName> named = ParseCommitName(f.baseline);
+    if (!named.ok()) return absl::InvalidArgumentError(fmt::format("--baseline: {}", std::string(named.status().message())));
+    b.commit = named->text;
+  } else {
+    // An abbreviation is resolved against the commits at hand: the database's and the kept builds'.
+    absl::StatusOr<std::vector<std::string>> known = StoredCommitsAbbreviated(store, f.baseline);
+    if (!known.ok()) return known.status();
+    for (const auto& [commit, binary] : builds) known->push_back(commit);
+    std::vector<std::string> sources;
+    if (store != nullptr) sources.push_back("the database " + f.db);
+    if (!f.builds_dir.empty()) sources.push_back("the builds in " + f.builds_dir);
+    absl::StatusOr<std::string> commit = ResolveCommitFlag(
+        "--baseline", f.baseline, *known,
+        sources.empty() ? fmt::format("any database or build (none at {}, no --builds-dir)", f.db)
+                        : fmt::format("{}", fmt::join(sources, " or ")));
+    if (!commit.ok()) return commit.status();
+    b.commit = *commit;
+    const bool built = builds.count(b.commit) > 0;
+    if (store != nullptr) {
+      absl::StatusOr<RunInfo> run = store->FindBenchRun(suite.name, device_class, b.commit);
+      if (run.ok()) {
+        b.run = *run;
+      } else if (!absl::IsNotFound(run.status())) {
+        return run.status();
+      } else if (!built) {
+        absl::StatusOr<RunInfo> elsewhere = store->FindBenchRun(suite.name, "", b.commit);
+        if (elsewhere.ok()) {
+          return absl::FailedPreconditionError(fmt::format("the baseline {} was benched on {}, not on {}: only the same device class compares",
+                                                           elsewhere->commit, elsewhere->device.DeviceClass(), device_class));
+        }
+        return run.status();
+      }
+    } else if (!built) {
+      return absl::NotFoundError(fmt::format("no database at {} and no build of {}: nothing to compare with", f.db, b.commit));
+    }
+  }
+  auto kept = builds.find(b.commit);
+  b.binary = !f.baseline_binary.empty() ? f.baseline_binary : kept != builds.end() ? kept->second : "";
+  return b;
+}
+
+std::vector<std::string> AddChangedPicks(Store& store, const std::string& device_class,
+                                         const std::string& candidate_commit, Suite& suite) {
+  std::vector<std::string> notes;
+  const std::vector<SuiteCell> cells = suite.cells;
+  for (const SuiteCell& cell : cells) {
+    if (cell.role != "best" || cell.baseline_config) continue;
+    absl::StatusOr<BestConfig> best = store.GetBestConfig(device_class, cell.problem.Key());
+    if (!best.ok() || best->commit != candidate_commit || best->config_key == cell.config.Key()) continue;
+    absl::StatusOr<KernelConfig> pick = KernelConfig::FromKey(best->config_key);
+    if (!pick.ok()) continue;
+    SuiteCell changed = cell;
+    changed.role = "pick";
+    changed.config = *pick;
+    changed.baseline_config = cell.config;
+    suite.cells.push_back(changed);
+    notes.push_back(fmt::format("{}: the re-tune at {} picks {} instead of {}", cell.problem.Key(), candidate_commit,
+                                best->config_key, cell.config.Key()));
+  }
+  return notes;
+}
+
+KnownNoise KnownAANoise(Store* store, const std::string& device_class) {
+  std::map<std::string, std::vector<double>> ratios;
+  absl::StatusOr<std::vector<Regression>> rows =
+      store == nullptr ? absl::StatusOr<std::vector<Regression>>(std::vector<Regression>{}) : store->ListRegressions({}, 100000);
+  if (!rows.ok()) rows = std::vector<Regression>{};
+  std::string commit;
+  for (const Regression& r : *rows) {  // newest first
+    if (r.metric != kLatencyMetric || r.commit != r.baseline_commit || r.device_class != device_class || !(r.ratio > 0)) {
+      continue;
+    }
+    std::vector<double>& cell = ratios[r.problem_key + " " + r.config_key];
+    if (cell.size() < kCalibrationsPerCell) cell.push_back(r.ratio);
+    if (commit.empty()) commit = r.commit;
+  }
+  KnownNoise known;
+  size_t most = 0;
+  for (const auto& [cell, aa] : ratios) {
+    absl::StatusOr<double> calibrated = CalibratedNoise(aa);
+    if (!calibrated.ok()) continue;
+    known.noise[cell] = *calibrated;
+    most = std::max(most, aa.size());
+  }
+  known.note = known.noise.empty()
+                   ? "no A/A calibration for this device class in the database: floors come from the blocks alone "
+                     "(regress a build against itself, --baseline C --commit C --baseline-binary B, to measure it)"
+                   : fmt::format("floors include the between-process A/A noise of {} cell(s), from up to {} "
+                                 "calibration(s) each (the newest at {})",
+                                 known.noise.size(), most, commit);
+  return known;
+}
+
+CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const std::string& device_class,
+                                 const std::atomic<bool>* cancel, std::vector<std::string>* notes) {
+  CompareOptions options;
+  options.blocks = f.blocks;
+  options.stored_min_floor = f.stored_floor;
+  options.cancel = cancel;
+  KnownNoise known = KnownAANoise(store, device_class);
+  notes->push_back(known.note);
+  options.known_aa_noise = [noise = std::move(known.noise)](const SuiteCell& cell) {
+    auto it = noise.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
+    return it == noise.end() ? 0.0 : it->second;
+  };
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<ProcessBlockSource>> StartSide(const RegressOptions& f, const std::string& binary,
+                                                              const Suite& suite, bool candidate) {
+  BuildSourceOptions options;
+  options.backend = f.backend;
+  options.device = f.device;
+  options.timing_cpu = f.timing_cpu;
+  if (candidate) options.plant_slowdowns = f.plant_slowdowns;
+  return StartBuild(options, binary, suite);
+}
+
+absl::StatusOr<std::unique_ptr<ProcessBlockSource>> StartCandidate(const RegressOptions& f, const Suite& suite,
+                                                                   SourceInfo* info) {
+  const std::string binary = f.candidate_binary.empty() ? SelfBinary() : f.candidate_binary;
+  absl::StatusOr<std::unique_ptr<ProcessBlockSource>> candidate = StartSide(f, binary, suite, true);
+  if (!candidate.ok()) return candidate.status();
+  absl::StatusOr<SourceInfo> described = (*candidate)->Describe();
+  if (!described.ok()) return described.status();
+  *info = *std::move(described);
+  absl::StatusOr<std::string> commit =
+      CommitOfBuild("--commit", f.commit, info->commit, binary,
+                    ": build the candidate or pass its binary with --candidate-binary");
+  if (!commit.ok()) return commit.status();
+  info->commit = *std::move(commit);
+  if (!suite.device_class.empty() && suite.device_class != info->device.DeviceClass()) {
+    return absl::FailedPreconditionError(
+        fmt::format("suite {} is for {}, not {}", suite.name, suite.device_class, info->device.DeviceClass()));
+  }
+  return candidate;
+}
+
+int ConfirmFlagged(const RegressOptions& f, const Baseline& baseline, const Suite& suite,
+                   const CompareOptions& options, BlockSource& candidate, Comparison& comparison,
+                   std::vector<std::string>* notes) {
+  Suite flagged = suite;
+  flagged.cells.clear();
+  std::vector<size_t> where;
+  for (size_t i = 0; i < comparison.cells.size(); ++i) {
+    if (comparison.cells[i].verdict.Failed()) {
+      flagged.cells.push_back(comparison.cells[i].cell);
+      where.push_back(i);
+    }
+  }
+  if (where.empty()) return 0;
+  absl::Status failure = absl::OkStatus();
+  std::string binary = baseline.binary;
+  if (binary.empty() && !f.rebuild_command.empty()) {
+    absl::StatusOr<std::string> rebuilt = BuildCommit(f.rebuild_command, baseline.commit, f.announce_build);
+    if (rebuilt.ok()) binary = *rebuilt;
+    else failure = rebuilt.status();
+  }
+  if (binary.empty() && failure.ok()) {
+    failure = absl::FailedPreconditionError("no baseline build to confirm with: give --rebuild-command, --builds-dir or --baseline-binary");
+  }
+  absl::StatusOr<Comparison> confirmed = absl::UnknownError("");
+  if (failure.ok()) {
+    absl::StatusOr<std::unique_ptr<ProcessBlockSource>> source = StartSide(f, binary, suite, /*candidate=*/false);
+    if (source.ok()) {
+      confirmed = CompareInterleaved(**source, candidate, flagged, options);
+    }
+    failure = source.ok() ? confirmed.status() : source.status();
+  }
+  if (!failure.ok()) {
+    for (size_t i : where) {
+      CellVerdict& v = comparison.cells[i].verdict;
+      v.why = fmt::format("flagged against the stored baseline ({}), not confirmed: {}", v.why, std::string(failure.message()));
+      v.verdict = Verdict::kUnknown;
+      v.accuracy.failed = v.accuracy.grew = false;
+    }
+    return static_cast<int>(where.size());
+  }
+  for (size_t k = 0; k < where.size(); ++k) {
+    CellComparison& cell = comparison.cells[where[k]];
+    cell = confirmed->cells[k];
+    cell.verdict.why = "confirmed interleaved: " + cell.verdict.why;
+  }
+  comparison.blocks_measured += confirmed->blocks_measured;
+  comparison.measure_seconds += confirmed->measure_seconds;
+  notes->push_back(fmt::format("{} cell(s) flagged against the stored baseline were measured again interleaved with "
+                               "the baseline build; the verdicts shown for them are the interleaved ones",
+                               where.size()));
+  return 0;
+}
+
+absl::StatusOr<Comparison> Measure(const RegressOptions& f, const Baseline& baseline, Store* store, const Suite& suite,
+                                   const CompareOptions& options, BlockSource& candidate,
+                                   std::vector<std::string>* notes, int* unconfirmed) {
+  if (!baseline.binary.empty()) {
+    absl::StatusOr<std::unique_ptr<ProcessBlockSource>> base = StartSide(f, baseline.binary, suite, false);
+    if (!base.ok()) return base.status();
+    absl::StatusOr<SourceInfo> base_info = (*base)->Describe();
+    if (!base_info.ok()) return base_info.status();
+    absl::StatusOr<std::string> commit = CommitOfBuild("--baseline", baseline.commit, base_info->commit, baseline.binary);
+    if (!commit.ok()) return commit.status();
+    absl::StatusOr<Comparison> comparison = CompareInterleaved(**base, candidate, suite, options);
+    if (comparison.ok()) comparison->baseline.commit = *std::move(commit);
+    return comparison;
+  }
+  if (store == nullptr || !baseline.run) return absl::FailedPreconditionError("no baseline build and no stored baseline run");
+  absl::StatusOr<std::vector<BenchCell>> rows = store->ListBenchCells(baseline.run->run_id);
+  if (!rows.ok()) return rows.status();
+  std::vector<StoredCell> stored;
+  for (const BenchCell& row : *rows) stored.push_back(ToStoredCell(row));
+  const SourceInfo base_info{baseline.commit, baseline.run->device, baseline.run->environment};
+  absl::StatusOr<Comparison> comparison = CompareWithStored(base_info, stored, candidate, suite, options);
+  if (comparison.ok()) *unconfirmed = ConfirmFlagged(f, baseline, suite, options, candidate, *comparison, notes);
+  return comparison;
+}
+
+bool IsCalibration(const RegressOptions& options, const Comparison& comparison) {
+  return options.plant_slowdowns.empty() && comparison.candidate.commit == comparison.baseline.commit;
+}
+
+int ReportCalibrationDifferencesAsUnknown(Comparison& comparison) {
+  int changed = 0;
+  for (CellComparison& cell : comparison.cells) {
+    CellVerdict& v = cell.verdict;
+    if (v.verdict != Verdict::kRegressed && v.verdict != Verdict::kImproved) continue;
+    v.why = fmt::format("A/A calibration: two processes of one build differ beyond the floor, which is this host's "
+                        "between-process noise (recorded for later floors), not a change: {}",
+                        v.why);
+    v.verdict = Verdict::kUnknown;
+    v.remeasure = false;
+    ++changed;
+  }
+  return changed;
+}
+
+std::vector<Regression> RegressionRows(const Comparison& comparison, bool planted) {
+  std::vector<Regression> rows;
+  const int64_t now = NowUnixMs();
+  for (const CellComparison& cell : comparison.cells) {
+    const CellVerdict& v = cell.verdict;
+    Regression r;
+    r.commit = comparison.candidate.commit;
+    r.baseline_commit = comparison.baseline.commit;
+    r.device_class = comparison.candidate.device.DeviceClass();
+    r.problem_key = cell.cell.problem.Key();
+    r.config_key = cell.cell.config.Key();
+    r.metric = planted ? "planted_latency" : cell.cell.baseline_config ? "latency_vs_previous_pick" : kLatencyMetric;
+    r.ratio = std::isfinite(v.ratio.pairwise_ratio) ? v.ratio.pairwise_ratio : 0;
+    r.p_value = r.ratio >= 1 ? v.p_slower_adjusted : v.p_faster_adjusted;
+    r.verdict = VerdictName(v.verdict);
+    r.created_unix_ms = now;
+    rows.push_back(r);
+    if (v.accuracy.checked) {
+      Regression a = r;
+      a.metric = "max_rel_error";
+      a.ratio = std::isfinite(v.accuracy.growth) ? v.accuracy.growth : 0;
+      a.p_value = 1;
+      a.verdict = v.accuracy.failed || v.accuracy.grew ? "regressed" : "same";
+      rows.push_back(a);
+    }
+  }
+  return rows;
+}
+
+absl::StatusOr<RecordedRegressRun> RecordRegressRun(Store& store, const Suite& suite, const Comparison& comparison,
+                                                    const RunInfo& candidate_run, bool planted) {
+  RecordedRegressRun recorded;
+  if (!planted) {
+    std::vector<MeasuredCell> measured;
+    for (const CellComparison& c : comparison.cells) measured.push_back({c.cell, c.candidate});
+    absl::StatusOr<int64_t> run = StoreBenchRun(store, suite, candidate_run, measured);
+    if (!run.ok()) return run.status();
+    recorded.run_id = *run;
+  }
+  recorded.rows = RegressionRows(comparison, planted);
+  if (absl::StatusOr<int> stored = store.RecordRegressions(recorded.rows); !stored.ok()) return stored.status();
+  return recorded;
+}
+
+}  // namespace fusetune::regress
