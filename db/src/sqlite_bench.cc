@@ -133,11 +133,8 @@ absl::StatusOr<std::vector<RunInfo>> SqliteStore::ListBenchRuns(std::string_view
                                                           int limit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(suite, "suite"));
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
-  absl::MutexLock lock(&mu_);
-  FT_DB_ASSIGN_OR_RETURN(Statement s, conn_->Prepare(absl::StrCat("SELECT ", kRunColumns, kFinishedBenchRuns,
-                                                                        kNewestFirst, " LIMIT ?3")));
-  s.BindAll(suite, device_class, limit);
-  return ReadRows<RunInfo>(s, ReadRun);
+  return SelectRows<RunInfo>(absl::StrCat("SELECT ", kRunColumns, kFinishedBenchRuns, kNewestFirst, " LIMIT ?3"),
+                             ReadRun, suite, device_class, limit);
 }
 
 absl::StatusOr<std::vector<std::string>> SqliteStore::ListBenchSuites() {

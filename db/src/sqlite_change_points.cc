@@ -56,18 +56,13 @@ absl::Status SqliteStore::ReplaceChangePoints(std::string_view device_class, std
 
 absl::StatusOr<std::vector<ChangePointRow>> SqliteStore::ListChangePoints(const ChangePointFilter& filter, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
-  absl::MutexLock lock(&mu_);
-  FT_DB_ASSIGN_OR_RETURN(
-      Statement s,
-      conn_->Prepare("SELECT device_class, suite, problem_key, config_key, commit_hash, position, "
-                           "mean_before_us, mean_after_us, ratio, p_value, direction, detected_unix_ms "
-                           "FROM change_points WHERE (?1 = '' OR device_class = ?1) AND (?2 = '' OR suite = ?2) "
-                           "AND (?3 = '' OR problem_key = ?3) AND (?4 = '' OR config_key = ?4) "
-                           "AND (?5 = '' OR commit_hash = ?5) "
-                           "ORDER BY detected_unix_ms DESC, device_class, suite, problem_key, config_key, "
-                           "position LIMIT ?6"));
-  s.BindAll(filter.device_class, filter.suite, filter.problem_key, filter.config_key, filter.commit, limit);
-  return ReadRows<ChangePointRow>(s, ReadChangePoint);
+  return SelectRows<ChangePointRow>(
+      "SELECT device_class, suite, problem_key, config_key, commit_hash, position, mean_before_us, mean_after_us, "
+      "ratio, p_value, direction, detected_unix_ms FROM change_points "
+      "WHERE (?1 = '' OR device_class = ?1) AND (?2 = '' OR suite = ?2) AND (?3 = '' OR problem_key = ?3) "
+      "AND (?4 = '' OR config_key = ?4) AND (?5 = '' OR commit_hash = ?5) "
+      "ORDER BY detected_unix_ms DESC, device_class, suite, problem_key, config_key, position LIMIT ?6",
+      ReadChangePoint, filter.device_class, filter.suite, filter.problem_key, filter.config_key, filter.commit, limit);
 }
 
 }  // namespace fusetune::db_internal

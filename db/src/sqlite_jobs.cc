@@ -178,13 +178,9 @@ absl::StatusOr<Job> SqliteStore::GetJob(int64_t job_id) {
 
 absl::StatusOr<std::vector<Job>> SqliteStore::ListJobs(std::optional<JobState> state, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
-  absl::MutexLock lock(&mu_);
-  FT_DB_ASSIGN_OR_RETURN(
-      Statement s, conn_->Prepare(absl::StrCat(
-                       "SELECT ", kJobColumns,
-                       " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY job_id DESC LIMIT ?2")));
-  s.Bind(1, state.has_value() ? JobStateName(*state) : std::string_view()).Bind(2, limit);
-  return ReadRows<Job>(s, ReadJob);
+  return SelectRows<Job>(absl::StrCat("SELECT ", kJobColumns,
+                                      " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY job_id DESC LIMIT ?2"),
+                         ReadJob, state.has_value() ? JobStateName(*state) : std::string_view(), limit);
 }
 
 absl::StatusOr<Job> SqliteStore::LeaseJob(std::string_view worker_id, std::string_view device_class,

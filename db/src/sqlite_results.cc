@@ -133,13 +133,10 @@ absl::StatusOr<BestConfig> SqliteStore::GetBestConfig(std::string_view device_cl
 }
 
 absl::StatusOr<std::vector<BestConfig>> SqliteStore::ListBestConfigs(std::string_view device_class) {
-  absl::MutexLock lock(&mu_);
-  FT_DB_ASSIGN_OR_RETURN(Statement s, conn_->Prepare(absl::StrCat(
-                                          "SELECT ", kBestColumns,
-                                          " FROM best_configs WHERE (?1 = '' OR device_class = ?1) "
-                                          "ORDER BY problem_key, device_class")));
-  s.Bind(1, device_class);
-  return ReadRows<BestConfig>(s, ReadBest);
+  return SelectRows<BestConfig>(absl::StrCat("SELECT ", kBestColumns,
+                                             " FROM best_configs WHERE (?1 = '' OR device_class = ?1) "
+                                             "ORDER BY problem_key, device_class"),
+                                ReadBest, device_class);
 }
 
 // ---- regressions
@@ -169,13 +166,10 @@ absl::StatusOr<int> SqliteStore::RecordRegressions(const std::vector<Regression>
 
 absl::StatusOr<std::vector<Regression>> SqliteStore::ListRegressions(std::string_view commit, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
-  absl::MutexLock lock(&mu_);
-  FT_DB_ASSIGN_OR_RETURN(Statement s, conn_->Prepare(absl::StrCat(
-                                          "SELECT ", kRegressionColumns,
-                                          " FROM regressions WHERE (?1 = '' OR commit_hash = ?1) "
-                                          "ORDER BY regression_id DESC LIMIT ?2")));
-  s.Bind(1, commit).Bind(2, limit);
-  return ReadRows<Regression>(s, ReadRegression);
+  return SelectRows<Regression>(absl::StrCat("SELECT ", kRegressionColumns,
+                                             " FROM regressions WHERE (?1 = '' OR commit_hash = ?1) "
+                                             "ORDER BY regression_id DESC LIMIT ?2"),
+                                ReadRegression, commit, limit);
 }
 
 // ---- audits
@@ -206,14 +200,11 @@ absl::StatusOr<int64_t> SqliteStore::RecordAudit(const AuditSummary& a) {
 absl::StatusOr<std::vector<AuditSummary>> SqliteStore::ListAudits(std::string_view device_class,
                                                             std::string_view problem_key, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
-  absl::MutexLock lock(&mu_);
-  FT_DB_ASSIGN_OR_RETURN(
-      Statement s, conn_->Prepare(absl::StrCat(
-                       "SELECT ", kAuditColumns,
-                       " FROM audits WHERE (?1 = '' OR device_class = ?1) AND (?2 = '' OR problem_key = ?2) "
-                       "ORDER BY created_unix_ms DESC, audit_id DESC LIMIT ?3")));
-  s.BindAll(device_class, problem_key, limit);
-  return ReadRows<AuditSummary>(s, ReadAudit);
+  return SelectRows<AuditSummary>(absl::StrCat("SELECT ", kAuditColumns,
+                                               " FROM audits WHERE (?1 = '' OR device_class = ?1) "
+                                               "AND (?2 = '' OR problem_key = ?2) "
+                                               "ORDER BY created_unix_ms DESC, audit_id DESC LIMIT ?3"),
+                                  ReadAudit, device_class, problem_key, limit);
 }
 
 }  // namespace fusetune::db_internal

@@ -28,6 +28,8 @@
 #include "absl/synchronization/mutex.h"
 #include "fusetune/db/store.h"
 #include "sqlite.h"
+#include "sqlite_rows.h"
+#include "status_macros.h"
 
 namespace fusetune::db_internal {
 
@@ -114,6 +116,16 @@ class SqliteStore final : public Store {
   // block writers or other readers).
   absl::Status ReadTransaction(const std::function<absl::Status(db_internal::Connection&)>& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Runs one SELECT (`sql`, with `args` bound to ?1, ?2, ...) under the lock and reads every
+  // row with `read` (ReadRows): what each List* method does, written once.
+  template <typename Row, typename Reader, typename... Args>
+  absl::StatusOr<std::vector<Row>> SelectRows(const std::string& sql, Reader read, const Args&... args) {
+    absl::MutexLock lock(&mu_);
+    FT_DB_ASSIGN_OR_RETURN(Statement s, conn_->Prepare(sql));
+    s.BindAll(args...);
+    return ReadRows<Row>(s, read);
+  }
 
   const StoreAccess access_;
   absl::Mutex mu_;

@@ -178,15 +178,11 @@ absl::StatusOr<std::vector<Trial>> SqliteStore::ListTrialsForProblem(std::string
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(device_class, "device_class"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(problem_key, "problem_key"));
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
-  absl::MutexLock lock(&mu_);
-  FT_DB_ASSIGN_OR_RETURN(
-      Statement s,
-      conn_->Prepare(absl::StrCat("SELECT ", kTrialColumns,
+  return SelectRows<Trial>(absl::StrCat("SELECT ", kTrialColumns,
                                         " FROM trials t JOIN runs r ON r.run_id = t.run_id "
                                         "WHERE t.problem_key = ?1 AND r.device_class = ?2 "
-                                        "ORDER BY t.created_unix_ms DESC, t.rowid DESC LIMIT ?3")));
-  s.BindAll(problem_key, device_class, limit);
-  return ReadRows<Trial>(s, ReadTrial);
+                                        "ORDER BY t.created_unix_ms DESC, t.rowid DESC LIMIT ?3"),
+                           ReadTrial, problem_key, device_class, limit);
 }
 
 absl::StatusOr<bool> SqliteStore::HasTrial(std::string_view trial_id) {
