@@ -51,6 +51,19 @@ class Statement {
   Statement& BindNull(int index);
   // Binds NULL when value == 0 (used for optional foreign keys such as a job's run).
   Statement& BindIdOrNull(int index, int64_t value);
+  // An optional foreign key for BindAll: bound as BindIdOrNull.
+  struct IdOrNull {
+    int64_t id;
+  };
+  Statement& Bind(int index, IdOrNull value) { return BindIdOrNull(index, value.id); }
+  // Binds `values` to parameters 1, 2, ... in order: one call for all of a row's columns,
+  // so that each table's column order is written once (its INSERT lists it).
+  template <typename... Values>
+  Statement& BindAll(const Values&... values) {
+    int index = 0;
+    (Bind(++index, values), ...);
+    return *this;
+  }
 
   // true: a row is available; false: done. An error also reports any failed Bind().
   absl::StatusOr<bool> Step();
@@ -61,8 +74,21 @@ class Statement {
   int64_t Int64(int col) const;
   double Double(int col) const;
   std::string Text(int col) const;
+  // Reads columns `first`, `first` + 1, ... into `fields`, each by its type: std::string
+  // (Text), int64_t (Int64), int (Int64 narrowed), double (Double). The row readers' one
+  // way to read consecutive plain columns.
+  template <typename... Fields>
+  void ReadColumns(int first, Fields*... fields) const {
+    int col = first;
+    (ReadColumn(col++, fields), ...);
+  }
 
  private:
+  void ReadColumn(int col, std::string* out) const { *out = Text(col); }
+  void ReadColumn(int col, int64_t* out) const { *out = Int64(col); }
+  void ReadColumn(int col, int* out) const { *out = static_cast<int>(Int64(col)); }
+  void ReadColumn(int col, double* out) const { *out = Double(col); }
+
   const Connection* conn_;
   sqlite3_stmt* stmt_;
   int bind_rc_ = SQLITE_OK;

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "fusetune/db/store.h"
+#include "fusetune/records/regression.h"
 
 namespace fusetune::regress {
 namespace {

@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "fusetune/db/store.h"
+#include "fusetune/records/regression.h"
 #include "gtest/gtest.h"
 
 namespace fusetune::regress {

@@ -65,7 +65,8 @@
 
 #include "absl/status/statusor.h"
 #include "fusetune/metrics/metrics_endpoint.h"
-#include "fusetune/db/store.h"
+#include "fusetune/records/bench_cell.h"
+#include "fusetune/records/regression.h"
 #include "fusetune/records/run.h"
 #include "fusetune/service/server.h"
 #include "grpcpp/support/status_code_enum.h"

@@ -169,6 +169,8 @@ class ServerCore {
   absl::StatusOr<int64_t> BeginJobRun(const Job& job, const WorkerRecord& worker);
   // The job whose run is `run_id`, when leased by `worker_id`.
   absl::StatusOr<Job> JobOfRunHeldBy(int64_t run_id, const std::string& worker_id);
+  // Records `batch` (emptied) in one store transaction; adds to `inserted` how many were new
+  // (a trial id already stored is skipped, as is a second copy within the batch).
   absl::Status RecordNewTrials(std::vector<Trial>* batch, int64_t* inserted);
   absl::Status ComputeBestConfigs(const Job& job);
   // The audit's fields checked against its job, then filled from it.

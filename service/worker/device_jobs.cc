@@ -54,8 +54,9 @@ class DeviceRunner::SpoolSink : public RecordSink {
     }
     return known_;
   }
-  // Nothing to do: the server selects the job's best configs from the uploaded trials when
-  // the job completes, and that selection is the authority.
+  // Never called: the worker's sweeps run without selection (SweepOptionsFor sets
+  // select_best false), because the server selects the job's best configs from the uploaded
+  // trials when the job completes, and that selection is the authority.
   absl::Status RecordBestConfig(const BestConfig&) override { return absl::OkStatus(); }
   // Records the launch failures still held back when the sweep ended.
   absl::Status Flush() { return streak_.Flush(); }
@@ -393,6 +394,8 @@ absl::StatusOr<SweepOptions> DeviceRunner::SweepOptionsFor(const v1::LeaseJobRes
   o.max_seconds_per_problem = std::max(0.0, lease.max_seconds());
   o.runner.trial_time_limit_seconds = absl::ToDoubleSeconds(ctx_->options().trial_timeout);
   o.commit = lease.job().commit();
+  // The server selects at CompleteJob from the stored trials; selecting here too was wasted.
+  o.select_best = false;
   return o;
 }
 

@@ -218,9 +218,11 @@ class SweepSteps {
                          std::chrono::duration<double>(multiple * options_.max_seconds_per_problem));
   }
 
-  // Step 3: the problem's best config, recorded; nullopt when no trial of it was kOk.
+  // Step 3: the problem's best config, recorded; nullopt when no trial of it was kOk or the
+  // caller selects itself (SweepOptions::select_best false).
   absl::StatusOr<std::optional<BestConfig>> SelectAndRecord(const ProblemState& p,
                                                             const std::string& device_class) {
+    if (!options_.select_best) return std::nullopt;
     absl::StatusOr<BestConfig> best = SelectBest(p.trials, device_class, run_id_, options_.commit);
     if (absl::IsNotFound(best.status())) return std::nullopt;
     if (!best.ok()) return best.status();

@@ -369,6 +369,29 @@ TEST(Sweep, EachFinishedProblemsBestConfigGoesToTheSinkBeforeItsProgress) {
   EXPECT_EQ(best_recorded_at_report, (std::vector<size_t>{1, 2}));
 }
 
+TEST(Sweep, WithoutSelectBestNoBestConfigIsSelectedOrSentButEveryTrialIsRecorded) {
+  HostBackend backend;
+  backend.latency_us = [](const KernelConfig& c) { return 1000.0 / c.block_s + 10 * c.block_m; };
+  std::vector<AttentionProblem> problems = {Tiny(20, 20), Tiny(40, 40)};
+  SweepOptions options = Quick(2);
+  options.select_best = false;
+  MemorySink sink;
+  sink.fail_best = true;  // a RecordBestConfig call would stop the sweep
+  std::vector<std::string> reported;
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, options, 1, sink, [&](const SweepProgress& p) {
+    reported.push_back(p.problem_key);
+    EXPECT_FALSE(p.best.has_value());
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(sink.best.empty());
+  EXPECT_TRUE(r->best.empty());
+  EXPECT_EQ(r->problems_finished, 2);
+  EXPECT_EQ(reported, (std::vector<std::string>{problems[0].Key(), problems[1].Key()}));
+  MemorySink selecting;
+  ASSERT_TRUE(RunSweep(backend, problems, Quick(2), 1, selecting).ok());
+  EXPECT_EQ(sink.trials.size(), selecting.trials.size()) << "the same trials, only the selection is skipped";
+}
+
 TEST(Sweep, AProblemWithoutAnOkTrialSendsNoBestConfig) {
   HostBackend backend;
   backend.fault = Fault::kWrongValue;

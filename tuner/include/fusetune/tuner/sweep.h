@@ -20,7 +20,8 @@
 //      baseline variant are measured together in FinalRoundOptions::rounds interleaved
 //      rounds (Runner::MeasureRounds: a fresh random order each round, one block each,
 //      same inputs and L2 state; stage kFinal).
-//   3. SelectBest picks the problem's BestConfig from the per-round ratios (selection.h).
+//   3. SelectBest picks the problem's BestConfig from the per-round ratios (selection.h),
+//      unless SweepOptions::select_best is false.
 // Every record goes through the RecordSink (records/sink.h): each trial before the next
 // measurement starts (a set of rounds when all its rounds are done), and each problem's
 // best config once it is selected, before the problem's progress is reported.
@@ -136,6 +137,11 @@ struct SweepOptions {
   double max_seconds_per_problem = 0;      // 0 = unbounded
   RunnerOptions runner;
   std::string commit;                      // provenance written into each BestConfig
+  // false: no step 3 (no SelectBest, no sink.RecordBestConfig; SweepProgress::best and
+  // SweepResult::best stay empty), for a caller that selects from the recorded trials itself:
+  // the worker, whose server selects each problem's best config from the stored trials when
+  // the job completes (that selection is the authority, so the worker's would be wasted).
+  bool select_best = true;
   SweepActivityCallback activity;          // may be empty; called on the sweep's thread
 };
 

@@ -1,5 +1,5 @@
 // The records half of the wire library: conversions between fusetune.proto's
-// (fusetune::v1) tuning messages and the records and store types: trials with their sample
+// (fusetune::v1) tuning messages and the records (fusetune/records/): trials with their sample
 // blocks and device states, audits, jobs and their leases, regressions, workers and
 // best-config answers, with the validation of the requests that carry them, and the
 // client call that uploads regression verdicts. Built on
@@ -23,14 +23,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "fusetune/db/store.h"
 #include "fusetune/kernels/backend.h"
 #include "fusetune/kernels/config.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/proto/fusetune.pb.h"
+#include "fusetune/records/change_point.h"
 #include "fusetune/records/commit.h"
+#include "fusetune/records/job.h"
+#include "fusetune/records/regression.h"
 #include "fusetune/records/run.h"
 #include "fusetune/records/trial.h"
+#include "fusetune/records/worker.h"
 #include "fusetune/wire/convert.h"
 #include "fusetune/wire/provenance.h"
 

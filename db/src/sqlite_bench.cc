@@ -9,57 +9,15 @@
 #include "fusetune/base/time.h"
 #include "fusetune/db/store.h"
 #include "sqlite.h"
-#include "store_internal.h"
+#include "sqlite_rows.h"
+#include "sqlite_store.h"
 
 // The bench_cells table: the measured cells of bench runs, and finding the runs of a suite
 // by device class and commit (what a regression check compares against).
 
-namespace fusetune {
-
-using db_internal::BlocksFromJson;
-using db_internal::BlocksToJson;
-using db_internal::CheckRunExists;
-using db_internal::Connection;
-using db_internal::kRunColumns;
-using db_internal::ReadRows;
-using db_internal::ReadRun;
-using db_internal::RequireLimit;
-using db_internal::RequireNonEmpty;
-using db_internal::RequirePositiveId;
-using db_internal::SamplesToJson;
-using db_internal::Statement;
-
-std::vector<double> BenchCell::SamplesUs() const {
-  std::vector<double> out;
-  out.reserve(blocks.size());
-  for (const SampleBlock& b : blocks) out.push_back(b.median_us);
-  return out;
-}
+namespace fusetune::db_internal {
 
 namespace {
-
-absl::Status ValidateBenchCell(int64_t run_id, const BenchCell& cell, size_t index) {
-  const std::string what = absl::StrCat("bench cell ", index);
-  if (cell.run_id != 0 && cell.run_id != run_id) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " has run_id ", cell.run_id, " but is recorded for run ", run_id));
-  }
-  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(cell.suite, what + " suite"));
-  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(cell.problem_key, what + " problem_key"));
-  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(cell.problem_json, what + " problem_json"));
-  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(cell.config_key, what + " config_key"));
-  FT_DB_RETURN_IF_ERROR(RequireNonEmpty(cell.role, what + " role"));
-  if (TrialOutcomeName(cell.outcome) == "?") return absl::InvalidArgumentError(what + ": unknown outcome");
-  for (const auto& [name, value] : {std::pair<const char*, double>{"max_abs_error", cell.max_abs_error},
-                                    {"max_rel_error", cell.max_rel_error},
-                                    {"tolerance", cell.tolerance}}) {
-    if (!std::isfinite(value) || value < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " ", name, " must be finite and >= 0, got ", value));
-    }
-  }
-  if (cell.created_unix_ms < 0) return absl::InvalidArgumentError(what + " created_unix_ms must be >= 0");
-  return db_internal::ValidateBlocks(cell.blocks, what, /*require_positive_median=*/true);
-}
 
 constexpr char kBenchCellColumns[] =
     "run_id, suite, problem_key, problem_json, config_key, role, outcome, message, max_abs_error, "
@@ -67,19 +25,11 @@ constexpr char kBenchCellColumns[] =
 
 absl::StatusOr<BenchCell> ReadBenchCell(const Statement& s) {
   BenchCell c;
-  c.run_id = s.Int64(0);
-  c.suite = s.Text(1);
-  c.problem_key = s.Text(2);
-  c.problem_json = s.Text(3);
-  c.config_key = s.Text(4);
-  c.role = s.Text(5);
+  s.ReadColumns(0, &c.run_id, &c.suite, &c.problem_key, &c.problem_json, &c.config_key, &c.role);
   absl::StatusOr<TrialOutcome> outcome = ParseTrialOutcome(s.Text(6));
   if (!outcome.ok()) return absl::DataLossError(outcome.status().message());
   c.outcome = *outcome;
-  c.message = s.Text(7);
-  c.max_abs_error = s.Double(8);
-  c.max_rel_error = s.Double(9);
-  c.tolerance = s.Double(10);
+  s.ReadColumns(7, &c.message, &c.max_abs_error, &c.max_rel_error, &c.tolerance);
   if (!s.IsNull(11)) {
     FT_DB_ASSIGN_OR_RETURN(c.blocks, BlocksFromJson(s.Text(11)));
   }
@@ -103,7 +53,7 @@ absl::StatusOr<std::vector<std::string>> DistinctOfBenchRuns(Connection& c, std:
   FT_DB_ASSIGN_OR_RETURN(Statement s, c.Prepare(absl::StrCat("SELECT ", name, kFinishedBenchRuns, " GROUP BY ", name,
                                                              " ORDER BY MAX(finished_unix_ms) DESC, "
                                                              "MAX(run_id) DESC LIMIT ?3")));
-  s.Bind(1, suite).Bind(2, device_class).Bind(3, limit);
+  s.BindAll(suite, device_class, limit);
   return ReadRows<std::string>(s, [](const Statement& row) { return row.Text(0); });
 }
 
@@ -132,11 +82,11 @@ absl::Status NoBenchRunFor(Connection& c, std::string_view suite, std::string_vi
 
 }  // namespace
 
-absl::Status Store::RecordBenchCells(int64_t run_id, const std::vector<BenchCell>& cells) {
+absl::Status SqliteStore::RecordBenchCells(int64_t run_id, const std::vector<BenchCell>& cells) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
   for (size_t i = 0; i < cells.size(); ++i) FT_DB_RETURN_IF_ERROR(ValidateBenchCell(run_id, cells[i], i));
-  absl::MutexLock lock(&impl_->mu);
-  return impl_->WriteTransaction([&](Connection& c) -> absl::Status {
+  absl::MutexLock lock(&mu_);
+  return WriteTransaction([&](Connection& c) -> absl::Status {
     FT_DB_RETURN_IF_ERROR(CheckRunExists(c, run_id));
     const int64_t now = NowUnixMs();
     for (const BenchCell& cell : cells) {
@@ -153,31 +103,21 @@ absl::Status Store::RecordBenchCells(int64_t run_id, const std::vector<BenchCell
                     "max_abs_error = excluded.max_abs_error, max_rel_error = excluded.max_rel_error, "
                     "tolerance = excluded.tolerance, samples_us_json = excluded.samples_us_json, "
                     "blocks_json = excluded.blocks_json, created_unix_ms = excluded.created_unix_ms"));
-      s.Bind(1, run_id)
-          .Bind(2, cell.suite)
-          .Bind(3, cell.problem_key)
-          .Bind(4, cell.problem_json)
-          .Bind(5, cell.config_key)
-          .Bind(6, cell.role)
-          .Bind(7, TrialOutcomeName(cell.outcome))
-          .Bind(8, cell.message)
-          .Bind(9, cell.max_abs_error)
-          .Bind(10, cell.max_rel_error)
-          .Bind(11, cell.tolerance)
-          .Bind(12, SamplesToJson(cell.SamplesUs()))
-          .Bind(13, BlocksToJson(cell.blocks))
-          .Bind(14, cell.created_unix_ms != 0 ? cell.created_unix_ms : now);
+      s.BindAll(run_id, cell.suite, cell.problem_key, cell.problem_json, cell.config_key, cell.role,
+                TrialOutcomeName(cell.outcome), cell.message, cell.max_abs_error, cell.max_rel_error,
+                cell.tolerance, SamplesToJson(cell.SamplesUs()), BlocksToJson(cell.blocks),
+                cell.created_unix_ms != 0 ? cell.created_unix_ms : now);
       FT_DB_RETURN_IF_ERROR(s.Run());
     }
     return absl::OkStatus();
   });
 }
 
-absl::StatusOr<std::vector<BenchCell>> Store::ListBenchCells(int64_t run_id) {
+absl::StatusOr<std::vector<BenchCell>> SqliteStore::ListBenchCells(int64_t run_id) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
-  absl::MutexLock lock(&impl_->mu);
+  absl::MutexLock lock(&mu_);
   std::vector<BenchCell> out;
-  FT_DB_RETURN_IF_ERROR(impl_->ReadTransaction([&](Connection& c) -> absl::Status {
+  FT_DB_RETURN_IF_ERROR(ReadTransaction([&](Connection& c) -> absl::Status {
     FT_DB_RETURN_IF_ERROR(CheckRunExists(c, run_id));
     FT_DB_ASSIGN_OR_RETURN(Statement s, c.Prepare(absl::StrCat("SELECT ", kBenchCellColumns,
                                                                " FROM bench_cells WHERE run_id = ?1 "
@@ -189,33 +129,30 @@ absl::StatusOr<std::vector<BenchCell>> Store::ListBenchCells(int64_t run_id) {
   return out;
 }
 
-absl::StatusOr<std::vector<RunInfo>> Store::ListBenchRuns(std::string_view suite, std::string_view device_class,
+absl::StatusOr<std::vector<RunInfo>> SqliteStore::ListBenchRuns(std::string_view suite, std::string_view device_class,
                                                           int limit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(suite, "suite"));
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
-  absl::MutexLock lock(&impl_->mu);
-  FT_DB_ASSIGN_OR_RETURN(Statement s, impl_->conn->Prepare(absl::StrCat("SELECT ", kRunColumns, kFinishedBenchRuns,
-                                                                        kNewestFirst, " LIMIT ?3")));
-  s.Bind(1, suite).Bind(2, device_class).Bind(3, limit);
-  return ReadRows<RunInfo>(s, ReadRun);
+  return SelectRows<RunInfo>(absl::StrCat("SELECT ", kRunColumns, kFinishedBenchRuns, kNewestFirst, " LIMIT ?3"),
+                             ReadRun, suite, device_class, limit);
 }
 
-absl::StatusOr<std::vector<std::string>> Store::ListBenchSuites() {
-  absl::MutexLock lock(&impl_->mu);
-  FT_DB_ASSIGN_OR_RETURN(Statement s, impl_->conn->Prepare("SELECT DISTINCT suite FROM bench_cells ORDER BY suite"));
+absl::StatusOr<std::vector<std::string>> SqliteStore::ListBenchSuites() {
+  absl::MutexLock lock(&mu_);
+  FT_DB_ASSIGN_OR_RETURN(Statement s, conn_->Prepare("SELECT DISTINCT suite FROM bench_cells ORDER BY suite"));
   return ReadRows<std::string>(s, [](const Statement& row) { return row.Text(0); });
 }
 
-absl::StatusOr<RunInfo> Store::FindBenchRun(std::string_view suite, std::string_view device_class,
+absl::StatusOr<RunInfo> SqliteStore::FindBenchRun(std::string_view suite, std::string_view device_class,
                                             std::string_view commit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(suite, "suite"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(commit, "commit"));
-  absl::MutexLock lock(&impl_->mu);
+  absl::MutexLock lock(&mu_);
   RunInfo found;
-  FT_DB_RETURN_IF_ERROR(impl_->ReadTransaction([&](Connection& c) -> absl::Status {
+  FT_DB_RETURN_IF_ERROR(ReadTransaction([&](Connection& c) -> absl::Status {
     FT_DB_ASSIGN_OR_RETURN(Statement s, c.Prepare(absl::StrCat("SELECT ", kRunColumns, kFinishedBenchRuns,
                                                                " AND commit_hash = ?3", kNewestFirst, " LIMIT 1")));
-    s.Bind(1, suite).Bind(2, device_class).Bind(3, commit);
+    s.BindAll(suite, device_class, commit);
     FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) return NoBenchRunFor(c, suite, device_class, commit);
     FT_DB_ASSIGN_OR_RETURN(found, ReadRun(s));
@@ -224,4 +161,4 @@ absl::StatusOr<RunInfo> Store::FindBenchRun(std::string_view suite, std::string_
   return found;
 }
 
-}  // namespace fusetune
+}  // namespace fusetune::db_internal

@@ -16,38 +16,14 @@
 #include "nlohmann/json.hpp"
 #include "schema.h"
 #include "sqlite.h"
-#include "store_internal.h"
+#include "sqlite_rows.h"
+#include "sqlite_store.h"
 
-// Open, the schema and runs; the shared checks and transactions of store_internal.h. The
-// other tables' methods are in trials_store.cc, results_store.cc and jobs_store.cc.
+// The SQLite Store: Open, the schema, transactions, runs and commits. The other tables'
+// methods are in sqlite_trials.cc, sqlite_results.cc, sqlite_bench.cc,
+// sqlite_change_points.cc and sqlite_jobs.cc.
 
-namespace fusetune {
-
-using db_internal::Connection;
-using db_internal::Statement;
-
-namespace db_internal {
-
-absl::Status RequireNonEmpty(std::string_view value, std::string_view what) {
-  if (value.empty())
-    return absl::InvalidArgumentError(absl::StrCat(std::string(what), " must not be empty"));
-  return absl::OkStatus();
-}
-
-absl::Status RequirePositiveId(int64_t id, std::string_view what) {
-  if (id <= 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat(std::string(what), " must be positive, got ", id));
-  return absl::OkStatus();
-}
-
-absl::Status RequireLimit(int limit) {
-  if (limit <= 0 || limit > kMaxListLimit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("limit must be in [1, ", kMaxListLimit, "], got ", limit));
-  }
-  return absl::OkStatus();
-}
+namespace fusetune::db_internal {
 
 absl::Status CheckRunExists(Connection& c, int64_t run_id) {
   FT_DB_ASSIGN_OR_RETURN(Statement s, c.Prepare("SELECT 1 FROM runs WHERE run_id = ?1"));
@@ -57,31 +33,25 @@ absl::Status CheckRunExists(Connection& c, int64_t run_id) {
   return absl::OkStatus();
 }
 
-}  // namespace db_internal
-
-using db_internal::CheckRunExists;
-using db_internal::RequireNonEmpty;
-using db_internal::RequirePositiveId;
-
-absl::Status Store::Impl::WriteTransaction(const std::function<absl::Status(Connection&)>& body) {
-  if (access == StoreAccess::kReadOnly) {
+absl::Status SqliteStore::WriteTransaction(const std::function<absl::Status(Connection&)>& body) {
+  if (access_ == StoreAccess::kReadOnly) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "database ", conn->path(), " was opened read-only; writing needs a Store opened with StoreAccess::kReadWrite"));
+        "database ", conn_->path(), " was opened read-only; writing needs a Store opened with StoreAccess::kReadWrite"));
   }
-  FT_DB_RETURN_IF_ERROR(conn->Exec("BEGIN IMMEDIATE"));
-  absl::Status st = body(*conn);
-  if (st.ok()) st = conn->Exec("COMMIT");
-  if (!st.ok() && conn->InTransaction()) {
-    (void)conn->Exec("ROLLBACK");  // the body's error is the one worth reporting
+  FT_DB_RETURN_IF_ERROR(conn_->Exec("BEGIN IMMEDIATE"));
+  absl::Status st = body(*conn_);
+  if (st.ok()) st = conn_->Exec("COMMIT");
+  if (!st.ok() && conn_->InTransaction()) {
+    (void)conn_->Exec("ROLLBACK");  // the body's error is the one worth reporting
   }
   return st;
 }
 
-absl::Status Store::Impl::ReadTransaction(const std::function<absl::Status(Connection&)>& body) {
-  FT_DB_RETURN_IF_ERROR(conn->Exec("BEGIN DEFERRED"));
-  absl::Status st = body(*conn);
-  if (conn->InTransaction()) {
-    absl::Status end = conn->Exec(st.ok() ? "COMMIT" : "ROLLBACK");
+absl::Status SqliteStore::ReadTransaction(const std::function<absl::Status(Connection&)>& body) {
+  FT_DB_RETURN_IF_ERROR(conn_->Exec("BEGIN DEFERRED"));
+  absl::Status st = body(*conn_);
+  if (conn_->InTransaction()) {
+    absl::Status end = conn_->Exec(st.ok() ? "COMMIT" : "ROLLBACK");
     if (st.ok()) st = end;
   }
   return st;
@@ -98,30 +68,17 @@ absl::StatusOr<DeviceInfo> DeviceFromJson(const std::string& text) {
 
 }  // namespace
 
-namespace db_internal {
-
 const char kRunColumns[] =
     "run_id, commit_hash, host, device_json, tool_version, environment, label, "
     "started_unix_ms, finished_unix_ms";
 
 absl::StatusOr<RunInfo> ReadRun(const Statement& s) {
   RunInfo r;
-  r.run_id = s.Int64(0);
-  r.commit = s.Text(1);
-  r.host = s.Text(2);
+  s.ReadColumns(0, &r.run_id, &r.commit, &r.host);
   FT_DB_ASSIGN_OR_RETURN(r.device, DeviceFromJson(s.Text(3)));
-  r.tool_version = s.Text(4);
-  r.environment = s.Text(5);
-  r.label = s.Text(6);
-  r.started_unix_ms = s.Int64(7);
-  r.finished_unix_ms = s.Int64(8);
+  s.ReadColumns(4, &r.tool_version, &r.environment, &r.label, &r.started_unix_ms, &r.finished_unix_ms);
   return r;
 }
-
-}  // namespace db_internal
-
-using db_internal::kRunColumns;
-using db_internal::ReadRun;
 
 namespace {
 
@@ -147,15 +104,6 @@ absl::StatusOr<std::string> SwitchToWal(Connection& c, int busy_timeout_ms) {
 }  // namespace
 
 // ---- open / schema
-
-Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Store::~Store() = default;
-
-int Store::LatestSchemaVersion() { return db_internal::Migrations().back().version; }
-
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
-  return Open(path, StoreOptions{});
-}
 
 namespace {
 
@@ -237,14 +185,13 @@ absl::StatusOr<std::unique_ptr<Connection>> OpenForReading(const std::string& pa
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
-                                                   const StoreOptions& options) {
+absl::StatusOr<std::unique_ptr<Store>> SqliteStore::Open(const std::string& path, const StoreOptions& options) {
   if (path.empty()) return absl::InvalidArgumentError("database path must not be empty");
   if (options.busy_timeout_ms < 0)
     return absl::InvalidArgumentError("busy_timeout_ms must be >= 0");
   if (options.access == StoreAccess::kReadOnly) {
     FT_DB_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, OpenForReading(path, options.busy_timeout_ms));
-    return std::unique_ptr<Store>(new Store(std::make_unique<Impl>(std::move(conn), StoreAccess::kReadOnly)));
+    return std::unique_ptr<Store>(new SqliteStore(std::move(conn), StoreAccess::kReadOnly));
   }
   FT_DB_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn,
                          Connection::Open(path, options.busy_timeout_ms));
@@ -267,49 +214,42 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
                                        ? "PRAGMA synchronous=FULL"
                                        : "PRAGMA synchronous=NORMAL"));
 
-  auto impl = std::make_unique<Impl>(std::move(conn), StoreAccess::kReadWrite);
+  std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(conn), StoreAccess::kReadWrite));
   {
-    absl::MutexLock lock(&impl->mu);
+    absl::MutexLock lock(&store->mu_);
     // Read the version again under the write lock: another process may have migrated (or
     // upgraded the file) between our first look and now.
-    absl::Status st = impl->WriteTransaction([&](Connection& c) {
+    absl::Status st = store->WriteTransaction([&](Connection& c) {
       return db_internal::ApplyMigrations(c, db_internal::Migrations(), path);
     });
     if (!st.ok()) return st;
   }
-  return std::unique_ptr<Store>(new Store(std::move(impl)));
+  return std::unique_ptr<Store>(std::move(store));
 }
 
-absl::StatusOr<int> Store::SchemaVersion() {
-  absl::MutexLock lock(&impl_->mu);
-  FT_DB_ASSIGN_OR_RETURN(std::string text, impl_->conn->QueryText("PRAGMA user_version"));
+absl::StatusOr<int> SqliteStore::SchemaVersion() {
+  absl::MutexLock lock(&mu_);
+  FT_DB_ASSIGN_OR_RETURN(std::string text, conn_->QueryText("PRAGMA user_version"));
   return std::atoi(text.c_str());
 }
 
 // ---- runs
 
-absl::StatusOr<int64_t> Store::BeginRun(const RunInfo& info) {
+absl::StatusOr<int64_t> SqliteStore::BeginRun(const RunInfo& info) {
   if (info.started_unix_ms < 0 || info.finished_unix_ms < 0) {
     return absl::InvalidArgumentError("run timestamps must be >= 0");
   }
-  absl::MutexLock lock(&impl_->mu);
+  absl::MutexLock lock(&mu_);
   int64_t run_id = 0;
-  FT_DB_RETURN_IF_ERROR(impl_->WriteTransaction([&](Connection& c) -> absl::Status {
+  FT_DB_RETURN_IF_ERROR(WriteTransaction([&](Connection& c) -> absl::Status {
     FT_DB_ASSIGN_OR_RETURN(
         Statement s,
         c.Prepare("INSERT INTO runs (commit_hash, host, device_class, device_json, backend, "
                   "tool_version, environment, label, started_unix_ms, finished_unix_ms) "
                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"));
-    s.Bind(1, info.commit)
-        .Bind(2, info.host)
-        .Bind(3, info.device.DeviceClass())
-        .Bind(4, DeviceInfoToJson(info.device))
-        .Bind(5, info.device.backend)
-        .Bind(6, info.tool_version)
-        .Bind(7, info.environment)
-        .Bind(8, info.label)
-        .Bind(9, info.started_unix_ms != 0 ? info.started_unix_ms : NowUnixMs())
-        .Bind(10, info.finished_unix_ms);
+    s.BindAll(info.commit, info.host, info.device.DeviceClass(), DeviceInfoToJson(info.device), info.device.backend,
+              info.tool_version, info.environment, info.label,
+              info.started_unix_ms != 0 ? info.started_unix_ms : NowUnixMs(), info.finished_unix_ms);
     FT_DB_RETURN_IF_ERROR(s.Run());
     run_id = c.LastInsertRowId();
     return absl::OkStatus();
@@ -317,10 +257,10 @@ absl::StatusOr<int64_t> Store::BeginRun(const RunInfo& info) {
   return run_id;
 }
 
-absl::Status Store::FinishRun(int64_t run_id) {
+absl::Status SqliteStore::FinishRun(int64_t run_id) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
-  absl::MutexLock lock(&impl_->mu);
-  return impl_->WriteTransaction([&](Connection& c) -> absl::Status {
+  absl::MutexLock lock(&mu_);
+  return WriteTransaction([&](Connection& c) -> absl::Status {
     FT_DB_RETURN_IF_ERROR(CheckRunExists(c, run_id));
     // Finishing twice keeps the first finish time.
     FT_DB_ASSIGN_OR_RETURN(Statement s, c.Prepare("UPDATE runs SET finished_unix_ms = ?2 "
@@ -330,10 +270,10 @@ absl::Status Store::FinishRun(int64_t run_id) {
   });
 }
 
-absl::StatusOr<RunInfo> Store::GetRun(int64_t run_id) {
+absl::StatusOr<RunInfo> SqliteStore::GetRun(int64_t run_id) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
-  absl::MutexLock lock(&impl_->mu);
-  FT_DB_ASSIGN_OR_RETURN(Statement s, impl_->conn->Prepare(absl::StrCat(
+  absl::MutexLock lock(&mu_);
+  FT_DB_ASSIGN_OR_RETURN(Statement s, conn_->Prepare(absl::StrCat(
                                           "SELECT ", kRunColumns, " FROM runs WHERE run_id = ?1")));
   s.Bind(1, run_id);
   FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
@@ -341,17 +281,17 @@ absl::StatusOr<RunInfo> Store::GetRun(int64_t run_id) {
   return ReadRun(s);
 }
 
-absl::StatusOr<RunInfo> Store::FindUnfinishedRun(std::string_view commit,
+absl::StatusOr<RunInfo> SqliteStore::FindUnfinishedRun(std::string_view commit,
                                                  std::string_view device_class,
                                                  std::string_view label) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(device_class, "device_class"));
-  absl::MutexLock lock(&impl_->mu);
+  absl::MutexLock lock(&mu_);
   FT_DB_ASSIGN_OR_RETURN(
-      Statement s, impl_->conn->Prepare(absl::StrCat(
+      Statement s, conn_->Prepare(absl::StrCat(
                        "SELECT ", kRunColumns,
                        " FROM runs WHERE commit_hash = ?1 AND device_class = ?2 AND label = ?3 "
                        "AND finished_unix_ms = 0 ORDER BY run_id DESC LIMIT 1")));
-  s.Bind(1, commit).Bind(2, device_class).Bind(3, label);
+  s.BindAll(commit, device_class, label);
   FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) {
     return absl::NotFoundError(absl::StrCat("no unfinished run for commit '", std::string(commit),
@@ -363,20 +303,32 @@ absl::StatusOr<RunInfo> Store::FindUnfinishedRun(std::string_view commit,
 
 // ---- commits
 
-absl::StatusOr<std::vector<std::string>> Store::CommitsStartingWith(std::string_view prefix, int limit) {
+absl::StatusOr<std::vector<std::string>> SqliteStore::CommitsStartingWith(std::string_view prefix, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(prefix, "commit prefix"));
   FT_DB_RETURN_IF_ERROR(db_internal::RequireLimit(limit));
   std::string stored;
   for (const db_internal::CommitColumn& col : db_internal::CommitColumns()) {
     absl::StrAppend(&stored, stored.empty() ? "" : " UNION ", "SELECT ", col.column, " AS commit_hash FROM ", col.table);
   }
-  absl::MutexLock lock(&impl_->mu);
-  FT_DB_ASSIGN_OR_RETURN(Statement s, impl_->conn->Prepare(absl::StrCat(
+  absl::MutexLock lock(&mu_);
+  FT_DB_ASSIGN_OR_RETURN(Statement s, conn_->Prepare(absl::StrCat(
                                           "SELECT commit_hash FROM (", stored,
                                           ") WHERE substr(commit_hash, 1, length(?1)) = ?1 "
                                           "ORDER BY commit_hash LIMIT ?2")));
   s.Bind(1, prefix).Bind(2, limit);
   return db_internal::ReadRows<std::string>(s, [](const Statement& row) { return row.Text(0); });
+}
+
+}  // namespace fusetune::db_internal
+
+namespace fusetune {
+
+int Store::LatestSchemaVersion() { return db_internal::Migrations().back().version; }
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) { return Open(path, StoreOptions{}); }
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreOptions& options) {
+  return db_internal::SqliteStore::Open(path, options);
 }
 
 }  // namespace fusetune
