@@ -11,6 +11,7 @@
 #include "fusetune/base/time.h"
 #include "fusetune/wire/connection.h"
 #include "fusetune/wire/records_convert.h"
+#include "fusetune/wire/status.h"
 
 namespace fusetune::cli {
 namespace {
@@ -82,13 +83,8 @@ absl::StatusOr<int> UploadRegressions(const ServerConnectionFlags& flags, const 
 }
 
 int RpcFailure(const std::string& command, const grpc::Status& status) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-                                 "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-  const int code = static_cast<int>(status.error_code());
-  std::fprintf(stderr, "fusetune %s: %s: %s\n", command.c_str(),
-               code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN", status.error_message().c_str());
+  std::fprintf(stderr, "fusetune %s: %s: %s\n", command.c_str(), StatusCodeName(status.error_code()),
+               status.error_message().c_str());
   switch (status.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT: return kExitUsage;
     case grpc::StatusCode::NOT_FOUND: return kExitNotFound;
