@@ -15,6 +15,7 @@
 #include "fusetune/base/median.h"
 #include "fusetune/kernels/backend.h"
 #include "fusetune/kernels/default_config.h"
+#include "fusetune/kernels/problem.h"
 
 struct fusetune_handle {
   std::unique_ptr<fusetune::Backend> backend;
@@ -387,6 +388,30 @@ int fusetune_default_config(const char* device_class, const fusetune_problem* pr
     AttentionProblem p;
     if (auto s = ToProblem(problem, cache, &p); !s.ok()) return s;
     *out = FromConfig(fusetune::DefaultConfigOfDeviceClass(device_class == nullptr ? "" : device_class, p));
+    return absl::OkStatus();
+  });
+}
+
+int fusetune_seed_problems(fusetune_problem* out, size_t capacity, size_t* count) {
+  return Guard(nullptr, 0, [&]() -> absl::Status {
+    if (count == nullptr) return absl::InvalidArgumentError("count is NULL");
+    if (out == nullptr && capacity > 0) return absl::InvalidArgumentError("out is NULL");
+    const std::vector<AttentionProblem> seed = fusetune::SeedPresetProblems();
+    for (size_t i = 0; i < seed.size() && i < capacity; ++i) {
+      // A seed shape is a contiguous prefill: no length arrays, no KV cache.
+      fusetune_problem p{};
+      p.batch = seed[i].batch;
+      p.q_heads = seed[i].q_heads;
+      p.kv_heads = seed[i].kv_heads;
+      p.q_len = seed[i].q_len;
+      p.kv_len = seed[i].kv_len;
+      p.head_dim = seed[i].head_dim;
+      p.causal = seed[i].causal ? 1 : 0;
+      p.dtype = static_cast<int32_t>(seed[i].dtype);  // enum orders match
+      p.softmax_scale = seed[i].softmax_scale;
+      out[i] = p;
+    }
+    *count = seed.size();
     return absl::OkStatus();
   });
 }

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fusetune/kernels/problem.h"
 #include "fusetune/kernels/reference.h"
 
 extern "C" int fusetune_c_smoke(float* o, char* err, size_t errlen);
@@ -551,6 +552,22 @@ TEST(CApi, PlainCCallerGetsTheReferenceResult) {
   auto ref = fusetune::ReferenceAttention(p, q, k, v);
   ASSERT_TRUE(ref.ok());
   for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 1e-4);
+}
+
+TEST(CApi, SeedProblemsAreTheSeedPreset) {
+  size_t count = 0;
+  ASSERT_EQ(fusetune_seed_problems(nullptr, 0, &count), FUSETUNE_OK);
+  const std::vector<fusetune::AttentionProblem> seed = fusetune::SeedPresetProblems();
+  ASSERT_EQ(count, seed.size());
+  std::vector<fusetune_problem> problems(count);
+  ASSERT_EQ(fusetune_seed_problems(problems.data(), problems.size(), &count), FUSETUNE_OK);
+  for (size_t i = 0; i < count; ++i) {
+    char key[256];
+    ASSERT_EQ(fusetune_problem_key(&problems[i], nullptr, key, sizeof(key), nullptr, 0), FUSETUNE_OK);
+    EXPECT_EQ(std::string(key), seed[i].Key());
+  }
+  EXPECT_EQ(fusetune_seed_problems(nullptr, 1, &count), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_seed_problems(problems.data(), problems.size(), nullptr), FUSETUNE_INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -49,3 +49,8 @@ def test_config_keys_round_trip():
         fusetune.Config.from_key("fused/bm64")
     with pytest.raises(fusetune.InvalidArgumentError):
         fusetune.Config(block_m=0).key()
+
+
+def test_seed_problems_are_the_seed_preset():
+    keys = [p.key() for p in fusetune.seed_problems()]
+    assert keys == [f"prefill/b1/hq12/hkv12/q{s}/k{s}/d64/causal0/fp32" for s in (128, 256, 512, 1024, 2048)]

@@ -222,6 +222,10 @@ int fusetune_default_config(const char* device_class, const fusetune_problem* pr
                             const fusetune_kv_cache* cache, fusetune_config* out, char* err, size_t errlen);
 /* Writes the handle's device class (e.g. "cuda/NVIDIA-H200/sm90"), the key of tuned configs. */
 int fusetune_device_class(fusetune_handle* handle, char* buf, size_t buflen);
+/* The seed shapes (the `seed` preset, kernels/problem.h SeedPresetProblems): writes the first
+ * min(capacity, *count) of them to out[0..capacity) (length arrays NULL) and their number to
+ * *count. INVALID_ARGUMENT for a NULL count, or a NULL out with capacity > 0. */
+int fusetune_seed_problems(fusetune_problem* out, size_t capacity, size_t* count);
 
 /* ---------------------------------------------------------------- reading a database */
 
