@@ -68,10 +68,11 @@ except ImportError:  # --self-test runs without torch
     torch = None
 
 FP32, FP16, BF16 = 0, 1, 2
+PRECISION_CODE = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}  # fusetune_precision
 TORCH_DTYPE_NAME = {FP32: "float32", FP16: "float16", BF16: "bfloat16"}
 L2_FLUSH_BYTES = 256 << 20
-# |out - ref|max / |ref|max above this fails verification (random inputs in [-1, 1]).
-TOLERANCE = {"fp32": 1e-4, "tf32": 1e-2, "fp16": 2e-2, "bf16": 5e-2}
+# Verification: |out - ref|max / |ref|max above the library's tolerance for the shape's
+# precision and dtype (Fusetune.tolerance: the C ABI's fusetune_tolerance) fails.
 UNSTEADY_CLOCK_FRACTION = 0.02   # as DeviceStateMoved in the C++ backend
 NVML_IDLE_REASON = 0x1
 THROTTLE_REASON_NAMES = {0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
@@ -420,12 +421,21 @@ class Fusetune:
                                      ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
                                      ctypes.c_size_t]
         L.fusetune_status_name.restype = ctypes.c_char_p
+        L.fusetune_tolerance.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
         self.err = ctypes.create_string_buffer(1024)
         self.handle = ctypes.c_void_p()
         rc = L.fusetune_create(b"cuda", torch.cuda.current_device(), ctypes.byref(self.handle), self.err,
                                len(self.err))
         if rc != 0:
             raise RuntimeError(f"fusetune_create: {self.err.value.decode()}")
+
+    def tolerance(self, precision, dtype):
+        """The library's verification tolerance for a precision name and a dtype (FP32, ...)."""
+        out = ctypes.c_double()
+        rc = self.lib.fusetune_tolerance(PRECISION_CODE[precision], dtype, ctypes.byref(out))
+        if rc != 0:
+            self._fail(f"fusetune_tolerance({precision}, {dtype})", rc)
+        return out.value
 
     def describe(self):
         buf = ctypes.create_string_buffer(1024)
@@ -588,7 +598,7 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
     candidates, all candidates for the report)."""
     config_candidates = config_candidates or CONFIG_CANDIDATES
     s = bench.shape
-    tol = TOLERANCE[s.precision]
+    tol = bench.ft.tolerance(s.precision, s.dtype)
     runnable, report = [], []
     for name in names:
         entry = {"name": name, "config": "-", "rel_err": None, "note": ""}
