@@ -25,6 +25,7 @@
 
 #include "attention_params.h"
 #include "fused/fused_configs.h"
+#include "fusetune/base/median.h"
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/kernels/reference.h"
@@ -403,7 +404,7 @@ Timing TimeConfig(const ProblemData& data, const KernelConfig& c, DeviceBuffer& 
   cudaEventDestroy(stop);
   std::sort(us.begin(), us.end());
   Timing t;
-  t.median_us = us[us.size() / 2];
+  t.median_us = fusetune::Median(us);
   t.p10_us = us[us.size() / 10];
   t.p90_us = us[(us.size() * 9) / 10];
   return t;
