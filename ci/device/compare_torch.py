@@ -68,10 +68,11 @@ except ImportError:  # --self-test runs without torch
     torch = None
 
 FP32, FP16, BF16 = 0, 1, 2
+PRECISION_CODE = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}  # fusetune_precision
 TORCH_DTYPE_NAME = {FP32: "float32", FP16: "float16", BF16: "bfloat16"}
 L2_FLUSH_BYTES = 256 << 20
-# |out - ref|max / |ref|max above this fails verification (random inputs in [-1, 1]).
-TOLERANCE = {"fp32": 1e-4, "tf32": 1e-2, "fp16": 2e-2, "bf16": 5e-2}
+# Verification: |out - ref|max / |ref|max above the library's tolerance for the shape's
+# precision and dtype (Fusetune.tolerance: the C ABI's fusetune_tolerance) fails.
 UNSTEADY_CLOCK_FRACTION = 0.02   # as DeviceStateMoved in the C++ backend
 NVML_IDLE_REASON = 0x1
 THROTTLE_REASON_NAMES = {0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
@@ -94,19 +95,30 @@ class Shape:
         return 4.0 * self.batch * self.heads * self.head_dim * pairs
 
 
-def _seed_shapes():
+def seed_shapes(lib_path):
+    """The seed shapes (the library's `seed` preset, fusetune_seed_problems), in exact fp32 and in
+    tf32, by id ("fp32-d64-s2048")."""
+    lib = ctypes.CDLL(lib_path)
+    count = ctypes.c_size_t()
+    if lib.fusetune_seed_problems(None, ctypes.c_size_t(0), ctypes.byref(count)) != 0:
+        raise RuntimeError("fusetune_seed_problems failed")
+    problems = (Problem * count.value)()
+    if lib.fusetune_seed_problems(problems, ctypes.c_size_t(count.value), ctypes.byref(count)) != 0:
+        raise RuntimeError("fusetune_seed_problems failed")
     out = {}
-    for s in (128, 256, 512, 1024, 2048):
-        out[f"fp32-d64-s{s}"] = Shape(f"fp32 b1 h12 d64 S={s}", 1, 12, s, 64, False, FP32, "fp32")
-        out[f"tf32-d64-s{s}"] = Shape(f"tf32 b1 h12 d64 S={s}", 1, 12, s, 64, False, FP32, "tf32")
+    for p in problems:
+        b, h, s, d = p.batch, p.q_heads, p.q_len, p.head_dim
+        for precision in ("fp32", "tf32"):
+            out[f"{precision}-d{d}-s{s}"] = Shape(f"{precision} b{b} h{h} d{d} S={s}", b, h, s, d, bool(p.causal),
+                                                  p.dtype, precision)
     return out
 
 
+# The seed shapes join these once the library is known (main: seed_shapes).
 SHAPES = {
     "fp16-d64-s2048": Shape("fp16 b1 h12 d64 S=2048", 1, 12, 2048, 64, False, FP16, "fp16"),
     "bf16-d128-s4096": Shape("bf16 b4 h16 d128 S=4096", 4, 16, 4096, 128, False, BF16, "bf16"),
     "bf16-d128-s4096-causal": Shape("bf16 b4 h16 d128 S=4096 causal", 4, 16, 4096, 128, True, BF16, "bf16"),
-    **_seed_shapes(),
 }
 DEFAULT_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096", "bf16-d128-s4096-causal", "fp32-d64-s2048"]
 DEFAULT_CUPTI_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096"]
@@ -409,12 +421,21 @@ class Fusetune:
                                      ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
                                      ctypes.c_size_t]
         L.fusetune_status_name.restype = ctypes.c_char_p
+        L.fusetune_tolerance.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
         self.err = ctypes.create_string_buffer(1024)
         self.handle = ctypes.c_void_p()
         rc = L.fusetune_create(b"cuda", torch.cuda.current_device(), ctypes.byref(self.handle), self.err,
                                len(self.err))
         if rc != 0:
             raise RuntimeError(f"fusetune_create: {self.err.value.decode()}")
+
+    def tolerance(self, precision, dtype):
+        """The library's verification tolerance for a precision name and a dtype (FP32, ...)."""
+        out = ctypes.c_double()
+        rc = self.lib.fusetune_tolerance(PRECISION_CODE[precision], dtype, ctypes.byref(out))
+        if rc != 0:
+            self._fail(f"fusetune_tolerance({precision}, {dtype})", rc)
+        return out.value
 
     def describe(self):
         buf = ctypes.create_string_buffer(1024)
@@ -577,7 +598,7 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
     candidates, all candidates for the report)."""
     config_candidates = config_candidates or CONFIG_CANDIDATES
     s = bench.shape
-    tol = TOLERANCE[s.precision]
+    tol = bench.ft.tolerance(s.precision, s.dtype)
     runnable, report = [], []
     for name in names:
         entry = {"name": name, "config": "-", "rel_err": None, "note": ""}
@@ -832,7 +853,8 @@ def parse_list(text, allowed, what):
 def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Shapes: " + ", ".join(SHAPES))
+                                 epilog="Shapes: " + ", ".join(SHAPES) +
+                                 ", and the library's seed shapes as fp32-d64-s<S> and tf32-d64-s<S>")
     ap.add_argument("--lib", help="path to libfusetune_capi.so (required except with --self-test)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help="comma-separated shape ids")
@@ -922,6 +944,7 @@ def main():
         return self_test(args.out)
     if not args.lib:
         raise SystemExit("--lib is required (path to libfusetune_capi.so)")
+    SHAPES.update(seed_shapes(args.lib))
     shape_ids = parse_list(args.cupti_shapes if args.cupti_check else args.shapes, list(SHAPES), "--shapes")
     names = parse_list(args.candidates, ALL_CANDIDATES, "--candidates")
     fixed = parse_configs(args.config)

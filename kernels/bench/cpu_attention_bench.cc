@@ -18,18 +18,13 @@
 
 #include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/kernels/dtype.h"
+#include "fusetune/kernels/problem.h"
 
 namespace fusetune {
 namespace {
 
-AttentionProblem SeedShape(int s, bool causal, DType dtype) {
-  AttentionProblem p;
-  p.batch = 1;
-  p.q_heads = 12;
-  p.kv_heads = 12;
-  p.q_len = s;
-  p.kv_len = s;
-  p.head_dim = 64;
+AttentionProblem SeedShapeOf(int s, bool causal, DType dtype) {
+  AttentionProblem p = SeedShape(s);
   p.causal = causal;
   p.dtype = dtype;
   return p;
@@ -119,7 +114,7 @@ void RunIterations(benchmark::State& state, Backend& backend, const AttentionPro
 }
 
 void BM_Attention(benchmark::State& state, Variant variant, bool causal, DType dtype) {
-  const AttentionProblem problem = SeedShape(static_cast<int>(state.range(0)), causal, dtype);
+  const AttentionProblem problem = SeedShapeOf(static_cast<int>(state.range(0)), causal, dtype);
   KernelConfig config = DefaultConfig(variant);
   if (state.range(1) > 0) config.threads = static_cast<int>(state.range(1));
   auto backend = CreateCpuBackend();
@@ -181,7 +176,7 @@ BENCHMARK_CAPTURE(BM_Decode, materialized, Variant::kMaterialized)
 // whole cost (robust on a shared machine).
 void SeedSizes(benchmark::internal::Benchmark* b) {
   for (int threads : {0, 1}) {
-    for (int s : {128, 256, 512, 1024, 2048}) b->Args({s, threads});
+    for (int s : kSeedSeqLens) b->Args({s, threads});
   }
   b->ArgNames({"S", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }

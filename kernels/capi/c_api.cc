@@ -15,6 +15,8 @@
 #include "fusetune/base/median.h"
 #include "fusetune/kernels/backend.h"
 #include "fusetune/kernels/default_config.h"
+#include "fusetune/kernels/problem.h"
+#include "fusetune/kernels/reference.h"
 
 struct fusetune_handle {
   std::unique_ptr<fusetune::Backend> backend;
@@ -387,6 +389,53 @@ int fusetune_default_config(const char* device_class, const fusetune_problem* pr
     AttentionProblem p;
     if (auto s = ToProblem(problem, cache, &p); !s.ok()) return s;
     *out = FromConfig(fusetune::DefaultConfigOfDeviceClass(device_class == nullptr ? "" : device_class, p));
+    return absl::OkStatus();
+  });
+}
+
+int fusetune_tolerance(int precision, int dtype, double* tolerance) {
+  return Guard(nullptr, 0, [&]() -> absl::Status {
+    if (tolerance == nullptr) return absl::InvalidArgumentError("tolerance is NULL");
+    fusetune::Precision p;
+    switch (precision) {
+      case FUSETUNE_PRECISION_FP32: p = fusetune::Precision::kFp32; break;
+      case FUSETUNE_PRECISION_TF32: p = fusetune::Precision::kTf32; break;
+      case FUSETUNE_PRECISION_FP16: p = fusetune::Precision::kFp16; break;
+      case FUSETUNE_PRECISION_BF16: p = fusetune::Precision::kBf16; break;
+      default: return absl::InvalidArgumentError("precision must be one of FUSETUNE_PRECISION_*");
+    }
+    fusetune::DType d;
+    switch (dtype) {
+      case FUSETUNE_FP32: d = fusetune::DType::kFp32; break;
+      case FUSETUNE_FP16: d = fusetune::DType::kFp16; break;
+      case FUSETUNE_BF16: d = fusetune::DType::kBf16; break;
+      default: return absl::InvalidArgumentError("dtype must be FUSETUNE_FP32, FP16 or BF16");
+    }
+    *tolerance = fusetune::ToleranceFor(p, d);
+    return absl::OkStatus();
+  });
+}
+
+int fusetune_seed_problems(fusetune_problem* out, size_t capacity, size_t* count) {
+  return Guard(nullptr, 0, [&]() -> absl::Status {
+    if (count == nullptr) return absl::InvalidArgumentError("count is NULL");
+    if (out == nullptr && capacity > 0) return absl::InvalidArgumentError("out is NULL");
+    const std::vector<AttentionProblem> seed = fusetune::SeedPresetProblems();
+    for (size_t i = 0; i < seed.size() && i < capacity; ++i) {
+      // A seed shape is a contiguous prefill: no length arrays, no KV cache.
+      fusetune_problem p{};
+      p.batch = seed[i].batch;
+      p.q_heads = seed[i].q_heads;
+      p.kv_heads = seed[i].kv_heads;
+      p.q_len = seed[i].q_len;
+      p.kv_len = seed[i].kv_len;
+      p.head_dim = seed[i].head_dim;
+      p.causal = seed[i].causal ? 1 : 0;
+      p.dtype = static_cast<int32_t>(seed[i].dtype);  // enum orders match
+      p.softmax_scale = seed[i].softmax_scale;
+      out[i] = p;
+    }
+    *count = seed.size();
     return absl::OkStatus();
   });
 }

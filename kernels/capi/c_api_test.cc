@@ -9,10 +9,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "fusetune/kernels/problem.h"
 #include "fusetune/kernels/reference.h"
 
 extern "C" int fusetune_c_smoke(float* o, char* err, size_t errlen);
@@ -551,6 +553,43 @@ TEST(CApi, PlainCCallerGetsTheReferenceResult) {
   auto ref = fusetune::ReferenceAttention(p, q, k, v);
   ASSERT_TRUE(ref.ok());
   for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 1e-4);
+}
+
+TEST(CApi, ToleranceIsTheLibrarysVerificationTolerance) {
+  const std::pair<int, fusetune::Precision> precisions[] = {
+      {FUSETUNE_PRECISION_FP32, fusetune::Precision::kFp32}, {FUSETUNE_PRECISION_TF32, fusetune::Precision::kTf32},
+      {FUSETUNE_PRECISION_FP16, fusetune::Precision::kFp16}, {FUSETUNE_PRECISION_BF16, fusetune::Precision::kBf16}};
+  const std::pair<int, fusetune::DType> dtypes[] = {
+      {FUSETUNE_FP32, fusetune::DType::kFp32}, {FUSETUNE_FP16, fusetune::DType::kFp16}, {FUSETUNE_BF16, fusetune::DType::kBf16}};
+  for (const auto& [c_precision, precision] : precisions) {
+    for (const auto& [c_dtype, dtype] : dtypes) {
+      double tolerance = -1;
+      ASSERT_EQ(fusetune_tolerance(c_precision, c_dtype, &tolerance), FUSETUNE_OK);
+      EXPECT_EQ(tolerance, fusetune::ToleranceFor(precision, dtype)) << c_precision << " " << c_dtype;
+    }
+  }
+  double tolerance = 0;
+  ASSERT_EQ(fusetune_tolerance(FUSETUNE_PRECISION_FP32, FUSETUNE_FP32, &tolerance), FUSETUNE_OK);
+  EXPECT_EQ(tolerance, 1e-4);
+  EXPECT_EQ(fusetune_tolerance(7, FUSETUNE_FP32, &tolerance), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_tolerance(FUSETUNE_PRECISION_FP32, 9, &tolerance), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_tolerance(FUSETUNE_PRECISION_FP32, FUSETUNE_FP32, nullptr), FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, SeedProblemsAreTheSeedPreset) {
+  size_t count = 0;
+  ASSERT_EQ(fusetune_seed_problems(nullptr, 0, &count), FUSETUNE_OK);
+  const std::vector<fusetune::AttentionProblem> seed = fusetune::SeedPresetProblems();
+  ASSERT_EQ(count, seed.size());
+  std::vector<fusetune_problem> problems(count);
+  ASSERT_EQ(fusetune_seed_problems(problems.data(), problems.size(), &count), FUSETUNE_OK);
+  for (size_t i = 0; i < count; ++i) {
+    char key[256];
+    ASSERT_EQ(fusetune_problem_key(&problems[i], nullptr, key, sizeof(key), nullptr, 0), FUSETUNE_OK);
+    EXPECT_EQ(std::string(key), seed[i].Key());
+  }
+  EXPECT_EQ(fusetune_seed_problems(nullptr, 1, &count), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_seed_problems(problems.data(), problems.size(), nullptr), FUSETUNE_INVALID_ARGUMENT);
 }
 
 }  // namespace

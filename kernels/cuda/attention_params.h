@@ -26,6 +26,37 @@ struct AttentionParams : fused::FusedKernelArgs {
   size_t workspace_bytes = 0;
 };
 
+// The fused kernels' arguments for `problem`'s tensors q, k, v and o in the layout of
+// problem.h (rows of heads x head_dim); the device length arrays and the workspace are the
+// caller's to set. The one filling of these fields for the CUDA and the HIP backend.
+inline AttentionParams AttentionParamsFor(const AttentionProblem& problem, const void* q, const void* k,
+                                          const void* v, void* o) {
+  AttentionParams p;
+  const int d = problem.head_dim;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.q_row_stride = static_cast<int64_t>(problem.q_heads) * d;
+  p.o_row_stride = p.q_row_stride;
+  p.k_row_stride = static_cast<int64_t>(problem.kv_heads) * d;
+  p.v_row_stride = p.k_row_stride;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
+  p.batch = problem.batch;
+  p.q_heads = problem.q_heads;
+  p.kv_heads = problem.kv_heads;
+  p.head_dim = d;
+  p.q_len = problem.q_len;
+  p.kv_len = problem.kv_len;
+  p.causal = problem.causal;
+  p.dtype = problem.dtype;
+  p.scale = problem.EffectiveScale();
+  p.scale_log2 = p.scale * 1.4426950408889634f;  // log2(e)
+  p.q_total_rows = problem.TotalQueries();
+  p.kv_total_rows = problem.TotalKeys();
+  return p;
+}
+
 // Fused kernel (QK^T -> online softmax -> PV in one kernel).
 // FusedCanImplement: OK if an instantiation exists for (head_dim, dtype, precision, block_m,
 // block_s, threads, stages), runs on a GPU of `sm_version` (major * 10 + minor; the wgmma/TMA

@@ -1,7 +1,8 @@
 // The launch arguments of the partial and materialized variants' own kernels (softmax rows,
-// partial scores) for one GEMM group of a BaselinePlan, and the kernels' element type of a
-// storage dtype: filled in one place for the CUDA and the HIP backend, which share the kernels
-// (gpu/shared_kernels.cmake) and differ only in their GEMMs.
+// partial scores) for one GEMM group of a BaselinePlan, the kernels' element type of a
+// storage dtype, and the partial and materialized configs a backend offers: in one place for
+// the CUDA and the HIP backend, which share the kernels (gpu/shared_kernels.cmake) and differ
+// only in their GEMMs.
 //
 // Thread-safety: pure functions.
 #ifndef FUSETUNE_KERNELS_CUDA_BASELINE_ARGS_H_
@@ -21,6 +22,44 @@ inline ElemType ToElemType(DType d) {
     case DType::kBf16: return ElemType::kBf16;
   }
   return ElemType::kF32;
+}
+
+// The baseline variants' search grids. Partial: its kernel takes any tile up to 256 and any
+// warp multiple up to kPartialMaxThreads; it assigns a warp per row (exact path) or per 16x16
+// score tile (tensor cores), and rows and tiles come in powers of two, so only power-of-two
+// warp counts divide the work evenly. Materialized: the backend's GEMMs pick their own tiles,
+// so block_m/block_s change nothing there and stay at one value; only the softmax kernel's
+// block size (one block per row) varies.
+inline constexpr int kPartialTiles[] = {16, 32, 64, 128, 256};
+inline constexpr int kPartialThreads[] = {32, 64, 128, 256, kPartialMaxThreads};
+inline constexpr int kMaterializedTile = 64;
+inline constexpr int kSoftmaxThreads[] = {32, 64, 128, 256, 512, 1024};
+
+// Calls `visit(config)` for each partial and then each materialized config of the grids above
+// at `precision` (stages 1, no KV split); the caller keeps those its backend can implement.
+template <typename Visit>
+void ForEachBaselineConfig(Precision precision, Visit&& visit) {
+  KernelConfig c;
+  c.precision = precision;
+  c.stages = 1;
+  c.split_kv = 1;
+  c.variant = Variant::kPartial;
+  for (int bm : kPartialTiles) {
+    for (int bs : kPartialTiles) {
+      for (int t : kPartialThreads) {
+        c.block_m = bm;
+        c.block_s = bs;
+        c.threads = t;
+        visit(c);
+      }
+    }
+  }
+  c.variant = Variant::kMaterialized;
+  c.block_m = c.block_s = kMaterializedTile;
+  for (int t : kSoftmaxThreads) {
+    c.threads = t;
+    visit(c);
+  }
 }
 
 // Softmax rows over group `g`'s S (fp32) into its P (`p_type`), both in `workspace`.

@@ -139,8 +139,9 @@ void RegisterAll() {
           ->Unit(benchmark::kMicrosecond);
     }
   };
-  for (int s : {128, 256, 512, 1024, 2048}) {
-    const Shape seed{1, 12, s, 64, false, DType::kFp32};
+  for (const AttentionProblem& p : SeedPresetProblems()) {
+    const int s = p.q_len;
+    const Shape seed{p.batch, p.q_heads, s, p.head_dim, p.causal, p.dtype};
     add("seed_S" + std::to_string(s), seed, Precision::kFp32);
     add("seed_S" + std::to_string(s), seed, Precision::kTf32);
   }

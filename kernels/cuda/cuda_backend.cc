@@ -94,17 +94,8 @@ absl::Status CheckBaselinePrecision(const AttentionProblem& p, const KernelConfi
       PrecisionName(c.precision)));
 }
 
-// The grids CandidateConfigs offers for the two non-fused variants (the fused variant's
-// come from its compiled instance table). Partial: its kernel takes any tile up to 256 and
-// any warp multiple up to kPartialMaxThreads; it assigns a warp per row (exact path) or per
-// 16x16 score tile (tensor cores), and rows and tiles come in powers of two, so only
-// power-of-two warp counts divide the work evenly. Materialized: cuBLAS picks the GEMM
-// tiles, so block_m/block_s change nothing there and stay at one value; only the softmax
-// kernel's block size (one block per row) varies.
-constexpr int kPartialTiles[] = {16, 32, 64, 128, 256};
-constexpr int kPartialThreads[] = {32, 64, 128, 256, cuda::kPartialMaxThreads};
-constexpr int kMaterializedTile = 64;
-constexpr int kSoftmaxThreads[] = {32, 64, 128, 256, 512, 1024};
+// CandidateConfigs offers the partial and materialized grids of baseline_args.h at every
+// precision (the fused variant's come from its compiled instance table).
 constexpr Precision kAllPrecisions[] = {Precision::kFp32, Precision::kTf32, Precision::kFp16,
                                         Precision::kBf16};
 
@@ -355,29 +346,7 @@ class CudaBackend final : public Backend {
                                                 ? cuda::DecodeCandidateConfigs(problem)
                                                 : cuda::FusedCompiledConfigs(problem.head_dim, problem.dtype);
     for (const KernelConfig& c : fused) keep(c);
-    for (Precision precision : kAllPrecisions) {
-      KernelConfig c;
-      c.precision = precision;
-      c.stages = 1;
-      c.split_kv = 1;
-      c.variant = Variant::kPartial;
-      for (int bm : kPartialTiles) {
-        for (int bs : kPartialTiles) {
-          for (int t : kPartialThreads) {
-            c.block_m = bm;
-            c.block_s = bs;
-            c.threads = t;
-            keep(c);
-          }
-        }
-      }
-      c.variant = Variant::kMaterialized;
-      c.block_m = c.block_s = kMaterializedTile;
-      for (int t : kSoftmaxThreads) {
-        c.threads = t;
-        keep(c);
-      }
-    }
+    for (Precision precision : kAllPrecisions) cuda::ForEachBaselineConfig(precision, keep);
     std::sort(out.begin(), out.end(), ConfigOrderLess);
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
@@ -730,30 +699,7 @@ class CudaBackend final : public Backend {
   // The fused kernels' arguments for the problem's tensors in the layout of problem.h; the
   // device length arrays are the caller's to set.
   static AttentionParams ParamsOf(const AttentionProblem& problem, const AttentionBuffers& buffers) {
-    AttentionParams p;
-    const int d = problem.head_dim;
-    p.q = buffers.q;
-    p.k = buffers.k;
-    p.v = buffers.v;
-    p.o = buffers.o;
-    p.q_row_stride = static_cast<int64_t>(problem.q_heads) * d;
-    p.o_row_stride = p.q_row_stride;
-    p.k_row_stride = static_cast<int64_t>(problem.kv_heads) * d;
-    p.v_row_stride = p.k_row_stride;
-    p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
-    p.batch = problem.batch;
-    p.q_heads = problem.q_heads;
-    p.kv_heads = problem.kv_heads;
-    p.head_dim = d;
-    p.q_len = problem.q_len;
-    p.kv_len = problem.kv_len;
-    p.causal = problem.causal;
-    p.dtype = problem.dtype;
-    p.scale = problem.EffectiveScale();
-    p.scale_log2 = p.scale * 1.4426950408889634f;
-    p.q_total_rows = problem.TotalQueries();
-    p.kv_total_rows = problem.TotalKeys();
-    return p;
+    return cuda::AttentionParamsFor(problem, buffers.q, buffers.k, buffers.v, buffers.o);
   }
 
   // The decode family's pointers: the tensors, a paged problem's table and the device length

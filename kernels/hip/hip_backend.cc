@@ -159,28 +159,8 @@ class HipBackend final : public Backend {
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
     if (auto s = ValidateBuffers(problem, buffers); !s.ok()) return s;
     if (auto s = Check(hipSetDevice(device_), "hipSetDevice"); !s.ok()) return s;
-    const int d = problem.head_dim;
     AttentionParams& p = params_;
-    p = AttentionParams{};
-    p.q = buffers.q;
-    p.k = buffers.k;
-    p.v = buffers.v;
-    p.o = buffers.o;
-    p.q_row_stride = p.o_row_stride = static_cast<int64_t>(problem.q_heads) * d;
-    p.k_row_stride = p.v_row_stride = static_cast<int64_t>(problem.kv_heads) * d;
-    p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
-    p.batch = problem.batch;
-    p.q_heads = problem.q_heads;
-    p.kv_heads = problem.kv_heads;
-    p.head_dim = d;
-    p.q_len = problem.q_len;
-    p.kv_len = problem.kv_len;
-    p.causal = problem.causal;
-    p.dtype = problem.dtype;
-    p.scale = problem.EffectiveScale();
-    p.scale_log2 = p.scale * 1.4426950408889634f;
-    p.q_total_rows = problem.TotalQueries();
-    p.kv_total_rows = problem.TotalKeys();
+    p = hip::AttentionParamsFor(problem, buffers.q, buffers.k, buffers.v, buffers.o);
     if (config.variant == Variant::kFused) {
       // cu_seqlens_q, cu_seqlens_k, kv_valid_lens back to back in one device array.
       std::vector<int32_t> host(problem.cu_seqlens_q.begin(), problem.cu_seqlens_q.end());

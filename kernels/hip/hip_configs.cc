@@ -5,7 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "attention_params.h"  // FusedCanImplement (shared with the CUDA build)
-#include "baseline_kernels.h"  // kPartialMaxThreads, PartialScoresSharedBytes
+#include "baseline_args.h"  // ForEachBaselineConfig, ToElemType (shared with the CUDA build)
+#include "baseline_kernels.h"  // PartialScoresSharedBytes
 #include "baseline_plan.h"
 #include "fused/fused_configs.h"
 
@@ -13,20 +14,6 @@ namespace fusetune::hip {
 namespace {
 
 using absl::StrCat;
-
-constexpr int kPartialTiles[] = {16, 32, 64, 128, 256};
-constexpr int kPartialThreads[] = {32, 64, 128, 256, kPartialMaxThreads};
-constexpr int kMaterializedTile = 64;
-constexpr int kSoftmaxThreads[] = {32, 64, 128, 256, 512, 1024};
-
-ElemType ToElemType(DType d) {
-  switch (d) {
-    case DType::kFp32: return ElemType::kF32;
-    case DType::kFp16: return ElemType::kF16;
-    case DType::kBf16: return ElemType::kBf16;
-  }
-  return ElemType::kF32;
-}
 
 // The baselines' PV GEMM takes P in V's type and accumulates in fp32; there are no tensor-core
 // paths on HIP, so each storage type has exactly one precision.
@@ -110,27 +97,7 @@ std::vector<KernelConfig> HipCandidateConfigs(const AttentionProblem& problem,
     if (HipCanImplement(problem, c, limits).ok()) out.push_back(c);
   };
   for (const KernelConfig& c : FusedCompiledConfigs(problem.head_dim, problem.dtype)) keep(c);
-  KernelConfig c;
-  c.precision = BaselinePrecision(problem.dtype);
-  c.stages = 1;
-  c.split_kv = 1;
-  c.variant = Variant::kPartial;
-  for (int bm : kPartialTiles) {
-    for (int bs : kPartialTiles) {
-      for (int t : kPartialThreads) {
-        c.block_m = bm;
-        c.block_s = bs;
-        c.threads = t;
-        keep(c);
-      }
-    }
-  }
-  c.variant = Variant::kMaterialized;
-  c.block_m = c.block_s = kMaterializedTile;
-  for (int t : kSoftmaxThreads) {
-    c.threads = t;
-    keep(c);
-  }
+  ForEachBaselineConfig(BaselinePrecision(problem.dtype), keep);
   std::sort(out.begin(), out.end(), ConfigOrderLess);
   out.erase(std::unique(out.begin(), out.end(),
                         [](const KernelConfig& a, const KernelConfig& b) {

@@ -398,19 +398,22 @@ absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key)
   return p;
 }
 
+AttentionProblem SeedShape(int seq_len) {
+  AttentionProblem p;
+  p.batch = 1;
+  p.q_heads = 12;
+  p.kv_heads = 12;
+  p.q_len = seq_len;
+  p.kv_len = seq_len;
+  p.head_dim = 64;
+  p.causal = false;
+  p.dtype = DType::kFp32;
+  return p;
+}
+
 std::vector<AttentionProblem> SeedPresetProblems() {
   std::vector<AttentionProblem> out;
-  for (int s : {128, 256, 512, 1024, 2048}) {
-    AttentionProblem p;
-    p.batch = 1;
-    p.q_heads = 12;
-    p.kv_heads = 12;
-    p.q_len = s;
-    p.kv_len = s;
-    p.head_dim = 64;
-    p.dtype = DType::kFp32;
-    out.push_back(p);
-  }
+  for (int s : kSeedSeqLens) out.push_back(SeedShape(s));
   return out;
 }
 

@@ -416,5 +416,20 @@ TEST(AttentionProblem, SeedPresetHasFiveSquareShapes) {
   for (const auto& p : seed) EXPECT_TRUE(p.Validate().ok());
 }
 
+TEST(AttentionProblem, SeedPresetIsTheSeedShapeOfEachSeedLength) {
+  const std::vector<AttentionProblem> seed = SeedPresetProblems();
+  ASSERT_EQ(seed.size(), kSeedSeqLens.size());
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < seed.size(); ++i) {
+    EXPECT_EQ(seed[i].Key(), SeedShape(kSeedSeqLens[i]).Key());
+    keys.push_back(seed[i].Key());
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"prefill/b1/hq12/hkv12/q128/k128/d64/causal0/fp32",
+                                            "prefill/b1/hq12/hkv12/q256/k256/d64/causal0/fp32",
+                                            "prefill/b1/hq12/hkv12/q512/k512/d64/causal0/fp32",
+                                            "prefill/b1/hq12/hkv12/q1024/k1024/d64/causal0/fp32",
+                                            "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32"}));
+}
+
 }  // namespace
 }  // namespace fusetune

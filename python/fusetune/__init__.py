@@ -21,13 +21,14 @@ from .errors import (AbortedError, AlreadyExistsError, CancelledError, DataLossE
                      FailedPreconditionError, FusetuneError, InternalError, InvalidArgumentError, NotFoundError,
                      OutOfRangeError, PermissionDeniedError, ResourceExhaustedError, UnauthenticatedError,
                      UnavailableError, UnimplementedError, UnknownError)
-from .problem import Config, Problem
+from .problem import Config, Problem, seed_problems, tolerance
 from .records import Audit, BestConfig, BestConfigAnswer, Job, Regression, SampleBlock, Trial
 
 __all__ = [
     "__version__", "attention", "attention_with_kvcache", "device_class", "CachedConfig", "ConfigCache",
     "ConfigCacheStats", "default_config_cache", "set_default_config_cache", "Client", "Database", "open_db",
-    "Config", "Problem", "Audit", "BestConfig", "BestConfigAnswer", "Job", "Regression", "SampleBlock", "Trial",
+    "Config", "Problem", "seed_problems", "tolerance", "Audit", "BestConfig", "BestConfigAnswer", "Job",
+    "Regression", "SampleBlock", "Trial",
     "FusetuneError", "AbortedError", "AlreadyExistsError", "CancelledError", "DataLossError", "DeadlineExceededError",
     "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError", "OutOfRangeError",
     "PermissionDeniedError", "ResourceExhaustedError", "UnauthenticatedError", "UnavailableError",

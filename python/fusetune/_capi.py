@@ -113,6 +113,8 @@ problem_validate = _sig("fusetune_problem_validate", _int, _P(ProblemStruct), _P
 problem_key = _sig("fusetune_problem_key", _int, _P(ProblemStruct), _P(KvCacheStruct), _charp, _size, _charp, _size)
 default_config = _sig("fusetune_default_config", _int, _charp, _P(ProblemStruct), _P(KvCacheStruct),
                       _P(ConfigStruct), _charp, _size)
+tolerance = _sig("fusetune_tolerance", _int, _int, _int, _P(ctypes.c_double))
+seed_problems = _sig("fusetune_seed_problems", _int, _P(ProblemStruct), _size, _P(_size))
 can_implement_kv_cache = _sig("fusetune_can_implement_kv_cache", _int, _vp, _P(ProblemStruct), _P(KvCacheStruct),
                               _P(ConfigStruct), _charp, _size)
 # Tensor and stream pointers go as plain ints (c_void_p converts them).

@@ -15,7 +15,7 @@ from typing import Optional, Tuple, Union
 from . import _capi
 from .errors import InvalidArgumentError
 
-__all__ = ["Problem", "Config"]
+__all__ = ["Problem", "Config", "seed_problems", "tolerance"]
 
 
 def _lengths(values) -> Tuple[int, ...]:
@@ -196,3 +196,35 @@ def as_config(config: Union["Config", str, None]) -> Optional[Config]:
         except InvalidArgumentError as e:
             raise InvalidArgumentError(f"config: {e.message}") from None
     raise InvalidArgumentError(f"config: expected a fusetune.Config, a config key or None, got {type(config).__name__}")
+
+
+def tolerance(precision: str, dtype: str) -> float:
+    """The largest ``max|out - ref| / max|ref|`` the library's verification accepts for a
+    precision (``"fp32"``, ``"tf32"``, ``"fp16"``, ``"bf16"``) and a storage dtype (``"fp32"``,
+    ``"fp16"``, ``"bf16"``) on inputs uniform in [-1, 1] with the default scale: the C ABI's
+    ``fusetune_tolerance``, the one table (kernels/reference.h). InvalidArgumentError for an
+    unknown name."""
+    p = _capi.PRECISIONS.get(precision)
+    d = _capi.DTYPES.get(dtype)
+    if p is None or d is None:
+        raise InvalidArgumentError(f"unknown precision {precision!r} or dtype {dtype!r}")
+    out = ctypes.c_double()
+    rc = _capi.tolerance(p, d, ctypes.byref(out))
+    if rc != _capi.OK:
+        raise InvalidArgumentError(f"fusetune_tolerance: {_capi.status_name(rc).decode()}")
+    return out.value
+
+
+def seed_problems() -> list:
+    """The seed shapes (the ``seed`` preset of ``fusetune sweep``): the C ABI's
+    ``fusetune_seed_problems``, shortest first."""
+    count = ctypes.c_size_t()
+    if _capi.seed_problems(None, 0, ctypes.byref(count)) != _capi.OK:
+        raise InvalidArgumentError("fusetune_seed_problems failed")
+    structs = (_capi.ProblemStruct * count.value)()
+    if _capi.seed_problems(structs, count.value, ctypes.byref(count)) != _capi.OK:
+        raise InvalidArgumentError("fusetune_seed_problems failed")
+    dtype_names = {v: k for k, v in _capi.DTYPES.items()}
+    return [Problem(batch=s.batch, q_heads=s.q_heads, kv_heads=s.kv_heads, q_len=s.q_len, kv_len=s.kv_len,
+                    head_dim=s.head_dim, causal=bool(s.causal), dtype=dtype_names[s.dtype],
+                    softmax_scale=s.softmax_scale) for s in structs]

@@ -49,3 +49,19 @@ def test_config_keys_round_trip():
         fusetune.Config.from_key("fused/bm64")
     with pytest.raises(fusetune.InvalidArgumentError):
         fusetune.Config(block_m=0).key()
+
+
+def test_tolerance_is_the_librarys_table():
+    # kernels/reference.h: the larger of the products' precision and the output's rounding.
+    assert fusetune.tolerance("fp32", "fp32") == 1e-4
+    assert fusetune.tolerance("tf32", "fp32") == 5e-3
+    assert fusetune.tolerance("fp16", "fp16") == 1e-2
+    assert fusetune.tolerance("bf16", "bf16") == 3e-2
+    assert fusetune.tolerance("fp32", "bf16") == 1.6e-2
+    with pytest.raises(fusetune.InvalidArgumentError):
+        fusetune.tolerance("fp8", "fp32")
+
+
+def test_seed_problems_are_the_seed_preset():
+    keys = [p.key() for p in fusetune.seed_problems()]
+    assert keys == [f"prefill/b1/hq12/hkv12/q{s}/k{s}/d64/causal0/fp32" for s in (128, 256, 512, 1024, 2048)]

@@ -22,6 +22,35 @@ DeviceState DeviceStateFromJson(const nlohmann::json& j) {
   return d;
 }
 
+// The worker spool's earlier form of a device state: every field spelled out, with "known".
+DeviceState SpelledOutDeviceStateFromJson(const nlohmann::json& j) {
+  if (!j.at("known").get<bool>()) return DeviceState{};
+  DeviceState d;
+  d.known = true;
+  d.sm_clock_mhz = j.at("sm_clock_mhz").get<int>();
+  d.power_mw = j.at("power_mw").get<int>();
+  d.throttle_reasons = j.at("throttle_reasons").get<uint64_t>();
+  return d;
+}
+
+SampleBlock SampleBlockFromJson(const nlohmann::json& block) {
+  SampleBlock b;
+  if (!block.contains("n") && block.contains("samples")) {
+    b.samples = block.at("samples").get<int>();
+    b.median_us = block.at("median_us").get<double>();
+    b.unsteady = block.at("unsteady").get<bool>();
+    b.before = SpelledOutDeviceStateFromJson(block.at("before"));
+    b.after = SpelledOutDeviceStateFromJson(block.at("after"));
+    return b;
+  }
+  b.samples = block.at("n").get<int>();
+  b.median_us = block.at("us").get<double>();
+  b.unsteady = block.at("u").get<bool>();
+  if (block.contains("b")) b.before = DeviceStateFromJson(block.at("b"));
+  if (block.contains("a")) b.after = DeviceStateFromJson(block.at("a"));
+  return b;
+}
+
 }  // namespace
 
 std::string DeviceInfoToJson(const DeviceInfo& d) {
@@ -71,15 +100,7 @@ absl::StatusOr<std::vector<SampleBlock>> SampleBlocksFromJson(std::string_view t
     if (!j.is_array()) return absl::InvalidArgumentError("blocks JSON is not an array");
     std::vector<SampleBlock> out;
     out.reserve(j.size());
-    for (const auto& block : j) {
-      SampleBlock b;
-      b.samples = block.at("n").get<int>();
-      b.median_us = block.at("us").get<double>();
-      b.unsteady = block.at("u").get<bool>();
-      if (block.contains("b")) b.before = DeviceStateFromJson(block.at("b"));
-      if (block.contains("a")) b.after = DeviceStateFromJson(block.at("a"));
-      out.push_back(b);
-    }
+    for (const auto& block : j) out.push_back(SampleBlockFromJson(block));
     return out;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed blocks JSON: ", e.what()));

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "best_config_json.h"
 #include "commands.h"
 #include "fmt/format.h"
 #include "fusetune/db/store.h"
@@ -54,17 +55,7 @@ int RunBestCommand(const BestFlags& f) {
   }
   if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
   if (f.json) {
-    nlohmann::json j = {{"device_class", best->device_class},
-                        {"problem", best->problem_key},
-                        {"config", best->config_key},
-                        {"median_us", best->median_us},
-                        {"p10_us", best->p10_us},
-                        {"p90_us", best->p90_us},
-                        {"speedup_vs_materialized", best->speedup_vs_materialized},
-                        {"speedup_vs_partial", best->speedup_vs_partial},
-                        {"max_rel_error", best->max_rel_error},
-                        {"run_id", best->run_id},
-                        {"commit", best->commit}};
+    const nlohmann::json j = BestConfigJson(*best);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s\n", best->config_key.c_str());

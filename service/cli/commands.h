@@ -15,11 +15,16 @@
 
 namespace fusetune::cli {
 
-// Exit codes of every fusetune subcommand (also in service/README.md).
+// Exit codes of every fusetune subcommand (the table in service/README.md). These are the
+// one definition of each: a command that reports "not found" exits kExitNotFound. The
+// commands that keep CI's 0 clean / 1 regression / 2 error convention (regress, bench
+// --suite, bench-serve, bisect) say so in their help.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;    // runtime failure: database, backend, I/O
 inline constexpr int kExitUsage = 2;      // bad flags or values; nothing was done
-inline constexpr int kExitNotFound = 3;   // the asked-for record does not exist (best)
+// The asked-for record does not exist: best without a record, audit with no record for any
+// of its problems, history without bench runs, a server's NOT_FOUND (RpcFailure).
+inline constexpr int kExitNotFound = 3;
 inline constexpr int kExitCancelled = 4;  // stopped by SIGINT/SIGTERM; a sweep resumes on rerun
 
 struct CommandContext {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/str_join.h"
 #include "fusetune/db/store.h"
 
 #include "commands.h"
@@ -14,8 +15,9 @@ void ProblemFlags::Register(CLI::App* command, bool allow_list) {
   auto* group = command->add_option_group("Problem", "the attention shape(s)");
   if (allow_list) {
     group->add_option("--preset", preset,
-                      "a named problem set: 'seed' = batch 1, 12 heads, head dim 64, S = 128, 256, 512, 1024, "
-                      "2048, fp32, non-causal; 'decode' = serving shapes against a KV cache (batch 16, 32 query "
+                      "a named problem set: 'seed' = batch 1, 12 heads, head dim 64, S = " +
+                          absl::StrJoin(kSeedSeqLens, ", ") +
+                          ", fp32, non-causal; 'decode' = serving shapes against a KV cache (batch 16, 32 query "
                       "and 8 KV heads, head dim 128, bf16: decode at cache 1k/8k/32k, batch 1 at 64k, paged "
                       "with pages of 16 and 1 at 8k, and 512 new tokens over an 8k prefix, contiguous and "
                       "paged with a shared prefix)")

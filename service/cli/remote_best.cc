@@ -2,8 +2,10 @@
 #include <cstdio>
 #include <string>
 
+#include "best_config_json.h"
 #include "commands.h"
 #include "fusetune/wire/convert.h"
+#include "fusetune/wire/provenance.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"
@@ -22,21 +24,19 @@ int RunRemoteBest(const AttentionProblem& problem, const std::string& device_cla
   v1::GetBestConfigResponse r;
   grpc::Status status = connection->tuning().GetBestConfig(connection->Context().get(), req, &r);
   if (!status.ok()) return RpcFailure(cmd, status);
-  std::string provenance = v1::GetBestConfigResponse::Provenance_Name(r.provenance());
-  for (char& c : provenance) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string provenance(ConfigProvenanceName(ConfigProvenanceFromProto(r.provenance())));
   if (json) {
-    nlohmann::json j = {{"device_class", device_class},
-                        {"problem", r.problem_key()},
-                        {"config", r.config().key()},
-                        {"provenance", provenance},
-                        {"source_problem", r.source_problem_key()},
-                        {"distance", r.distance()},
-                        {"median_us", r.median_us()},
-                        {"speedup_vs_materialized", r.speedup_vs_materialized()},
-                        {"max_rel_error", r.max_rel_error()},
-                        {"run_id", r.run_id()},
-                        {"commit", r.commit()}};
-    std::printf("%s\n", j.dump(2).c_str());
+    BestConfig answer;
+    answer.device_class = device_class;
+    answer.problem_key = r.problem_key();
+    answer.config_key = r.config().key();
+    answer.median_us = r.median_us();
+    answer.speedup_vs_materialized = r.speedup_vs_materialized();
+    answer.max_rel_error = r.max_rel_error();
+    answer.run_id = r.run_id();
+    answer.commit = r.commit();
+    const BestConfigProvenance from{provenance, r.source_problem_key(), r.distance()};
+    std::printf("%s\n", BestConfigJson(answer, from).dump(2).c_str());
     return kExitOk;
   }
   std::printf("%s\n", r.config().key().c_str());

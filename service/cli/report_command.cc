@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "best_config_json.h"
 #include "commands.h"
 #include "fmt/format.h"
 #include "fusetune/db/store.h"
@@ -21,14 +22,6 @@ struct ReportFlags {
   std::string device_class;
   bool json = false;
 };
-
-// TFLOP/s from the documented FLOP count; 0 when the key cannot be rebuilt (varlen/padded
-// problems are keyed by a hash of their lengths).
-double Tflops(const BestConfig& b) {
-  absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(b.problem_key);
-  if (!p.ok() || b.median_us <= 0) return 0;
-  return p->Flops() / (b.median_us * 1e-6) / 1e12;
-}
 
 // Orders keys so that numbers compare as numbers (q128 before q1024).
 bool NaturalLess(const std::string& a, const std::string& b) {
@@ -99,22 +92,9 @@ int RunReportCommand(const ReportFlags& f) {
                  {"regret_low", a->regret_low},   {"regret_high", a->regret_high},
                  {"best_config", a->best_config_key}, {"rounds", a->rounds}};
       }
-      rows.push_back({{"device_class", b.device_class},
-                      {"problem", b.problem_key},
-                      {"config", b.config_key},
-                      {"median_us", b.median_us},
-                      {"p10_us", b.p10_us},
-                      {"p90_us", b.p90_us},
-                      {"tflops", Tflops(b)},
-                      {"speedup_vs_materialized", b.speedup_vs_materialized},
-                      {"speedup_vs_partial", b.speedup_vs_partial},
-                      {"best_materialized_us", b.best_materialized_us},
-                      {"best_partial_us", b.best_partial_us},
-                      {"max_abs_error", b.max_abs_error},
-                      {"max_rel_error", b.max_rel_error},
-                      {"run_id", b.run_id},
-                      {"commit", b.commit},
-                      {"audit", audit}});
+      nlohmann::json row = BestConfigJson(b);
+      row["audit"] = std::move(audit);
+      rows.push_back(std::move(row));
     }
     std::printf("%s\n", rows.dump(2).c_str());
     return kExitOk;
@@ -135,7 +115,7 @@ int RunReportCommand(const ReportFlags& f) {
       std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     std::printf("| %s | %s | %.1f | %.1f-%.1f | %.4g | %s | %s | %.1e | %s |\n", b.problem_key.c_str(),
-                b.config_key.c_str(), b.median_us, b.p10_us, b.p90_us, Tflops(b),
+                b.config_key.c_str(), b.median_us, b.p10_us, b.p90_us, BestConfigTflops(b.problem_key, b.median_us),
                 Ratio(b.speedup_vs_materialized).c_str(), Ratio(b.speedup_vs_partial).c_str(), b.max_rel_error,
                 Regret(audits[i]).c_str());
   }

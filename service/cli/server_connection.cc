@@ -11,53 +11,48 @@
 #include "fusetune/base/time.h"
 #include "fusetune/wire/connection.h"
 #include "fusetune/wire/records_convert.h"
+#include "fusetune/wire/status.h"
 
 namespace fusetune::cli {
-namespace {
-
-std::string Trim(std::string s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return "";
-  const auto last = s.find_last_not_of(" \t\r\n");
-  return s.substr(first, last - first + 1);
-}
-
-}  // namespace
-
-void ServerConnectionFlags::Register(CLI::App* command, bool with_server) {
-  if (with_server) {
+void ServerConnectionFlags::Register(CLI::App* command, Server server_flag, Timeout timeout_flag) {
+  if (server_flag == Server::kWithDefault) {
     server = kDefaultServiceAddress;
     command->add_option("--server", server, "address of `fusetune serve`, host:port")->capture_default_str();
   }
   command->add_option("--token-file", token_file,
                       "file whose first line is the service token (default: env FUSETUNE_TOKEN)");
   command->add_option("--tls-ca", tls_ca_file, "PEM root certificate: connect with TLS");
-  command->add_option("--timeout", timeout_s, "per-call deadline, seconds")
-      ->capture_default_str()
-      ->check(CLI::Range(0.1, 3600.0));
+  if (timeout_flag == Timeout::kPerCall) {
+    command->add_option("--timeout", timeout_s, "per-call deadline, seconds")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 3600.0));
+  }
+}
+
+absl::StatusOr<std::string> ServerConnectionFlags::Token() const { return ResolveToken("", token_file); }
+
+absl::StatusOr<std::string> ServerConnectionFlags::TlsRootCertificates() const {
+  if (tls_ca_file.empty()) return std::string();
+  std::ifstream in(tls_ca_file, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot read TLS root certificate '" + tls_ca_file + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 absl::StatusOr<ServerConnection> ServerConnection::Open(const ServerConnectionFlags& flags) {
   if (auto s = ValidateServiceAddress(flags.server, "--server"); !s.ok()) return s;
   ServerConnection c;
   c.timeout_s_ = flags.timeout_s;
-  if (!flags.token_file.empty()) {
-    std::ifstream in(flags.token_file);
-    if (!in) return absl::NotFoundError("cannot read token file '" + flags.token_file + "'");
-    std::string line;
-    std::getline(in, line);
-    c.token_ = Trim(line);
-  } else if (const char* env = std::getenv("FUSETUNE_TOKEN"); env != nullptr) {
-    c.token_ = Trim(env);
-  }
+  absl::StatusOr<std::string> token = flags.Token();
+  if (!token.ok()) return token.status();
+  c.token_ = *std::move(token);
+  absl::StatusOr<std::string> root_certificates = flags.TlsRootCertificates();
+  if (!root_certificates.ok()) return root_certificates.status();
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!flags.tls_ca_file.empty()) {
-    std::ifstream in(flags.tls_ca_file, std::ios::binary);
-    if (!in) return absl::NotFoundError("cannot read TLS root certificate '" + flags.tls_ca_file + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = ss.str();
+    ssl.pem_root_certs = *std::move(root_certificates);
     creds = grpc::SslCredentials(ssl);
   } else {
     creds = grpc::InsecureChannelCredentials();
@@ -69,7 +64,7 @@ absl::StatusOr<ServerConnection> ServerConnection::Open(const ServerConnectionFl
 
 std::unique_ptr<grpc::ClientContext> ServerConnection::Context() const {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
+  AddBearerToken(*ctx, token_);
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
   return ctx;
@@ -82,13 +77,8 @@ absl::StatusOr<int> UploadRegressions(const ServerConnectionFlags& flags, const 
 }
 
 int RpcFailure(const std::string& command, const grpc::Status& status) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                 "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-                                 "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-  const int code = static_cast<int>(status.error_code());
-  std::fprintf(stderr, "fusetune %s: %s: %s\n", command.c_str(),
-               code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN", status.error_message().c_str());
+  std::fprintf(stderr, "fusetune %s: %s: %s\n", command.c_str(), StatusCodeName(status.error_code()),
+               status.error_message().c_str());
   switch (status.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT: return kExitUsage;
     case grpc::StatusCode::NOT_FOUND: return kExitNotFound;

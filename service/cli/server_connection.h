@@ -17,15 +17,30 @@
 
 namespace fusetune::cli {
 
+// The one declaration of the server-connection flags: every command that talks to a server
+// (`worker` included) registers them here.
 struct ServerConnectionFlags {
   std::string server;       // host:port (kDefaultServiceAddress where --server has a default)
   std::string token_file;   // first line is the token; else env FUSETUNE_TOKEN; else none
   std::string tls_ca_file;  // PEM root certificate: connect with TLS
   double timeout_s = 10;    // per call
 
-  // Adds --token-file, --tls-ca and --timeout (and --server, defaulting to
-  // kDefaultServiceAddress, when `with_server`).
-  void Register(CLI::App* command, bool with_server);
+  // Which flags Register adds beside --token-file and --tls-ca.
+  enum class Server { kNone, kWithDefault };     // --server, defaulting to kDefaultServiceAddress
+  enum class Timeout { kNone, kPerCall };        // --timeout (a daemon has its own deadlines)
+
+  // Adds --token-file and --tls-ca, and --server and --timeout as asked.
+  void Register(CLI::App* command, Server server_flag, Timeout timeout_flag = Timeout::kPerCall);
+  // Shorthand of the above: --server when `with_server`, and --timeout.
+  void Register(CLI::App* command, bool with_server) {
+    Register(command, with_server ? Server::kWithDefault : Server::kNone);
+  }
+
+  // The token (ResolveToken of fusetune/wire/connection.h: --token-file's first line, else
+  // $FUSETUNE_TOKEN, else ""). NotFound when the token file cannot be read.
+  absl::StatusOr<std::string> Token() const;
+  // The PEM text of --tls-ca; "" when not given. NotFound when the file cannot be read.
+  absl::StatusOr<std::string> TlsRootCertificates() const;
 };
 
 class ServerConnection {

@@ -4,8 +4,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +15,7 @@
 #include "fusetune/wire/connection.h"
 #include "fusetune/worker/worker.h"
 #include "fusetune/worker/worker_metrics.h"
+#include "server_connection.h"
 
 namespace fusetune::cli {
 namespace {
@@ -28,9 +27,7 @@ extern "C" void OnWorkerStopSignal(int) {
 }
 
 struct WorkerFlags {
-  std::string server = kDefaultServiceAddress;
-  std::string token_file;
-  std::string tls_ca_file;
+  ServerConnectionFlags connection;  // --server, --token-file, --tls-ca
   std::string backend = "cpu";
   std::string devices = "all";
   int cpu_devices = 0;
@@ -46,18 +43,9 @@ struct WorkerFlags {
   int testing_trial_delay_ms = 0;
 };
 
-bool ReadFile(const std::string& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
-}
-
 int RunWorkerCommand(const WorkerFlags& f) {
   WorkerOptions o;
-  o.server = f.server;
+  o.server = f.connection.server;
   o.backend = f.backend;
   o.cpu_devices = f.cpu_devices;
   o.spool_dir = f.spool;
@@ -71,25 +59,22 @@ int RunWorkerCommand(const WorkerFlags& f) {
   o.testing_trial_delay = absl::Milliseconds(f.testing_trial_delay_ms);
 
   // The token: --token-file's first line, else FUSETUNE_TOKEN.
-  if (!f.token_file.empty()) {
-    std::string text;
-    if (!ReadFile(f.token_file, text)) {
-      std::fprintf(stderr, "fusetune worker: cannot read --token-file %s\n", f.token_file.c_str());
-      return kExitUsage;
-    }
-    std::string line = text.substr(0, text.find('\n'));
-    o.token = std::string(absl::StripAsciiWhitespace(line));
-  } else if (const char* env = std::getenv("FUSETUNE_TOKEN")) {
-    o.token = std::string(absl::StripAsciiWhitespace(env));
+  absl::StatusOr<std::string> token = f.connection.Token();
+  if (!token.ok()) {
+    std::fprintf(stderr, "fusetune worker: cannot read --token-file %s\n", f.connection.token_file.c_str());
+    return kExitUsage;
   }
+  o.token = *std::move(token);
   if (o.token.empty()) {
     std::fprintf(stderr, "fusetune worker: no token (--token-file or FUSETUNE_TOKEN)\n");
     return kExitUsage;
   }
-  if (!f.tls_ca_file.empty() && !ReadFile(f.tls_ca_file, o.tls_root_certs)) {
-    std::fprintf(stderr, "fusetune worker: cannot read --tls-ca %s\n", f.tls_ca_file.c_str());
+  absl::StatusOr<std::string> root_certificates = f.connection.TlsRootCertificates();
+  if (!root_certificates.ok()) {
+    std::fprintf(stderr, "fusetune worker: cannot read --tls-ca %s\n", f.connection.tls_ca_file.c_str());
     return kExitUsage;
   }
+  o.tls_root_certs = *std::move(root_certificates);
   if (f.devices != "all" && f.cpu_devices == 0) {
     for (absl::string_view part : absl::StrSplit(f.devices, ',')) {
       int index = 0;
@@ -148,9 +133,7 @@ void AddWorkerCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<WorkerFlags>();
   CLI::App* cmd = app.add_subcommand(
       "worker", "Run the worker daemon: lease tuning jobs from the service and run them on local devices");
-  cmd->add_option("--server", flags->server, "tuning service address host:port")->capture_default_str();
-  cmd->add_option("--token-file", flags->token_file, "file whose first line is the worker token (else $FUSETUNE_TOKEN)");
-  cmd->add_option("--tls-ca", flags->tls_ca_file, "PEM root certificates: connect with TLS");
+  flags->connection.Register(cmd, ServerConnectionFlags::Server::kWithDefault, ServerConnectionFlags::Timeout::kNone);
   cmd->add_option("--backend", flags->backend, "device backend: cpu, cuda, hip")->capture_default_str();
   cmd->add_option("--devices", flags->devices, "devices to drive: 'all' or a list like 0,1")->capture_default_str();
   cmd->add_option("--cpu-devices", flags->cpu_devices,

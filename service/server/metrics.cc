@@ -7,34 +7,11 @@
 #include "fusetune/kernels/config.h"
 #include "fusetune/base/median.h"
 #include "fusetune/service/metric_names.h"
+#include "fusetune/wire/status.h"
 #include "prometheus/text_serializer.h"
 
 namespace fusetune {
 namespace {
-
-// Canonical gRPC code names, as in grpc's status docs ("OK", "INVALID_ARGUMENT", ...).
-const char* CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    default: return "UNKNOWN";
-  }
-}
 
 // 50 µs .. ~13 s in factors of 2: loopback lookups sit at the bottom, long-polls at the top.
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
@@ -185,7 +162,7 @@ ServiceMetrics::RpcSeries& ServiceMetrics::RpcSeriesOf(const std::string& method
   RpcSeries series{};
   for (int code = 0; code < kStatusCodes; ++code) {
     series.by_code[code] =
-        &rpc_requests_->Add({{"method", method}, {"code", CodeName(static_cast<grpc::StatusCode>(code))}});
+        &rpc_requests_->Add({{"method", method}, {"code", StatusCodeName(static_cast<grpc::StatusCode>(code))}});
   }
   series.latency = &rpc_latency_->Add({{"method", method}}, LatencyBuckets());
   return rpc_.emplace(method, series).first->second;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "fusetune/wire/connection.h"
 #include "fusetune/wire/status.h"
 
 namespace fusetune {
@@ -32,10 +33,10 @@ grpc::Status ToRpcStatus(grpc::ServerContextBase* ctx, const absl::Status& statu
 
 absl::Status RpcEdge::Authenticate(const grpc::ServerContextBase* ctx) const {
   const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
+  auto it = md.find(kAuthorizationMetadata);
   if (it == md.end()) return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
   std::string_view value(it->second.data(), it->second.size());
-  constexpr std::string_view kBearer = "Bearer ";
+  constexpr std::string_view kBearer = kBearerPrefix;
   if (value.substr(0, kBearer.size()) != kBearer || !ConstantTimeEquals(value.substr(kBearer.size()), token_)) {
     return absl::UnauthenticatedError("invalid token");
   }

@@ -32,14 +32,6 @@
 namespace fusetune {
 namespace {
 
-absl::StatusOr<std::string> ReadFirstLine(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(Cat("cannot read ", what, " file '", path, "'"));
-  std::string line;
-  std::getline(in, line);
-  return std::string(absl::StripAsciiWhitespace(line));
-}
-
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(Cat("cannot read ", what, " file '", path, "'"));
@@ -77,20 +69,12 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return ValidateServiceAddress(options.listen_address, "listen address", /*listening=*/true);
 }
 
-// The token: given, else from the token file, else $FUSETUNE_TOKEN; one is required.
+// The token (ResolveToken: given, else the token file's first line, else $FUSETUNE_TOKEN);
+// one is required.
 absl::StatusOr<std::string> ReadToken(const ServerOptions& options) {
-  std::string token = options.token;
-  if (token.empty() && !options.token_file.empty()) {
-    auto t = ReadFirstLine(options.token_file, "token");
-    if (!t.ok()) return t.status();
-    token = *t;
-  }
-  if (token.empty()) {
-    if (const char* env = std::getenv("FUSETUNE_TOKEN"); env != nullptr) {
-      token = std::string(absl::StripAsciiWhitespace(env));
-    }
-  }
-  if (token.empty()) {
+  absl::StatusOr<std::string> token = ResolveToken(options.token, options.token_file);
+  if (!token.ok()) return token.status();
+  if (token->empty()) {
     return absl::InvalidArgumentError(
         "a token is required for workers and writes: give --token-file or set FUSETUNE_TOKEN");
   }

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <fstream>
 
+#include "absl/strings/ascii.h"
+#include "fusetune/base/strings.h"
 #include "grpc/grpc.h"
 
 namespace fusetune {
@@ -22,6 +26,26 @@ grpc::ChannelArguments ReconnectChannelArguments(int64_t initial_ms, int64_t max
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max);
   return args;
+}
+
+absl::StatusOr<std::string> ResolveToken(std::string_view token, const std::string& token_file) {
+  if (!token.empty()) return std::string(absl::StripAsciiWhitespace(ToAbsl(token)));
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) return absl::NotFoundError(Cat("cannot read token file '", token_file, "'"));
+    std::string line;
+    std::getline(in, line);
+    return std::string(absl::StripAsciiWhitespace(line));
+  }
+  if (const char* env = std::getenv(kTokenEnvironmentVariable); env != nullptr) {
+    return std::string(absl::StripAsciiWhitespace(env));
+  }
+  return std::string();
+}
+
+void AddBearerToken(grpc::ClientContext& context, std::string_view token) {
+  if (token.empty()) return;
+  context.AddMetadata(kAuthorizationMetadata, Cat(kBearerPrefix, token));
 }
 
 }  // namespace fusetune

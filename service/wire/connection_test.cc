@@ -1,6 +1,10 @@
 #include "fusetune/wire/connection.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "grpc/grpc.h"
@@ -50,6 +54,76 @@ TEST(ReconnectChannelArguments, BoundGrpcsReconnectBackoffByTheCallersSettingsJi
   auto tiny = IntArgs(ReconnectChannelArguments(0, 0));
   EXPECT_GE(tiny[GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS], 1);
   EXPECT_GE(tiny[GRPC_ARG_MAX_RECONNECT_BACKOFF_MS], 1);
+}
+
+// Sets $FUSETUNE_TOKEN (or unsets it) for one test and restores it afterwards.
+class TokenEnvironment {
+ public:
+  explicit TokenEnvironment(const char* value) {
+    if (const char* old = std::getenv(kTokenEnvironmentVariable)) saved_ = old;
+    if (value != nullptr) {
+      ::setenv(kTokenEnvironmentVariable, value, 1);
+    } else {
+      ::unsetenv(kTokenEnvironmentVariable);
+    }
+  }
+  ~TokenEnvironment() {
+    if (saved_.has_value()) {
+      ::setenv(kTokenEnvironmentVariable, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(kTokenEnvironmentVariable);
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+std::string WriteTokenFile(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ResolveToken, GivenTokenBeatsTheFileAndTheEnvironment) {
+  TokenEnvironment env("from-env");
+  const std::string file = WriteTokenFile("given_token", "from-file\n");
+  EXPECT_EQ(ResolveToken("  given \n", file).value(), "given");
+}
+
+TEST(ResolveToken, FileFirstLineBeatsTheEnvironment) {
+  TokenEnvironment env("from-env");
+  const std::string file = WriteTokenFile("file_token", "  from-file \t\nsecond line\n");
+  EXPECT_EQ(ResolveToken("", file).value(), "from-file");
+}
+
+TEST(ResolveToken, NamedFileWithAnEmptyFirstLineGivesNoTokenNotTheEnvironment) {
+  TokenEnvironment env("from-env");
+  const std::string file = WriteTokenFile("empty_token", "\nfrom-second-line\n");
+  EXPECT_EQ(ResolveToken("", file).value(), "");
+}
+
+TEST(ResolveToken, EnvironmentWhenNoTokenOrFileIsGiven) {
+  TokenEnvironment env(" from-env\n");
+  EXPECT_EQ(ResolveToken("", "").value(), "from-env");
+}
+
+TEST(ResolveToken, NothingGivenIsNoToken) {
+  TokenEnvironment env(nullptr);
+  EXPECT_EQ(ResolveToken("", "").value(), "");
+}
+
+TEST(ResolveToken, UnreadableFileIsNotFoundNamingIt) {
+  TokenEnvironment env("from-env");
+  absl::StatusOr<std::string> token = ResolveToken("", "/no/such/dir/token");
+  ASSERT_FALSE(token.ok());
+  EXPECT_TRUE(absl::IsNotFound(token.status()));
+  EXPECT_EQ(token.status().message(), "cannot read token file '/no/such/dir/token'");
+}
+
+TEST(BearerToken, PrefixIsTheOneTheServerParses) {
+  EXPECT_STREQ(kAuthorizationMetadata, "authorization");
+  EXPECT_STREQ(kBearerPrefix, "Bearer ");
 }
 
 }  // namespace

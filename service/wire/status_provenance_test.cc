@@ -1,5 +1,6 @@
 // The client-facing wire helpers that are not conversions of a message: provenance and
 // status mapping, the request bounds shared by every RPC.
+#include <set>
 #include <string>
 
 #include "fusetune/wire/convert.h"
@@ -45,6 +46,21 @@ TEST(WireStatus, CodeAndMessageSurviveGrpc) {
   EXPECT_EQ(back.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(back.message(), "too many");
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+TEST(WireStatus, CodeNamesAreGrpcsCanonicalSpelling) {
+  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::OK), "OK");
+  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::INVALID_ARGUMENT), "INVALID_ARGUMENT");
+  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED");
+  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::DATA_LOSS), "DATA_LOSS");
+  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::UNAUTHENTICATED), "UNAUTHENTICATED");
+  EXPECT_STREQ(StatusCodeName(static_cast<grpc::StatusCode>(17)), "UNKNOWN");
+  EXPECT_STREQ(StatusCodeName(static_cast<grpc::StatusCode>(-1)), "UNKNOWN");
+  // Every code has its own name.
+  std::set<std::string> names;
+  for (int code = 0; code <= 16; ++code) names.insert(StatusCodeName(static_cast<grpc::StatusCode>(code)));
+  EXPECT_EQ(names.size(), 17u);
 }
 
 TEST(WireBounds, ListLimitZeroMeansDefaultAndOutOfRangeNamesTheRange) {

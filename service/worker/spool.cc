@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fusetune/records/json.h"
 #include "nlohmann/json.hpp"
 
 namespace fusetune {
@@ -127,31 +128,11 @@ absl::Status SyncDirectoryOf(const std::string& path) {
   return absl::OkStatus();
 }
 
-nlohmann::json DeviceStateToJson(const DeviceState& d) {
-  return {{"known", d.known}, {"sm_clock_mhz", d.sm_clock_mhz}, {"power_mw", d.power_mw},
-          {"throttle_reasons", d.throttle_reasons}};
-}
-
-DeviceState DeviceStateFromJson(const nlohmann::json& j) {
-  DeviceState d;
-  d.known = j.at("known").get<bool>();
-  d.sm_clock_mhz = j.at("sm_clock_mhz").get<int>();
-  d.power_mw = j.at("power_mw").get<int>();
-  d.throttle_reasons = j.at("throttle_reasons").get<uint64_t>();
-  return d;
-}
-
 }  // namespace
 
 std::string TrialToJson(const Trial& t) {
-  nlohmann::json blocks = nlohmann::json::array();
-  for (const SampleBlock& b : t.blocks) {
-    blocks.push_back({{"samples", b.samples},
-                      {"median_us", b.median_us},
-                      {"before", DeviceStateToJson(b.before)},
-                      {"after", DeviceStateToJson(b.after)},
-                      {"unsteady", b.unsteady}});
-  }
+  // The blocks in the records' one JSON form (records/json.h), as the database stores them.
+  nlohmann::json blocks = nlohmann::json::parse(SampleBlocksToJson(t.blocks));
   nlohmann::json j = {
       {"trial_id", t.trial_id},
       {"run_id", t.run_id},
@@ -208,16 +189,12 @@ absl::StatusOr<Trial> TrialFromJson(std::string_view json) {
       if (!stage.ok()) return stage.status();
       t.stage = *stage;
     }
+    // SampleBlocksFromJson also reads the spelled-out block form of spools written before
+    // the spool used the records' form.
     if (auto it = j.find("blocks"); it != j.end()) {
-      for (const nlohmann::json& b : *it) {
-        SampleBlock block;
-        block.samples = b.at("samples").get<int>();
-        block.median_us = b.at("median_us").get<double>();
-        block.before = DeviceStateFromJson(b.at("before"));
-        block.after = DeviceStateFromJson(b.at("after"));
-        block.unsteady = b.at("unsteady").get<bool>();
-        t.blocks.push_back(block);
-      }
+      absl::StatusOr<std::vector<SampleBlock>> blocks = SampleBlocksFromJson(it->dump());
+      if (!blocks.ok()) return blocks.status();
+      t.blocks = *std::move(blocks);
     }
     if (auto it = j.find("wall_seconds"); it != j.end()) t.wall_seconds = it->get<double>();
     if (t.trial_id.empty()) return absl::InvalidArgumentError("trial without trial_id");

@@ -282,6 +282,53 @@ TEST_F(SpoolTest, MissingDirectoryIsAClearError) {
   EXPECT_NE(spool.status().message().find("no/such"), std::string::npos);
 }
 
+// A trial record as the spool wrote it before it used the records' block form: each block's
+// fields and device states spelled out.
+constexpr char kSpelledOutBlocksTrialJson[] =
+    R"({"attempt":0,"blocks":[{"after":{"known":true,"power_mw":600000,"sm_clock_mhz":1755,)"
+    R"("throttle_reasons":4},"before":{"known":false,"power_mw":0,"sm_clock_mhz":0,)"
+    R"("throttle_reasons":0},"median_us":2.5,"samples":40,"unsteady":true}],)"
+    R"("checked_elements":8192,"config_key":"fused/bm16/bs32/t1/fp32/st1",)"
+    R"("created_unix_ms":1764400000001,"flops":1234000000.0,"max_abs_error":1e-07,)"
+    R"("max_rel_error":2.5e-06,"median_us":2.25,"message":"","outcome":"ok","p10_us":0.3333333333333333,)"
+    R"("p90_us":3.5,"problem_key":"prefill/b1/hq2/hkv2/q64/k64/d64/causal0/fp32","run_id":5,)"
+    R"("samples_us":[2.5,2.25,0.42857142857142855],"sm_clock_mhz":1980,"stage":"final",)"
+    R"("trial_id":"0123456789abcdef0123456789abcdef","wall_seconds":0.5})";
+
+TEST(SpoolJson, TrialWithSpelledOutBlocksStillReads) {
+  absl::StatusOr<Trial> t = TrialFromJson(kSpelledOutBlocksTrialJson);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->blocks.size(), 1u);
+  const SampleBlock& b = t->blocks[0];
+  EXPECT_EQ(b.samples, 40);
+  EXPECT_EQ(b.median_us, 2.5);
+  EXPECT_TRUE(b.unsteady);
+  EXPECT_FALSE(b.before.known);
+  EXPECT_TRUE(b.after.known);
+  EXPECT_EQ(b.after.sm_clock_mhz, 1755);
+  EXPECT_EQ(b.after.power_mw, 600000);
+  EXPECT_EQ(b.after.throttle_reasons, 4u);
+  EXPECT_EQ(t->stage, TrialStage::kFinal);
+}
+
+TEST(SpoolJson, WritesBlocksInTheRecordsFormAndReadsThemBack) {
+  absl::StatusOr<Trial> old = TrialFromJson(kSpelledOutBlocksTrialJson);
+  ASSERT_TRUE(old.ok()) << old.status();
+  const std::string written = TrialToJson(*old);
+  // The database's form (records/json.h): compact keys, an unknown state left out.
+  EXPECT_NE(written.find(R"("blocks":[{"a":{"mhz":1755,"mw":600000,"thr":4},"n":40,"u":true,"us":2.5}])"),
+            std::string::npos)
+      << written;
+  absl::StatusOr<Trial> back = TrialFromJson(written);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->blocks.size(), 1u);
+  EXPECT_EQ(back->blocks[0].samples, 40);
+  EXPECT_EQ(back->blocks[0].median_us, 2.5);
+  EXPECT_FALSE(back->blocks[0].before.known);
+  EXPECT_EQ(back->blocks[0].after.throttle_reasons, 4u);
+  EXPECT_EQ(TrialToJson(*back), written);
+}
+
 TEST(SpoolJson, RejectsMalformedPayloads) {
   EXPECT_FALSE(TrialFromJson("{").ok());
   EXPECT_FALSE(TrialFromJson("{\"trial_id\": 3}").ok());

@@ -124,7 +124,7 @@ void WorkerContext::CountFinishedJob(bool success) {
 
 void WorkerContext::Prepare(grpc::ClientContext& ctx, absl::Duration timeout, bool cancel_on_stop) {
   ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
-  if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
+  AddBearerToken(ctx, options_.token);
   if (!cancel_on_stop) return;
   ctx.set_wait_for_ready(true);
   absl::MutexLock lock(&calls_mu_);

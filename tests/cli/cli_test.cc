@@ -283,6 +283,13 @@ TEST(Cli, SweepThenReportJsonAndBest) {
   bool found = false;
   for (const auto& row : rows) found |= row["problem"] == b["problem"] && row["config"] == b["config"];
   EXPECT_TRUE(found) << best.out;
+  // best --json prints the same form as each report row, less the row's audit.
+  for (const auto& row : rows) {
+    if (row["problem"] != b["problem"]) continue;
+    nlohmann::json without_audit = row;
+    without_audit.erase("audit");
+    EXPECT_EQ(b, without_audit) << best.out;
+  }
 
   CommandResult missing = Fusetune({"best", "--db", db, "--seq", "80", "--heads", "2", "--head-dim", "32"});
   EXPECT_EQ(missing.exit_code, 3) << missing.err;

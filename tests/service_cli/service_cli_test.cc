@@ -110,6 +110,16 @@ TEST_F(ServiceCliTest, SubmitJobsAndBestTalkToServeWhichStopsOnSigterm) {
   auto answer = nlohmann::json::parse(best.out);
   EXPECT_EQ(answer["provenance"], "default");
   EXPECT_EQ(answer["config"], "fused/bm64/bs64/t1/fp32/st1");
+  // The one best-config form (best_config_json.h), with what a service answer lacks as null.
+  for (const char* field : {"device_class", "problem", "config", "median_us", "p10_us", "p90_us", "tflops",
+                            "speedup_vs_materialized", "speedup_vs_partial", "best_materialized_us",
+                            "best_partial_us", "max_abs_error", "max_rel_error", "run_id", "commit",
+                            "provenance", "source_problem", "distance"}) {
+    EXPECT_TRUE(answer.contains(field)) << field << " missing in " << best.out;
+  }
+  EXPECT_EQ(answer["device_class"], kClass);
+  EXPECT_EQ(answer["source_problem"], "");
+  EXPECT_TRUE(answer["p90_us"].is_null()) << best.out;
 
   CommandResult bad_class = Run({"submit", "--server", Address(), "--token-file", token_file_, "--device-class",
                                  "tpu/x/y", "--seq", "128"});

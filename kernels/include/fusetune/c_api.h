@@ -222,6 +222,15 @@ int fusetune_default_config(const char* device_class, const fusetune_problem* pr
                             const fusetune_kv_cache* cache, fusetune_config* out, char* err, size_t errlen);
 /* Writes the handle's device class (e.g. "cuda/NVIDIA-H200/sm90"), the key of tuned configs. */
 int fusetune_device_class(fusetune_handle* handle, char* buf, size_t buflen);
+/* The largest max|out - ref| / max|ref| the library's verification accepts for a precision
+ * (fusetune_precision) and a storage dtype (fusetune_dtype) on inputs uniform in [-1, 1] with
+ * the default scale (kernels/reference.h ToleranceFor: the one table of tolerances), into
+ * *tolerance. INVALID_ARGUMENT for an unknown precision or dtype, or a NULL tolerance. */
+int fusetune_tolerance(int precision, int dtype, double* tolerance);
+/* The seed shapes (the `seed` preset, kernels/problem.h SeedPresetProblems): writes the first
+ * min(capacity, *count) of them to out[0..capacity) (length arrays NULL) and their number to
+ * *count. INVALID_ARGUMENT for a NULL count, or a NULL out with capacity > 0. */
+int fusetune_seed_problems(fusetune_problem* out, size_t capacity, size_t* count);
 
 /* ---------------------------------------------------------------- reading a database */
 

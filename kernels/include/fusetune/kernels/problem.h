@@ -20,6 +20,7 @@
 #ifndef FUSETUNE_KERNELS_PROBLEM_H_
 #define FUSETUNE_KERNELS_PROBLEM_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -167,8 +168,13 @@ struct AttentionProblem {
   absl::Status ValidatePagedGeometry() const;
 };
 
-// The shapes of the seed article: batch 1, 12 heads, head_dim 64, S in {128..2048}, fp32,
-// non-causal, q_len == kv_len == S.
+// The seed shapes (the preset `seed`, the kernel benchmarks, the GPU comparison scripts
+// through the C ABI's fusetune_seed_problems): batch 1, 12 heads, head_dim 64, fp32,
+// non-causal, q_len == kv_len == S for each S of kSeedSeqLens.
+inline constexpr std::array<int, 5> kSeedSeqLens = {128, 256, 512, 1024, 2048};
+// The seed shape of sequence length `seq_len` (any length; the preset uses kSeedSeqLens).
+AttentionProblem SeedShape(int seq_len);
+// SeedShape of each of kSeedSeqLens, shortest first.
 std::vector<AttentionProblem> SeedPresetProblems();
 
 // Serving shapes against a KV cache: batch 16, 32 query heads, 8 KV heads, head_dim 128,

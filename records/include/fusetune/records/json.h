@@ -3,7 +3,13 @@
 //
 // Blocks, compactly: [{"n": samples, "us": median_us, "b": before, "a": after, "u": unsteady}],
 // a device state as {"mhz": sm_clock_mhz, "mw": power_mw, "thr": throttle_reasons}; an unknown
-// state is left out (its fields mean nothing) and reads back as DeviceState{}.
+// state is left out (its fields mean nothing) and reads back as DeviceState{}. The database's
+// trials and bench cells and the worker's spool store this form.
+//
+// Reading also accepts the form the worker's spool wrote before it used this one, so that a
+// spool left by an older worker still uploads: [{"samples", "median_us", "unsteady",
+// "before": state, "after": state}], a state as {"known", "sm_clock_mhz", "power_mw",
+// "throttle_reasons"} (an unknown one reads back as DeviceState{}).
 //
 // Thread-safety: pure functions.
 #ifndef FUSETUNE_RECORDS_JSON_H_
@@ -25,7 +31,7 @@ std::string DeviceInfoToJson(const DeviceInfo& device);
 absl::StatusOr<DeviceInfo> DeviceInfoFromJson(std::string_view text);
 
 std::string SampleBlocksToJson(const std::vector<SampleBlock>& blocks);
-// InvalidArgument for text that is not an array of blocks as above.
+// InvalidArgument for text that is not an array of blocks in one of the forms above.
 absl::StatusOr<std::vector<SampleBlock>> SampleBlocksFromJson(std::string_view text);
 
 }  // namespace fusetune

@@ -1,6 +1,7 @@
 // How fusetune's processes address and connect to the tuning service: the one default port
 // (`serve --listen`, `worker --server` and every client command), the check of a
-// "host:port" flag, and the channel arguments that bound gRPC's own reconnect backoff.
+// "host:port" flag, the channel arguments that bound gRPC's own reconnect backoff, and the
+// shared token: where it comes from and how a call carries it.
 //
 // Thread-safety: pure functions and constants.
 #ifndef FUSETUNE_WIRE_CONNECTION_H_
@@ -11,7 +12,9 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "fusetune/wire/address.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/support/channel_arguments.h"
 
 namespace fusetune {
@@ -30,6 +33,23 @@ absl::Status ValidateServiceAddress(std::string_view address, std::string_view f
 // never exceeds `max_ms` (jitter included). Values are clamped to [1, INT_MAX] ms; initial
 // is at most max.
 grpc::ChannelArguments ReconnectChannelArguments(int64_t initial_ms, int64_t max_ms);
+
+// ---- the shared token
+// A call carries the token as the metadata entry "authorization: Bearer <token>"; the
+// server's check parses the same two constants.
+inline constexpr char kAuthorizationMetadata[] = "authorization";
+inline constexpr char kBearerPrefix[] = "Bearer ";
+// The environment variable that holds the token when no token or token file is given.
+inline constexpr char kTokenEnvironmentVariable[] = "FUSETUNE_TOKEN";
+
+// The token of `serve`, `worker` and every client command, in this order: `token` when not
+// empty; else the first line of `token_file` when one is named (even when that line is
+// empty); else $FUSETUNE_TOKEN; else "" (no token). Surrounding whitespace is stripped.
+// NotFound "cannot read token file '<path>'" when `token_file` cannot be read.
+absl::StatusOr<std::string> ResolveToken(std::string_view token, const std::string& token_file);
+
+// Adds "authorization: Bearer <token>" to `context`; nothing when `token` is empty.
+void AddBearerToken(grpc::ClientContext& context, std::string_view token);
 
 }  // namespace fusetune
 

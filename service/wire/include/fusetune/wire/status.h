@@ -24,6 +24,11 @@ namespace fusetune {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// The canonical name of a gRPC status code, as gRPC's status documentation spells it ("OK",
+// "INVALID_ARGUMENT", ..., "UNAUTHENTICATED"); "UNKNOWN" for a value outside the 17 codes.
+// The one table of these names: the server's metrics label and the CLI's error lines use it.
+const char* StatusCodeName(grpc::StatusCode code);
+
 // ---- error reasons
 // Some errors carry a machine-readable reason in the trailing metadata entry
 // kErrorReasonMetadata, so that a client branches on it instead of on message text.
