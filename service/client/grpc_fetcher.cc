@@ -43,7 +43,7 @@ class GrpcFetcher : public BestConfigFetcher {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          absl::ToChronoMilliseconds(options_.deadline));
-    if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
+    AddBearerToken(context, options_.token);
     v1::BatchGetBestConfigResponse response;
     grpc::Status status = stub_->BatchGetBestConfig(&context, request, &response);
     if (!status.ok()) return FromGrpcStatus(status);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "fusetune/wire/connection.h"
 #include "fusetune/service/server.h"
 #include "server_test_util.h"
 
@@ -49,7 +50,7 @@ class LeaseDeliveryTest : public ::testing::Test {
 
   grpc::Status LeaseOn(grpc::ClientContext* ctx, const std::string& worker_id, int wait_ms,
                        v1::LeaseJobResponse* resp) {
-    ctx->AddMetadata("authorization", std::string("Bearer ") + kToken);
+    AddBearerToken(*ctx, kToken);
     v1::LeaseJobRequest req;
     req.set_worker_id(worker_id);
     req.set_wait_ms(wait_ms);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "fusetune/wire/connection.h"
 #include "fusetune/db/store.h"
 #include "server_test_util.h"
 
@@ -233,7 +234,7 @@ TEST_F(ServerAuditTest, ReportAuditRefusesUnknownJobsAndWorkersNotHoldingTheLeas
   EXPECT_EQ(ReportAudit("w2", job_id, summary, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   // An unregistered worker is told so, with the machine-readable reason.
   grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  AddBearerToken(ctx, kToken);
   EXPECT_EQ(ReportAudit("ghost", job_id, summary, &resp, &ctx).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   auto reason = ctx.GetServerTrailingMetadata().find(kErrorReasonMetadata);
   ASSERT_NE(reason, ctx.GetServerTrailingMetadata().end());

@@ -3,6 +3,7 @@
 #include <iterator>
 #include <random>
 
+#include "fusetune/wire/connection.h"
 #include "fusetune/service/server.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "server_test_util.h"
@@ -23,7 +24,7 @@ const char* const kUnaryMethods[] = {
 
 grpc::Status CallRaw(grpc::GenericStub& stub, const std::string& method, const std::string& bytes) {
   grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  AddBearerToken(ctx, kToken);
   ctx.AddMetadata("x-fusetune-worker-id", "fuzz-worker");
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::Slice slice(bytes);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fusetune/wire/connection.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/wire/convert.h"
 #include "fusetune/wire/status.h"
@@ -44,7 +45,7 @@ class ScratchDir {
 inline std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = kToken,
                                                 const std::string& worker_id = "") {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  AddBearerToken(*ctx, token);
   if (!worker_id.empty()) ctx->AddMetadata("x-fusetune-worker-id", worker_id);
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   return ctx;

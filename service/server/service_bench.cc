@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "fusetune/wire/connection.h"
 #include "fusetune/db/store.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/wire/convert.h"
@@ -116,7 +117,7 @@ int Main(int argc, char** argv) {
         v1::GetBestConfigResponse response;
         while (phase.load(std::memory_order_relaxed) < 2) {
           grpc::ClientContext ctx;
-          ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+          AddBearerToken(ctx, kToken);
           const auto t0 = std::chrono::steady_clock::now();
           grpc::Status s = stub->GetBestConfig(&ctx, request, &response);
           const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "common/subprocess.h"
+#include "fusetune/wire/connection.h"
 #include "fusetune/db/store.h"
 #include "fusetune/kernels/backend.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
@@ -167,7 +168,7 @@ class Client {
  private:
   static void Prepare(grpc::ClientContext& ctx) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    AddBearerToken(ctx, kToken);
   }
   std::unique_ptr<v1::TuningService::Stub> tuning_;
 };

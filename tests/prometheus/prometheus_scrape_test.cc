@@ -11,6 +11,7 @@
 
 #include "common/ports.h"
 #include "common/subprocess.h"
+#include "fusetune/wire/connection.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/wire/convert.h"
 #include "fusetune/service/server.h"
@@ -27,7 +28,7 @@ constexpr char kClass[] = "cpu/Test-CPU/x86_64";
 
 std::unique_ptr<grpc::ClientContext> Ctx(const std::string& worker_id = "") {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->AddMetadata("authorization", std::string("Bearer ") + kToken);
+  AddBearerToken(*ctx, kToken);
   if (!worker_id.empty()) ctx->AddMetadata("x-fusetune-worker-id", worker_id);
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   return ctx;

@@ -1,6 +1,7 @@
 // Worker daemon tests in one process: a real Server (gRPC on 127.0.0.1, SQLite in a temp
 // file) and a Worker whose devices are CPU backends, some of them made to fail or hang
 // through WorkerOptions::backend_factory.
+#include "fusetune/wire/connection.h"
 #include "fusetune/worker/worker.h"
 
 #include <unistd.h>
@@ -114,7 +115,7 @@ class WorkerTest : public ::testing::Test {
     req.add_variants("fused");
     v1::SubmitTuningJobResponse resp;
     grpc::ClientContext ctx;
-    ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    AddBearerToken(ctx, kToken);
     grpc::Status st = stub_->SubmitTuningJob(&ctx, req, &resp);
     EXPECT_TRUE(st.ok()) << st.error_message();
     return resp.job_id();

@@ -183,7 +183,7 @@ int64_t SubmitOne(const std::string& address) {
   req.add_variants("fused");
   v1::SubmitTuningJobResponse resp;
   grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  AddBearerToken(ctx, kToken);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::Status st = stub->SubmitTuningJob(&ctx, req, &resp);
   EXPECT_TRUE(st.ok()) << st.error_message();
