@@ -13,7 +13,7 @@
 #include "sqlite_store.h"
 
 // What sweeps, audits and regression checks conclude: the best_configs, regressions and
-// audits tables (RecordBestConfig is also the RecordSink's).
+// audits tables.
 
 namespace fusetune::db_internal {
 
@@ -111,8 +111,6 @@ absl::Status SqliteStore::UpsertBestConfig(const BestConfig& b) {
     return s.Run();
   });
 }
-
-absl::Status SqliteStore::RecordBestConfig(const BestConfig& best) { return UpsertBestConfig(best); }
 
 absl::StatusOr<BestConfig> SqliteStore::GetBestConfig(std::string_view device_class,
                                                 std::string_view problem_key) {

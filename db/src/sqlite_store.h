@@ -49,18 +49,14 @@ class SqliteStore final : public Store {
   // commits
   absl::StatusOr<std::vector<std::string>> CommitsStartingWith(std::string_view prefix, int limit) override;
   // trials
-  absl::Status RecordTrial(const Trial& trial) override;
-  absl::Status RecordTrials(const std::vector<Trial>& trials) override;
   absl::StatusOr<int> RecordTrialsCountingNew(const std::vector<Trial>& trials) override;
   absl::StatusOr<int64_t> CountTrials(int64_t run_id) override;
   absl::StatusOr<std::vector<Trial>> ListTrials(int64_t run_id, std::string_view problem_key) override;
-  absl::StatusOr<std::vector<Trial>> RecordedTrials(int64_t run_id) override;
   absl::StatusOr<std::vector<Trial>> ListTrialsForProblem(std::string_view device_class, std::string_view problem_key,
                                                           int limit) override;
   absl::StatusOr<bool> HasTrial(std::string_view trial_id) override;
   // best configs
   absl::Status UpsertBestConfig(const BestConfig& best) override;
-  absl::Status RecordBestConfig(const BestConfig& best) override;
   absl::StatusOr<BestConfig> GetBestConfig(std::string_view device_class, std::string_view problem_key) override;
   absl::StatusOr<std::vector<BestConfig>> ListBestConfigs(std::string_view device_class) override;
   // audits

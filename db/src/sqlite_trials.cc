@@ -17,7 +17,7 @@
 #include "sqlite_store.h"
 
 // The trials table: its JSON columns (samples, timing blocks; bench cells use them too),
-// validation, row reader and the Store's trial methods (RecordTrial and RecordedTrials are also the RecordSink's).
+// validation, row reader and the Store's trial methods.
 
 namespace fusetune::db_internal {
 
@@ -116,14 +116,6 @@ absl::StatusOr<int> InsertTrials(Connection& c, const std::vector<Trial>& trials
 
 // ---- trials
 
-absl::Status SqliteStore::RecordTrial(const Trial& trial) {
-  return RecordTrialsCountingNew({trial}).status();
-}
-
-absl::Status SqliteStore::RecordTrials(const std::vector<Trial>& trials) {
-  return RecordTrialsCountingNew(trials).status();
-}
-
 absl::StatusOr<int> SqliteStore::RecordTrialsCountingNew(const std::vector<Trial>& trials) {
   for (const Trial& t : trials) FT_DB_RETURN_IF_ERROR(ValidateTrial(t));
   if (trials.empty()) return 0;
@@ -169,8 +161,6 @@ absl::StatusOr<std::vector<Trial>> SqliteStore::ListTrials(int64_t run_id, std::
   }));
   return out;
 }
-
-absl::StatusOr<std::vector<Trial>> SqliteStore::RecordedTrials(int64_t run_id) { return ListTrials(run_id, {}); }
 
 absl::StatusOr<std::vector<Trial>> SqliteStore::ListTrialsForProblem(std::string_view device_class,
                                                                std::string_view problem_key,

@@ -54,17 +54,19 @@ class ResultStore : public RecordSink {
   // written) for empty keys, an unknown outcome or stage, a negative or non-finite wall time
   // or block number, or a trial_id that is not TrialId(run_id, problem_key, config_key,
   // attempt, stage).
-  absl::Status RecordTrial(const Trial& trial) override = 0;
-  virtual absl::Status RecordTrials(const std::vector<Trial>& trials) = 0;  // one transaction
-  // Same as RecordTrials; returns how many of `trials` were new rows (the rest were
+  // Records `trials` in one transaction; returns how many were new rows (the rest were
   // duplicates by trial_id, already stored). The service reports received vs inserted.
   virtual absl::StatusOr<int> RecordTrialsCountingNew(const std::vector<Trial>& trials) = 0;
+  // RecordTrialsCountingNew without the count; an implementation writes trials in that one
+  // method, and these follow from it.
+  absl::Status RecordTrials(const std::vector<Trial>& trials) { return RecordTrialsCountingNew(trials).status(); }
+  absl::Status RecordTrial(const Trial& trial) final { return RecordTrialsCountingNew({trial}).status(); }
   // Number of trials stored for a run; NotFound if the run does not exist.
   virtual absl::StatusOr<int64_t> CountTrials(int64_t run_id) = 0;
   // Trials of a run, optionally only one problem (empty = all), ordered by insertion.
   virtual absl::StatusOr<std::vector<Trial>> ListTrials(int64_t run_id, std::string_view problem_key = {}) = 0;
   // The sink's view of a run: ListTrials(run_id) (NotFound if the run does not exist).
-  absl::StatusOr<std::vector<Trial>> RecordedTrials(int64_t run_id) override = 0;
+  absl::StatusOr<std::vector<Trial>> RecordedTrials(int64_t run_id) final { return ListTrials(run_id, {}); }
   // Trials for a problem on a device class across runs (newest first), at most `limit`.
   virtual absl::StatusOr<std::vector<Trial>> ListTrialsForProblem(std::string_view device_class,
                                                                   std::string_view problem_key,
@@ -78,7 +80,7 @@ class ResultStore : public RecordSink {
   // set and the run does not exist. updated_unix_ms 0 is stored as now.
   virtual absl::Status UpsertBestConfig(const BestConfig& best) = 0;
   // The sink's write of a sweep's pick: UpsertBestConfig.
-  absl::Status RecordBestConfig(const BestConfig& best) override = 0;
+  absl::Status RecordBestConfig(const BestConfig& best) final { return UpsertBestConfig(best); }
   // NotFound when none recorded.
   virtual absl::StatusOr<BestConfig> GetBestConfig(std::string_view device_class, std::string_view problem_key) = 0;
   // All best configs, optionally restricted to one device class; ordered by problem key.
