@@ -5,7 +5,9 @@
 #include "best_config_json.h"
 #include "commands.h"
 #include "fusetune/wire/convert.h"
+#include "fusetune/base/strings.h"
 #include "fusetune/wire/provenance.h"
+#include "fusetune/wire/records_convert.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "server_connection.h"
@@ -24,35 +26,33 @@ int RunRemoteBest(const AttentionProblem& problem, const std::string& device_cla
   v1::GetBestConfigResponse r;
   grpc::Status status = connection->tuning().GetBestConfig(connection->Context().get(), req, &r);
   if (!status.ok()) return RpcFailure(cmd, status);
-  const std::string provenance(ConfigProvenanceName(ConfigProvenanceFromProto(r.provenance())));
+  absl::StatusOr<BestConfigAnswer> answer = BestConfigAnswerFromProto(r);
+  if (!answer.ok()) return Failure(cmd, Cat("the service's answer: ", answer.status().message()));
+  const BestConfig& source = answer->source;
+  const std::string provenance(ConfigProvenanceName(answer->provenance));
   if (json) {
-    BestConfig answer;
-    answer.device_class = device_class;
-    answer.problem_key = r.problem_key();
-    answer.config_key = r.config().key();
-    answer.median_us = r.median_us();
-    answer.speedup_vs_materialized = r.speedup_vs_materialized();
-    answer.max_rel_error = r.max_rel_error();
-    answer.run_id = r.run_id();
-    answer.commit = r.commit();
-    const BestConfigProvenance from{provenance, r.source_problem_key(), r.distance()};
-    std::printf("%s\n", BestConfigJson(answer, from).dump(2).c_str());
+    // The JSON names the asked-for problem; its latency and error are the source problem's.
+    BestConfig asked = source;
+    asked.device_class = device_class;
+    asked.problem_key = answer->problem_key;
+    const BestConfigProvenance from{provenance, source.problem_key, answer->distance};
+    std::printf("%s\n", BestConfigJson(asked, from).dump(2).c_str());
     return kExitOk;
   }
-  std::printf("%s\n", r.config().key().c_str());
-  std::printf("  problem   %s\n  device    %s\n  answer    %s", r.problem_key().c_str(), device_class.c_str(),
+  std::printf("%s\n", source.config_key.c_str());
+  std::printf("  problem   %s\n  device    %s\n  answer    %s", answer->problem_key.c_str(), device_class.c_str(),
               provenance.c_str());
-  if (r.provenance() == v1::GetBestConfigResponse::NEAREST) {
-    std::printf(" (from %s, distance %.2f)", r.source_problem_key().c_str(), r.distance());
-  } else if (r.provenance() == v1::GetBestConfigResponse::DEFAULT) {
+  if (answer->provenance == ConfigProvenance::kNearest) {
+    std::printf(" (from %s, distance %.2f)", source.problem_key.c_str(), answer->distance);
+  } else if (answer->provenance == ConfigProvenance::kDefault) {
     std::printf(" (nothing comparable tuned: submit a job)");
   }
   std::printf("\n");
-  if (r.provenance() != v1::GetBestConfigResponse::DEFAULT) {
+  if (answer->provenance != ConfigProvenance::kDefault) {
     std::printf("  median    %.1f us on the source problem\n  speedup   %.2fx vs materialized\n"
                 "  error     %.3g max rel\n  from      run %lld, commit %s\n",
-                r.median_us(), r.speedup_vs_materialized(), r.max_rel_error(), static_cast<long long>(r.run_id()),
-                r.commit().c_str());
+                source.median_us, source.speedup_vs_materialized, source.max_rel_error,
+                static_cast<long long>(source.run_id), source.commit.c_str());
   }
   return kExitOk;
 }

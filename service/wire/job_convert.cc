@@ -294,4 +294,22 @@ void BestConfigAnswerToProto(const BestConfigAnswer& a, v1::GetBestConfigRespons
   out->set_max_rel_error(a.source.max_rel_error);
 }
 
+absl::StatusOr<BestConfigAnswer> BestConfigAnswerFromProto(const v1::GetBestConfigResponse& in) {
+  BestConfigAnswer a;
+  absl::StatusOr<KernelConfig> config = ConfigFromProto(in.config());
+  if (!config.ok()) return absl::InvalidArgumentError(Cat("config: ", config.status().message()));
+  a.config = *config;
+  a.provenance = ConfigProvenanceFromProto(in.provenance());
+  a.problem_key = in.problem_key();
+  a.distance = in.distance();
+  a.source.problem_key = in.source_problem_key();
+  a.source.config_key = a.config.Key();
+  a.source.median_us = in.median_us();
+  a.source.speedup_vs_materialized = in.speedup_vs_materialized();
+  a.source.run_id = in.run_id();
+  a.source.commit = in.commit();
+  a.source.max_rel_error = in.max_rel_error();
+  return a;
+}
+
 }  // namespace fusetune

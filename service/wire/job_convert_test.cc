@@ -260,5 +260,42 @@ TEST(WireAnswers, AnswerCarriesProvenanceConfigAndSource) {
   EXPECT_EQ(resp.run_id(), 4);
 }
 
+TEST(WireAnswers, AReceivedAnswerReadsBackAsSent) {
+  BestConfigAnswer sent;
+  sent.provenance = ConfigProvenance::kNearest;
+  sent.config = *KernelConfig::FromKey("fused/bm64/bs64/t1/fp32/st1");
+  sent.problem_key = "requested";
+  sent.distance = 2;
+  sent.source.problem_key = "tuned";
+  sent.source.median_us = 12.5;
+  sent.source.speedup_vs_materialized = 1.75;
+  sent.source.max_rel_error = 3e-4;
+  sent.source.run_id = 4;
+  sent.source.commit = "0123456789ab";
+  v1::GetBestConfigResponse resp;
+  BestConfigAnswerToProto(sent, &resp);
+  absl::StatusOr<BestConfigAnswer> got = BestConfigAnswerFromProto(resp);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->provenance, ConfigProvenance::kNearest);
+  EXPECT_EQ(got->config.Key(), "fused/bm64/bs64/t1/fp32/st1");
+  EXPECT_EQ(got->problem_key, "requested");
+  EXPECT_DOUBLE_EQ(got->distance, 2);
+  EXPECT_EQ(got->source.problem_key, "tuned");
+  EXPECT_EQ(got->source.config_key, "fused/bm64/bs64/t1/fp32/st1");
+  EXPECT_DOUBLE_EQ(got->source.median_us, 12.5);
+  EXPECT_DOUBLE_EQ(got->source.speedup_vs_materialized, 1.75);
+  EXPECT_DOUBLE_EQ(got->source.max_rel_error, 3e-4);
+  EXPECT_EQ(got->source.run_id, 4);
+  EXPECT_EQ(got->source.commit, "0123456789ab");
+}
+
+TEST(WireAnswers, AReceivedAnswerWithoutAConfigIsRefusedNamingIt) {
+  v1::GetBestConfigResponse resp;
+  resp.mutable_config()->set_key("not-a-config");
+  absl::StatusOr<BestConfigAnswer> got = BestConfigAnswerFromProto(resp);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(got.status().message().find("config"), std::string_view::npos) << got.status();
+}
+
 }  // namespace
 }  // namespace fusetune

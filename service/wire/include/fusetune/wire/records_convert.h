@@ -172,6 +172,10 @@ struct BestConfigAnswer {
   BestConfig source;
 };
 void BestConfigAnswerToProto(const BestConfigAnswer& answer, v1::GetBestConfigResponse* proto);
+// The answer a client received: what BestConfigAnswerToProto sent (the source's fields that the
+// response does not carry stay at their defaults). InvalidArgument naming "config" when the
+// answer's config is not one.
+absl::StatusOr<BestConfigAnswer> BestConfigAnswerFromProto(const v1::GetBestConfigResponse& proto);
 
 }  // namespace fusetune
 
