@@ -71,6 +71,27 @@ absl::Status WriteKey(const std::string& text, char* key, size_t keylen) {
   return absl::OkStatus();
 }
 
+// The C ABI's FUSETUNE_FP32/FP16/BF16 as a storage dtype; InvalidArgument for any other value.
+absl::StatusOr<fusetune::DType> DTypeFromC(int dtype) {
+  switch (dtype) {
+    case FUSETUNE_FP32: return fusetune::DType::kFp32;
+    case FUSETUNE_FP16: return fusetune::DType::kFp16;
+    case FUSETUNE_BF16: return fusetune::DType::kBf16;
+    default: return absl::InvalidArgumentError("dtype must be FUSETUNE_FP32, FP16 or BF16");
+  }
+}
+
+// The C ABI's FUSETUNE_PRECISION_* as a precision; InvalidArgument for any other value.
+absl::StatusOr<fusetune::Precision> PrecisionFromC(int precision) {
+  switch (precision) {
+    case FUSETUNE_PRECISION_FP32: return fusetune::Precision::kFp32;
+    case FUSETUNE_PRECISION_TF32: return fusetune::Precision::kTf32;
+    case FUSETUNE_PRECISION_FP16: return fusetune::Precision::kFp16;
+    case FUSETUNE_PRECISION_BF16: return fusetune::Precision::kBf16;
+    default: return absl::InvalidArgumentError("precision must be one of FUSETUNE_PRECISION_*");
+  }
+}
+
 // `cache` (may be NULL: a contiguous prefill) adds the kind and the paged-cache fields.
 absl::Status ToProblem(const fusetune_problem* in, const fusetune_kv_cache* cache, AttentionProblem* out) {
   if (in == nullptr) return absl::InvalidArgumentError("problem is NULL");
@@ -95,12 +116,9 @@ absl::Status ToProblem(const fusetune_problem* in, const fusetune_kv_cache* cach
     return absl::InvalidArgumentError(absl::StrCat("causal must be 0 or 1, got ", in->causal));
   }
   p.causal = in->causal == 1;
-  switch (in->dtype) {
-    case FUSETUNE_FP32: p.dtype = fusetune::DType::kFp32; break;
-    case FUSETUNE_FP16: p.dtype = fusetune::DType::kFp16; break;
-    case FUSETUNE_BF16: p.dtype = fusetune::DType::kBf16; break;
-    default: return absl::InvalidArgumentError("dtype must be FUSETUNE_FP32, FP16 or BF16");
-  }
+  absl::StatusOr<fusetune::DType> dtype = DTypeFromC(in->dtype);
+  if (!dtype.ok()) return dtype.status();
+  p.dtype = *dtype;
   p.softmax_scale = in->softmax_scale;
   // The batch bounds come first: the length arrays are read with `batch` entries.
   if (in->batch < 1 || in->batch > fusetune::kMaxBatch) {
@@ -129,13 +147,9 @@ absl::Status ToConfig(const fusetune_config* in, KernelConfig* out) {
     case FUSETUNE_MATERIALIZED: c.variant = fusetune::Variant::kMaterialized; break;
     default: return absl::InvalidArgumentError("variant must be FUSETUNE_FUSED, PARTIAL or MATERIALIZED");
   }
-  switch (in->precision) {
-    case FUSETUNE_PRECISION_FP32: c.precision = fusetune::Precision::kFp32; break;
-    case FUSETUNE_PRECISION_TF32: c.precision = fusetune::Precision::kTf32; break;
-    case FUSETUNE_PRECISION_FP16: c.precision = fusetune::Precision::kFp16; break;
-    case FUSETUNE_PRECISION_BF16: c.precision = fusetune::Precision::kBf16; break;
-    default: return absl::InvalidArgumentError("precision must be one of FUSETUNE_PRECISION_*");
-  }
+  absl::StatusOr<fusetune::Precision> precision = PrecisionFromC(in->precision);
+  if (!precision.ok()) return precision.status();
+  c.precision = *precision;
   c.block_m = in->block_m;
   c.block_s = in->block_s;
   c.threads = in->threads;
@@ -396,22 +410,11 @@ int fusetune_default_config(const char* device_class, const fusetune_problem* pr
 int fusetune_tolerance(int precision, int dtype, double* tolerance) {
   return Guard(nullptr, 0, [&]() -> absl::Status {
     if (tolerance == nullptr) return absl::InvalidArgumentError("tolerance is NULL");
-    fusetune::Precision p;
-    switch (precision) {
-      case FUSETUNE_PRECISION_FP32: p = fusetune::Precision::kFp32; break;
-      case FUSETUNE_PRECISION_TF32: p = fusetune::Precision::kTf32; break;
-      case FUSETUNE_PRECISION_FP16: p = fusetune::Precision::kFp16; break;
-      case FUSETUNE_PRECISION_BF16: p = fusetune::Precision::kBf16; break;
-      default: return absl::InvalidArgumentError("precision must be one of FUSETUNE_PRECISION_*");
-    }
-    fusetune::DType d;
-    switch (dtype) {
-      case FUSETUNE_FP32: d = fusetune::DType::kFp32; break;
-      case FUSETUNE_FP16: d = fusetune::DType::kFp16; break;
-      case FUSETUNE_BF16: d = fusetune::DType::kBf16; break;
-      default: return absl::InvalidArgumentError("dtype must be FUSETUNE_FP32, FP16 or BF16");
-    }
-    *tolerance = fusetune::ToleranceFor(p, d);
+    absl::StatusOr<fusetune::Precision> p = PrecisionFromC(precision);
+    if (!p.ok()) return p.status();
+    absl::StatusOr<fusetune::DType> d = DTypeFromC(dtype);
+    if (!d.ok()) return d.status();
+    *tolerance = fusetune::ToleranceFor(*p, *d);
     return absl::OkStatus();
   });
 }
