@@ -15,13 +15,16 @@ For each shape (new query tokens per sequence against a cache of `cache` keys; G
                      repeated to hq heads instead, for a torch without enable_gqa; those kernels then
                      read hq/hkv times the bytes); more than one new token: a bottom-right causal mask
                      (torch.nn.attention.bias.causal_lower_right).
+  read               the read ceiling of the same bytes: torch.amax over K and over V (int64 views),
+                     two reductions that read the cache once and compute no attention; ours / read
+                     is how far a candidate is from only reading its inputs.
 Every candidate's output is checked first against a float64 reference computed on the GPU one
 sequence at a time; one that fails or cannot run is left out of the timing and listed with the reason.
 
 Timing, statistics, device state and reports are compare_torch.py's (imported from beside this
 file): R rounds (--rounds, default 15), each a fresh random order of the candidates, one block per
 candidate per round (--warmup untimed, then --launches launches each between CUDA events, block value
-= median), a 256 MiB L2 flush before every timed launch unless --steady; SM clock, power and throttle
+= median), a 256 MiB L2 flush (a read) before every timed launch unless --steady; SM clock, power and throttle
 reasons per block (NVML, else nvidia-smi per round; a block whose clock moved by more than 2 % or
 whose throttle reasons changed counts as unsteady). Reported per candidate: the median block time and
 the bandwidth = bytes of K and V read (every visible key of every sequence once per KV head,
@@ -31,7 +34,8 @@ under --out.
 
 Shapes (the decode preset of `fusetune --preset decode`): batch 16, 32 query heads, 8 KV heads,
 head_dim 128, bf16 at cache 1k, 8k and 32k; batch 1 at 64k; and prefill of 512 new tokens over an
-8k prefix shared by every sequence (its paged candidates share the prefix pages).
+8k prefix shared by every sequence (its paged candidates share the prefix pages). Also: batch 1 at
+128k; batch 64 at 4k with 1, 4 and 16 new tokens (speculative decoding).
 """
 import argparse
 import ctypes
@@ -78,11 +82,15 @@ SHAPES = {
     "b16-c8k": _serving("bf16 b16 hq32 hkv8 d128 cache 8k", 16, 8192),
     "b16-c32k": _serving("bf16 b16 hq32 hkv8 d128 cache 32k", 16, 32768),
     "b1-c64k": _serving("bf16 b1 hq32 hkv8 d128 cache 64k", 1, 65536),
+    "b1-c128k": _serving("bf16 b1 hq32 hkv8 d128 cache 128k", 1, 131072),
+    "b64-c4k-n1": _serving("bf16 b64 hq32 hkv8 d128 cache 4k, 1 new token", 64, 4096, 1),
+    "b64-c4k-n4": _serving("bf16 b64 hq32 hkv8 d128 cache 4k, 4 new tokens (speculative)", 64, 4096, 4),
+    "b64-c4k-n16": _serving("bf16 b64 hq32 hkv8 d128 cache 4k, 16 new tokens (speculative)", 64, 4096, 16),
     "prefix-n512-c8k": _serving("bf16 b16 hq32 hkv8 d128 512 new over an 8k shared prefix", 16, 8192 + 512, 512, 8192),
 }
 DEFAULT_SHAPES = ["b16-c1k", "b16-c8k", "b16-c32k", "b1-c64k", "prefix-n512-c8k"]
-TORCH_CANDIDATES = ["cudnn", "flash", "efficient", "math"]
-DEFAULT_TORCH = ["cudnn", "flash", "efficient"]
+TORCH_CANDIDATES = ["cudnn", "flash", "efficient", "math", "read"]
+DEFAULT_TORCH = ["cudnn", "flash", "efficient", "read"]
 # The short list each ours* candidate takes its fastest from (one block each), keys as
 # KernelConfig::Key prints them, precision filled in: the decode family (block_m 16: a KV
 # group's heads x the new tokens per block; split planned at launch or fixed) and, for the
@@ -91,7 +99,8 @@ DEFAULT_TORCH = ["cudnn", "flash", "efficient"]
 OURS_CONFIGS = ["fused/bm16/bs128/t256/{p}/st3/skauto", "fused/bm16/bs128/t256/{p}/st3",
                 "fused/bm16/bs64/t128/{p}/st3/skauto", "fused/bm16/bs64/t128/{p}/st2/sk8",
                 "fused/bm16/bs64/t128/{p}/st4", "fused/bm16/bs64/t128/{p}/st3/sk16",
-                "fused/bm64/bs64/t128/{p}/st2", "fused/bm128/bs128/t384/{p}/st2"]
+                "fused/bm64/bs64/t128/{p}/st2", "fused/bm64/bs64/t128/{p}/st2/skauto",
+                "fused/bm128/bs128/t384/{p}/st2"]
 
 
 class KvCache(ctypes.Structure):
@@ -271,10 +280,16 @@ class DecodeBench:
         return sdpa, backend
 
     def torch_block(self, name, warmup, launches):
+        if name == "read":  # the read ceiling: one reduction over K and one over V, nothing else
+            k64, v64 = self.k.view(torch.int64), self.v.view(torch.int64)
+            return ct.torch_calls_block(lambda: (torch.amax(k64), torch.amax(v64)), None, warmup, launches,
+                                        self.flush, self.spin_us_per_launch)
         fn, backend = self._sdpa(name)
         return ct.torch_calls_block(fn, backend, warmup, launches, self.flush, self.spin_us_per_launch)
 
     def verify_torch(self, name):
+        if name == "read":
+            return 0.0  # computes no attention: nothing to check
         from torch.nn.attention import sdpa_kernel
         fn, backend = self._sdpa(name)
         with torch.no_grad(), sdpa_kernel(backend):
@@ -379,7 +394,7 @@ def main():
     pair_rows = paged_pairs(pair_rows, all_blocks, shape_ids)
     mode = (f"{rounds} rounds, fresh random order each; per block {args.warmup} warm-up + {args.launches} timed "
             f"launches, block value = median; " + ("steady (no L2 flush)" if args.steady else
-                                                   "256 MiB L2 flush before every timed launch") +
+                                                   "256 MiB L2 flush (read) before every timed launch") +
             "; TB/s = bytes of K and V read / time" +
             ("; torch on K/V expanded to the query heads" if args.expand_heads else "; torch with enable_gqa"))
     text = ct.write_report(args.out, mode, all_blocks, cand_rows, pair_rows, device_text,

@@ -17,7 +17,9 @@ left out of the timing and listed with the reason.
 Then R rounds (--rounds, default 15), each a fresh random order of the candidates; each
 candidate one block per round: 2 warm-up launches, then N (--launches) launches each timed
 with CUDA events, the block's value = the median of its N. Before every timed launch a
-256 MiB buffer is written (L2 flush) unless --steady (back-to-back launches, warm L2).
+256 MiB buffer is read (L2 flush: reading leaves clean lines; a write would leave ~50 MB of dirty
+lines that the measured kernel writes back, see kernels/cuda/l2_flush.h) unless --steady
+(back-to-back launches, warm L2).
   ours: fusetune_time (events around each launch, host sync after each; with --steady the
         event-to-kernel launch latency stays inside each sample: --cupti-check measures it);
   torch: the whole block is queued behind a short spin kernel (torch.cuda._sleep), so that
@@ -554,10 +556,15 @@ class ShapeBench:
         return self.rel_error(out, self.ref)
 
 
+def flush_l2(flush):
+    """Evicts L2 by reading `flush` (a uint8 tensor larger than L2), as the backend's Time does."""
+    torch.amax(flush.view(torch.int64))
+
+
 def torch_calls_block(fn, backend, warmup, launches, flush, spin_us_per_launch):
     """Samples (µs) of `launches` calls of fn() under the SDPA `backend` (None: as it is), each
     between CUDA events, queued behind a spin kernel so the host's dispatch time is never inside
-    a measured interval; `flush` (a tensor, or None) is zeroed before each timed call."""
+    a measured interval; `flush` (a tensor, or None) is read before each timed call (flush_l2)."""
     from torch.nn.attention import sdpa_kernel
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(launches)]
@@ -569,7 +576,7 @@ def torch_calls_block(fn, backend, warmup, launches, flush, spin_us_per_launch):
         torch.cuda._sleep(int(spin_us_per_launch * (launches + 1) * 2000))  # ~2 GHz SM clock
         for i in range(launches):
             if flush is not None:
-                flush.zero_()
+                flush_l2(flush)
             starts[i].record()
             fn()
             stops[i].record()
@@ -759,7 +766,7 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log):
                     bench.flush = saved
             subjects.append((f"torch {torch_name}", "-", one_call, torch_timer))
         # Kernels of the flush and of the spin are never counted as the measured call's.
-        _, noise = profiled(lambda: (flush.zero_(), torch.cuda._sleep(1000)), trace_dir, f"{shape_id}_noise")
+        _, noise = profiled(lambda: (flush_l2(flush), torch.cuda._sleep(1000)), trace_dir, f"{shape_id}_noise")
         noise_names = {e[0] for e in noise}
         for who, cfg_key, single, timer in subjects:
             single()
@@ -809,7 +816,7 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log):
         for r in rows:
             w.writerow(r)
     lines = ["Timer vs CUPTI (torch.profiler, ProfilerActivity.CUDA): the same launches; gap = timer / CUPTI - 1.",
-             "steady: back-to-back launches, no L2 flush; flush: a 256 MiB write before each launch.", "",
+             "steady: back-to-back launches, no L2 flush; flush: a 256 MiB read before each launch.", "",
              "| shape | timer of | config | mode | launches | timer median µs | same, profiled | CUPTI median µs "
              "| gap % | median paired gap µs | kernels/launch | SM MHz | throttle |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]

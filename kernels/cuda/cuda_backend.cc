@@ -29,6 +29,7 @@
 #include "baseline_kernels.h"
 #include "baseline_plan.h"
 #include "decode/decode_dispatch.h"
+#include "l2_flush.h"
 #include "fused/fused_configs.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/kernels/cuda_backend.h"
@@ -46,7 +47,8 @@ using cuda::GemmGroup;
 using cuda::ToElemType;
 
 constexpr cudaStream_t kStream = 0;  // legacy default stream
-// Bigger than twice the H200's 60 MB L2, so one memset evicts everything a launch left there.
+// Bigger than twice the H200's 60 MB L2, so reading it once evicts everything a launch left
+// there (l2_flush.h: why reading, not writing). The sink word sits after it.
 constexpr size_t kL2FlushBytes = size_t{256} << 20;
 
 std::string CudaErrorText(cudaError_t e) {
@@ -423,11 +425,16 @@ class CudaBackend final : public Backend {
     auto prepared = Prepare(problem, config, buffers);
     if (!prepared.ok()) return prepared.status();
     if (options.flush_l2 && flush_buffer_ == nullptr) {
-      if (cudaError_t e = cudaMalloc(&flush_buffer_, kL2FlushBytes); e != cudaSuccess) {
+      if (cudaError_t e = cudaMalloc(&flush_buffer_, kL2FlushBytes + 16); e != cudaSuccess) {
         flush_buffer_ = nullptr;
         cudaGetLastError();
         return absl::ResourceExhaustedError(
             Cat("allocating the L2 flush buffer: ", CudaErrorText(e)));
+      }
+      if (auto s = Check(cudaMemset(flush_buffer_, 0, kL2FlushBytes + 16), "zeroing the L2 flush buffer"); !s.ok()) {
+        cudaFree(flush_buffer_);
+        flush_buffer_ = nullptr;
+        return s;
       }
     }
     // Warm-up, timed on the host: how long a launch takes decides how many fit in
@@ -462,7 +469,10 @@ class CudaBackend final : public Backend {
     out.before = cuda::NvmlDeviceState(pci_bus_id_);
     for (int i = 0; i < count; ++i) {
       if (options.flush_l2) {
-        if (auto s = Check(cudaMemsetAsync(flush_buffer_, i & 0xff, kL2FlushBytes, kStream), "L2 flush");
+        if (auto s = Check(cuda::EnqueueL2FlushByReading(
+                               flush_buffer_, kL2FlushBytes,
+                               reinterpret_cast<uint32_t*>(static_cast<char*>(flush_buffer_) + kL2FlushBytes), kStream),
+                           "L2 flush");
             !s.ok()) {
           return s;
         }

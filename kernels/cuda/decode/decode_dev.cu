@@ -15,6 +15,9 @@
 //   decode_dev bench [csv] [launches]  the decode preset's shapes: every instance x split
 //        count, L2 flushed before every launch, CUDA events, median; K/V bytes / time in TB/s
 //        beside a read-only kernel over the same bytes (the read ceiling of this run).
+//        Environment: DECODE_BENCH_SHAPES (labels), DECODE_BENCH_INSTANCES (name substrings),
+//        DECODE_BENCH_SPLITS (counts), comma-separated; DECODE_FLUSH=read flushes L2 by
+//        reading 256 MiB instead of writing it.
 //
 // Exit code: 0 when every check passed, 1 on a failed check or CUDA error, 77 without a GPU.
 #include <algorithm>
@@ -546,21 +549,49 @@ __global__ void ReadOnlyKernel(const uint4* k, const uint4* v, int64_t n, uint32
   if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads
 }
 
+// Evicts L2 by reading a buffer larger than it: every line it leaves is clean, unlike a memset
+// whose last ~50 MB of dirty lines the next kernel writes back to memory while it reads.
+__global__ void FlushByReadingKernel(const uint4* p, int64_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 x = p[i];
+    acc ^= x.x ^ x.y ^ x.z ^ x.w;
+  }
+  if (acc == 0x12345678u) sink[0] = acc;
+}
+
+// DECODE_FLUSH=read flushes by reading (clean L2), anything else by a memset (the backend's
+// Time and compare_torch.py do that).
 struct Timer {
   void* flush = nullptr;
+  uint32_t* sink = nullptr;
+  bool flush_by_reading = false;
   static constexpr size_t kFlushBytes = size_t{256} << 20;
   cudaEvent_t start, stop;
   Timer() {
     CUDA_OK(cudaMalloc(&flush, kFlushBytes));
+    CUDA_OK(cudaMemset(flush, 0, kFlushBytes));
+    CUDA_OK(cudaMalloc(&sink, 4));
     CUDA_OK(cudaEventCreate(&start));
     CUDA_OK(cudaEventCreate(&stop));
+    const char* mode = std::getenv("DECODE_FLUSH");
+    flush_by_reading = mode != nullptr && std::string(mode) == "read";
+  }
+  void Flush(int i) {
+    if (flush_by_reading) {
+      FlushByReadingKernel<<<132 * 4, 1024>>>(static_cast<const uint4*>(flush), kFlushBytes / 16, sink);
+      CUDA_OK(cudaGetLastError());
+    } else {
+      CUDA_OK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, 0));
+    }
   }
   template <class F>
   double MedianMicros(F&& launch, int launches) {
     for (int i = 0; i < 2; ++i) CUDA_OK(launch());
     std::vector<double> t;
     for (int i = 0; i < launches; ++i) {
-      CUDA_OK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, 0));
+      Flush(i);
       CUDA_OK(cudaEventRecord(start, 0));
       CUDA_OK(launch());
       CUDA_OK(cudaEventRecord(stop, 0));
@@ -596,11 +627,35 @@ struct BenchShape {
   int batch, cache, n, page, prefix_pages;
 };
 const BenchShape kBenchShapes[] = {
-      {"b16-c1k", 16, 1024, 1, 0, 0},        {"b16-c8k", 16, 8192, 1, 0, 0},
-      {"b16-c32k", 16, 32768, 1, 0, 0},      {"b1-c64k", 1, 65536, 1, 0, 0},
-      {"b16-c8k-paged16", 16, 8192, 1, 16, 0}, {"b16-c8k-paged1", 16, 8192, 1, 1, 0},
-      {"prefix-n512-c8k", 16, 8704, 512, 0, 0}, {"prefix-n512-c8k-paged16", 16, 8704, 512, 16, 512},
+    {"b16-c1k", 16, 1024, 1, 0, 0},
+    {"b16-c8k", 16, 8192, 1, 0, 0},
+    {"b16-c32k", 16, 32768, 1, 0, 0},
+    {"b1-c64k", 1, 65536, 1, 0, 0},
+    {"b1-c128k", 1, 131072, 1, 0, 0},
+    {"b16-c8k-paged16", 16, 8192, 1, 16, 0},
+    {"b16-c8k-paged1", 16, 8192, 1, 1, 0},
+    {"b64-c4k-n1", 64, 4096, 1, 0, 0},
+    {"b64-c4k-n4", 64, 4096, 4, 0, 0},
+    {"b64-c4k-n16", 64, 4096, 16, 0, 0},
+    {"prefix-n512-c8k", 16, 8704, 512, 0, 0},
+    {"prefix-n512-c8k-paged16", 16, 8704, 512, 16, 512},
 };
+
+// Comma-separated filter from the environment: empty or unset keeps everything; else an entry
+// must equal (exact) or occur in (substring) the name.
+bool Selected(const char* env, const std::string& name, bool exact) {
+  const char* f = std::getenv(env);
+  if (f == nullptr || *f == 0) return true;
+  std::string list = f;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, end - at);
+    if (!item.empty() && (exact ? name == item : name.find(item) != std::string::npos)) return true;
+    at = end + 1;
+  }
+  return false;
+}
 
 // One shape, one instance and split, `launches` times back to back (for a profiler: ncu
 // --launch-skip / --launch-count pick which launch to read).
@@ -637,6 +692,7 @@ int Bench(const char* csv_path, int launches) {
   std::mt19937_64 rng(11);
   std::vector<std::string> best_lines;
   for (const BenchShape& s : shapes) {
+    if (!Selected("DECODE_BENCH_SHAPES", s.label, true)) continue;
     DevProblem p = ServingShape(s.label, s.batch, s.cache, s.n, s.page, s.prefix_pages);
     // Values only matter for timing through the data path; uniform inputs as the tuner uses.
     Materialize(p, rng, 1.0f, s.prefix_pages, /*poison=*/false);
@@ -666,8 +722,11 @@ int Bench(const char* csv_path, int launches) {
     const int splits_list[] = {1, 2, 4, 8, 16, 24, 32, 33, 64};
     for (const DecodeInstance& in : all) {
       if (in.head_dim != p.d || in.storage != p.storage) continue;
-      if (prefill != (in.block_m > 16)) continue;
+      // block_m 64 serves prefills and decode steps of 64 rows or more (GQA group x new tokens).
+      if (prefill ? in.block_m == 16 : in.block_m > 16 && p.group() * s.n < in.block_m) continue;
+      if (!Selected("DECODE_BENCH_INSTANCES", InstanceName(in), false)) continue;
       for (int splits : splits_list) {
+        if (!Selected("DECODE_BENCH_SPLITS", std::to_string(splits), true)) continue;
         if (prefill && splits > 1) break;
         if (s.batch * p.hkv * splits > 132 * 32 && splits > 1) break;
         DecodeKernelArgs a = ArgsFor(p, dp, in, splits);

@@ -71,16 +71,19 @@ struct DecodeBlock {
   int n_tiles = 0;
 };
 
-// Decodes blockIdx.x = ((row_block_from_last * batch * kv_heads) + b * kv_heads + kv_head) *
-// splits + split (the heaviest causal row blocks first). False when the block has no rows.
+// Decodes blockIdx.x = ((b * kv_heads + kv_head) * row_blocks + row_block_from_last) * splits +
+// split. The row blocks of one (sequence, KV head) are neighbours in launch order, so they run
+// at the same time and read the same K/V tiles: one read from memory, the others from L2
+// (with the row blocks far apart, a decode step of 16 new tokens in GQA groups of 4 read its
+// cache four times). Within a (sequence, KV head) the heaviest causal row block goes first.
+// False when the block has no rows.
 template <int BM, int BS>
 __device__ __forceinline__ bool LocateDecodeBlock(const DecodeKernelArgs& a, DecodeBlock& blk) {
   int idx = blockIdx.x;
   blk.split = idx % a.splits;
   idx /= a.splits;
-  const int bk = idx % (a.batch * a.kv_heads);
-  idx /= a.batch * a.kv_heads;
-  const int rb = a.row_blocks - 1 - idx;
+  const int rb = a.row_blocks - 1 - idx % a.row_blocks;
+  const int bk = idx / a.row_blocks;
   blk.row_block = rb;
   blk.b = bk / a.kv_heads;
   blk.kv_head = bk % a.kv_heads;
