@@ -534,6 +534,14 @@ absl::StatusOr<Runner::ProblemInputs*> Runner::InputsFor(const AttentionProblem&
   return inputs_.get();
 }
 
+absl::Status Runner::PrepareInputs(const AttentionProblem& problem) {
+  try {
+    return InputsFor(problem).status();
+  } catch (const std::exception& e) {  // as in Measure: a throw from the backend is an error, not an end
+    return absl::InternalError(Cat("preparing the problem's inputs threw: ", e.what()));
+  }
+}
+
 Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& config, int64_t run_id,
                       int attempt) {
   return Measure(problem, config, options_.timing, run_id, attempt);

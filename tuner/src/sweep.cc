@@ -148,7 +148,7 @@ struct ProblemState {
   const std::string key;
   const ConfigSpace& space;
   const std::vector<Variant> variants;
-  const Clock::time_point start;
+  Clock::time_point start;              // set again once the problem's inputs are prepared
   const uint64_t round_seed;           // the interleaved rounds' order (plus the attempt)
   SweepProgress report;                // counts as they grow; the rest once the problem is done
   std::vector<Trial> trials;           // every trial of the problem, what selection reads
@@ -189,6 +189,13 @@ class SweepSteps {
   // Steps 1 and 2 of the top of sweep.h for one problem: every variant's search, then the
   // final rounds; `p.trials` then holds what SelectBest reads.
   absl::Status Tune(ProblemState& p) {
+    // The problem's clock starts once its inputs and fp64 references exist: the budget is for
+    // measuring, and a large problem's preparation (2 GiB of decode cache at 32k keys) took
+    // most of a 30 s budget, so its search never reached the fast tiles. A failure here is
+    // left to the trials, which record it as their outcome.
+    SetStop(StopToken(cancel_, std::nullopt));  // no deadline of the previous problem's
+    (void)runner_.PrepareInputs(p.problem);
+    p.start = Clock::now();
     // The budget is enforced inside trials too ("Budgets" in sweep.h): the search stops at
     // it; the final rounds may run on to their 3-round minimum, never past twice it.
     SetStop(StopToken(cancel_, Deadline(p, 1)));

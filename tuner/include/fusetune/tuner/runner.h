@@ -162,6 +162,11 @@ class Runner {
   // Seconds spent preparing the current problem's inputs and references (0 before any).
   double prepare_seconds() const { return prepare_seconds_; }
 
+  // Makes `problem`'s inputs and fp64 references now (a no-op when they are the current
+  // ones), so a caller can start a time budget after them. An error here (an invalid
+  // problem, memory) is returned and also becomes the outcome of each later trial of it.
+  absl::Status PrepareInputs(const AttentionProblem& problem);
+
   const RunnerOptions& options() const { return options_; }
 
  private:

@@ -37,7 +37,8 @@
 // caller's choice (run identity), not the sweep's.
 //
 // Budgets: max_trials_per_variant caps screen trials (measured + resumed) per (problem,
-// variant); max_seconds_per_problem caps the time per problem: the search gets three
+// variant); max_seconds_per_problem caps the time per problem, counted from when its
+// inputs and fp64 references are ready (preparing them is not measuring): the search gets three
 // quarters of it, shared by its variants (each gets the time left divided by the variants
 // left, so an early finisher donates), the final rounds the rest (they stop after at least
 // 3 rounds once it is spent). Within that, each baseline variant's search (screen and
@@ -116,7 +117,7 @@ struct SweepActivity {
   int configs_done = 0;                    // configs of the variant's space screened so far
   int configs_in_space = 0;                // the variant's space
   int trials = 0;                          // the problem's trials so far (measured + resumed)
-  double problem_seconds = 0;              // since the problem started
+  double problem_seconds = 0;              // since the problem's inputs were prepared
   double budget_seconds = 0;               // SweepOptions::max_seconds_per_problem (0 = none)
 };
 using SweepActivityCallback = std::function<void(const SweepActivity&)>;
@@ -155,7 +156,7 @@ struct SweepProgress {
   int trials_measured = 0;                 // this problem, measured now
   int trials_resumed = 0;                  // this problem, found already recorded
   int trials_ok = 0;                       // this problem, kOk (measured or resumed; screen and rounds)
-  double problem_seconds = 0;              // wall time spent on this problem
+  double problem_seconds = 0;              // wall time on this problem after its inputs were prepared
   double elapsed_seconds = 0;              // since the sweep started
   // The remaining problems at the latest problem's seconds per FLOP, each capped by
   // max_seconds_per_problem (+10%) when set.
