@@ -16,7 +16,7 @@
 #include "fusetune/db/store.h"
 #include "fusetune/regress/change_points.h"
 #include "fusetune/regress/history.h"
-#include "history_plot.h"
+#include "fusetune/report/history_plot.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "text_table.h"
@@ -137,14 +137,14 @@ int RunHistory(const HistoryFlags& f) {
     if (!s.ok()) return Failure(cmd, std::string(s.message()));
   }
   if (!f.plot.empty()) {
-    std::vector<HistoryPlotPoint> points;
-    std::vector<HistoryPlotChange> changes;
+    std::vector<report::HistoryPlotPoint> points;
+    std::vector<report::HistoryPlotChange> changes;
     for (const regress::HistoryPoint& p : history.points) points.push_back({p.commit, p.median_us});
     for (const regress::ChangePoint& cp : result->change_points) {
       changes.push_back({cp.index, cp.commit, cp.relative_change});
     }
     std::ofstream out(f.plot, std::ios::binary | std::ios::trunc);
-    out << HistorySvg(fmt::format("{} {} ({})", history.problem_key, history.config_key, f.suite), points,
+    out << report::HistorySvg(fmt::format("{} {} ({})", history.problem_key, history.config_key, f.suite), points,
                       changes);
     out.close();
     if (!out) return Failure(cmd, "cannot write the plot to " + f.plot);
