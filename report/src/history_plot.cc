@@ -156,8 +156,9 @@ std::string HistorySvg(const std::string& title, const std::vector<HistoryPlotPo
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(points[i].median_us)) continue;
     svg += fmt::format(
-        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"steelblue\"><title>{} {:.3f} µs</title></circle>\n",
-        x_of(static_cast<double>(i)), y_of(points[i].median_us), Escaped(points[i].commit), points[i].median_us);
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"steelblue\"><title>{} {:.3f} µs{}</title></circle>\n",
+        x_of(static_cast<double>(i)), y_of(points[i].median_us), Escaped(points[i].commit), points[i].median_us,
+        points[i].detail.empty() ? "" : "\n" + Escaped(points[i].detail));
   }
   svg += "</svg>\n";
   return svg;

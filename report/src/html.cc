@@ -80,6 +80,7 @@ td.nowrap, td.key { white-space: nowrap; }
 .verdict-same { color: #555; }
 .accuracy-failed { color: #b00020; font-weight: bold; }
 section.cell { margin-bottom: 18px; }
+dl.summary { max-width: 780px; }
 dl.env { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; margin: 4px 0; }
 dl.env dt { color: #555; }
 dl.env dd { margin: 0; font-family: monospace; font-size: 12px; }

@@ -17,6 +17,7 @@
 #include "fusetune/regress/regress_run.h"
 #include "fusetune/regress/suite_bench.h"
 #include "fusetune/report/html.h"
+#include "fusetune/report/regress_report.h"
 
 namespace fusetune::cli {
 namespace {
@@ -142,6 +143,11 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& su
   }
   if (!f.markdown.empty()) {
     if (absl::Status s = report::WriteFileAtomically(f.markdown, markdown); !s.ok()) return s;
+  }
+  if (!f.html.empty()) {
+    report::RegressReport page = report::RegressReportFromComparison(suite, comparison, all_notes, calibration);
+    page.history_href = f.html_history_link;
+    if (absl::Status s = report::WriteFileAtomically(f.html, report::RegressReportHtml(page)); !s.ok()) return s;
   }
 #ifdef FUSETUNE_WITH_SERVICE
   if (!f.server.server.empty()) {

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "fmt/format.h"
 #include "fusetune/db/store.h"
+#include "fusetune/regress/suite.h"
 #include "fusetune/kernels/problem.h"
 #include "gtest/gtest.h"
 
@@ -160,6 +162,49 @@ inline void FillTuningStore(Store& store) {
   ASSERT_TRUE(store.UpsertBestConfig(Pick(TestCpu(), cpu_run, cpu_problem, "fused/bm32/bs32/t1/fp32/st1", 80,
                                           "fedcba987654"))
                   .ok());
+}
+
+inline constexpr char kSuite[] = "nightly";
+inline constexpr char kStepCell[] = "prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32";
+inline constexpr char kStepConfig[] = "fused/bm16/bs16/t1/fp32/st1";
+inline constexpr char kFlatConfig[] = "materialized/bm16/bs16/t1/fp32/st1";
+
+// The commit of night `i`, canonical.
+inline std::string NightCommit(int i) { return fmt::format("c0debeef{:04x}", i); }
+
+// `nights` finished bench runs of kSuite on the H200, one commit each, each holding two cells
+// of kStepCell's problem: kStepConfig, 20 % slower from night `step_at` on, and kFlatConfig,
+// flat. Blocks carry the SM clock (1755 MHz, 1740 after).
+inline void FillHistoryStore(Store& store, int nights = 12, int step_at = 6) {
+  for (int i = 0; i < nights; ++i) {
+    RunInfo info;
+    info.commit = NightCommit(i);
+    info.host = "gpu-host-1";
+    info.device = H200();
+    info.tool_version = "0.9.0";
+    info.label = "bench:nightly";
+    info.started_unix_ms = 1700000000000 + int64_t{86400000} * i;
+    info.finished_unix_ms = info.started_unix_ms + 3600000;  // stored as given: the dates are known
+    absl::StatusOr<int64_t> run = store.BeginRun(info);
+    ASSERT_TRUE(run.ok()) << run.status();
+    std::vector<BenchCell> cells;
+    for (const char* config : {kStepConfig, kFlatConfig}) {
+      BenchCell c;
+      c.suite = kSuite;
+      c.problem_key = kStepCell;
+      c.problem_json = regress::ProblemToJson(*AttentionProblem::FromKey(kStepCell));
+      c.config_key = config;
+      c.role = "best";
+      c.tolerance = 1e-4;
+      const double level = (config == std::string(kStepConfig) && i >= step_at) ? 120 : 100;
+      for (int b = 0; b < 6; ++b) {
+        SampleBlock block{50, level * (1 + 0.002 * ((i * 7 + b) % 5)), {true, 1755, 300000, 0}, {true, 1740, 300000, 0}, false};
+        c.blocks.push_back(block);
+      }
+      cells.push_back(c);
+    }
+    ASSERT_TRUE(store.RecordBenchCells(*run, cells).ok());
+  }
 }
 
 }  // namespace fusetune::report::testing

@@ -19,6 +19,8 @@ namespace fusetune::report {
 struct HistoryPlotPoint {
   std::string commit;  // as stored
   double median_us = 0;
+  // The point's tooltip after its commit and median (e.g. its date and clocks); may be empty.
+  std::string detail;
 };
 
 struct HistoryPlotChange {
