@@ -63,7 +63,7 @@ th { background: #f3f3f3; }
 table.sortable th { cursor: pointer; }
 table.sortable th[aria-sort="ascending"]::after { content: " \25B2"; }
 table.sortable th[aria-sort="descending"]::after { content: " \25BC"; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 code, .key { font-family: monospace; font-size: 12px; }
 .note { color: #555; font-size: 12px; }
 .panels { display: flex; flex-wrap: wrap; gap: 10px; align-items: flex-start; }
@@ -80,7 +80,7 @@ td.nowrap, td.key { white-space: nowrap; }
 .verdict-same { color: #555; }
 .accuracy-failed { color: #b00020; font-weight: bold; }
 section.cell { margin-bottom: 18px; }
-dl.summary { max-width: 780px; }
+dl.summary { max-width: 640px; }
 dl.env { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; margin: 4px 0; }
 dl.env dt { color: #555; }
 dl.env dd { margin: 0; font-family: monospace; font-size: 12px; }

@@ -210,7 +210,7 @@ std::string RegressReportHtml(const RegressReport& r) {
                       r.interleaved ? "both builds measured interleaved" : "against the baseline's stored blocks",
                       r.calibration ? "; an A/A calibration: its timing verdicts do not gate" : "");
   body += fmt::format("<dt>measured</dt><dd>{} blocks{}</dd>\n</dl>\n", r.blocks_measured,
-                      r.measure_seconds > 0 ? fmt::format(" in {:.1f} s", r.measure_seconds) : "");
+                      r.measure_seconds > 0 ? fmt::format(" in {} s", FormatNumber(r.measure_seconds)) : "");
   if (!r.notes.empty()) {
     body += "<ul class=\"notes\">\n";
     for (const std::string& n : r.notes) body += fmt::format("<li>{}</li>\n", HtmlEscape(n));

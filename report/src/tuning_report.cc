@@ -248,11 +248,11 @@ std::string VariantsSvg(const ProblemResult& p) {
   }
   double longest = 0;
   for (const Bar& bar : bars) longest = std::max(longest, bar.us);
-  constexpr double kLabelW = 96, kBarW = 360, kRowH = 22;
+  constexpr double kLabelW = 90, kBarW = 240, kRowH = 22;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"variants\" width=\"{0}\" height=\"{1}\" "
       "viewBox=\"0 0 {0} {1}\" font-size=\"11\">\n",
-      kLabelW + kBarW + 330, kRowH * 3 + 4);
+      kLabelW + kBarW + 300, kRowH * 3 + 4);
   for (size_t i = 0; i < bars.size(); ++i) {
     const Bar& bar = bars[i];
     const double y = kRowH * static_cast<double>(i) + 2;
@@ -341,7 +341,7 @@ std::string IndexTable(const TuningReport& r) {
       const Throughput t = ThroughputOf(d.device_class, b);
       absl::StatusOr<AttentionProblem> problem = AttentionProblem::FromKey(b.problem_key);
       html += fmt::format(
-          "<tr><td class=\"nowrap\">{}</td><td class=\"nowrap\" data-sort=\"{}\"><a href=\"#{}\">{}</a></td><td>{}</td><td class=\"key\">{}</td>"
+          "<tr><td>{}</td><td class=\"nowrap\" data-sort=\"{}\"><a href=\"#{}\">{}</a></td><td>{}</td><td class=\"key\">{}</td>"
           "<td class=\"num\" data-sort=\"{}\">{}</td><td class=\"num\" data-sort=\"{}\">{}</td>"
           "<td class=\"num\" data-sort=\"{}\">{}</td><td class=\"num\" data-sort=\"{}\">{}</td>"
           "<td class=\"num\" data-sort=\"{}\">{}</td><td class=\"num\" data-sort=\"{}\">{}</td></tr>\n",
@@ -352,7 +352,7 @@ std::string IndexTable(const TuningReport& r) {
           t.percent_of_peak ? fmt::format("{:.1f}", *t.percent_of_peak) : "unknown peak", b.speedup_vs_materialized,
           SpeedupText(b.speedup_vs_materialized), b.speedup_vs_partial, SpeedupText(b.speedup_vs_partial),
           p.audit ? 100 * p.audit->regret : -1,
-          p.audit ? fmt::format("{:.2f} ({:.2f} to {:.2f})", 100 * p.audit->regret, 100 * p.audit->regret_low,
+          p.audit ? fmt::format("{:.2f} [{:.2f}, {:.2f}]", 100 * p.audit->regret, 100 * p.audit->regret_low,
                                 100 * p.audit->regret_high)
                   : "-");
     }
