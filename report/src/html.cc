@@ -24,8 +24,8 @@ function sortKey(row, column) {
   return key === null ? cell.textContent.trim() : key;
 }
 function compareKeys(x, y) {
-  var nx = parseFloat(x), ny = parseFloat(y);
-  if (isNaN(nx) || isNaN(ny) || String(nx) !== x.trim() || String(ny) !== y.trim()) {
+  var nx = Number(x), ny = Number(y);
+  if (x.trim() === "" || y.trim() === "" || isNaN(nx) || isNaN(ny)) {
     return x.localeCompare(y, undefined, {numeric: true});
   }
   return nx - ny;

@@ -32,7 +32,7 @@ cat >"$work/suite.json" <<'JSON'
 JSON
 db="$work/f.db"
 commit=$("$fusetune" --version | sed -n 's/.*commit \([0-9a-z]*\).*/\1/p')
-run "$fusetune" sweep --seq 64 --heads 2 --head-dim 32 --db "$db" --max-seconds 2
+run "$fusetune" sweep --seq 64,96 --heads 2 --head-dim 32 --db "$db" --max-seconds 2
 run "$fusetune" report --db "$db" --html "$work/report.html"
 for _ in 1 2 3; do run "$fusetune" bench --suite "$work/suite.json" --db "$db"; done
 run "$fusetune" history --db "$db" --suite tiny --html "$work/history.html" --html-regress-link regress.html
@@ -53,7 +53,18 @@ expect() {
     grep -qF -- "$text" "$work/$page.dom" || fail "$page: the rendered page lacks '$text'"
   done
 }
-for page in report regress history; do
+# The sort script at work: a copy of the tuning page clicks the "median µs" header twice and
+# writes what the rows' order was after each click into the DOM.
+sed 's|</body>|<script>\
+var table = document.querySelector("table.sortable");\
+var header = table.querySelectorAll("thead th")[4];\
+function medians() { return Array.from(table.tBodies[0].rows).map(function (r) { return Number(r.cells[4].getAttribute("data-sort")); }); }\
+header.click(); var up = medians(); header.click(); var down = medians();\
+var sorted = up.length > 1 \&\& up[0] < up[up.length - 1] \&\& down[0] > down[down.length - 1];\
+document.body.setAttribute("data-sort-check", (sorted ? "ok " : "failed ") + up.join(",") + " then " + down.join(","));\
+</script></body>|' "$work/report.html" >"$work/report-sorted.html"
+
+for page in report regress history report-sorted; do
   if [ ! -s "$work/$page.html" ]; then
     fail "$page.html was not written"
     continue
@@ -71,6 +82,7 @@ for page in report regress history; do
     fail "$page: the console shows an error"
   fi
 done
+expect report-sorted 'data-sort-check="ok '
 expect report '<table class="sortable index">' 'class="heatmap"' 'class="config outcome-ok' 'class="pick"' \
   'class="variants"' 'unknown peak' 'class="env"'
 expect regress '<table class="sortable verdicts">' 'class="strip"' 'class="block"' 'class="floor"' \
