@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -12,6 +16,14 @@
 
 namespace fusetune::report {
 namespace {
+
+absl::StatusOr<regress::Verdict> ParseVerdictName(const std::string& name) {
+  for (regress::Verdict v : {regress::Verdict::kRegressed, regress::Verdict::kImproved, regress::Verdict::kSame,
+                             regress::Verdict::kUnknown}) {
+    if (name == regress::VerdictName(v)) return v;
+  }
+  return absl::InvalidArgumentError("unknown verdict " + name);
+}
 
 std::string VerdictClass(const regress::CellVerdict& v) {
   return fmt::format("verdict-{}", regress::VerdictName(v.verdict));
@@ -48,7 +60,8 @@ std::string StripPlotSvg(const RegressCell& c) {
   }
   double low = *std::min_element(all.begin(), all.end()), high = *std::max_element(all.begin(), all.end());
   const double base_median = c.baseline_us.empty() ? 0 : Median(c.baseline_us);
-  if (base_median > 0) {  // the floor's band must be on the axis too
+  const bool floor_known = c.verdict.floor > 0;  // not stored with a verdict row
+  if (base_median > 0 && floor_known) {  // the floor's band must be on the axis too
     low = std::min(low, base_median / (1 + c.verdict.floor));
     high = std::max(high, base_median * (1 + c.verdict.floor));
   }
@@ -57,7 +70,7 @@ std::string StripPlotSvg(const RegressCell& c) {
   high += pad;
   const double plot_w = kWidth - kLeft - kRight;
   auto x_of = [&](double us) { return kLeft + plot_w * (us - low) / (high - low); };
-  if (base_median > 0) {
+  if (base_median > 0 && floor_known) {
     const double x0 = x_of(base_median / (1 + c.verdict.floor)), x1 = x_of(base_median * (1 + c.verdict.floor));
     svg += fmt::format(
         "<rect class=\"floor\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#eef3fb\">"
@@ -115,8 +128,32 @@ std::string CheckText(const regress::CellCheck& check) {
                      check.tolerance, check.max_abs_error);
 }
 
+constexpr char kNotStored[] = "not stored (the run's own page, regress --html, has it)";
+
 std::string CellSection(const RegressReport& r, const RegressCell& c) {
   const regress::CellVerdict& v = c.verdict;
+  if (r.from_store) {
+    std::string html = fmt::format("<section class=\"cell\" id=\"{}\">\n<h3><span class=\"{}\">{}</span> {}</h3>\n",
+                                   CellAnchor(c.problem_key, c.config_key), VerdictClass(v),
+                                   regress::VerdictName(v.verdict), HtmlEscape(c.name));
+    html += "<div class=\"overview\">\n<dl class=\"env summary\">\n";
+    html += fmt::format("<dt>ratio</dt><dd class=\"ratio\">{:.4f} (candidate / baseline, Hodges–Lehmann)</dd>\n",
+                        v.ratio.pairwise_ratio);
+    html += fmt::format("<dt>p (adjusted)</dt><dd>{:.3g}, of the direction the ratio leans</dd>\n", v.p_slower_adjusted);
+    html += fmt::format("<dt>floor</dt><dd class=\"floor\">{}</dd>\n", kNotStored);
+    html += fmt::format("<dt>why</dt><dd class=\"why\">{}</dd>\n", kNotStored);
+    html += fmt::format("<dt>accuracy</dt><dd class=\"{}\">{}</dd>\n",
+                        v.accuracy.failed || v.accuracy.grew ? "accuracy-failed" : "accuracy",
+                        HtmlEscape(AccuracyText(v.accuracy)));
+    html += fmt::format("<dt>blocks</dt><dd>baseline {}, candidate {} (from the stored bench runs)</dd>\n",
+                        c.baseline_us.size(), c.candidate_us.size());
+    html += "</dl>\n<div>" + StripPlotSvg(c) + "</div>\n</div>\n";
+    if (!r.history_href.empty()) {
+      html += fmt::format("<p><a class=\"history-link\" href=\"{}#{}\">history of this cell</a></p>\n",
+                          HtmlEscape(r.history_href), CellAnchor(c.problem_key, c.config_key));
+    }
+    return html + "</section>\n";
+  }
   std::string html = fmt::format("<section class=\"cell\" id=\"{}\">\n<h3><span class=\"{}\">{}</span> {}</h3>\n",
                                  CellAnchor(c.problem_key, c.config_key), VerdictClass(v),
                                  regress::VerdictName(v.verdict), HtmlEscape(c.name));
@@ -179,6 +216,75 @@ RegressReport RegressReportFromComparison(const regress::Suite& suite, const reg
   return r;
 }
 
+absl::StatusOr<RegressReport> ReadStoredRegressReport(Store& store, const std::string& commit) {
+  constexpr int kRowsRead = 100000;
+  absl::StatusOr<std::vector<Regression>> rows = store.ListRegressions(commit, kRowsRead);
+  if (!rows.ok()) return rows.status();
+  rows->erase(std::remove_if(rows->begin(), rows->end(), [](const Regression& row) { return row.metric == "planted_latency"; }),
+              rows->end());
+  if (rows->empty()) return absl::NotFoundError(fmt::format("no stored verdict of commit {}", commit));
+  RegressReport r;
+  r.from_store = true;
+  r.candidate.commit = commit;
+  r.baseline.commit = rows->front().baseline_commit;
+  r.device_class = rows->front().device_class;
+  r.calibration = r.baseline.commit == commit;
+  // Both commits' blocks of every cell, from the suites' bench runs (the newest of each).
+  std::map<std::pair<std::string, std::string>, std::vector<double>> baseline_blocks, candidate_blocks;
+  absl::StatusOr<std::vector<std::string>> suites = store.ListBenchSuites();
+  if (!suites.ok()) return suites.status();
+  for (const std::string& suite : *suites) {
+    for (auto [side_commit, blocks] : {std::pair{commit, &candidate_blocks}, std::pair{r.baseline.commit, &baseline_blocks}}) {
+      absl::StatusOr<RunInfo> run = store.FindBenchRun(suite, r.device_class, side_commit);
+      if (absl::IsNotFound(run.status())) continue;
+      if (!run.ok()) return run.status();
+      if (r.suite.empty()) r.suite = suite;
+      if (side_commit == commit) r.candidate.device = run->device;
+      if (side_commit == r.baseline.commit) r.baseline.device = run->device;
+      absl::StatusOr<std::vector<BenchCell>> cells = store.ListBenchCells(run->run_id);
+      if (!cells.ok()) return cells.status();
+      for (const BenchCell& c : *cells) {
+        if (c.suite == suite && !c.blocks.empty()) blocks->emplace(std::pair{c.problem_key, c.config_key}, c.SamplesUs());
+      }
+    }
+  }
+  if (r.suite.empty()) r.suite = "(no bench run stored)";
+  // The newest row per cell and metric; the latency row makes the cell, the error row its
+  // accuracy.
+  std::map<std::pair<std::string, std::string>, RegressCell> cells;
+  std::set<std::tuple<std::string, std::string, std::string>> seen;
+  for (const Regression& row : *rows) {
+    if (row.baseline_commit != r.baseline.commit || row.device_class != r.device_class) continue;
+    if (!seen.insert({row.problem_key, row.config_key, row.metric}).second) continue;
+    const std::pair<std::string, std::string> key{row.problem_key, row.config_key};
+    RegressCell& cell = cells[key];
+    cell.name = row.problem_key + " " + row.config_key;
+    cell.problem_key = row.problem_key;
+    cell.config_key = row.config_key;
+    absl::StatusOr<regress::Verdict> verdict = ParseVerdictName(row.verdict);
+    if (row.metric == "max_rel_error") {
+      cell.verdict.accuracy.checked = true;
+      // A stored row says the cell was flagged, not whether above the tolerance or by growth.
+      cell.verdict.accuracy.grew = verdict.ok() && *verdict == regress::Verdict::kRegressed;
+      cell.verdict.accuracy.growth = row.ratio;
+      continue;
+    }
+    cell.role = row.metric == "latency" ? "best" : row.metric;
+    cell.verdict.verdict = verdict.ok() ? *verdict : regress::Verdict::kUnknown;
+    cell.verdict.ratio.pairwise_ratio = row.ratio;
+    cell.verdict.p_slower_adjusted = row.p_value;
+    if (auto it = baseline_blocks.find(key); it != baseline_blocks.end()) cell.baseline_us = it->second;
+    if (auto it = candidate_blocks.find(key); it != candidate_blocks.end()) cell.candidate_us = it->second;
+    cell.verdict.baseline_blocks = static_cast<int>(cell.baseline_us.size());
+    cell.verdict.candidate_blocks = static_cast<int>(cell.candidate_us.size());
+  }
+  for (auto& [key, cell] : cells) {
+    if (cell.role.empty()) continue;  // an accuracy row without its latency row
+    r.cells.push_back(std::move(cell));
+  }
+  return r;
+}
+
 std::string RegressReportHtml(const RegressReport& r) {
   std::vector<const RegressCell*> sorted;
   for (const RegressCell& c : r.cells) sorted.push_back(&c);
@@ -207,7 +313,9 @@ std::string RegressReportHtml(const RegressReport& r) {
   body += fmt::format("<dt>baseline</dt><dd>{}</dd>\n", HtmlEscape(SideText(r.baseline)));
   body += fmt::format("<dt>candidate</dt><dd>{}</dd>\n", HtmlEscape(SideText(r.candidate)));
   body += fmt::format("<dt>method</dt><dd>{}{}</dd>\n",
-                      r.interleaved ? "both builds measured interleaved" : "against the baseline's stored blocks",
+                      r.from_store ? "the verdicts as stored, with the bench runs' blocks of both commits"
+                      : r.interleaved ? "both builds measured interleaved"
+                                      : "against the baseline's stored blocks",
                       r.calibration ? "; an A/A calibration: its timing verdicts do not gate" : "");
   body += fmt::format("<dt>measured</dt><dd>{} blocks{}</dd>\n</dl>\n", r.blocks_measured,
                       r.measure_seconds > 0 ? fmt::format(" in {} s", FormatNumber(r.measure_seconds)) : "");
@@ -227,7 +335,9 @@ std::string RegressReportHtml(const RegressReport& r) {
         "<td class=\"num\" data-sort=\"{}\">{}</td><td class=\"num\" data-sort=\"{}\">{}</td>"
         "<td class=\"num\" data-sort=\"{}\">{:.3g}</td><td class=\"{}\">{}</td></tr>\n",
         VerdictClass(v), i, regress::VerdictName(v.verdict), CellAnchor(c.problem_key, c.config_key),
-        HtmlEscape(c.name), v.ratio.pairwise_ratio, RatioText(v), v.floor, Percent(v.floor), v.p_slower_adjusted,
+        HtmlEscape(c.name), v.ratio.pairwise_ratio,
+        r.from_store ? fmt::format("{:.4f}", v.ratio.pairwise_ratio) : RatioText(v), v.floor,
+        r.from_store ? "not stored" : Percent(v.floor), v.p_slower_adjusted,
         v.p_slower_adjusted, v.accuracy.failed || v.accuracy.grew ? "accuracy-failed" : "accuracy",
         HtmlEscape(AccuracyText(v.accuracy)));
   }

@@ -1,10 +1,12 @@
 #include "fusetune/report/regress_report.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "fusetune/report/html.h"
 #include "gtest/gtest.h"
+#include "testing/report_fixtures.h"
 #include "testing/xml_reader.h"
 
 namespace fusetune::report {
@@ -122,6 +124,54 @@ TEST(RegressReportHtml, ListsAccuracyFindingsAndLinksEachCellToItsHistory) {
 }
 
 TEST(RegressReportHtml, IsTheSameBytesForTheSameData) { EXPECT_EQ(RegressReportHtml(Report()), RegressReportHtml(Report())); }
+
+Regression Row(const std::string& commit, const std::string& baseline, const std::string& config,
+               const std::string& metric, double ratio, const std::string& verdict) {
+  Regression r;
+  r.commit = commit;
+  r.baseline_commit = baseline;
+  r.device_class = testing::H200().DeviceClass();
+  r.problem_key = testing::kStepCell;
+  r.config_key = config;
+  r.metric = metric;
+  r.ratio = ratio;
+  r.p_value = 0.004;
+  r.verdict = verdict;
+  return r;
+}
+
+TEST(ReadStoredRegressReport, TakesTheNewestComparisonOfTheCommitWithBothCommitsBlocks) {
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  testing::FillHistoryStore(**store);
+  const std::string commit = testing::NightCommit(11), baseline = testing::NightCommit(10);
+  ASSERT_TRUE((*store)
+                  ->RecordRegressions({Row(commit, testing::NightCommit(3), testing::kStepConfig, "latency", 1.2, "regressed"),
+                                       Row(commit, baseline, testing::kStepConfig, "latency", 1.001, "same"),
+                                       Row(commit, baseline, testing::kStepConfig, "max_rel_error", 3.5, "regressed"),
+                                       Row(commit, baseline, testing::kFlatConfig, "latency", 1.01, "unknown"),
+                                       Row(commit, commit, testing::kFlatConfig, "planted_latency", 2, "regressed")})
+                  .ok());
+  absl::StatusOr<RegressReport> r = ReadStoredRegressReport(**store, commit);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->from_store);
+  EXPECT_EQ(r->baseline.commit, baseline);  // the newest rows' baseline
+  EXPECT_EQ(r->suite, testing::kSuite);
+  ASSERT_EQ(r->cells.size(), 2u);
+  for (const RegressCell& c : r->cells) {
+    EXPECT_EQ(c.baseline_us.size(), 6u) << c.name;
+    EXPECT_EQ(c.candidate_us.size(), 6u) << c.name;
+  }
+  const XmlElement root = Parse(RegressReportHtml(*r));
+  const XmlElement* step = testing::FindId(root, CellAnchor(testing::kStepCell, testing::kStepConfig));
+  ASSERT_NE(step, nullptr);
+  EXPECT_EQ(Find(*step, "dd", "ratio")[0]->text, "1.0010 (candidate / baseline, Hodges–Lehmann)");
+  EXPECT_NE(Find(*step, "dd", "floor")[0]->text.find("not stored"), std::string::npos);
+  EXPECT_NE(Find(*step, "dd", "accuracy-failed")[0]->text.find("grew 3.50×"), std::string::npos);
+  EXPECT_TRUE(Find(*step, "rect", "floor").empty());  // no band for a floor that is not known
+  EXPECT_EQ(Find(*step, "circle", "block").size(), 12u);
+  EXPECT_TRUE(absl::IsNotFound(ReadStoredRegressReport(**store, testing::NightCommit(5)).status()));
+}
 
 }  // namespace
 }  // namespace fusetune::report

@@ -1,10 +1,13 @@
 #include "report_pages.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "fmt/format.h"
 #include "fusetune/report/history_report.h"
+#include "fusetune/report/regress_report.h"
 #include "fusetune/report/html.h"
 #include "fusetune/report/tuning_report.h"
 
@@ -13,6 +16,9 @@ namespace {
 
 constexpr char kHtml[] = "text/html; charset=utf-8";
 constexpr char kHistoryPrefix[] = "/reports/history/";
+constexpr char kRegressPrefix[] = "/reports/regress/";
+// Commits with stored verdicts the index lists, newest first.
+constexpr size_t kCommitsListed = 30;
 constexpr char kHtmlSuffix[] = ".html";
 
 // A path segment for a link: every byte outside [A-Za-z0-9._-] as %XX (the endpoint decodes
@@ -37,8 +43,19 @@ absl::StatusOr<MetricsEndpoint::Page> IndexPage(Store& store, const std::string&
                         "points</li>\n",
                         kHistoryPrefix, report::HtmlEscape(PathSegment(suite)), kHtmlSuffix, report::HtmlEscape(suite));
   }
-  body += "</ul>\n<p class=\"note\">A regress run's page is written by the run: <code>fusetune regress --html "
-          "FILE</code>.</p>\n";
+  absl::StatusOr<std::vector<Regression>> rows = store.ListRegressions("", 100000);
+  if (!rows.ok()) return rows.status();
+  std::vector<std::string> commits;
+  for (const Regression& row : *rows) {
+    if (row.metric == "planted_latency" || commits.size() >= kCommitsListed) continue;
+    if (std::find(commits.begin(), commits.end(), row.commit) == commits.end()) commits.push_back(row.commit);
+  }
+  for (const std::string& commit : commits) {
+    body += fmt::format("<li><a href=\"{}{}{}\">verdicts of commit {}</a> (as stored)</li>\n", kRegressPrefix,
+                        report::HtmlEscape(PathSegment(commit)), kHtmlSuffix, report::HtmlEscape(commit));
+  }
+  body += "</ul>\n<p class=\"note\">A regress run's own page, with its floors and the reasons of unknown cells, is "
+          "written by the run: <code>fusetune regress --html FILE</code>.</p>\n";
   return MetricsEndpoint::Page{kHtml, report::RenderPage({"fusetune reports", "from " + source, body})};
 }
 
@@ -60,6 +77,16 @@ MetricsEndpoint::PageHandler ReportPages(std::shared_ptr<Store> store, std::stri
       absl::StatusOr<report::HistoryReport> history = report::ReadHistoryReport(*store, {suite, "", "", ""}, source);
       if (!history.ok()) return history.status();
       return MetricsEndpoint::Page{kHtml, report::HistoryReportHtml(*history)};
+    }
+    const std::string regress_prefix = kRegressPrefix;
+    if (path.size() > regress_prefix.size() + suffix.size() && path.compare(0, regress_prefix.size(), regress_prefix) == 0 &&
+        path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      const std::string commit =
+          path.substr(regress_prefix.size(), path.size() - regress_prefix.size() - suffix.size());
+      absl::StatusOr<report::RegressReport> regress = report::ReadStoredRegressReport(*store, commit);
+      if (!regress.ok()) return regress.status();
+      regress->history_href = kHistoryPrefix + PathSegment(regress->suite) + suffix;
+      return MetricsEndpoint::Page{kHtml, report::RegressReportHtml(*regress)};
     }
     return absl::NotFoundError(fmt::format("no report at {}: see /reports/", path));
   };

@@ -4,9 +4,12 @@
 //   /reports, /reports/              an index: the tuning report and each suite's history
 //   /reports/tuning.html             ReadTuningReport + TuningReportHtml, every device class
 //   /reports/history/<suite>.html    ReadHistoryReport + HistoryReportHtml, every cell
-// Anything else under /reports/ is NotFound; a suite without bench runs is NotFound. A regress
-// run's page is written by the run itself (`fusetune regress --html`): the store keeps its
-// verdict rows and bench runs, not the comparison's blocks of both sides.
+//   /reports/regress/<commit>.html   ReadStoredRegressReport + RegressReportHtml: the newest
+//                                    stored verdicts of the commit, each cell linked to the
+//                                    suite's history page
+// Anything else under /reports/ is NotFound, as is a suite without bench runs or a commit
+// without stored verdicts. The stored verdicts lack what only the run knew (the floors, the
+// intervals, why a cell is unknown): the run's own page (`fusetune regress --html`) has them.
 //
 // Thread-safety: the handler is called from the endpoint's connection threads concurrently;
 // it only reads through `store`, which is thread-safe.

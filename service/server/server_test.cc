@@ -655,6 +655,16 @@ TEST_F(ServerTest, ServesTheHtmlReportsBesideMetricsWithoutAToken) {
     cell.role = "best";
     cell.blocks = {{10, 120.0, {}, {}, false}, {10, 121.0, {}, {}, false}};
     ASSERT_TRUE((*store)->RecordBenchCells(*run, {cell}).ok());
+    Regression verdict;
+    verdict.commit = "0123456789ab";
+    verdict.baseline_commit = "0123456789ab";
+    verdict.device_class = RunInfo{bench}.device.DeviceClass();
+    verdict.problem_key = cell.problem_key;
+    verdict.config_key = kFused;
+    verdict.metric = "latency";
+    verdict.ratio = 1.01;
+    verdict.verdict = "same";
+    ASSERT_TRUE((*store)->RecordRegression(verdict).ok());
   }
   StartServer({}, /*with_metrics=*/true);
   const int port = server_->metrics_port();
@@ -672,6 +682,12 @@ TEST_F(ServerTest, ServesTheHtmlReportsBesideMetricsWithoutAToken) {
   ASSERT_TRUE(history.ok()) << history.status();
   EXPECT_EQ(history->status, 200) << history->body;
   EXPECT_NE(history->body.find("fusetune history: suite night ly"), std::string::npos);
+  EXPECT_NE(index->body.find("href=\"/reports/regress/0123456789ab.html\""), std::string::npos) << index->body;
+  auto regress = HttpGet(port, "/reports/regress/0123456789ab.html");
+  ASSERT_TRUE(regress.ok()) << regress.status();
+  EXPECT_EQ(regress->status, 200) << regress->body;
+  EXPECT_NE(regress->body.find("href=\"/reports/history/night%20ly.html#cell-"), std::string::npos) << regress->body;
+  EXPECT_EQ(HttpGet(port, "/reports/regress/ffffffffffff.html")->status, 404);
   EXPECT_EQ(HttpGet(port, "/reports/history/no-such-suite.html")->status, 404);
   EXPECT_EQ(HttpGet(port, "/reports/nothing-here")->status, 404);
 }

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "fusetune/db/store.h"
 #include "fusetune/regress/block_source.h"
 #include "fusetune/regress/compare.h"
 #include "fusetune/regress/suite.h"
@@ -44,6 +46,10 @@ struct RegressReport {
   std::vector<std::string> notes; // what the run said besides the verdicts
   int blocks_measured = 0;
   double measure_seconds = 0;
+  // Made from the store's verdict rows (ReadStoredRegressReport), not from the run: the
+  // interval, the floor, the adjusted p-values of both directions and the reasons are not
+  // stored, and the page says so instead of showing them.
+  bool from_store = false;
   // The history page the cells link to (its section of a cell is CellAnchor), relative to
   // this page; empty: no links.
   std::string history_href;
@@ -52,6 +58,12 @@ struct RegressReport {
 // The report of `comparison` of `suite`; `notes` and `calibration` as the run reported them.
 RegressReport RegressReportFromComparison(const regress::Suite& suite, const regress::Comparison& comparison,
                                           const std::vector<std::string>& notes, bool calibration);
+
+// The newest comparison stored for `commit` (canonical): its verdict rows (ListRegressions;
+// of the newest row's baseline and device class; the "planted_latency" rows of method checks
+// left out) with both builds' block medians from the suites' bench runs at `commit` and at the
+// baseline, where stored. NotFound when no verdict of `commit` is stored; the store's errors.
+absl::StatusOr<RegressReport> ReadStoredRegressReport(Store& store, const std::string& commit);
 
 // The self-contained page (html.h). Never fails: a cell with no blocks on a side (it failed
 // verification, or the stored run lacks it) is drawn with what there is and says so.
