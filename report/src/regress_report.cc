@@ -317,16 +317,22 @@ std::string RegressReportHtml(const RegressReport& r) {
                       : r.interleaved ? "both builds measured interleaved"
                                       : "against the baseline's stored blocks",
                       r.calibration ? "; an A/A calibration: its timing verdicts do not gate" : "");
-  body += fmt::format("<dt>measured</dt><dd>{} blocks{}</dd>\n</dl>\n", r.blocks_measured,
-                      r.measure_seconds > 0 ? fmt::format(" in {} s", FormatNumber(r.measure_seconds)) : "");
+  if (r.from_store) {
+    body += r.calibration ? "<dt>blocks</dt><dd>a calibration stores one bench run: both sides show its blocks</dd>\n</dl>\n"
+                          : "<dt>blocks</dt><dd>each commit's stored bench run of the suite</dd>\n</dl>\n";
+  } else {
+    body += fmt::format("<dt>measured</dt><dd>{} blocks{}</dd>\n</dl>\n", r.blocks_measured,
+                        r.measure_seconds > 0 ? fmt::format(" in {} s", FormatNumber(r.measure_seconds)) : "");
+  }
   if (!r.notes.empty()) {
     body += "<ul class=\"notes\">\n";
     for (const std::string& n : r.notes) body += fmt::format("<li>{}</li>\n", HtmlEscape(n));
     body += "</ul>\n";
   }
-  body +=
+  body += fmt::format(
       "<h2 id=\"verdicts\">verdicts</h2>\n<table class=\"sortable verdicts\">\n<thead><tr><th>verdict</th><th>cell</th>"
-      "<th>ratio [interval]</th><th>floor</th><th>p slower (adj.)</th><th>accuracy</th></tr></thead>\n<tbody>\n";
+      "<th>ratio [interval]</th><th>floor</th><th>{}</th><th>accuracy</th></tr></thead>\n<tbody>\n",
+      r.from_store ? "p (adj., the direction it leans)" : "p slower (adj.)");
   for (size_t i = 0; i < sorted.size(); ++i) {
     const RegressCell& c = *sorted[i];
     const regress::CellVerdict& v = c.verdict;
