@@ -88,6 +88,7 @@ TEST(HistoryReportHtml, IsTheSameBytesForTheSameData) {
   std::unique_ptr<Store> store = HistoryStore();
   const HistoryReport r = *ReadHistoryReport(*store, {testing::kSuite, "", "", ""}, "test.db");
   EXPECT_EQ(HistoryReportHtml(r), HistoryReportHtml(r));
+  testing::WritePageIfAsked("history.html", HistoryReportHtml(r));
 }
 
 }  // namespace

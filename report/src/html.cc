@@ -74,6 +74,7 @@ code, .key { font-family: monospace; font-size: 12px; }
 figure { margin: 0; }
 figcaption { font-size: 12px; color: #333; }
 td.nowrap, td.key { white-space: nowrap; }
+td.key.wrap { white-space: normal; }
 .verdict-regressed { color: #b00020; font-weight: bold; }
 .verdict-improved { color: #1b7f3b; font-weight: bold; }
 .verdict-unknown { color: #a36200; font-weight: bold; }

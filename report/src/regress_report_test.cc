@@ -123,7 +123,10 @@ TEST(RegressReportHtml, ListsAccuracyFindingsAndLinksEachCellToItsHistory) {
   EXPECT_NE(html.find("a note &amp; more"), std::string::npos);
 }
 
-TEST(RegressReportHtml, IsTheSameBytesForTheSameData) { EXPECT_EQ(RegressReportHtml(Report()), RegressReportHtml(Report())); }
+TEST(RegressReportHtml, IsTheSameBytesForTheSameData) {
+  EXPECT_EQ(RegressReportHtml(Report()), RegressReportHtml(Report()));
+  testing::WritePageIfAsked("regress.html", RegressReportHtml(Report()));
+}
 
 Regression Row(const std::string& commit, const std::string& baseline, const std::string& config,
                const std::string& metric, double ratio, const std::string& verdict) {

@@ -330,6 +330,17 @@ std::string ProblemSection(const DeviceResults& d, const ProblemResult& p, int i
   return html + "</div>\n</section>\n";
 }
 
+// A key escaped, with a line-break opportunity after each '/', so that long keys wrap in a
+// narrow column instead of widening the table past the window.
+std::string BreakableKey(const std::string& key) {
+  std::string out;
+  for (char c : HtmlEscape(key)) {
+    out += c;
+    if (c == '/') out += "<wbr/>";
+  }
+  return out;
+}
+
 std::string IndexTable(const TuningReport& r) {
   std::string html =
       "<table class=\"sortable index\">\n<thead><tr><th>device class</th><th>problem</th><th>kind</th>"
@@ -341,12 +352,12 @@ std::string IndexTable(const TuningReport& r) {
       const Throughput t = ThroughputOf(d.device_class, b);
       absl::StatusOr<AttentionProblem> problem = AttentionProblem::FromKey(b.problem_key);
       html += fmt::format(
-          "<tr><td>{}</td><td class=\"nowrap\" data-sort=\"{}\"><a href=\"#{}\">{}</a></td><td>{}</td><td class=\"key\">{}</td>"
+          "<tr><td>{}</td><td data-sort=\"{}\"><a href=\"#{}\">{}</a></td><td>{}</td><td class=\"key wrap\">{}</td>"
           "<td class=\"num\" data-sort=\"{}\">{}</td><td class=\"num\" data-sort=\"{}\">{}</td>"
           "<td class=\"num\" data-sort=\"{}\">{}</td><td class=\"num\" data-sort=\"{}\">{}</td>"
           "<td class=\"num\" data-sort=\"{}\">{}</td><td class=\"num\" data-sort=\"{}\">{}</td></tr>\n",
           HtmlEscape(d.device_class), HtmlEscape(b.problem_key), ProblemAnchor(d.device_class, b.problem_key),
-          HtmlEscape(b.problem_key), problem.ok() ? ProblemKindName(problem->kind) : "?", HtmlEscape(b.config_key),
+          BreakableKey(b.problem_key), problem.ok() ? ProblemKindName(problem->kind) : "?", BreakableKey(b.config_key),
           b.median_us, FormatNumber(b.median_us, 4), t.known ? t.value : -1,
           t.known ? FormatNumber(t.value) + " " + t.unit : "-", t.percent_of_peak.value_or(-1),
           t.percent_of_peak ? fmt::format("{:.1f}", *t.percent_of_peak) : "unknown peak", b.speedup_vs_materialized,

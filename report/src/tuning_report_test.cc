@@ -159,6 +159,7 @@ TEST(TuningReportHtml, EscapesWhatTheStoreHoldsAndShowsTheEnvironment) {
 TEST(TuningReportHtml, IsTheSameBytesForTheSameData) {
   std::unique_ptr<Store> store = FilledStore();
   const std::string first = TuningReportHtml(*ReadTuningReport(*store, "", "test.db"));
+  testing::WritePageIfAsked("tuning.html", first);
   const std::string second = TuningReportHtml(*ReadTuningReport(*store, "", "test.db"));
   EXPECT_EQ(first, second);
 }

@@ -130,13 +130,13 @@ inline void FillTuningStore(Store& store) {
   }
   trials.push_back(MakeTrial(run, kPrefillKey, "partial/bm64/bs64/t128/bf16/st1", TrialOutcome::kOk, 72.0));
   trials.push_back(MakeTrial(run, kPrefillKey, "materialized/bm64/bs64/t256/bf16/st1", TrialOutcome::kOk, 130.0));
-  trials.push_back(MakeTrial(run, kDecodeKey, "fused/bm16/bs64/t128/bf16/st2/sk8", TrialOutcome::kOk, 50.0));
-  trials.push_back(MakeTrial(run, kDecodeKey, "fused/bm16/bs128/t128/bf16/st2/sk8", TrialOutcome::kOk, 47.0));
-  trials.push_back(MakeTrial(run, kDecodeKey, "fused/bm16/bs128/t128/bf16/st2/sk4", TrialOutcome::kOk, 55.0));
+  trials.push_back(MakeTrial(run, kDecodeKey, "fused/bm16/bs64/t128/bf16/st2/sk8", TrialOutcome::kOk, 160.0));
+  trials.push_back(MakeTrial(run, kDecodeKey, "fused/bm16/bs128/t128/bf16/st2/sk8", TrialOutcome::kOk, 150.0));
+  trials.push_back(MakeTrial(run, kDecodeKey, "fused/bm16/bs128/t128/bf16/st2/sk4", TrialOutcome::kOk, 175.0));
   ASSERT_TRUE(store.RecordTrials(trials).ok());
   ASSERT_TRUE(store.UpsertBestConfig(Pick(H200(), run, kPrefillKey, kFusedPick, 46.0, commit)).ok());
   ASSERT_TRUE(
-      store.UpsertBestConfig(Pick(H200(), run, kDecodeKey, "fused/bm16/bs128/t128/bf16/st2/sk8", 47.0, commit)).ok());
+      store.UpsertBestConfig(Pick(H200(), run, kDecodeKey, "fused/bm16/bs128/t128/bf16/st2/sk8", 150.0, commit)).ok());
   AuditSummary audit;
   audit.device_class = H200().DeviceClass();
   audit.problem_key = kPrefillKey;

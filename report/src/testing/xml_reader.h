@@ -11,6 +11,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <string_view>
@@ -245,6 +246,14 @@ inline const XmlElement* FindId(const XmlElement& e, const std::string& id) {
     if (const XmlElement* found = FindId(c, id); found != nullptr) return found;
   }
   return nullptr;
+}
+
+// Writes `html` to $FUSETUNE_REPORT_PAGES_DIR/`name` when that variable is set (to look at the
+// pages the tests make from their fixed databases: report/README.md); nothing otherwise.
+inline void WritePageIfAsked(const std::string& name, const std::string& html) {
+  const char* dir = std::getenv("FUSETUNE_REPORT_PAGES_DIR");
+  if (dir == nullptr || *dir == '\0') return;
+  std::ofstream(std::string(dir) + "/" + name, std::ios::binary | std::ios::trunc) << html;
 }
 
 }  // namespace fusetune::report::testing
