@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "fusetune/base/median.h"
 #include "fusetune/regress/junit.h"
 #include "fusetune/report/html.h"
@@ -181,9 +182,15 @@ std::string CellSection(const RegressReport& r, const RegressCell& c) {
 }
 
 std::string SideText(const regress::SourceInfo& s) {
-  return fmt::format("{} on {} ({}{}{})", s.commit, s.device.name, s.device.driver,
-                     s.device.max_clock_mhz > 0 ? fmt::format(", max clock {} MHz", s.device.max_clock_mhz) : "",
-                     s.environment.empty() ? "" : "; " + s.environment);
+  // Only what the side reported: a field it left empty is left out, not shown as "()".
+  std::vector<std::string> details;
+  if (!s.device.driver.empty()) details.push_back(s.device.driver);
+  if (s.device.max_clock_mhz > 0) details.push_back(fmt::format("max clock {} MHz", s.device.max_clock_mhz));
+  if (!s.environment.empty() && s.environment != s.device.driver) details.push_back(s.environment);
+  std::string text = s.commit;
+  if (!s.device.name.empty()) text += " on " + s.device.name;
+  if (!details.empty()) text += fmt::format(" ({})", fmt::join(details, "; "));
+  return text;
 }
 
 }  // namespace

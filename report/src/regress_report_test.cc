@@ -84,6 +84,11 @@ TEST(RegressReportHtml, ListsVerdictsMostSevereFirst) {
     if (!cells.empty()) order.push_back(cells[0]->text);
   }
   EXPECT_EQ(order, (std::vector<std::string>{"regressed", "same", "unknown", "same"}));  // the grown error second
+  // Each side as it reported itself; what it left empty is left out.
+  const auto sides = Find(root, "dd");
+  ASSERT_GE(sides.size(), 2u);
+  EXPECT_EQ(sides[0]->text, "aaaaaaaa1111 on Test CPU");
+  EXPECT_EQ(sides[1]->text, "bbbbbbbb2222 on Test CPU");
   const auto sections = Find(root, "section", "cell");
   ASSERT_EQ(sections.size(), 4u);
   EXPECT_NE(Find(*sections[0], "h3")[0]->AllText().find("fused/bm64/bs16"), std::string::npos);
