@@ -5,7 +5,8 @@
 #   ci/setup-debian.sh          build dependencies (enough for the main job), and what the Python
 #                               package imports (python3-grpcio, python3-protobuf, python3-numpy)
 #   ci/setup-debian.sh --tests  plus what the test suite runs (the Prometheus server; pytest, torch,
-#                               pandas and venv for the Python package's tests)
+#                               pandas and venv for the Python package's tests; Chromium, which
+#                               renders the HTML reports headless)
 #   ci/setup-debian.sh --hip    plus hipcc and the HIP runtime (Debian's ROCm 5.2, ~630 MiB with
 #                               clang-15), so ci/build.sh compiles the HIP backend
 #
@@ -24,8 +25,9 @@ packages=(
 )
 # Without recommends: the server alone, not ~350 MiB of exporters. python3-torch (CPU) is what
 # the Python package's kernel tests run on (~150 MB of packages); python3-venv makes the fresh
-# environments the packaging tests install into.
-test_packages=(prometheus python3-pytest python3-torch python3-pandas python3-venv)
+# environments the packaging tests install into. chromium renders the HTML reports in
+# report_pages_browser_test (headless; without recommends).
+test_packages=(prometheus python3-pytest python3-torch python3-pandas python3-venv chromium)
 # The HIP backend's compiler and runtime library (compile-only without an AMD GPU).
 hip_packages=(hipcc libamdhip64-dev)
 

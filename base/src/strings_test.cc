@@ -24,5 +24,15 @@ TEST(FormatBytes, UsesBinaryUnitsWithOneDecimal) {
   EXPECT_EQ(FormatBytes(int64_t{5} << 40), "5.0 TiB");
 }
 
+TEST(NaturalLess, ComparesRunsOfDigitsAsNumbers) {
+  EXPECT_TRUE(NaturalLess("prefill/q128/k128", "prefill/q1024/k1024"));
+  EXPECT_FALSE(NaturalLess("prefill/q1024/k1024", "prefill/q128/k128"));
+  EXPECT_TRUE(NaturalLess("a2", "a10"));
+  EXPECT_TRUE(NaturalLess("a007", "a10"));
+  EXPECT_TRUE(NaturalLess("abc", "abd"));
+  EXPECT_TRUE(NaturalLess("ab", "abc"));
+  EXPECT_FALSE(NaturalLess("same", "same"));
+}
+
 }  // namespace
 }  // namespace fusetune

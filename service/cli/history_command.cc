@@ -16,7 +16,9 @@
 #include "fusetune/db/store.h"
 #include "fusetune/regress/change_points.h"
 #include "fusetune/regress/history.h"
-#include "history_plot.h"
+#include "fusetune/report/history_plot.h"
+#include "fusetune/report/history_report.h"
+#include "fusetune/report/html.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 #include "text_table.h"
@@ -30,6 +32,8 @@ struct HistoryFlags {
   std::string cell;
   std::string device_class;
   std::string plot;
+  std::string html;               // the HTML report of the cell, or of every cell without --cell
+  std::string html_regress_link;  // the regress page its cells link to
   bool json = false;
   bool record = false;
 };
@@ -116,9 +120,40 @@ void PrintHistory(const regress::CellHistory& h, const std::string& suite, const
   }
 }
 
+// Writes the HTML report of `problem_key`'s cell (every cell when empty); the exit code as
+// ReadCellHistory's.
+int WriteHistoryHtml(Store& store, const HistoryFlags& f, const std::string& problem_key, const std::string& config_key) {
+  const std::string cmd = "history";
+  absl::StatusOr<report::HistoryReport> page =
+      report::ReadHistoryReport(store, {f.suite, f.device_class, problem_key, config_key}, f.db);
+  if (absl::IsNotFound(page.status())) {
+    std::fprintf(stderr, "fusetune history: %s in %s\n", std::string(page.status().message()).c_str(), f.db.c_str());
+    return kExitNotFound;
+  }
+  if (absl::IsInvalidArgument(page.status())) return UsageError(cmd, std::string(page.status().message()));
+  if (!page.ok()) return Failure(cmd, std::string(page.status().message()));
+  page->regress_href = f.html_regress_link;
+  if (absl::Status s = report::WriteFileAtomically(f.html, report::HistoryReportHtml(*page)); !s.ok()) {
+    return Failure(cmd, std::string(s.message()));
+  }
+  return kExitOk;
+}
+
 int RunHistory(const HistoryFlags& f) {
   const std::string cmd = "history";
   if (f.suite.empty()) return UsageError(cmd, "--suite must not be empty");
+  if (f.cell.empty()) {
+    // Every cell of the suite: only the HTML report shows them all.
+    if (f.html.empty()) return UsageError(cmd, "--cell is required unless --html writes every cell of the suite");
+    if (f.record || !f.plot.empty() || f.json) {
+      return UsageError(cmd, "--record, --plot and --json need --cell");
+    }
+    absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
+    if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
+    const int code = WriteHistoryHtml(**store, f, "", "");
+    if (code == kExitOk) std::printf("wrote %s\n", f.html.c_str());
+    return code;
+  }
   const size_t space = f.cell.find(' ');
   const std::string problem_key = f.cell.substr(0, space);
   const std::string config_key = space == std::string::npos ? "" : f.cell.substr(space + 1);
@@ -137,17 +172,20 @@ int RunHistory(const HistoryFlags& f) {
     if (!s.ok()) return Failure(cmd, std::string(s.message()));
   }
   if (!f.plot.empty()) {
-    std::vector<HistoryPlotPoint> points;
-    std::vector<HistoryPlotChange> changes;
+    std::vector<report::HistoryPlotPoint> points;
+    std::vector<report::HistoryPlotChange> changes;
     for (const regress::HistoryPoint& p : history.points) points.push_back({p.commit, p.median_us});
     for (const regress::ChangePoint& cp : result->change_points) {
       changes.push_back({cp.index, cp.commit, cp.relative_change});
     }
     std::ofstream out(f.plot, std::ios::binary | std::ios::trunc);
-    out << HistorySvg(fmt::format("{} {} ({})", history.problem_key, history.config_key, f.suite), points,
+    out << report::HistorySvg(fmt::format("{} {} ({})", history.problem_key, history.config_key, f.suite), points,
                       changes);
     out.close();
     if (!out) return Failure(cmd, "cannot write the plot to " + f.plot);
+  }
+  if (!f.html.empty()) {
+    if (int code = WriteHistoryHtml(**store, f, problem_key, config_key); code != kExitOk) return code;
   }
   if (f.json) {
     std::printf("%s\n", HistoryJson(history, f.suite, *result).dump(2).c_str());
@@ -166,9 +204,16 @@ void AddHistoryCommand(CLI::App& app, CommandContext& context) {
                  "oldest first) with its change points (E-divisive means, t-test p <= 0.001).");
   AddDatabaseOption(history, &flags->db, "SQLite database with the bench runs");
   history->add_option("--suite", flags->suite, "the suite's name")->required();
-  history->add_option("--cell", flags->cell, "'PROBLEM_KEY' or 'PROBLEM_KEY CONFIG_KEY'")->required();
+  history->add_option("--cell", flags->cell,
+                      "'PROBLEM_KEY' or 'PROBLEM_KEY CONFIG_KEY' (required, unless --html writes every cell)");
   history->add_option("--device-class", flags->device_class, "only runs on this device class");
   history->add_option("--plot", flags->plot, "write an SVG line chart with the change points to this file");
+  history->add_option("--html", flags->html,
+                      "write a self-contained HTML report here: the series of the cell (of every cell of the suite "
+                      "without --cell) with its change points; hover a point for its commit, date and clocks");
+  history->add_option("--html-regress-link", flags->html_regress_link,
+                      "link each cell of the HTML report to its section of this regress page (as `regress --html` "
+                      "writes it), e.g. regress.html");
   history->add_flag("--record", flags->record, "store the change points (replacing the cell's earlier ones)");
   history->add_flag("--json", flags->json, "print JSON");
   SetAction(history, context, [flags] { return RunHistory(*flags); });

@@ -43,7 +43,8 @@ int RunRegress(const RegressFlags& flags) {
   // Output paths first: a report that cannot be written must not cost a measurement or leave
   // a bench run and verdict rows behind.
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--junit", f.junit},
-                                   std::pair<const char*, const std::string&>{"--markdown", f.markdown}}) {
+                                   std::pair<const char*, const std::string&>{"--markdown", f.markdown},
+                                   std::pair<const char*, const std::string&>{"--html", f.html}}) {
     if (absl::Status s = CheckOutputFile(flag, path); !s.ok()) return Error(std::string(s.message()));
   }
   absl::StatusOr<regress::Suite> suite = regress::ReadSuiteFile(f.suite);
@@ -122,6 +123,12 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
                       "last; confirms cells flagged against a stored baseline");
   regress->add_option("--junit", flags->junit, "write a JUnit XML report here");
   regress->add_option("--markdown", flags->markdown, "write the markdown report here (it is also printed)");
+  regress->add_option("--html", flags->html,
+                      "write a self-contained HTML report here: verdicts by severity, per cell both builds' blocks as "
+                      "strip plots with the ratio, its interval and the floor, why a cell is unknown, accuracy findings");
+  regress->add_option("--html-history-link", flags->html_history_link,
+                      "link each cell of the HTML report to its section of this history page (as `history --html` "
+                      "writes it), e.g. history.html");
   regress->add_option("--blocks", flags->blocks, "first-pass blocks per cell and side (default: the suite's)")
       ->check(CLI::Range(3, 1000));
   regress->add_option("--stored-floor", flags->stored_floor,

@@ -16,24 +16,11 @@
 #include "fusetune/regress/junit.h"
 #include "fusetune/regress/regress_run.h"
 #include "fusetune/regress/suite_bench.h"
+#include "fusetune/report/html.h"
+#include "fusetune/report/regress_report.h"
 
 namespace fusetune::cli {
 namespace {
-
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    if (!out) return absl::UnavailableError(fmt::format("cannot write {}", tmp));
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::UnavailableError(fmt::format("cannot write {}: {}", path, ec.message()));
-  return absl::OkStatus();
-}
 
 std::string Title(const regress::Suite& suite, const regress::Comparison& c) {
   return fmt::format("fusetune regress: suite {}, {} against {} on {} ({})", suite.name, c.candidate.commit,
@@ -148,14 +135,19 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& su
     std::vector<regress::SuiteProperty> properties;
     if (!planted.empty()) properties.push_back({"planted_slowdowns", planted});
     if (calibration) properties.push_back({"calibration", comparison.candidate.commit});
-    if (absl::Status s = WriteFile(f.junit, regress::WriteJUnitXml(fmt::format("fusetune-regress-{}", suite.name),
+    if (absl::Status s = report::WriteFileAtomically(f.junit, regress::WriteJUnitXml(fmt::format("fusetune-regress-{}", suite.name),
                                                                    verdicts, properties));
         !s.ok()) {
       return s;
     }
   }
   if (!f.markdown.empty()) {
-    if (absl::Status s = WriteFile(f.markdown, markdown); !s.ok()) return s;
+    if (absl::Status s = report::WriteFileAtomically(f.markdown, markdown); !s.ok()) return s;
+  }
+  if (!f.html.empty()) {
+    report::RegressReport page = report::RegressReportFromComparison(suite, comparison, all_notes, calibration);
+    page.history_href = f.html_history_link;
+    if (absl::Status s = report::WriteFileAtomically(f.html, report::RegressReportHtml(page)); !s.ok()) return s;
   }
 #ifdef FUSETUNE_WITH_SERVICE
   if (!f.server.server.empty()) {

@@ -27,6 +27,8 @@ struct RegressFlags : regress::RegressOptions {
   std::string suite;
   std::string junit;
   std::string markdown;
+  std::string html;               // the HTML report (report/.../regress_report.h)
+  std::string html_history_link;  // the history page its cells link to, relative to it
   bool fail_on_unknown = false;  // an unknown cell fails the run (not a calibration's)
 #ifdef FUSETUNE_WITH_SERVICE
   ServerConnectionFlags server;  // server.server empty: upload nothing

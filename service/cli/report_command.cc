@@ -10,7 +10,10 @@
 #include "best_config_json.h"
 #include "commands.h"
 #include "fmt/format.h"
+#include "fusetune/base/strings.h"
 #include "fusetune/db/store.h"
+#include "fusetune/report/html.h"
+#include "fusetune/report/tuning_report.h"
 #include "nlohmann/json.hpp"
 #include "problem_flags.h"
 
@@ -21,31 +24,8 @@ struct ReportFlags {
   std::string db = "./fusetune.db";
   std::string device_class;
   bool json = false;
+  std::string html;  // also write the HTML report here
 };
-
-// Orders keys so that numbers compare as numbers (q128 before q1024).
-bool NaturalLess(const std::string& a, const std::string& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
-      size_t ie = i, je = j;
-      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
-      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
-      const std::string_view na = std::string_view(a).substr(i, ie - i), nb = std::string_view(b).substr(j, je - j);
-      const std::string_view ta = na.substr(std::min(na.find_first_not_of('0'), na.size()));
-      const std::string_view tb = nb.substr(std::min(nb.find_first_not_of('0'), nb.size()));
-      if (ta.size() != tb.size()) return ta.size() < tb.size();
-      if (ta != tb) return ta < tb;
-      i = ie;
-      j = je;
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      ++i;
-      ++j;
-    }
-  }
-  return a.size() - i < b.size() - j;
-}
 
 std::string Ratio(double r) { return r > 0 ? fmt::format("{:.2f}x", r) : "-"; }
 
@@ -70,6 +50,13 @@ int RunReportCommand(const ReportFlags& f) {
   const std::string cmd = "report";
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
   if (!store.ok()) return Failure(cmd, std::string(store.status().message()));
+  if (!f.html.empty()) {
+    absl::StatusOr<report::TuningReport> page = report::ReadTuningReport(**store, f.device_class, f.db);
+    if (!page.ok()) return Failure(cmd, std::string(page.status().message()));
+    if (absl::Status s = report::WriteFileAtomically(f.html, report::TuningReportHtml(*page)); !s.ok()) {
+      return Failure(cmd, std::string(s.message()));
+    }
+  }
   absl::StatusOr<std::vector<BestConfig>> best = (*store)->ListBestConfigs(f.device_class);
   if (!best.ok()) return Failure(cmd, std::string(best.status().message()));
   std::sort(best->begin(), best->end(), [](const BestConfig& a, const BestConfig& b) {
@@ -135,6 +122,9 @@ void AddReportCommand(CLI::App& app, CommandContext& context) {
   report->add_flag("--json", flags->json,
                    "print a JSON array (fields: problem, config, median_us, tflops, speedup_vs_materialized, "
                    "speedup_vs_partial, max_rel_error, audit (the newest audit of this config, or null), ...)");
+  report->add_option("--html", flags->html,
+                     "also write a self-contained HTML report here: per problem the config space as heatmaps, the "
+                     "variants side by side, % of the device's peak, the audit's regret; a sortable index");
   SetAction(report, context, [flags] { return RunReportCommand(*flags); });
 }
 

@@ -77,6 +77,7 @@ struct MetricsEndpoint::State {
   int wake_read = -1, wake_write = -1;
   int port = 0;
   std::function<std::string()> render;
+  PageHandler pages;  // may be null
   std::thread acceptor;
 
   std::mutex mu;
@@ -133,6 +134,9 @@ struct MetricsEndpoint::State {
     if (method != "GET" && method != "HEAD") {
       return PlainResponse(405, "Method Not Allowed", "only GET and HEAD are served");
     }
+    if (pages != nullptr && (target == "/reports" || target.substr(0, 9) == "/reports/")) {
+      return PageAnswer(target, method == "GET");
+    }
     if (target != "/metrics") return PlainResponse(404, "Not Found", "metrics are served on /metrics");
     std::string body;
     try {
@@ -141,6 +145,35 @@ struct MetricsEndpoint::State {
       return PlainResponse(500, "Internal Server Error", absl::StrCat("rendering metrics failed: ", e.what()));
     }
     return Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", body, method == "GET");
+  }
+
+  // The response of the page handler for `target` (its %XX escapes decoded).
+  std::string PageAnswer(std::string_view target, bool include_body) {
+    std::string path;
+    for (size_t i = 0; i < target.size(); ++i) {
+      if (target[i] != '%') {
+        path += target[i];
+        continue;
+      }
+      auto hex = [](char c) {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      };
+      const int high = i + 2 < target.size() ? hex(target[i + 1]) : -1;
+      const int low = i + 2 < target.size() ? hex(target[i + 2]) : -1;
+      if (high < 0 || low < 0) return PlainResponse(400, "Bad Request", "malformed %-escape in the path");
+      path += static_cast<char>(high * 16 + low);
+      i += 2;
+    }
+    absl::StatusOr<Page> page;
+    try {
+      page = pages(path);
+    } catch (const std::exception& e) {
+      page = absl::InternalError(e.what());
+    }
+    if (absl::IsNotFound(page.status())) return PlainResponse(404, "Not Found", std::string(page.status().message()));
+    if (absl::IsInvalidArgument(page.status())) return PlainResponse(400, "Bad Request", std::string(page.status().message()));
+    if (!page.ok()) return PlainResponse(500, "Internal Server Error", std::string(page.status().message()));
+    return Response(200, "OK", page->content_type, page->body, include_body);
   }
 
   void AcceptLoop(const std::shared_ptr<State>& self) {
@@ -180,6 +213,12 @@ MetricsEndpoint::MetricsEndpoint(std::shared_ptr<State> state) : state_(std::mov
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& address,
                                                                         std::function<std::string()> render) {
+  return Start(address, std::move(render), nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const std::string& address,
+                                                                        std::function<std::string()> render,
+                                                                        PageHandler pages) {
   absl::StatusOr<HostPort> parsed = ParseHostPort(address, "metrics address", /*listening=*/true, "127.0.0.1:9464");
   if (!parsed.ok()) return parsed.status();
   const std::string& host = parsed->host;
@@ -234,6 +273,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const st
   state->wake_read = pipe_fds[0];
   state->wake_write = pipe_fds[1];
   state->render = std::move(render);
+  state->pages = std::move(pages);
   try {
     state->acceptor = std::thread([s = state.get(), state] { s->AcceptLoop(state); });
   } catch (const std::system_error& e) {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,6 +88,42 @@ TEST(MetricsEndpoint, AnswersOtherRequestsWithHttpErrors) {
   const std::string head = Exchange(port, "HEAD /metrics HTTP/1.1\r\n\r\n");
   EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u);
   EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");  // headers only
+}
+
+TEST(MetricsEndpoint, ServesPagesUnderReportsWithTheHandlersAnswer) {
+  std::vector<std::string> asked;
+  std::mutex mu;
+  auto endpoint = MetricsEndpoint::Start(
+      "127.0.0.1:0", [] { return std::string("up 1\n"); },
+      [&](const std::string& path) -> absl::StatusOr<MetricsEndpoint::Page> {
+        std::lock_guard<std::mutex> lock(mu);
+        asked.push_back(path);
+        if (path == "/reports/missing") return absl::NotFoundError("no such report");
+        if (path == "/reports/bad") return absl::InvalidArgumentError("bad name");
+        return MetricsEndpoint::Page{"text/html; charset=utf-8", "<p>" + path + "</p>"};
+      });
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  auto page = testing::HttpGet(port, "/reports/history/a%20b.html?x=1", 30000);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->body, "<p>/reports/history/a b.html</p>");
+  EXPECT_EQ(testing::HttpGet(port, "/reports", 30000)->status, 200);
+  EXPECT_EQ(testing::HttpGet(port, "/reports/missing", 30000)->status, 404);
+  EXPECT_EQ(testing::HttpGet(port, "/reports/bad", 30000)->status, 400);
+  EXPECT_EQ(testing::HttpGet(port, "/reports/%zz", 30000)->status, 400);
+  EXPECT_EQ(testing::HttpGet(port, "/reportsx", 30000)->status, 404);  // not under /reports/
+  EXPECT_EQ(testing::HttpGet(port, "/metrics", 30000)->body, "up 1\n");
+  const std::string raw = Exchange(port, "GET /reports/x HTTP/1.1\r\n\r\n");
+  EXPECT_NE(raw.find("Content-Type: text/html; charset=utf-8"), std::string::npos) << raw;
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(asked.size(), 5u);  // %zz never reached the handler
+}
+
+TEST(MetricsEndpoint, WithoutAPageHandlerReportsAreNotFound) {
+  auto endpoint = MetricsEndpoint::Start("127.0.0.1:0", [] { return std::string("up 1\n"); });
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  EXPECT_EQ(testing::HttpGet((*endpoint)->port(), "/reports/tuning.html", 30000)->status, 404);
 }
 
 TEST(MetricsEndpoint, ATakenPortSaysSoAndNamesTheAddress) {

@@ -56,7 +56,8 @@ void ReplacedGaugeSeries::RemoveUnset() {
 }
 
 absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std::string& listen_address,
-                                                                      const std::vector<std::string>& rpc_methods) {
+                                                                      const std::vector<std::string>& rpc_methods,
+                                                                       MetricsEndpoint::PageHandler pages) {
   std::unique_ptr<ServiceMetrics> m(new ServiceMetrics());
   m->registry_ = std::make_shared<prometheus::Registry>();
   auto& r = *m->registry_;
@@ -122,7 +123,7 @@ absl::StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::Create(const std
   }
   if (!listen_address.empty()) {
     const ServiceMetrics* self = m.get();
-    auto endpoint = MetricsEndpoint::Start(listen_address, [self] { return self->Serialize(); });
+    auto endpoint = MetricsEndpoint::Start(listen_address, [self] { return self->Serialize(); }, std::move(pages));
     if (!endpoint.ok()) return endpoint.status();
     m->endpoint_ = std::move(*endpoint);
   }

@@ -120,8 +120,10 @@ class ServiceMetrics {
   // `listen_address` is non-empty, also serves them on it ("127.0.0.1:0" picks a free port).
   // Errors are MetricsEndpoint::Start's: InvalidArgument for a malformed address,
   // Unavailable with the system's reason when it cannot listen there.
+  // `pages`, when not null, answers /reports... on the same endpoint (report_pages.h).
   static absl::StatusOr<std::unique_ptr<ServiceMetrics>> Create(const std::string& listen_address,
-                                                                const std::vector<std::string>& rpc_methods);
+                                                                const std::vector<std::string>& rpc_methods,
+                                                                MetricsEndpoint::PageHandler pages = nullptr);
 
   // Port /metrics is served on (0 when it is not served).
   int port() const { return endpoint_ ? endpoint_->port() : 0; }

@@ -24,6 +24,7 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "metrics.h"
+#include "report_pages.h"
 #include "rpc_edge.h"
 #include "server_core.h"
 #include "tuning_service.h"
@@ -180,7 +181,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (!token.ok()) return token.status();
   auto store = Store::Open(options.db_path);
   if (!store.ok()) return store.status();
-  auto metrics = ServiceMetrics::Create(options.metrics_address, RpcMethodNames());
+  // The HTML reports beside /metrics read through a connection of their own, read-only, so that
+  // a page is never written from and the endpoint needs nothing the server core owns.
+  MetricsEndpoint::PageHandler pages;
+  if (!options.metrics_address.empty()) {
+    StoreOptions read_only;
+    read_only.access = StoreAccess::kReadOnly;
+    absl::StatusOr<std::unique_ptr<Store>> reports_store = Store::Open(options.db_path, read_only);
+    if (reports_store.ok()) pages = ReportPages(std::shared_ptr<Store>(*std::move(reports_store)), options.db_path);
+  }
+  auto metrics = ServiceMetrics::Create(options.metrics_address, RpcMethodNames(), std::move(pages));
   if (!metrics.ok()) return metrics.status();
   auto impl = std::make_unique<Impl>(options, std::move(*token), std::move(*store), std::move(*metrics));
   if (auto s = impl->Init(); !s.ok()) return s;

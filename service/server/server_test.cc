@@ -632,6 +632,66 @@ TEST_F(ServerTest, ShutdownIsIdempotentAndEndsLongPolls) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }
 
+TEST_F(ServerTest, ServesTheHtmlReportsBesideMetricsWithoutAToken) {
+  SeedBest(kCpuClass, SeedProblem(256), kFused, 120.0, 0, "0123456789ab");
+  {
+    auto store = Store::Open(dir_.File("fusetune.db"));
+    ASSERT_TRUE(store.ok()) << store.status();
+    RunInfo bench;
+    bench.commit = "0123456789ab";
+    bench.device.backend = "cpu";
+    bench.device.name = "Test CPU";
+    bench.device.arch = "x86_64";
+    bench.label = "bench:nightly";
+    bench.started_unix_ms = 1700000000000;
+    bench.finished_unix_ms = 1700000100000;
+    auto run = (*store)->BeginRun(bench);
+    ASSERT_TRUE(run.ok()) << run.status();
+    BenchCell cell;
+    cell.suite = "night ly";  // a space: the index's link escapes it, the endpoint decodes it
+    cell.problem_key = KeyOf(SeedProblem(256));
+    cell.problem_json = "{}";
+    cell.config_key = kFused;
+    cell.role = "best";
+    cell.blocks = {{10, 120.0, {}, {}, false}, {10, 121.0, {}, {}, false}};
+    ASSERT_TRUE((*store)->RecordBenchCells(*run, {cell}).ok());
+    Regression verdict;
+    verdict.commit = "0123456789ab";
+    verdict.baseline_commit = "0123456789ab";
+    verdict.device_class = RunInfo{bench}.device.DeviceClass();
+    verdict.problem_key = cell.problem_key;
+    verdict.config_key = kFused;
+    verdict.metric = "latency";
+    verdict.ratio = 1.01;
+    verdict.verdict = "same";
+    ASSERT_TRUE((*store)->RecordRegression(verdict).ok());
+  }
+  StartServer({}, /*with_metrics=*/true);
+  const int port = server_->metrics_port();
+  auto index = HttpGet(port, "/reports/");
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->status, 200);
+  EXPECT_NE(index->body.find("href=\"/reports/tuning.html\""), std::string::npos) << index->body;
+  EXPECT_NE(index->body.find("href=\"/reports/history/night%20ly.html\""), std::string::npos) << index->body;
+  auto tuning = HttpGet(port, "/reports/tuning.html");
+  ASSERT_TRUE(tuning.ok()) << tuning.status();
+  EXPECT_EQ(tuning->status, 200);
+  EXPECT_EQ(tuning->body.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(tuning->body.find(KeyOf(SeedProblem(256))), std::string::npos);
+  auto history = HttpGet(port, "/reports/history/night%20ly.html");
+  ASSERT_TRUE(history.ok()) << history.status();
+  EXPECT_EQ(history->status, 200) << history->body;
+  EXPECT_NE(history->body.find("fusetune history: suite night ly"), std::string::npos);
+  EXPECT_NE(index->body.find("href=\"/reports/regress/0123456789ab.html\""), std::string::npos) << index->body;
+  auto regress = HttpGet(port, "/reports/regress/0123456789ab.html");
+  ASSERT_TRUE(regress.ok()) << regress.status();
+  EXPECT_EQ(regress->status, 200) << regress->body;
+  EXPECT_NE(regress->body.find("href=\"/reports/history/night%20ly.html#cell-"), std::string::npos) << regress->body;
+  EXPECT_EQ(HttpGet(port, "/reports/regress/ffffffffffff.html")->status, 404);
+  EXPECT_EQ(HttpGet(port, "/reports/history/no-such-suite.html")->status, 404);
+  EXPECT_EQ(HttpGet(port, "/reports/nothing-here")->status, 404);
+}
+
 TEST(ServerStart, ReportsTakenPortsAndMissingTokenClearly) {
   ScratchDir dir;
   ServerOptions options;

@@ -213,5 +213,31 @@ TEST(History, BadInputIsRefused) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("missing.db")));
 }
 
+TEST(History, HtmlWritesEveryCellOfTheSuiteOrOne) {
+  TempDir dir;
+  const std::string db = dir.File("f.db");
+  WriteHistory(db);
+  const std::string all = dir.File("all.html");
+  CommandResult r = Fusetune({"history", "--db", db, "--suite", kSuite, "--html", all, "--html-regress-link",
+                              "regress.html"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const std::string page = ReadFile(all);
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.find(std::string(kFused)), std::string::npos);
+  EXPECT_NE(page.find(std::string(kMaterialized)), std::string::npos);  // every cell
+  EXPECT_NE(page.find("class=\"change-label\""), std::string::npos);
+  EXPECT_NE(page.find("href=\"regress.html#cell-"), std::string::npos);
+  // One cell: the table as before, and the page of that cell alone.
+  const std::string one = dir.File("one.html");
+  r = Fusetune({"history", "--db", db, "--suite", kSuite, "--cell", kCell, "--html", one});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 change point(s)"), std::string::npos) << r.out;
+  EXPECT_EQ(ReadFile(one).find(std::string(kMaterialized)), std::string::npos);
+  // Without --cell only the HTML report makes sense.
+  EXPECT_EQ(Fusetune({"history", "--db", db, "--suite", kSuite}).exit_code, 2);
+  EXPECT_EQ(Fusetune({"history", "--db", db, "--suite", kSuite, "--html", all, "--json"}).exit_code, 2);
+  EXPECT_EQ(Fusetune({"history", "--db", db, "--suite", "other", "--html", all}).exit_code, 3);
+}
+
 }  // namespace
 }  // namespace fusetune

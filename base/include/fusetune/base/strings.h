@@ -33,6 +33,10 @@ std::string Cat(const Args&... args) {
 // up). Negative counts print as 0 B.
 std::string FormatBytes(int64_t bytes);
 
+// Orders strings so that runs of digits compare as numbers ("q128" before "q1024"; leading
+// zeros ignored) and everything else byte by byte: how problem keys are listed.
+bool NaturalLess(std::string_view a, std::string_view b);
+
 }  // namespace fusetune
 
 #endif  // FUSETUNE_BASE_STRINGS_H_

@@ -7,7 +7,10 @@
 // server's threads use the process's default stack size.
 //
 // What it answers: GET or HEAD /metrics (a query string is ignored) with the text that
-// `render` returns (text/plain; version=0.0.4); 404 for other paths, 405 for other
+// `render` returns (text/plain; version=0.0.4); with a PageHandler, GET or HEAD of /reports and
+// every path under /reports/ with the page it returns (read-only pages beside the metrics,
+// under the same rules: whoever may scrape /metrics may read them; `fusetune serve` serves the
+// HTML reports there); 404 for other paths, 405 for other
 // methods, 400 for a malformed request, 503 when kMaxConnections requests are already being
 // served. Every response closes its connection. A client that sends its request slower
 // than kRequestTimeout, or does not read the response within kResponseTimeout, is dropped.
@@ -41,6 +44,23 @@ class MetricsEndpoint {
   // resolve), when it cannot listen there.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& address,
                                                                 std::function<std::string()> render);
+
+  // A page served beside /metrics.
+  struct Page {
+    std::string content_type;  // e.g. "text/html; charset=utf-8"
+    std::string body;
+  };
+  // Answers a GET or HEAD of /reports or a path under /reports/: `path` is the request's path
+  // with %XX escapes decoded (the query string cut off), starting with "/reports". NotFound
+  // becomes 404, InvalidArgument 400, any other error 500, each with the status's message.
+  // Called from the connection threads, possibly concurrently: it must be thread-safe and
+  // outlive the endpoint.
+  using PageHandler = std::function<absl::StatusOr<Page>(const std::string& path)>;
+
+  // Start, also answering /reports... with `pages` (null: 404 there, as without it).
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const std::string& address,
+                                                                std::function<std::string()> render,
+                                                                PageHandler pages);
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;

@@ -1,4 +1,4 @@
-#include "history_plot.h"
+#include "fusetune/report/history_plot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,8 @@
 
 #include "fmt/format.h"
 #include "fusetune/regress/junit.h"
-#include "text_table.h"
 
-namespace fusetune::cli {
+namespace fusetune::report {
 namespace {
 
 constexpr double kWidth = 900, kHeight = 460;
@@ -24,6 +23,13 @@ constexpr double kRotatedPitch = 16;   // the least x distance between two rotat
 constexpr int kChangeLabelRows = 3;    // change labels are staggered over this many rows
 
 std::string Escaped(const std::string& text) { return regress::XmlEscape(text); }
+
+// Characters as a reader counts them: UTF-8 code points (continuation bytes not counted).
+size_t DisplayWidth(const std::string& text) {
+  size_t width = 0;
+  for (char c : text) width += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return width;
+}
 
 }  // namespace
 
@@ -150,11 +156,12 @@ std::string HistorySvg(const std::string& title, const std::vector<HistoryPlotPo
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(points[i].median_us)) continue;
     svg += fmt::format(
-        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"steelblue\"><title>{} {:.3f} µs</title></circle>\n",
-        x_of(static_cast<double>(i)), y_of(points[i].median_us), Escaped(points[i].commit), points[i].median_us);
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"steelblue\"><title>{} {:.3f} µs{}</title></circle>\n",
+        x_of(static_cast<double>(i)), y_of(points[i].median_us), Escaped(points[i].commit), points[i].median_us,
+        points[i].detail.empty() ? "" : "\n" + Escaped(points[i].detail));
   }
   svg += "</svg>\n";
   return svg;
 }
 
-}  // namespace fusetune::cli
+}  // namespace fusetune::report

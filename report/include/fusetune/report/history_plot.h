@@ -1,4 +1,4 @@
-// The SVG line chart of `fusetune history --plot`: a cell's per-commit medians with its change
+// The SVG line chart of `fusetune history --plot` (and of each cell of `history --html`): a cell's per-commit medians with its change
 // points marked. Plain SVG 1.1, no scripts or external resources, viewable in any browser.
 //
 // The x axis labels the points with their commits (the first 12 characters, as the history
@@ -8,17 +8,19 @@
 // point carries a tooltip (<title>) with its full commit and median.
 //
 // Thread-safety: pure functions.
-#ifndef FUSETUNE_SERVICE_CLI_HISTORY_PLOT_H_
-#define FUSETUNE_SERVICE_CLI_HISTORY_PLOT_H_
+#ifndef FUSETUNE_REPORT_HISTORY_PLOT_H_
+#define FUSETUNE_REPORT_HISTORY_PLOT_H_
 
 #include <string>
 #include <vector>
 
-namespace fusetune::cli {
+namespace fusetune::report {
 
 struct HistoryPlotPoint {
   std::string commit;  // as stored
   double median_us = 0;
+  // The point's tooltip after its commit and median (e.g. its date and clocks); may be empty.
+  std::string detail;
 };
 
 struct HistoryPlotChange {
@@ -42,6 +44,6 @@ struct AxisTicks {
 };
 AxisTicks NiceTicks(double low, double high);
 
-}  // namespace fusetune::cli
+}  // namespace fusetune::report
 
-#endif  // FUSETUNE_SERVICE_CLI_HISTORY_PLOT_H_
+#endif  // FUSETUNE_REPORT_HISTORY_PLOT_H_
