@@ -535,6 +535,7 @@ absl::StatusOr<Runner::ProblemInputs*> Runner::InputsFor(const AttentionProblem&
 }
 
 absl::Status Runner::PrepareInputs(const AttentionProblem& problem) {
+  if (absl::Status s = problem.Validate(); !s.ok()) return s;
   try {
     return InputsFor(problem).status();
   } catch (const std::exception& e) {  // as in Measure: a throw from the backend is an error, not an end

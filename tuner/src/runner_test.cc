@@ -195,6 +195,27 @@ TEST(Runner, AnotherProblemGetsItsOwnInputs) {
   EXPECT_EQ(backend.uploads, 18);
 }
 
+TEST(Runner, PrepareInputsMakesThemOnceAndTheFirstTrialReusesThem) {
+  // The sweep prepares a problem before its time budget starts; the trials after must not
+  // make (and upload) the inputs again.
+  HostBackend backend;
+  Runner runner(backend);
+  ASSERT_TRUE(runner.PrepareInputs(Small()).ok());
+  EXPECT_EQ(backend.uploads, 6) << "two input sets of three tensors";
+  ASSERT_TRUE(runner.PrepareInputs(Small()).ok());
+  EXPECT_EQ(runner.Measure(Small(), Fused(), 1).outcome, TrialOutcome::kOk);
+  EXPECT_EQ(backend.uploads, 6) << "prepared once, reused by the trial";
+}
+
+TEST(Runner, PrepareInputsOfAnInvalidProblemIsAnErrorNotACrash) {
+  HostBackend backend;
+  Runner runner(backend);
+  AttentionProblem bad = Small();
+  bad.head_dim = 0;
+  EXPECT_FALSE(runner.PrepareInputs(bad).ok());
+  EXPECT_EQ(runner.Measure(bad, Fused(), 1).outcome, TrialOutcome::kUnsupported);
+}
+
 TEST(Runner, MeasureRoundsGivesOneBlockPerRoundInAFreshOrderEachRound) {
   HostBackend backend;
   std::vector<std::string> order;
