@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fmt/format.h"
+#include "fusetune/regress/junit.h"
 
 namespace fusetune::report {
 namespace {
@@ -90,21 +91,9 @@ svg text { font-family: sans-serif; }
 
 }  // namespace
 
-std::string HtmlEscape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+// The pages are well-formed XML too (tests parse them strictly), so XML's escaping is the one
+// definition: the five special characters, and control characters XML cannot hold.
+std::string HtmlEscape(std::string_view text) { return regress::XmlEscape(text); }
 
 std::string AnchorId(std::string_view prefix, std::string_view text) {
   uint32_t hash = 2166136261u;  // FNV-1a: stable across builds and hosts

@@ -11,7 +11,7 @@ namespace fusetune::report {
 namespace {
 
 TEST(HtmlEscape, EscapesEveryCharacterThatCouldEndTextOrAnAttribute) {
-  EXPECT_EQ(HtmlEscape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
+  EXPECT_EQ(HtmlEscape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
   EXPECT_EQ(HtmlEscape("plain µs"), "plain µs");
 }
 

@@ -35,6 +35,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "../l2_flush.h"
 #include "decode_instance.h"
 
 namespace {
@@ -549,20 +550,8 @@ __global__ void ReadOnlyKernel(const uint4* k, const uint4* v, int64_t n, uint32
   if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads
 }
 
-// Evicts L2 by reading a buffer larger than it: every line it leaves is clean, unlike a memset
-// whose last ~50 MB of dirty lines the next kernel writes back to memory while it reads.
-__global__ void FlushByReadingKernel(const uint4* p, int64_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint4 x = p[i];
-    acc ^= x.x ^ x.y ^ x.z ^ x.w;
-  }
-  if (acc == 0x12345678u) sink[0] = acc;
-}
-
-// DECODE_FLUSH=read flushes by reading (clean L2), anything else by a memset (the backend's
-// Time and compare_torch.py do that).
+// DECODE_FLUSH=read flushes by reading, as the backend's Time does; anything else by a memset,
+// which leaves dirty lines for the timed kernel to write back (l2_flush.h).
 struct Timer {
   void* flush = nullptr;
   uint32_t* sink = nullptr;
@@ -580,8 +569,7 @@ struct Timer {
   }
   void Flush(int i) {
     if (flush_by_reading) {
-      FlushByReadingKernel<<<132 * 4, 1024>>>(static_cast<const uint4*>(flush), kFlushBytes / 16, sink);
-      CUDA_OK(cudaGetLastError());
+      CUDA_OK(fusetune::cuda::EnqueueL2FlushByReading(flush, kFlushBytes, sink, 0));
     } else {
       CUDA_OK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, 0));
     }

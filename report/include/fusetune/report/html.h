@@ -17,8 +17,9 @@
 
 namespace fusetune::report {
 
-// `text` with &, <, >, " and ' replaced by entity references: safe in element text and in
-// attribute values (single- or double-quoted) alike.
+// `text` with &, <, >, " and ' replaced by entity references (regress::XmlEscape; control
+// characters other than tab and newlines become '?'): safe in element text and in attribute
+// values (single- or double-quoted) alike.
 std::string HtmlEscape(std::string_view text);
 
 // A fragment identifier for `text` (a cell, a problem): "<prefix>-" followed by `text` with
