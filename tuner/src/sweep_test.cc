@@ -501,6 +501,20 @@ TEST(Sweep, TimeBudgetCapsEachProblem) {
   EXPECT_LT(sink.trials.size(), 12u);
 }
 
+TEST(Sweep, PreparingAProblemsInputsDoesNotSpendItsBudget) {
+  // Preparing takes twice the whole budget; the trials are fast. Were preparation counted,
+  // each variant would get its one-trial minimum; the search gets its three quarters after.
+  HostBackend backend;
+  backend.first_allocation_delay = std::chrono::milliseconds(2000);
+  MemorySink sink;
+  std::vector<AttentionProblem> problems = {Tiny(64, 64)};
+  SweepOptions o = Quick(0);
+  o.max_seconds_per_problem = 1.0;
+  absl::StatusOr<SweepResult> r = RunSweep(backend, problems, o, 1, sink);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(sink.trials.size(), 12u) << "the search had its budget after the inputs were made";
+}
+
 TEST(Sweep, RemainingEstimateIsCappedByTheTimeBudget) {
   HostBackend backend;
   MemorySink sink;

@@ -66,6 +66,8 @@ class HostBackend : public Backend {
     uint64_t seed = 1;
   };
   std::optional<Load> load;
+  // The first Allocate() sleeps this long: a problem whose inputs take long to prepare.
+  std::chrono::milliseconds first_allocation_delay{0};
 
   DeviceInfo Describe() const override {
     DeviceInfo d;
@@ -190,6 +192,8 @@ class HostBackend : public Backend {
     return t;
   }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
+    if (!allocated_once_) std::this_thread::sleep_for(first_allocation_delay);
+    allocated_once_ = true;
     void* p = std::malloc(bytes == 0 ? 1 : bytes);
     if (p == nullptr) return absl::ResourceExhaustedError("test: out of memory");
     return DeviceMemory(p, bytes, [](void* x) { std::free(x); });
@@ -210,6 +214,7 @@ class HostBackend : public Backend {
 
  private:
   std::optional<std::mt19937_64> load_rng_;
+  bool allocated_once_ = false;
 };
 
 }  // namespace fusetune::testing
