@@ -10,12 +10,17 @@
 #include "fusetune/db/store.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "testing/store_backends.h"
 
 namespace fusetune {
 namespace {
 
 using db_test::OpenOrDie;
 using db_test::ScopedTempDir;
+
+// Every TEST_P below runs on SQLite and on PostgreSQL (testing/store_backends.h).
+class StoreJobs : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreJobs);
 
 constexpr char kCpuClass[] = "cpu/Test-CPU/x86_64-avx2";
 constexpr char kGpuClass[] = "cuda/NVIDIA-H200/sm90";
@@ -34,8 +39,8 @@ Job TestJob(const std::string& device_class = kCpuClass) {
   return j;
 }
 
-TEST(StoreJobs, EnqueuedJobRoundTripsAndStartsQueued) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, EnqueuedJobRoundTripsAndStartsQueued) {
+  auto store = OpenOrDie(Location());
   Job in = TestJob();
   in.state = JobState::kDone;  // ignored: a new job is always queued
   in.leased_by = "someone";
@@ -63,8 +68,8 @@ TEST(StoreJobs, EnqueuedJobRoundTripsAndStartsQueued) {
   EXPECT_EQ(store->GetJob(*id + 1).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, LeaseTakesOldestQueuedJobOfTheDeviceClass) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, LeaseTakesOldestQueuedJobOfTheDeviceClass) {
+  auto store = OpenOrDie(Location());
   const int64_t gpu_job = *store->EnqueueJob(TestJob(kGpuClass));
   const int64_t first = *store->EnqueueJob(TestJob());
   const int64_t second = *store->EnqueueJob(TestJob());
@@ -84,8 +89,8 @@ TEST(StoreJobs, LeaseTakesOldestQueuedJobOfTheDeviceClass) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, ExpiredLeaseReturnsJobToQueueAndAttemptsCountLeases) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, ExpiredLeaseReturnsJobToQueueAndAttemptsCountLeases) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
 
@@ -117,8 +122,8 @@ TEST(StoreJobs, ExpiredLeaseReturnsJobToQueueAndAttemptsCountLeases) {
   EXPECT_EQ(store->GetJob(id)->leased_by, "w2");
 }
 
-TEST(StoreJobs, LeaseJobReclaimsExpiredLeasesItself) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, LeaseJobReclaimsExpiredLeasesItself) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
   absl::StatusOr<Job> stolen = store->LeaseJob("w2", kCpuClass, kT0 + 2 * kLeaseMs, kLeaseMs);
@@ -127,8 +132,8 @@ TEST(StoreJobs, LeaseJobReclaimsExpiredLeasesItself) {
   EXPECT_EQ(stolen->attempts, 2);
 }
 
-TEST(StoreJobs, ExpiryIsCommittedEvenWhenNothingMatchesTheLeaser) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, ExpiryIsCommittedEvenWhenNothingMatchesTheLeaser) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob(kGpuClass));
   ASSERT_TRUE(store->LeaseJob("g1", kGpuClass, kT0, kLeaseMs).ok());
   // A CPU worker finds nothing, but its call still returned the GPU job to the queue.
@@ -137,8 +142,8 @@ TEST(StoreJobs, ExpiryIsCommittedEvenWhenNothingMatchesTheLeaser) {
   EXPECT_EQ(store->GetJob(id)->state, JobState::kQueued);
 }
 
-TEST(StoreJobs, RenewExtendsOnlyTheHoldersLease) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, RenewExtendsOnlyTheHoldersLease) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
   ASSERT_TRUE(store->RenewLease(id, "w1", kT0 + 20'000, kLeaseMs).ok());
@@ -151,8 +156,8 @@ TEST(StoreJobs, RenewExtendsOnlyTheHoldersLease) {
   EXPECT_EQ(store->RenewLease(id + 7, "w1", kT0, kLeaseMs).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, CompletesExactlyOnce) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, CompletesExactlyOnce) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   // Not leased yet: nobody can complete it.
   EXPECT_EQ(store->CompleteJob(id, "w1", true, "", kT0).code(),
@@ -183,8 +188,8 @@ TEST(StoreJobs, CompletesExactlyOnce) {
   EXPECT_EQ(store->CompleteJob(id + 1, "w1", true, "", kT0).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, FailedCompletionKeepsTheError) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, FailedCompletionKeepsTheError) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
   ASSERT_TRUE(store->CompleteJob(id, "w1", false, "backend unavailable", kT0 + 5).ok());
@@ -196,8 +201,8 @@ TEST(StoreJobs, FailedCompletionKeepsTheError) {
   EXPECT_EQ(store->GetJob(id)->finished_unix_ms, kT0 + 5);
 }
 
-TEST(StoreJobs, ReleaseReturnsJobToQueueForTheNextWorker) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, ReleaseReturnsJobToQueueForTheNextWorker) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   EXPECT_EQ(store->ReleaseJob(id, "w1").code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
@@ -215,8 +220,8 @@ TEST(StoreJobs, ReleaseReturnsJobToQueueForTheNextWorker) {
   EXPECT_EQ(store->ReleaseJob(id + 3, "w2").code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, SetJobRunLinksAnExistingRun) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, SetJobRunLinksAnExistingRun) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
   const int64_t run = *store->BeginRun(db_test::TestRun());
@@ -227,8 +232,8 @@ TEST(StoreJobs, SetJobRunLinksAnExistingRun) {
   EXPECT_EQ(store->GetJob(id)->run_id, run);
 }
 
-TEST(StoreJobs, ListAndCountByState) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, ListAndCountByState) {
+  auto store = OpenOrDie(Location());
   const int64_t a = *store->EnqueueJob(TestJob());
   const int64_t b = *store->EnqueueJob(TestJob());
   const int64_t c = *store->EnqueueJob(TestJob());
@@ -269,9 +274,8 @@ TEST(StoreJobs, ListAndCountByState) {
 
 // Two connections (as two server processes would have) race for one job many times: each
 // round exactly one lease succeeds.
-TEST(StoreJobs, TwoWorkersRacingForOneJobOnlyOneWins) {
-  ScopedTempDir dir;
-  const std::string path = dir.File("race.db");
+TEST_P(StoreJobs, TwoWorkersRacingForOneJobOnlyOneWins) {
+  const std::string path = Location();
   auto a = OpenOrDie(path);
   auto b = OpenOrDie(path);
   ASSERT_NE(a, nullptr);
@@ -308,9 +312,8 @@ TEST(StoreJobs, TwoWorkersRacingForOneJobOnlyOneWins) {
 
 // Many jobs, four leasing threads over two connections, each completing what it leased: every
 // job leased exactly once.
-TEST(StoreJobs, ConcurrentLeasersNeverShareAJob) {
-  ScopedTempDir dir;
-  const std::string path = dir.File("many.db");
+TEST_P(StoreJobs, ConcurrentLeasersNeverShareAJob) {
+  const std::string path = Location();
   auto a = OpenOrDie(path);
   auto b = OpenOrDie(path);
   constexpr int kJobs = 60;
@@ -344,8 +347,8 @@ TEST(StoreJobs, ConcurrentLeasersNeverShareAJob) {
   EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a job was leased twice";
 }
 
-TEST(StoreJobs, BadInputIsInvalidArgument) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, BadInputIsInvalidArgument) {
+  auto store = OpenOrDie(Location());
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   Job no_class = TestJob("");
   EXPECT_EQ(store->EnqueueJob(no_class).status().code(), kInvalid);

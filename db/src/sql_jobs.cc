@@ -10,9 +10,9 @@
 #include "absl/synchronization/mutex.h"
 #include "fusetune/base/time.h"
 #include "nlohmann/json.hpp"
-#include "sqlite.h"
-#include "sqlite_rows.h"
-#include "sqlite_store.h"
+#include "sql.h"
+#include "sql_rows.h"
+#include "sql_store.h"
 
 // The workers table and the job queue: the lease state machine (queued -> leased -> done |
 // failed; leased -> queued on expiry or release), each transition one write transaction.
@@ -76,9 +76,11 @@ absl::StatusOr<Job> ReadJob(const Statement& s) {
   return j;
 }
 
-absl::StatusOr<Job> LoadJob(Connection& c, int64_t job_id) {
-  FT_DB_ASSIGN_OR_RETURN(
-      Statement s, c.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE job_id = ?1")));
+// `for_update`: the caller's write transaction changes the job next, so the row is locked
+// until it commits (two servers completing one job see each other's change).
+absl::StatusOr<Job> LoadJob(Connection& c, int64_t job_id, bool for_update = true) {
+  FT_DB_ASSIGN_OR_RETURN(Statement s, c.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE job_id = ?1",
+                                                             for_update ? c.ForUpdate() : "")));
   s.Bind(1, job_id);
   FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return absl::NotFoundError(absl::StrCat("job ", job_id, " does not exist"));
@@ -99,7 +101,7 @@ absl::StatusOr<int> ExpireLeasesLocked(Connection& c, int64_t now_unix_ms) {
 
 // ---- workers
 
-absl::Status SqliteStore::UpsertWorker(const WorkerRecord& w) {
+absl::Status SqlStore::UpsertWorker(const WorkerRecord& w) {
   FT_DB_RETURN_IF_ERROR(ValidateWorker(w));
   const int64_t registered = w.registered_unix_ms != 0 ? w.registered_unix_ms : NowUnixMs();
   const int64_t heartbeat = w.last_heartbeat_unix_ms != 0 ? w.last_heartbeat_unix_ms : registered;
@@ -120,15 +122,16 @@ absl::Status SqliteStore::UpsertWorker(const WorkerRecord& w) {
   });
 }
 
-absl::Status SqliteStore::TouchWorker(std::string_view worker_id, int64_t now_unix_ms) {
+absl::Status SqlStore::TouchWorker(std::string_view worker_id, int64_t now_unix_ms) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(worker_id, "worker_id"));
   if (now_unix_ms < 0) return absl::InvalidArgumentError("now_unix_ms must be >= 0");
   absl::MutexLock lock(&mu_);
   return WriteTransaction([&](Connection& c) -> absl::Status {
-    // MAX: a delayed heartbeat never moves the time backwards.
+    // The later of the two: a delayed heartbeat never moves the time backwards.
     FT_DB_ASSIGN_OR_RETURN(Statement s,
                            c.Prepare("UPDATE workers SET last_heartbeat_unix_ms = "
-                                     "MAX(last_heartbeat_unix_ms, ?2) WHERE worker_id = ?1"));
+                                     "CASE WHEN last_heartbeat_unix_ms > ?2 THEN last_heartbeat_unix_ms ELSE ?2 END "
+                                     "WHERE worker_id = ?1"));
     s.Bind(1, worker_id).Bind(2, now_unix_ms);
     FT_DB_RETURN_IF_ERROR(s.Run());
     if (c.Changes() == 0) {
@@ -139,7 +142,7 @@ absl::Status SqliteStore::TouchWorker(std::string_view worker_id, int64_t now_un
   });
 }
 
-absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::ListWorkers() {
+absl::StatusOr<std::vector<WorkerRecord>> SqlStore::ListWorkers() {
   absl::MutexLock lock(&mu_);
   FT_DB_ASSIGN_OR_RETURN(Statement s,
                          conn_->Prepare(absl::StrCat("SELECT ", kWorkerColumns,
@@ -149,7 +152,7 @@ absl::StatusOr<std::vector<WorkerRecord>> SqliteStore::ListWorkers() {
 
 // ---- jobs
 
-absl::StatusOr<int64_t> SqliteStore::EnqueueJob(const Job& job) {
+absl::StatusOr<int64_t> SqlStore::EnqueueJob(const Job& job) {
   FT_DB_RETURN_IF_ERROR(ValidateNewJob(job));
   FT_DB_ASSIGN_OR_RETURN(const std::string problem_keys_json, StringsToJson(job.problem_keys));
   absl::MutexLock lock(&mu_);
@@ -164,26 +167,26 @@ absl::StatusOr<int64_t> SqliteStore::EnqueueJob(const Job& job) {
     s.BindAll(job.device_class, job.commit, problem_keys_json, job.spec_json, job.max_trials, job.max_seconds,
               job.created_unix_ms != 0 ? job.created_unix_ms : NowUnixMs());
     FT_DB_RETURN_IF_ERROR(s.Run());
-    id = c.LastInsertRowId();
+    FT_DB_ASSIGN_OR_RETURN(id, c.LastInsertRowId());
     return absl::OkStatus();
   }));
   return id;
 }
 
-absl::StatusOr<Job> SqliteStore::GetJob(int64_t job_id) {
+absl::StatusOr<Job> SqlStore::GetJob(int64_t job_id) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(job_id, "job_id"));
   absl::MutexLock lock(&mu_);
-  return LoadJob(*conn_, job_id);
+  return LoadJob(*conn_, job_id, /*for_update=*/false);
 }
 
-absl::StatusOr<std::vector<Job>> SqliteStore::ListJobs(std::optional<JobState> state, int limit) {
+absl::StatusOr<std::vector<Job>> SqlStore::ListJobs(std::optional<JobState> state, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
   return SelectRows<Job>(absl::StrCat("SELECT ", kJobColumns,
                                       " FROM jobs WHERE (?1 = '' OR state = ?1) ORDER BY job_id DESC LIMIT ?2"),
                          ReadJob, state.has_value() ? JobStateName(*state) : std::string_view(), limit);
 }
 
-absl::StatusOr<Job> SqliteStore::LeaseJob(std::string_view worker_id, std::string_view device_class,
+absl::StatusOr<Job> SqlStore::LeaseJob(std::string_view worker_id, std::string_view device_class,
                                     int64_t now_unix_ms, int64_t lease_ms) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(worker_id, "worker_id"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(device_class, "device_class"));
@@ -196,8 +199,9 @@ absl::StatusOr<Job> SqliteStore::LeaseJob(std::string_view worker_id, std::strin
     int64_t job_id = 0;
     {
       FT_DB_ASSIGN_OR_RETURN(Statement s,
-                             c.Prepare("SELECT job_id FROM jobs WHERE state = 'queued' AND "
-                                       "device_class = ?1 ORDER BY job_id LIMIT 1"));
+                             c.Prepare(absl::StrCat("SELECT job_id FROM jobs WHERE state = 'queued' AND "
+                                                    "device_class = ?1 ORDER BY job_id LIMIT 1",
+                                                    c.ForUpdateSkipLocked())));
       s.Bind(1, device_class);
       FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
       // Nothing to lease: still commit, so the expiries above are not rolled back.
@@ -221,7 +225,7 @@ absl::StatusOr<Job> SqliteStore::LeaseJob(std::string_view worker_id, std::strin
   return *std::move(leased);
 }
 
-absl::Status SqliteStore::RenewLease(int64_t job_id, std::string_view worker_id, int64_t now_unix_ms,
+absl::Status SqlStore::RenewLease(int64_t job_id, std::string_view worker_id, int64_t now_unix_ms,
                                int64_t lease_ms) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(job_id, "job_id"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(worker_id, "worker_id"));
@@ -245,7 +249,7 @@ absl::Status SqliteStore::RenewLease(int64_t job_id, std::string_view worker_id,
   });
 }
 
-absl::Status SqliteStore::SetJobRun(int64_t job_id, int64_t run_id) {
+absl::Status SqlStore::SetJobRun(int64_t job_id, int64_t run_id) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(job_id, "job_id"));
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
   absl::MutexLock lock(&mu_);
@@ -258,7 +262,7 @@ absl::Status SqliteStore::SetJobRun(int64_t job_id, int64_t run_id) {
   });
 }
 
-absl::Status SqliteStore::CompleteJob(int64_t job_id, std::string_view worker_id, bool success,
+absl::Status SqlStore::CompleteJob(int64_t job_id, std::string_view worker_id, bool success,
                                 std::string_view error, int64_t now_unix_ms) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(job_id, "job_id"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(worker_id, "worker_id"));
@@ -284,7 +288,7 @@ absl::Status SqliteStore::CompleteJob(int64_t job_id, std::string_view worker_id
   });
 }
 
-absl::Status SqliteStore::ReleaseJob(int64_t job_id, std::string_view worker_id) {
+absl::Status SqlStore::ReleaseJob(int64_t job_id, std::string_view worker_id) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(job_id, "job_id"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(worker_id, "worker_id"));
   absl::MutexLock lock(&mu_);
@@ -303,7 +307,7 @@ absl::Status SqliteStore::ReleaseJob(int64_t job_id, std::string_view worker_id)
   });
 }
 
-absl::StatusOr<int> SqliteStore::ExpireLeases(int64_t now_unix_ms) {
+absl::StatusOr<int> SqlStore::ExpireLeases(int64_t now_unix_ms) {
   if (now_unix_ms < 0) return absl::InvalidArgumentError("now_unix_ms must be >= 0");
   absl::MutexLock lock(&mu_);
   int expired = 0;
@@ -314,7 +318,7 @@ absl::StatusOr<int> SqliteStore::ExpireLeases(int64_t now_unix_ms) {
   return expired;
 }
 
-absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> SqliteStore::CountJobsByState() {
+absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> SqlStore::CountJobsByState() {
   absl::MutexLock lock(&mu_);
   FT_DB_ASSIGN_OR_RETURN(Statement s,
                          conn_->Prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state"));
