@@ -2,6 +2,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "fusetune/db/copy.h"
 #include "fusetune/db/store.h"
 #include "store_open.h"
 
@@ -18,3 +19,12 @@ absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& url,
 }
 
 }  // namespace fusetune::db_internal
+
+namespace fusetune {
+
+absl::StatusOr<std::vector<TableCopy>> CopySqliteToPostgres(const std::string&, const std::string& to) {
+  return absl::UnimplementedError(absl::StrCat("cannot copy into ", RedactDatabaseUrl(to),
+                                               ": this fusetune was built without PostgreSQL support"));
+}
+
+}  // namespace fusetune

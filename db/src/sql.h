@@ -145,6 +145,12 @@ class Connection {
   // transaction-scoped advisory lock.
   virtual absl::Status LockSchema() { return absl::OkStatus(); }
 
+  // An SQL expression for the database's clock in Unix milliseconds (JobStore's
+  // kDatabaseClock): PostgreSQL's clock_timestamp(), SQLite's 'now' (this host's clock).
+  const char* NowMillisSql() const {
+    return dialect() == SqlDialect::kPostgres ? "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+                                              : "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+  }
   // Appended to a SELECT that reads a row the transaction then changes: " FOR UPDATE" on
   // PostgreSQL (concurrent writers wait for the row), nothing on SQLite (the write lock is
   // already exclusive).

@@ -98,11 +98,12 @@ class SqlStore final : public Store {
   absl::StatusOr<std::vector<Job>> ListJobs(std::optional<JobState> state, int limit) override;
   absl::StatusOr<Job> LeaseJob(std::string_view worker_id, std::string_view device_class, int64_t now_unix_ms,
                                int64_t lease_ms) override;
-  absl::Status RenewLease(int64_t job_id, std::string_view worker_id, int64_t now_unix_ms, int64_t lease_ms) override;
+  absl::Status RenewLease(int64_t job_id, std::string_view worker_id, int64_t lease_token, int64_t now_unix_ms,
+                          int64_t lease_ms) override;
   absl::Status SetJobRun(int64_t job_id, int64_t run_id) override;
-  absl::Status CompleteJob(int64_t job_id, std::string_view worker_id, bool success, std::string_view error,
-                           int64_t now_unix_ms) override;
-  absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id) override;
+  absl::Status CompleteJob(int64_t job_id, std::string_view worker_id, int64_t lease_token, bool success,
+                           std::string_view error, int64_t now_unix_ms) override;
+  absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id, int64_t lease_token) override;
   absl::StatusOr<int> ExpireLeases(int64_t now_unix_ms) override;
   absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> CountJobsByState() override;
 
