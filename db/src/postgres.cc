@@ -58,8 +58,10 @@ class PostgresStatement final : public StatementImpl {
     if (result_ == nullptr) {
       std::vector<const char*> values(values_.size());
       for (size_t i = 0; i < values_.size(); ++i) values[i] = null_[i] ? nullptr : values_[i].c_str();
-      result_.reset(PQexecParams(conn_->raw(), sql_->c_str(), static_cast<int>(values.size()), types_.data(),
-                                 values.data(), nullptr, nullptr, /*resultFormat=*/0));
+      result_.reset(conn_->Execute([&] {
+        return PQexecParams(conn_->raw(), sql_->c_str(), static_cast<int>(values.size()), types_.data(),
+                            values.data(), nullptr, nullptr, /*resultFormat=*/0);
+      }));
       if (result_ == nullptr || !CommandOk(result_.get())) return conn_->Error(result_.get());
       conn_->NoteChanges(result_.get());
       row_ = -1;
@@ -232,7 +234,7 @@ absl::StatusOr<std::unique_ptr<PostgresConnection>> PostgresConnection::Open(con
   }
   PQsetNoticeProcessor(conn, IgnoreNotice, nullptr);
   std::unique_ptr<PostgresConnection> c(new PostgresConnection(conn, name));
-  absl::Status st = c->Exec(absl::StrCat("SET lock_timeout = ", lock_timeout_ms));
+  absl::Status st = c->SetForSession(absl::StrCat("SET lock_timeout = ", lock_timeout_ms));
   if (!st.ok()) return st;
   return c;
 }
@@ -254,15 +256,37 @@ void PostgresConnection::NoteChanges(const PGresult* result) {
   changes_ = (tuples != nullptr && *tuples != '\0') ? std::strtoll(tuples, nullptr, 10) : 0;
 }
 
+absl::Status PostgresConnection::SetForSession(std::string_view sql) {
+  absl::Status st = Exec(sql);
+  if (st.ok()) session_settings_.emplace_back(sql);
+  return st;
+}
+
+PGresult* PostgresConnection::Execute(const std::function<PGresult*()>& send) {
+  const bool idle = PQtransactionStatus(conn_) == PQTRANS_IDLE;
+  PGresult* r = send();
+  if (!idle || PQstatus(conn_) != CONNECTION_BAD) return r;
+  PQreset(conn_);
+  if (PQstatus(conn_) != CONNECTION_OK) return r;  // still away: the first failure is the answer
+  for (const std::string& setting : session_settings_) {
+    Result applied(PQexec(conn_, setting.c_str()));
+    if (applied == nullptr || !CommandOk(applied.get())) return r;
+  }
+  PQclear(r);
+  return send();
+}
+
 absl::Status PostgresConnection::Exec(std::string_view sql) {
-  Result r(PQexec(conn_, std::string(sql).c_str()));
+  const std::string text(sql);
+  Result r(Execute([&] { return PQexec(conn_, text.c_str()); }));
   if (r == nullptr || !CommandOk(r.get())) return Error(r.get());
   NoteChanges(r.get());
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> PostgresConnection::QueryText(std::string_view sql) {
-  Result r(PQexec(conn_, std::string(sql).c_str()));
+  const std::string text(sql);
+  Result r(Execute([&] { return PQexec(conn_, text.c_str()); }));
   if (r == nullptr || !CommandOk(r.get())) return Error(r.get());
   if (PQntuples(r.get()) == 0 || PQnfields(r.get()) == 0) return std::string();
   return std::string(PQgetvalue(r.get(), 0, 0));

@@ -16,7 +16,9 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <functional>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -68,6 +70,16 @@ class PostgresConnection final : public Connection {
   absl::Status WriteSchemaVersion(int version) override;
   absl::Status LockSchema() override;
 
+  // Runs `sql` and remembers it as a setting of the session (SET ...), so that a reconnect
+  // applies it again.
+  absl::Status SetForSession(std::string_view sql);
+  // Sends one command through `send` (a PQexec or PQexecParams on raw()). When it fails
+  // because the connection was lost while no transaction was open (the server restarted, an
+  // idle connection was cut), nothing of the caller's was under way: the connection is reset
+  // once, its session settings applied again, and the command sent again. Inside a
+  // transaction a lost connection is the caller's error (Unavailable): its work is gone.
+  PGresult* Execute(const std::function<PGresult*()>& send);
+
   // The status of a failed `result` (or, when null, of the connection).
   absl::Status Error(const PGresult* result) const;
   // Called by a statement after it ran a command: remembers its row count for Changes().
@@ -79,6 +91,7 @@ class PostgresConnection final : public Connection {
   PGconn* conn_;
   std::string name_;
   int64_t changes_ = 0;
+  std::vector<std::string> session_settings_;  // SetForSession's, in order
   std::unordered_map<std::string, std::string> rewritten_;  // Store SQL -> $N form
 };
 

@@ -34,13 +34,13 @@ absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& url,
           "; a writing command (e.g. fusetune sweep) upgrades it, reading commands never change the database"));
     }
     // The server refuses any write of this session, whatever the role may do.
-    FT_DB_RETURN_IF_ERROR(conn->Exec("SET default_transaction_read_only = on"));
+    FT_DB_RETURN_IF_ERROR(conn->SetForSession("SET default_transaction_read_only = on"));
     return std::unique_ptr<Store>(SqlStore::Create(std::move(conn), StoreAccess::kReadOnly));
   }
   // kProcessCrash: a commit returns before its WAL record is flushed; a server crash may lose
   // the last commits (never corrupts), a crash of this process loses nothing committed.
   if (options.durability == Durability::kProcessCrash) {
-    FT_DB_RETURN_IF_ERROR(conn->Exec("SET synchronous_commit = off"));
+    FT_DB_RETURN_IF_ERROR(conn->SetForSession("SET synchronous_commit = off"));
   }
   std::unique_ptr<SqlStore> store = SqlStore::Create(std::move(conn), StoreAccess::kReadWrite);
   FT_DB_RETURN_IF_ERROR(store->Migrate());

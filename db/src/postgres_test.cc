@@ -129,6 +129,31 @@ TEST_F(PostgresStore, WrongPasswordIsPermissionDeniedAndTheMessageNeverHoldsIt) 
   EXPECT_TRUE(absl::StrContains(s.status().message(), "password")) << s.status();
 }
 
+TEST_F(PostgresStore, ALostIdleConnectionIsReestablishedWithItsSettings) {
+  const std::string url = url_ + "&application_name=reconnect_" + schema_;
+  StoreOptions read_only;
+  read_only.access = StoreAccess::kReadOnly;
+  { ASSERT_NE(db_test::OpenOrDie(url), nullptr); }  // creates the schema
+  auto writer = db_test::OpenOrDie(url);
+  ASSERT_NE(writer, nullptr);
+  absl::StatusOr<std::unique_ptr<Store>> reader = Store::Open(url, read_only);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE(writer->BeginRun(TestRun()).ok());
+  // The server ends both sessions (as a restart or a cut idle connection would), and waits
+  // until they are gone.
+  ASSERT_TRUE(cluster_
+                  ->RunSql(database_, absl::StrCat("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                                                   "WHERE application_name = 'reconnect_", schema_, "'"))
+                  .ok());
+  // The next call reconnects: reads and a whole write transaction go through.
+  absl::StatusOr<RunInfo> run = writer->GetRun(1);
+  EXPECT_TRUE(run.ok()) << run.status();
+  absl::StatusOr<int64_t> second = writer->BeginRun(TestRun());
+  EXPECT_TRUE(second.ok()) << second.status();
+  // So does a read-only store's.
+  EXPECT_TRUE((*reader)->GetRun(1).ok());
+}
+
 TEST_F(PostgresStore, ReadOnlyRoleReadsButEveryWriteFailsClearly) {
   {
     auto store = db_test::OpenOrDie(url_);
