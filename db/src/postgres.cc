@@ -234,7 +234,7 @@ absl::StatusOr<std::unique_ptr<PostgresConnection>> PostgresConnection::Open(con
   }
   PQsetNoticeProcessor(conn, IgnoreNotice, nullptr);
   std::unique_ptr<PostgresConnection> c(new PostgresConnection(conn, name));
-  absl::Status st = c->SetForSession(absl::StrCat("SET lock_timeout = ", lock_timeout_ms));
+  absl::Status st = c->SetForConnection(absl::StrCat("SET lock_timeout = ", lock_timeout_ms));
   if (!st.ok()) return st;
   return c;
 }
@@ -256,9 +256,9 @@ void PostgresConnection::NoteChanges(const PGresult* result) {
   changes_ = (tuples != nullptr && *tuples != '\0') ? std::strtoll(tuples, nullptr, 10) : 0;
 }
 
-absl::Status PostgresConnection::SetForSession(std::string_view sql) {
+absl::Status PostgresConnection::SetForConnection(std::string_view sql) {
   absl::Status st = Exec(sql);
-  if (st.ok()) session_settings_.emplace_back(sql);
+  if (st.ok()) connection_settings_.emplace_back(sql);
   return st;
 }
 
@@ -268,7 +268,7 @@ PGresult* PostgresConnection::Execute(const std::function<PGresult*()>& send) {
   if (!idle || PQstatus(conn_) != CONNECTION_BAD) return r;
   PQreset(conn_);
   if (PQstatus(conn_) != CONNECTION_OK) return r;  // still away: the first failure is the answer
-  for (const std::string& setting : session_settings_) {
+  for (const std::string& setting : connection_settings_) {
     Result applied(PQexec(conn_, setting.c_str()));
     if (applied == nullptr || !CommandOk(applied.get())) return r;
   }
@@ -299,7 +299,7 @@ absl::StatusOr<Statement> PostgresConnection::Prepare(const std::string& sql) {
 }
 
 absl::StatusOr<int64_t> PostgresConnection::LastInsertRowId() {
-  // lastval(): the value the session's last nextval() gave, i.e. the identity column of the
+  // lastval(): the value this connection's last nextval() gave, i.e. the identity column of the
   // row the last INSERT made.
   absl::StatusOr<std::string> text = QueryText("SELECT lastval()");
   if (!text.ok()) return text.status();

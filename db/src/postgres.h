@@ -70,13 +70,13 @@ class PostgresConnection final : public Connection {
   absl::Status WriteSchemaVersion(int version) override;
   absl::Status LockSchema() override;
 
-  // Runs `sql` and remembers it as a setting of the session (SET ...), so that a reconnect
+  // Runs `sql` and remembers it as a setting of the connection (SET ...), so that a reconnect
   // applies it again.
-  absl::Status SetForSession(std::string_view sql);
+  absl::Status SetForConnection(std::string_view sql);
   // Sends one command through `send` (a PQexec or PQexecParams on raw()). When it fails
   // because the connection was lost while no transaction was open (the server restarted, an
   // idle connection was cut), nothing of the caller's was under way: the connection is reset
-  // once, its session settings applied again, and the command sent again. Inside a
+  // once, its connection settings applied again, and the command sent again. Inside a
   // transaction a lost connection is the caller's error (Unavailable): its work is gone.
   PGresult* Execute(const std::function<PGresult*()>& send);
 
@@ -91,7 +91,7 @@ class PostgresConnection final : public Connection {
   PGconn* conn_;
   std::string name_;
   int64_t changes_ = 0;
-  std::vector<std::string> session_settings_;  // SetForSession's, in order
+  std::vector<std::string> connection_settings_;  // SetForConnection's, in order
   std::unordered_map<std::string, std::string> rewritten_;  // Store SQL -> $N form
 };
 

@@ -33,14 +33,14 @@ absl::StatusOr<std::unique_ptr<Store>> OpenPostgresStore(const std::string& url,
           "database ", name, " has schema version ", version, ", older than this binary's ", latest,
           "; a writing command (e.g. fusetune sweep) upgrades it, reading commands never change the database"));
     }
-    // The server refuses any write of this session, whatever the role may do.
-    FT_DB_RETURN_IF_ERROR(conn->SetForSession("SET default_transaction_read_only = on"));
+    // The server refuses any write on this connection, whatever the role may do.
+    FT_DB_RETURN_IF_ERROR(conn->SetForConnection("SET default_transaction_read_only = on"));
     return std::unique_ptr<Store>(SqlStore::Create(std::move(conn), StoreAccess::kReadOnly));
   }
   // kProcessCrash: a commit returns before its WAL record is flushed; a server crash may lose
   // the last commits (never corrupts), a crash of this process loses nothing committed.
   if (options.durability == Durability::kProcessCrash) {
-    FT_DB_RETURN_IF_ERROR(conn->SetForSession("SET synchronous_commit = off"));
+    FT_DB_RETURN_IF_ERROR(conn->SetForConnection("SET synchronous_commit = off"));
   }
   std::unique_ptr<SqlStore> store = SqlStore::Create(std::move(conn), StoreAccess::kReadWrite);
   FT_DB_RETURN_IF_ERROR(store->Migrate());

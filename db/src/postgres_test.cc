@@ -139,7 +139,7 @@ TEST_F(PostgresStore, ALostIdleConnectionIsReestablishedWithItsSettings) {
   absl::StatusOr<std::unique_ptr<Store>> reader = Store::Open(url, read_only);
   ASSERT_TRUE(reader.ok()) << reader.status();
   ASSERT_TRUE(writer->BeginRun(TestRun()).ok());
-  // The server ends both sessions (as a restart or a cut idle connection would), and waits
+  // The server ends both connections (as a restart or a cut idle connection would), and waits
   // until they are gone.
   ASSERT_TRUE(cluster_
                   ->RunSql(database_, absl::StrCat("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "

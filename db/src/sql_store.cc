@@ -1,19 +1,12 @@
 #include "fusetune/db/store.h"
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <functional>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "fusetune/base/time.h"
 #include "fusetune/records/json.h"
-#include "nlohmann/json.hpp"
 #include "schema.h"
 #include "sql.h"
 #include "sql_rows.h"

@@ -78,7 +78,8 @@ class JobStore {
   // Returns a leased job to the queue (worker shutting down). FailedPrecondition if not held
   // (or held under another token).
   virtual absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id, int64_t lease_token) = 0;
-  // Returns every expired lease to the queue; the number returned.
+  // Returns every lease expired at now_unix_ms (kDatabaseClock: the database's clock) to the
+  // queue; the number returned.
   virtual absl::StatusOr<int> ExpireLeases(int64_t now_unix_ms) = 0;
   // Count of jobs per state.
   virtual absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> CountJobsByState() = 0;

@@ -110,7 +110,7 @@ class Store : public ResultStore, public JobStore, public BenchHistoryStore {
                                                      const StoreOptions& options);
   ~Store() override = default;
 
-  // Schema version this binary migrates to (the SQLite schema; db/README.md).
+  // Schema version this binary migrates to, the same for SQLite and PostgreSQL (db/README.md).
   static int LatestSchemaVersion();
   // The schema version of the open database. An error when it cannot be read.
   virtual absl::StatusOr<int> SchemaVersion() = 0;
