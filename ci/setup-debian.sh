@@ -4,9 +4,10 @@
 #
 #   ci/setup-debian.sh          build dependencies (enough for the main job), and what the Python
 #                               package imports (python3-grpcio, python3-protobuf, python3-numpy)
-#   ci/setup-debian.sh --tests  plus what the test suite runs (the Prometheus server; pytest, torch,
-#                               pandas and venv for the Python package's tests; Chromium, which
-#                               renders the HTML reports headless)
+#   ci/setup-debian.sh --tests  plus what the test suite runs (the Prometheus server; the PostgreSQL
+#                               15 server, whose binaries the store's tests start a throw-away
+#                               cluster from; pytest, torch, pandas and venv for the Python
+#                               package's tests; Chromium, which renders the HTML reports headless)
 #   ci/setup-debian.sh --hip    plus hipcc and the HIP runtime (Debian's ROCm 5.2, ~630 MiB with
 #                               clang-15), so ci/build.sh compiles the HIP backend
 #
@@ -17,7 +18,7 @@ set -euo pipefail
 packages=(
   build-essential cmake git pkg-config
   libabsl-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-  libsqlite3-dev sqlite3
+  libsqlite3-dev sqlite3 libpq-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev
@@ -27,7 +28,9 @@ packages=(
 # the Python package's kernel tests run on (~150 MB of packages); python3-venv makes the fresh
 # environments the packaging tests install into. chromium renders the HTML reports in
 # report_pages_browser_test (headless; without recommends).
-test_packages=(prometheus python3-pytest python3-torch python3-pandas python3-venv chromium)
+# postgresql: the server binaries (/usr/lib/postgresql/15/bin) the store's PostgreSQL tests run;
+# the tests start their own cluster and never use one the package may have created.
+test_packages=(prometheus postgresql python3-pytest python3-torch python3-pandas python3-venv chromium)
 # The HIP backend's compiler and runtime library (compile-only without an AMD GPU).
 hip_packages=(hipcc libamdhip64-dev)
 

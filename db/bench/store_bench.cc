@@ -1,8 +1,9 @@
 // Store throughput on this machine's disk: the cost of a durable commit per trial (the
-// number behind the synchronous=FULL vs NORMAL choice), batching, best-config reads, and a
-// full job lease/complete cycle.
+// number behind the synchronous=FULL vs NORMAL choice), batching, best-config reads, a full
+// job lease/complete cycle, and leases per second on SQLite and PostgreSQL.
 //
 //   build-*/db/db_store_bench --benchmark_min_time=1
+//   FUSETUNE_BENCH_POSTGRES_URL=postgresql://... build-*/db/db_store_bench --benchmark_filter=Lease
 #include <stdlib.h>
 
 #include <filesystem>
@@ -127,13 +128,52 @@ void BM_JobEnqueueLeaseComplete(benchmark::State& state) {
   for (auto _ : state) {
     absl::StatusOr<int64_t> id = store.get()->EnqueueJob(job);
     absl::StatusOr<Job> leased = store.get()->LeaseJob("w", job.device_class, ++now, 30000);
-    if (!id.ok() || !leased.ok() || !store.get()->CompleteJob(*id, "w", true, "", now).ok()) {
+    if (!id.ok() || !leased.ok() || !store.get()->CompleteJob(*id, "w", kNoLeaseToken, true, "", now).ok()) {
       return state.SkipWithError("job cycle failed");
     }
   }
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_JobEnqueueLeaseComplete)->Unit(benchmark::kMicrosecond);
+
+// The server's lease path: lease the queued job under the database's clock and complete it
+// under its lease token (two write transactions; the enqueue is not timed). Arg 0: SQLite
+// (a file, synchronous=FULL); arg 1: PostgreSQL at $FUSETUNE_BENCH_POSTGRES_URL (skipped when
+// unset; its tables are created there, so give it an empty database). Wall time: for
+// PostgreSQL most of the time is the server's, not this process's CPU.
+void BM_LeaseAndComplete(benchmark::State& state) {
+  std::unique_ptr<BenchStore> file;
+  std::unique_ptr<Store> postgres;
+  Store* store = nullptr;
+  if (state.range(0) == 0) {
+    file = std::make_unique<BenchStore>(Durability::kPowerLoss);
+    store = file->get();
+  } else {
+    const char* url = getenv("FUSETUNE_BENCH_POSTGRES_URL");
+    if (url == nullptr || *url == '\0') return state.SkipWithError("FUSETUNE_BENCH_POSTGRES_URL is not set");
+    absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(url);
+    if (!s.ok()) return state.SkipWithError(std::string(s.status().message()).c_str());
+    postgres = std::move(*s);
+    store = postgres.get();
+  }
+  if (store == nullptr) return state.SkipWithError("could not open the store");
+  Job job;
+  job.device_class = "cpu/bench-lease/x86_64";
+  job.problem_keys = {kProblem};
+  for (auto _ : state) {
+    state.PauseTiming();
+    absl::StatusOr<int64_t> id = store->EnqueueJob(job);
+    state.ResumeTiming();
+    absl::StatusOr<Job> leased = store->LeaseJob("w", job.device_class, kDatabaseClock, 30000);
+    if (!id.ok() || !leased.ok() ||
+        !store->CompleteJob(leased->job_id, "w", leased->lease_token, true, "", kDatabaseClock).ok()) {
+      return state.SkipWithError("lease cycle failed");
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(state.range(0) == 0 ? "sqlite" : "postgresql");
+}
+BENCHMARK(BM_LeaseAndComplete)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace fusetune

@@ -13,6 +13,7 @@
 #include "schema.h"
 #include "sqlite.h"
 #include "test_util.h"
+#include "testing/store_backends.h"
 
 namespace fusetune {
 namespace {
@@ -23,6 +24,14 @@ using db_test::RawQuery;
 using db_test::ScopedTempDir;
 using db_test::TestDevice;
 using db_test::TestRun;
+
+// Every TEST_P below runs on SQLite and on PostgreSQL (testing/store_backends.h).
+class StoreBenchCells : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreBenchCells);
+class StoreBenchRuns : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreBenchRuns);
+class StoreCommits : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreCommits);
 
 constexpr char kSuite[] = "cpu-nightly";
 constexpr char kProblem[] = "prefill/b1/hq12/hkv12/q128/k128/d64/causal0/fp32";
@@ -63,10 +72,14 @@ int64_t BenchRun(Store& store, const std::string& commit, const std::string& sui
   return run;
 }
 
-int64_t CellRows(const std::string& path) { return std::stoll(RawQuery(path, "SELECT COUNT(*) FROM bench_cells")); }
+// The cells stored for `run` (each of these tests has one run).
+int64_t CellRows(Store& store, int64_t run) {
+  absl::StatusOr<std::vector<BenchCell>> cells = store.ListBenchCells(run);
+  return cells.ok() ? static_cast<int64_t>(cells->size()) : -1;
+}
 
-TEST(StoreBenchCells, RoundTripKeepsBlocksWithDeviceStateInInsertionOrder) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBenchCells, RoundTripKeepsBlocksWithDeviceStateInInsertionOrder) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun(kCommitA, "bench"));
   BenchCell failed = Cell(kConfigB, "reference", 20);
   failed.outcome = TrialOutcome::kLaunchFailed;
@@ -105,7 +118,7 @@ TEST(StoreBenchCells, RoundTripKeepsBlocksWithDeviceStateInInsertionOrder) {
   EXPECT_TRUE(b.blocks.empty());
 }
 
-TEST(StoreBenchCells, SamplesColumnHoldsTheBlockMediansForSqlReaders) {
+TEST(StoreBenchCellsSqlite, SamplesColumnHoldsTheBlockMediansForSqlReaders) {
   ScopedTempDir dir;
   const std::string path = dir.File("b.db");
   auto store = OpenOrDie(path);
@@ -114,15 +127,14 @@ TEST(StoreBenchCells, SamplesColumnHoldsTheBlockMediansForSqlReaders) {
   EXPECT_EQ(RawQuery(path, "SELECT samples_us_json FROM bench_cells"), "[4.0,4.04]");
 }
 
-TEST(StoreBenchCells, RerecordedCellReplacesItsRowAndKeepsItsPlace) {
-  ScopedTempDir dir;
-  const std::string path = dir.File("b.db");
+TEST_P(StoreBenchCells, RerecordedCellReplacesItsRowAndKeepsItsPlace) {
+  const std::string path = Location();
   auto store = OpenOrDie(path);
   const int64_t run = *store->BeginRun(TestRun(kCommitA, "bench"));
   ASSERT_TRUE(store->RecordBenchCells(run, {Cell(kConfigA, "best", 10), Cell(kConfigB, "best", 12)}).ok());
   // Same (problem, config) under another role is another cell.
   ASSERT_TRUE(store->RecordBenchCells(run, {Cell(kConfigA, "best", 9), Cell(kConfigA, "pick", 11)}).ok());
-  EXPECT_EQ(CellRows(path), 3);
+  EXPECT_EQ(CellRows(*store, run), 3);
   absl::StatusOr<std::vector<BenchCell>> got = store->ListBenchCells(run);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 3u);
@@ -132,9 +144,8 @@ TEST(StoreBenchCells, RerecordedCellReplacesItsRowAndKeepsItsPlace) {
   EXPECT_EQ((*got)[2].role, "pick");
 }
 
-TEST(StoreBenchCells, EachInvalidCellIsInvalidArgumentAndWritesNothing) {
-  ScopedTempDir dir;
-  const std::string path = dir.File("b.db");
+TEST_P(StoreBenchCells, EachInvalidCellIsInvalidArgumentAndWritesNothing) {
+  const std::string path = Location();
   auto store = OpenOrDie(path);
   const int64_t run = *store->BeginRun(TestRun(kCommitA, "bench"));
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -166,17 +177,17 @@ TEST(StoreBenchCells, EachInvalidCellIsInvalidArgumentAndWritesNothing) {
     absl::Status st = store->RecordBenchCells(run, {Cell(kConfigA, "best", 10), cell});
     EXPECT_EQ(st.code(), kInvalid) << why << ": " << st;
     EXPECT_NE(std::string(st.message()).find("bench cell 1"), std::string::npos) << why << ": " << st;
-    EXPECT_EQ(CellRows(path), 0) << why;
+    EXPECT_EQ(CellRows(*store, run), 0) << why;
   }
   EXPECT_EQ(store->RecordBenchCells(0, {Cell(kConfigA, "best", 10)}).code(), kInvalid);
   EXPECT_EQ(store->RecordBenchCells(run + 5, {Cell(kConfigA, "best", 10)}).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->ListBenchCells(run + 5).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(CellRows(path), 0);
+  EXPECT_EQ(CellRows(*store, run), 0);
   EXPECT_TRUE(store->RecordBenchCells(run, {}).ok());
 }
 
-TEST(StoreBenchRuns, SuitesAreListedOnceEachSortedByName) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBenchRuns, SuitesAreListedOnceEachSortedByName) {
+  auto store = OpenOrDie(Location());
   EXPECT_TRUE(store->ListBenchSuites()->empty());
   BenchRun(*store, kCommitA, "zeta");
   BenchRun(*store, kCommitC, "zeta");
@@ -184,8 +195,8 @@ TEST(StoreBenchRuns, SuitesAreListedOnceEachSortedByName) {
   EXPECT_EQ(*store->ListBenchSuites(), (std::vector<std::string>{"alpha", "zeta"}));
 }
 
-TEST(StoreBenchRuns, ListedNewestFirstFinishedOnlyAndFilteredBySuiteAndDeviceClass) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBenchRuns, ListedNewestFirstFinishedOnlyAndFilteredBySuiteAndDeviceClass) {
+  auto store = OpenOrDie(Location());
   DeviceInfo other = TestDevice("Other CPU");
   const int64_t first = BenchRun(*store, kCommitA);
   const int64_t second = BenchRun(*store, kCommitC);
@@ -210,8 +221,8 @@ TEST(StoreBenchRuns, ListedNewestFirstFinishedOnlyAndFilteredBySuiteAndDeviceCla
   EXPECT_EQ(store->ListBenchRuns(kSuite, "", 0).status().code(), kInvalid);
 }
 
-TEST(StoreBenchRuns, FindMatchesTheCommitExactly) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBenchRuns, FindMatchesTheCommitExactly) {
+  auto store = OpenOrDie(Location());
   const std::string cls = TestDevice().DeviceClass();
   BenchRun(*store, kCommitA);
   const int64_t newer_a = BenchRun(*store, kCommitA);
@@ -226,8 +237,8 @@ TEST(StoreBenchRuns, FindMatchesTheCommitExactly) {
   EXPECT_EQ(store->FindBenchRun("", cls, kCommitA).status().code(), kInvalid);
 }
 
-TEST(StoreCommits, EveryStoredCommitWithThePrefixIsListedOnceAndSorted) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreCommits, EveryStoredCommitWithThePrefixIsListedOnceAndSorted) {
+  auto store = OpenOrDie(Location());
   BenchRun(*store, kCommitB);
   BenchRun(*store, kCommitA);
   BenchRun(*store, kCommitA);
@@ -258,16 +269,16 @@ TEST(StoreCommits, EveryStoredCommitWithThePrefixIsListedOnceAndSorted) {
   EXPECT_EQ(store->CommitsStartingWith("0123456", 0).status().code(), kInvalid);
 }
 
-TEST(StoreBenchRuns, FindAcceptsAnyExactCommitText) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBenchRuns, FindAcceptsAnyExactCommitText) {
+  auto store = OpenOrDie(Location());
   const int64_t run = BenchRun(*store, "local-dirty");
   absl::StatusOr<RunInfo> got = store->FindBenchRun(kSuite, "", "local-dirty");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->run_id, run);
 }
 
-TEST(StoreBenchRuns, FindUnknownCommitNamesWhatExists) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBenchRuns, FindUnknownCommitNamesWhatExists) {
+  auto store = OpenOrDie(Location());
   const std::string cls = TestDevice().DeviceClass();
   BenchRun(*store, kCommitA);
   BenchRun(*store, kCommitC);
@@ -287,13 +298,12 @@ TEST(StoreBenchRuns, FindUnknownCommitNamesWhatExists) {
   EXPECT_NE(std::string(elsewhere.status().message()).find(other), std::string::npos) << elsewhere.status();
   EXPECT_NE(std::string(elsewhere.status().message()).find(cls), std::string::npos) << elsewhere.status();
 
-  absl::StatusOr<RunInfo> empty = OpenOrDie(":memory:")->FindBenchRun(kSuite, cls, kCommitA);
+  absl::StatusOr<RunInfo> empty = OpenOrDie(NewLocation())->FindBenchRun(kSuite, cls, kCommitA);
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kNotFound) << empty.status();
 }
 
-TEST(StoreBenchCells, ReadOnlyStoreRefusesToRecord) {
-  ScopedTempDir dir;
-  const std::string path = dir.File("ro.db");
+TEST_P(StoreBenchCells, ReadOnlyStoreRefusesToRecord) {
+  const std::string path = Location();
   int64_t run = 0;
   {
     auto store = OpenOrDie(path);

@@ -7,6 +7,7 @@
 #include "fusetune/db/store.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "testing/store_backends.h"
 
 namespace fusetune {
 namespace {
@@ -14,6 +15,10 @@ namespace {
 using db_test::OpenOrDie;
 using db_test::RawQuery;
 using db_test::ScopedTempDir;
+
+// Every TEST_P below runs on SQLite and on PostgreSQL (testing/store_backends.h).
+class ChangePointsStore : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(ChangePointsStore);
 
 constexpr char kDevice[] = "cpu/Test-CPU/x86_64-avx2";
 constexpr char kSuite[] = "cpu-nightly";
@@ -34,9 +39,8 @@ ChangePointRow Row(const std::string& commit, int64_t position, double before, d
   return r;
 }
 
-TEST(ChangePointsStore, RoundTripsACellsRowsInPositionOrder) {
-  ScopedTempDir dir;
-  auto store = OpenOrDie(dir.path() + "/f.db");
+TEST_P(ChangePointsStore, RoundTripsACellsRowsInPositionOrder) {
+  auto store = OpenOrDie(Location());
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->ReplaceChangePoints(kDevice, kSuite, kProblem, kConfig,
                                          {Row("c30", 30, 10, 10.3), Row("c12", 12, 10.4, 10)})
@@ -61,9 +65,8 @@ TEST(ChangePointsStore, RoundTripsACellsRowsInPositionOrder) {
   EXPECT_EQ((*rows)[1].direction, "slower");
 }
 
-TEST(ChangePointsStore, ReplacingACellLeavesOtherCellsAlone) {
-  ScopedTempDir dir;
-  auto store = OpenOrDie(dir.path() + "/f.db");
+TEST_P(ChangePointsStore, ReplacingACellLeavesOtherCellsAlone) {
+  auto store = OpenOrDie(Location());
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->ReplaceChangePoints(kDevice, kSuite, kProblem, kConfig, {Row("a", 5, 10, 11)}).ok());
   ASSERT_TRUE(store->ReplaceChangePoints(kDevice, kSuite, kProblem, "other", {Row("b", 7, 10, 11)}).ok());
@@ -82,9 +85,8 @@ TEST(ChangePointsStore, ReplacingACellLeavesOtherCellsAlone) {
   EXPECT_EQ(store->ListChangePoints({.config_key = kConfig})->size(), 0u);
 }
 
-TEST(ChangePointsStore, BadRowsWriteNothing) {
-  ScopedTempDir dir;
-  auto store = OpenOrDie(dir.path() + "/f.db");
+TEST_P(ChangePointsStore, BadRowsWriteNothing) {
+  auto store = OpenOrDie(Location());
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->ReplaceChangePoints(kDevice, kSuite, kProblem, kConfig, {Row("a", 5, 10, 11)}).ok());
   const ChangePointRow good = Row("b", 8, 10, 11);
@@ -112,7 +114,7 @@ TEST(ChangePointsStore, BadRowsWriteNothing) {
   EXPECT_EQ(rows->front().commit, "a");
 }
 
-TEST(ChangePointsStore, TheTableChecksDirectionAndPValue) {
+TEST(ChangePointsStoreSqlite, TheTableChecksDirectionAndPValue) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/f.db";
   {

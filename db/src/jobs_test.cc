@@ -7,15 +7,21 @@
 #include <thread>
 #include <vector>
 
+#include "fusetune/base/time.h"
 #include "fusetune/db/store.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "testing/store_backends.h"
 
 namespace fusetune {
 namespace {
 
 using db_test::OpenOrDie;
 using db_test::ScopedTempDir;
+
+// Every TEST_P below runs on SQLite and on PostgreSQL (testing/store_backends.h).
+class StoreJobs : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreJobs);
 
 constexpr char kCpuClass[] = "cpu/Test-CPU/x86_64-avx2";
 constexpr char kGpuClass[] = "cuda/NVIDIA-H200/sm90";
@@ -34,8 +40,8 @@ Job TestJob(const std::string& device_class = kCpuClass) {
   return j;
 }
 
-TEST(StoreJobs, EnqueuedJobRoundTripsAndStartsQueued) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, EnqueuedJobRoundTripsAndStartsQueued) {
+  auto store = OpenOrDie(Location());
   Job in = TestJob();
   in.state = JobState::kDone;  // ignored: a new job is always queued
   in.leased_by = "someone";
@@ -63,8 +69,8 @@ TEST(StoreJobs, EnqueuedJobRoundTripsAndStartsQueued) {
   EXPECT_EQ(store->GetJob(*id + 1).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, LeaseTakesOldestQueuedJobOfTheDeviceClass) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, LeaseTakesOldestQueuedJobOfTheDeviceClass) {
+  auto store = OpenOrDie(Location());
   const int64_t gpu_job = *store->EnqueueJob(TestJob(kGpuClass));
   const int64_t first = *store->EnqueueJob(TestJob());
   const int64_t second = *store->EnqueueJob(TestJob());
@@ -84,8 +90,8 @@ TEST(StoreJobs, LeaseTakesOldestQueuedJobOfTheDeviceClass) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, ExpiredLeaseReturnsJobToQueueAndAttemptsCountLeases) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, ExpiredLeaseReturnsJobToQueueAndAttemptsCountLeases) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
 
@@ -109,16 +115,16 @@ TEST(StoreJobs, ExpiredLeaseReturnsJobToQueueAndAttemptsCountLeases) {
   EXPECT_EQ(again->attempts, 2);
 
   // The old holder lost it: renew, complete and release are all refused.
-  EXPECT_EQ(store->RenewLease(id, "w1", kT0 + kLeaseMs + 6, kLeaseMs).code(),
+  EXPECT_EQ(store->RenewLease(id, "w1", kNoLeaseToken, kT0 + kLeaseMs + 6, kLeaseMs).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store->CompleteJob(id, "w1", true, "", kT0 + kLeaseMs + 6).code(),
+  EXPECT_EQ(store->CompleteJob(id, "w1", kNoLeaseToken, true, "", kT0 + kLeaseMs + 6).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store->ReleaseJob(id, "w1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->ReleaseJob(id, "w1", kNoLeaseToken).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->GetJob(id)->leased_by, "w2");
 }
 
-TEST(StoreJobs, LeaseJobReclaimsExpiredLeasesItself) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, LeaseJobReclaimsExpiredLeasesItself) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
   absl::StatusOr<Job> stolen = store->LeaseJob("w2", kCpuClass, kT0 + 2 * kLeaseMs, kLeaseMs);
@@ -127,8 +133,8 @@ TEST(StoreJobs, LeaseJobReclaimsExpiredLeasesItself) {
   EXPECT_EQ(stolen->attempts, 2);
 }
 
-TEST(StoreJobs, ExpiryIsCommittedEvenWhenNothingMatchesTheLeaser) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, ExpiryIsCommittedEvenWhenNothingMatchesTheLeaser) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob(kGpuClass));
   ASSERT_TRUE(store->LeaseJob("g1", kGpuClass, kT0, kLeaseMs).ok());
   // A CPU worker finds nothing, but its call still returned the GPU job to the queue.
@@ -137,72 +143,72 @@ TEST(StoreJobs, ExpiryIsCommittedEvenWhenNothingMatchesTheLeaser) {
   EXPECT_EQ(store->GetJob(id)->state, JobState::kQueued);
 }
 
-TEST(StoreJobs, RenewExtendsOnlyTheHoldersLease) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, RenewExtendsOnlyTheHoldersLease) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
-  ASSERT_TRUE(store->RenewLease(id, "w1", kT0 + 20'000, kLeaseMs).ok());
+  ASSERT_TRUE(store->RenewLease(id, "w1", kNoLeaseToken, kT0 + 20'000, kLeaseMs).ok());
   EXPECT_EQ(store->GetJob(id)->lease_expiry_unix_ms, kT0 + 20'000 + kLeaseMs);
   // The renewed lease outlives the original expiry.
   EXPECT_EQ(*store->ExpireLeases(kT0 + kLeaseMs + 1), 0);
   EXPECT_EQ(store->GetJob(id)->state, JobState::kLeased);
-  EXPECT_EQ(store->RenewLease(id, "w2", kT0 + 20'000, kLeaseMs).code(),
+  EXPECT_EQ(store->RenewLease(id, "w2", kNoLeaseToken, kT0 + 20'000, kLeaseMs).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store->RenewLease(id + 7, "w1", kT0, kLeaseMs).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->RenewLease(id + 7, "w1", kNoLeaseToken, kT0, kLeaseMs).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, CompletesExactlyOnce) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, CompletesExactlyOnce) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   // Not leased yet: nobody can complete it.
-  EXPECT_EQ(store->CompleteJob(id, "w1", true, "", kT0).code(),
+  EXPECT_EQ(store->CompleteJob(id, "w1", kNoLeaseToken, true, "", kT0).code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
-  EXPECT_EQ(store->CompleteJob(id, "w2", true, "", kT0 + 1).code(),
+  EXPECT_EQ(store->CompleteJob(id, "w2", kNoLeaseToken, true, "", kT0 + 1).code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(store->CompleteJob(id, "w1", true, "", kT0 + 100).ok());
+  ASSERT_TRUE(store->CompleteJob(id, "w1", kNoLeaseToken, true, "", kT0 + 100).ok());
   absl::StatusOr<Job> done = store->GetJob(id);
   EXPECT_EQ(done->state, JobState::kDone);
   EXPECT_EQ(done->finished_unix_ms, kT0 + 100);
 
   // A retry by the same worker: OK, nothing changes (not even a flipped success flag).
-  ASSERT_TRUE(store->CompleteJob(id, "w1", false, "late retry", kT0 + 500).ok());
+  ASSERT_TRUE(store->CompleteJob(id, "w1", kNoLeaseToken, false, "late retry", kT0 + 500).ok());
   done = store->GetJob(id);
   EXPECT_EQ(done->state, JobState::kDone);
   EXPECT_EQ(done->finished_unix_ms, kT0 + 100);
   EXPECT_EQ(done->error, "");
   // Anyone else: refused. A done job is never leased again or expired back.
-  EXPECT_EQ(store->CompleteJob(id, "w2", true, "", kT0 + 600).code(),
+  EXPECT_EQ(store->CompleteJob(id, "w2", kNoLeaseToken, true, "", kT0 + 600).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store->ReleaseJob(id, "w1").code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store->RenewLease(id, "w1", kT0, kLeaseMs).code(),
+  EXPECT_EQ(store->ReleaseJob(id, "w1", kNoLeaseToken).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->RenewLease(id, "w1", kNoLeaseToken, kT0, kLeaseMs).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(*store->ExpireLeases(kT0 + 10 * kLeaseMs), 0);
   EXPECT_EQ(store->LeaseJob("w3", kCpuClass, kT0 + 10 * kLeaseMs, kLeaseMs).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(store->CompleteJob(id + 1, "w1", true, "", kT0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->CompleteJob(id + 1, "w1", kNoLeaseToken, true, "", kT0).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, FailedCompletionKeepsTheError) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, FailedCompletionKeepsTheError) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
-  ASSERT_TRUE(store->CompleteJob(id, "w1", false, "backend unavailable", kT0 + 5).ok());
+  ASSERT_TRUE(store->CompleteJob(id, "w1", kNoLeaseToken, false, "backend unavailable", kT0 + 5).ok());
   absl::StatusOr<Job> failed = store->GetJob(id);
   EXPECT_EQ(failed->state, JobState::kFailed);
   EXPECT_EQ(failed->error, "backend unavailable");
   EXPECT_EQ(failed->finished_unix_ms, kT0 + 5);
-  EXPECT_TRUE(store->CompleteJob(id, "w1", false, "backend unavailable", kT0 + 9).ok());
+  EXPECT_TRUE(store->CompleteJob(id, "w1", kNoLeaseToken, false, "backend unavailable", kT0 + 9).ok());
   EXPECT_EQ(store->GetJob(id)->finished_unix_ms, kT0 + 5);
 }
 
-TEST(StoreJobs, ReleaseReturnsJobToQueueForTheNextWorker) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, ReleaseReturnsJobToQueueForTheNextWorker) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
-  EXPECT_EQ(store->ReleaseJob(id, "w1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->ReleaseJob(id, "w1", kNoLeaseToken).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
-  EXPECT_EQ(store->ReleaseJob(id, "w2").code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(store->ReleaseJob(id, "w1").ok());
+  EXPECT_EQ(store->ReleaseJob(id, "w2", kNoLeaseToken).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store->ReleaseJob(id, "w1", kNoLeaseToken).ok());
   absl::StatusOr<Job> queued = store->GetJob(id);
   EXPECT_EQ(queued->state, JobState::kQueued);
   EXPECT_EQ(queued->leased_by, "");
@@ -212,11 +218,11 @@ TEST(StoreJobs, ReleaseReturnsJobToQueueForTheNextWorker) {
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->job_id, id);
   EXPECT_EQ(next->attempts, 2);
-  EXPECT_EQ(store->ReleaseJob(id + 3, "w2").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->ReleaseJob(id + 3, "w2", kNoLeaseToken).code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreJobs, SetJobRunLinksAnExistingRun) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, SetJobRunLinksAnExistingRun) {
+  auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());
   ASSERT_TRUE(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs).ok());
   const int64_t run = *store->BeginRun(db_test::TestRun());
@@ -227,15 +233,15 @@ TEST(StoreJobs, SetJobRunLinksAnExistingRun) {
   EXPECT_EQ(store->GetJob(id)->run_id, run);
 }
 
-TEST(StoreJobs, ListAndCountByState) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, ListAndCountByState) {
+  auto store = OpenOrDie(Location());
   const int64_t a = *store->EnqueueJob(TestJob());
   const int64_t b = *store->EnqueueJob(TestJob());
   const int64_t c = *store->EnqueueJob(TestJob());
   (void)c;
   ASSERT_EQ(store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs)->job_id, a);
   ASSERT_EQ(store->LeaseJob("w2", kCpuClass, kT0, kLeaseMs)->job_id, b);
-  ASSERT_TRUE(store->CompleteJob(b, "w2", false, "boom", kT0 + 1).ok());
+  ASSERT_TRUE(store->CompleteJob(b, "w2", kNoLeaseToken, false, "boom", kT0 + 1).ok());
 
   absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> counts = store->CountJobsByState();
   ASSERT_TRUE(counts.ok()) << counts.status();
@@ -269,9 +275,8 @@ TEST(StoreJobs, ListAndCountByState) {
 
 // Two connections (as two server processes would have) race for one job many times: each
 // round exactly one lease succeeds.
-TEST(StoreJobs, TwoWorkersRacingForOneJobOnlyOneWins) {
-  ScopedTempDir dir;
-  const std::string path = dir.File("race.db");
+TEST_P(StoreJobs, TwoWorkersRacingForOneJobOnlyOneWins) {
+  const std::string path = Location();
   auto a = OpenOrDie(path);
   auto b = OpenOrDie(path);
   ASSERT_NE(a, nullptr);
@@ -302,15 +307,14 @@ TEST(StoreJobs, TwoWorkersRacingForOneJobOnlyOneWins) {
     EXPECT_EQ(loser.status().code(), absl::StatusCode::kNotFound) << loser.status();
     EXPECT_EQ(winner->job_id, id);
     EXPECT_EQ(winner->attempts, 1);
-    ASSERT_TRUE(a->CompleteJob(id, winner->leased_by, true, "", kT0 + 1).ok());
+    ASSERT_TRUE(a->CompleteJob(id, winner->leased_by, kNoLeaseToken, true, "", kT0 + 1).ok());
   }
 }
 
 // Many jobs, four leasing threads over two connections, each completing what it leased: every
 // job leased exactly once.
-TEST(StoreJobs, ConcurrentLeasersNeverShareAJob) {
-  ScopedTempDir dir;
-  const std::string path = dir.File("many.db");
+TEST_P(StoreJobs, ConcurrentLeasersNeverShareAJob) {
+  const std::string path = Location();
   auto a = OpenOrDie(path);
   auto b = OpenOrDie(path);
   constexpr int kJobs = 60;
@@ -329,7 +333,7 @@ TEST(StoreJobs, ConcurrentLeasersNeverShareAJob) {
         }
         got[t].push_back(j->job_id);
         // As a device does: finish the job before asking for the next.
-        if (absl::Status done = s->CompleteJob(j->job_id, worker, true, "", kT0); !done.ok()) {
+        if (absl::Status done = s->CompleteJob(j->job_id, worker, kNoLeaseToken, true, "", kT0); !done.ok()) {
           ADD_FAILURE() << done;
           return;
         }
@@ -344,8 +348,67 @@ TEST(StoreJobs, ConcurrentLeasersNeverShareAJob) {
   EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a job was leased twice";
 }
 
-TEST(StoreJobs, BadInputIsInvalidArgument) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreJobs, EachLeaseGetsALargerTokenThanEveryEarlierOne) {
+  auto store = OpenOrDie(Location());
+  const int64_t id = *store->EnqueueJob(TestJob());
+  EXPECT_EQ(store->GetJob(id)->lease_token, 0);
+  absl::StatusOr<Job> first = store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT(first->lease_token, 0);
+  ASSERT_TRUE(store->ReleaseJob(id, "w1", first->lease_token).ok());
+  absl::StatusOr<Job> second = store->LeaseJob("w1", kCpuClass, kT0 + 1, kLeaseMs);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(second->lease_token, first->lease_token);
+  // The same worker's earlier delivery is fenced off too: it is not the current lease.
+  absl::Status stale = store->CompleteJob(id, "w1", first->lease_token, true, "", kT0 + 2);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
+  EXPECT_TRUE(store->CompleteJob(id, "w1", second->lease_token, true, "", kT0 + 2).ok());
+}
+
+TEST_P(StoreJobs, AStaleHolderIsRefusedOnceTheExpiredJobIsLeasedAgain) {
+  auto store = OpenOrDie(Location());
+  const int64_t id = *store->EnqueueJob(TestJob());
+  const Job old_lease = *store->LeaseJob("w1", kCpuClass, kT0, kLeaseMs);
+  // w1 stalls past its expiry; w2 leases the job again.
+  const Job new_lease = *store->LeaseJob("w2", kCpuClass, kT0 + 2 * kLeaseMs, kLeaseMs);
+  ASSERT_GT(new_lease.lease_token, old_lease.lease_token);
+
+  const int64_t later = kT0 + 2 * kLeaseMs + 10;
+  for (const absl::Status& refused :
+       {store->RenewLease(id, "w1", old_lease.lease_token, later, kLeaseMs),
+        store->CompleteJob(id, "w1", old_lease.lease_token, true, "", later),
+        store->ReleaseJob(id, "w1", old_lease.lease_token)}) {
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+    EXPECT_NE(std::string(refused.message()).find("stale"), std::string::npos) << refused;
+  }
+  // The current holder is untouched by the stale one's attempts.
+  EXPECT_EQ(store->GetJob(id)->leased_by, "w2");
+  EXPECT_TRUE(store->RenewLease(id, "w2", new_lease.lease_token, later, kLeaseMs).ok());
+  EXPECT_TRUE(store->CompleteJob(id, "w2", new_lease.lease_token, true, "", later).ok());
+  // Its retry is answered OK; the stale token still is not.
+  EXPECT_TRUE(store->CompleteJob(id, "w2", new_lease.lease_token, true, "", later + 1).ok());
+  EXPECT_EQ(store->CompleteJob(id, "w2", old_lease.lease_token, true, "", later + 1).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->GetJob(id)->state, JobState::kDone);
+}
+
+TEST_P(StoreJobs, TheDatabaseClockSetsExpiryWhenAskedFor) {
+  auto store = OpenOrDie(Location());
+  const int64_t id = *store->EnqueueJob(TestJob());
+  const int64_t before = NowUnixMs();
+  absl::StatusOr<Job> leased = store->LeaseJob("w1", kCpuClass, kDatabaseClock, kLeaseMs);
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  // The database runs on this host here: its clock is this host's, give or take a minute
+  // (no timing assumption: only that both clocks tell roughly the same time).
+  EXPECT_GT(leased->lease_expiry_unix_ms, before + kLeaseMs - 60'000);
+  EXPECT_LT(leased->lease_expiry_unix_ms, before + kLeaseMs + 60'000);
+  // Not expired by the database's clock now: nothing is reclaimed.
+  EXPECT_EQ(*store->ExpireLeases(kDatabaseClock), 0);
+  EXPECT_TRUE(store->RenewLease(id, "w1", leased->lease_token, kDatabaseClock, kLeaseMs).ok());
+}
+
+TEST_P(StoreJobs, BadInputIsInvalidArgument) {
+  auto store = OpenOrDie(Location());
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   Job no_class = TestJob("");
   EXPECT_EQ(store->EnqueueJob(no_class).status().code(), kInvalid);
@@ -377,16 +440,16 @@ TEST(StoreJobs, BadInputIsInvalidArgument) {
   EXPECT_EQ(store->LeaseJob("w", kCpuClass, -1, kLeaseMs).status().code(), kInvalid);
   EXPECT_EQ(store->LeaseJob("w", kCpuClass, kT0, 0).status().code(), kInvalid);
   EXPECT_EQ(store->LeaseJob("w", kCpuClass, kT0, -5).status().code(), kInvalid);
-  EXPECT_EQ(store->RenewLease(-1, "w", kT0, kLeaseMs).code(), kInvalid);
-  EXPECT_EQ(store->RenewLease(1, "", kT0, kLeaseMs).code(), kInvalid);
-  EXPECT_EQ(store->RenewLease(1, "w", kT0, 0).code(), kInvalid);
+  EXPECT_EQ(store->RenewLease(-1, "w", kNoLeaseToken, kT0, kLeaseMs).code(), kInvalid);
+  EXPECT_EQ(store->RenewLease(1, "", kNoLeaseToken, kT0, kLeaseMs).code(), kInvalid);
+  EXPECT_EQ(store->RenewLease(1, "w", kNoLeaseToken, kT0, 0).code(), kInvalid);
   EXPECT_EQ(store->SetJobRun(0, 1).code(), kInvalid);
   EXPECT_EQ(store->SetJobRun(1, -1).code(), kInvalid);
-  EXPECT_EQ(store->CompleteJob(-1, "w", true, "", kT0).code(), kInvalid);
-  EXPECT_EQ(store->CompleteJob(1, "", true, "", kT0).code(), kInvalid);
-  EXPECT_EQ(store->CompleteJob(1, "w", true, "", -1).code(), kInvalid);
-  EXPECT_EQ(store->ReleaseJob(0, "w").code(), kInvalid);
-  EXPECT_EQ(store->ReleaseJob(1, "").code(), kInvalid);
+  EXPECT_EQ(store->CompleteJob(-1, "w", kNoLeaseToken, true, "", kT0).code(), kInvalid);
+  EXPECT_EQ(store->CompleteJob(1, "", kNoLeaseToken, true, "", kT0).code(), kInvalid);
+  EXPECT_EQ(store->CompleteJob(1, "w", kNoLeaseToken, true, "", -1).code(), kInvalid);
+  EXPECT_EQ(store->ReleaseJob(0, "w", kNoLeaseToken).code(), kInvalid);
+  EXPECT_EQ(store->ReleaseJob(1, "", kNoLeaseToken).code(), kInvalid);
   EXPECT_EQ(store->ExpireLeases(-1).status().code(), kInvalid);
 }
 

@@ -24,7 +24,7 @@ const Migration kBroken = {3, "broken", "CREATE TABLE u (x); ALTER TABLE no_such
 
 // Applies `migrations` in one write transaction, as Store::Open does.
 absl::Status Migrate(const std::string& path, const std::vector<Migration>& migrations) {
-  absl::StatusOr<std::unique_ptr<Connection>> c = Connection::Open(path, 1000);
+  absl::StatusOr<std::unique_ptr<SqliteConnection>> c = SqliteConnection::Open(path, 1000);
   if (!c.ok()) return c.status();
   absl::Status st = (*c)->Exec("BEGIN IMMEDIATE");
   if (st.ok()) st = ApplyMigrations(**c, migrations, path);

@@ -1,6 +1,8 @@
 #include "sqlite.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -55,53 +57,26 @@ absl::Status SqliteError(int rc, std::string_view sqlite_message, std::string_vi
   }
 }
 
-Statement::Statement(Statement&& other) noexcept
-    : conn_(other.conn_), stmt_(other.stmt_), bind_rc_(other.bind_rc_) {
-  other.stmt_ = nullptr;
+SqliteStatement::~SqliteStatement() {
+  // Resetting releases the statement's read snapshot / locks; the statement stays cached.
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
 }
 
-Statement::~Statement() {
-  if (stmt_ != nullptr) {
-    // Resetting releases the statement's read snapshot / locks; the statement stays cached.
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-}
+void SqliteStatement::BindInt64(int index, int64_t value) { Keep(sqlite3_bind_int64(stmt_, index, value)); }
 
-Statement& Statement::Bind(int index, int64_t value) {
-  const int rc = sqlite3_bind_int64(stmt_, index, value);
-  if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
-  return *this;
-}
+void SqliteStatement::BindDouble(int index, double value) { Keep(sqlite3_bind_double(stmt_, index, value)); }
 
-Statement& Statement::Bind(int index, double value) {
-  const int rc = std::isnan(value) ? sqlite3_bind_null(stmt_, index)
-                                   : sqlite3_bind_double(stmt_, index, value);
-  if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
-  return *this;
-}
-
-Statement& Statement::Bind(int index, std::string_view value) {
+void SqliteStatement::BindText(int index, std::string_view value) {
   // A default-constructed string_view has data() == nullptr, which SQLite would bind as NULL;
   // an empty string must stay '' (NULL = '' is not true in SQL).
   const char* data = value.data() != nullptr ? value.data() : "";
-  const int rc =
-      sqlite3_bind_text64(stmt_, index, data, value.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
-  if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
-  return *this;
+  Keep(sqlite3_bind_text64(stmt_, index, data, value.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
 }
 
-Statement& Statement::BindNull(int index) {
-  const int rc = sqlite3_bind_null(stmt_, index);
-  if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
-  return *this;
-}
+void SqliteStatement::BindNull(int index) { Keep(sqlite3_bind_null(stmt_, index)); }
 
-Statement& Statement::BindIdOrNull(int index, int64_t value) {
-  return value == 0 ? BindNull(index) : Bind(index, value);
-}
-
-absl::StatusOr<bool> Statement::Step() {
+absl::StatusOr<bool> SqliteStatement::Step() {
   if (bind_rc_ != SQLITE_OK) return conn_->Error(bind_rc_);
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
@@ -109,24 +84,13 @@ absl::StatusOr<bool> Statement::Step() {
   return conn_->Error(rc);
 }
 
-absl::Status Statement::Run() {
-  while (true) {
-    absl::StatusOr<bool> row = Step();
-    if (!row.ok()) return row.status();
-    if (!*row) return absl::OkStatus();
-  }
-}
+bool SqliteStatement::IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
 
-bool Statement::IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+int64_t SqliteStatement::Int64(int col) const { return sqlite3_column_int64(stmt_, col); }
 
-int64_t Statement::Int64(int col) const { return sqlite3_column_int64(stmt_, col); }
+double SqliteStatement::Double(int col) const { return sqlite3_column_double(stmt_, col); }
 
-double Statement::Double(int col) const {
-  if (IsNull(col)) return std::numeric_limits<double>::quiet_NaN();
-  return sqlite3_column_double(stmt_, col);
-}
-
-std::string Statement::Text(int col) const {
+std::string SqliteStatement::Text(int col) const {
   const unsigned char* p = sqlite3_column_text(stmt_, col);
   if (p == nullptr) return {};
   return std::string(reinterpret_cast<const char*>(p),
@@ -153,7 +117,7 @@ std::string UriPath(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& path,
+absl::StatusOr<std::unique_ptr<SqliteConnection>> SqliteConnection::Open(const std::string& path,
                                                              int busy_timeout_ms, OpenMode mode) {
   // `path` is a file name, never a URI: the name that messages show is the file opened.
   std::string name = path;
@@ -179,17 +143,17 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& 
   }
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, busy_timeout_ms);
-  return std::unique_ptr<Connection>(new Connection(db, path));
+  return std::unique_ptr<SqliteConnection>(new SqliteConnection(db, path));
 }
 
-absl::Status Connection::Error(int rc) const { return SqliteError(rc, sqlite3_errmsg(db_), path_); }
+absl::Status SqliteConnection::Error(int rc) const { return SqliteError(rc, sqlite3_errmsg(db_), path_); }
 
-Connection::~Connection() {
+SqliteConnection::~SqliteConnection() {
   for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
   sqlite3_close_v2(db_);
 }
 
-absl::Status Connection::Exec(std::string_view sql) {
+absl::Status SqliteConnection::Exec(std::string_view sql) {
   char* err = nullptr;
   const std::string text(sql);
   const int rc = sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err);
@@ -198,7 +162,7 @@ absl::Status Connection::Exec(std::string_view sql) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Connection::QueryText(std::string_view sql) {
+absl::StatusOr<std::string> SqliteConnection::QueryText(std::string_view sql) {
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
   if (rc != SQLITE_OK) return Error(rc);
@@ -217,7 +181,7 @@ absl::StatusOr<std::string> Connection::QueryText(std::string_view sql) {
   return value;
 }
 
-absl::StatusOr<Statement> Connection::Prepare(const std::string& sql) {
+absl::StatusOr<Statement> SqliteConnection::Prepare(const std::string& sql) {
   auto it = cache_.find(sql);
   if (it == cache_.end()) {
     sqlite3_stmt* stmt = nullptr;
@@ -226,7 +190,17 @@ absl::StatusOr<Statement> Connection::Prepare(const std::string& sql) {
     if (rc != SQLITE_OK) return Error(rc);
     it = cache_.emplace(sql, stmt).first;
   }
-  return Statement(this, it->second);
+  return Statement(std::make_unique<SqliteStatement>(this, it->second));
+}
+
+absl::StatusOr<int> SqliteConnection::ReadSchemaVersion() {
+  absl::StatusOr<std::string> text = QueryText("PRAGMA user_version");
+  if (!text.ok()) return text.status();
+  return std::atoi(text->c_str());
+}
+
+absl::Status SqliteConnection::WriteSchemaVersion(int version) {
+  return Exec(absl::StrCat("PRAGMA user_version = ", version));
 }
 
 }  // namespace fusetune::db_internal

@@ -11,6 +11,7 @@
 #include "schema.h"
 #include "sqlite.h"
 #include "test_util.h"
+#include "testing/store_backends.h"
 
 namespace fusetune {
 namespace {
@@ -21,6 +22,12 @@ using db_test::RawQuery;
 using db_test::ScopedTempDir;
 using db_test::TestRun;
 using db_test::TestTrial;
+
+// Every TEST_P below runs on SQLite and on PostgreSQL (testing/store_backends.h).
+class StoreAudits : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreAudits);
+class StoreTrialStages : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreTrialStages);
 
 constexpr char kProblem[] = "prefill/b1/hq12/hkv12/q128/k128/d64/causal0/fp32";
 constexpr char kOtherProblem[] = "prefill/b1/hq12/hkv12/q256/k256/d64/causal0/fp32";
@@ -57,8 +64,8 @@ void ExpectSameBlocks(const std::vector<SampleBlock>& a, const std::vector<Sampl
 
 // ---- trials: stage, blocks, wall time
 
-TEST(StoreTrialStages, StageBlocksAndWallTimeRoundTrip) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreTrialStages, StageBlocksAndWallTimeRoundTrip) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   Trial screen = StagedTrial(run, kConfigA, TrialStage::kScreen);
   screen.wall_seconds = 0.0421875;
@@ -98,7 +105,7 @@ TEST(StoreTrialStages, StageBlocksAndWallTimeRoundTrip) {
   }
 }
 
-TEST(StoreTrialStages, BlocksAreStoredWithTheDocumentedKeys) {
+TEST(StoreTrialStagesSqlite, BlocksAreStoredWithTheDocumentedKeys) {
   ScopedTempDir dir;
   const std::string path = dir.File("keys.db");
   auto store = OpenOrDie(path);
@@ -112,8 +119,8 @@ TEST(StoreTrialStages, BlocksAreStoredWithTheDocumentedKeys) {
             R"([{"b":{"mhz":1980,"mw":650000,"thr":4},"n":7,"u":true,"us":2.5}])");
 }
 
-TEST(StoreTrialStages, TheSameConfigAtEachStageIsItsOwnRow) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreTrialStages, TheSameConfigAtEachStageIsItsOwnRow) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   const std::vector<TrialStage> stages = {TrialStage::kScreen, TrialStage::kHalving, TrialStage::kFinal,
                                           TrialStage::kAudit};
@@ -130,8 +137,8 @@ TEST(StoreTrialStages, TheSameConfigAtEachStageIsItsOwnRow) {
   EXPECT_EQ(*store->RecordTrialsCountingNew({StagedTrial(run, kConfigA, TrialStage::kFinal)}), 0);
 }
 
-TEST(StoreTrialStages, BadStageBlocksWallTimeOrIdAreInvalidArgumentAndWriteNothing) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreTrialStages, BadStageBlocksWallTimeOrIdAreInvalidArgumentAndWriteNothing) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   const Trial good = StagedTrial(run, kConfigA, TrialStage::kFinal, 1);
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -206,8 +213,8 @@ void ExpectSameAudit(const AuditSummary& a, const AuditSummary& b) {
   EXPECT_EQ(a.created_unix_ms, b.created_unix_ms);
 }
 
-TEST(StoreAudits, RoundTripNewestFirstAndFilters) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreAudits, RoundTripNewestFirstAndFilters) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   const AuditSummary older = TestAudit(run, kProblem, 1000);
   AuditSummary newer = TestAudit(run, kProblem, 2000);
@@ -247,8 +254,8 @@ TEST(StoreAudits, RoundTripNewestFirstAndFilters) {
   EXPECT_TRUE(store->ListAudits("no/such/class")->empty());
 }
 
-TEST(StoreAudits, UnknownRegretIsNaNAfterARoundTrip) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreAudits, UnknownRegretIsNaNAfterARoundTrip) {
+  auto store = OpenOrDie(Location());
   AuditSummary a = TestAudit(0, kProblem, 1000);
   a.regret = a.regret_low = a.regret_high = std::numeric_limits<double>::quiet_NaN();
   ASSERT_TRUE(store->RecordAudit(a).ok());
@@ -258,8 +265,8 @@ TEST(StoreAudits, UnknownRegretIsNaNAfterARoundTrip) {
   EXPECT_TRUE(std::isnan((*got)[0].regret_high));
 }
 
-TEST(StoreAudits, BadInputIsInvalidArgumentAndUnknownRunIsNotFound) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreAudits, BadInputIsInvalidArgumentAndUnknownRunIsNotFound) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   const AuditSummary good = TestAudit(run, kProblem, 1000);
   std::vector<std::pair<std::string, AuditSummary>> cases;
@@ -289,9 +296,8 @@ TEST(StoreAudits, BadInputIsInvalidArgumentAndUnknownRunIsNotFound) {
   EXPECT_EQ(store->ListAudits("", "", 100001).status().code(), kInvalid);
 }
 
-TEST(StoreAudits, ReadOnlyStoreRefusesToRecord) {
-  ScopedTempDir dir;
-  const std::string path = dir.File("ro.db");
+TEST_P(StoreAudits, ReadOnlyStoreRefusesToRecord) {
+  const std::string path = Location();
   { OpenOrDie(path); }
   StoreOptions options;
   options.access = StoreAccess::kReadOnly;

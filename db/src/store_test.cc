@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "schema.h"
 #include "test_util.h"
+#include "testing/store_backends.h"
 
 namespace fusetune {
 namespace {
@@ -18,6 +19,24 @@ using db_test::ScopedTempDir;
 using db_test::TestRun;
 using db_test::TestTrial;
 
+// Every TEST_P below runs on SQLite and on PostgreSQL (testing/store_backends.h).
+class StoreBadInput : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreBadInput);
+class StoreBestConfigs : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreBestConfigs);
+class StoreRecordSink : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreRecordSink);
+class StoreRegressions : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreRegressions);
+class StoreRuns : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreRuns);
+class StoreSchema : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreSchema);
+class StoreTrials : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreTrials);
+class StoreWorkers : public db_test::StoreBackendTest {};
+FUSETUNE_STORE_BACKENDS(StoreWorkers);
+
 constexpr char kProblemA[] = "prefill/b1/hq12/hkv12/q128/k128/d64/causal0/fp32";
 constexpr char kProblemB[] = "prefill/b1/hq12/hkv12/q256/k256/d64/causal0/fp32";
 constexpr char kConfig1[] = "fused/bm64/bs32/w2/fp32/st1";
@@ -25,7 +44,7 @@ constexpr char kConfig2[] = "materialized/bm64/bs64/w2/fp32/st1";
 
 // ---- schema
 
-TEST(StoreSchema, MigratesEmptyFileAndKeepsVersionOnReopen) {
+TEST(StoreSchemaSqlite, MigratesEmptyFileAndKeepsVersionOnReopen) {
   ScopedTempDir dir;
   const std::string path = dir.File("f.db");
   {
@@ -47,7 +66,7 @@ TEST(StoreSchema, MigratesEmptyFileAndKeepsVersionOnReopen) {
   EXPECT_TRUE(reopened->GetRun(1).ok());
 }
 
-TEST(StoreSchema, RefusesDatabaseWrittenByNewerBinary) {
+TEST(StoreSchemaSqlite, RefusesDatabaseWrittenByNewerBinary) {
   ScopedTempDir dir;
   const std::string path = dir.File("future.db");
   { ASSERT_NE(OpenOrDie(path), nullptr); }
@@ -62,7 +81,7 @@ TEST(StoreSchema, RefusesDatabaseWrittenByNewerBinary) {
   EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), std::to_string(future));
 }
 
-TEST(StoreSchema, RefusesNewerSchemaEvenOnAnOtherwiseEmptyFile) {
+TEST(StoreSchemaSqlite, RefusesNewerSchemaEvenOnAnOtherwiseEmptyFile) {
   ScopedTempDir dir;
   const std::string path = dir.File("empty-future.db");
   {
@@ -76,7 +95,7 @@ TEST(StoreSchema, RefusesNewerSchemaEvenOnAnOtherwiseEmptyFile) {
   EXPECT_EQ(RawQuery(path, "SELECT COUNT(*) FROM sqlite_master"), "0");
 }
 
-TEST(StoreSchema, UsesWriteAheadLog) {
+TEST(StoreSchemaSqlite, UsesWriteAheadLog) {
   ScopedTempDir dir;
   const std::string path = dir.File("wal.db");
   auto store = OpenOrDie(path);
@@ -85,7 +104,7 @@ TEST(StoreSchema, UsesWriteAheadLog) {
   EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "wal");
 }
 
-TEST(StoreSchema, NonDatabaseFileIsAnErrorNotACrash) {
+TEST(StoreSchemaSqlite, NonDatabaseFileIsAnErrorNotACrash) {
   ScopedTempDir dir;
   const std::string path = dir.File("garbage.db");
   {
@@ -97,14 +116,14 @@ TEST(StoreSchema, NonDatabaseFileIsAnErrorNotACrash) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
 }
 
-TEST(StoreSchema, UnopenablePathIsAnError) {
+TEST_P(StoreSchema, UnopenablePathIsAnError) {
   absl::StatusOr<std::unique_ptr<Store>> s = Store::Open("/nonexistent-dir/sub/x.db");
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(Store::Open("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(StoreSchema, InMemoryDatabaseWorks) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreSchema, InMemoryDatabaseWorks) {
+  auto store = OpenOrDie(Location());
   ASSERT_NE(store, nullptr);
   absl::StatusOr<int64_t> run = store->BeginRun(TestRun());
   ASSERT_TRUE(run.ok()) << run.status();
@@ -113,8 +132,8 @@ TEST(StoreSchema, InMemoryDatabaseWorks) {
 
 // ---- runs
 
-TEST(StoreRuns, RoundTripsEveryField) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreRuns, RoundTripsEveryField) {
+  auto store = OpenOrDie(Location());
   RunInfo in = TestRun("deadbeef", "nightly");
   in.device.name = "NVIDIA H200";
   in.device.backend = "cuda";
@@ -150,16 +169,16 @@ TEST(StoreRuns, RoundTripsEveryField) {
   EXPECT_EQ(store->GetRun(*id)->finished_unix_ms, finished);
 }
 
-TEST(StoreRuns, UnknownRunIsNotFound) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreRuns, UnknownRunIsNotFound) {
+  auto store = OpenOrDie(Location());
   EXPECT_EQ(store->GetRun(42).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->FinishRun(42).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->CountTrials(42).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->ListTrials(42).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(StoreRuns, FindUnfinishedRunReturnsNewestMatchingUnfinishedRun) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreRuns, FindUnfinishedRunReturnsNewestMatchingUnfinishedRun) {
+  auto store = OpenOrDie(Location());
   const std::string dc = db_test::TestDevice().DeviceClass();
   const int64_t older = *store->BeginRun(TestRun("c1", "sweep"));
   const int64_t newer = *store->BeginRun(TestRun("c1", "sweep"));
@@ -218,8 +237,8 @@ void ExpectSameTrial(const Trial& a, const Trial& b) {
   EXPECT_EQ(a.wall_seconds, b.wall_seconds);
 }
 
-TEST(StoreTrials, RoundTripsEveryFieldIncludingFailuresAndNaN) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreTrials, RoundTripsEveryFieldIncludingFailuresAndNaN) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   Trial ok = TestTrial(run, kProblemA, kConfig1);
   ok.samples_us = {0.1, 1.0 / 3.0, 12345.678901234567};
@@ -249,7 +268,7 @@ TEST(StoreTrials, RoundTripsEveryFieldIncludingFailuresAndNaN) {
   EXPECT_FALSE(*store->HasTrial("no-such-trial"));
 }
 
-TEST(StoreTrials, SameTrialIdTwiceStoresOneRow) {
+TEST(StoreTrialsSqlite, SameTrialIdTwiceStoresOneRow) {
   ScopedTempDir dir;
   auto store = OpenOrDie(dir.File("idem.db"));
   const int64_t run = *store->BeginRun(TestRun());
@@ -271,8 +290,8 @@ TEST(StoreTrials, SameTrialIdTwiceStoresOneRow) {
   EXPECT_EQ(*store->RecordTrialsCountingNew({}), 0);
 }
 
-TEST(StoreTrials, UnknownRunIsNotFoundAndTheWholeBatchIsRejected) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreTrials, UnknownRunIsNotFoundAndTheWholeBatchIsRejected) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   EXPECT_EQ(store->RecordTrial(TestTrial(run + 100, kProblemA, kConfig1)).code(),
             absl::StatusCode::kNotFound);
@@ -283,8 +302,8 @@ TEST(StoreTrials, UnknownRunIsNotFoundAndTheWholeBatchIsRejected) {
   EXPECT_EQ(*store->CountTrials(run), 0);
 }
 
-TEST(StoreTrials, ListTrialsForProblemFiltersByDeviceClassNewestFirst) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreTrials, ListTrialsForProblemFiltersByDeviceClassNewestFirst) {
+  auto store = OpenOrDie(Location());
   RunInfo gpu = TestRun();
   gpu.device.backend = "cuda";
   gpu.device.name = "NVIDIA H200";
@@ -335,8 +354,8 @@ BestConfig TestBest(int64_t run, const std::string& problem, const std::string& 
   return b;
 }
 
-TEST(StoreBestConfigs, UpsertReplacesAndRoundTrips) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBestConfigs, UpsertReplacesAndRoundTrips) {
+  auto store = OpenOrDie(Location());
   const int64_t run1 = *store->BeginRun(TestRun("c1"));
   const int64_t run2 = *store->BeginRun(TestRun("c2"));
   BestConfig first = TestBest(run1, kProblemA, kConfig1, 100);
@@ -369,8 +388,8 @@ TEST(StoreBestConfigs, UpsertReplacesAndRoundTrips) {
   EXPECT_EQ(store->ListBestConfigs()->size(), 1u);  // replaced, not added
 }
 
-TEST(StoreBestConfigs, ListIsOrderedByProblemAndFiltersByDeviceClass) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBestConfigs, ListIsOrderedByProblemAndFiltersByDeviceClass) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   ASSERT_TRUE(store->UpsertBestConfig(TestBest(run, kProblemB, kConfig1, 5)).ok());
   ASSERT_TRUE(store->UpsertBestConfig(TestBest(run, kProblemA, kConfig1, 6)).ok());
@@ -393,8 +412,8 @@ TEST(StoreBestConfigs, ListIsOrderedByProblemAndFiltersByDeviceClass) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(StoreBestConfigs, UnknownProvenanceRunIsNotFound) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBestConfigs, UnknownProvenanceRunIsNotFound) {
+  auto store = OpenOrDie(Location());
   EXPECT_EQ(store->UpsertBestConfig(TestBest(7, kProblemA, kConfig1, 5)).code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(store->ListBestConfigs()->empty());
@@ -402,8 +421,8 @@ TEST(StoreBestConfigs, UnknownProvenanceRunIsNotFound) {
 
 // ---- the store as a sweep's RecordSink
 
-TEST(StoreRecordSink, ASweepsRecordsGoInAndARunsRecordedTrialsComeBack) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreRecordSink, ASweepsRecordsGoInAndARunsRecordedTrialsComeBack) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   const int64_t other = *store->BeginRun(TestRun());
   RecordSink& sink = *store;
@@ -450,8 +469,8 @@ Regression TestRegression(const std::string& commit) {
   return r;
 }
 
-TEST(StoreRegressions, RoundTripNewestFirstAndFilterByCommit) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreRegressions, RoundTripNewestFirstAndFilterByCommit) {
+  auto store = OpenOrDie(Location());
   Regression r = TestRegression("new1");
   r.ratio = 1.12;
   r.p_value = 0.003;
@@ -493,8 +512,8 @@ TEST(StoreRegressions, RoundTripNewestFirstAndFilterByCommit) {
   EXPECT_EQ(store->RecordRegression(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(StoreRegressions, RecordRegressionsWritesAllRowsInOneTransaction) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreRegressions, RecordRegressionsWritesAllRowsInOneTransaction) {
+  auto store = OpenOrDie(Location());
   absl::StatusOr<int> n = store->RecordRegressions({TestRegression("c1"), TestRegression("c2")});
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 2);
@@ -505,8 +524,8 @@ TEST(StoreRegressions, RecordRegressionsWritesAllRowsInOneTransaction) {
   EXPECT_EQ(*store->RecordRegressions({}), 0);
 }
 
-TEST(StoreRegressions, AnyInvalidRowIsInvalidArgumentNamingItAndWritesNothing) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreRegressions, AnyInvalidRowIsInvalidArgumentNamingItAndWritesNothing) {
+  auto store = OpenOrDie(Location());
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<std::pair<std::string, Regression>> bad;
   auto add = [&](const std::string& why, auto change) {
@@ -539,8 +558,8 @@ TEST(StoreRegressions, AnyInvalidRowIsInvalidArgumentNamingItAndWritesNothing) {
 
 // ---- workers
 
-TEST(StoreWorkers, UpsertTouchAndList) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreWorkers, UpsertTouchAndList) {
+  auto store = OpenOrDie(Location());
   WorkerRecord w;
   w.worker_id = "host1-gpu0";
   w.host = "host1";
@@ -575,8 +594,8 @@ TEST(StoreWorkers, UpsertTouchAndList) {
   EXPECT_EQ((*list)[0].registered_unix_ms, 9000);
 }
 
-TEST(StoreTrials, ArbitraryBytesInTextFieldsRoundTrip) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreTrials, ArbitraryBytesInTextFieldsRoundTrip) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   Trial t = TestTrial(run, kProblemA, kConfig1);
   t.outcome = TrialOutcome::kLaunchFailed;
@@ -586,11 +605,18 @@ TEST(StoreTrials, ArbitraryBytesInTextFieldsRoundTrip) {
   absl::StatusOr<std::vector<Trial>> got = store->ListTrials(run);
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 1u);
+  if (IsPostgres()) {
+    // PostgreSQL text holds valid UTF-8 without NUL: each byte that is not is stored as
+    // U+FFFD, and the rest, quotes and SQL included, exactly.
+    EXPECT_EQ((*got)[0].message,
+              "cuda error\xEF\xBF\xBD" "after nul \xEF\xBF\xBD\xEF\xBF\xBD not utf-8 'quoted' \"x\"; DROP TABLE");
+    return;
+  }
   EXPECT_EQ((*got)[0].message, t.message);
   EXPECT_EQ((*got)[0].message.size(), 58u);
 }
 
-TEST(StoreSchema, MigrationsAreContiguousFromOne) {
+TEST(StoreSchemaSqlite, MigrationsAreContiguousFromOne) {
   const std::vector<db_internal::Migration>& m = db_internal::Migrations();
   ASSERT_FALSE(m.empty());
   for (size_t i = 0; i < m.size(); ++i) {
@@ -602,8 +628,8 @@ TEST(StoreSchema, MigrationsAreContiguousFromOne) {
 
 // ---- bad input: InvalidArgument, never a crash, nothing written
 
-TEST(StoreBadInput, EmptyKeysAndNonPositiveIdsAreInvalidArgument) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBadInput, EmptyKeysAndNonPositiveIdsAreInvalidArgument) {
+  auto store = OpenOrDie(Location());
   const int64_t run = *store->BeginRun(TestRun());
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
 

@@ -41,7 +41,7 @@ class ScopedTempDir {
 // Writes `path` as a binary of schema `version` created it: migrations 1..version in one write
 // transaction, as Store::Open applies them. For the tests of upgrades from older files.
 inline absl::Status WriteSchemaVersion(const std::string& path, int version) {
-  absl::StatusOr<std::unique_ptr<db_internal::Connection>> c = db_internal::Connection::Open(path, 1000);
+  absl::StatusOr<std::unique_ptr<db_internal::SqliteConnection>> c = db_internal::SqliteConnection::Open(path, 1000);
   if (!c.ok()) return c.status();
   const std::vector<db_internal::Migration> first(db_internal::Migrations().begin(),
                                                   db_internal::Migrations().begin() + version);

@@ -110,7 +110,7 @@ int SelectTargets(const std::string& cmd, const AuditFlags& f, Store& store, con
                                                        : regress::TargetsOfProblems(store, device_class, problems);
   if (f.all && absl::IsNotFound(selected.status())) {
     std::fprintf(stderr, "fusetune audit: %s in %s (run 'fusetune sweep' first)\n",
-                 std::string(selected.status().message()).c_str(), f.db.c_str());
+                 std::string(selected.status().message()).c_str(), RedactDatabaseUrl(f.db).c_str());
     return kExitNotFound;
   }
   if (!selected.ok()) return Failure(cmd, std::string(selected.status().message()));

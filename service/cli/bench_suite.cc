@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "fmt/format.h"
+#include "fusetune/db/store.h"
 #include "fusetune/regress/bench_records.h"
 #include "fusetune/regress/block_source.h"
 #include "fusetune/regress/compare.h"
@@ -144,9 +145,9 @@ int RunSuiteBench(const SuiteBenchFlags& f, const std::string& backend_name, int
   } else {
     if (!planted.empty()) std::printf("planted slowdowns (a check of the method, not a measurement): %s\n", planted.c_str());
     PrintTable(info, cells);
-    if (run_id > 0) std::printf("\nstored as bench run %lld of suite %s in %s\n", static_cast<long long>(run_id), suite->name.c_str(), f.db.c_str());
+    if (run_id > 0) std::printf("\nstored as bench run %lld of suite %s in %s\n", static_cast<long long>(run_id), suite->name.c_str(), RedactDatabaseUrl(f.db).c_str());
     if (!planted.empty() && !f.db.empty()) {
-      std::printf("\nnot stored in %s: a run with planted slowdowns is never a baseline or a history point\n", f.db.c_str());
+      std::printf("\nnot stored in %s: a run with planted slowdowns is never a baseline or a history point\n", RedactDatabaseUrl(f.db).c_str());
     }
   }
   return bench->AnyCellFailed() ? kExitCellFailed : kExitOk;
@@ -158,7 +159,7 @@ int WriteSuiteFromDatabase(const SuiteFromDbFlags& f) {
   absl::StatusOr<std::unique_ptr<Store>> store = OpenExistingStore(f.db);
   if (!store.ok()) return Error(cmd, std::string(store.status().message()));
   const std::string name = f.name.empty() ? std::filesystem::path(f.out).stem().string() : f.name;
-  absl::StatusOr<regress::SuiteFromStore> written = regress::SuiteFromDatabase(**store, f.device_class, name, f.db);
+  absl::StatusOr<regress::SuiteFromStore> written = regress::SuiteFromDatabase(**store, f.device_class, name, RedactDatabaseUrl(f.db));
   if (!written.ok()) return Error(cmd, std::string(written.status().message()));
   const regress::Suite& suite = written->suite;
   const std::string text = regress::SuiteToJson(suite);

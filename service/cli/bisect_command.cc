@@ -65,7 +65,7 @@ absl::StatusOr<regress::Suite> CellSuite(const BisectFlags& f) {
     if (!opened.ok()) return opened.status();
     store = *std::move(opened);
   }
-  return regress::CellSuite(f.suite, f.cell, store.get(), f.db);
+  return regress::CellSuite(f.suite, f.cell, store.get(), RedactDatabaseUrl(f.db));
 }
 
 // --build-command, or the repository's own ci/build-commit.sh.

@@ -68,6 +68,7 @@ void AddBenchServeCommand(CLI::App& app, CommandContext& context);  // bench_ser
 void AddRegressCommand(CLI::App& app, CommandContext& context);     // regress_command.cc
 void AddBisectCommand(CLI::App& app, CommandContext& context);      // bisect_command.cc (bisect, bisect-step)
 void AddHistoryCommand(CLI::App& app, CommandContext& context);     // history_command.cc
+void AddDbCommand(CLI::App& app, CommandContext& context);          // db_command.cc (db copy)
 // Service commands (FUSETUNE_WITH_SERVICE builds only).
 void AddWorkerCommand(CLI::App& app, CommandContext& context);  // worker_command.cc
 void AddServeCommand(CLI::App& app, CommandContext& context);   // serve_command.cc

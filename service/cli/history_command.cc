@@ -48,7 +48,7 @@ int ReadCellHistory(Store& store, const HistoryFlags& f, const std::string& prob
   absl::StatusOr<regress::CellHistory> read =
       regress::ReadHistory(store, {f.suite, problem_key, config_key, f.device_class});
   if (absl::IsNotFound(read.status())) {
-    std::fprintf(stderr, "fusetune history: %s in %s\n", std::string(read.status().message()).c_str(), f.db.c_str());
+    std::fprintf(stderr, "fusetune history: %s in %s\n", std::string(read.status().message()).c_str(), RedactDatabaseUrl(f.db).c_str());
     return kExitNotFound;
   }
   if (absl::IsInvalidArgument(read.status())) return UsageError(cmd, std::string(read.status().message()));

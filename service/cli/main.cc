@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   AddRegressCommand(app, context);
   AddBisectCommand(app, context);
   AddHistoryCommand(app, context);
+  AddDbCommand(app, context);
 #ifdef FUSETUNE_WITH_SERVICE
   AddWorkerCommand(app, context);
   AddServeCommand(app, context);

@@ -202,17 +202,18 @@ absl::StatusOr<std::vector<Precision>> ParsePrecisions(const std::vector<std::st
 }
 
 CLI::Option* AddDatabaseOption(CLI::App* command, std::string* path, const std::string& description) {
-  return command->add_option("--db", *path, description)
+  // Every --db takes either form; Store::Open tells them apart (IsPostgresUrl).
+  return command->add_option("--db", *path, description + "; or a postgresql:// URL")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](const std::string& value) { return value.empty() ? std::string("must not be empty") : std::string(); },
-          "FILE", "non-empty path"));
+          "FILE|URL", "non-empty path"));
 }
 
 namespace {
 
 absl::Status MissingDatabase(const std::string& path, const absl::Status& status) {
-  return absl::NotFoundError(std::string(status.message()) + " (run 'fusetune sweep --db " + path +
+  return absl::NotFoundError(std::string(status.message()) + " (run 'fusetune sweep --db " + RedactDatabaseUrl(path) +
                              "' first, or check the path)");
 }
 
@@ -228,7 +229,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenExistingStore(const std::string& path
 
 absl::StatusOr<std::unique_ptr<Store>> OpenExistingStoreForWriting(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec) && !ec) {
+  if (!IsPostgresUrl(path) && !std::filesystem::exists(path, ec) && !ec) {
     return MissingDatabase(path, absl::NotFoundError("no database at " + path));
   }
   return Store::Open(path);

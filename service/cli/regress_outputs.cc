@@ -12,6 +12,7 @@
 
 #include "bench_suite.h"
 #include "fmt/format.h"
+#include "fusetune/db/store.h"
 #include "fusetune/base/median.h"
 #include "fusetune/regress/junit.h"
 #include "fusetune/regress/regress_run.h"
@@ -127,9 +128,9 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& su
   std::printf("%s", markdown.c_str());
   if (planted.empty()) {
     std::printf("\nstored: bench run %lld and %zu verdict rows%s in %s\n", static_cast<long long>(run_id), rows.size(),
-                calibration ? " (an A/A calibration)" : "", f.db.c_str());
+                calibration ? " (an A/A calibration)" : "", RedactDatabaseUrl(f.db).c_str());
   } else {
-    std::printf("\nstored: %zu planted_latency verdict rows in %s (no bench run: planted)\n", rows.size(), f.db.c_str());
+    std::printf("\nstored: %zu planted_latency verdict rows in %s (no bench run: planted)\n", rows.size(), RedactDatabaseUrl(f.db).c_str());
   }
   if (!f.junit.empty()) {
     std::vector<regress::SuiteProperty> properties;

@@ -87,7 +87,7 @@ int RunReportCommand(const ReportFlags& f) {
     return kExitOk;
   }
   if (best->empty()) {
-    std::printf("no best configs recorded in %s%s (run 'fusetune sweep' first)\n", f.db.c_str(),
+    std::printf("no best configs recorded in %s%s (run 'fusetune sweep' first)\n", RedactDatabaseUrl(f.db).c_str(),
                 f.device_class.empty() ? "" : fmt::format(" for {}", f.device_class).c_str());
     return kExitOk;
   }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "commands.h"
+#include "fusetune/db/store.h"
 #include "fusetune/wire/connection.h"
 #include "fusetune/service/server.h"
 #include "problem_flags.h"
@@ -42,7 +43,7 @@ int RunServe(ServeFlags f) {
   }
   const std::string host = f.options.listen_address.substr(0, f.options.listen_address.rfind(':'));
   std::printf("fusetune serve: listening on %s:%d (db %s, %s reads%s)\n", host.c_str(), (*server)->port(),
-              f.options.db_path.c_str(), f.options.open_reads ? "open" : "token-guarded",
+              RedactDatabaseUrl(f.options.db_path).c_str(), f.options.open_reads ? "open" : "token-guarded",
               f.options.tls_cert_file.empty() ? "" : ", TLS");
   if ((*server)->metrics_port() > 0) {
     const std::string mhost = f.metrics.substr(0, f.metrics.rfind(':'));

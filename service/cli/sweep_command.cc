@@ -112,8 +112,8 @@ int RunSweepCommand(const SweepFlags& f) {
 
   // An abbreviated --commit names a commit the database holds (a sweep to resume, say): none
   // when there is no database yet, and a name that resolves to nothing creates none.
-  const std::string where = "the database " + f.db;
-  if (named_commit->kind == CommitNameKind::kAbbreviation && !std::filesystem::exists(f.db)) {
+  const std::string where = "the database " + RedactDatabaseUrl(f.db);
+  if (named_commit->kind == CommitNameKind::kAbbreviation && !IsPostgresUrl(f.db) && !std::filesystem::exists(f.db)) {
     return UsageError(cmd, std::string(regress::ResolveCommitFlag("--commit", named_commit->text, {}, where).status().message()));
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(f.db);
@@ -184,7 +184,7 @@ int RunSweepCommand(const SweepFlags& f) {
   if (absl::Status s = (*store)->FinishRun(run_id); !s.ok()) return Failure(cmd, std::string(s.ToString()));
   std::printf("done: run %lld, %d problem(s), %d trials measured, %d resumed. 'fusetune report --db %s' shows the table.\n",
               static_cast<long long>(run_id), result->problems_finished, result->trials_measured,
-              result->trials_resumed, f.db.c_str());
+              result->trials_resumed, RedactDatabaseUrl(f.db).c_str());
   if (incomplete > 0) {
     std::printf("%d problem(s) INCOMPLETE: the time budget ran out inside a trial (see above); a larger "
                 "--max-seconds searches them fully\n",

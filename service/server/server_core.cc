@@ -127,7 +127,8 @@ void ServerCore::RefreshLoop() {
 }
 
 void ServerCore::ExpireLeases() {
-  auto n = store_->ExpireLeases(NowUnixMs());
+  // The database's clock decides expiry, so servers sharing a database agree on it.
+  auto n = store_->ExpireLeases(kDatabaseClock);
   if (n.ok() && *n > 0) NotifyQueue();
 }
 
@@ -354,7 +355,7 @@ absl::StatusOr<std::optional<JobLease>> ServerCore::LeaseJob(const std::string& 
 }
 
 absl::StatusOr<std::optional<JobLease>> ServerCore::TryLease(const WorkerRecord& worker) {
-  auto job = store_->LeaseJob(worker.worker_id, worker.device_class, NowUnixMs(), options_.lease_ms);
+  auto job = store_->LeaseJob(worker.worker_id, worker.device_class, kDatabaseClock, options_.lease_ms);
   if (absl::IsNotFound(job.status())) return std::optional<JobLease>();
   if (!job.ok()) return job.status();
   auto lease = PrepareLease(std::move(*job), worker);
@@ -367,7 +368,8 @@ absl::StatusOr<JobLease> ServerCore::PrepareLease(Job job, const WorkerRecord& w
   auto spec = JobSpec(job);
   if (!spec.ok()) {
     // A spec that cannot be read will never run: fail the job rather than lease it forever.
-    (void)store_->CompleteJob(job.job_id, worker.worker_id, false, "stored job spec is unreadable", NowUnixMs());
+    (void)store_->CompleteJob(job.job_id, worker.worker_id, job.lease_token, false, "stored job spec is unreadable",
+                              kDatabaseClock);
     return spec.status();
   }
   lease.spec = std::move(*spec);
@@ -381,7 +383,7 @@ absl::StatusOr<JobLease> ServerCore::PrepareLease(Job job, const WorkerRecord& w
       } else if (absl::IsNotFound(best.status())) {
         lease.recorded_config_keys.emplace_back();
       } else {
-        (void)store_->ReleaseJob(job.job_id, worker.worker_id);
+        (void)store_->ReleaseJob(job.job_id, worker.worker_id, job.lease_token);
         NotifyQueue();
         return best.status();
       }
@@ -390,7 +392,7 @@ absl::StatusOr<JobLease> ServerCore::PrepareLease(Job job, const WorkerRecord& w
   if (job.run_id == 0) {
     auto run_id = BeginJobRun(job, worker);
     if (!run_id.ok()) {
-      (void)store_->ReleaseJob(job.job_id, worker.worker_id);
+      (void)store_->ReleaseJob(job.job_id, worker.worker_id, job.lease_token);
       NotifyQueue();
       return run_id.status();
     }
@@ -421,15 +423,15 @@ absl::StatusOr<int64_t> ServerCore::BeginJobRun(const Job& job, const WorkerReco
   return *run_id;
 }
 
-void ServerCore::ReturnUndeliveredLease(int64_t job_id, const std::string& worker_id) {
+void ServerCore::ReturnUndeliveredLease(int64_t job_id, const std::string& worker_id, int64_t lease_token) {
   // FailedPrecondition: the lease already ended otherwise (expired, or released): nothing to do.
-  if (store_->ReleaseJob(job_id, worker_id).ok()) {
+  if (store_->ReleaseJob(job_id, worker_id, lease_token).ok()) {
     NotifyQueue();
     RefreshGauges();
   }
 }
 
-absl::StatusOr<bool> ServerCore::Heartbeat(const std::string& worker_id, int64_t job_id) {
+absl::StatusOr<bool> ServerCore::Heartbeat(const std::string& worker_id, int64_t job_id, int64_t lease_token) {
   if (!FindWorker(worker_id)) return WorkerNotRegistered(worker_id);
   const int64_t now = NowUnixMs();
   if (auto s = store_->TouchWorker(worker_id, now); !s.ok()) return s;
@@ -438,13 +440,19 @@ absl::StatusOr<bool> ServerCore::Heartbeat(const std::string& worker_id, int64_t
     if (auto it = workers_.find(worker_id); it != workers_.end()) it->second.last_heartbeat_unix_ms = now;
   }
   if (job_id == 0) return false;
-  absl::Status renewed = store_->RenewLease(job_id, worker_id, now, options_.lease_ms);
+  absl::Status renewed = store_->RenewLease(job_id, worker_id, lease_token, kDatabaseClock, options_.lease_ms);
   if (renewed.ok()) return true;
   if (absl::IsFailedPrecondition(renewed) || absl::IsNotFound(renewed)) return false;
   return renewed;
 }
 
-absl::StatusOr<Job> ServerCore::JobOfRunHeldBy(int64_t run_id, const std::string& worker_id) {
+// Whether `worker_id` holds `job`'s lease under `lease_token` (any token for kNoLeaseToken).
+static bool HeldBy(const Job& job, const std::string& worker_id, int64_t lease_token) {
+  return job.state == JobState::kLeased && job.leased_by == worker_id &&
+         (lease_token == kNoLeaseToken || lease_token == job.lease_token);
+}
+
+absl::StatusOr<Job> ServerCore::JobOfRunHeldBy(int64_t run_id, const std::string& worker_id, int64_t lease_token) {
   std::optional<int64_t> job_id;
   {
     std::lock_guard<std::mutex> lock(runs_mu_);
@@ -463,7 +471,12 @@ absl::StatusOr<Job> ServerCore::JobOfRunHeldBy(int64_t run_id, const std::string
   if (job_id) {
     auto job = store_->GetJob(*job_id);
     if (!job.ok()) return job.status();
-    if (job->state == JobState::kLeased && job->leased_by == worker_id) return job;
+    if (HeldBy(*job, worker_id, lease_token)) return job;
+    if (lease_token != kNoLeaseToken && lease_token != job->lease_token && job->leased_by == worker_id) {
+      return absl::FailedPreconditionError(Cat("run ", run_id, ": lease token ", lease_token, " of job ", *job_id,
+                                               " is stale (the job was leased again, token ", job->lease_token,
+                                               "); trials of the old lease are refused"));
+    }
   }
   return absl::FailedPreconditionError(
       Cat("run ", run_id, " is not the run of a job leased by worker '", worker_id, "'"));
@@ -484,7 +497,7 @@ absl::Status ServerCore::RecordNewTrials(std::vector<Trial>* batch, int64_t* ins
 absl::Status ServerCore::TrialUpload::Add(Trial trial, int64_t number) {
   auto run = run_problems_.find(trial.run_id);
   if (run == run_problems_.end()) {
-    auto job = core_->JobOfRunHeldBy(trial.run_id, worker_id_);
+    auto job = core_->JobOfRunHeldBy(trial.run_id, worker_id_, lease_token_);
     if (!job.ok()) return job.status();
     run = run_problems_
               .emplace(trial.run_id, std::set<std::string>(job->problem_keys.begin(), job->problem_keys.end()))
@@ -517,12 +530,11 @@ absl::Status ServerCore::ComputeBestConfigs(const Job& job) {
   return absl::OkStatus();
 }
 
-absl::Status ServerCore::CompleteJob(const std::string& worker_id, int64_t job_id, bool success,
+absl::Status ServerCore::CompleteJob(const std::string& worker_id, int64_t job_id, int64_t lease_token, bool success,
                                      const std::string& error) {
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
-  const int64_t now = NowUnixMs();
-  if (job->state == JobState::kLeased && job->leased_by == worker_id) {
+  if (HeldBy(*job, worker_id, lease_token)) {
     // Best configs first: if this server dies in between, the job is still leased and the
     // worker's retry recomputes them; never a "done" job without its best configs.
     // An audit measures the recorded best configs; it does not replace them.
@@ -536,17 +548,19 @@ absl::Status ServerCore::CompleteJob(const std::string& worker_id, int64_t job_i
   }
   // The store decides exactly-once: OK the first time, OK for the same worker's retry,
   // FailedPrecondition otherwise.
-  if (auto s = store_->CompleteJob(job_id, worker_id, success, error, now); !s.ok()) return s;
+  if (auto s = store_->CompleteJob(job_id, worker_id, lease_token, success, error, kDatabaseClock); !s.ok()) return s;
   RefreshGauges();
   return absl::OkStatus();
 }
 
-absl::Status ServerCore::CheckAuditAgainstJob(const Job& job, const std::string& worker_id, AuditSummary* audit) {
+absl::Status ServerCore::CheckAuditAgainstJob(const Job& job, const std::string& worker_id, int64_t lease_token,
+                                              AuditSummary* audit) {
   if (JobKindOf(job) != v1::JOB_KIND_AUDIT) {
     return absl::FailedPreconditionError(Cat("job ", job.job_id, " is not an audit job"));
   }
-  if (job.state != JobState::kLeased || job.leased_by != worker_id) {
-    return absl::FailedPreconditionError(Cat("job ", job.job_id, " is not leased by worker '", worker_id, "'"));
+  if (!HeldBy(job, worker_id, lease_token)) {
+    return absl::FailedPreconditionError(Cat("job ", job.job_id, " is not leased by worker '", worker_id, "'",
+                                             lease_token == kNoLeaseToken ? "" : Cat(" under lease token ", lease_token)));
   }
   // The job decides where the audit belongs; a summary naming anything else is a client bug.
   if (audit->run_id != 0 && audit->run_id != job.run_id) {
@@ -571,11 +585,12 @@ absl::Status ServerCore::CheckAuditAgainstJob(const Job& job, const std::string&
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ServerCore::ReportAudit(const std::string& worker_id, int64_t job_id, AuditSummary audit) {
+absl::StatusOr<int64_t> ServerCore::ReportAudit(const std::string& worker_id, int64_t job_id, int64_t lease_token,
+                                                AuditSummary audit) {
   if (!FindWorker(worker_id)) return WorkerNotRegistered(worker_id);
   auto job = store_->GetJob(job_id);
   if (!job.ok()) return job.status();
-  if (auto s = CheckAuditAgainstJob(*job, worker_id, &audit); !s.ok()) return s;
+  if (auto s = CheckAuditAgainstJob(*job, worker_id, lease_token, &audit); !s.ok()) return s;
   // A retried report (its reply lost) must not store a second audit of the same measurement.
   auto existing = store_->ListAudits(audit.device_class, audit.problem_key, kScanLimit);
   if (!existing.ok()) return existing.status();
@@ -585,8 +600,8 @@ absl::StatusOr<int64_t> ServerCore::ReportAudit(const std::string& worker_id, in
   return store_->RecordAudit(audit);
 }
 
-absl::Status ServerCore::ReleaseJob(const std::string& worker_id, int64_t job_id) {
-  if (auto s = store_->ReleaseJob(job_id, worker_id); !s.ok()) return s;
+absl::Status ServerCore::ReleaseJob(const std::string& worker_id, int64_t job_id, int64_t lease_token) {
+  if (auto s = store_->ReleaseJob(job_id, worker_id, lease_token); !s.ok()) return s;
   NotifyQueue();
   RefreshGauges();
   return absl::OkStatus();

@@ -115,14 +115,16 @@ class ServerCore {
   absl::StatusOr<std::optional<JobLease>> LeaseJob(const std::string& worker_id, const std::string& device_class,
                                                    int64_t wait_ms, const LongPollCaller& caller);
   // Puts a job leased for a reply that could not be delivered straight back in the queue.
-  void ReturnUndeliveredLease(int64_t job_id, const std::string& worker_id);
+  void ReturnUndeliveredLease(int64_t job_id, const std::string& worker_id, int64_t lease_token);
   // Wakes every waiting long-poll (a caller went away).
   void WakeLongPolls();
-  // Records the heartbeat; true when `job_id` (0: idle) is still leased by the worker.
-  absl::StatusOr<bool> Heartbeat(const std::string& worker_id, int64_t job_id);
+  // Records the heartbeat; true when `job_id` (0: idle) is still leased by the worker under
+  // `lease_token` (kNoLeaseToken: any of its leases), and then renews it.
+  absl::StatusOr<bool> Heartbeat(const std::string& worker_id, int64_t job_id, int64_t lease_token);
 
   // One ReportTrials stream of one worker: checks each trial's run and problem against the
-  // worker's leases and records new trials in batches (a trial id already stored is skipped).
+  // worker's leases (under `lease_token` when the stream names one) and records new trials
+  // in batches (a trial id already stored is skipped).
   class TrialUpload {
    public:
     // `number` is the trial's position in the stream (for messages).
@@ -133,21 +135,28 @@ class ServerCore {
 
    private:
     friend class ServerCore;
-    TrialUpload(ServerCore* core, std::string worker_id) : core_(core), worker_id_(std::move(worker_id)) {}
+    TrialUpload(ServerCore* core, std::string worker_id, int64_t lease_token)
+        : core_(core), worker_id_(std::move(worker_id)), lease_token_(lease_token) {}
     ServerCore* core_;
     std::string worker_id_;
+    int64_t lease_token_;
     std::map<int64_t, std::set<std::string>> run_problems_;  // runs checked -> their job's problems
     std::vector<Trial> batch_;
     int64_t inserted_ = 0;
   };
-  TrialUpload BeginTrialUpload(const std::string& worker_id) { return TrialUpload(this, worker_id); }
+  TrialUpload BeginTrialUpload(const std::string& worker_id, int64_t lease_token = kNoLeaseToken) {
+    return TrialUpload(this, worker_id, lease_token);
+  }
 
   // Completes a job exactly once (the store decides); a successful tune job's best configs
-  // are derived and stored first.
-  absl::Status CompleteJob(const std::string& worker_id, int64_t job_id, bool success, const std::string& error);
+  // are derived and stored first. A stale `lease_token` (the job was leased again) is
+  // FailedPrecondition and changes nothing.
+  absl::Status CompleteJob(const std::string& worker_id, int64_t job_id, int64_t lease_token, bool success,
+                           const std::string& error);
   // Stores the audit of a leased audit job (once per run); its audit id.
-  absl::StatusOr<int64_t> ReportAudit(const std::string& worker_id, int64_t job_id, AuditSummary audit);
-  absl::Status ReleaseJob(const std::string& worker_id, int64_t job_id);
+  absl::StatusOr<int64_t> ReportAudit(const std::string& worker_id, int64_t job_id, int64_t lease_token,
+                                      AuditSummary audit);
+  absl::Status ReleaseJob(const std::string& worker_id, int64_t job_id, int64_t lease_token);
 
  private:
   // A commit filter as ListRegressions says: the commit it selects; nullopt for none.
@@ -168,13 +177,14 @@ class ServerCore {
   // Creates the run of a job leased for the first time.
   absl::StatusOr<int64_t> BeginJobRun(const Job& job, const WorkerRecord& worker);
   // The job whose run is `run_id`, when leased by `worker_id`.
-  absl::StatusOr<Job> JobOfRunHeldBy(int64_t run_id, const std::string& worker_id);
+  absl::StatusOr<Job> JobOfRunHeldBy(int64_t run_id, const std::string& worker_id, int64_t lease_token);
   // Records `batch` (emptied) in one store transaction; adds to `inserted` how many were new
   // (a trial id already stored is skipped, as is a second copy within the batch).
   absl::Status RecordNewTrials(std::vector<Trial>* batch, int64_t* inserted);
   absl::Status ComputeBestConfigs(const Job& job);
   // The audit's fields checked against its job, then filled from it.
-  absl::Status CheckAuditAgainstJob(const Job& job, const std::string& worker_id, AuditSummary* audit);
+  absl::Status CheckAuditAgainstJob(const Job& job, const std::string& worker_id, int64_t lease_token,
+                                    AuditSummary* audit);
 
   const ServerOptions options_;
   std::unique_ptr<Store> store_;

@@ -341,5 +341,77 @@ TEST_F(ServerProtocolTest, ListWorkersFollowsTheReadTokenRule) {
   EXPECT_EQ(resp.workers_size(), 1);  // the same database: w1 is still registered
 }
 
+// ---------------------------------------------------------------- lease tokens (fencing)
+
+TEST_F(ServerProtocolTest, AHolderWhoseLeaseEndedIsRefusedUnderItsOldToken) {
+  StartServer();
+  Register("w1");
+  Register("w2");
+  const int64_t job_id = Submit();
+  const v1::LeaseJobResponse first = Lease("w1");
+  ASSERT_TRUE(first.leased());
+  const int64_t old_token = first.job().lease_token();
+  EXPECT_GT(old_token, 0);
+  // w1's lease ends (as an expiry would end it) and w2 gets the job with a new token.
+  {
+    v1::ReleaseJobRequest req;
+    req.set_worker_id("w1");
+    req.set_job_id(job_id);
+    req.set_lease_token(old_token);
+    v1::ReleaseJobResponse resp;
+    ASSERT_TRUE(stubs_.worker->ReleaseJob(Ctx().get(), req, &resp).ok());
+  }
+  const v1::LeaseJobResponse second = Lease("w2");
+  ASSERT_TRUE(second.leased());
+  const int64_t new_token = second.job().lease_token();
+  EXPECT_GT(new_token, old_token);
+
+  // Heartbeat: the old lease is reported gone.
+  {
+    v1::HeartbeatRequest req;
+    req.set_worker_id("w1");
+    req.set_job_id(job_id);
+    req.set_lease_token(old_token);
+    v1::HeartbeatResponse resp;
+    ASSERT_TRUE(stubs_.worker->Heartbeat(Ctx().get(), req, &resp).ok());
+    EXPECT_FALSE(resp.lease_valid());
+  }
+  // Trials measured under the old lease are refused.
+  {
+    auto ctx = Ctx(kToken, "w1");
+    ctx->AddMetadata(kLeaseTokenMetadata, std::to_string(old_token));
+    v1::ReportTrialsResponse resp;
+    auto writer = stubs_.worker->ReportTrials(ctx.get(), &resp);
+    writer->Write(MakeTrial(second.job().run_id(), KeyOf(SeedProblem(128)), kConfig, 10));
+    writer->WritesDone();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  // Its completion is refused with a message that says why, and changes nothing.
+  {
+    v1::CompleteJobRequest req;
+    req.set_worker_id("w1");
+    req.set_job_id(job_id);
+    req.set_lease_token(old_token);
+    req.set_success(true);
+    v1::CompleteJobResponse resp;
+    grpc::Status st = stubs_.worker->CompleteJob(Ctx().get(), req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+    EXPECT_NE(st.error_message().find("stale"), std::string::npos) << st.error_message();
+  }
+  EXPECT_EQ(GetJobOrFail(stubs_, job_id).state(), "leased");
+  // The current holder completes under its token.
+  {
+    v1::CompleteJobRequest req;
+    req.set_worker_id("w2");
+    req.set_job_id(job_id);
+    req.set_lease_token(new_token);
+    req.set_success(true);
+    v1::CompleteJobResponse resp;
+    grpc::Status st = stubs_.worker->CompleteJob(Ctx().get(), req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  EXPECT_EQ(GetJobOrFail(stubs_, job_id).state(), "done");
+}
+
 }  // namespace
 }  // namespace fusetune::testing

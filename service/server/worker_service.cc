@@ -5,6 +5,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/wire/convert.h"
 #include "fusetune/wire/records_convert.h"
@@ -71,7 +72,10 @@ class WorkerService::LeaseCall final : public grpc::ServerUnaryReactor, public L
   }
   std::chrono::system_clock::time_point deadline() const override { return ctx_->deadline(); }
   // Set once a job is leased for this reply; OnDone gives it back if the reply is lost.
-  void set_leased_job(int64_t job_id) { leased_job_id_ = job_id; }
+  void set_leased_job(int64_t job_id, int64_t lease_token) {
+    leased_job_id_ = job_id;
+    leased_token_ = lease_token;
+  }
 
   void OnCancel() override {
     cancelled_.store(true);
@@ -83,7 +87,7 @@ class WorkerService::LeaseCall final : public grpc::ServerUnaryReactor, public L
     // than after the lease. (A reply lost after it left this server is not seen here; the
     // lease expiry covers that.)
     if (leased_job_id_ != 0 && ctx_->IsCancelled()) {
-      service_->core_->ReturnUndeliveredLease(leased_job_id_, req_->worker_id());
+      service_->core_->ReturnUndeliveredLease(leased_job_id_, req_->worker_id(), leased_token_);
     }
     delete this;
   }
@@ -95,6 +99,7 @@ class WorkerService::LeaseCall final : public grpc::ServerUnaryReactor, public L
   v1::LeaseJobResponse* const resp_;
   std::atomic<bool> cancelled_{false};
   int64_t leased_job_id_ = 0;
+  int64_t leased_token_ = 0;
 };
 
 WorkerService::WorkerService(ServerCore* core, const RpcEdge* edge, ServiceMetrics* metrics)
@@ -183,12 +188,13 @@ absl::Status WorkerService::Lease(LeaseCall& call, const v1::LeaseJobRequest& re
     return absl::OkStatus();
   }
   const int64_t job_id = (*lease)->job.job_id;
+  const int64_t lease_token = (*lease)->job.lease_token;
   if (call.gone()) {  // went away while the job was being prepared
-    core_->ReturnUndeliveredLease(job_id, req.worker_id());
+    core_->ReturnUndeliveredLease(job_id, req.worker_id(), lease_token);
     return call.GoneStatus();
   }
   JobLeaseToProto(**lease, resp);
-  call.set_leased_job(job_id);
+  call.set_leased_job(job_id, lease_token);
   return absl::OkStatus();
 }
 
@@ -198,7 +204,8 @@ grpc::Status WorkerService::Heartbeat(grpc::ServerContext* ctx, const v1::Heartb
     if (auto s = edge_->Authenticate(ctx); !s.ok()) return s;
     if (auto s = ValidateId(req->worker_id(), "worker_id"); !s.ok()) return s;
     if (req->job_id() < 0) return absl::InvalidArgumentError("job_id: must be >= 0 (0 = idle)");
-    auto valid = core_->Heartbeat(req->worker_id(), req->job_id());
+    if (req->lease_token() < 0) return absl::InvalidArgumentError("lease_token: must be >= 0 (0 = none)");
+    auto valid = core_->Heartbeat(req->worker_id(), req->job_id(), req->lease_token());
     if (!valid.ok()) return valid.status();
     resp->set_lease_valid(*valid);
     return absl::OkStatus();
@@ -228,7 +235,15 @@ absl::Status WorkerService::Upload(grpc::ServerContext* ctx, grpc::ServerReader<
     return absl::ResourceExhaustedError(Cat("too many concurrent ReportTrials streams (",
                                             core_->options().max_concurrent_streams, "); retry later"));
   }
-  ServerCore::TrialUpload upload = core_->BeginTrialUpload(worker_id);
+  int64_t lease_token = kNoLeaseToken;
+  if (auto token = md.find(kLeaseTokenMetadata); token != md.end()) {
+    const std::string text(token->second.data(), token->second.size());
+    if (!absl::SimpleAtoi(text, &lease_token) || lease_token < 0) {
+      return absl::InvalidArgumentError(Cat("'", kLeaseTokenMetadata, "' metadata must be a lease token (>= 0), got '",
+                                            text, "'"));
+    }
+  }
+  ServerCore::TrialUpload upload = core_->BeginTrialUpload(worker_id, lease_token);
   int64_t received = 0;
   absl::Status result;
   v1::Trial proto;
@@ -257,7 +272,8 @@ grpc::Status WorkerService::CompleteJob(grpc::ServerContext* ctx, const v1::Comp
     if (auto s = ValidateId(req->worker_id(), "worker_id"); !s.ok()) return s;
     if (auto s = CheckJobId(req->job_id()); !s.ok()) return s;
     if (auto s = ValidateText(req->error(), kMaxTextLength, "error"); !s.ok()) return s;
-    return core_->CompleteJob(req->worker_id(), req->job_id(), req->success(), req->error());
+    if (req->lease_token() < 0) return absl::InvalidArgumentError("lease_token: must be >= 0 (0 = none)");
+    return core_->CompleteJob(req->worker_id(), req->job_id(), req->lease_token(), req->success(), req->error());
   });
 }
 
@@ -270,7 +286,8 @@ grpc::Status WorkerService::ReportAudit(grpc::ServerContext* ctx, const v1::Repo
     if (!req->has_audit()) return absl::InvalidArgumentError("audit: required");
     auto audit = AuditSummaryFromProto(req->audit());
     if (!audit.ok()) return audit.status();
-    auto id = core_->ReportAudit(req->worker_id(), req->job_id(), std::move(*audit));
+    if (req->lease_token() < 0) return absl::InvalidArgumentError("lease_token: must be >= 0 (0 = none)");
+    auto id = core_->ReportAudit(req->worker_id(), req->job_id(), req->lease_token(), std::move(*audit));
     if (!id.ok()) return id.status();
     resp->set_audit_id(*id);
     return absl::OkStatus();
@@ -283,7 +300,8 @@ grpc::Status WorkerService::ReleaseJob(grpc::ServerContext* ctx, const v1::Relea
     if (auto s = edge_->Authenticate(ctx); !s.ok()) return s;
     if (auto s = ValidateId(req->worker_id(), "worker_id"); !s.ok()) return s;
     if (auto s = CheckJobId(req->job_id()); !s.ok()) return s;
-    return core_->ReleaseJob(req->worker_id(), req->job_id());
+    if (req->lease_token() < 0) return absl::InvalidArgumentError("lease_token: must be >= 0 (0 = none)");
+    return core_->ReleaseJob(req->worker_id(), req->job_id(), req->lease_token());
   });
 }
 

@@ -75,6 +75,7 @@ void JobToProto(const Job& job, v1::Job* out) {
   out->set_leased_by(job.leased_by);
   out->set_lease_expiry_unix_ms(job.lease_expiry_unix_ms);
   out->set_attempts(job.attempts);
+  out->set_lease_token(job.lease_token);
   out->set_run_id(job.run_id);
   out->set_error(job.error);
   out->set_created_unix_ms(job.created_unix_ms);

@@ -73,11 +73,13 @@ bool DeviceRunner::RunJob(const v1::LeaseJobResponse& lease) {
   const int64_t run_id = lease.job().run_id();
   Log(absl::StrCat("leased job ", job_id, " (run ", run_id, ", attempt ", lease.job().attempts(), ", ",
                    lease.problems_size(), " problems)"));
+  lease_token_.store(lease.job().lease_token());
   Check(job_.Hold(job_id));
   if (run_id <= 0) {
     Release(job_id, "lease carried no run id");
     return false;
   }
+  uploader_->SetLeaseToken(run_id, lease.job().lease_token());
   uploader_->HoldRun(run_id);
   const bool completed = RunHeldJob(lease);
   uploader_->HoldRun(0);
@@ -350,6 +352,7 @@ absl::Status DeviceRunner::ReportAudit(int64_t job_id, const AuditSummary& summa
     v1::ReportAuditRequest req;
     req.set_worker_id(worker_id_);
     req.set_job_id(job_id);
+    req.set_lease_token(lease_token_.load());
     AuditSummaryToProto(summary, req.mutable_audit());
     v1::ReportAuditResponse resp;
     grpc::ClientContext ctx;

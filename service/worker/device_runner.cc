@@ -216,6 +216,7 @@ void DeviceRunner::SendHeartbeat(int64_t job_id, absl::Duration heartbeat) {
   v1::HeartbeatRequest req;
   req.set_worker_id(worker_id_);
   req.set_job_id(job_id);
+  req.set_lease_token(lease_token_.load());
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   ctx_->Prepare(ctx, std::max(absl::Milliseconds(500), heartbeat));
@@ -240,6 +241,7 @@ void DeviceRunner::Complete(int64_t job_id, bool success, const std::string& err
     v1::CompleteJobRequest req;
     req.set_worker_id(worker_id_);
     req.set_job_id(job_id);
+    req.set_lease_token(lease_token_.load());
     req.set_success(success);
     req.set_error(error.substr(0, kMaxTextLength));
     v1::CompleteJobResponse resp;
@@ -272,6 +274,7 @@ void DeviceRunner::Release(int64_t job_id, const std::string& why) {
   v1::ReleaseJobRequest req;
   req.set_worker_id(worker_id_);
   req.set_job_id(job_id);
+  req.set_lease_token(lease_token_.load());
   v1::ReleaseJobResponse resp;
   grpc::ClientContext ctx;
   ctx_->Prepare(ctx, absl::Seconds(5));

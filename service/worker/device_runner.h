@@ -14,6 +14,7 @@
 #define FUSETUNE_WORKER_DEVICE_RUNNER_H_
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -125,6 +126,9 @@ class DeviceRunner {
   std::string device_class_;
 
   JobState job_;
+  // The token of the lease held now (Job.lease_token; 0 when none): every job RPC carries it,
+  // so a lease this device lost to another holder cannot be renewed or completed by it.
+  std::atomic<int64_t> lease_token_{0};
   std::unique_ptr<Uploader> uploader_;
   // A device that failed gets a fresh backend after resting (main thread only).
   bool needs_new_backend_ = false;

@@ -218,10 +218,21 @@ void Uploader::AcknowledgeAlreadyStored(int64_t run) {
   }
 }
 
+void Uploader::SetLeaseToken(int64_t run_id, int64_t lease_token) {
+  absl::MutexLock lock(&mu_);
+  lease_tokens_[run_id] = lease_token;
+}
+
 absl::Status Uploader::UploadRun(const std::vector<Trial>& trials) {
   grpc::ClientContext ctx;
   ctx_.Prepare(ctx, absl::Seconds(30));
   ctx.AddMetadata(kWorkerIdMetadata, worker_id_);
+  if (!trials.empty()) {
+    absl::MutexLock lock(&mu_);
+    if (auto it = lease_tokens_.find(trials.front().run_id); it != lease_tokens_.end() && it->second > 0) {
+      ctx.AddMetadata(kLeaseTokenMetadata, absl::StrCat(it->second));
+    }
+  }
   v1::ReportTrialsResponse resp;
   std::unique_ptr<grpc::ClientWriter<v1::Trial>> writer = ctx_.worker_stub().ReportTrials(&ctx, &resp);
   for (const Trial& t : trials) {

@@ -66,6 +66,10 @@ class Uploader : public TrialSink {
   void Wake();
   // The run this device now holds (0: none). Its parked trials may go again.
   void HoldRun(int64_t run_id);
+  // The token of the lease `run_id`'s trials are measured under (Job.lease_token): sent with
+  // each upload of that run, so that the server refuses them once the lease is stale. Runs
+  // without one (spooled by an earlier process) are uploaded without a token.
+  void SetLeaseToken(int64_t run_id, int64_t lease_token);
 
   // Pending trials of runs not parked (what an upload pass would try).
   size_t UploadablePending() const;
@@ -95,6 +99,7 @@ class Uploader : public TrialSink {
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t held_run_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<int64_t, int64_t> lease_tokens_ ABSL_GUARDED_BY(mu_);  // run -> its lease's token
   mutable absl::flat_hash_map<int64_t, absl::Time> parked_ ABSL_GUARDED_BY(mu_);
   std::thread thread_ ABSL_GUARDED_BY(mu_);
 };

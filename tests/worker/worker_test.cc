@@ -227,7 +227,7 @@ TEST_F(WorkerTest, LeaseTakenBackCancelsTheSweepAndTheJobIsFinishedOnTheSameRun)
     for (int i = 0; i < 1000; ++i) {
       auto j = server_->store()->GetJob(job);
       if (j.ok() && j->run_id > 0 && server_->store()->CountTrials(j->run_id).value_or(0) >= 2) {
-        EXPECT_TRUE(server_->store()->ReleaseJob(job, "wt-d0").ok());
+        EXPECT_TRUE(server_->store()->ReleaseJob(job, "wt-d0", kNoLeaseToken).ok());
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -17,6 +17,14 @@
 
 namespace fusetune {
 
+// The lease token of a caller that has none (a client older than lease tokens): the holder is
+// then checked by worker id alone, without fencing.
+inline constexpr int64_t kNoLeaseToken = 0;
+// A `now_unix_ms` of the lease methods that asks for the database's clock (PostgreSQL's
+// clock_timestamp(), SQLite's host clock) instead of the caller's: servers sharing a database
+// then agree on expiry whatever their own clocks say.
+inline constexpr int64_t kDatabaseClock = 0;
+
 // Each state transition is atomic: two servers (or threads) sharing one store never lease
 // one job twice. Times are Unix milliseconds.
 //
@@ -46,23 +54,32 @@ class JobStore {
   // Newest first (highest job_id); limit in [1, 100000] else InvalidArgument.
   virtual absl::StatusOr<std::vector<Job>> ListJobs(std::optional<JobState> state = std::nullopt, int limit = 1000) = 0;
   // Atomically: returns expired leases to the queue, then leases the oldest queued job for
-  // `device_class` to `worker_id` until now + lease_ms. NotFound when none is queued.
+  // `device_class` to `worker_id` until now + lease_ms, with a new lease_token (larger than
+  // every earlier one of the job). NotFound when none is queued. Two callers at once never
+  // lease one job (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite: the write lock).
+  //
+  // For every lease method, now_unix_ms kDatabaseClock (0) is the database's clock.
   virtual absl::StatusOr<Job> LeaseJob(std::string_view worker_id, std::string_view device_class,
                                        int64_t now_unix_ms, int64_t lease_ms) = 0;
-  // Extends the lease; FailedPrecondition if the job is no longer leased by this worker. A
-  // lease past its expiry that no LeaseJob/ExpireLeases has reclaimed yet is still held.
+  // Extends the lease. FailedPrecondition if the job is no longer leased by this worker, or
+  // when `lease_token` is not kNoLeaseToken and is not the current lease's token (a stale
+  // holder: its lease expired and the job was leased again; the message says so). A lease
+  // past its expiry that no LeaseJob/ExpireLeases has reclaimed yet is still held.
   // (Same for CompleteJob and ReleaseJob.)
-  virtual absl::Status RenewLease(int64_t job_id, std::string_view worker_id, int64_t now_unix_ms,
-                                  int64_t lease_ms) = 0;
+  virtual absl::Status RenewLease(int64_t job_id, std::string_view worker_id, int64_t lease_token,
+                                  int64_t now_unix_ms, int64_t lease_ms) = 0;
   // Sets the run a leased job writes to (first lease creates it).
   virtual absl::Status SetJobRun(int64_t job_id, int64_t run_id) = 0;
-  // Completes a leased job exactly once: OK the first time (for the leasing worker), OK and
-  // no change when already done by the same worker (a retry), FailedPrecondition otherwise.
-  virtual absl::Status CompleteJob(int64_t job_id, std::string_view worker_id, bool success,
+  // Completes a leased job exactly once: OK the first time (for the leasing worker with the
+  // current token), OK and no change when already done by the same worker under the same
+  // token (a retry), FailedPrecondition otherwise (a stale token included).
+  virtual absl::Status CompleteJob(int64_t job_id, std::string_view worker_id, int64_t lease_token, bool success,
                                    std::string_view error, int64_t now_unix_ms) = 0;
-  // Returns a leased job to the queue (worker shutting down). FailedPrecondition if not held.
-  virtual absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id) = 0;
-  // Returns every expired lease to the queue; the number returned.
+  // Returns a leased job to the queue (worker shutting down). FailedPrecondition if not held
+  // (or held under another token).
+  virtual absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id, int64_t lease_token) = 0;
+  // Returns every lease expired at now_unix_ms (kDatabaseClock: the database's clock) to the
+  // queue; the number returned.
   virtual absl::StatusOr<int> ExpireLeases(int64_t now_unix_ms) = 0;
   // Count of jobs per state.
   virtual absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> CountJobsByState() = 0;

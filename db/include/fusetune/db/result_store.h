@@ -1,6 +1,6 @@
 // ResultStore: the part of a Store that keeps what sweeps and audits produce: runs, the
 // commits they name, trials, best configs and audits. Backend-independent (no SQL types); the
-// SQLite Store implements it (db/src/sqlite_store.h), as another backend would.
+// SQL Store implements it over SQLite or PostgreSQL (db/src/sql_store.h).
 #ifndef FUSETUNE_DB_RESULT_STORE_H_
 #define FUSETUNE_DB_RESULT_STORE_H_
 

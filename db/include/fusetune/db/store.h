@@ -2,22 +2,27 @@
 // change points, workers and jobs, as an interface: the union of ResultStore
 // (fusetune/db/result_store.h), JobStore (fusetune/db/job_store.h) and BenchHistoryStore
 // (fusetune/db/bench_history_store.h). Callers hold a Store (or the part they need); Open()
-// returns the SQLite implementation (db/src/sqlite_store.h). A second backend implements
-// these three interfaces and reuses the backend-independent checks of
-// db/src/store_validation.h, so that it refuses exactly what SQLite refuses (db/README.md).
+// returns the implementation for its argument: an SQLite file, or a PostgreSQL database named
+// by a postgresql:// URL. Both are one implementation over an SQL connection
+// (db/src/sql_store.h), with the backend-independent checks of db/src/store_validation.h, so
+// that both refuse exactly the same input (db/README.md).
 //
-// The SQLite Store is the only place in the project that speaks SQL: WAL mode, foreign keys
-// on, busy timeout set, schema version in PRAGMA user_version with forward-only migrations
-// applied by Open(). Every write method runs in one transaction: it either fully happens or
-// not at all, so a process killed at any instant leaves the last committed state.
+// The Store is the only place in the project that speaks SQL. SQLite: WAL mode, foreign keys
+// on, busy timeout set, schema version in PRAGMA user_version. PostgreSQL: the version in
+// the table fusetune_schema, lock waits bounded by the busy timeout. Both apply the
+// forward-only migrations in Open(). Every write method runs in one transaction: it either
+// fully happens or not at all, so a process killed at any instant leaves the last committed
+// state.
 //
-// Thread-safety: a Store is thread-safe (the SQLite one: one connection guarded by a mutex).
-// Several processes may open the same file; SQLite's locking (WAL) serialises their writers.
+// Thread-safety: a Store is thread-safe (one connection guarded by a mutex). Several
+// processes may open the same database; SQLite's locking (WAL) or PostgreSQL's row locks
+// serialise their writers.
 #ifndef FUSETUNE_DB_STORE_H_
 #define FUSETUNE_DB_STORE_H_
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -58,6 +63,13 @@ enum class StoreAccess {
   kReadOnly,
 };
 
+// Whether `location` (a --db argument) names a PostgreSQL database: it starts with
+// postgresql:// or postgres:// (any case). Anything else is an SQLite file name.
+bool IsPostgresUrl(std::string_view location);
+// `location` as messages and logs may show it: a PostgreSQL URL's password (user:PASSWORD@
+// or a password= parameter) replaced by ***; a file name unchanged.
+std::string RedactDatabaseUrl(std::string_view location);
+
 struct StoreOptions {
   StoreAccess access = StoreAccess::kReadWrite;
   Durability durability = Durability::kPowerLoss;  // kReadWrite only
@@ -70,7 +82,15 @@ struct StoreOptions {
 // the trials of a resumed run all come from and go to this database.
 class Store : public ResultStore, public JobStore, public BenchHistoryStore {
  public:
-  // Opens the database at `path` (a file name; ":memory:" works for kReadWrite).
+  // Opens the database at `path`: a file name (":memory:" works for kReadWrite), or a
+  // postgresql:// URL (IsPostgresUrl; libpq's URL form, PGPASSFILE and PGSSLMODE honoured).
+  //
+  // PostgreSQL: Unavailable when the server cannot be reached, PermissionDenied when it
+  // refuses the login (the message never holds the password), NotFound when the database
+  // does not exist; Unimplemented when this build has no PostgreSQL support. kReadWrite
+  // creates the tables in an empty database and migrates an older schema; kReadOnly refuses
+  // a database without this binary's exact schema, as for a file. The rest of this comment
+  // is about files.
   //
   // kReadWrite: creates the file if absent and migrates it to LatestSchemaVersion().
   // kReadOnly: NotFound ("no database at PATH") when the file does not exist; reads through
@@ -90,7 +110,7 @@ class Store : public ResultStore, public JobStore, public BenchHistoryStore {
                                                      const StoreOptions& options);
   ~Store() override = default;
 
-  // Schema version this binary migrates to (the SQLite schema; db/README.md).
+  // Schema version this binary migrates to, the same for SQLite and PostgreSQL (db/README.md).
   static int LatestSchemaVersion();
   // The schema version of the open database. An error when it cannot be read.
   virtual absl::StatusOr<int> SchemaVersion() = 0;

@@ -31,6 +31,10 @@ struct Job {
   std::string leased_by;           // worker_id while leased
   int64_t lease_expiry_unix_ms = 0;
   int attempts = 0;                // how many times it was leased
+  // The fencing token of the current (or last) lease: each lease gets a larger one than every
+  // earlier lease of the job, 0 before the first. A holder's renewal, uploads and completion
+  // carry it, so a holder whose lease expired and was given to another is refused.
+  int64_t lease_token = 0;
   int64_t run_id = 0;              // the run its trials go to (set on first lease)
   std::string error;               // when failed
   int64_t created_unix_ms = 0;

@@ -37,6 +37,9 @@ inline constexpr int kMaxBlocksPerTrial = 1000;        // timing blocks in one t
 inline constexpr int kMaxSamplesPerBlock = 1000000;    // timed launches in one block
 // The metadata entry in which a ReportTrials stream names its worker.
 inline constexpr char kWorkerIdMetadata[] = "x-fusetune-worker-id";
+// ReportTrials metadata: the token of the lease the uploaded trials were measured under
+// (decimal; Job.lease_token), so trials of a stale holder are refused.
+inline constexpr char kLeaseTokenMetadata[] = "x-fusetune-lease-token";
 // A tuning job must be runnable: a worker allocates Q, K, V and O. Lookups (GetBestConfig)
 // accept anything AttentionProblem::Validate accepts (up to 2^34 elements per tensor); a
 // submitted job's tensors are capped at 2^31 elements each (8 GiB in fp32).

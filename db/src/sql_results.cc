@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "fusetune/base/time.h"
-#include "sqlite.h"
-#include "sqlite_rows.h"
-#include "sqlite_store.h"
+#include "sql.h"
+#include "sql_rows.h"
+#include "sql_store.h"
 
 // What sweeps, audits and regression checks conclude: the best_configs, regressions and
 // audits tables.
@@ -81,7 +81,7 @@ absl::StatusOr<int64_t> InsertRegression(Connection& c, const Regression& r, int
 
 // ---- best configs
 
-absl::Status SqliteStore::UpsertBestConfig(const BestConfig& b) {
+absl::Status SqlStore::UpsertBestConfig(const BestConfig& b) {
   FT_DB_RETURN_IF_ERROR(ValidateBestConfig(b));
   absl::MutexLock lock(&mu_);
   return WriteTransaction([&](Connection& c) -> absl::Status {
@@ -112,7 +112,7 @@ absl::Status SqliteStore::UpsertBestConfig(const BestConfig& b) {
   });
 }
 
-absl::StatusOr<BestConfig> SqliteStore::GetBestConfig(std::string_view device_class,
+absl::StatusOr<BestConfig> SqlStore::GetBestConfig(std::string_view device_class,
                                                 std::string_view problem_key) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(device_class, "device_class"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(problem_key, "problem_key"));
@@ -130,7 +130,7 @@ absl::StatusOr<BestConfig> SqliteStore::GetBestConfig(std::string_view device_cl
   return ReadBest(s);
 }
 
-absl::StatusOr<std::vector<BestConfig>> SqliteStore::ListBestConfigs(std::string_view device_class) {
+absl::StatusOr<std::vector<BestConfig>> SqlStore::ListBestConfigs(std::string_view device_class) {
   return SelectRows<BestConfig>(absl::StrCat("SELECT ", kBestColumns,
                                              " FROM best_configs WHERE (?1 = '' OR device_class = ?1) "
                                              "ORDER BY problem_key, device_class"),
@@ -139,7 +139,7 @@ absl::StatusOr<std::vector<BestConfig>> SqliteStore::ListBestConfigs(std::string
 
 // ---- regressions
 
-absl::StatusOr<int64_t> SqliteStore::RecordRegression(const Regression& r) {
+absl::StatusOr<int64_t> SqlStore::RecordRegression(const Regression& r) {
   FT_DB_RETURN_IF_ERROR(ValidateRegression(r));
   absl::MutexLock lock(&mu_);
   int64_t id = 0;
@@ -150,7 +150,7 @@ absl::StatusOr<int64_t> SqliteStore::RecordRegression(const Regression& r) {
   return id;
 }
 
-absl::StatusOr<int> SqliteStore::RecordRegressions(const std::vector<Regression>& rows) {
+absl::StatusOr<int> SqlStore::RecordRegressions(const std::vector<Regression>& rows) {
   FT_DB_RETURN_IF_ERROR(ValidateRegressions(rows));
   if (rows.empty()) return 0;
   absl::MutexLock lock(&mu_);
@@ -162,7 +162,7 @@ absl::StatusOr<int> SqliteStore::RecordRegressions(const std::vector<Regression>
   return static_cast<int>(rows.size());
 }
 
-absl::StatusOr<std::vector<Regression>> SqliteStore::ListRegressions(std::string_view commit, int limit) {
+absl::StatusOr<std::vector<Regression>> SqlStore::ListRegressions(std::string_view commit, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
   return SelectRows<Regression>(absl::StrCat("SELECT ", kRegressionColumns,
                                              " FROM regressions WHERE (?1 = '' OR commit_hash = ?1) "
@@ -172,7 +172,7 @@ absl::StatusOr<std::vector<Regression>> SqliteStore::ListRegressions(std::string
 
 // ---- audits
 
-absl::StatusOr<int64_t> SqliteStore::RecordAudit(const AuditSummary& a) {
+absl::StatusOr<int64_t> SqlStore::RecordAudit(const AuditSummary& a) {
   FT_DB_RETURN_IF_ERROR(ValidateAudit(a));
   absl::MutexLock lock(&mu_);
   int64_t id = 0;
@@ -189,13 +189,13 @@ absl::StatusOr<int64_t> SqliteStore::RecordAudit(const AuditSummary& a) {
               a.configs_measured, a.configs_failed, a.commit,
               a.created_unix_ms != 0 ? a.created_unix_ms : NowUnixMs());
     FT_DB_RETURN_IF_ERROR(s.Run());
-    id = c.LastInsertRowId();
+    FT_DB_ASSIGN_OR_RETURN(id, c.LastInsertRowId());
     return absl::OkStatus();
   }));
   return id;
 }
 
-absl::StatusOr<std::vector<AuditSummary>> SqliteStore::ListAudits(std::string_view device_class,
+absl::StatusOr<std::vector<AuditSummary>> SqlStore::ListAudits(std::string_view device_class,
                                                             std::string_view problem_key, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
   return SelectRows<AuditSummary>(absl::StrCat("SELECT ", kAuditColumns,

@@ -1,11 +1,11 @@
-// What the SQLite Store's files share besides the SqliteStore class (sqlite_store.h): the JSON
+// What the SqlStore's files share besides the SqlStore class (sql_store.h): the JSON
 // columns, the runs row reader, the run-exists check and the row loop. Backend-independent
 // input checks are in store_validation.h.
 //
 // Internal to db/: nothing outside this directory includes it.
 
-#ifndef FUSETUNE_DB_SRC_SQLITE_ROWS_H_
-#define FUSETUNE_DB_SRC_SQLITE_ROWS_H_
+#ifndef FUSETUNE_DB_SRC_SQL_ROWS_H_
+#define FUSETUNE_DB_SRC_SQL_ROWS_H_
 
 #include <cstdint>
 #include <functional>
@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fusetune/db/store.h"
-#include "sqlite.h"
+#include "sql.h"
 #include "status_macros.h"
 #include "store_validation.h"
 
@@ -27,7 +27,7 @@ namespace fusetune {
 
 namespace db_internal {
 
-// ---- JSON columns (defined in sqlite_trials.cc; db/README.md lists the keys)
+// ---- JSON columns (defined in sql_trials.cc; db/README.md lists the keys)
 
 // A list of samples; NaN is written as null and read back as NaN.
 std::string SamplesToJson(const std::vector<double>& samples);
@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<double>> SamplesFromJson(const std::string& text);  /
 std::string BlocksToJson(const std::vector<SampleBlock>& blocks);
 absl::StatusOr<std::vector<SampleBlock>> BlocksFromJson(const std::string& text);  // DataLoss if malformed
 
-// ---- runs (defined in sqlite_store.cc)
+// ---- runs (defined in sql_store.cc)
 
 // The columns ReadRun reads, in its order, unqualified (SELECT them FROM runs).
 extern const char kRunColumns[];
@@ -67,4 +67,4 @@ absl::StatusOr<std::vector<Row>> ReadRows(Statement& s, Reader read) {
 }  // namespace db_internal
 }  // namespace fusetune
 
-#endif  // FUSETUNE_DB_SRC_SQLITE_ROWS_H_
+#endif  // FUSETUNE_DB_SRC_SQL_ROWS_H_

@@ -1,17 +1,19 @@
-// SqliteStore: the Store over one SQLite database file (fusetune/db/store.h says what each
-// method means; db/README.md the schema, durability and errors). Store::Open() makes one.
+// SqlStore: the Store over one SQL database connection, SQLite or PostgreSQL (sql.h): one
+// implementation of every method, in SQL both dialects accept (fusetune/db/store.h says what
+// each method means; db/README.md the schema, durability and errors). Store::Open() makes
+// one: sqlite_open.cc over a file, postgres_open.cc over a postgresql:// URL.
 //
-// Its methods are split by table: sqlite_store.cc (open, schema, runs, commits),
-// sqlite_trials.cc, sqlite_results.cc (best configs, regressions, audits), sqlite_bench.cc
-// (bench cells), sqlite_change_points.cc and sqlite_jobs.cc (workers, jobs); sqlite_rows.h
-// holds what they share, sqlite.h the connection and statements.
+// Its methods are split by table: sql_store.cc (transactions, schema version, runs, commits),
+// sql_trials.cc, sql_results.cc (best configs, regressions, audits), sql_bench.cc (bench
+// cells), sql_change_points.cc and sql_jobs.cc (workers, jobs); sql_rows.h holds what they
+// share, sql.h the connection and statements.
 //
 // Internal to db/: nothing outside this directory includes it.
 //
 // Thread-safety: thread-safe; one connection guarded by one mutex (every method holds `mu_`
 // while it uses `conn_`).
-#ifndef FUSETUNE_DB_SRC_SQLITE_STORE_H_
-#define FUSETUNE_DB_SRC_SQLITE_STORE_H_
+#ifndef FUSETUNE_DB_SRC_SQL_STORE_H_
+#define FUSETUNE_DB_SRC_SQL_STORE_H_
 
 #include <cstdint>
 #include <functional>
@@ -27,16 +29,22 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fusetune/db/store.h"
-#include "sqlite.h"
-#include "sqlite_rows.h"
+#include "sql.h"
+#include "sql_rows.h"
 #include "status_macros.h"
 
 namespace fusetune::db_internal {
 
-class SqliteStore final : public Store {
+class SqlStore final : public Store {
  public:
-  // Store::Open's SQLite half: what it returns and means is documented there.
-  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path, const StoreOptions& options);
+  // The Store over `conn`, already opened and migrated (or checked, for kReadOnly) by its
+  // opener.
+  static std::unique_ptr<SqlStore> Create(std::unique_ptr<Connection> conn, StoreAccess access) {
+    return std::unique_ptr<SqlStore>(new SqlStore(std::move(conn), access));
+  }
+  // Brings the schema to LatestSchemaVersion() in one write transaction (an opener's last
+  // step): see ApplyMigrations (schema.h).
+  absl::Status Migrate();
 
   absl::StatusOr<int> SchemaVersion() override;
 
@@ -90,21 +98,22 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::vector<Job>> ListJobs(std::optional<JobState> state, int limit) override;
   absl::StatusOr<Job> LeaseJob(std::string_view worker_id, std::string_view device_class, int64_t now_unix_ms,
                                int64_t lease_ms) override;
-  absl::Status RenewLease(int64_t job_id, std::string_view worker_id, int64_t now_unix_ms, int64_t lease_ms) override;
+  absl::Status RenewLease(int64_t job_id, std::string_view worker_id, int64_t lease_token, int64_t now_unix_ms,
+                          int64_t lease_ms) override;
   absl::Status SetJobRun(int64_t job_id, int64_t run_id) override;
-  absl::Status CompleteJob(int64_t job_id, std::string_view worker_id, bool success, std::string_view error,
-                           int64_t now_unix_ms) override;
-  absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id) override;
+  absl::Status CompleteJob(int64_t job_id, std::string_view worker_id, int64_t lease_token, bool success,
+                           std::string_view error, int64_t now_unix_ms) override;
+  absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id, int64_t lease_token) override;
   absl::StatusOr<int> ExpireLeases(int64_t now_unix_ms) override;
   absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> CountJobsByState() override;
 
  private:
-  SqliteStore(std::unique_ptr<db_internal::Connection> conn, StoreAccess access)
+  SqlStore(std::unique_ptr<db_internal::Connection> conn, StoreAccess access)
       : access_(access), conn_(std::move(conn)) {}
 
-  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT. IMMEDIATE takes the write lock up front
-  // (waiting up to the busy timeout), so two processes never deadlock by both upgrading a
-  // read transaction. Any error rolls the whole transaction back. PermissionDenied, before
+  // Runs `body` inside Connection::BeginWrite() ... COMMIT (on SQLite, BEGIN IMMEDIATE takes
+  // the write lock up front, waiting up to the busy timeout, so two processes never deadlock
+  // by both upgrading a read transaction). Any error rolls the whole transaction back. PermissionDenied, before
   // any SQL, on a read-only Store.
   absl::Status WriteTransaction(const std::function<absl::Status(db_internal::Connection&)>& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -130,4 +139,4 @@ class SqliteStore final : public Store {
 
 }  // namespace fusetune::db_internal
 
-#endif  // FUSETUNE_DB_SRC_SQLITE_STORE_H_
+#endif  // FUSETUNE_DB_SRC_SQL_STORE_H_

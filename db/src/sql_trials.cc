@@ -12,9 +12,9 @@
 #include "fusetune/base/time.h"
 #include "fusetune/records/json.h"
 #include "nlohmann/json.hpp"
-#include "sqlite.h"
-#include "sqlite_rows.h"
-#include "sqlite_store.h"
+#include "sql.h"
+#include "sql_rows.h"
+#include "sql_store.h"
 
 // The trials table: its JSON columns (samples, timing blocks; bench cells use them too),
 // validation, row reader and the Store's trial methods.
@@ -116,7 +116,7 @@ absl::StatusOr<int> InsertTrials(Connection& c, const std::vector<Trial>& trials
 
 // ---- trials
 
-absl::StatusOr<int> SqliteStore::RecordTrialsCountingNew(const std::vector<Trial>& trials) {
+absl::StatusOr<int> SqlStore::RecordTrialsCountingNew(const std::vector<Trial>& trials) {
   for (const Trial& t : trials) FT_DB_RETURN_IF_ERROR(ValidateTrial(t));
   if (trials.empty()) return 0;
   absl::MutexLock lock(&mu_);
@@ -128,7 +128,7 @@ absl::StatusOr<int> SqliteStore::RecordTrialsCountingNew(const std::vector<Trial
   return inserted;
 }
 
-absl::StatusOr<int64_t> SqliteStore::CountTrials(int64_t run_id) {
+absl::StatusOr<int64_t> SqlStore::CountTrials(int64_t run_id) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
   absl::MutexLock lock(&mu_);
   int64_t count = 0;
@@ -143,7 +143,7 @@ absl::StatusOr<int64_t> SqliteStore::CountTrials(int64_t run_id) {
   return count;
 }
 
-absl::StatusOr<std::vector<Trial>> SqliteStore::ListTrials(int64_t run_id, std::string_view problem_key) {
+absl::StatusOr<std::vector<Trial>> SqlStore::ListTrials(int64_t run_id, std::string_view problem_key) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
   absl::MutexLock lock(&mu_);
   std::vector<Trial> out;
@@ -162,7 +162,7 @@ absl::StatusOr<std::vector<Trial>> SqliteStore::ListTrials(int64_t run_id, std::
   return out;
 }
 
-absl::StatusOr<std::vector<Trial>> SqliteStore::ListTrialsForProblem(std::string_view device_class,
+absl::StatusOr<std::vector<Trial>> SqlStore::ListTrialsForProblem(std::string_view device_class,
                                                                std::string_view problem_key,
                                                                int limit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(device_class, "device_class"));
@@ -175,7 +175,7 @@ absl::StatusOr<std::vector<Trial>> SqliteStore::ListTrialsForProblem(std::string
                            ReadTrial, problem_key, device_class, limit);
 }
 
-absl::StatusOr<bool> SqliteStore::HasTrial(std::string_view trial_id) {
+absl::StatusOr<bool> SqlStore::HasTrial(std::string_view trial_id) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(trial_id, "trial_id"));
   absl::MutexLock lock(&mu_);
   FT_DB_ASSIGN_OR_RETURN(Statement s,

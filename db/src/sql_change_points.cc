@@ -7,9 +7,9 @@
 #include "absl/synchronization/mutex.h"
 #include "fusetune/base/time.h"
 #include "fusetune/db/store.h"
-#include "sqlite.h"
-#include "sqlite_rows.h"
-#include "sqlite_store.h"
+#include "sql.h"
+#include "sql_rows.h"
+#include "sql_store.h"
 
 // The change_points table: the change points last detected in each cell's history.
 
@@ -26,7 +26,7 @@ ChangePointRow ReadChangePoint(const Statement& s) {
 
 }  // namespace
 
-absl::Status SqliteStore::ReplaceChangePoints(std::string_view device_class, std::string_view suite,
+absl::Status SqlStore::ReplaceChangePoints(std::string_view device_class, std::string_view suite,
                                         std::string_view problem_key, std::string_view config_key,
                                         const std::vector<ChangePointRow>& rows) {
   FT_DB_ASSIGN_OR_RETURN(const std::vector<ChangePointRow> complete,
@@ -54,7 +54,7 @@ absl::Status SqliteStore::ReplaceChangePoints(std::string_view device_class, std
   });
 }
 
-absl::StatusOr<std::vector<ChangePointRow>> SqliteStore::ListChangePoints(const ChangePointFilter& filter, int limit) {
+absl::StatusOr<std::vector<ChangePointRow>> SqlStore::ListChangePoints(const ChangePointFilter& filter, int limit) {
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
   return SelectRows<ChangePointRow>(
       "SELECT device_class, suite, problem_key, config_key, commit_hash, position, mean_before_us, mean_after_us, "

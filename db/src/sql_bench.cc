@@ -8,9 +8,9 @@
 #include "absl/synchronization/mutex.h"
 #include "fusetune/base/time.h"
 #include "fusetune/db/store.h"
-#include "sqlite.h"
-#include "sqlite_rows.h"
-#include "sqlite_store.h"
+#include "sql.h"
+#include "sql_rows.h"
+#include "sql_store.h"
 
 // The bench_cells table: the measured cells of bench runs, and finding the runs of a suite
 // by device class and commit (what a regression check compares against).
@@ -82,7 +82,7 @@ absl::Status NoBenchRunFor(Connection& c, std::string_view suite, std::string_vi
 
 }  // namespace
 
-absl::Status SqliteStore::RecordBenchCells(int64_t run_id, const std::vector<BenchCell>& cells) {
+absl::Status SqlStore::RecordBenchCells(int64_t run_id, const std::vector<BenchCell>& cells) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
   for (size_t i = 0; i < cells.size(); ++i) FT_DB_RETURN_IF_ERROR(ValidateBenchCell(run_id, cells[i], i));
   absl::MutexLock lock(&mu_);
@@ -113,7 +113,7 @@ absl::Status SqliteStore::RecordBenchCells(int64_t run_id, const std::vector<Ben
   });
 }
 
-absl::StatusOr<std::vector<BenchCell>> SqliteStore::ListBenchCells(int64_t run_id) {
+absl::StatusOr<std::vector<BenchCell>> SqlStore::ListBenchCells(int64_t run_id) {
   FT_DB_RETURN_IF_ERROR(RequirePositiveId(run_id, "run_id"));
   absl::MutexLock lock(&mu_);
   std::vector<BenchCell> out;
@@ -129,7 +129,7 @@ absl::StatusOr<std::vector<BenchCell>> SqliteStore::ListBenchCells(int64_t run_i
   return out;
 }
 
-absl::StatusOr<std::vector<RunInfo>> SqliteStore::ListBenchRuns(std::string_view suite, std::string_view device_class,
+absl::StatusOr<std::vector<RunInfo>> SqlStore::ListBenchRuns(std::string_view suite, std::string_view device_class,
                                                           int limit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(suite, "suite"));
   FT_DB_RETURN_IF_ERROR(RequireLimit(limit));
@@ -137,13 +137,13 @@ absl::StatusOr<std::vector<RunInfo>> SqliteStore::ListBenchRuns(std::string_view
                              ReadRun, suite, device_class, limit);
 }
 
-absl::StatusOr<std::vector<std::string>> SqliteStore::ListBenchSuites() {
+absl::StatusOr<std::vector<std::string>> SqlStore::ListBenchSuites() {
   absl::MutexLock lock(&mu_);
   FT_DB_ASSIGN_OR_RETURN(Statement s, conn_->Prepare("SELECT DISTINCT suite FROM bench_cells ORDER BY suite"));
   return ReadRows<std::string>(s, [](const Statement& row) { return row.Text(0); });
 }
 
-absl::StatusOr<RunInfo> SqliteStore::FindBenchRun(std::string_view suite, std::string_view device_class,
+absl::StatusOr<RunInfo> SqlStore::FindBenchRun(std::string_view suite, std::string_view device_class,
                                             std::string_view commit) {
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(suite, "suite"));
   FT_DB_RETURN_IF_ERROR(RequireNonEmpty(commit, "commit"));
