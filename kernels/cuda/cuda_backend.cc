@@ -471,7 +471,8 @@ class CudaBackend final : public Backend {
       if (options.flush_l2) {
         if (auto s = Check(cuda::EnqueueL2FlushByReading(
                                flush_buffer_, kL2FlushBytes,
-                               reinterpret_cast<uint32_t*>(static_cast<char*>(flush_buffer_) + kL2FlushBytes), kStream),
+                               reinterpret_cast<uint32_t*>(static_cast<char*>(flush_buffer_) + kL2FlushBytes),
+                               info_.sm_count, kStream),
                            "L2 flush");
             !s.ok()) {
           return s;

@@ -16,13 +16,10 @@ __global__ void ReadToEvictL2(const uint4* p, int64_t n, uint32_t* sink) {
 
 }  // namespace
 
-cudaError_t EnqueueL2FlushByReading(const void* buffer, size_t bytes, uint32_t* sink, cudaStream_t stream) {
-  int device = 0, sms = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
-    return e;
-  }
-  ReadToEvictL2<<<4 * sms, 1024, 0, stream>>>(static_cast<const uint4*>(buffer), static_cast<int64_t>(bytes / 16),
+cudaError_t EnqueueL2FlushByReading(const void* buffer, size_t bytes, uint32_t* sink, int multiprocessors,
+                                    cudaStream_t stream) {
+  if (multiprocessors < 1) return cudaErrorInvalidValue;
+  ReadToEvictL2<<<4 * multiprocessors, 1024, 0, stream>>>(static_cast<const uint4*>(buffer), static_cast<int64_t>(bytes / 16),
                                                 sink);
   return cudaGetLastError();
 }

@@ -18,10 +18,12 @@
 namespace fusetune::cuda {
 
 // Enqueues a read of `bytes` bytes of `buffer` (16-byte aligned, bytes a multiple of 16) on
-// `stream`; writes nothing but one word of `sink` (4 bytes of device memory), and only for a
-// value the data never produces, so the reads are not optimised away. Returns the launch's
-// error (cudaSuccess when queued).
-cudaError_t EnqueueL2FlushByReading(const void* buffer, size_t bytes, uint32_t* sink, cudaStream_t stream);
+// `stream` by 4 blocks per multiprocessor (`multiprocessors`: the device's count, which the
+// caller has already read); writes nothing but one word of `sink` (4 bytes of device memory),
+// and only for a value the data never produces, so the reads are not optimised away. Returns
+// the launch's error (cudaSuccess when queued).
+cudaError_t EnqueueL2FlushByReading(const void* buffer, size_t bytes, uint32_t* sink, int multiprocessors,
+                                    cudaStream_t stream);
 
 }  // namespace fusetune::cuda
 

@@ -13,6 +13,7 @@ namespace fusetune::report {
 namespace {
 
 using testing::Find;
+using testing::ParseXmlPage;
 using testing::XmlElement;
 
 std::unique_ptr<Store> HistoryStore() {
@@ -20,13 +21,6 @@ std::unique_ptr<Store> HistoryStore() {
   EXPECT_TRUE(store.ok()) << store.status();
   testing::FillHistoryStore(**store);
   return *std::move(store);
-}
-
-XmlElement Parse(const std::string& html) {
-  XmlElement root;
-  std::string error;
-  EXPECT_TRUE(testing::XmlReader(html).Read(&root, &error)) << error;
-  return root;
 }
 
 TEST(HistoryReport, ReadsEveryCellOfTheSuiteWithItsChangePoints) {
@@ -58,7 +52,7 @@ TEST(HistoryReportHtml, MarksChangePointsAndHoversWithCommitDateAndClocks) {
   std::unique_ptr<Store> store = HistoryStore();
   HistoryReport r = *ReadHistoryReport(*store, {testing::kSuite, "", "", ""}, "test.db");
   r.regress_href = "regress.html";
-  const XmlElement root = Parse(HistoryReportHtml(r));
+  const XmlElement root = ParseXmlPage(HistoryReportHtml(r));
   const XmlElement* step = testing::FindId(root, CellAnchor(testing::kStepCell, testing::kStepConfig));
   ASSERT_NE(step, nullptr);
   const auto labels = Find(*step, "text", "change-label");

@@ -13,6 +13,7 @@ namespace fusetune::report {
 namespace {
 
 using testing::Find;
+using testing::ParseXmlPage;
 using testing::XmlElement;
 
 constexpr char kProblem[] = "prefill/b1/hq2/hkv2/q64/k64/d32/causal0/fp32";
@@ -66,15 +67,8 @@ RegressReport Report() {
   return r;
 }
 
-XmlElement Parse(const std::string& html) {
-  XmlElement root;
-  std::string error;
-  EXPECT_TRUE(testing::XmlReader(html).Read(&root, &error)) << error;
-  return root;
-}
-
 TEST(RegressReportHtml, ListsVerdictsMostSevereFirst) {
-  const XmlElement root = Parse(RegressReportHtml(Report()));
+  const XmlElement root = ParseXmlPage(RegressReportHtml(Report()));
   const auto tables = Find(root, "table", "verdicts");
   ASSERT_EQ(tables.size(), 1u);
   EXPECT_TRUE(tables[0]->HasClass("sortable"));
@@ -95,7 +89,7 @@ TEST(RegressReportHtml, ListsVerdictsMostSevereFirst) {
 }
 
 TEST(RegressReportHtml, DrawsBothBuildsBlocksWithTheRatioFloorAndWhyUnknown) {
-  const XmlElement root = Parse(RegressReportHtml(Report()));
+  const XmlElement root = ParseXmlPage(RegressReportHtml(Report()));
   const XmlElement* unknown =
       testing::FindId(root, CellAnchor(kProblem, "fused/bm32/bs16/t1/fp32/st1"));
   ASSERT_NE(unknown, nullptr);
@@ -116,7 +110,7 @@ TEST(RegressReportHtml, DrawsBothBuildsBlocksWithTheRatioFloorAndWhyUnknown) {
 
 TEST(RegressReportHtml, ListsAccuracyFindingsAndLinksEachCellToItsHistory) {
   const std::string html = RegressReportHtml(Report());
-  const XmlElement root = Parse(html);
+  const XmlElement root = ParseXmlPage(html);
   const auto findings = Find(root, "ul", "accuracy-findings");
   ASSERT_EQ(findings.size(), 1u);
   ASSERT_EQ(Find(*findings[0], "li").size(), 1u);
@@ -170,7 +164,7 @@ TEST(ReadStoredRegressReport, TakesTheNewestComparisonOfTheCommitWithBothCommits
     EXPECT_EQ(c.baseline_us.size(), 6u) << c.name;
     EXPECT_EQ(c.candidate_us.size(), 6u) << c.name;
   }
-  const XmlElement root = Parse(RegressReportHtml(*r));
+  const XmlElement root = ParseXmlPage(RegressReportHtml(*r));
   const XmlElement* step = testing::FindId(root, CellAnchor(testing::kStepCell, testing::kStepConfig));
   ASSERT_NE(step, nullptr);
   EXPECT_EQ(Find(*step, "dd", "ratio")[0]->text, "1.0010 (candidate / baseline, Hodges–Lehmann)");

@@ -14,6 +14,7 @@ namespace fusetune::report {
 namespace {
 
 using testing::Find;
+using testing::ParseXmlPage;
 using testing::XmlElement;
 
 std::unique_ptr<Store> FilledStore() {
@@ -21,13 +22,6 @@ std::unique_ptr<Store> FilledStore() {
   EXPECT_TRUE(store.ok()) << store.status();
   testing::FillTuningStore(**store);
   return *std::move(store);
-}
-
-XmlElement Parse(const std::string& html) {
-  XmlElement root;
-  std::string error;
-  EXPECT_TRUE(testing::XmlReader(html).Read(&root, &error)) << error;
-  return root;
 }
 
 const XmlElement* ProblemSection(const XmlElement& root, const std::string& problem_key) {
@@ -64,7 +58,7 @@ TEST(TuningReport, ReadsEveryPickWithItsRunsTrialsAndNewestAudit) {
 
 TEST(TuningReportHtml, DrawsOnePanelPerVariantPrecisionAndThreadsWithEveryOutcomeMarked) {
   std::unique_ptr<Store> store = FilledStore();
-  const XmlElement root = Parse(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
+  const XmlElement root = ParseXmlPage(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
   const XmlElement* prefill = ProblemSection(root, testing::kPrefillKey);
   ASSERT_NE(prefill, nullptr);
   // fused t128, fused t256, partial t128, materialized t256.
@@ -100,7 +94,7 @@ TEST(TuningReportHtml, DrawsOnePanelPerVariantPrecisionAndThreadsWithEveryOutcom
 
 TEST(TuningReportHtml, StatesThePeakAssumedOrThatItIsUnknown) {
   std::unique_ptr<Store> store = FilledStore();
-  const XmlElement root = Parse(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
+  const XmlElement root = ParseXmlPage(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
   const XmlElement* prefill = ProblemSection(root, testing::kPrefillKey);
   ASSERT_NE(prefill, nullptr);
   const std::string prefill_peak = Find(*prefill, "dd", "peak")[0]->text;
@@ -118,7 +112,7 @@ TEST(TuningReportHtml, StatesThePeakAssumedOrThatItIsUnknown) {
 
 TEST(TuningReportHtml, ShowsTheAuditsRegretWithItsInterval) {
   std::unique_ptr<Store> store = FilledStore();
-  const XmlElement root = Parse(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
+  const XmlElement root = ParseXmlPage(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
   EXPECT_EQ(Find(*ProblemSection(root, testing::kPrefillKey), "dd", "regret")[0]->text,
             "1.10 % (90 % interval 0.40 to 1.90 %, 15 rounds; fastest measured fused/bm64/bs32/t128/bf16/st2)");
   EXPECT_EQ(Find(*ProblemSection(root, testing::kDecodeKey), "dd", "regret")[0]->text, "not audited");
@@ -126,7 +120,7 @@ TEST(TuningReportHtml, ShowsTheAuditsRegretWithItsInterval) {
 
 TEST(TuningReportHtml, IndexIsSortableAndLinksToEveryProblem) {
   std::unique_ptr<Store> store = FilledStore();
-  const XmlElement root = Parse(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
+  const XmlElement root = ParseXmlPage(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
   const auto tables = Find(root, "table", "sortable");
   ASSERT_EQ(tables.size(), 1u);
   const auto rows = Find(*tables[0], "tr");
@@ -143,7 +137,7 @@ TEST(TuningReportHtml, EscapesWhatTheStoreHoldsAndShowsTheEnvironment) {
   std::unique_ptr<Store> store = FilledStore();
   const std::string html = TuningReportHtml(*ReadTuningReport(*store, "", "test.db"));
   EXPECT_EQ(html.find("<script>alert"), std::string::npos);
-  const XmlElement root = Parse(html);
+  const XmlElement root = ParseXmlPage(html);
   EXPECT_EQ(Find(root, "script").size(), 1u);
   std::string env_text;
   for (const XmlElement* t : Find(root, "table", "env")) env_text += t->AllText();
@@ -167,7 +161,7 @@ TEST(TuningReportHtml, IsTheSameBytesForTheSameData) {
 TEST(TuningReportHtml, AnEmptyStoreSaysSo) {
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
   ASSERT_TRUE(store.ok());
-  const XmlElement root = Parse(TuningReportHtml(*ReadTuningReport(**store, "", "empty.db")));
+  const XmlElement root = ParseXmlPage(TuningReportHtml(*ReadTuningReport(**store, "", "empty.db")));
   ASSERT_EQ(Find(root, "p", "empty").size(), 1u);
   EXPECT_TRUE(Find(root, "table", "sortable").empty());
 }

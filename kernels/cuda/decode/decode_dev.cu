@@ -556,6 +556,7 @@ struct Timer {
   void* flush = nullptr;
   uint32_t* sink = nullptr;
   bool flush_by_reading = false;
+  int multiprocessors = 0;
   static constexpr size_t kFlushBytes = size_t{256} << 20;
   cudaEvent_t start, stop;
   Timer() {
@@ -564,12 +565,13 @@ struct Timer {
     CUDA_OK(cudaMalloc(&sink, 4));
     CUDA_OK(cudaEventCreate(&start));
     CUDA_OK(cudaEventCreate(&stop));
+    CUDA_OK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
     const char* mode = std::getenv("DECODE_FLUSH");
     flush_by_reading = mode != nullptr && std::string(mode) == "read";
   }
   void Flush(int i) {
     if (flush_by_reading) {
-      CUDA_OK(fusetune::cuda::EnqueueL2FlushByReading(flush, kFlushBytes, sink, 0));
+      CUDA_OK(fusetune::cuda::EnqueueL2FlushByReading(flush, kFlushBytes, sink, multiprocessors, 0));
     } else {
       CUDA_OK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes, 0));
     }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "gtest/gtest.h"
 
 namespace fusetune::report::testing {
 
@@ -246,6 +247,14 @@ inline const XmlElement* FindId(const XmlElement& e, const std::string& id) {
     if (const XmlElement* found = FindId(c, id); found != nullptr) return found;
   }
   return nullptr;
+}
+
+// The parsed page (HTML written as well-formed XML); fails the calling test when it does not parse.
+inline XmlElement ParseXmlPage(const std::string& html) {
+  XmlElement root;
+  std::string error;
+  EXPECT_TRUE(XmlReader(html).Read(&root, &error)) << error;
+  return root;
 }
 
 // Writes `html` to $FUSETUNE_REPORT_PAGES_DIR/`name` when that variable is set (to look at the
