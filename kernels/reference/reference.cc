@@ -9,7 +9,17 @@
 namespace fusetune {
 namespace {
 
-absl::Status CheckSpans(const AttentionProblem& problem, size_t q, size_t k, size_t v) {
+absl::Status CheckSpans(const AttentionProblem& problem, size_t q, size_t k, size_t v, const KvScales& scales) {
+  if (problem.is_kv_quantized()) {
+    if (static_cast<int64_t>(scales.k.size()) != problem.kv_heads ||
+        static_cast<int64_t>(scales.v.size()) != problem.kv_heads) {
+      return absl::InvalidArgumentError(absl::StrCat("K/V stored as e4m3 need kv_heads (", problem.kv_heads,
+                                                     ") scales each for K and V; got ", scales.k.size(), " and ",
+                                                     scales.v.size()));
+    }
+  } else if (!scales.k.empty() || !scales.v.empty()) {
+    return absl::InvalidArgumentError("K/V scales belong to a problem whose K/V are stored as e4m3");
+  }
   if (problem.is_paged()) {
     return absl::InvalidArgumentError(
         "the reference takes contiguous K/V: gather a paged cache through its block table first (GatherPagedKV)");
@@ -28,7 +38,7 @@ absl::Status CheckSpans(const AttentionProblem& problem, size_t q, size_t k, siz
 }
 
 // One row without argument checks. `scores` is scratch of at least kv_len doubles.
-void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const float* v,
+void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const float* v, const KvScales& kv_scales,
                 int64_t token, int head, double* out, std::vector<double>& scores) {
   const int d = p.head_dim;
   const int b = p.SequenceOfQueryToken(token);
@@ -38,7 +48,10 @@ void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const
   if (visible <= 0) return;  // a row that sees no key is defined as zeros
 
   const int kv_head = head / p.heads_per_kv();
-  const double scale = static_cast<double>(p.EffectiveScale());
+  const bool quantized = p.is_kv_quantized();
+  const double scale = static_cast<double>(p.EffectiveScale()) *
+                       (quantized ? static_cast<double>(kv_scales.k[static_cast<size_t>(kv_head)]) : 1.0);
+  const double v_scale = quantized ? static_cast<double>(kv_scales.v[static_cast<size_t>(kv_head)]) : 1.0;
   const float* q_row = q + (token * p.q_heads + head) * static_cast<int64_t>(d);
   const int64_t key_start = p.KeyStart(b);
   const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * d;
@@ -69,7 +82,7 @@ void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const
   }
   for (int j = 0; j < visible; ++j) {
     const float* v_row = v + (key_start + j) * kv_stride + static_cast<int64_t>(kv_head) * d;
-    const double w = scores[j] / sum;
+    const double w = scores[j] / sum * v_scale;
     for (int x = 0; x < d; ++x) out[x] += w * v_row[x];
   }
 }
@@ -78,9 +91,9 @@ void ComputeRow(const AttentionProblem& p, const float* q, const float* k, const
 
 absl::Status ReferenceAttentionRow(const AttentionProblem& problem, std::span<const float> q,
                                    std::span<const float> k, std::span<const float> v,
-                                   int64_t token, int head, std::span<double> out) {
+                                   int64_t token, int head, std::span<double> out, const KvScales& scales) {
   if (auto s = problem.Validate(); !s.ok()) return s;
-  if (auto s = CheckSpans(problem, q.size(), k.size(), v.size()); !s.ok()) return s;
+  if (auto s = CheckSpans(problem, q.size(), k.size(), v.size(), scales); !s.ok()) return s;
   if (token < 0 || token >= problem.TotalQueries()) {
     return absl::InvalidArgumentError(absl::StrCat("token ", token, " out of range [0, ",
                                                    problem.TotalQueries(), ")"));
@@ -94,22 +107,22 @@ absl::Status ReferenceAttentionRow(const AttentionProblem& problem, std::span<co
         absl::StrCat("out has ", out.size(), " elements, head_dim is ", problem.head_dim));
   }
   std::vector<double> scores;
-  ComputeRow(problem, q.data(), k.data(), v.data(), token, head, out.data(), scores);
+  ComputeRow(problem, q.data(), k.data(), v.data(), scales, token, head, out.data(), scores);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<double>> ReferenceAttention(const AttentionProblem& problem,
                                                        std::span<const float> q,
                                                        std::span<const float> k,
-                                                       std::span<const float> v) {
+                                                       std::span<const float> v, const KvScales& scales) {
   if (auto s = problem.Validate(); !s.ok()) return s;
-  if (auto s = CheckSpans(problem, q.size(), k.size(), v.size()); !s.ok()) return s;
+  if (auto s = CheckSpans(problem, q.size(), k.size(), v.size(), scales); !s.ok()) return s;
   std::vector<double> out(static_cast<size_t>(problem.OElements()));
   std::vector<double> scores;
   const int d = problem.head_dim;
   for (int64_t t = 0; t < problem.TotalQueries(); ++t) {
     for (int h = 0; h < problem.q_heads; ++h) {
-      ComputeRow(problem, q.data(), k.data(), v.data(), t, h,
+      ComputeRow(problem, q.data(), k.data(), v.data(), scales, t, h,
                  out.data() + (t * problem.q_heads + h) * static_cast<int64_t>(d), scores);
     }
   }

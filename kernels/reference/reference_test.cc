@@ -310,5 +310,28 @@ TEST(ReferenceAttention, RefusesPagedProblemsAndSaysToGatherFirst) {
   EXPECT_THAT(ReferenceAttentionRow(paged, q, kv, kv, 0, 0, row).message(), HasSubstr("GatherPagedKV"));
 }
 
+TEST(ReferenceAttention, E4m3ScalesMultiplyTheKeysAndValuesOfTheirHead) {
+  AttentionProblem p = Small(3, 5);
+  p.q_heads = 4;
+  p.kv_heads = 2;
+  p.dtype = DType::kBf16;
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2), v = Pattern(p.KVElements(), 3);
+  // Powers of two, so the scaled floats below are exact and both computations see the same values.
+  const std::vector<float> k_scale = {0.25f, 4.0f}, v_scale = {2.0f, 0.125f};
+  std::vector<float> k_scaled = k, v_scaled = v;
+  for (size_t i = 0; i < k.size(); ++i) {
+    k_scaled[i] *= k_scale[(i / 32) % 2];
+    v_scaled[i] *= v_scale[(i / 32) % 2];
+  }
+  auto plain = ReferenceAttention(p, q, k_scaled, v_scaled);
+  p.kv_storage = KvStorage::kE4m3;
+  auto quantized = ReferenceAttention(p, q, k, v, KvScales{k_scale, v_scale});
+  ASSERT_TRUE(plain.ok() && quantized.ok());
+  for (size_t i = 0; i < plain->size(); ++i) EXPECT_NEAR((*quantized)[i], (*plain)[i], 1e-12) << i;
+  EXPECT_THAT(ReferenceAttention(p, q, k, v).status().message(), HasSubstr("scales"));
+  p.kv_storage = KvStorage::kDType;
+  EXPECT_THAT(ReferenceAttention(p, q, k, v, KvScales{k_scale, v_scale}).status().message(), HasSubstr("e4m3"));
+}
+
 }  // namespace
 }  // namespace fusetune

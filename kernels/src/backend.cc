@@ -1,6 +1,7 @@
 #include "fusetune/kernels/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -46,6 +47,17 @@ absl::Status ValidateBuffers(const AttentionProblem& problem, const AttentionBuf
   } else if (buffers.block_table != nullptr) {
     return absl::InvalidArgumentError("block_table is set but the problem's K/V are contiguous (page_block_size 0)");
   }
+  if (problem.is_kv_quantized()) {
+    for (const auto& [name, ptr] : {std::pair<const char*, const float*>{"k_scale", buffers.k_scale},
+                                    std::pair<const char*, const float*>{"v_scale", buffers.v_scale}}) {
+      if (ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat("K/V stored as e4m3 need ", name));
+      if (reinterpret_cast<uintptr_t>(ptr) % alignof(float) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " is not aligned to 4 bytes"));
+      }
+    }
+  } else if (buffers.k_scale != nullptr || buffers.v_scale != nullptr) {
+    return absl::InvalidArgumentError("k_scale/v_scale are set but the problem's K/V are not quantised (kv_storage dtype)");
+  }
   const std::pair<const char*, const void*> tensors[] = {
       {"q", buffers.q}, {"k", buffers.k}, {"v", buffers.v}, {"o", buffers.o}};
   for (const auto& [name, ptr] : tensors) {
@@ -53,6 +65,24 @@ absl::Status ValidateBuffers(const AttentionProblem& problem, const AttentionBuf
     if (reinterpret_cast<uintptr_t>(ptr) % kBufferAlignment != 0) {
       return absl::InvalidArgumentError(absl::StrCat(name, " (", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
                                                      ") is not aligned to ", kBufferAlignment, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKvScales(const AttentionProblem& problem, const float* k_scale, const float* v_scale) {
+  if (k_scale == nullptr || v_scale == nullptr) return absl::InvalidArgumentError("K/V stored as e4m3 need k_scale and v_scale");
+  const double softmax = problem.EffectiveScale();
+  for (int h = 0; h < problem.kv_heads; ++h) {
+    for (const auto& [name, x] : {std::pair<const char*, float>{"k_scale", k_scale[h]},
+                                  std::pair<const char*, float>{"v_scale", v_scale[h]}}) {
+      if (!std::isfinite(x) || x < 0.0f) {
+        return absl::InvalidArgumentError(absl::StrCat(name, "[", h, "] = ", x, " (a scale must be finite and >= 0)"));
+      }
+    }
+    if (softmax * k_scale[h] > kMaxSoftmaxScale) {
+      return absl::InvalidArgumentError(absl::StrCat("k_scale[", h, "] = ", k_scale[h], " times the softmax scale ",
+                                                     softmax, " exceeds ", kMaxSoftmaxScale));
     }
   }
   return absl::OkStatus();

@@ -1,6 +1,8 @@
 #include "fusetune/kernels/dtype.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace fusetune {
 
@@ -55,6 +57,69 @@ float HalfBitsToFloat(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+float E4m3ToFloat(uint8_t x) {
+  const bool negative = (x & 0x80u) != 0;
+  const int exponent = (x >> 3) & 0xf;
+  const int mant = x & 0x7;
+  float f;
+  if (exponent == 15 && mant == 7) {
+    f = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {
+    f = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant * 2^-9
+  } else {
+    f = std::ldexp(static_cast<float>(8 + mant), exponent - 10);  // (1 + mant/8) * 2^(e-7)
+  }
+  return negative ? -f : f;
+}
+
+// Integer rounding, as FloatToHalfBits, so the result does not depend on the rounding mode.
+uint8_t FloatToE4m3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs_bits = u & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  constexpr uint8_t kMaxFinite = 0x7e;                                      // 448
+  if (abs_bits >= 0x43e00000u) return static_cast<uint8_t>(sign | kMaxFinite);  // >= 448, Inf
+  const int exponent = static_cast<int>(abs_bits >> 23) - 127;
+  if (static_cast<int>(abs_bits >> 23) == 0) return sign;  // float subnormal: far below 2^-10
+  const uint64_t mant = (abs_bits & 0x7fffffu) | 0x800000u;  // value = mant * 2^(exponent - 23)
+  if (exponent < -6) {
+    // e4m3 subnormal: units of 2^-9, i.e. mant >> (14 - exponent).
+    const int shift = 14 - exponent;  // >= 21
+    if (shift >= 40) return sign;
+    uint64_t q = mant >> shift;
+    const uint64_t rem = mant & ((uint64_t{1} << shift) - 1);
+    const uint64_t half = uint64_t{1} << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;  // q == 8 is the smallest normal: its bits
+    return static_cast<uint8_t>(sign | q);
+  }
+  uint32_t q = static_cast<uint32_t>((exponent + 7) << 3) | static_cast<uint32_t>((mant >> 20) & 0x7u);
+  const uint64_t rem = mant & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (q & 1u))) ++q;  // a carry moves to the next binade
+  if (q > kMaxFinite) q = kMaxFinite;  // 464 and up round past 448 (0x7f is NaN): saturate
+  return static_cast<uint8_t>(sign | q);
+}
+
+void QuantizeE4m3PerHead(std::span<const float> values, int kv_heads, int head_dim, std::span<uint8_t> out,
+                         std::span<float> scales) {
+  const size_t row = static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim);
+  if (row == 0 || out.size() < values.size() || scales.size() < static_cast<size_t>(kv_heads)) return;
+  std::vector<float> amax(static_cast<size_t>(kv_heads), 0.0f);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float x = std::fabs(values[i]);
+    float& m = amax[(i % row) / static_cast<size_t>(head_dim)];
+    if (std::isfinite(x)) m = std::max(m, x);
+  }
+  for (int h = 0; h < kv_heads; ++h) {
+    const float a = amax[static_cast<size_t>(h)];
+    scales[static_cast<size_t>(h)] = a > 0.0f ? a / kE4m3Max : 1.0f;
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    out[i] = FloatToE4m3(values[i] / scales[(i % row) / static_cast<size_t>(head_dim)]);
+  }
 }
 
 void EncodeTensor(DType dtype, std::span<const float> values, void* out) {

@@ -96,5 +96,61 @@ TEST(TensorConversion, EncodeDecodeAndRoundAgree) {
   EXPECT_TRUE(std::isinf(big[0]));
 }
 
+TEST(E4m3Conversion, EveryByteRoundTripsAndTheRangeIsOcpE4m3) {
+  int nans = 0;
+  for (int x = 0; x < 256; ++x) {
+    const float f = E4m3ToFloat(static_cast<uint8_t>(x));
+    if (std::isnan(f)) {
+      ++nans;
+      continue;
+    }
+    EXPECT_EQ(FloatToE4m3(f), x) << x << " " << f;
+  }
+  EXPECT_EQ(nans, 2);  // 0x7f and 0xff only: no infinities
+  EXPECT_TRUE(std::isnan(E4m3ToFloat(0x7f)));
+  EXPECT_EQ(E4m3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(E4m3ToFloat(0x01), std::ldexp(1.0f, -9));   // smallest subnormal
+  EXPECT_EQ(E4m3ToFloat(0x08), std::ldexp(1.0f, -6));   // smallest normal
+  EXPECT_EQ(E4m3ToFloat(0x38), 1.0f);
+  EXPECT_EQ(E4m3ToFloat(0xb8), -1.0f);
+}
+
+TEST(E4m3Conversion, RoundsToNearestEvenAndSaturates) {
+  EXPECT_EQ(FloatToE4m3(1.0625f), 0x38);   // halfway 1 and 1.125: even (1)
+  EXPECT_EQ(FloatToE4m3(1.1875f), 0x3a);   // halfway 1.125 and 1.25: even (1.25)
+  EXPECT_EQ(FloatToE4m3(1.07f), 0x39);
+  EXPECT_EQ(FloatToE4m3(1.9375f), 0x40);   // carries into the next binade: 2
+  EXPECT_EQ(FloatToE4m3(std::ldexp(1.0f, -10)), 0x00);  // half the smallest subnormal: even (0)
+  EXPECT_EQ(FloatToE4m3(std::ldexp(1.5f, -10)), 0x01);
+  EXPECT_EQ(FloatToE4m3(std::ldexp(7.5f, -9)), 0x08);  // rounds up into the smallest normal
+  EXPECT_EQ(FloatToE4m3(-0.0f), 0x80);
+  EXPECT_EQ(FloatToE4m3(1e-30f), 0x00);
+  EXPECT_EQ(FloatToE4m3(460.0f), 0x7e);
+  EXPECT_EQ(FloatToE4m3(1e6f), 0x7e);
+  EXPECT_EQ(FloatToE4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+  EXPECT_EQ(FloatToE4m3(std::numeric_limits<float>::quiet_NaN()) & 0x7f, 0x7f);
+}
+
+TEST(E4m3Conversion, PerHeadQuantisationUsesEachHeadsRangeAndStaysWithinHalfAStep) {
+  // Two rows of two heads of 4: head 0 spans +-3, head 1 +-0.01 (a scale 300x smaller).
+  const std::vector<float> values = {3.0f, -1.5f, 0.2f, 0.0f, 0.01f, -0.004f, 0.0003f, 0.0f,
+                                     -2.9f, 1.0f, 0.7f, 0.1f, -0.01f, 0.009f, 0.001f, 0.002f};
+  std::vector<uint8_t> bytes(values.size());
+  std::vector<float> scales(2);
+  QuantizeE4m3PerHead(values, 2, 4, bytes, scales);
+  EXPECT_FLOAT_EQ(scales[0], 3.0f / 448.0f);
+  EXPECT_FLOAT_EQ(scales[1], 0.01f / 448.0f);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float scale = scales[(i % 8) / 4];
+    const double back = static_cast<double>(E4m3ToFloat(bytes[i])) * scale;
+    // e4m3 keeps 4 significant bits: within 2^-4 relative, or one subnormal step absolute.
+    EXPECT_NEAR(back, values[i], std::max(std::fabs(values[i]) / 16.0, std::ldexp(1.0, -9) * scale)) << i;
+  }
+  EXPECT_EQ(E4m3ToFloat(bytes[0]), 448.0f);  // each head's largest value maps to the format's
+  std::vector<float> zeros(8, 0.0f);
+  QuantizeE4m3PerHead(zeros, 2, 4, bytes, scales);
+  EXPECT_EQ(scales[0], 1.0f);
+}
+
 }  // namespace
 }  // namespace fusetune

@@ -82,6 +82,16 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
 
 int DTypeBytes(DType dtype) { return dtype == DType::kFp32 ? 4 : 2; }
 
+std::string_view KvStorageName(KvStorage storage) { return storage == KvStorage::kE4m3 ? "e4m3" : "dtype"; }
+
+absl::StatusOr<KvStorage> ParseKvStorage(std::string_view name) {
+  if (name == "dtype") return KvStorage::kDType;
+  if (name == "e4m3" || name == "fp8" || name == "fp8_e4m3") return KvStorage::kE4m3;
+  return absl::InvalidArgumentError(Cat("unknown K/V storage '", name, "' (expected dtype or e4m3)"));
+}
+
+int AttentionProblem::KVElementBytes() const { return is_kv_quantized() ? 1 : DTypeBytes(dtype); }
+
 std::string_view ProblemKindName(ProblemKind kind) {
   return kind == ProblemKind::kPrefill ? "prefill" : "decode";
 }
@@ -117,6 +127,12 @@ absl::Status AttentionProblem::Validate() const {
     return absl::InvalidArgumentError(
         Cat("softmax_scale must be in [0, ", kMaxSoftmaxScale, "] (0 = 1/sqrt(d)), got ",
                       softmax_scale));
+  }
+  if (kv_storage != KvStorage::kDType && kv_storage != KvStorage::kE4m3) {
+    return absl::InvalidArgumentError(Cat("kv_storage must be dtype or e4m3, got ", static_cast<int>(kv_storage)));
+  }
+  if (is_kv_quantized() && dtype == DType::kFp32) {
+    return absl::InvalidArgumentError("K/V stored as e4m3 need Q and O in fp16 or bf16 (dtype fp32 given)");
   }
   if (page_block_size < 0 || page_block_size > kMaxPageBlockSize) {
     return absl::InvalidArgumentError(
@@ -266,7 +282,7 @@ AttentionProblem AttentionProblem::Unpaged() const {
 double AttentionProblem::KVBytesRead() const {
   double keys = 0;
   for (int b = 0; b < batch; ++b) keys += VisibleKeyLen(b);
-  return 2.0 * keys * kv_heads * head_dim * DTypeBytes(dtype);
+  return 2.0 * keys * kv_heads * head_dim * KVElementBytes();
 }
 
 absl::Status AttentionProblem::ValidatePagedGeometry() const {
@@ -346,6 +362,7 @@ std::string AttentionProblem::Key() const {
     if (shared_prefix_pages > 0) absl::StrAppend(&key, "/prefix", shared_prefix_pages);
   }
   if (softmax_scale > 0.0f) absl::StrAppend(&key, "/scale", softmax_scale);
+  if (is_kv_quantized()) absl::StrAppend(&key, "/kv", ToAbsl(KvStorageName(kv_storage)));
   return key;
 }
 
@@ -375,7 +392,9 @@ absl::StatusOr<AttentionProblem> AttentionProblem::FromKey(std::string_view key)
   p.dtype = *dtype;
   for (size_t i = 9; i < parts.size(); ++i) {
     std::string_view part = parts[i];
-    if (part.substr(0, 5) == "scale") {
+    if (part == "kve4m3") {
+      p.kv_storage = KvStorage::kE4m3;
+    } else if (part.substr(0, 5) == "scale") {
       if (!absl::SimpleAtof(ToAbsl(part.substr(5)), &p.softmax_scale)) {
         return absl::InvalidArgumentError(Cat("bad scale in key '", key, "'"));
       }

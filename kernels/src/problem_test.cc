@@ -431,5 +431,40 @@ TEST(AttentionProblem, SeedPresetIsTheSeedShapeOfEachSeedLength) {
                                             "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32"}));
 }
 
+TEST(AttentionProblem, KvStoredAsE4m3IsInTheKeyAndHalvesTheBytesRead) {
+  AttentionProblem p = PagedDecode();
+  p.dtype = DType::kBf16;
+  const double bf16_bytes = p.KVBytesRead();
+  p.kv_storage = KvStorage::kE4m3;
+  ASSERT_TRUE(p.Validate().ok());
+  EXPECT_EQ(p.KVElementBytes(), 1);
+  EXPECT_DOUBLE_EQ(p.KVBytesRead(), bf16_bytes / 2);
+  EXPECT_NE(p.Key().find("/kve4m3"), std::string::npos) << p.Key();
+  AttentionProblem dense = Dense(64);
+  dense.dtype = DType::kFp16;
+  dense.kv_storage = KvStorage::kE4m3;
+  auto back = AttentionProblem::FromKey(dense.Key());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kv_storage, KvStorage::kE4m3);
+  EXPECT_EQ(back->Key(), dense.Key());
+  EXPECT_EQ(p.Unpaged().kv_storage, KvStorage::kE4m3);
+  p.kv_storage = KvStorage::kDType;
+  EXPECT_EQ(p.Key().find("kve4m3"), std::string::npos);
+}
+
+TEST(AttentionProblem, KvStoredAsE4m3NeedsAHalfPrecisionQuery) {
+  AttentionProblem p = Dense(64);
+  p.kv_storage = KvStorage::kE4m3;
+  p.dtype = DType::kFp32;
+  EXPECT_THAT(p.Validate().message(), HasSubstr("fp16 or bf16"));
+  p.dtype = DType::kFp16;
+  EXPECT_TRUE(p.Validate().ok());
+  p.kv_storage = static_cast<KvStorage>(7);
+  EXPECT_THAT(p.Validate().message(), HasSubstr("kv_storage"));
+  EXPECT_EQ(*ParseKvStorage("e4m3"), KvStorage::kE4m3);
+  EXPECT_EQ(*ParseKvStorage("dtype"), KvStorage::kDType);
+  EXPECT_FALSE(ParseKvStorage("e5m2").ok());
+}
+
 }  // namespace
 }  // namespace fusetune

@@ -79,15 +79,21 @@ class DeviceMemory {
   std::function<void(void*)> deleter_;
 };
 
-// Device pointers to the four tensors (storage dtype, layout of problem.h) and, for a paged
-// problem, to its block table (int32 [batch][BlockTableWidth()], in device memory like the
-// tensors; the CPU backend's device memory is host memory).
+// Device pointers to the four tensors (Q and O in the problem's dtype, K and V in its
+// kv_storage; layout of problem.h), for a paged problem to its block table (int32
+// [batch][BlockTableWidth()]) and for K/V stored as e4m3 to their scales, all in device memory
+// like the tensors (the CPU backend's device memory is host memory).
 struct AttentionBuffers {
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
   const int32_t* block_table = nullptr;  // paged problems only
+  // KvStorage::kE4m3 only: kv_heads fp32 scales each (K/V of head h = e4m3 value * scale[h]).
+  // Finite and >= 0; the CPU backend and the GPU backends' Run and Time check them (a GPU's
+  // RunOnStream cannot without synchronizing: there another value is the caller's error).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 // Every backend requires each of the four tensors to start on a kBufferAlignment-byte boundary
@@ -95,12 +101,18 @@ struct AttentionBuffers {
 // PyTorch's allocator all give at least that).
 inline constexpr size_t kBufferAlignment = 16;
 
-// OK when all four tensor pointers are non-null and kBufferAlignment-aligned and, for a paged
-// problem, block_table is non-null and int32-aligned (and null otherwise); InvalidArgument
-// naming the pointer otherwise. The table's entries are checked by ValidateBlockTable
+// OK when all four tensor pointers are non-null and kBufferAlignment-aligned, for a paged
+// problem block_table is non-null and int32-aligned (and null otherwise), and for K/V stored
+// as e4m3 k_scale and v_scale are non-null and float-aligned (and null otherwise);
+// InvalidArgument naming the pointer otherwise. The table's entries are checked by ValidateBlockTable
 // (problem.h), by the backend where it can read them. Every backend's Run and Time call it
 // first.
 absl::Status ValidateBuffers(const AttentionProblem& problem, const AttentionBuffers& buffers);
+
+// OK when the kv_heads K and V scales of an e4m3 problem (host copies) are finite and >= 0 and
+// every K scale times the softmax scale stays at most kMaxSoftmaxScale (kernels fold the two
+// into one fp32 factor); InvalidArgument naming the first bad scale otherwise.
+absl::Status ValidateKvScales(const AttentionProblem& problem, const float* k_scale, const float* v_scale);
 
 // Where Backend::RunOnStream puts its work, and the per-sequence lengths a GPU kernel reads
 // there (device memory; the CPU backend's device memory is host memory).

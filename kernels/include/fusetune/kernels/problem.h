@@ -40,6 +40,17 @@ absl::StatusOr<DType> ParseDType(std::string_view name);
 // Bytes per element of the storage type.
 int DTypeBytes(DType dtype);
 
+// Storage of K and V. kDType: the problem's dtype, like Q and O. kE4m3: FP8 e4m3 (OCP FP8:
+// sign, 4 exponent bits of bias 7, 3 mantissa bits; largest finite 448, no infinities, 0x7f and
+// 0xff are NaN) with one fp32 scale per KV head for K and one for V
+// (AttentionBuffers::k_scale, v_scale): byte x of KV head h stands for E4m3ToFloat(x) *
+// scale[h]. What serving engines keep to halve a decode step's memory traffic; Q and O stay in
+// the problem's dtype, which must then be fp16 or bf16.
+enum class KvStorage { kDType, kE4m3 };
+// "dtype", "e4m3".
+std::string_view KvStorageName(KvStorage storage);
+absl::StatusOr<KvStorage> ParseKvStorage(std::string_view name);
+
 // Prefill: many queries per sequence. Decode: one query per sequence against a long KV cache.
 enum class ProblemKind { kPrefill, kDecode };
 std::string_view ProblemKindName(ProblemKind kind);
@@ -78,6 +89,8 @@ struct AttentionProblem {
   int head_dim = 64;
   bool causal = false;
   DType dtype = DType::kFp32;
+  // Storage of K and V (the key says /kve4m3 for kE4m3).
+  KvStorage kv_storage = KvStorage::kDType;
   // Softmax scale; 0 means 1/sqrt(head_dim). At most kMaxSoftmaxScale.
   float softmax_scale = 0.0f;
   // Paged KV cache (prefill or decode, uniform or varlen batch), as vLLM keeps it:
@@ -106,6 +119,9 @@ struct AttentionProblem {
   bool is_paged() const { return page_block_size > 0; }
   float EffectiveScale() const;
   int heads_per_kv() const { return q_heads / kv_heads; }
+  bool is_kv_quantized() const { return kv_storage == KvStorage::kE4m3; }
+  // Bytes per element of K and V in memory: the dtype's, or 1 for e4m3.
+  int KVElementBytes() const;
 
   // Per-sequence geometry (valid only after Validate() succeeded; b in [0, batch)).
   int64_t QueryStart(int b) const;
@@ -138,7 +154,7 @@ struct AttentionProblem {
   int64_t PoolPages() const;
   int64_t BlockTableEntries() const { return static_cast<int64_t>(batch) * BlockTableWidth(); }
   // The same attention over a contiguous K/V ([total_k][kv_heads][head_dim] as above): the
-  // page fields cleared. The fp64 reference of a paged problem is that of its Unpaged()
+  // page fields cleared (kv_storage kept). The fp64 reference of a paged problem is that of its Unpaged()
   // problem on K/V gathered through the block table (GatherPagedKV in reference.h).
   AttentionProblem Unpaged() const;
   // Bytes of K and V a kernel must read at least: every visible key of every sequence once
@@ -157,7 +173,7 @@ struct AttentionProblem {
   // Canonical, human-readable key, e.g. prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32.
   // Varlen problems append /varlen-<hash of both length lists>, padded ones /kvpad-<hash>,
   // paged ones /page<N> (then /pool<N>, /bt<N>, /prefix<N> when set), a non-default scale
-  // /scale<value>. Two problems with equal keys
+  // /scale<value>, K/V stored as e4m3 /kve4m3. Two problems with equal keys
   // compute the same function on the same input sizes.
   std::string Key() const;
   // Parses a key produced by Key() for problems without length lists (varlen/kvpad keys

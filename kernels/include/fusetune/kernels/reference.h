@@ -22,12 +22,23 @@
 
 namespace fusetune {
 
+// The scales of K/V stored as e4m3 (KvStorage::kE4m3): kv_heads each. The reference's k and v
+// are then the e4m3 values themselves (E4m3ToFloat of the bytes, exact in float), and key j of
+// KV head h stands for k * k[h] (value: v * v[h]), applied in double. Empty for any other
+// problem.
+struct KvScales {
+  std::span<const float> k;
+  std::span<const float> v;
+};
+
 // One output row: query token `token` (global row in [0, TotalQueries())), query head
 // `head`. Writes head_dim doubles to `out`. InvalidArgument for an invalid problem, a
-// token/head out of range, or spans whose sizes do not match the problem.
+// token/head out of range, spans whose sizes do not match the problem, or scales missing for
+// (or given to) a problem with K/V stored as e4m3.
 absl::Status ReferenceAttentionRow(const AttentionProblem& problem, std::span<const float> q,
                                    std::span<const float> k, std::span<const float> v,
-                                   int64_t token, int head, std::span<double> out);
+                                   int64_t token, int head, std::span<double> out,
+                                   const KvScales& scales = {});
 
 // The whole output, [total_q][q_heads][head_dim]. Same errors as above. Both take contiguous
 // K/V: a paged problem is InvalidArgument (compute the reference of problem.Unpaged() on
@@ -35,7 +46,8 @@ absl::Status ReferenceAttentionRow(const AttentionProblem& problem, std::span<co
 absl::StatusOr<std::vector<double>> ReferenceAttention(const AttentionProblem& problem,
                                                        std::span<const float> q,
                                                        std::span<const float> k,
-                                                       std::span<const float> v);
+                                                       std::span<const float> v,
+                                                       const KvScales& scales = {});
 
 // K or V of the paged problem `problem` gathered through its block table into the contiguous
 // layout of problem.Unpaged(): [total_k][kv_heads][head_dim] with, for a uniform batch,
