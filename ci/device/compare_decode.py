@@ -15,6 +15,11 @@ For each shape (new query tokens per sequence against a cache of `cache` keys; G
                      repeated to hq heads instead, for a torch without enable_gqa; those kernels then
                      read hq/hkv times the bytes); more than one new token: a bottom-right causal mask
                      (torch.nn.attention.bias.causal_lower_right).
+  ours-e4m3          (--e4m3) the same cache quantised to FP8 e4m3 with one scale per KV head
+                     (amax / 448, as serving engines do), through fusetune_*_kv_quant: verified against
+                     the float64 reference of the quantised values (its error against the unquantised
+                     reference is logged beside); it reads half the bytes, so ours / ours-e4m3 is the
+                     speedup in tokens per second and TB/s columns count the bf16 bytes for it too;
   read               the read ceiling of the same bytes: torch.amax over K and over V (int64 views),
                      two reductions that read the cache once and compute no attention; ours / read
                      is how far a candidate is from only reading its inputs.
@@ -91,6 +96,14 @@ SHAPES = {
 DEFAULT_SHAPES = ["b16-c1k", "b16-c8k", "b16-c32k", "b1-c64k", "prefix-n512-c8k"]
 TORCH_CANDIDATES = ["cudnn", "flash", "efficient", "math", "read"]
 DEFAULT_TORCH = ["cudnn", "flash", "efficient", "read"]
+# ours-e4m3's list: e4m3 K/V compute in fp16 whatever Q's type; its tiles are half the bytes, so
+# block_s 256 fits.
+E4M3_CONFIGS = ["fused/bm16/bs128/t256/fp16/st3", "fused/bm16/bs128/t256/fp16/st3/skauto",
+                "fused/bm16/bs256/t256/fp16/st2", "fused/bm16/bs256/t256/fp16/st3",
+                "fused/bm16/bs256/t256/fp16/st2/skauto", "fused/bm16/bs64/t128/fp16/st4",
+                "fused/bm16/bs64/t128/fp16/st3/skauto", "fused/bm16/bs64/t128/fp16/st3/sk16",
+                "fused/bm16/bs128/t256/fp16/st2/sk16", "fused/bm16/bs128/t256/fp16/st3/sk2",
+                "fused/bm16/bs256/t256/fp16/st3/sk16", "fused/bm64/bs64/t128/fp16/st2"]
 # The short list each ours* candidate takes its fastest from (one block each), keys as
 # KernelConfig::Key prints them, precision filled in: the decode family (block_m 16: a KV
 # group's heads x the new tokens per block; split planned at launch or fixed) and, for the
@@ -109,8 +122,15 @@ class KvCache(ctypes.Structure):
                 ("block_table", ctypes.c_void_p)]
 
 
+class KvQuant(ctypes.Structure):
+    _fields_ = [("storage", ctypes.c_int32), ("k_scale", ctypes.c_void_p), ("v_scale", ctypes.c_void_p)]
+
+
+KV_E4M3 = 1
+
+
 class FusetuneKvCache(ct.Fusetune):
-    """compare_torch's Fusetune with the *_kv_cache calls of the C ABI."""
+    """compare_torch's Fusetune with the *_kv_cache and *_kv_quant calls of the C ABI."""
 
     def __init__(self, path):
         super().__init__(path)
@@ -123,6 +143,41 @@ class FusetuneKvCache(ct.Fusetune):
             [ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.POINTER(ctypes.c_double),
              ctypes.POINTER(ctypes.c_double), ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
              ctypes.c_size_t]
+
+        Q = ctypes.POINTER(KvQuant)
+        L.fusetune_can_implement_kv_quant.argtypes = [ctypes.c_void_p, P, K, Q, C, ctypes.c_char_p, ctypes.c_size_t]
+        L.fusetune_run_kv_quant.argtypes = [ctypes.c_void_p, P, K, Q, C] + [ctypes.c_void_p] * 4 + \
+            [ctypes.c_char_p, ctypes.c_size_t]
+        L.fusetune_time_kv_quant.argtypes = [ctypes.c_void_p, P, K, Q, C] + [ctypes.c_void_p] * 4 + \
+            [ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.POINTER(ctypes.c_double),
+             ctypes.POINTER(ctypes.c_double), ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
+             ctypes.c_size_t]
+
+    def can_implement_kv_quant(self, problem, cache, quant, config):
+        rc = self.lib.fusetune_can_implement_kv_quant(self.handle, ctypes.byref(problem), ctypes.byref(cache),
+                                                      ctypes.byref(quant), ctypes.byref(config), self.err,
+                                                      len(self.err))
+        return rc == 0, self.err.value.decode()
+
+    def run_kv_quant(self, problem, cache, quant, config, q, k, v, o):
+        rc = self.lib.fusetune_run_kv_quant(self.handle, ctypes.byref(problem), ctypes.byref(cache),
+                                            ctypes.byref(quant), ctypes.byref(config), q.data_ptr(), k.data_ptr(),
+                                            v.data_ptr(), o.data_ptr(), self.err, len(self.err))
+        if rc != 0:
+            self._fail("fusetune_run_kv_quant", rc)
+
+    def time_kv_quant(self, problem, cache, quant, config, q, k, v, o, warmup, repeats, flush_l2):
+        median = ctypes.c_double()
+        samples = (ctypes.c_double * repeats)()
+        count = ctypes.c_int()
+        rc = self.lib.fusetune_time_kv_quant(self.handle, ctypes.byref(problem), ctypes.byref(cache),
+                                             ctypes.byref(quant), ctypes.byref(config), q.data_ptr(), k.data_ptr(),
+                                             v.data_ptr(), o.data_ptr(), warmup, repeats, 1e6,
+                                             1 if flush_l2 else 0, ctypes.byref(median), samples, repeats,
+                                             ctypes.byref(count), self.err, len(self.err))
+        if rc != 0:
+            self._fail("fusetune_time_kv_quant", rc)
+        return list(samples[:count.value])
 
     def can_implement_kv_cache(self, problem, cache, config):
         rc = self.lib.fusetune_can_implement_kv_cache(self.handle, ctypes.byref(problem), ctypes.byref(cache),
@@ -183,7 +238,7 @@ class DecodeBench:
     """Inputs, the fp64 reference and the candidates of one shape, with the hooks
     compare_torch.prepare_candidates calls."""
 
-    def __init__(self, shape, ft, flush, spin_us_per_launch, pages, expand_heads, seed):
+    def __init__(self, shape, ft, flush, spin_us_per_launch, pages, expand_heads, seed, e4m3=False):
         s = shape
         self.shape, self.ft, self.flush, self.spin_us_per_launch = s, ft, flush, spin_us_per_launch
         tdt = getattr(torch, ct.TORCH_DTYPE_NAME[s.dtype])
@@ -207,7 +262,20 @@ class DecodeBench:
         if n > 1:
             from torch.nn.attention.bias import causal_lower_right
             self.mask = causal_lower_right(n, m)
-        self.ref = self._reference()  # (b, new, hq, d), ours' layout
+        self.ref = self._reference(self.k, self.v)  # (b, new, hq, d), ours' layout
+        self.quant = {}
+        if e4m3:
+            # One scale per KV head over the whole cache (amax / 448), values clamped to the format.
+            def quantize(x):
+                scale = (x.float().abs().amax(dim=(0, 1, 3)) / 448.0).clamp(min=1e-30)
+                x8 = (x.float() / scale[None, None, :, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+                return x8.contiguous(), scale.contiguous()
+            self.k8, self.k_scale = quantize(self.k)
+            self.v8, self.v_scale = quantize(self.v)
+            kq = self.k8.double() * self.k_scale.double()[None, None, :, None]
+            vq = self.v8.double() * self.v_scale.double()[None, None, :, None]
+            self.ref_e4m3 = self._reference(kq, vq)
+            self.quant["ours-e4m3"] = KvQuant(KV_E4M3, self.k_scale.data_ptr(), self.v_scale.data_ptr())
         self.problem = ct.Problem(b, hq, hkv, n, m, d, 1, s.dtype, 0.0, None, None, None)
         self.caches = {"ours": (KvCache(1 if s.decode else 0, 0, 0, 0, 0, None), self.k, self.v, None)}
         generator = torch.Generator().manual_seed(seed)
@@ -216,8 +284,10 @@ class DecodeBench:
             pk, pv, table = paged_pools(self.k, self.v, page, prefix_pages, generator)
             cache = KvCache(1 if s.decode else 0, page, pk.shape[0], table.shape[1], prefix_pages, table.data_ptr())
             self.caches[f"ours-paged{page}"] = (cache, pk, pv, table)
+        if e4m3:
+            self.caches["ours-e4m3"] = (KvCache(1 if s.decode else 0, 0, 0, 0, 0, None), self.k8, self.v8, None)
 
-    def _reference(self):
+    def _reference(self, kt, vt):
         """Per sequence in float64: the query heads of a KV group against that group's keys."""
         s = self.shape
         g = s.q_heads // s.kv_heads
@@ -232,8 +302,8 @@ class DecodeBench:
             for b in range(s.batch):
                 q = self.q[b].double().view(s.new, s.kv_heads, g, s.head_dim).permute(1, 2, 0, 3)
                 q = q.reshape(s.kv_heads, g * s.new, s.head_dim)        # (hkv, g*new, d)
-                k = self.k[b].double().permute(1, 2, 0)                  # (hkv, d, cache)
-                v = self.v[b].double().permute(1, 0, 2)                  # (hkv, cache, d)
+                k = kt[b].double().permute(1, 2, 0)                      # (hkv, d, cache)
+                v = vt[b].double().permute(1, 0, 2)                      # (hkv, cache, d)
                 sc = torch.matmul(q, k) * scale                          # (hkv, g*new, cache)
                 if keep is not None:
                     sc = sc.view(s.kv_heads, g, s.new, s.cache).masked_fill(~keep, float("-inf"))
@@ -253,16 +323,26 @@ class DecodeBench:
     def can_implement(self, cfg, name):
         if name not in self.caches:
             return False, f"no cache for {name}"
+        if name in self.quant:
+            return self.ft.can_implement_kv_quant(self.problem, self.caches[name][0], self.quant[name], cfg)
         return self.ft.can_implement_kv_cache(self.problem, self.caches[name][0], cfg)
 
     def verify_ours(self, cfg, name):
         cache, k, v, _ = self.caches[name]
         o = torch.full_like(self.q, float("nan"))
+        if name in self.quant:
+            self.ft.run_kv_quant(self.problem, cache, self.quant[name], cfg, self.q, k, v, o)
+            ct.log(f"    {name} {cfg_key(cfg)}: rel. error {self.rel_error(o, self.ref_e4m3):.2e} against the "
+                   f"quantised values' reference, {self.rel_error(o, self.ref):.2e} against the unquantised one")
+            return self.rel_error(o, self.ref_e4m3)
         self.ft.run_kv_cache(self.problem, cache, cfg, self.q, k, v, o)
         return self.rel_error(o, self.ref)
 
     def ours_block(self, cfg, warmup, launches, name):
         cache, k, v, _ = self.caches[name]
+        if name in self.quant:
+            return self.ft.time_kv_quant(self.problem, cache, self.quant[name], cfg, self.q, k, v, self.o, warmup,
+                                         launches, self.flush is not None)
         return self.ft.time_kv_cache(self.problem, cache, cfg, self.q, k, v, self.o, warmup, launches,
                                      self.flush is not None)
 
@@ -296,6 +376,10 @@ class DecodeBench:
             out = fn()  # (b, hq, new, d)
         torch.cuda.synchronize()
         return self.rel_error(out.transpose(1, 2), self.ref)
+
+
+def cfg_key(cfg):
+    return "/".join(str(getattr(cfg, f)) for f, _ in cfg._fields_)
 
 
 def paged_pairs(pair_rows, blocks, shape_ids):
@@ -342,6 +426,7 @@ def build_parser():
     ap.add_argument("--spin-us-per-launch", type=float, default=150.0,
                     help="torch blocks: GPU spin queued first, per launch, to cover the host's dispatch")
     ap.add_argument("--quick", action="store_true", help="5 rounds (a smoke run)")
+    ap.add_argument("--e4m3", action="store_true", help="add ours-e4m3: the cache quantised to FP8 e4m3")
     return ap
 
 
@@ -371,15 +456,15 @@ def main():
     t_start = time.time()
     flush = None if args.steady else torch.empty(ct.L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     rng = random.Random(args.seed)
-    ours_names = ["ours"] + [f"ours-paged{p}" for p in pages]
+    ours_names = ["ours"] + [f"ours-paged{p}" for p in pages] + (["ours-e4m3"] if args.e4m3 else [])
     names = ours_names + torch_names
-    configs = {name: OURS_CONFIGS for name in ours_names}
+    configs = {name: (E4M3_CONFIGS if name == "ours-e4m3" else OURS_CONFIGS) for name in ours_names}
     all_blocks, report_by_shape, bytes_by_shape = [], {}, {}
     for shape_id in shape_ids:
         s = SHAPES[shape_id]
         t0 = time.time()
         log(f"== {shape_id}: {s.label}")
-        bench = DecodeBench(s, ft, flush, args.spin_us_per_launch, pages, args.expand_heads, args.seed)
+        bench = DecodeBench(s, ft, flush, args.spin_us_per_launch, pages, args.expand_heads, args.seed, args.e4m3)
         fixed_here = {name: fixed[shape_id] for name in ours_names} if shape_id in fixed else {}
         runnable, report = ct.prepare_candidates(bench, names, fixed_here, args.warmup, args.launches, log,
                                                  config_candidates=configs)

@@ -92,10 +92,19 @@ absl::StatusOr<fusetune::Precision> PrecisionFromC(int precision) {
   }
 }
 
-// `cache` (may be NULL: a contiguous prefill) adds the kind and the paged-cache fields.
-absl::Status ToProblem(const fusetune_problem* in, const fusetune_kv_cache* cache, AttentionProblem* out) {
+// `cache` (may be NULL: a contiguous prefill) adds the kind and the paged-cache fields, `quant`
+// (may be NULL: K/V in the problem's dtype) the K/V storage.
+absl::Status ToProblem(const fusetune_problem* in, const fusetune_kv_cache* cache, const fusetune_kv_quant* quant,
+                       AttentionProblem* out) {
   if (in == nullptr) return absl::InvalidArgumentError("problem is NULL");
   AttentionProblem p;
+  if (quant != nullptr) {
+    if (quant->storage != FUSETUNE_KV_DTYPE && quant->storage != FUSETUNE_KV_E4M3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kv_quant.storage must be FUSETUNE_KV_DTYPE or FUSETUNE_KV_E4M3, got ", quant->storage));
+    }
+    if (quant->storage == FUSETUNE_KV_E4M3) p.kv_storage = fusetune::KvStorage::kE4m3;
+  }
   if (cache != nullptr) {
     if (cache->decode != 0 && cache->decode != 1) {
       return absl::InvalidArgumentError(absl::StrCat("kv_cache.decode must be 0 or 1, got ", cache->decode));
@@ -182,34 +191,42 @@ absl::Status CheckHandle(const fusetune_handle* h) {
 // What every call about one (problem, config) checks first: a live handle, then the problem and
 // the config converted (and validated) from their C structs.
 absl::Status PrepareCall(const fusetune_handle* h, const fusetune_problem* problem, const fusetune_kv_cache* cache,
-                         const fusetune_config* config, AttentionProblem* p, KernelConfig* c) {
+                         const fusetune_kv_quant* quant, const fusetune_config* config, AttentionProblem* p,
+                         KernelConfig* c) {
   if (auto s = CheckHandle(h); !s.ok()) return s;
-  if (auto s = ToProblem(problem, cache, p); !s.ok()) return s;
+  if (auto s = ToProblem(problem, cache, quant, p); !s.ok()) return s;
   return ToConfig(config, c);
 }
 
-// The tensors of a run, all required, and the block table of a paged cache (null otherwise).
+// The tensors of a run, all required, the block table of a paged cache and the scales of e4m3
+// K/V (null otherwise).
 absl::StatusOr<fusetune::AttentionBuffers> ToBuffers(const AttentionProblem& p, const fusetune_kv_cache* cache,
-                                                     const void* q, const void* k, const void* v, void* o) {
-  const fusetune::AttentionBuffers buffers{q, k, v, o, cache == nullptr ? nullptr : cache->block_table};
+                                                     const fusetune_kv_quant* quant, const void* q, const void* k,
+                                                     const void* v, void* o) {
+  fusetune::AttentionBuffers buffers{q, k, v, o, cache == nullptr ? nullptr : cache->block_table};
+  if (quant != nullptr) {
+    buffers.k_scale = quant->k_scale;
+    buffers.v_scale = quant->v_scale;
+  }
   if (auto s = fusetune::ValidateBuffers(p, buffers); !s.ok()) return s;
   return buffers;
 }
 
 absl::Status CanImplementCall(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
-                              const fusetune_config* config) {
+                              const fusetune_kv_quant* quant, const fusetune_config* config) {
   AttentionProblem p;
   KernelConfig c;
-  if (auto s = PrepareCall(handle, problem, cache, config, &p, &c); !s.ok()) return s;
+  if (auto s = PrepareCall(handle, problem, cache, quant, config, &p, &c); !s.ok()) return s;
   return handle->backend->CanImplement(p, c);
 }
 
 absl::Status RunCall(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
-                     const fusetune_config* config, const void* q, const void* k, const void* v, void* o) {
+                     const fusetune_kv_quant* quant, const fusetune_config* config, const void* q, const void* k,
+                     const void* v, void* o) {
   AttentionProblem p;
   KernelConfig c;
-  if (auto s = PrepareCall(handle, problem, cache, config, &p, &c); !s.ok()) return s;
-  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, q, k, v, o);
+  if (auto s = PrepareCall(handle, problem, cache, quant, config, &p, &c); !s.ok()) return s;
+  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, quant, q, k, v, o);
   if (!buffers.ok()) return buffers.status();
   return handle->backend->Run(p, c, *buffers);
 }
@@ -225,12 +242,12 @@ struct TimeRequest {
 };
 
 absl::Status TimeCall(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
-                      const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
-                      const TimeRequest& r) {
+                      const fusetune_kv_quant* quant, const fusetune_config* config, const void* q, const void* k,
+                      const void* v, void* o, const TimeRequest& r) {
   AttentionProblem p;
   KernelConfig c;
-  if (auto s = PrepareCall(handle, problem, cache, config, &p, &c); !s.ok()) return s;
-  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, q, k, v, o);
+  if (auto s = PrepareCall(handle, problem, cache, quant, config, &p, &c); !s.ok()) return s;
+  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, quant, q, k, v, o);
   if (!buffers.ok()) return buffers.status();
   if (r.median_us == nullptr) return absl::InvalidArgumentError("median_us is NULL");
   if (r.capacity > 0 && (r.samples_us == nullptr || r.count == nullptr)) {
@@ -254,12 +271,12 @@ absl::Status TimeCall(fusetune_handle* handle, const fusetune_problem* problem, 
 }
 
 absl::Status RunOnStreamCall(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
-                             const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
-                             const fusetune_launch* launch) {
+                             const fusetune_kv_quant* quant, const fusetune_config* config, const void* q,
+                             const void* k, const void* v, void* o, const fusetune_launch* launch) {
   AttentionProblem p;
   KernelConfig c;
-  if (auto s = PrepareCall(handle, problem, cache, config, &p, &c); !s.ok()) return s;
-  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, q, k, v, o);
+  if (auto s = PrepareCall(handle, problem, cache, quant, config, &p, &c); !s.ok()) return s;
+  absl::StatusOr<fusetune::AttentionBuffers> buffers = ToBuffers(p, cache, quant, q, k, v, o);
   if (!buffers.ok()) return buffers.status();
   fusetune::StreamLaunch on;
   if (launch != nullptr) {
@@ -338,7 +355,7 @@ int fusetune_config_from_key(const char* key, fusetune_config* out, char* err, s
 
 int fusetune_can_implement(fusetune_handle* handle, const fusetune_problem* problem,
                            const fusetune_config* config, char* err, size_t errlen) {
-  return Guard(err, errlen, [&] { return CanImplementCall(handle, problem, nullptr, config); });
+  return Guard(err, errlen, [&] { return CanImplementCall(handle, problem, nullptr, nullptr, config); });
 }
 
 int fusetune_can_implement_kv_cache(fusetune_handle* handle, const fusetune_problem* problem,
@@ -346,14 +363,14 @@ int fusetune_can_implement_kv_cache(fusetune_handle* handle, const fusetune_prob
                                     size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
     if (cache == nullptr) return absl::InvalidArgumentError("kv_cache is NULL");
-    return CanImplementCall(handle, problem, cache, config);
+    return CanImplementCall(handle, problem, cache, nullptr, config);
   });
 }
 
 int fusetune_run(fusetune_handle* handle, const fusetune_problem* problem,
                  const fusetune_config* config, const void* q, const void* k, const void* v,
                  void* o, char* err, size_t errlen) {
-  return Guard(err, errlen, [&] { return RunCall(handle, problem, nullptr, config, q, k, v, o); });
+  return Guard(err, errlen, [&] { return RunCall(handle, problem, nullptr, nullptr, config, q, k, v, o); });
 }
 
 int fusetune_run_kv_cache(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
@@ -361,21 +378,21 @@ int fusetune_run_kv_cache(fusetune_handle* handle, const fusetune_problem* probl
                           char* err, size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
     if (cache == nullptr) return absl::InvalidArgumentError("kv_cache is NULL");
-    return RunCall(handle, problem, cache, config, q, k, v, o);
+    return RunCall(handle, problem, cache, nullptr, config, q, k, v, o);
   });
 }
 
 int fusetune_run_on_stream(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
                            const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
                            const fusetune_launch* launch, char* err, size_t errlen) {
-  return Guard(err, errlen, [&] { return RunOnStreamCall(handle, problem, cache, config, q, k, v, o, launch); });
+  return Guard(err, errlen, [&] { return RunOnStreamCall(handle, problem, cache, nullptr, config, q, k, v, o, launch); });
 }
 
 int fusetune_problem_validate(const fusetune_problem* problem, const fusetune_kv_cache* cache, char* err,
                               size_t errlen) {
   return Guard(err, errlen, [&] {
     AttentionProblem p;
-    return ToProblem(problem, cache, &p);
+    return ToProblem(problem, cache, nullptr, &p);
   });
 }
 
@@ -383,7 +400,7 @@ int fusetune_problem_key(const fusetune_problem* problem, const fusetune_kv_cach
                          size_t keylen, char* err, size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
     AttentionProblem p;
-    if (auto s = ToProblem(problem, cache, &p); !s.ok()) return s;
+    if (auto s = ToProblem(problem, cache, nullptr, &p); !s.ok()) return s;
     return WriteKey(p.Key(), key, keylen);
   });
 }
@@ -401,7 +418,7 @@ int fusetune_default_config(const char* device_class, const fusetune_problem* pr
   return Guard(err, errlen, [&]() -> absl::Status {
     if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
     AttentionProblem p;
-    if (auto s = ToProblem(problem, cache, &p); !s.ok()) return s;
+    if (auto s = ToProblem(problem, cache, nullptr, &p); !s.ok()) return s;
     *out = FromConfig(fusetune::DefaultConfigOfDeviceClass(device_class == nullptr ? "" : device_class, p));
     return absl::OkStatus();
   });
@@ -456,7 +473,7 @@ int fusetune_time(fusetune_handle* handle, const fusetune_problem* problem,
                   double* median_us, double* samples_us, int capacity, int* count, char* err,
                   size_t errlen) {
   return Guard(err, errlen, [&] {
-    return TimeCall(handle, problem, nullptr, config, q, k, v, o,
+    return TimeCall(handle, problem, nullptr, nullptr, config, q, k, v, o,
                     {warmup, repeats, max_seconds, flush_l2, median_us, samples_us, capacity, count});
   });
 }
@@ -467,8 +484,57 @@ int fusetune_time_kv_cache(fusetune_handle* handle, const fusetune_problem* prob
                            double* samples_us, int capacity, int* count, char* err, size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
     if (cache == nullptr) return absl::InvalidArgumentError("kv_cache is NULL");
-    return TimeCall(handle, problem, cache, config, q, k, v, o,
+    return TimeCall(handle, problem, cache, nullptr, config, q, k, v, o,
                     {warmup, repeats, max_seconds, flush_l2, median_us, samples_us, capacity, count});
+  });
+}
+
+int fusetune_can_implement_kv_quant(fusetune_handle* handle, const fusetune_problem* problem,
+                                    const fusetune_kv_cache* cache, const fusetune_kv_quant* quant,
+                                    const fusetune_config* config, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (quant == nullptr) return absl::InvalidArgumentError("kv_quant is NULL");
+    return CanImplementCall(handle, problem, cache, quant, config);
+  });
+}
+
+int fusetune_run_kv_quant(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                          const fusetune_kv_quant* quant, const fusetune_config* config, const void* q, const void* k,
+                          const void* v, void* o, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (quant == nullptr) return absl::InvalidArgumentError("kv_quant is NULL");
+    return RunCall(handle, problem, cache, quant, config, q, k, v, o);
+  });
+}
+
+int fusetune_time_kv_quant(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                           const fusetune_kv_quant* quant, const fusetune_config* config, const void* q, const void* k,
+                           const void* v, void* o, int warmup, int repeats, double max_seconds, int flush_l2,
+                           double* median_us, double* samples_us, int capacity, int* count, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (quant == nullptr) return absl::InvalidArgumentError("kv_quant is NULL");
+    return TimeCall(handle, problem, cache, quant, config, q, k, v, o,
+                    {warmup, repeats, max_seconds, flush_l2, median_us, samples_us, capacity, count});
+  });
+}
+
+int fusetune_run_on_stream_kv_quant(fusetune_handle* handle, const fusetune_problem* problem,
+                                    const fusetune_kv_cache* cache, const fusetune_kv_quant* quant,
+                                    const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                                    const fusetune_launch* launch, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (quant == nullptr) return absl::InvalidArgumentError("kv_quant is NULL");
+    return RunOnStreamCall(handle, problem, cache, quant, config, q, k, v, o, launch);
+  });
+}
+
+int fusetune_problem_key_kv_quant(const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                                  const fusetune_kv_quant* quant, char* key, size_t keylen, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (quant == nullptr) return absl::InvalidArgumentError("kv_quant is NULL");
+    AttentionProblem p;
+    if (auto s = ToProblem(problem, cache, quant, &p); !s.ok()) return s;
+    return WriteKey(p.Key(), key, keylen);
   });
 }
 

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/kernels/reference.h"
 
@@ -495,6 +496,87 @@ TEST(CApi, ProblemKeysAreTheLibrarysAndValidationNamesTheField) {
   EXPECT_EQ(fusetune_problem_validate(&bad, nullptr, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err).find("kv_heads"), std::string::npos) << err;
   EXPECT_EQ(fusetune_problem_key(&bad, nullptr, key, sizeof key, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, E4m3DecodeThroughTheKvQuantCallsMatchesTheReferenceOfItsScaledValues) {
+  const int32_t cache_lens[] = {13, 6};
+  fusetune_problem problem = DecodeProblem(cache_lens);
+  problem.dtype = FUSETUNE_BF16;
+  const fusetune_kv_cache cache = DecodeCache(0, nullptr);
+  fusetune::AttentionProblem cpp = ToCpp(problem);
+  cpp.kind = fusetune::ProblemKind::kDecode;
+  cpp.kv_storage = fusetune::KvStorage::kE4m3;
+  ASSERT_TRUE(cpp.Validate().ok()) << cpp.Validate();
+  std::vector<float> q, k, v;
+  RandomInputs(cpp, 7, &q, &k, &v);
+  fusetune::RoundToDType(fusetune::DType::kBf16, q);
+  std::vector<uint8_t> k8(k.size()), v8(v.size());
+  std::vector<float> k_scale(2), v_scale(2);
+  fusetune::QuantizeE4m3PerHead(k, 2, 32, k8, k_scale);
+  fusetune::QuantizeE4m3PerHead(v, 2, 32, v8, v_scale);
+  std::vector<float> k_values(k8.size()), v_values(v8.size());
+  for (size_t i = 0; i < k8.size(); ++i) {
+    k_values[i] = fusetune::E4m3ToFloat(k8[i]);
+    v_values[i] = fusetune::E4m3ToFloat(v8[i]);
+  }
+  auto ref = fusetune::ReferenceAttention(cpp, q, k_values, v_values, fusetune::KvScales{k_scale, v_scale});
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  std::vector<uint16_t> q16(q.size()), o16(q.size(), 0x7fc0);
+  fusetune::EncodeTensor(fusetune::DType::kBf16, q, q16.data());
+  Handle h;
+  const fusetune_config c = Config(FUSETUNE_FUSED);
+  const fusetune_kv_quant quant{FUSETUNE_KV_E4M3, k_scale.data(), v_scale.data()};
+  char err[256] = "";
+  char key[256];
+  ASSERT_EQ(fusetune_problem_key_kv_quant(&problem, &cache, &quant, key, sizeof key, err, sizeof err), FUSETUNE_OK)
+      << err;
+  EXPECT_EQ(key, cpp.Key());
+  ASSERT_EQ(fusetune_can_implement_kv_quant(h.h, &problem, &cache, &quant, &c, err, sizeof err), FUSETUNE_OK) << err;
+  ASSERT_EQ(fusetune_run_kv_quant(h.h, &problem, &cache, &quant, &c, q16.data(), k8.data(), v8.data(), o16.data(), err,
+                                  sizeof err),
+            FUSETUNE_OK)
+      << err;
+  std::vector<float> o(o16.size());
+  fusetune::DecodeTensor(fusetune::DType::kBf16, o16.data(), o16.size(), o.data());
+  double ref_max = 0;
+  for (double x : *ref) ref_max = std::max(ref_max, std::fabs(x));
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], (*ref)[i], 2e-2 * ref_max) << "element " << i;
+  double median = -1;
+  ASSERT_EQ(fusetune_time_kv_quant(h.h, &problem, &cache, &quant, &c, q16.data(), k8.data(), v8.data(), o16.data(), 0,
+                                   2, 10.0, 0, &median, nullptr, 0, nullptr, err, sizeof err),
+            FUSETUNE_OK)
+      << err;
+  EXPECT_GT(median, 0.0);
+}
+
+TEST(CApi, KvQuantArgumentsAreChecked) {
+  const int32_t cache_lens[] = {13, 6};
+  fusetune_problem problem = DecodeProblem(cache_lens);
+  const fusetune_kv_cache cache = DecodeCache(0, nullptr);
+  char key[256], err[256] = "";
+  fusetune_kv_quant quant{FUSETUNE_KV_E4M3, nullptr, nullptr};
+  // e4m3 K/V need a 16-bit Q: an fp32 problem is refused, naming why.
+  EXPECT_EQ(fusetune_problem_key_kv_quant(&problem, &cache, &quant, key, sizeof key, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("fp16 or bf16"), std::string::npos) << err;
+  problem.dtype = FUSETUNE_FP16;
+  ASSERT_EQ(fusetune_problem_key_kv_quant(&problem, &cache, &quant, key, sizeof key, err, sizeof err), FUSETUNE_OK);
+  EXPECT_NE(std::string(key).find("/kve4m3"), std::string::npos) << key;
+  quant.storage = 5;
+  EXPECT_EQ(fusetune_problem_key_kv_quant(&problem, &cache, &quant, key, sizeof key, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_problem_key_kv_quant(&problem, &cache, nullptr, key, sizeof key, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  // Missing scales: refused before anything runs, the output untouched.
+  Handle h;
+  quant.storage = FUSETUNE_KV_E4M3;
+  const fusetune_config c = Config(FUSETUNE_FUSED);
+  std::vector<uint16_t> t(4096, 0), o(4096, 0x1234);
+  EXPECT_EQ(fusetune_run_kv_quant(h.h, &problem, &cache, &quant, &c, t.data(), t.data(), t.data(), o.data(), err,
+                                  sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("k_scale"), std::string::npos) << err;
+  EXPECT_EQ(o[0], 0x1234);
 }
 
 TEST(CApi, ConfigKeysRoundTrip) {

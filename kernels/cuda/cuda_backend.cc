@@ -273,6 +273,11 @@ class CudaBackend final : public Backend {
       return absl::FailedPreconditionError(Cat(
           "threads per block must be a multiple of 32 in [32, 1024], got ", config.threads));
     }
+    if (problem.is_kv_quantized() && !(config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem))) {
+      return absl::UnimplementedError(
+          "K/V stored as e4m3 run on the CUDA backend's fused decode kernels only (a decode, or a prefill over "
+          "a paged cache): the baselines and the contiguous prefill read 16-bit K/V");
+    }
     if (config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem)) {
       if (auto s = cuda::DecodeCanImplement(problem, config, info_.shared_mem_per_block); !s.ok()) return s;
       // The split partials of the most splits the config can ask for (the planner's cap for
@@ -576,6 +581,21 @@ class CudaBackend final : public Backend {
     return ValidateBlockTable(problem, host_table_.data(), entries);
   }
 
+  // Copies the K/V scales of an e4m3 problem to the host and checks them (ValidateKvScales), on
+  // every call for the same reason as the block table.
+  absl::Status ValidateDeviceKvScales(const AttentionProblem& problem, const AttentionBuffers& buffers) {
+    std::vector<float> k(static_cast<size_t>(problem.kv_heads)), v(k.size());
+    for (auto [host, device] : {std::pair<float*, const float*>{k.data(), buffers.k_scale},
+                                std::pair<float*, const float*>{v.data(), buffers.v_scale}}) {
+      if (auto s = Check(cudaMemcpy(host, device, k.size() * sizeof(float), cudaMemcpyDefault),
+                         "copying the K/V scales to the host to check them");
+          !s.ok()) {
+        return s;
+      }
+    }
+    return ValidateKvScales(problem, k.data(), v.data());
+  }
+
   // The block table must be memory the GPU can read (the kernels read it there).
   static absl::Status CheckBlockTableMemory(const int32_t* table) {
     cudaPointerAttributes attributes{};
@@ -699,8 +719,9 @@ class CudaBackend final : public Backend {
   // instance, so that a launch being captured into a graph calls nothing but the launch.
   int DecodeResidentBlocks(const AttentionProblem& problem, const KernelConfig& config) {
     if (config.split_kv != kAutoSplitKv) return 0;
-    const auto key = std::make_tuple(problem.head_dim, static_cast<int>(problem.dtype), config.block_m,
-                                     config.block_s, config.threads, config.stages);
+    const auto key = std::make_tuple(problem.head_dim, static_cast<int>(problem.dtype),
+                                     static_cast<int>(problem.kv_storage), config.block_m, config.block_s,
+                                     config.threads, config.stages);
     if (auto it = decode_resident_blocks_.find(key); it != decode_resident_blocks_.end()) return it->second;
     const int blocks = info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config);
     if (blocks > 0) decode_resident_blocks_.emplace(key, blocks);
@@ -723,6 +744,8 @@ class CudaBackend final : public Backend {
     launch.v = buffers.v;
     launch.o = buffers.o;
     launch.block_table = problem.is_paged() ? buffers.block_table : nullptr;
+    launch.k_scale = buffers.k_scale;
+    launch.v_scale = buffers.v_scale;
     launch.cu_seqlens_q = p.cu_seqlens_q;
     launch.cu_seqlens_k = p.cu_seqlens_k;
     launch.kv_valid_lens = p.kv_valid_lens;
@@ -736,6 +759,9 @@ class CudaBackend final : public Backend {
     // else) as it was.
     if (problem.is_paged()) {
       if (auto s = ValidateDeviceBlockTable(problem, buffers.block_table); !s.ok()) return s;
+    }
+    if (problem.is_kv_quantized()) {
+      if (auto s = ValidateDeviceKvScales(problem, buffers); !s.ok()) return s;
     }
     PreparedLaunch out;
     out.variant = config.variant;
@@ -976,8 +1002,8 @@ class CudaBackend final : public Backend {
   // RunOnStream's own: never shared with Run's, whose workspace is freed when it grows.
   RetainedDeviceBuffer stream_workspace_;
   RetainedDeviceBuffer stream_split_counters_;
-  // DecodeResidentBlocks by (head_dim, dtype, block_m, block_s, threads, stages).
-  std::map<std::tuple<int, int, int, int, int, int>, int> decode_resident_blocks_;
+  // DecodeResidentBlocks by (head_dim, dtype, kv_storage, block_m, block_s, threads, stages).
+  std::map<std::tuple<int, int, int, int, int, int, int>, int> decode_resident_blocks_;
 };
 
 }  // namespace

@@ -49,6 +49,11 @@ absl::StatusOr<KernelConfig> DefaultConfig(std::string_view backend, const Atten
     c.stages = 2;
     c.split_kv = decode ? kAutoSplitKv : 1;
     c.precision = StoragePrecision(problem.dtype);
+    if (problem.is_kv_quantized()) {
+      // e4m3 K/V: fp16 products, and three stages of the half-size tiles (compiled for decode).
+      c.precision = Precision::kFp16;
+      c.stages = decode ? 3 : 2;
+    }
     return c;
   }
   if (backend == "cuda" || backend == "hip") {

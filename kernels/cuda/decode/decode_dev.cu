@@ -7,8 +7,8 @@
 //        contiguous caches (uniform with key padding, varlen), shuffled and shared tables, pools
 //        larger than needed with unused rows NaN, cache lengths 0, 1, odd and not multiples of
 //        the page, batches up to 64 with one long sequence, GQA 32/8, 8/1 (MQA) and others,
-//        1-16 new tokens (bottom-right causal), fp16/bf16/fp32, d64/d128, random splits, large
-//        logits. Output poisoned (all ones) first: every element must be written. `small`
+//        1-16 new tokens (bottom-right causal), fp16/bf16/fp32, e4m3 K/V with random per-head
+//        scales (NaN bytes in unused rows), d64/d128, random splits, large logits. Output poisoned (all ones) first: every element must be written. `small`
 //        keeps every problem tiny (for compute-sanitizer).
 //   decode_dev one SHAPE INSTANCE SPLITS [launches]  one bench shape, instance and split, back to
 //        back (for ncu), e.g. one b16-c8k bf16/d128/bm16/bs128/t256/st3 1
@@ -33,6 +33,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "../l2_flush.h"
@@ -65,11 +66,16 @@ const char* StorageName(DecodeStorage s) {
 }
 int StorageBytes(DecodeStorage s) { return s == DecodeStorage::kFp32 ? 4 : 2; }
 
+// e4m3 on the host (the CUDA headers' conversions: round to nearest even, saturating).
+uint8_t ToE4m3(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
+float FromE4m3(uint8_t b) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3))); }
+
 std::vector<DecodeInstance> AllInstances() {
   std::vector<DecodeInstance> v;
   for (DecodeInstanceList l : {fusetune::cuda::decode::DecodeFp32Instances(),
                                fusetune::cuda::decode::DecodeFp16Instances(),
-                               fusetune::cuda::decode::DecodeBf16Instances()}) {
+                               fusetune::cuda::decode::DecodeBf16Instances(),
+                               fusetune::cuda::decode::DecodeE4m3Instances()}) {
     v.insert(v.end(), l.data, l.data + l.size);
   }
   return v;
@@ -77,8 +83,8 @@ std::vector<DecodeInstance> AllInstances() {
 
 std::string InstanceName(const DecodeInstance& in) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%s/d%d/bm%d/bs%d/t%d/st%d", StorageName(in.storage), in.head_dim, in.block_m,
-                in.block_s, in.threads, in.stages);
+  std::snprintf(buf, sizeof buf, "%s%s/d%d/bm%d/bs%d/t%d/st%d", StorageName(in.storage), in.kv_e4m3 ? "-e4m3" : "",
+                in.head_dim, in.block_m, in.block_s, in.threads, in.stages);
   return buf;
 }
 
@@ -119,7 +125,9 @@ float Store(DecodeStorage s, void* p, int64_t i, float x) {
 
 // One problem as the kernels see it, with host copies of every input.
 struct DevProblem {
-  DecodeStorage storage = DecodeStorage::kBf16;
+  DecodeStorage storage = DecodeStorage::kBf16;  // Q and O (and K/V unless e4m3)
+  bool e4m3 = false;                              // K/V as e4m3 bytes with per-head scales
+  std::vector<float> k_scale, v_scale;
   int d = 128, batch = 1, hq = 32, hkv = 8, causal = 0;
   float scale = 0;
   std::vector<int> q_lens, k_lens;  // per sequence: query tokens, visible keys
@@ -147,7 +155,20 @@ struct DevProblem {
   double KvBytes() const {
     double keys = 0;
     for (int b = 0; b < batch; ++b) keys += k_lens[b];
-    return 2.0 * keys * hkv * d * StorageBytes(storage);
+    return 2.0 * keys * hkv * d * KvElemBytes();
+  }
+  int KvElemBytes() const { return e4m3 ? 1 : StorageBytes(storage); }
+  // Stores x (a value of KV head (i / d) % hkv) at K/V element i; e4m3 divides by the scale.
+  void StoreKv(std::vector<uint8_t>& t, const std::vector<float>& scales, int64_t i, float x) const {
+    if (e4m3) {
+      t[static_cast<size_t>(i)] = std::isnan(x) ? 0x7f : ToE4m3(x / scales[(i / d) % hkv]);
+    } else {
+      Store(storage, t.data(), i, x);
+    }
+  }
+  // K/V element i as the kernel sees it before the scale (the e4m3 value itself).
+  float KvValue(const std::vector<uint8_t>& t, int64_t i) const {
+    return e4m3 ? FromE4m3(t[static_cast<size_t>(i)]) : FromBits(storage, t.data(), i);
   }
 };
 
@@ -203,14 +224,29 @@ void Materialize(DevProblem& p, std::mt19937_64& rng, float amp, int shared_pref
     p.total_k_rows = static_cast<int64_t>(B) * p.kv_len;
   }
   const int64_t kv_elems = std::max<int64_t>(1, p.total_k_rows) * p.hkv * p.d;
-  p.k.assign(static_cast<size_t>(kv_elems) * eb, 0);
-  p.v.assign(static_cast<size_t>(kv_elems) * eb, 0);
+  p.k.assign(static_cast<size_t>(kv_elems) * p.KvElemBytes(), 0);
+  p.v.assign(static_cast<size_t>(kv_elems) * p.KvElemBytes(), 0);
+  if (p.e4m3) {  // per-head scales around amp / 448, some far from it (values saturate or go subnormal)
+    const float factors[] = {1.0f, 0.6f, 3.0f, 40.0f, 1.0f / 64};
+    p.k_scale.resize(p.hkv);
+    p.v_scale.resize(p.hkv);
+    for (int h = 0; h < p.hkv; ++h) {
+      p.k_scale[h] = amp / 448.0f * factors[rng() % 5];
+      p.v_scale[h] = amp / 448.0f * factors[rng() % 5];
+    }
+  }
   if (!poison) {  // timing only: random values everywhere, from a cheap generator
     uint64_t x = rng() | 1;
     for (int64_t i = 0; i < kv_elems; ++i) {
       x ^= x << 13;
       x ^= x >> 7;
       x ^= x << 17;
+      if (p.e4m3) {  // any byte but the two NaNs
+        const uint8_t a = static_cast<uint8_t>(x), b = static_cast<uint8_t>(x >> 8);
+        p.k[static_cast<size_t>(i)] = (a & 0x7f) == 0x7f ? 0 : a;
+        p.v[static_cast<size_t>(i)] = (b & 0x7f) == 0x7f ? 0 : b;
+        continue;
+      }
       const float a = static_cast<float>(x & 0xffff) / 32768.0f - 1.0f;
       const float b = static_cast<float>((x >> 16) & 0xffff) / 32768.0f - 1.0f;
       Store(p.storage, p.k.data(), i, a);
@@ -219,8 +255,8 @@ void Materialize(DevProblem& p, std::mt19937_64& rng, float amp, int shared_pref
     return;
   }
   for (int64_t i = 0; i < kv_elems; ++i) {  // NaN everywhere first: unused rows stay NaN
-    Store(p.storage, p.k.data(), i, NAN);
-    Store(p.storage, p.v.data(), i, NAN);
+    p.StoreKv(p.k, p.k_scale, i, NAN);
+    p.StoreKv(p.v, p.v_scale, i, NAN);
   }
   // Shared prefix pages hold the same values for every sequence: written once per row.
   for (int b = 0; b < B; ++b) {
@@ -229,8 +265,8 @@ void Materialize(DevProblem& p, std::mt19937_64& rng, float amp, int shared_pref
       const bool shared_written = p.page > 0 && j / p.page < shared_prefix_pages && b > 0;
       if (shared_written) continue;
       for (int64_t e = 0; e < static_cast<int64_t>(p.hkv) * p.d; ++e) {
-        Store(p.storage, p.k.data(), row * p.hkv * p.d + e, u(rng));
-        Store(p.storage, p.v.data(), row * p.hkv * p.d + e, u(rng));
+        p.StoreKv(p.k, p.k_scale, row * p.hkv * p.d + e, u(rng));
+        p.StoreKv(p.v, p.v_scale, row * p.hkv * p.d + e, u(rng));
       }
     }
   }
@@ -243,9 +279,17 @@ std::vector<float> Decoded(DecodeStorage s, const std::vector<uint8_t>& bytes) {
   return out;
 }
 
+std::vector<float> DecodedKv(const DevProblem& p, const std::vector<uint8_t>& bytes) {
+  std::vector<float> out(bytes.size() / p.KvElemBytes());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = p.KvValue(bytes, static_cast<int64_t>(i));
+  return out;
+}
+
 std::vector<double> Reference(const DevProblem& p, double* logit_bound) {
   const int d = p.d, g = p.group();
-  const std::vector<float> qf = Decoded(p.storage, p.q), kf = Decoded(p.storage, p.k), vf = Decoded(p.storage, p.v);
+  const std::vector<float> qf = Decoded(p.storage, p.q), kf = DecodedKv(p, p.k), vf = DecodedKv(p, p.v);
+  auto k_scale = [&](int h) { return p.e4m3 ? static_cast<double>(p.k_scale[h]) : 1.0; };
+  auto v_scale = [&](int h) { return p.e4m3 ? static_cast<double>(p.v_scale[h]) : 1.0; };
   std::vector<double> out(static_cast<size_t>(p.total_q) * p.hq * d, 0.0);
   const double scale = p.scale;
   double max_q = 0, max_k = 0;
@@ -262,7 +306,7 @@ std::vector<double> Reference(const DevProblem& p, double* logit_bound) {
       for (int h = 0; h < p.hkv; ++h) {
         double s = 0;
         for (int e = 0; e < d; ++e) {
-          const double x = kf[(p.KeyRow(b, j) * p.hkv + h) * d + e];
+          const double x = kf[(p.KeyRow(b, j) * p.hkv + h) * d + e] * k_scale(h);
           s += x * x;
         }
         max_k = std::max(max_k, s);
@@ -283,7 +327,7 @@ std::vector<double> Reference(const DevProblem& p, double* logit_bound) {
             const int64_t krow = (p.KeyRow(b, j) * p.hkv + kvh) * d;
             double s = 0;
             for (int e = 0; e < d; ++e) s += qv[e] * kf[krow + e];
-            sc[j] = s * scale;
+            sc[j] = s * scale * k_scale(kvh);
             mx = std::max(mx, sc[j]);
           }
           double l = 0;
@@ -291,7 +335,7 @@ std::vector<double> Reference(const DevProblem& p, double* logit_bound) {
           double* o = out.data() + qrow * d;
           for (int j = 0; j < n; ++j) {
             const int64_t vrow = (p.KeyRow(b, j) * p.hkv + kvh) * d;
-            const double w = sc[j] / l;
+            const double w = sc[j] / l * v_scale(kvh);
             for (int e = 0; e < d; ++e) o[e] += w * vf[vrow + e];
           }
         }
@@ -307,8 +351,8 @@ std::vector<double> Reference(const DevProblem& p, double* logit_bound) {
 
 // The tolerance of the library's ToleranceFor (kernels/reference): max |out - ref| / max |ref|,
 // the products' part scaled by the logit bound beyond sqrt(head_dim).
-double Tolerance(DecodeStorage s, double logit_bound, int d) {
-  const double product = s == DecodeStorage::kFp32 ? 1e-4 : s == DecodeStorage::kFp16 ? 1e-2 : 3e-2;
+double Tolerance(DecodeStorage s, bool e4m3, double logit_bound, int d) {
+  const double product = s == DecodeStorage::kFp32 ? 1e-4 : (s == DecodeStorage::kFp16 || e4m3) ? 1e-2 : 3e-2;
   const double storage = s == DecodeStorage::kFp32 ? 0 : s == DecodeStorage::kFp16 ? 2e-3 : 1.6e-2;
   const double calibrated = std::sqrt(static_cast<double>(d));
   const double grow = logit_bound > calibrated ? logit_bound / calibrated : 1.0;
@@ -319,11 +363,13 @@ struct DeviceProblem {
   void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
   int32_t *table = nullptr, *cu_q = nullptr, *cu_k = nullptr, *kv_lens = nullptr, *counters = nullptr;
   float* ws = nullptr;
+  float *k_scale = nullptr, *v_scale = nullptr;
   size_t ws_floats = 0;
   size_t o_bytes = 0;
   void Free() {
     for (void* x : {q, k, v, o, static_cast<void*>(table), static_cast<void*>(cu_q), static_cast<void*>(cu_k),
-                    static_cast<void*>(kv_lens), static_cast<void*>(ws), static_cast<void*>(counters)}) {
+                    static_cast<void*>(kv_lens), static_cast<void*>(ws), static_cast<void*>(counters),
+                    static_cast<void*>(k_scale), static_cast<void*>(v_scale)}) {
       if (x) cudaFree(x);
     }
     *this = DeviceProblem{};
@@ -345,6 +391,10 @@ DeviceProblem UploadProblem(const DevProblem& p, int max_splits) {
   dp.k = Upload(p.k);
   dp.v = Upload(p.v);
   dp.o_bytes = p.q.size();
+  if (p.e4m3) {
+    dp.k_scale = Upload(p.k_scale);
+    dp.v_scale = Upload(p.v_scale);
+  }
   CUDA_OK(cudaMalloc(&dp.o, std::max<size_t>(16, dp.o_bytes)));
   if (p.page > 0) dp.table = Upload(p.table);
   if (p.varlen) {
@@ -376,6 +426,8 @@ DecodeKernelArgs ArgsFor(const DevProblem& p, const DeviceProblem& dp, const Dec
   a.k = dp.k;
   a.v = dp.v;
   a.o = dp.o;
+  a.k_scale = dp.k_scale;
+  a.v_scale = dp.v_scale;
   a.batch = p.batch;
   a.q_heads = p.hq;
   a.kv_heads = p.hkv;
@@ -407,6 +459,7 @@ DevProblem RandomProblem(std::mt19937_64& rng, bool small, int index, float* amp
   auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
   DevProblem p;
   p.storage = static_cast<DecodeStorage>(rng() % 3);
+  p.e4m3 = p.storage != DecodeStorage::kFp32 && rng() % 3 == 0;
   p.d = pick({64, 128});
   const int heads = static_cast<int>(rng() % 6);
   const int hq[] = {32, 8, 4, 16, 6, 2}, hkv[] = {8, 1, 4, 2, 3, 1};
@@ -446,8 +499,8 @@ DevProblem RandomProblem(std::mt19937_64& rng, bool small, int index, float* amp
   if (scale_kind == 1) p.scale = 0.01f;
   *amp = (rng() % 8 == 0) ? 4.0f : 1.0f;  // large logits
   char buf[160];
-  std::snprintf(buf, sizeof buf, "#%d %s d%d b%d hq%d hkv%d n%d causal%d %s page%d prefix%d scale%g amp%g", index,
-                StorageName(p.storage), p.d, p.batch, p.hq, p.hkv, n, p.causal, p.varlen ? "varlen" : "uniform",
+  std::snprintf(buf, sizeof buf, "#%d %s%s d%d b%d hq%d hkv%d n%d causal%d %s page%d prefix%d scale%g amp%g", index,
+                StorageName(p.storage), p.e4m3 ? " kv-e4m3" : "", p.d, p.batch, p.hq, p.hkv, n, p.causal, p.varlen ? "varlen" : "uniform",
                 p.page, *prefix_pages, p.scale, *amp);
   p.label = buf;
   return p;
@@ -467,10 +520,10 @@ int Check(int problems, uint64_t seed, bool small) {
     const std::vector<double> ref = Reference(p, &bound);
     double ref_max = 0;
     for (double x : ref) ref_max = std::max(ref_max, std::fabs(x));
-    const double tol = Tolerance(p.storage, bound, p.d);
+    const double tol = Tolerance(p.storage, p.e4m3, bound, p.d);
     std::vector<const DecodeInstance*> fit;
     for (const auto& in : all)
-      if (in.head_dim == p.d && in.storage == p.storage) fit.push_back(&in);
+      if (in.head_dim == p.d && in.storage == p.storage && in.kv_e4m3 == p.e4m3) fit.push_back(&in);
     // Every instance on a quarter of the problems, two random ones on the rest.
     std::vector<const DecodeInstance*> chosen = fit;
     if (index % 4 != 0) {
@@ -595,9 +648,14 @@ struct Timer {
   }
 };
 
-DevProblem ServingShape(const char* label, int batch, int cache, int n, int page, int prefix) {
+DevProblem ServingShape(const char* label, int batch, int cache, int n, int page, int prefix, bool e4m3) {
   DevProblem p;
   p.storage = DecodeStorage::kBf16;
+  p.e4m3 = e4m3;
+  if (e4m3) {
+    p.k_scale.assign(8, 1.0f / 448);
+    p.v_scale.assign(8, 1.0f / 448);
+  }
   p.d = 128;
   p.batch = batch;
   p.hq = 32;
@@ -615,6 +673,7 @@ DevProblem ServingShape(const char* label, int batch, int cache, int n, int page
 struct BenchShape {
   const char* label;
   int batch, cache, n, page, prefix_pages;
+  bool e4m3 = false;  // K/V as e4m3 (Q/O bf16)
 };
 const BenchShape kBenchShapes[] = {
     {"b16-c1k", 16, 1024, 1, 0, 0},
@@ -629,6 +688,11 @@ const BenchShape kBenchShapes[] = {
     {"b64-c4k-n16", 64, 4096, 16, 0, 0},
     {"prefix-n512-c8k", 16, 8704, 512, 0, 0},
     {"prefix-n512-c8k-paged16", 16, 8704, 512, 16, 512},
+    {"b16-c1k-e4m3", 16, 1024, 1, 0, 0, true},
+    {"b16-c8k-e4m3", 16, 8192, 1, 0, 0, true},
+    {"b16-c32k-e4m3", 16, 32768, 1, 0, 0, true},
+    {"b1-c64k-e4m3", 1, 65536, 1, 0, 0, true},
+    {"b16-c8k-paged16-e4m3", 16, 8192, 1, 16, 0, true},
 };
 
 // Comma-separated filter from the environment: empty or unset keeps everything; else an entry
@@ -662,7 +726,7 @@ int One(const std::string& shape, const std::string& instance, int splits, int l
     return 2;
   }
   std::mt19937_64 rng(11);
-  DevProblem p = ServingShape(s->label, s->batch, s->cache, s->n, s->page, s->prefix_pages);
+  DevProblem p = ServingShape(s->label, s->batch, s->cache, s->n, s->page, s->prefix_pages, s->e4m3);
   Materialize(p, rng, 1.0f, s->prefix_pages, /*poison=*/false);
   DeviceProblem dp = UploadProblem(p, std::max(2, splits));
   DecodeKernelArgs a = ArgsFor(p, dp, *in, splits);
@@ -683,7 +747,7 @@ int Bench(const char* csv_path, int launches) {
   std::vector<std::string> best_lines;
   for (const BenchShape& s : shapes) {
     if (!Selected("DECODE_BENCH_SHAPES", s.label, true)) continue;
-    DevProblem p = ServingShape(s.label, s.batch, s.cache, s.n, s.page, s.prefix_pages);
+    DevProblem p = ServingShape(s.label, s.batch, s.cache, s.n, s.page, s.prefix_pages, s.e4m3);
     // Values only matter for timing through the data path; uniform inputs as the tuner uses.
     Materialize(p, rng, 1.0f, s.prefix_pages, /*poison=*/false);
     DeviceProblem dp = UploadProblem(p, 64);
@@ -711,7 +775,7 @@ int Bench(const char* csv_path, int launches) {
     const bool prefill = s.n > 16;
     const int splits_list[] = {1, 2, 4, 8, 16, 24, 32, 33, 64};
     for (const DecodeInstance& in : all) {
-      if (in.head_dim != p.d || in.storage != p.storage) continue;
+      if (in.head_dim != p.d || in.storage != p.storage || in.kv_e4m3 != p.e4m3) continue;
       // block_m 64 serves prefills and decode steps of 64 rows or more (GQA group x new tokens).
       if (prefill ? in.block_m == 16 : in.block_m > 16 && p.group() * s.n < in.block_m) continue;
       if (!Selected("DECODE_BENCH_INSTANCES", InstanceName(in), false)) continue;

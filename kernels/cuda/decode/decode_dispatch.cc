@@ -24,7 +24,8 @@ const std::vector<DecodeInstance>& AllInstances() {
   static const std::vector<DecodeInstance>* const all = [] {
     auto* v = new std::vector<DecodeInstance>();
     for (DecodeInstanceList list :
-         {decode::DecodeFp32Instances(), decode::DecodeFp16Instances(), decode::DecodeBf16Instances()}) {
+         {decode::DecodeFp32Instances(), decode::DecodeFp16Instances(), decode::DecodeBf16Instances(),
+          decode::DecodeE4m3Instances()}) {
       v->insert(v->end(), list.data, list.data + list.size);
     }
     return v;
@@ -41,11 +42,21 @@ Precision PrecisionOfStorage(DType d) {
   return Precision::kFp32;
 }
 
-const DecodeInstance* FindInstance(int head_dim, DType dtype, const KernelConfig& c) {
-  if (c.precision != PrecisionOfStorage(dtype)) return nullptr;
+// The products' precision: the storage type's own, fp16 for K/V stored as e4m3 (every e4m3
+// value is an fp16 value; Q is scaled into fp16's range per row).
+Precision PrecisionOf(DType dtype, KvStorage kv) {
+  return kv == KvStorage::kE4m3 ? Precision::kFp16 : PrecisionOfStorage(dtype);
+}
+
+bool Matches(const DecodeInstance& inst, int head_dim, DType dtype, KvStorage kv) {
+  return inst.head_dim == head_dim && static_cast<int>(inst.storage) == static_cast<int>(dtype) &&
+         inst.kv_e4m3 == (kv == KvStorage::kE4m3);
+}
+
+const DecodeInstance* FindInstance(const AttentionProblem& p, const KernelConfig& c) {
+  if (c.precision != PrecisionOf(p.dtype, p.kv_storage)) return nullptr;
   for (const DecodeInstance& inst : AllInstances()) {
-    if (inst.head_dim == head_dim && static_cast<int>(inst.storage) == static_cast<int>(dtype) &&
-        inst.block_m == c.block_m && inst.block_s == c.block_s && inst.threads == c.threads &&
+    if (Matches(inst, p.head_dim, p.dtype, p.kv_storage) && inst.block_m == c.block_m && inst.block_s == c.block_s && inst.threads == c.threads &&
         inst.stages == c.stages) {
       return &inst;
     }
@@ -68,13 +79,13 @@ bool UsesDecodeFamily(const AttentionProblem& problem) {
   return problem.kind == ProblemKind::kDecode || problem.is_paged();
 }
 
-std::vector<KernelConfig> DecodeCompiledConfigs(int head_dim, DType dtype) {
+std::vector<KernelConfig> DecodeCompiledConfigs(int head_dim, DType dtype, KvStorage kv) {
   std::vector<KernelConfig> out;
   for (const DecodeInstance& inst : AllInstances()) {
-    if (inst.head_dim != head_dim || static_cast<int>(inst.storage) != static_cast<int>(dtype)) continue;
+    if (!Matches(inst, head_dim, dtype, kv)) continue;
     KernelConfig c;
     c.variant = Variant::kFused;
-    c.precision = PrecisionOfStorage(dtype);
+    c.precision = PrecisionOf(dtype, kv);
     c.block_m = inst.block_m;
     c.block_s = inst.block_s;
     c.threads = inst.threads;
@@ -89,7 +100,7 @@ std::vector<KernelConfig> DecodeCandidateConfigs(const AttentionProblem& problem
   std::vector<KernelConfig> out;
   const int64_t rows = RowsPerKvHead(problem);
   const int smallest = 16;
-  for (KernelConfig c : DecodeCompiledConfigs(problem.head_dim, problem.dtype)) {
+  for (KernelConfig c : DecodeCompiledConfigs(problem.head_dim, problem.dtype, problem.kv_storage)) {
     // A larger row block than the rows need only computes padding.
     if (c.block_m > smallest && rows <= smallest) continue;
     if (problem.kind == ProblemKind::kDecode) {
@@ -107,17 +118,20 @@ std::vector<KernelConfig> DecodeCandidateConfigs(const AttentionProblem& problem
 
 absl::Status DecodeCanImplement(const AttentionProblem& problem, const KernelConfig& config,
                                 int64_t smem_limit_bytes) {
-  if (config.precision != PrecisionOfStorage(problem.dtype)) {
-    return absl::UnimplementedError(Cat(
-        "the CUDA decode kernel computes in the storage type's own precision: ", DTypeName(problem.dtype),
-        " storage needs precision ", PrecisionName(PrecisionOfStorage(problem.dtype)), ", not ",
-        PrecisionName(config.precision)));
+  const Precision precision = PrecisionOf(problem.dtype, problem.kv_storage);
+  if (config.precision != precision) {
+    return absl::UnimplementedError(
+        problem.is_kv_quantized()
+            ? Cat("the CUDA decode kernel computes with e4m3 K/V in fp16: precision fp16, not ",
+                  PrecisionName(config.precision))
+            : Cat("the CUDA decode kernel computes in the storage type's own precision: ", DTypeName(problem.dtype),
+                  " storage needs precision ", PrecisionName(precision), ", not ", PrecisionName(config.precision)));
   }
-  const DecodeInstance* inst = FindInstance(problem.head_dim, problem.dtype, config);
+  const DecodeInstance* inst = FindInstance(problem, config);
   if (inst == nullptr) {
     return absl::UnimplementedError(Cat(
         "no compiled CUDA decode kernel for head_dim ", problem.head_dim, " ", DTypeName(problem.dtype),
-        " block_m ", config.block_m, " block_s ", config.block_s, " threads ", config.threads, " stages ",
+        problem.is_kv_quantized() ? " with e4m3 K/V" : "", " block_m ", config.block_m, " block_s ", config.block_s, " threads ", config.threads, " stages ",
         config.stages));
   }
   if (problem.kind != ProblemKind::kDecode && config.split_kv != 1 && config.split_kv != kAutoSplitKv) {
@@ -153,15 +167,16 @@ int64_t DecodeSplitCounterCount(const AttentionProblem& problem, const KernelCon
 }
 
 int DecodeBlocksPerMultiprocessor(const AttentionProblem& problem, const KernelConfig& config) {
-  const DecodeInstance* inst = FindInstance(problem.head_dim, problem.dtype, config);
+  const DecodeInstance* inst = FindInstance(problem, config);
   return inst == nullptr ? 0 : inst->blocks_per_sm();
 }
 
 cudaError_t LaunchDecode(const AttentionProblem& problem, const KernelConfig& config, int splits,
                          const DecodeLaunchBuffers& buffers, cudaStream_t stream) {
-  const DecodeInstance* inst = FindInstance(problem.head_dim, problem.dtype, config);
+  const DecodeInstance* inst = FindInstance(problem, config);
   if (inst == nullptr || splits < 1 ||
-      (splits > 1 && (buffers.workspace == nullptr || buffers.split_counters == nullptr))) {
+      (splits > 1 && (buffers.workspace == nullptr || buffers.split_counters == nullptr)) ||
+      (problem.is_kv_quantized() && (buffers.k_scale == nullptr || buffers.v_scale == nullptr))) {
     return cudaErrorInvalidValue;
   }
   DecodeKernelArgs a;
@@ -169,6 +184,8 @@ cudaError_t LaunchDecode(const AttentionProblem& problem, const KernelConfig& co
   a.k = buffers.k;
   a.v = buffers.v;
   a.o = buffers.o;
+  a.k_scale = buffers.k_scale;
+  a.v_scale = buffers.v_scale;
   a.batch = problem.batch;
   a.q_heads = problem.q_heads;
   a.kv_heads = problem.kv_heads;

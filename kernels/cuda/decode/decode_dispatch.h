@@ -7,7 +7,7 @@
 // tile), threads, stages (K/V tiles in flight, 2-4), split_kv (key splits per sequence, or
 // kAutoSplitKv: ChooseSplitKv at launch with the device's resident-block slots as its
 // processors). Precision: the storage type's own (fp16/bf16 on the tensor cores, exact fp32 for
-// fp32 storage).
+// fp32 storage); fp16 for K/V stored as e4m3 (KvStorage::kE4m3, Q/O fp16 or bf16).
 //
 // Thread-safety: pure functions over immutable tables; LaunchDecode is as thread-safe as the
 // stream it is given.
@@ -30,9 +30,9 @@ inline constexpr int kGpuDecodeSplits[] = {1, 2, 4, 8, 16, 32, kAutoSplitKv};
 // True when the fused variant of `problem` runs on the decode family (decode, or paged).
 bool UsesDecodeFamily(const AttentionProblem& problem);
 
-// Every compiled decode-family config for (head_dim, storage dtype), split_kv 1, in a fixed
-// order; empty for a head_dim without instances.
-std::vector<KernelConfig> DecodeCompiledConfigs(int head_dim, DType dtype);
+// Every compiled decode-family config for (head_dim, Q/O storage dtype, K/V storage), split_kv 1,
+// in a fixed order; empty for a head_dim without instances.
+std::vector<KernelConfig> DecodeCompiledConfigs(int head_dim, DType dtype, KvStorage kv = KvStorage::kDType);
 
 // The fused configs CandidateConfigs offers for `problem` (valid, UsesDecodeFamily): compiled
 // instances whose block_m suits the rows of a (sequence, KV head) (block_m 64 only where
@@ -66,8 +66,8 @@ int DecodeBlocksPerMultiprocessor(const AttentionProblem& problem, const KernelC
 
 // Device pointers of one launch: the four tensors, the block table (paged), the varlen /
 // key-padding arrays (nullptr where the problem has none), the split workspace (at least
-// DecodeWorkspaceFloats floats when splits > 1) and the split counters (DecodeSplitCounterCount,
-// zeroed once).
+// DecodeWorkspaceFloats floats when splits > 1), the split counters (DecodeSplitCounterCount,
+// zeroed once) and, for K/V stored as e4m3, their scales.
 struct DecodeLaunchBuffers {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -79,6 +79,8 @@ struct DecodeLaunchBuffers {
   const int32_t* kv_valid_lens = nullptr;
   float* workspace = nullptr;
   int32_t* split_counters = nullptr;
+  const float* k_scale = nullptr;  // K/V stored as e4m3: kv_heads scales each
+  const float* v_scale = nullptr;
 };
 
 // Enqueues the launch (one kernel; with splits > 1 its last blocks merge the splits) on `stream`; the problem and config

@@ -87,6 +87,40 @@ TEST(DecodeCompiledConfigs, CoverTheSupportedHeadDimsAndStorageTypesOnly) {
   }
 }
 
+TEST(DecodeCompiledConfigs, E4m3KvHasItsOwnFp16InstancesForDecodeAndPagedPrefill) {
+  for (int d : {64, 128}) {
+    for (DType dtype : {DType::kFp16, DType::kBf16}) {
+      SCOPED_TRACE(std::to_string(d) + " " + std::string(DTypeName(dtype)));
+      const std::vector<KernelConfig> configs = DecodeCompiledConfigs(d, dtype, KvStorage::kE4m3);
+      std::set<int> block_ms;
+      for (const KernelConfig& c : configs) {
+        EXPECT_EQ(c.precision, Precision::kFp16) << c.Key();
+        block_ms.insert(c.block_m);
+      }
+      EXPECT_EQ(block_ms, (std::set<int>{16, 64}));
+      AttentionProblem p = Decode(8192, 16, dtype, 32, 8, d);
+      p.kv_storage = KvStorage::kE4m3;
+      AttentionProblem prefill = PagedPrefill(dtype, d);
+      prefill.kv_storage = KvStorage::kE4m3;
+      for (const AttentionProblem& problem : {p, prefill}) {
+        const std::vector<KernelConfig> candidates = DecodeCandidateConfigs(problem);
+        EXPECT_FALSE(candidates.empty()) << problem.Key();
+        for (const KernelConfig& c : candidates) {
+          EXPECT_TRUE(DecodeCanImplement(problem, c, kLargeSmem).ok()) << problem.Key() << " " << c.Key();
+        }
+      }
+      // The 16-bit instances of the same tile do not read e4m3: a bf16 config is refused, naming fp16.
+      KernelConfig wrong = CompiledWithBlockM(d, dtype, 16);
+      const absl::Status s = DecodeCanImplement(p, wrong, kLargeSmem);
+      if (dtype == DType::kBf16) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+        EXPECT_TRUE(Mentions(s, "e4m3")) << s;
+      }
+    }
+  }
+  EXPECT_TRUE(DecodeCompiledConfigs(64, DType::kFp32, KvStorage::kE4m3).empty());
+}
+
 TEST(UsesDecodeFamily, DecodeProblemsAndPagedPrefillsOnly) {
   EXPECT_TRUE(UsesDecodeFamily(Decode(1024)));
   EXPECT_TRUE(UsesDecodeFamily(Decode(1024, 16)));

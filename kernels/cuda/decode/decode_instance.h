@@ -32,11 +32,15 @@ enum class DecodeStorage : int { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
 // Everything a decode launch needs, already validated by the host (block table included).
 struct DecodeKernelArgs {
   // Q, O: [total_q][q_heads][head_dim]; K, V: [total_k][kv_heads][head_dim] (contiguous) or
-  // [pages][page_size][kv_heads][head_dim] (paged), storage dtype, 16-byte aligned.
+  // [pages][page_size][kv_heads][head_dim] (paged), storage dtype (K/V: the instance's, e4m3
+  // bytes for a kv_e4m3 instance), 16-byte aligned.
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
+  // kv_e4m3 instances: kv_heads fp32 scales each (key j of head h = e4m3 value * k_scale[h]).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   int batch = 0, q_heads = 0, kv_heads = 0;
   int group = 1;   // q_heads / kv_heads
   int head_dim = 0;
@@ -97,10 +101,12 @@ using DecodeOccupancyFn = int (*)();
 // One compiled instantiation. block_m: rows per block (a multiple of 16 on the tensor cores);
 // block_s: keys per K/V tile; threads: per block; stages: K/V tiles in flight (cp.async).
 // Precision: the storage type's own on the tensor cores (fp16, bf16); fp32 storage runs exact
-// fp32 FMAs (SIMT).
+// fp32 FMAs (SIMT). kv_e4m3: K/V stored as e4m3 bytes, widened exactly to fp16 in registers,
+// the products in fp16 whatever Q's storage (Q rows scaled by a power of two into fp16 range).
 struct DecodeInstance {
   int head_dim;
-  DecodeStorage storage;
+  DecodeStorage storage;  // Q and O
+  bool kv_e4m3;
   int block_m;
   int block_s;
   int threads;
@@ -124,6 +130,7 @@ constexpr DecodeInstanceList DecodeListOf(const DecodeInstance (&table)[N]) {
 DecodeInstanceList DecodeBf16Instances();  // decode_bf16.cu
 DecodeInstanceList DecodeFp16Instances();  // decode_fp16.cu
 DecodeInstanceList DecodeFp32Instances();  // decode_fp32.cu
+DecodeInstanceList DecodeE4m3Instances();  // decode_e4m3.cu: K/V e4m3, Q/O fp16 and bf16
 
 }  // namespace fusetune::FUSETUNE_GPU_NAMESPACE::decode
 

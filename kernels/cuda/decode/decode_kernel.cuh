@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda_fp8.h>
+
 #include "../fused/fused_mma.cuh"
 #include "decode_instance.h"
 
@@ -222,20 +224,27 @@ __device__ __forceinline__ void MergeSplitsIntoO(const DecodeKernelArgs& a, int6
   const int64_t rows = a.total_q * a.q_heads;
   const float c = a.scale_log2;
   float m = -INFINITY;
+  // Unrolled so the loads of several splits are in flight together: this merge runs after
+  // every other block of its rows has finished, so its L2 round trips are the launch's tail
+  // (one at a time they cost about 0.15 us per split).
+#pragma unroll 8
   for (int s = 0; s < a.splits; ++s) m = fmaxf(m, __ldcg(a.partial_ml + 2 * (s * rows + row)));
   const ExpShift to = MakeExpShift(m, c);
   float l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
   for (int s = 0; s < a.splits; ++s) {
     const int64_t e = s * rows + row;
     const float ms = __ldcg(a.partial_ml + 2 * e), ls = __ldcg(a.partial_ml + 2 * e + 1);
+    // Loaded before the branches (every split block writes its entry, zeros when empty), so
+    // the unrolled iterations' loads do not wait for one another.
+    const float4 x = __ldcg(reinterpret_cast<const float4*>(a.partial + e * a.head_dim + col));
     if (m == -INFINITY) {
       l += ls;  // 0, or NaN from a NaN score
       continue;
     }
     if (ms == -INFINITY) continue;  // an empty split
     const float f = exp2f(RescaleExponent(MakeExpShift(ms, c), to, c));
-    const float4 x = __ldcg(reinterpret_cast<const float4*>(a.partial + e * a.head_dim + col));
     l += ls * f;
     acc.x += x.x * f;
     acc.y += x.y * f;
@@ -324,9 +333,10 @@ __device__ __forceinline__ void DecodeEpilogue(const DecodeKernelArgs& a, const 
 
 // ---- tensor-core kernel (fp16, bf16) --------------------------------------------------------
 
-template <typename T, int D, int BM, int BS, int W, int ST>
+template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T>
 struct DecodeMmaTraits {
-  using Storage = T;
+  using Storage = T;  // Q and O
+  using KvStorage = KV;  // K and V: T, or uint8_t for e4m3
   static constexpr int kThreads = W * 32;
   static constexpr int kWarpsM = BM / 16;
   static constexpr int kWarpsN = W / kWarpsM;
@@ -334,19 +344,101 @@ struct DecodeMmaTraits {
   static_assert(BM % 16 == 0 && W % kWarpsM == 0, "warps tile the rows by 16");
   static_assert(kKeysPerWarp % 16 == 0, "each warp takes whole k16 steps of every tile");
   static_assert(ST >= 2 && ST <= 4, "2 to 4 K/V stages");
-  static constexpr int kPitch = D + 8;  // 16 bytes of padding: conflict-free ldmatrix
+  static constexpr int kPitch = D + 8;  // Q: 16 bytes of padding, conflict-free ldmatrix
   static constexpr int kRowBytes = kPitch * static_cast<int>(sizeof(T));
-  static constexpr int kTileElems = BS * kPitch;
-  static constexpr int kPipeBytes = (BM + 2 * ST * BS) * kRowBytes;
+  // K/V rows: D elements and 16 bytes of padding (an odd number of 16-byte units per row).
+  static constexpr int kKvRowBytes = D * static_cast<int>(sizeof(KV)) + 16;
+  static constexpr int kKvPitch = kKvRowBytes / static_cast<int>(sizeof(KV));
+  static constexpr int kKvTileElems = BS * kKvPitch;
+  static constexpr int kPipeBytes = BM * kRowBytes + 2 * ST * BS * kKvRowBytes;
   static constexpr int kMergeBytes = kWarpsN * BM * (D + 2) * 4;
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
 };
 
+// ---- e4m3 K/V on the fp16 tensor cores ------------------------------------------------------
+//
+// An e4m3 value is exactly an fp16 value, so K and V are widened in registers (one cvt per
+// pair) and both products run as fp16 m16n8k16 with fp32 accumulation. The fragments are read
+// from the byte tiles with the 16-bit ldmatrix, which hands each thread four consecutive bytes
+// (K) or a 2 x 2 block of bytes (V, transposed): the head_dim order inside a k16 step is
+// permuted to match, identically in Q and K (a dot product does not care), and in O's columns
+// (undone when O is written).
+//   K: thread (gr, tc) gets key gr, d 4tc..4tc+3 of a 16-wide chunk: bytes 0-1 are the mma's
+//      k = 2tc, 2tc+1 (b0) and bytes 2-3 its k = 2tc+8, 2tc+9 (b1); Q's A fragment takes the
+//      same d (PermutedQFragments).
+//   V: thread (gr, tc) gets keys 2tc, 2tc+1 at d 2gr, 2gr+1: the even and the odd d are two n8
+//      tiles of O (E4m3PairOf picks a column's two keys).
+
+// Two e4m3 bytes (lo, hi) as an fp16 pair, exact.
+__device__ __forceinline__ uint32_t E4m3x2ToHalf2(uint32_t two_bytes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// From a transposed 2 x 2 byte block (bytes: (k0, d0), (k0, d1), (k1, d0), (k1, d1)) the fp16
+// pair of column d0 (kOdd false) or d1 (kOdd true): keys k0, k1.
+template <bool kOdd>
+__device__ __forceinline__ uint32_t E4m3PairOf(uint32_t block) {
+  return E4m3x2ToHalf2(__byte_perm(block, 0u, kOdd ? 0x0031u : 0x0020u));
+}
+
+// Q's A fragments in fp16 for the e4m3 path, rows gr and gr + 8 of the warp's 16 (`rows`:
+// the warp's first row in sQ), d permuted as the K fragments: a0/a1 = d 4tc, 4tc+1 and a2/a3 =
+// d 4tc+2, 4tc+3 of each 16-wide chunk. Each row is scaled by 2^e (e chosen so its largest
+// finite |q| lands in [2^14, 2^15): exact, and any bf16 row fits fp16's range); `unscale[r]`
+// returns 2^-e times `k_scale`, the factor that turns the row's fp16 scores into scores.
+template <typename T, int D, int RB>
+__device__ __forceinline__ void PermutedQFragments(const unsigned char* sQ, int rows, int gr, int tc, float k_scale,
+                                                   uint32_t (&qf)[D / 16][4], float (&unscale)[2]) {
+  float x[2][D / 16][4];
+  float amax[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const T* row = reinterpret_cast<const T*>(sQ + (rows + gr + 8 * r) * RB);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const float4 v = Load4AsFloat<T>(row + 16 * ks + 4 * tc);
+      x[r][ks][0] = v.x;
+      x[r][ks][1] = v.y;
+      x[r][ks][2] = v.z;
+      x[r][ks][3] = v.w;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float a = fabsf(x[r][ks][e]);
+        if (a <= 3.0e38f) amax[r] = fmaxf(amax[r], a);  // finite only (NaN compares false)
+      }
+    }
+    amax[r] = fmaxf(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 1));
+    amax[r] = fmaxf(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 2));
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int e = amax[r] > 0.f ? 14 - ilogbf(amax[r]) : 0;
+    unscale[r] = scalbnf(k_scale, -e);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[r][ks][i] = scalbnf(x[r][ks][i], e);
+    }
+  }
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    qf[ks][0] = PackPair<__half>(x[0][ks][0], x[0][ks][1]);
+    qf[ks][1] = PackPair<__half>(x[1][ks][0], x[1][ks][1]);
+    qf[ks][2] = PackPair<__half>(x[0][ks][2], x[0][ks][3]);
+    qf[ks][3] = PackPair<__half>(x[1][ks][2], x[1][ks][3]);
+  }
+}
+
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKernelArgs a) {
   using T = typename Tr::Storage;
+  using KV = typename Tr::KvStorage;
+  constexpr bool kE4m3 = std::is_same_v<KV, uint8_t>;
+  using C = std::conditional_t<kE4m3, __half, T>;  // the products' operand type
   constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
   constexpr int NT = Tr::kThreads, P = Tr::kPitch, RB = Tr::kRowBytes;
+  constexpr int KP = Tr::kKvPitch, KRB = Tr::kKvRowBytes, KTE = Tr::kKvTileElems;
   constexpr int WM = Tr::kWarpsM, WN = Tr::kWarpsN, KW = Tr::kKeysPerWarp;
   constexpr int NB = KW / 8;       // n8 tiles of S per warp
   constexpr int QKS = D / 16;      // k16 steps of QK^T
@@ -354,8 +446,8 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
 
   extern __shared__ __align__(128) unsigned char decode_smem[];
   T* sQ = reinterpret_cast<T*>(decode_smem);
-  T* sK = sQ + BM * P;
-  T* sV = sK + ST * Tr::kTileElems;
+  KV* sK = reinterpret_cast<KV*>(decode_smem + BM * RB);
+  KV* sV = sK + ST * KTE;
 
   DecodeBlock blk;
   if (!LocateDecodeBlock<BM, BS>(a, blk)) return;
@@ -365,13 +457,13 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
   const int wm = warp % WM, wn = warp / WM;
   const float c = a.scale_log2;
 
-  auto kv = MakeDecodeKvLoader<T, D, BS, NT>(a, blk);
+  auto kv = MakeDecodeKvLoader<KV, D, BS, NT>(a, blk);
   if (n_tiles > 0) {
     LoadDecodeQ<T, D, BM, NT, P>(a, blk, sQ);
     CpAsyncCommit();
 #pragma unroll
     for (int t = 0; t < ST - 1; ++t) {
-      if (t < n_tiles) kv.template Issue<P>(t, sK + t * Tr::kTileElems, sV + t * Tr::kTileElems);
+      if (t < n_tiles) kv.template Issue<KP>(t, sK + t * KTE, sV + t * KTE);
       CpAsyncCommit();
     }
   }
@@ -397,12 +489,13 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
   for (int off = 16; off >= 1; off >>= 1) warp_min_lim = min(warp_min_lim, __shfl_xor_sync(0xffffffffu, warp_min_lim, off));
 
   uint32_t qf[QKS][4];
-  const uint32_t sQ_addr = SmemAddress(sQ);
+  float unscale[2] = {1.f, 1.f};  // e4m3: k_scale x 2^-e of rows gr and gr + 8
+  [[maybe_unused]] const uint32_t sQ_addr = SmemAddress(sQ);
   const uint32_t sK_addr = SmemAddress(sK);
   const uint32_t sV_addr = SmemAddress(sV);
-  const uint32_t a_lane_off = (lane % 16) * RB + (lane / 16) * 16;
-  const uint32_t b_lane_off = ((lane % 8) + 8 * (lane / 16)) * RB + ((lane / 8) % 2) * 16;
-  const uint32_t v_lane_off = ((lane % 8) + 8 * ((lane / 8) % 2)) * RB + (lane / 16) * 16;
+  [[maybe_unused]] const uint32_t a_lane_off = (lane % 16) * RB + (lane / 16) * 16;
+  const uint32_t b_lane_off = ((lane % 8) + 8 * (lane / 16)) * KRB + ((lane / 8) % 2) * 16;
+  const uint32_t v_lane_off = ((lane % 8) + 8 * ((lane / 8) % 2)) * KRB + (lane / 16) * 16;
 
   for (int t = 0; t < n_tiles; ++t) {
     CpAsyncWait<ST - 2>();
@@ -410,12 +503,16 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
     {
       const int nt = t + ST - 1;
       const int nbuf = nt % ST;
-      if (nt < n_tiles) kv.template Issue<P>(nt, sK + nbuf * Tr::kTileElems, sV + nbuf * Tr::kTileElems);
+      if (nt < n_tiles) kv.template Issue<KP>(nt, sK + nbuf * KTE, sV + nbuf * KTE);
       CpAsyncCommit();
     }
     if (t == 0) {
+      if constexpr (kE4m3) {
+        PermutedQFragments<T, D, RB>(decode_smem, wm * 16, gr, tc, __ldg(a.k_scale + blk.kv_head), qf, unscale);
+      } else {
 #pragma unroll
-      for (int ks = 0; ks < QKS; ++ks) LdMatrixX4(qf[ks], sQ_addr + wm * 16 * RB + a_lane_off + ks * 32);
+        for (int ks = 0; ks < QKS; ++ks) LdMatrixX4(qf[ks], sQ_addr + wm * 16 * RB + a_lane_off + ks * 32);
+      }
     }
     const int buf = t % ST;
     const int key0 = blk.key_begin + t * BS + wn * KW;  // the warp's first key of this tile
@@ -425,15 +522,37 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
-    const uint32_t k_base = sK_addr + (buf * BS + wn * KW) * RB + b_lane_off;
+    const uint32_t k_base = sK_addr + (buf * BS + wn * KW) * KRB + b_lane_off;
+    if constexpr (kE4m3) {
+      // One ldmatrix: 16 keys x 32 bytes; kb[0]/kb[1] keys 0-7, d [0, 16)/[16, 32); kb[2]/kb[3]
+      // keys 8-15.
 #pragma unroll
-    for (int ks = 0; ks < QKS; ++ks) {
+      for (int kq = 0; kq < D / 32; ++kq) {
 #pragma unroll
-      for (int np = 0; np < NB / 2; ++np) {
-        uint32_t kb[4];
-        LdMatrixX4(kb, k_base + np * 16 * RB + ks * 32);
-        Mma<T>(s[2 * np], qf[ks], kb[0], kb[1]);
-        Mma<T>(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+        for (int np = 0; np < NB / 2; ++np) {
+          uint32_t kb[4];
+          LdMatrixX4(kb, k_base + np * 16 * KRB + kq * 32);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            Mma<__half>(s[2 * np + i / 2], qf[2 * kq + i % 2], E4m3x2ToHalf2(kb[i]), E4m3x2ToHalf2(kb[i] >> 16));
+          }
+        }
+      }
+      // The row's fp16 scores back to scores (before the mask: 0 x -inf would be NaN).
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nb][e] *= unscale[e / 2];
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < QKS; ++ks) {
+#pragma unroll
+        for (int np = 0; np < NB / 2; ++np) {
+          uint32_t kb[4];
+          LdMatrixX4(kb, k_base + np * 16 * KRB + ks * 32);
+          Mma<T>(s[2 * np], qf[ks], kb[0], kb[1]);
+          Mma<T>(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+        }
       }
     }
     if (key0 + KW > warp_min_lim) {  // a tile crossing some row's last visible key
@@ -453,20 +572,34 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
         acc[dt][2 * r + 1] *= alpha;
       }
     }
-    const uint32_t v_base = sV_addr + (buf * BS + wn * KW) * RB + v_lane_off;
+    const uint32_t v_base = sV_addr + (buf * BS + wn * KW) * KRB + v_lane_off;
 #pragma unroll
     for (int kk = 0; kk < KW / 16; ++kk) {
       uint32_t pa[4];
-      pa[0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      pa[0] = PackPair<C>(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = PackPair<C>(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = PackPair<C>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = PackPair<C>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      if constexpr (kE4m3) {
+        // One transposed ldmatrix: 16 keys x 32 bytes; vb[0]/vb[1] keys 0-7/8-15 at d [0, 16),
+        // vb[2]/vb[3] at d [16, 32). O tiles 4g .. 4g+3: d 2n, 2n+1, 16+2n, 17+2n of the group.
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t vb[4];
-        LdMatrixX4Trans(vb, v_base + kk * 16 * RB + dp * 32);
-        Mma<T>(acc[2 * dp], pa, vb[0], vb[1]);
-        Mma<T>(acc[2 * dp + 1], pa, vb[2], vb[3]);
+        for (int g = 0; g < D / 32; ++g) {
+          uint32_t vb[4];
+          LdMatrixX4Trans(vb, v_base + kk * 16 * KRB + g * 32);
+          Mma<__half>(acc[4 * g], pa, E4m3PairOf<false>(vb[0]), E4m3PairOf<false>(vb[1]));
+          Mma<__half>(acc[4 * g + 1], pa, E4m3PairOf<true>(vb[0]), E4m3PairOf<true>(vb[1]));
+          Mma<__half>(acc[4 * g + 2], pa, E4m3PairOf<false>(vb[2]), E4m3PairOf<false>(vb[3]));
+          Mma<__half>(acc[4 * g + 3], pa, E4m3PairOf<true>(vb[2]), E4m3PairOf<true>(vb[3]));
+        }
+      } else {
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t vb[4];
+          LdMatrixX4Trans(vb, v_base + kk * 16 * KRB + dp * 32);
+          Mma<T>(acc[2 * dp], pa, vb[0], vb[1]);
+          Mma<T>(acc[2 * dp + 1], pa, vb[2], vb[3]);
+        }
       }
     }
   }
@@ -483,9 +616,24 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int br = wm * 16 + gr + 8 * r;
     float* row = sAcc + (wn * BM + br) * D;
+    if constexpr (kE4m3) {
+      // Undo the column permutation: d 32g + 16h + 4tc + {0, 1, 2, 3} are tiles 4g + 2h (n 2tc),
+      // 4g + 2h + 1 (n 2tc), 4g + 2h (n 2tc + 1), 4g + 2h + 1 (n 2tc + 1); V's scale applied here.
+      const float vs = __ldg(a.v_scale + blk.kv_head);
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-      *reinterpret_cast<float2*>(row + dt * 8 + 2 * tc) = make_float2(acc[dt][2 * r], acc[dt][2 * r + 1]);
+      for (int g = 0; g < D / 32; ++g)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float* t0 = acc[4 * g + 2 * h];
+          const float* t1 = acc[4 * g + 2 * h + 1];
+          *reinterpret_cast<float4*>(row + 32 * g + 16 * h + 4 * tc) =
+              make_float4(t0[2 * r] * vs, t1[2 * r] * vs, t0[2 * r + 1] * vs, t1[2 * r + 1] * vs);
+        }
+    } else {
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+        *reinterpret_cast<float2*>(row + dt * 8 + 2 * tc) = make_float2(acc[dt][2 * r], acc[dt][2 * r + 1]);
+    }
     if (tc == 0) {
       sM[wn * BM + br] = m_run[r];
       sL[wn * BM + br] = l;
@@ -663,9 +811,9 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeSimtKernel(const DecodeKer
 
 // ---- launch -------------------------------------------------------------------------------
 
-template <typename T, int D, int BM, int BS, int W, int ST, bool kSimt>
+template <typename T, int D, int BM, int BS, int W, int ST, bool kSimt, typename KV = T>
 struct DecodeTraits : std::conditional_t<kSimt, DecodeSimtTraits<T, D, BM, BS, W, ST>,
-                                         DecodeMmaTraits<T, D, BM, BS, W, ST>> {
+                                         DecodeMmaTraits<T, D, BM, BS, W, ST, KV>> {
   static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kStages = ST;
 };
 
@@ -703,17 +851,17 @@ int DecodeBlocksPerSm() {
   return blocks;
 }
 
-template <typename T, int D, int BM, int BS, int W, int ST>
+template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T>
 DecodeInstance DecodeMmaInstance() {
-  using Tr = DecodeTraits<T, D, BM, BS, W, ST, false>;
-  return DecodeInstance{D, DecodeStorageOf<T>(), BM, BS, Tr::kThreads, ST, Tr::kSmemBytes,
-                        &LaunchDecodeKernel<Tr, false>, &DecodeBlocksPerSm<Tr, false>};
+  using Tr = DecodeTraits<T, D, BM, BS, W, ST, false, KV>;
+  return DecodeInstance{D, DecodeStorageOf<T>(), std::is_same_v<KV, uint8_t>, BM, BS, Tr::kThreads, ST,
+                        Tr::kSmemBytes, &LaunchDecodeKernel<Tr, false>, &DecodeBlocksPerSm<Tr, false>};
 }
 
 template <typename T, int D, int BM, int BS, int W, int ST>
 DecodeInstance DecodeSimtInstance() {
   using Tr = DecodeTraits<T, D, BM, BS, W, ST, true>;
-  return DecodeInstance{D, DecodeStorageOf<T>(), BM, BS, Tr::kThreads, ST, Tr::kSmemBytes,
+  return DecodeInstance{D, DecodeStorageOf<T>(), false, BM, BS, Tr::kThreads, ST, Tr::kSmemBytes,
                         &LaunchDecodeKernel<Tr, true>, &DecodeBlocksPerSm<Tr, true>};
 }
 
@@ -732,6 +880,24 @@ DecodeInstanceList DecodeMmaTable() {
       DecodeMmaInstance<T, 128, 16, 128, 8, 2>(), DecodeMmaInstance<T, 128, 16, 128, 8, 3>(),
       DecodeMmaInstance<T, 128, 16, 32, 2, 4>(),
       DecodeMmaInstance<T, 128, 64, 64, 4, 2>(),  DecodeMmaInstance<T, 128, 64, 32, 4, 3>(),
+  };
+  return DecodeListOf(kInstances);
+}
+
+// The e4m3-K/V tables (Q/O in T): a tile is half the bytes of a 16-bit one, so longer tiles
+// (block_s 256) fit three stages; block_m 64 for a prefill over an e4m3 cache.
+template <typename T>
+DecodeInstanceList DecodeE4m3Table() {
+  using E4m3 = uint8_t;
+  static const DecodeInstance kInstances[] = {
+      // head_dim, block_m, block_s, warps, stages
+      DecodeMmaInstance<T, 64, 16, 64, 4, 3, E4m3>(),   DecodeMmaInstance<T, 64, 16, 128, 8, 3, E4m3>(),
+      DecodeMmaInstance<T, 64, 64, 64, 4, 2, E4m3>(),
+      DecodeMmaInstance<T, 128, 16, 64, 4, 3, E4m3>(),  DecodeMmaInstance<T, 128, 16, 64, 4, 4, E4m3>(),
+      DecodeMmaInstance<T, 128, 16, 128, 4, 2, E4m3>(),
+      DecodeMmaInstance<T, 128, 16, 128, 8, 2, E4m3>(), DecodeMmaInstance<T, 128, 16, 128, 8, 3, E4m3>(),
+      DecodeMmaInstance<T, 128, 16, 256, 8, 2, E4m3>(), DecodeMmaInstance<T, 128, 16, 256, 8, 3, E4m3>(),
+      DecodeMmaInstance<T, 128, 64, 64, 4, 2, E4m3>(),
   };
   return DecodeListOf(kInstances);
 }

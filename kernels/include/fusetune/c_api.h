@@ -112,6 +112,21 @@ typedef struct fusetune_kv_cache {
   const int32_t* block_table;  /* paged: device pointer (cuda) or host pointer (cpu); else NULL */
 } fusetune_kv_cache;
 
+/* K and V stored as FP8 e4m3 (problem.h's KvStorage): one byte per element (OCP e4m3: 4
+ * exponent bits of bias 7, 3 mantissa bits, largest 448, 0x7f/0xff NaN) and kv_heads fp32
+ * scales each for K and V; key j of KV head h stands for e4m3(byte) * k_scale[h] (values alike).
+ * Scales are device memory for cuda (read by the kernel; fusetune_run_kv_quant and
+ * fusetune_time_kv_quant copy them back to check them), host memory for cpu; finite and >= 0.
+ * Q and O stay in problem.dtype (fp16 or bf16). Passed beside the problem to the *_kv_quant
+ * functions; storage FUSETUNE_KV_DTYPE (0) means K/V in problem.dtype, as the functions without
+ * the suffix (scales then NULL). */
+typedef enum fusetune_kv_storage { FUSETUNE_KV_DTYPE = 0, FUSETUNE_KV_E4M3 = 1 } fusetune_kv_storage;
+typedef struct fusetune_kv_quant {
+  int32_t storage;      /* fusetune_kv_storage */
+  const float* k_scale; /* e4m3: kv_heads scales of K; else NULL */
+  const float* v_scale; /* e4m3: kv_heads scales of V; else NULL */
+} fusetune_kv_quant;
+
 typedef struct fusetune_handle fusetune_handle;
 
 /* FUSETUNE_C_API_VERSION of the loaded library. */
@@ -198,6 +213,25 @@ typedef struct fusetune_launch {
 int fusetune_run_on_stream(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
                            const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
                            const fusetune_launch* launch, char* err, size_t errlen);
+
+/* The *_kv_cache (or, with `cache` NULL, the plain) calls over K/V stored as `quant` says
+ * (non-NULL). The problem key of an e4m3 problem ends in "/kve4m3". */
+int fusetune_can_implement_kv_quant(fusetune_handle* handle, const fusetune_problem* problem,
+                                    const fusetune_kv_cache* cache, const fusetune_kv_quant* quant,
+                                    const fusetune_config* config, char* err, size_t errlen);
+int fusetune_run_kv_quant(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                          const fusetune_kv_quant* quant, const fusetune_config* config, const void* q, const void* k,
+                          const void* v, void* o, char* err, size_t errlen);
+int fusetune_time_kv_quant(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                           const fusetune_kv_quant* quant, const fusetune_config* config, const void* q, const void* k,
+                           const void* v, void* o, int warmup, int repeats, double max_seconds, int flush_l2,
+                           double* median_us, double* samples_us, int capacity, int* count, char* err, size_t errlen);
+int fusetune_run_on_stream_kv_quant(fusetune_handle* handle, const fusetune_problem* problem,
+                                    const fusetune_kv_cache* cache, const fusetune_kv_quant* quant,
+                                    const fusetune_config* config, const void* q, const void* k, const void* v, void* o,
+                                    const fusetune_launch* launch, char* err, size_t errlen);
+int fusetune_problem_key_kv_quant(const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                                  const fusetune_kv_quant* quant, char* key, size_t keylen, char* err, size_t errlen);
 
 /* ---------------------------------------------------------------- problems and configs */
 
