@@ -54,6 +54,10 @@ inline AttentionParams AttentionParamsFor(const AttentionProblem& problem, const
   p.scale_log2 = p.scale * 1.4426950408889634f;  // log2(e)
   p.q_total_rows = problem.TotalQueries();
   p.kv_total_rows = problem.TotalKeys();
+  if (problem.is_paged()) {  // the table pointer is the caller's to set
+    p.page_size = problem.page_block_size;
+    p.block_table_width = problem.BlockTableWidth();
+  }
   return p;
 }
 

@@ -273,12 +273,12 @@ class CudaBackend final : public Backend {
       return absl::FailedPreconditionError(Cat(
           "threads per block must be a multiple of 32 in [32, 1024], got ", config.threads));
     }
-    if (problem.is_kv_quantized() && !(config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem))) {
+    if (problem.is_kv_quantized() && !FusedOnDecodeFamily(problem, config)) {
       return absl::UnimplementedError(
           "K/V stored as e4m3 run on the CUDA backend's fused decode kernels only (a decode, or a prefill over "
           "a paged cache): the baselines and the contiguous prefill read 16-bit K/V");
     }
-    if (config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem)) {
+    if (FusedOnDecodeFamily(problem, config)) {
       if (auto s = cuda::DecodeCanImplement(problem, config, info_.shared_mem_per_block); !s.ok()) return s;
       // The split partials of the most splits the config can ask for (the planner's cap for
       // kAutoSplitKv).
@@ -353,6 +353,11 @@ class CudaBackend final : public Backend {
                                                 ? cuda::DecodeCandidateConfigs(problem)
                                                 : cuda::FusedCompiledConfigs(problem.head_dim, problem.dtype);
     for (const KernelConfig& c : fused) keep(c);
+    // A prefill over a paged cache: the Hopper prefill kernel's configs too (it reads pages of a
+    // multiple of 16 tokens through the table; CanImplement says which).
+    if (problem.kind == ProblemKind::kPrefill && problem.is_paged()) {
+      for (const KernelConfig& c : cuda::FusedCompiledConfigs(problem.head_dim, problem.dtype)) keep(c);
+    }
     for (Precision precision : kAllPrecisions) cuda::ForEachBaselineConfig(precision, keep);
     std::sort(out.begin(), out.end(), ConfigOrderLess);
     out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -393,7 +398,7 @@ class CudaBackend final : public Backend {
     p.cu_seqlens_q = launch.cu_seqlens_q;
     p.cu_seqlens_k = launch.cu_seqlens_k;
     p.kv_valid_lens = launch.kv_valid_lens;
-    if (!cuda::UsesDecodeFamily(problem)) {
+    if (!FusedOnDecodeFamily(problem, config)) {
       return CheckStreamLaunch(cuda::LaunchFused(p, config, stream), "fused launch");
     }
     // Planned for the problem as given: with the counts on the device, for kv_len keys per
@@ -731,7 +736,20 @@ class CudaBackend final : public Backend {
   // The fused kernels' arguments for the problem's tensors in the layout of problem.h; the
   // device length arrays are the caller's to set.
   static AttentionParams ParamsOf(const AttentionProblem& problem, const AttentionBuffers& buffers) {
-    return cuda::AttentionParamsFor(problem, buffers.q, buffers.k, buffers.v, buffers.o);
+    AttentionParams p = cuda::AttentionParamsFor(problem, buffers.q, buffers.k, buffers.v, buffers.o);
+    if (problem.is_paged()) p.block_table = buffers.block_table;
+    return p;
+  }
+
+  // Whether the fused variant of `problem` runs on the decode family: every decode step, and a
+  // prefill over a paged cache unless the Hopper prefill kernel reads it with this config
+  // (pages of a multiple of 16 tokens; FusedCanImplement). The two families' configs do not
+  // overlap there: the Hopper kernel's have 256 threads or more, the decode family's block_m
+  // 64 has 128.
+  bool FusedOnDecodeFamily(const AttentionProblem& problem, const KernelConfig& config) const {
+    if (config.variant != Variant::kFused || !cuda::UsesDecodeFamily(problem)) return false;
+    if (problem.kind == ProblemKind::kDecode) return true;
+    return !cuda::FusedCanImplement(problem, config, info_.shared_mem_per_block, sm_version_).ok();
   }
 
   // The decode family's pointers: the tensors, a paged problem's table and the device length
@@ -782,7 +800,7 @@ class CudaBackend final : public Backend {
       p.kv_valid_lens = *pad;
     }
 
-    if (config.variant == Variant::kFused && cuda::UsesDecodeFamily(problem)) {
+    if (FusedOnDecodeFamily(problem, config)) {
       out.decode = true;
       out.decode_splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
       const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, out.decode_splits));

@@ -1147,6 +1147,49 @@ TEST_F(CudaBackendTest, PagedPrefillMatchesTheReference) {
   }
 }
 
+// A prefill over a paged cache on the Hopper prefill kernel (sm_90): pages of 16, 32, 64 and
+// 256 tokens (one TMA box per page, or block_s rows of a larger page), a shared prefix, cache
+// lengths that end inside a page, NaN in every row no sequence reads, GQA, causal and not, a
+// varlen batch; every Hopper config (256 threads or more) against the reference.
+TEST_F(CudaBackendTest, PagedPrefillOnTheHopperKernelMatchesTheReference) {
+  if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
+  uint32_t seed = 8500;
+  int runs = 0;
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    for (int d : {64, 128}) {
+      for (int page : {16, 32, 64, 256}) {
+        for (bool causal : {true, false}) {
+          AttentionProblem p = MakeProblem(2, 8, 2, 200, 700, d, causal, dtype);
+          p.kv_valid_lens = {700, 555};
+          p.page_block_size = page;
+          p.shared_prefix_pages = 320 / page;
+          if (page == 32 && causal) {  // varlen: queries and cache lengths per sequence
+            p.kv_valid_lens.clear();
+            p.cu_seqlens_q = {0, 200, 333};
+            p.cu_seqlens_k = {0, 700, 1255};
+            p.kv_len = 700;
+          }
+          p.kv_pool_pages = static_cast<int>(p.PagesNeeded()) + 3;
+          ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+          ++seed;
+          const CacheCase cc = MakeCacheCase(p, ShuffledTable(p, p.shared_prefix_pages, seed), seed);
+          DeviceCase dev(*backend_, cc);
+          ASSERT_TRUE(dev.ok());
+          int hopper = 0;
+          for (const KernelConfig& c : FusedOf(backend_->CandidateConfigs(p))) {
+            if (c.threads < 256) continue;  // the decode family's
+            dev.ExpectMatchesReference(c);
+            ++hopper;
+            ++runs;
+          }
+          EXPECT_GT(hopper, 0) << p.Key();
+        }
+      }
+    }
+  }
+  std::printf("[ info ] %d Hopper paged prefill runs\n", runs);
+}
+
 // Partial and materialized over paged decode caches (uniform with cache lengths 300..0, and a
 // varlen batch with an empty cache) gather K/V through the table first; they match the
 // reference and never read a NaN pool row.

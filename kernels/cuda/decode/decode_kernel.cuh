@@ -894,7 +894,6 @@ DecodeInstanceList DecodeE4m3Table() {
       DecodeMmaInstance<T, 64, 16, 64, 4, 3, E4m3>(),   DecodeMmaInstance<T, 64, 16, 128, 8, 3, E4m3>(),
       DecodeMmaInstance<T, 64, 64, 64, 4, 2, E4m3>(),
       DecodeMmaInstance<T, 128, 16, 64, 4, 3, E4m3>(),  DecodeMmaInstance<T, 128, 16, 64, 4, 4, E4m3>(),
-      DecodeMmaInstance<T, 128, 16, 128, 4, 2, E4m3>(),
       DecodeMmaInstance<T, 128, 16, 128, 8, 2, E4m3>(), DecodeMmaInstance<T, 128, 16, 128, 8, 3, E4m3>(),
       DecodeMmaInstance<T, 128, 16, 256, 8, 2, E4m3>(), DecodeMmaInstance<T, 128, 16, 256, 8, 3, E4m3>(),
       DecodeMmaInstance<T, 128, 64, 64, 4, 2, E4m3>(),

@@ -92,8 +92,8 @@ absl::Status FusedCanImplement(const AttentionProblem& problem, const KernelConf
     return absl::UnimplementedError(absl::StrCat(
         kKernelName, " supports head_dim 64 and 128, not ", problem.head_dim));
   }
-  if (problem.page_block_size != 0) {
-    return absl::UnimplementedError(absl::StrCat(kKernelName, " does not read a paged KV cache"));
+  if (problem.is_kv_quantized()) {
+    return absl::UnimplementedError(absl::StrCat(kKernelName, " reads 16-bit K/V, not e4m3"));
   }
   if (config.split_kv != 1) {
     return absl::UnimplementedError(
@@ -127,6 +127,19 @@ absl::Status FusedCanImplement(const AttentionProblem& problem, const KernelConf
         absl::StrCat("config ", config.Key(), " needs ", inst->smem_bytes,
                      " bytes of shared memory per block; the device allows ", smem_limit_bytes));
   }
+  if (problem.is_paged()) {
+    // The Hopper kernel loads a tile as TMA boxes of min(page, block_s) rows, whole 8-row
+    // swizzle atoms each, so a page must be a multiple of 16 tokens that divides block_s or is
+    // a multiple of it. Decode steps stay on the decode family.
+    const int page = problem.page_block_size;
+    if (!inst->needs_sm90 || problem.kind != ProblemKind::kPrefill || page % 16 != 0 ||
+        (config.block_s % page != 0 && page % config.block_s != 0)) {
+      return absl::UnimplementedError(absl::StrCat(
+          kKernelName, " reads a paged cache only in the Hopper kernel, for a prefill, with pages of a multiple "
+          "of 16 tokens that divides block_s or is a multiple of it (config ", config.Key(), ", pages of ", page,
+          ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -148,6 +161,7 @@ cudaError_t LaunchFused(const AttentionParams& p, const KernelConfig& config,
       (p.v_head_stride * elem) % 16 == 0 && (p.o_head_stride * elem) % 16 == 0;
   if (!aligned) return cudaErrorMisalignedAddress;
   if (p.cu_seqlens_q != nullptr && p.cu_seqlens_k == nullptr) return cudaErrorInvalidValue;
+  if (p.page_size > 0 && (!inst->needs_sm90 || p.block_table == nullptr)) return cudaErrorNotSupported;
   if (!(p.scale_log2 > 0.0f)) return cudaErrorInvalidValue;
 
   fused::FusedKernelArgs a = p;

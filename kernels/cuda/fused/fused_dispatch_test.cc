@@ -144,6 +144,36 @@ TEST(FusedCanImplement, SplitKvPagedKvAndOtherVariantsAreRejected) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(FusedCanImplement, OnlyTheHopperKernelReadsAPagedPrefillWithPagesOfSixteenTokensOrMore) {
+  AttentionProblem prefill = Problem(128, DType::kBf16);
+  prefill.q_len = 300;
+  prefill.kv_len = 700;
+  prefill.causal = true;
+  const KernelConfig hopper = Config(128, 128, 384, Precision::kBf16, 2);  // wgmma: 2 consumer warpgroups
+  ASSERT_TRUE(FusedCanImplement(prefill, hopper, kHopperSmem, kHopper).ok());
+  for (int page : {16, 32, 64, 128, 256}) {
+    prefill.page_block_size = page;
+    EXPECT_TRUE(FusedCanImplement(prefill, hopper, kHopperSmem, kHopper).ok()) << page;
+  }
+  for (int page : {1, 3, 8, 24, 48}) {  // not a multiple of 16, or neither divides block_s 128 nor a multiple of it
+    prefill.page_block_size = page;
+    const absl::Status s = FusedCanImplement(prefill, hopper, kHopperSmem, kHopper);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << page;
+    EXPECT_NE(std::string(s.message()).find("paged"), std::string::npos) << s;
+  }
+  prefill.page_block_size = 16;
+  // The mma.sync kernel and an sm_80 GPU do not read pages; decode steps stay on the decode family.
+  EXPECT_FALSE(FusedCanImplement(prefill, Config(64, 64, 128, Precision::kBf16, 2), kHopperSmem, kHopper).ok());
+  EXPECT_FALSE(FusedCanImplement(prefill, hopper, kHopperSmem, 80).ok());
+  AttentionProblem decode = prefill;
+  decode.kind = ProblemKind::kDecode;
+  decode.q_len = 1;
+  EXPECT_FALSE(FusedCanImplement(decode, hopper, kHopperSmem, kHopper).ok());
+  AttentionProblem e4m3 = prefill;
+  e4m3.kv_storage = KvStorage::kE4m3;
+  EXPECT_FALSE(FusedCanImplement(e4m3, hopper, kHopperSmem, kHopper).ok());
+}
+
 TEST(FusedCanImplement, InvalidProblemIsInvalidArgument) {
   AttentionProblem p = Problem(64, DType::kFp32);
   p.kv_heads = 3;  // does not divide q_heads

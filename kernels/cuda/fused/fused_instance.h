@@ -44,6 +44,12 @@ struct FusedKernelArgs {
   // Rows of Q/O and of K/V in memory (sum of the sequence lengths); 0 = unknown. The Hopper
   // TMA kernel needs them as tensor bounds and refuses to launch (cudaErrorNotSupported) at 0.
   int64_t q_total_rows = 0, kv_total_rows = 0;
+  // Paged K/V (a prefill over a cache; the Hopper kernel only): key j of sequence b is row
+  // j % page_size of page block_table[b * block_table_width + j / page_size] of the pool, whose
+  // rows kv_total_rows counts. page_size 0: contiguous K/V.
+  const int32_t* block_table = nullptr;
+  int block_table_width = 0;
+  int page_size = 0;
 };
 
 using FusedLaunchFn = cudaError_t (*)(const FusedKernelArgs&, cudaStream_t);

@@ -18,6 +18,9 @@
 //  - A key tile that ends inside the sequence (k_vis % block_s != 0) is loaded by the producer
 //    warp with zero-filling cp.async instead of TMA: rows past the visible keys may hold padding
 //    (even NaN), and 0 * NaN would leak into O through the PV product.
+//  - A paged cache (a prefill over cached keys): each tile is min(page, block_s)-row TMA boxes,
+//    one per page, at the rows the block table names; a box past the sequence's pages is
+//    aimed past the pool, which TMA fills with zeros (its bytes still count on the barrier).
 // Needs the total row counts of Q and K/V (tensor bounds for TMA); LaunchWgmma returns
 // cudaErrorNotSupported without them. On the sm_80 build the kernel body is empty and
 // FusedCanImplement never selects it (FusedInstance::needs_sm90).
@@ -178,7 +181,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // ---- producer warpgroup: its first warp loads, the others only hand back registers ----
     SetMaxRegistersDecrease<Tr::kProducerRegs>();
     if (warp != kConsumerWarps) return;
-    const T* v_ptr = blk.v;
+    // Row of key `key` in K/V memory: contiguous, the sequence's own rows; paged, through the
+    // block table, and past the pool (zero-filled by TMA) for a key past the sequence's pages,
+    // whose table entries may hold anything.
+    const bool paged = a.page_size > 0;
+    const int32_t* table = paged ? a.block_table + static_cast<int64_t>(blockIdx.z) * a.block_table_width : nullptr;
+    const int n_pages = paged ? CeilDiv(blk.g.k_vis, a.page_size) : 0;
+    auto key_row = [&](int key) -> int {
+      if (!paged) return static_cast<int>(blk.g.k_start + key);
+      const int page = key / a.page_size;
+      return page < n_pages ? __ldg(table + page) * a.page_size + key % a.page_size
+                            : static_cast<int>(a.kv_total_rows);
+    };
+    const int box = paged ? min(a.page_size, BS) : BS;  // rows per TMA box (the maps' box)
+    const T* v_heads = static_cast<const T*>(a.v) + static_cast<int64_t>(blk.kv_head) * a.v_head_stride;
     if (lane == 0) {
       MbarExpectTx(full_q, Tr::kQBytes);
 #pragma unroll
@@ -191,31 +207,41 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const int s = j % ST;
       const uint32_t free_parity = ((j / ST) & 1) ^ 1;  // a fresh barrier counts as released
       const int key0 = j * BS;
-      const int key_row = static_cast<int>(blk.g.k_start + key0);
       const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
       MbarWait(empty_k(s), free_parity);
       if (lane == 0) {
         MbarExpectTx(full_k(s), Tr::kTileBytes);
+        for (int b0 = 0; b0 < BS; b0 += box) {
+          const int row = key_row(key0 + b0);
 #pragma unroll
-        for (int c = 0; c < NCH; ++c) TmaLoad3d(k_dst + c * BS * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, key_row);
+          for (int c = 0; c < NCH; ++c) {
+            TmaLoad3d(k_dst + c * BS * 128 + b0 * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, row);
+          }
+        }
       }
       MbarWait(empty_v(s), free_parity);
       const int valid = min(BS, blk.g.k_vis - key0);
       if (valid == BS) {
         if (lane == 0) {
           MbarExpectTx(full_v(s), Tr::kTileBytes);
+          for (int b0 = 0; b0 < BS; b0 += box) {
+            const int row = key_row(key0 + b0);
 #pragma unroll
-          for (int c = 0; c < NCH; ++c) TmaLoad3d(v_dst + c * BS * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, key_row);
+            for (int c = 0; c < NCH; ++c) {
+              TmaLoad3d(v_dst + c * BS * 128 + b0 * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, row);
+            }
+          }
         }
       } else {
         // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
         // (16-byte unit u of row r lands at unit u ^ (r % 8)).
-        const T* src = v_ptr + static_cast<int64_t>(key0) * a.v_row_stride;
         for (int ci = lane; ci < BS * NCH * 8; ci += 32) {
           const int u = ci % 8, c = (ci / 8) % NCH, r = ci / (8 * NCH);
           const bool pred = r < valid;
           const uint32_t dst = v_dst + c * BS * 128 + r * 128 + ((u ^ (r & 7)) << 4);
-          CpAsync16Shared(dst, pred ? src + r * a.v_row_stride + c * 64 + u * 8 : src, pred);
+          const T* src = pred ? v_heads + static_cast<int64_t>(key_row(key0 + r)) * a.v_row_stride + c * 64 + u * 8
+                              : v_heads;
+          CpAsync16Shared(dst, src, pred);
         }
         CpAsyncCommit();
         CpAsyncWait<0>();
@@ -377,13 +403,18 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
       e != cudaSuccess) {
     return e;
   }
+  // A paged cache is loaded one page (or block_s rows of one) per box.
+  if (a.page_size > 0 && (a.page_size % 16 != 0 || (Tr::kBlockS % a.page_size != 0 && a.page_size % Tr::kBlockS != 0))) {
+    return cudaErrorNotSupported;
+  }
+  const int box = a.page_size > 0 ? (a.page_size < Tr::kBlockS ? a.page_size : Tr::kBlockS) : Tr::kBlockS;
   if (cudaError_t e = EncodeRowTileMap(&p.k_map, a.k, kStorage, Tr::kHeadDim, a.kv_heads,
-                                       a.kv_total_rows, a.k_row_stride, a.k_head_stride, Tr::kBlockS);
+                                       a.kv_total_rows, a.k_row_stride, a.k_head_stride, box);
       e != cudaSuccess) {
     return e;
   }
   if (cudaError_t e = EncodeRowTileMap(&p.v_map, a.v, kStorage, Tr::kHeadDim, a.kv_heads,
-                                       a.kv_total_rows, a.v_row_stride, a.v_head_stride, Tr::kBlockS);
+                                       a.kv_total_rows, a.v_row_stride, a.v_head_stride, box);
       e != cudaSuccess) {
     return e;
   }
