@@ -65,7 +65,7 @@ constexpr char kTrialColumns[] =
     "t.trial_id, t.run_id, t.problem_key, t.config_key, t.attempt, t.outcome, t.message, "
     "t.samples_json, t.median_us, t.p10_us, t.p90_us, t.max_abs_error, t.max_rel_error, "
     "t.checked_elements, t.sm_clock_mhz, t.flops, t.created_unix_ms, t.stage, t.blocks_json, "
-    "t.wall_seconds";
+    "t.wall_seconds, t.unquantised_rel_error";
 
 absl::StatusOr<Trial> ReadTrial(const Statement& s) {
   Trial t;
@@ -82,6 +82,7 @@ absl::StatusOr<Trial> ReadTrial(const Statement& s) {
   t.stage = *stage;
   FT_DB_ASSIGN_OR_RETURN(t.blocks, BlocksFromJson(s.Text(18)));
   t.wall_seconds = s.Double(19);
+  t.unquantised_rel_error = s.Double(20);
   return t;
 }
 
@@ -99,13 +100,13 @@ absl::StatusOr<int> InsertTrials(Connection& c, const std::vector<Trial>& trials
         c.Prepare("INSERT INTO trials (trial_id, run_id, problem_key, config_key, attempt, "
                   "outcome, message, samples_json, median_us, p10_us, p90_us, max_abs_error, "
                   "max_rel_error, checked_elements, sm_clock_mhz, flops, created_unix_ms, "
-                  "stage, blocks_json, wall_seconds) "
+                  "stage, blocks_json, wall_seconds, unquantised_rel_error) "
                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                  "?16, ?17, ?18, ?19, ?20) ON CONFLICT (trial_id) DO NOTHING"));
+                  "?16, ?17, ?18, ?19, ?20, ?21) ON CONFLICT (trial_id) DO NOTHING"));
     s.BindAll(t.trial_id, t.run_id, t.problem_key, t.config_key, t.attempt, TrialOutcomeName(t.outcome), t.message,
               SamplesToJson(t.samples_us), t.median_us, t.p10_us, t.p90_us, t.max_abs_error, t.max_rel_error,
               t.checked_elements, t.sm_clock_mhz, t.flops, t.created_unix_ms != 0 ? t.created_unix_ms : now,
-              TrialStageName(t.stage), BlocksToJson(t.blocks), t.wall_seconds);
+              TrialStageName(t.stage), BlocksToJson(t.blocks), t.wall_seconds, t.unquantised_rel_error);
     FT_DB_RETURN_IF_ERROR(s.Run());
     inserted += static_cast<int>(c.Changes());
   }

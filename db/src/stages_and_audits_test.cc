@@ -407,5 +407,38 @@ TEST(StoreUpgrade, VersionFourFileKeepsItsTrialsAndBenchCellsAndTakesTheNewOutco
   EXPECT_EQ((*now)[2].outcome, TrialOutcome::kResourceExhausted);
 }
 
+// ---- a file written by a binary with schema version 7 (before unquantised_rel_error)
+
+TEST(StoreUpgrade, VersionSevenTrialsReadBackWithoutAnUnquantisedError) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("v7.db");
+  ASSERT_EQ(db_test::WriteSchemaVersion(path, 7), absl::OkStatus());  // what the version-7 binary created
+  ASSERT_EQ(RawQuery(path, "SELECT COUNT(*) FROM pragma_table_info('trials') WHERE name = 'unquantised_rel_error'"),
+            "0");
+  RawQuery(path,
+           "INSERT INTO runs (commit_hash, host, device_class, device_json, backend, tool_version, "
+           "environment, label, started_unix_ms) VALUES ('old', 'h', 'cpu/Test-CPU/x86_64-avx2', "
+           "'{\"backend\":\"cpu\"}', 'cpu', '0.1.0', '', 'sweep', 1700000000000)");
+  RawQuery(path, "INSERT INTO trials (trial_id, run_id, problem_key, config_key, attempt, outcome, "
+                 "message, samples_json, median_us, p10_us, p90_us, max_abs_error, max_rel_error, "
+                 "checked_elements, sm_clock_mhz, flops, created_unix_ms, stage, blocks_json, wall_seconds) "
+                 "VALUES ('" + TrialId(1, kProblem, kConfigA, 0) + "', 1, '" + kProblem + "', '" + kConfigA +
+                 "', 0, 'ok', '', '[1.5]', 1.5, 1.5, 1.5, 1e-6, 2e-6, 64, 0, 1e6, 1700000000500, 'screen', '[]', 2)");
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), Store::LatestSchemaVersion());
+  ASSERT_GE(Store::LatestSchemaVersion(), 8);
+  absl::StatusOr<std::vector<Trial>> trials = store->ListTrials(1);
+  ASSERT_TRUE(trials.ok()) << trials.status();
+  ASSERT_EQ(trials->size(), 1u);
+  EXPECT_EQ((*trials)[0].max_rel_error, 2e-6);
+  EXPECT_EQ((*trials)[0].unquantised_rel_error, 0.0);
+  Trial quantised = StagedTrial(1, kConfigB, TrialStage::kScreen);
+  quantised.unquantised_rel_error = 0.03;
+  ASSERT_TRUE(store->RecordTrial(quantised).ok());
+  EXPECT_EQ(RawQuery(path, "SELECT unquantised_rel_error FROM trials WHERE config_key = '" + std::string(kConfigB) + "'"),
+            "0.03");
+}
+
 }  // namespace
 }  // namespace fusetune

@@ -228,6 +228,7 @@ void ExpectSameTrial(const Trial& a, const Trial& b) {
     EXPECT_EQ(a.max_abs_error, b.max_abs_error);
   }
   EXPECT_EQ(a.max_rel_error, b.max_rel_error);
+  EXPECT_EQ(a.unquantised_rel_error, b.unquantised_rel_error);
   EXPECT_EQ(a.checked_elements, b.checked_elements);
   EXPECT_EQ(a.sm_clock_mhz, b.sm_clock_mhz);
   EXPECT_EQ(a.flops, b.flops);
@@ -266,6 +267,34 @@ TEST_P(StoreTrials, RoundTripsEveryFieldIncludingFailuresAndNaN) {
   EXPECT_EQ((*only_b)[0].trial_id, unsupported.trial_id);
   EXPECT_TRUE(*store->HasTrial(ok.trial_id));
   EXPECT_FALSE(*store->HasTrial("no-such-trial"));
+}
+
+TEST_P(StoreTrials, KeepsTheErrorAgainstTheUnquantisedReferenceAndRefusesANegativeOne) {
+  auto store = OpenOrDie(Location());
+  const int64_t run = *store->BeginRun(TestRun());
+  const std::string e4m3 = "decode/b16/hq32/hkv8/q1/k8192/d128/causal0/bf16/kve4m3";
+  Trial quantised = TestTrial(run, e4m3, kConfig1);
+  quantised.max_rel_error = 1.25e-3;
+  quantised.unquantised_rel_error = 0.0234375;
+  Trial failed = TestTrial(run, e4m3, kConfig2);
+  failed.outcome = TrialOutcome::kVerifyFailed;
+  failed.message = "all-zero output";
+  failed.unquantised_rel_error = std::numeric_limits<double>::infinity();
+  const Trial plain = TestTrial(run, kProblemA, kConfig1);
+  ASSERT_TRUE(store->RecordTrials({quantised, failed, plain}).ok());
+  absl::StatusOr<std::vector<Trial>> all = store->ListTrials(run);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  ExpectSameTrial(quantised, (*all)[0]);
+  ExpectSameTrial(failed, (*all)[1]);
+  EXPECT_EQ((*all)[2].unquantised_rel_error, 0.0);
+  Trial negative = TestTrial(run, e4m3, kConfig1, 3);
+  negative.unquantised_rel_error = -1e-3;
+  absl::Status refused = store->RecordTrial(negative);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("unquantised_rel_error"), std::string::npos) << refused;
+  negative.unquantised_rel_error = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(store->RecordTrial(negative).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StoreTrialsSqlite, SameTrialIdTwiceStoresOneRow) {

@@ -63,6 +63,10 @@ absl::Status ValidateTrial(const Trial& t) {
     return absl::InvalidArgumentError(
         absl::StrCat("trial wall_seconds must be finite and >= 0, got ", t.wall_seconds));
   }
+  if (std::isnan(t.unquantised_rel_error) || t.unquantised_rel_error < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trial unquantised_rel_error must be >= 0 (or +inf), got ", t.unquantised_rel_error));
+  }
   FT_DB_RETURN_IF_ERROR(ValidateBlocks(t.blocks, "trial", /*require_positive_median=*/false));
   // The id is derived from the fields, so that a retried upload is recognised and two stages
   // of one config never share a row (a final trial under its screen trial's id would be

@@ -27,8 +27,14 @@ struct CpuAttentionParams {
   const void* k = nullptr;  // [total_k][kv_heads][head_dim], or paged (below)
   const void* v = nullptr;
   void* o = nullptr;        // [total_q][q_heads][head_dim]
-  StorageFormat storage = StorageFormat::kFp32;  // of q/k/v/o; decoded in the kernel
-  int storage_bytes = 4;    // bytes per element of q/k/v/o
+  StorageFormat storage = StorageFormat::kFp32;  // of q/o, and of k/v unless kv_e4m3 is set
+  int storage_bytes = 4;    // bytes per element of q/o (and of k/v unless kv_e4m3 is set)
+  // K/V stored as FP8 e4m3 (KvStorage::kE4m3): the value of each of the 256 bytes (exact
+  // floats, NaN for 0x7f/0xff); null when K/V are in `storage`. K/V elements are then 1 byte
+  // and widened through this table; their per-head scales are folded into scale_log2 (K) and
+  // v_scale (V).
+  const float* kv_e4m3 = nullptr;
+  int kv_bytes = 4;         // bytes per element of k/v
   // Encodes `count` floats into storage (output rows; outside the hot loops).
   void (*encode)(const float* src, size_t count, void* dst) = nullptr;
   OperandRounding rounding = OperandRounding::kNone;
@@ -40,7 +46,11 @@ struct CpuAttentionParams {
   int head_dim_padded = 64;  // head_dim rounded up to kLanes (row stride of Q/V/acc tiles)
   int block_m = 64;          // multiple of kLanes
   int block_s = 64;          // multiple of kLanes
-  float scale_log2 = 1.0f;   // softmax scale * log2(e): scores live in the exp2 domain
+  // Per KV head (kv_heads entries): softmax scale * log2(e), times the head's K scale when K
+  // is e4m3; scores stay in score units and only (s - m) is multiplied by it (exp2 domain).
+  const float* scale_log2 = nullptr;
+  // Per KV head, the V scale applied to the normalized output (e4m3 V); null: 1.
+  const float* v_scale = nullptr;
 
   // Per sequence b (batch entries).
   const int64_t* q_start = nullptr;  // first query token

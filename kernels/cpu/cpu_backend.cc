@@ -74,6 +74,16 @@ void EncodeBf16(const float* src, size_t n, void* dst) {
   EncodeTensor(DType::kBf16, std::span<const float>(src, n), dst);
 }
 
+// The value of every e4m3 byte (KvStorage::kE4m3), the table the kernels widen K/V through.
+const float* E4m3Table() {
+  static const auto* table = [] {
+    auto* t = new float[256];
+    for (int x = 0; x < 256; ++x) t[x] = E4m3ToFloat(static_cast<uint8_t>(x));
+    return t;
+  }();
+  return table;
+}
+
 cpu::OperandRounding RoundingFor(Precision p) {
   switch (p) {
     case Precision::kFp32: return cpu::OperandRounding::kNone;
@@ -118,12 +128,12 @@ int TaskRowsOfSequence(const AttentionProblem& p, Variant variant, int query_len
   return query_len * HeadsPerTask(p, variant);
 }
 
-// Bytes of storage-dtype K and V the materialized variant gathers a paged cache into: every
-// visible key of every sequence, contiguous.
+// Bytes of K and V (in their storage, e4m3 included) the materialized variant gathers a paged
+// cache into: every visible key of every sequence, contiguous.
 int64_t GatherBytes(const AttentionProblem& p) {
   int64_t keys = 0;
   for (int b = 0; b < p.batch; ++b) keys += p.VisibleKeyLen(b);
-  return 2 * keys * p.kv_heads * p.head_dim * DTypeBytes(p.dtype);
+  return 2 * keys * p.kv_heads * p.head_dim * p.KVElementBytes();
 }
 
 // Floats per split-KV partial entry: the accumulator row (head_dim padded) and its m and l.
@@ -267,6 +277,10 @@ class CpuBackend final : public Backend {
                    const AttentionBuffers& buffers) override {
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
     if (auto s = ValidateBuffers(problem, buffers); !s.ok()) return s;
+    // The K/V scales are host memory too: their values are checked like the table.
+    if (problem.is_kv_quantized()) {
+      if (auto s = ValidateKvScales(problem, buffers.k_scale, buffers.v_scale); !s.ok()) return s;
+    }
     // The table is host memory here: check every entry a launch reads before any K/V read.
     if (problem.is_paged()) {
       if (auto s = ValidateBlockTable(problem, buffers.block_table, problem.BlockTableEntries()); !s.ok()) return s;
@@ -360,9 +374,10 @@ class CpuBackend final : public Backend {
   // The tasks of a launch (see CpuTask), most expensive first, and the combine tasks of a
   // split launch (one per row block).
   void BuildTasks(const AttentionProblem& problem, const KernelConfig& config, int splits);
-  // The kernels' parameter block over the geometry members and the caller's tensors.
+  // The kernels' parameter block over the geometry members and the caller's tensors (the
+  // per-KV-head logit factors and V scales into their members).
   CpuAttentionParams MakeParams(const AttentionProblem& problem, const KernelConfig& config,
-                                const AttentionBuffers& buffers, int splits) const;
+                                const AttentionBuffers& buffers, int splits);
   // Per-worker scratch tiles for `workers` workers; false when out of memory.
   bool PrepareScratch(const KernelConfig& config, int head_dim, int workers, std::vector<CpuScratch>* scratch);
   // The visible keys of every sequence of a paged problem copied through its block table into
@@ -385,6 +400,7 @@ class CpuBackend final : public Backend {
   // Per-run geometry, kept to avoid reallocating on every timed launch.
   std::vector<int64_t> q_start_, k_start_, ws_offset_;
   std::vector<int32_t> q_len_, ws_keys_, visible_;
+  std::vector<float> scale_log2_, v_scale_;  // per KV head
   std::vector<CpuTask> tasks_, combine_tasks_;
 };
 
@@ -496,7 +512,7 @@ absl::Status CpuBackend::GatherPagedKV(const AttentionProblem& problem, const At
   }
   auto* k_out = reinterpret_cast<unsigned char*>(gathered_.data.get());
   unsigned char* v_out = k_out + half;
-  const int64_t row_bytes = static_cast<int64_t>(problem.kv_heads) * problem.head_dim * DTypeBytes(problem.dtype);
+  const int64_t row_bytes = static_cast<int64_t>(problem.kv_heads) * problem.head_dim * problem.KVElementBytes();
   const int page = problem.page_block_size;
   const auto* k_pool = static_cast<const unsigned char*>(buffers.k);
   const auto* v_pool = static_cast<const unsigned char*>(buffers.v);
@@ -519,13 +535,15 @@ absl::Status CpuBackend::GatherPagedKV(const AttentionProblem& problem, const At
 }
 
 CpuAttentionParams CpuBackend::MakeParams(const AttentionProblem& problem, const KernelConfig& config,
-                                          const AttentionBuffers& buffers, int splits) const {
+                                          const AttentionBuffers& buffers, int splits) {
   CpuAttentionParams params;
   params.q = buffers.q;
   params.k = buffers.k;
   params.v = buffers.v;
   params.o = buffers.o;
   params.storage_bytes = DTypeBytes(problem.dtype);
+  params.kv_bytes = problem.KVElementBytes();
+  if (problem.is_kv_quantized()) params.kv_e4m3 = E4m3Table();
   switch (problem.dtype) {
     case DType::kFp32:
       params.storage = cpu::StorageFormat::kFp32;
@@ -548,7 +566,20 @@ CpuAttentionParams CpuBackend::MakeParams(const AttentionProblem& problem, const
   params.head_dim_padded = RoundUp(problem.head_dim, kLanes);
   params.block_m = config.block_m;
   params.block_s = config.block_s;
-  params.scale_log2 = problem.EffectiveScale() * 1.4426950408889634f;
+  // The K scale of an e4m3 head multiplies its logits: folded into the head's factor (in
+  // double, one rounding), as the reference multiplies the softmax scale by it. The V scale
+  // multiplies the head's normalized output.
+  scale_log2_.assign(static_cast<size_t>(problem.kv_heads), problem.EffectiveScale() * 1.4426950408889634f);
+  v_scale_.clear();
+  if (problem.is_kv_quantized()) {
+    for (int h = 0; h < problem.kv_heads; ++h) {
+      scale_log2_[h] = static_cast<float>(static_cast<double>(problem.EffectiveScale()) * buffers.k_scale[h] *
+                                          1.4426950408889634);
+      v_scale_.push_back(buffers.v_scale[h]);
+    }
+    params.v_scale = v_scale_.data();
+  }
+  params.scale_log2 = scale_log2_.data();
   params.q_start = q_start_.data();
   params.k_start = k_start_.data();
   params.q_len = q_len_.data();
@@ -642,10 +673,11 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
 // like an L2 flush before a GPU launch.
 void CpuBackend::FlushCaches(const AttentionProblem& problem, const AttentionBuffers& buffers) {
   const size_t esize = static_cast<size_t>(DTypeBytes(problem.dtype));
+  const size_t kv_esize = static_cast<size_t>(problem.KVElementBytes());
   const std::pair<const void*, size_t> regions[] = {
       {buffers.q, static_cast<size_t>(problem.QElements()) * esize},
-      {buffers.k, static_cast<size_t>(problem.KVElements()) * esize},
-      {buffers.v, static_cast<size_t>(problem.KVElements()) * esize},
+      {buffers.k, static_cast<size_t>(problem.KVElements()) * kv_esize},
+      {buffers.v, static_cast<size_t>(problem.KVElements()) * kv_esize},
       {buffers.o, static_cast<size_t>(problem.OElements()) * esize},
       {workspace_.data.get(), workspace_.count * sizeof(float)}};
 #if defined(__x86_64__) || defined(__i386__)

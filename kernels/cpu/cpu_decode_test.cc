@@ -110,8 +110,9 @@ void PoisonUnreadRows(const AttentionProblem& p, const std::vector<int32_t>& tab
 
 // The fp64 reference of a problem (a paged one through its table) on its inputs.
 std::vector<double> Reference(const AttentionProblem& p, const Inputs& in, const std::vector<int32_t>& table) {
+  const KvScales scales = testing_util::ScalesOf(p, in);
   if (!p.is_paged()) {
-    auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+    auto ref = ReferenceAttention(p, in.q, in.k, in.v, scales);
     EXPECT_TRUE(ref.ok()) << ref.status();
     return ref.ok() ? *ref : std::vector<double>{};
   }
@@ -119,7 +120,7 @@ std::vector<double> Reference(const AttentionProblem& p, const Inputs& in, const
   auto v = GatherPagedKV(p, in.v, table);
   EXPECT_TRUE(k.ok() && v.ok()) << k.status() << v.status();
   if (!k.ok() || !v.ok()) return {};
-  auto ref = ReferenceAttention(p.Unpaged(), in.q, *k, *v);
+  auto ref = ReferenceAttention(p.Unpaged(), in.q, *k, *v, scales);
   EXPECT_TRUE(ref.ok()) << ref.status();
   return ref.ok() ? *ref : std::vector<double>{};
 }
@@ -382,6 +383,211 @@ TEST(CpuDecode, CandidateConfigsSplitTheFusedVariantOnly) {
   // Every candidate runs and is correct.
   const std::vector<int32_t> table = ShuffledTable(p, 3);
   ExpectEveryConfigMatches(p, table, candidates);
+}
+
+// ---------------------------------------------------------------------------------------
+// K/V stored as FP8 e4m3 with per-KV-head scales.
+
+AttentionProblem E4m3(AttentionProblem p, DType dtype = DType::kFp16) {
+  p.dtype = dtype;
+  p.kv_storage = KvStorage::kE4m3;
+  return p;
+}
+
+// The fp32 configs and those computing in the query's own type.
+std::vector<KernelConfig> E4m3Configs(DType dtype, int bm = 16, int bs = 32) {
+  std::vector<KernelConfig> out = EveryVariantAndSplit(bm, bs);
+  const Precision own = dtype == DType::kFp16 ? Precision::kFp16 : Precision::kBf16;
+  for (const KernelConfig& c : EveryVariantAndSplit(bm, bs, 2, own)) out.push_back(c);
+  return out;
+}
+
+// Every element within `tol` of the reference scaled by the largest |V| of its KV head (the
+// output is a convex combination of that head's values), and NaN exactly where it is NaN.
+void ExpectMatchesPerHead(const AttentionProblem& p, const Inputs& in, const std::vector<float>& out,
+                          const std::vector<double>& ref, double tol) {
+  ASSERT_EQ(out.size(), ref.size());
+  std::vector<double> v_max(static_cast<size_t>(p.kv_heads), 0.0);
+  for (size_t i = 0; i < in.v.size(); ++i) {
+    const size_t h = (i / static_cast<size_t>(p.head_dim)) % static_cast<size_t>(p.kv_heads);
+    if (std::isfinite(in.v[i])) v_max[h] = std::max(v_max[h], std::fabs(in.v[i] * static_cast<double>(in.v_scale[h])));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int head = static_cast<int>((i / static_cast<size_t>(p.head_dim)) % static_cast<size_t>(p.q_heads));
+    const double bound = tol * std::max(1e-30, v_max[static_cast<size_t>(head / p.heads_per_kv())]);
+    ASSERT_EQ(std::isnan(out[i]), std::isnan(ref[i])) << i << " out " << out[i] << " ref " << ref[i];
+    if (!std::isnan(ref[i])) ASSERT_LE(std::fabs(out[i] - ref[i]), bound) << i << " out " << out[i] << " ref " << ref[i];
+  }
+}
+
+void ExpectE4m3ConfigsMatch(const AttentionProblem& p, const std::vector<int32_t>& table, const Inputs& in,
+                            const std::vector<KernelConfig>& configs) {
+  const std::vector<double> ref = Reference(p, in, table);
+  RunOptions options;
+  options.block_table = table;
+  for (const KernelConfig& c : configs) {
+    for (auto& [isa, backend] : testing_util::BackendsForEveryIsa()) {
+      SCOPED_TRACE(Describe(p, c) + " isa=" + isa);
+      auto out = RunBackend(*backend, p, c, in, options);
+      ASSERT_TRUE(out.ok()) << out.status();
+      ExpectMatchesPerHead(p, in, *out, ref, Tolerance(c.precision, p.dtype));
+    }
+  }
+}
+
+TEST(CpuE4m3, DecodeContiguousAndShuffledPagesMatchTheReference) {
+  // GQA 32/8 and 8/2, odd cache lengths (one shorter than a page, one empty), 1 and 5 new
+  // tokens causal, fp16 and bf16 queries, every variant, split and both precisions.
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    for (const auto& [q_heads, kv_heads, q_len] : {std::tuple{32, 8, 1}, std::tuple{8, 2, 5}}) {
+      const AttentionProblem contiguous = E4m3(Decode({157, 1, 0, 300}, q_heads, kv_heads, q_len, 64, true), dtype);
+      for (int page : {0, 3, 16}) {
+        const AttentionProblem p = page == 0 ? contiguous : Paged(contiguous, page);
+        ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+        const std::vector<int32_t> table = p.is_paged() ? ShuffledTable(p, page) : std::vector<int32_t>{};
+        // Unread pool rows hold NaN bytes (0x7f): a kernel reading one fails.
+        ExpectE4m3ConfigsMatch(p, table, PoisonedInputs(p, table, page + 1), E4m3Configs(dtype));
+      }
+    }
+  }
+}
+
+TEST(CpuE4m3, PrefillAndVarlenMatchTheReference) {
+  AttentionProblem prefill;
+  prefill.batch = 2;
+  prefill.q_heads = 6;
+  prefill.kv_heads = 2;
+  prefill.q_len = 37;
+  prefill.kv_len = 53;
+  prefill.head_dim = 80;
+  prefill.causal = true;
+  prefill = E4m3(prefill, DType::kBf16);
+  std::vector<KernelConfig> unsplit;
+  for (Variant v : kVariants) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16}) unsplit.push_back(Config(v, 1, 16, 16, 2, precision));
+  }
+  ExpectE4m3ConfigsMatch(prefill, {}, RandomInputs(prefill, 3), unsplit);
+  AttentionProblem varlen;
+  varlen.kind = ProblemKind::kDecode;
+  varlen.batch = 4;
+  varlen.q_heads = 8;
+  varlen.kv_heads = 2;
+  varlen.cu_seqlens_q = {0, 1, 1, 5, 7};
+  varlen.cu_seqlens_k = {0, 50, 51, 51, 140};
+  varlen.q_len = 4;
+  varlen.kv_len = 89;
+  varlen.causal = true;
+  varlen = E4m3(Paged(varlen, 7));
+  ASSERT_TRUE(varlen.Validate().ok()) << varlen.Validate();
+  const std::vector<int32_t> table = ShuffledTable(varlen, 8);
+  ExpectE4m3ConfigsMatch(varlen, table, PoisonedInputs(varlen, table, 8), E4m3Configs(DType::kFp16));
+}
+
+TEST(CpuE4m3, NaNBytesReachTheRowsOfTheirHeadAsInTheReference) {
+  AttentionProblem p = E4m3(Paged(Decode({40, 33}, 8, 2, 2, 64, true), 16));
+  const std::vector<int32_t> table = ShuffledTable(p, 4);
+  Inputs in = PoisonedInputs(p, table, 5);
+  // Key 7 of sequence 0, KV head 1: a NaN K byte; key 20 of sequence 1, KV head 0: a NaN V byte.
+  const int64_t row = static_cast<int64_t>(p.kv_heads) * p.head_dim;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  in.k[static_cast<size_t>((table[0] * 16 + 7) * row + p.head_dim + 3)] = nan;
+  in.v[static_cast<size_t>((table[static_cast<size_t>(p.BlockTableWidth()) + 1] * 16 + 4) * row + 5)] = nan;
+  const std::vector<double> ref = Reference(p, in, table);
+  int nan_rows = 0;
+  for (size_t i = 0; i < ref.size(); i += static_cast<size_t>(p.head_dim)) nan_rows += std::isnan(ref[i + 5]) ? 1 : 0;
+  ASSERT_GT(nan_rows, 0);
+  ASSERT_LT(static_cast<size_t>(nan_rows), ref.size() / p.head_dim);
+  ExpectE4m3ConfigsMatch(p, table, in, E4m3Configs(DType::kFp16));
+}
+
+TEST(CpuE4m3, ZeroScalesAndAHeadOfHugeRangeMatchTheReference) {
+  const AttentionProblem p = E4m3(Decode({45, 77}, 8, 4, 3, 64, true), DType::kBf16);
+  Inputs in;
+  in.q = testing_util::Uniform(p.QElements(), -2.0f, 2.0f, 11);
+  in.k = testing_util::Uniform(p.KVElements(), -1.0f, 1.0f, 12);
+  in.v = testing_util::Uniform(p.KVElements(), -1.0f, 1.0f, 13);
+  // KV head 3: keys up to 6 (sharp logits) and values up to 3e4 next to heads of +-1.
+  for (size_t i = 0; i < in.k.size(); ++i) {
+    if ((i / 64) % 4 == 3) {
+      in.k[i] *= 6.0f;
+      in.v[i] *= 3e4f;
+    }
+  }
+  RoundToDType(p.dtype, in.q);
+  RoundToDType(p.dtype, in.k);
+  RoundToDType(p.dtype, in.v);
+  testing_util::QuantizeKV(p, &in);
+  ASSERT_GT(in.v_scale[3], 50.0f);
+  in.k_scale[1] = 0.0f;  // every visible key of head 1 weighs the same (masked ones none)
+  in.v_scale[2] = 0.0f;  // head 2's outputs are zeros
+  ExpectE4m3ConfigsMatch(p, {}, in, E4m3Configs(DType::kBf16));
+}
+
+// A run the backend must refuse: InvalidArgument naming `message`, O untouched.
+void ExpectScalesRefused(const AttentionProblem& p, const float* k_scale, const float* v_scale, const char* message) {
+  auto backend = CreateCpuBackend();
+  auto q = backend->Allocate(static_cast<size_t>(p.QElements()) * 2);
+  auto kv = backend->Allocate(static_cast<size_t>(p.KVElements()) * 2);
+  const size_t o_bytes = static_cast<size_t>(p.OElements()) * 2;
+  auto o = backend->Allocate(o_bytes);
+  ASSERT_TRUE(q.ok() && kv.ok() && o.ok());
+  ASSERT_TRUE(backend->Fill(q->data(), 0, q->bytes()).ok());
+  ASSERT_TRUE(backend->Fill(kv->data(), 0, kv->bytes()).ok());
+  ASSERT_TRUE(backend->Fill(o->data(), 0xAB, o_bytes).ok());
+  AttentionBuffers buffers{q->data(), kv->data(), kv->data(), o->data()};
+  buffers.k_scale = k_scale;
+  buffers.v_scale = v_scale;
+  for (Variant variant : kVariants) {
+    const absl::Status run = backend->Run(p, Config(variant), buffers);
+    EXPECT_EQ(run.code(), absl::StatusCode::kInvalidArgument) << VariantName(variant) << " " << run;
+    EXPECT_THAT(run.message(), HasSubstr(message));
+    TimingOptions timing;
+    timing.warmup = 0;
+    timing.repeats = 3;
+    const absl::Status time = backend->Time(p, Config(variant), buffers, timing).status();
+    EXPECT_EQ(time.code(), absl::StatusCode::kInvalidArgument) << VariantName(variant) << " " << time;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(o->data());
+  for (size_t i = 0; i < o_bytes; ++i) ASSERT_EQ(bytes[i], 0xAB) << "O byte " << i << " was written";
+}
+
+TEST(CpuE4m3, BadOrMissingScalesAreInvalidArgumentAndLeaveTheOutputUntouched) {
+  const AttentionProblem p = E4m3(Decode({40, 17}, 4, 2));
+  const float good[2] = {0.01f, 0.02f};
+  const float nan_scale[2] = {0.01f, std::numeric_limits<float>::quiet_NaN()};
+  const float negative[2] = {-0.5f, 0.02f};
+  const float inf_scale[2] = {std::numeric_limits<float>::infinity(), 0.02f};
+  const float huge[2] = {0.01f, 3e38f};  // times 1/sqrt(64) is fine, but not for k
+  ExpectScalesRefused(p, good, nan_scale, "v_scale[1]");
+  ExpectScalesRefused(p, negative, good, "k_scale[0]");
+  ExpectScalesRefused(p, inf_scale, good, "k_scale[0]");
+  AttentionProblem large_scale = p;
+  large_scale.softmax_scale = 1e10f;
+  ExpectScalesRefused(large_scale, huge, good, "exceeds");
+  ExpectScalesRefused(p, nullptr, good, "k_scale");
+  ExpectScalesRefused(p, good, nullptr, "v_scale");
+  // Scales given to a problem whose K/V are not quantised are refused as well.
+  AttentionProblem plain = p;
+  plain.kv_storage = KvStorage::kDType;
+  ExpectScalesRefused(plain, good, good, "not quantised");
+}
+
+TEST(CpuE4m3, CandidateConfigsAllRunAndMatchTheReference) {
+  auto backend = CreateCpuBackend();
+  const AttentionProblem p = E4m3(Paged(Decode({70, 33}, 8, 2, 2, 64, true, DType::kBf16), 16), DType::kBf16);
+  const std::vector<KernelConfig> candidates = backend->CandidateConfigs(p);
+  ASSERT_FALSE(candidates.empty());
+  const std::vector<int32_t> table = ShuffledTable(p, 3);
+  const Inputs in = PoisonedInputs(p, table, 2);
+  const std::vector<double> ref = Reference(p, in, table);
+  RunOptions options;
+  options.block_table = table;
+  for (const KernelConfig& c : candidates) {
+    SCOPED_TRACE(Describe(p, c));
+    auto out = RunBackend(*backend, p, c, in, options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectMatchesPerHead(p, in, *out, ref, Tolerance(c.precision, p.dtype));
+  }
 }
 
 }  // namespace

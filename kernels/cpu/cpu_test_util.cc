@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "cpu_backend_internal.h"
@@ -31,7 +32,22 @@ Inputs RandomInputs(const AttentionProblem& problem, uint64_t seed) {
   RoundToDType(problem.dtype, in.q);
   RoundToDType(problem.dtype, in.k);
   RoundToDType(problem.dtype, in.v);
+  if (problem.is_kv_quantized()) QuantizeKV(problem, &in);
   return in;
+}
+
+void QuantizeKV(const AttentionProblem& problem, Inputs* in) {
+  for (auto [values, scales] : {std::pair{&in->k, &in->k_scale}, std::pair{&in->v, &in->v_scale}}) {
+    std::vector<uint8_t> bytes(values->size());
+    scales->assign(static_cast<size_t>(problem.kv_heads), 0.0f);
+    QuantizeE4m3PerHead(*values, problem.kv_heads, problem.head_dim, bytes, *scales);
+    for (size_t i = 0; i < bytes.size(); ++i) (*values)[i] = E4m3ToFloat(bytes[i]);
+  }
+}
+
+KvScales ScalesOf(const AttentionProblem& problem, const Inputs& in) {
+  if (!problem.is_kv_quantized()) return {};
+  return KvScales{in.k_scale, in.v_scale};
 }
 
 absl::StatusOr<std::vector<float>> RunBackend(Backend& backend, const AttentionProblem& problem,
@@ -43,9 +59,14 @@ absl::StatusOr<std::vector<float>> RunBackend(Backend& backend, const AttentionP
   k.resize(k.size() + options.extra_kv_rows * kv_row, options.kv_tail_value);
   v.resize(v.size() + options.extra_kv_rows * kv_row, options.kv_tail_value);
 
-  auto upload = [&](const std::vector<float>& host) -> absl::StatusOr<DeviceMemory> {
-    std::vector<uint8_t> bytes(host.size() * elem);
-    EncodeTensor(problem.dtype, host, bytes.data());
+  auto upload = [&](const std::vector<float>& host, bool kv = false) -> absl::StatusOr<DeviceMemory> {
+    std::vector<uint8_t> bytes;
+    if (kv && problem.is_kv_quantized()) {
+      for (float x : host) bytes.push_back(FloatToE4m3(x));  // e4m3 values: exact
+    } else {
+      bytes.resize(host.size() * elem);
+      EncodeTensor(problem.dtype, host, bytes.data());
+    }
     auto mem = backend.Allocate(bytes.size());
     if (!mem.ok()) return mem.status();
     if (auto s = backend.CopyToDevice(mem->data(), bytes.data(), bytes.size()); !s.ok()) return s;
@@ -53,15 +74,27 @@ absl::StatusOr<std::vector<float>> RunBackend(Backend& backend, const AttentionP
   };
   auto qd = upload(in.q);
   if (!qd.ok()) return qd.status();
-  auto kd = upload(k);
+  auto kd = upload(k, true);
   if (!kd.ok()) return kd.status();
-  auto vd = upload(v);
+  auto vd = upload(v, true);
   if (!vd.ok()) return vd.status();
   const size_t o_bytes = static_cast<size_t>(problem.OElements()) * elem;
   auto od = backend.Allocate(o_bytes);
   if (!od.ok()) return od.status();
   if (auto s = backend.Fill(od->data(), options.output_poison, o_bytes); !s.ok()) return s;
   AttentionBuffers buffers{qd->data(), kd->data(), vd->data(), od->data()};
+  DeviceMemory k_scale, v_scale;
+  if (problem.is_kv_quantized()) {
+    for (auto [host, mem] : {std::pair{&in.k_scale, &k_scale}, std::pair{&in.v_scale, &v_scale}}) {
+      const size_t bytes = host->size() * sizeof(float);  // fp32 scales
+      auto m = backend.Allocate(bytes);
+      if (!m.ok()) return m.status();
+      if (auto s = backend.CopyToDevice(m->data(), host->data(), bytes); !s.ok()) return s;
+      *mem = *std::move(m);
+    }
+    buffers.k_scale = static_cast<const float*>(k_scale.data());
+    buffers.v_scale = static_cast<const float*>(v_scale.data());
+  }
   DeviceMemory table;
   if (problem.is_paged()) {
     const size_t table_bytes = options.block_table.size() * sizeof(int32_t);

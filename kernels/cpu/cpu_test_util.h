@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "fusetune/kernels/backend.h"
+#include "fusetune/kernels/reference.h"
 
 namespace fusetune::testing_util {
 
@@ -17,10 +18,19 @@ namespace fusetune::testing_util {
 std::vector<float> Uniform(int64_t n, float lo, float hi, uint64_t seed);
 
 struct Inputs {
-  std::vector<float> q, k, v;  // already rounded to the problem's storage dtype
+  // Already rounded to the problem's storage dtype; K/V stored as e4m3: the e4m3 values
+  // (E4m3ToFloat of the bytes RunBackend uploads), with their per-KV-head scales.
+  std::vector<float> q, k, v;
+  std::vector<float> k_scale, v_scale;  // e4m3 K/V only: kv_heads each
 };
-// Q in [-2, 2), K and V in [-1, 1), rounded to the storage dtype.
+// Q in [-2, 2), K and V in [-1, 1), rounded to the storage dtype; for K/V stored as e4m3, K
+// and V then quantised per head (QuantizeE4m3PerHead).
 Inputs RandomInputs(const AttentionProblem& problem, uint64_t seed);
+// Replaces in->k and in->v (floats in the problem's dtype) by their per-head e4m3 values and
+// sets the scales, as a serving engine quantises its cache.
+void QuantizeKV(const AttentionProblem& problem, Inputs* in);
+// The reference's scales of `in` (empty unless the problem's K/V are e4m3).
+KvScales ScalesOf(const AttentionProblem& problem, const Inputs& in);
 
 // Extra memory around the tensors for poisoning tests.
 struct RunOptions {
@@ -31,7 +41,8 @@ struct RunOptions {
   std::vector<int32_t> block_table;
 };
 
-// Encodes the inputs, runs the backend and decodes O to floats.
+// Encodes the inputs (K/V stored as e4m3: their bytes, and the scales), runs the backend and
+// decodes O to floats.
 absl::StatusOr<std::vector<float>> RunBackend(Backend& backend, const AttentionProblem& problem,
                                               const KernelConfig& config, const Inputs& in,
                                               const RunOptions& options = {});

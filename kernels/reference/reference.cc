@@ -186,14 +186,20 @@ double ToleranceFor(Precision precision, DType dtype) {
 namespace {
 
 // Largest 2-norm of a head_dim-long row of `x` (tokens-major, heads inner), skipping
-// non-finite elements (padding rows may hold anything).
-double MaxRowNorm(const std::vector<float>& x, int head_dim) {
+// non-finite elements (padding rows may hold anything); with `head_scales` (one per head of
+// `heads`) each row's norm is multiplied by its head's scale.
+double MaxRowNorm(const std::vector<float>& x, int head_dim, std::span<const float> head_scales = {}, int heads = 1) {
   double worst = 0;
-  for (size_t row = 0; row + static_cast<size_t>(head_dim) <= x.size(); row += static_cast<size_t>(head_dim)) {
+  size_t index = 0;
+  for (size_t row = 0; row + static_cast<size_t>(head_dim) <= x.size(); row += static_cast<size_t>(head_dim), ++index) {
     double sum = 0;
     for (int e = 0; e < head_dim; ++e) {
       const double value = x[row + static_cast<size_t>(e)];
       if (std::isfinite(value)) sum += value * value;
+    }
+    if (!head_scales.empty()) {
+      const double scale = head_scales[index % static_cast<size_t>(heads)];
+      sum *= scale * scale;
     }
     worst = std::max(worst, sum);
   }
@@ -203,10 +209,12 @@ double MaxRowNorm(const std::vector<float>& x, int head_dim) {
 }  // namespace
 
 double LogitBound(const AttentionProblem& problem, const std::vector<float>& q,
-                  const std::vector<float>& k) {
+                  const std::vector<float>& k, const KvScales& scales) {
   const int d = problem.head_dim;
   if (d <= 0) return 0;
-  return static_cast<double>(problem.EffectiveScale()) * MaxRowNorm(q, d) * MaxRowNorm(k, d);
+  const bool scaled = problem.is_kv_quantized() && static_cast<int64_t>(scales.k.size()) == problem.kv_heads;
+  return static_cast<double>(problem.EffectiveScale()) * MaxRowNorm(q, d) *
+         MaxRowNorm(k, d, scaled ? scales.k : std::span<const float>{}, problem.kv_heads);
 }
 
 double ToleranceFor(Precision precision, DType dtype, double logit_bound, int head_dim) {

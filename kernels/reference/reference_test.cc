@@ -333,5 +333,19 @@ TEST(ReferenceAttention, E4m3ScalesMultiplyTheKeysAndValuesOfTheirHead) {
   EXPECT_THAT(ReferenceAttention(p, q, k, v, KvScales{k_scale, v_scale}).status().message(), HasSubstr("e4m3"));
 }
 
+TEST(LogitBound, E4m3KeysCountWithTheirHeadsScale) {
+  AttentionProblem p = Small(2, 3);
+  p.q_heads = p.kv_heads = 2;
+  p.dtype = DType::kFp16;
+  auto q = Pattern(p.QElements(), 1), k = Pattern(p.KVElements(), 2);
+  const std::vector<float> k_scale = {0.5f, 8.0f}, v_scale = {1.0f, 1.0f};
+  std::vector<float> k_scaled = k;
+  for (size_t i = 0; i < k.size(); ++i) k_scaled[i] *= k_scale[(i / 32) % 2];
+  const double plain = LogitBound(p, q, k_scaled);
+  p.kv_storage = KvStorage::kE4m3;
+  EXPECT_NEAR(LogitBound(p, q, k, KvScales{k_scale, v_scale}), plain, 1e-9 * plain);
+  EXPECT_GT(plain, LogitBound(p, q, k) * 2);  // head 1's keys weigh 8x
+}
+
 }  // namespace
 }  // namespace fusetune

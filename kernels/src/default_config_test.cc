@@ -176,7 +176,7 @@ void ExpectCpuDefaultImplementedAndCorrect(Backend& cpu, const AttentionProblem&
   }
   absl::StatusOr<std::vector<float>> out = testing_util::RunBackend(cpu, p, *c, in, options);
   ASSERT_TRUE(out.ok()) << p.Key() << ": " << out.status();
-  absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p.Unpaged(), in.q, k, v);
+  absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p.Unpaged(), in.q, k, v, testing_util::ScalesOf(p, in));
   ASSERT_TRUE(ref.ok()) << ref.status();
   EXPECT_LE(testing_util::MaxAbsError(*out, *ref), testing_util::Tolerance(c->precision, p.dtype))
       << p.Key() << " " << c->Key();
@@ -226,6 +226,21 @@ TEST(DefaultConfig, CpuDefaultRunsEveryDecodeClassAndMatchesTheReference) {
     ++checked;
   }
   EXPECT_EQ(checked, 3 * 2 * 2 * 3 * 4);
+}
+
+// K/V stored as e4m3: every fp16/bf16 decode class and the prefill classes at head_dim 64.
+TEST(DefaultConfig, CpuDefaultRunsEveryE4m3ClassAndMatchesTheReference) {
+  std::unique_ptr<Backend> cpu = CreateCpuBackend();
+  int checked = 0;
+  std::vector<AttentionProblem> classes = DecodeProblemClasses();
+  for (const AttentionProblem& p : ProblemClasses({64})) classes.push_back(p);
+  for (AttentionProblem p : classes) {
+    if (p.dtype == DType::kFp32) continue;  // e4m3 needs fp16 or bf16 queries
+    p.kv_storage = KvStorage::kE4m3;
+    ExpectCpuDefaultImplementedAndCorrect(*cpu, p, /*run=*/true);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 4 + 2 * 2 * 3 * 3);
 }
 
 #ifdef FUSETUNE_HAVE_CUDA_FUSED

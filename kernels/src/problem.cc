@@ -463,6 +463,12 @@ std::vector<AttentionProblem> DecodePresetProblems() {
   prefill.page_block_size = kPage;
   prefill.shared_prefix_pages = kPrefix / kPage;
   out.push_back(prefill);
+  // The same caches stored as FP8 e4m3 (half the bytes a decode step reads): b16 at 8K and
+  // 32K contiguous, and 8K in pages of 16.
+  for (AttentionProblem p : {with(16, 8192, 0), with(16, 32768, 0), with(16, 8192, 16)}) {
+    p.kv_storage = KvStorage::kE4m3;
+    out.push_back(p);
+  }
   return out;
 }
 

@@ -107,4 +107,81 @@ absl::StatusOr<std::vector<SampleBlock>> SampleBlocksFromJson(std::string_view t
   }
 }
 
+std::string TrialToJson(const Trial& t) {
+  // The blocks in their one JSON form (above), as the database stores them.
+  nlohmann::json blocks = nlohmann::json::parse(SampleBlocksToJson(t.blocks));
+  nlohmann::json j = {
+      {"trial_id", t.trial_id},
+      {"run_id", t.run_id},
+      {"problem_key", t.problem_key},
+      {"config_key", t.config_key},
+      {"attempt", t.attempt},
+      {"outcome", std::string(TrialOutcomeName(t.outcome))},
+      {"message", t.message},
+      {"samples_us", t.samples_us},
+      {"median_us", t.median_us},
+      {"p10_us", t.p10_us},
+      {"p90_us", t.p90_us},
+      {"max_abs_error", t.max_abs_error},
+      {"max_rel_error", t.max_rel_error},
+      {"unquantised_rel_error", t.unquantised_rel_error},
+      {"checked_elements", t.checked_elements},
+      {"sm_clock_mhz", t.sm_clock_mhz},
+      {"flops", t.flops},
+      {"created_unix_ms", t.created_unix_ms},
+      {"stage", std::string(TrialStageName(t.stage))},
+      {"blocks", std::move(blocks)},
+      {"wall_seconds", t.wall_seconds},
+  };
+  // Invalid UTF-8 in a message (from a driver, say) must not make the trial unwritable.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+absl::StatusOr<Trial> TrialFromJson(std::string_view json) {
+  try {
+    nlohmann::json j = nlohmann::json::parse(json);
+    Trial t;
+    t.trial_id = j.at("trial_id").get<std::string>();
+    t.run_id = j.at("run_id").get<int64_t>();
+    t.problem_key = j.at("problem_key").get<std::string>();
+    t.config_key = j.at("config_key").get<std::string>();
+    t.attempt = j.at("attempt").get<int>();
+    absl::StatusOr<TrialOutcome> outcome = ParseTrialOutcome(j.at("outcome").get<std::string>());
+    if (!outcome.ok()) return outcome.status();
+    t.outcome = *outcome;
+    t.message = j.at("message").get<std::string>();
+    t.samples_us = j.at("samples_us").get<std::vector<double>>();
+    t.median_us = j.at("median_us").get<double>();
+    t.p10_us = j.at("p10_us").get<double>();
+    t.p90_us = j.at("p90_us").get<double>();
+    t.max_abs_error = j.at("max_abs_error").get<double>();
+    t.max_rel_error = j.at("max_rel_error").get<double>();
+    t.checked_elements = j.at("checked_elements").get<int64_t>();
+    t.sm_clock_mhz = j.at("sm_clock_mhz").get<int>();
+    t.flops = j.at("flops").get<double>();
+    t.created_unix_ms = j.at("created_unix_ms").get<int64_t>();
+    // A record of the older spool format has none of these keys (no stage, blocks or wall time):
+    // such a trial is a screen trial without blocks whose wall time was not measured.
+    if (auto it = j.find("stage"); it != j.end()) {
+      absl::StatusOr<TrialStage> stage = ParseTrialStage(it->get<std::string>());
+      if (!stage.ok()) return stage.status();
+      t.stage = *stage;
+    }
+    // SampleBlocksFromJson also reads the spelled-out block form of spools written before
+    // the spool used the records' form.
+    if (auto it = j.find("blocks"); it != j.end()) {
+      absl::StatusOr<std::vector<SampleBlock>> blocks = SampleBlocksFromJson(it->dump());
+      if (!blocks.ok()) return blocks.status();
+      t.blocks = *std::move(blocks);
+    }
+    if (auto it = j.find("wall_seconds"); it != j.end()) t.wall_seconds = it->get<double>();
+    // Written since K/V could be stored as e4m3; older records read as 0 (not quantised).
+    if (auto it = j.find("unquantised_rel_error"); it != j.end()) t.unquantised_rel_error = it->get<double>();
+    if (t.trial_id.empty()) return absl::InvalidArgumentError("trial without trial_id");
+    return t;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("bad trial JSON: ", e.what()));
+  }
+}
+
 }  // namespace fusetune

@@ -59,5 +59,30 @@ TEST(SampleBlocksJson, RejectsMalformedBlocks) {
   EXPECT_FALSE(SampleBlocksFromJson(R"([{"samples":3}])").ok());
 }
 
+TEST(TrialJson, RoundTripsTheUnquantisedErrorAndReadsOlderRecordsAsZero) {
+  Trial t;
+  t.trial_id = "abc";
+  t.run_id = 4;
+  t.problem_key = "decode/b16/hq32/hkv8/q1/k8192/d128/causal0/bf16/kve4m3";
+  t.config_key = "fused/bm16";
+  t.max_rel_error = 1.5e-3;
+  t.unquantised_rel_error = 2.25e-2;
+  const std::string text = TrialToJson(t);
+  EXPECT_NE(text.find("\"unquantised_rel_error\":0.0225"), std::string::npos) << text;
+  absl::StatusOr<Trial> back = TrialFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->unquantised_rel_error, 2.25e-2);
+  EXPECT_EQ(back->max_rel_error, 1.5e-3);
+  EXPECT_EQ(TrialToJson(*back), text);
+  // A record written before the field existed (a spool left by an older worker).
+  std::string old = text;
+  old.erase(old.find(",\"unquantised_rel_error\":0.0225"), std::string(",\"unquantised_rel_error\":0.0225").size());
+  ASSERT_EQ(old.find("unquantised"), std::string::npos);
+  absl::StatusOr<Trial> older = TrialFromJson(old);
+  ASSERT_TRUE(older.ok()) << older.status();
+  EXPECT_EQ(older->unquantised_rel_error, 0.0);
+  EXPECT_FALSE(TrialFromJson(R"({"trial_id": 3})").ok());
+}
+
 }  // namespace
 }  // namespace fusetune

@@ -292,6 +292,12 @@ std::string ProblemSection(const DeviceResults& d, const ProblemResult& p, int i
   }
   html += fmt::format("<dt>max error</dt><dd>relative {:.2e}, absolute {:.2e}</dd>\n", b.max_rel_error,
                       b.max_abs_error);
+  if (p.unquantised_rel_error.has_value()) {
+    html += fmt::format(
+        "<dt>vs unquantised K/V</dt><dd class=\"unquantised\">relative {:.2e} (the e4m3 cache's cost: the same "
+        "output against the reference of K/V before quantisation)</dd>\n",
+        *p.unquantised_rel_error);
+  }
   html += fmt::format("<dt>audit regret</dt><dd class=\"regret\">{}</dd>\n", HtmlEscape(RegretText(p.audit)));
   html += fmt::format("<dt>from</dt><dd>run {} at commit {}</dd>\n</dl>\n", b.run_id, HtmlEscape(b.commit));
   html += "<div><h4>variants, best of each</h4>\n" + VariantsSvg(p) + "</div>\n</div>\n";
@@ -400,6 +406,32 @@ std::string EnvironmentSection(const DeviceResults& d) {
 
 }  // namespace
 
+bool IsE4m3ProblemKey(const std::string& problem_key) {
+  const std::string_view part = "/kve4m3";
+  const size_t at = problem_key.find(part);
+  return at != std::string::npos && (at + part.size() == problem_key.size() || problem_key[at + part.size()] == '/');
+}
+
+std::optional<double> PickUnquantisedRelError(const BestConfig& best, const std::vector<Trial>& trials) {
+  if (!IsE4m3ProblemKey(best.problem_key)) return std::nullopt;
+  std::optional<double> worst;
+  for (const Trial& t : trials) {
+    if (t.problem_key != best.problem_key || t.config_key != best.config_key) continue;
+    if (t.outcome != TrialOutcome::kOk || t.checked_elements == 0) continue;  // verified ones
+    worst = std::max(worst.value_or(0.0), t.unquantised_rel_error);
+  }
+  return worst;
+}
+
+absl::StatusOr<std::optional<double>> PickUnquantisedRelError(Store& store, const BestConfig& best) {
+  if (!IsE4m3ProblemKey(best.problem_key)) return std::optional<double>();
+  absl::StatusOr<std::vector<Trial>> trials =
+      best.run_id > 0 ? store.ListTrials(best.run_id, best.problem_key)
+                      : store.ListTrialsForProblem(best.device_class, best.problem_key, kTrialsWithoutRun);
+  if (!trials.ok()) return trials.status();
+  return PickUnquantisedRelError(best, *trials);
+}
+
 absl::StatusOr<TuningReport> ReadTuningReport(Store& store, const std::string& device_class,
                                               const std::string& source) {
   TuningReport report;
@@ -421,6 +453,7 @@ absl::StatusOr<TuningReport> ReadTuningReport(Store& store, const std::string& d
                      : store.ListTrialsForProblem(b.device_class, b.problem_key, kTrialsWithoutRun);
     if (!trials.ok()) return trials.status();
     p.configs = ConfigResults(*trials);
+    p.unquantised_rel_error = PickUnquantisedRelError(b, *trials);
     for (const Trial& t : *trials) {
       if (t.config_key == b.config_key && t.outcome == TrialOutcome::kOk && t.sm_clock_mhz > 0) {
         p.best_sm_clock_mhz = t.sm_clock_mhz;

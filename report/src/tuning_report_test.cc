@@ -1,6 +1,7 @@
 #include "fusetune/report/tuning_report.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,42 @@ TEST(TuningReportHtml, AnEmptyStoreSaysSo) {
   const XmlElement root = ParseXmlPage(TuningReportHtml(*ReadTuningReport(**store, "", "empty.db")));
   ASSERT_EQ(Find(root, "p", "empty").size(), 1u);
   EXPECT_TRUE(Find(root, "table", "sortable").empty());
+}
+
+TEST(TuningReportHtml, AnE4m3CacheShowsTheErrorAgainstTheUnquantisedReferenceBesideTheKernelsError) {
+  std::unique_ptr<Store> store = FilledStore();
+  const std::string e4m3 = std::string(testing::kDecodeKey) + "/kve4m3";
+  const std::string pick = "fused/bm16/bs128/t128/fp16/st2/sk8";
+  const int64_t run = testing::BeginFinishedRun(*store, testing::H200(), "0123456789ab");
+  Trial screen = testing::MakeTrial(run, e4m3, pick, TrialOutcome::kOk, 80.0);
+  screen.checked_elements = 4096;
+  screen.max_rel_error = 2e-3;
+  screen.unquantised_rel_error = 2.1e-2;
+  Trial final_round = testing::MakeTrial(run, e4m3, pick, TrialOutcome::kOk, 79.0, TrialStage::kFinal);
+  Trial other = testing::MakeTrial(run, e4m3, "fused/bm16/bs64/t128/fp16/st2/sk8", TrialOutcome::kOk, 90.0);
+  other.checked_elements = 4096;
+  other.unquantised_rel_error = 0.5;  // not the pick's
+  ASSERT_TRUE(store->RecordTrials({screen, final_round, other}).ok());
+  const BestConfig best = testing::Pick(testing::H200(), run, e4m3, pick, 79.0, "0123456789ab");
+  ASSERT_TRUE(store->UpsertBestConfig(best).ok());
+
+  absl::StatusOr<std::optional<double>> read = PickUnquantisedRelError(*store, best);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, std::optional<double>(2.1e-2)) << "the verified trials of the pick only";
+  BestConfig plain = best;
+  plain.problem_key = testing::kDecodeKey;
+  EXPECT_FALSE(PickUnquantisedRelError(*store, plain)->has_value());
+  EXPECT_TRUE(IsE4m3ProblemKey(e4m3));
+  EXPECT_TRUE(IsE4m3ProblemKey("decode/b1/hq8/hkv8/q1/k64/d64/causal0/fp16/scale0.5/kve4m3"));
+  EXPECT_FALSE(IsE4m3ProblemKey(testing::kDecodeKey));
+
+  const XmlElement root = ParseXmlPage(TuningReportHtml(*ReadTuningReport(*store, "", "test.db")));
+  const XmlElement* section = ProblemSection(root, e4m3);
+  ASSERT_NE(section, nullptr);
+  const std::vector<const XmlElement*> unquantised = Find(*section, "dd", "unquantised");
+  ASSERT_EQ(unquantised.size(), 1u);
+  EXPECT_NE(unquantised[0]->text.find("relative 2.10e-02"), std::string::npos) << unquantised[0]->text;
+  EXPECT_TRUE(Find(*ProblemSection(root, testing::kDecodeKey), "dd", "unquantised").empty());
 }
 
 }  // namespace

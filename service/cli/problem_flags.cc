@@ -59,6 +59,11 @@ void ProblemFlags::Register(CLI::App* command, bool allow_list) {
   group->add_option("--dtype", dtype, "storage type: fp32, fp16 or bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
       ->capture_default_str();
+  group->add_option("--kv-storage", kv_storage,
+                    "storage of K and V: dtype (as Q) or e4m3 (FP8 with one fp32 scale per KV head and tensor, "
+                    "as serving engines keep a quantised cache; needs --dtype fp16 or bf16)")
+      ->check(CLI::IsMember({"dtype", "e4m3"}))
+      ->capture_default_str();
   page_size_option_ = group->add_option("--page-size", page_size,
                     "tokens per page of a paged KV cache, 1..256 (default: contiguous K/V)");
   pool_pages_option_ = group->add_option(
@@ -83,6 +88,10 @@ absl::Status ProblemFlags::CheckSources() const {
     return absl::InvalidArgumentError(
         "--new-tokens, --page-size, --pool-pages and --shared-prefix-pages go with --seq or --cache-len/--cache-lens");
   }
+  if (!shape_flags && kv_storage != "dtype") {
+    return absl::InvalidArgumentError(
+        "--kv-storage goes with --seq or --cache-len/--cache-lens (a --problem key says /kve4m3 itself)");
+  }
   if (!kv_seq.empty() && seq.empty()) return absl::InvalidArgumentError("--kv-seq goes with --seq");
   if (!kv_seq.empty() && kv_seq.size() != 1 && kv_seq.size() != seq.size()) {
     return absl::InvalidArgumentError("--kv-seq takes one value or as many as --seq");
@@ -93,6 +102,10 @@ absl::Status ProblemFlags::CheckSources() const {
 absl::StatusOr<AttentionProblem> ProblemFlags::BaseProblem() const {
   absl::StatusOr<DType> parsed_dtype = ParseDType(dtype);
   if (!parsed_dtype.ok()) return absl::InvalidArgumentError(std::string("--dtype: ") + std::string(parsed_dtype.status().message()));
+  absl::StatusOr<KvStorage> parsed_kv_storage = ParseKvStorage(kv_storage);
+  if (!parsed_kv_storage.ok()) {
+    return absl::InvalidArgumentError(std::string("--kv-storage: ") + std::string(parsed_kv_storage.status().message()));
+  }
   absl::StatusOr<ProblemKind> parsed_kind = ParseProblemKind(kind);
   if (!parsed_kind.ok()) return absl::InvalidArgumentError(std::string("--kind: ") + std::string(parsed_kind.status().message()));
   const bool decode = *parsed_kind == ProblemKind::kDecode;
@@ -128,6 +141,7 @@ absl::StatusOr<AttentionProblem> ProblemFlags::BaseProblem() const {
   base.head_dim = head_dim;
   base.causal = causal;
   base.dtype = *parsed_dtype;
+  base.kv_storage = *parsed_kv_storage;
   base.page_block_size = page_size;
   base.kv_pool_pages = pool_pages;
   base.shared_prefix_pages = shared_prefix_pages;

@@ -32,6 +32,7 @@ struct ProblemFlags {
   int head_dim = 64;
   bool causal = false;
   std::string dtype = "fp32";
+  std::string kv_storage = "dtype";  // --kv-storage: "dtype" (K/V like Q) or "e4m3" (FP8, per-head scales)
   // A KV cache: the keys each sequence holds (the new tokens' own included), one problem per
   // --cache-len value, or one problem whose sequences hold --cache-lens keys each (batch =
   // their count, kv_len = the longest).

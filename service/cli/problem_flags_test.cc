@@ -64,8 +64,8 @@ TEST(ProblemFlags, PrefixCachedPrefill) {
 TEST(ProblemFlags, DecodePresetIsTheServingShapes) {
   auto problems = Parse({"--preset", "decode"});
   ASSERT_TRUE(problems.ok()) << problems.status();
-  ASSERT_EQ(problems->size(), 8u);
-  ASSERT_EQ(DecodePresetProblems().size(), 8u);
+  ASSERT_EQ(problems->size(), 11u);
+  ASSERT_EQ(DecodePresetProblems().size(), 11u);
   for (size_t i = 0; i < problems->size(); ++i) {
     const AttentionProblem& p = (*problems)[i];
     EXPECT_EQ(p.Key(), DecodePresetProblems()[i].Key());
@@ -75,6 +75,28 @@ TEST(ProblemFlags, DecodePresetIsTheServingShapes) {
   EXPECT_EQ((*problems)[0].Key(), "decode/b16/hq32/hkv8/q1/k1024/d128/causal1/bf16");
   EXPECT_EQ((*problems)[5].Key(), "decode/b16/hq32/hkv8/q1/k8192/d128/causal1/bf16/page1");
   EXPECT_EQ((*problems)[7].Key(), "prefill/b16/hq32/hkv8/q512/k8704/d128/causal1/bf16/page16/prefix512");
+  // The e4m3 twins of the b16 8K and 32K contiguous caches and of the 8K cache in pages of 16.
+  EXPECT_EQ((*problems)[8].Key(), "decode/b16/hq32/hkv8/q1/k8192/d128/causal1/bf16/kve4m3");
+  EXPECT_EQ((*problems)[9].Key(), "decode/b16/hq32/hkv8/q1/k32768/d128/causal1/bf16/kve4m3");
+  EXPECT_EQ((*problems)[10].Key(), "decode/b16/hq32/hkv8/q1/k8192/d128/causal1/bf16/page16/kve4m3");
+  EXPECT_DOUBLE_EQ((*problems)[8].KVBytesRead(), (*problems)[1].KVBytesRead() / 2);
+}
+
+TEST(ProblemFlags, KvStorageE4m3QuantisesTheCache) {
+  auto problems = Parse({"--kind", "decode", "--cache-len", "8192", "--page-size", "16", "--heads", "32",
+                         "--kv-heads", "8", "--head-dim", "128", "--dtype", "bf16", "--kv-storage", "e4m3"});
+  ASSERT_TRUE(problems.ok()) << problems.status();
+  EXPECT_EQ((*problems)[0].kv_storage, KvStorage::kE4m3);
+  EXPECT_EQ((*problems)[0].Key(), "decode/b1/hq32/hkv8/q1/k8192/d128/causal0/bf16/page16/kve4m3");
+  auto plain = Parse({"--kind", "decode", "--cache-len", "64", "--dtype", "fp16", "--kv-storage", "dtype"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ((*plain)[0].kv_storage, KvStorage::kDType);
+  // fp32 queries cannot go with an e4m3 cache; an unknown format and a preset are refused.
+  auto fp32 = Parse({"--kind", "decode", "--cache-len", "64", "--kv-storage", "e4m3"});
+  EXPECT_NE(fp32.status().message().find("fp16 or bf16"), std::string::npos) << fp32.status();
+  EXPECT_FALSE(Parse({"--kind", "decode", "--cache-len", "64", "--dtype", "fp16", "--kv-storage", "e5m2"}).ok());
+  auto preset = Parse({"--preset", "decode", "--kv-storage", "e4m3"});
+  EXPECT_NE(preset.status().message().find("--kv-storage"), std::string::npos) << preset.status();
 }
 
 TEST(ProblemFlags, BadCacheValuesAreErrorsNamingTheFlag) {

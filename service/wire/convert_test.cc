@@ -181,6 +181,27 @@ TEST(ServiceConvert, TrialRoundTrip) {
   EXPECT_EQ(back.SerializeAsString(), GoodTrial().SerializeAsString());
 }
 
+TEST(ServiceConvert, TrialCarriesTheErrorAgainstTheUnquantisedReference) {
+  v1::Trial sent = GoodTrial();
+  sent.set_problem_key("decode/b16/hq32/hkv8/q1/k8192/d128/causal0/bf16/kve4m3");
+  sent.set_trial_id(TrialId(7, sent.problem_key(), sent.config_key(), 0));
+  sent.set_max_rel_error(1e-3);
+  sent.set_unquantised_rel_error(0.02);
+  auto t = TrialFromProto(sent);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->unquantised_rel_error, 0.02);
+  v1::Trial back;
+  TrialToProto(*t, &back);
+  EXPECT_EQ(back.unquantised_rel_error(), 0.02);
+  EXPECT_EQ(back.SerializeAsString(), sent.SerializeAsString());
+  // Not sent (an older client): 0, as for a problem whose K/V are not quantised.
+  EXPECT_EQ(TrialFromProto(GoodTrial())->unquantised_rel_error, 0.0);
+  sent.set_unquantised_rel_error(-1);
+  EXPECT_EQ(TrialFromProto(sent).status().code(), absl::StatusCode::kInvalidArgument);
+  sent.set_unquantised_rel_error(std::nan(""));
+  EXPECT_NE(TrialFromProto(sent).status().message().find("unquantised_rel_error"), std::string::npos);
+}
+
 TEST(ServiceConvert, TrialRejectsForgedIdsSamplesAndNaN) {
   auto with = [](auto edit) {
     v1::Trial t = GoodTrial();

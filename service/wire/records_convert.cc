@@ -40,6 +40,7 @@ absl::Status CheckTrialMeasurements(const v1::Trial& proto) {
   }
   if (auto s = CheckErrorValue(proto.max_abs_error(), "trial.max_abs_error"); !s.ok()) return s;
   if (auto s = CheckErrorValue(proto.max_rel_error(), "trial.max_rel_error"); !s.ok()) return s;
+  if (auto s = CheckErrorValue(proto.unquantised_rel_error(), "trial.unquantised_rel_error"); !s.ok()) return s;
   if (proto.checked_elements() < 0) return InvalidField("trial.checked_elements", "must be >= 0");
   if (proto.sm_clock_mhz() < 0) return InvalidField("trial.sm_clock_mhz", "must be >= 0");
   if (proto.created_unix_ms() < 0) return InvalidField("trial.created_unix_ms", "must be >= 0");
@@ -185,6 +186,7 @@ absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {
   t.p90_us = proto.p90_us();
   t.max_abs_error = proto.max_abs_error();
   t.max_rel_error = proto.max_rel_error();
+  t.unquantised_rel_error = proto.unquantised_rel_error();
   t.checked_elements = proto.checked_elements();
   t.sm_clock_mhz = proto.sm_clock_mhz();
   t.flops = proto.flops();
@@ -208,6 +210,7 @@ void TrialToProto(const Trial& t, v1::Trial* proto) {
   proto->set_p90_us(t.p90_us);
   proto->set_max_abs_error(t.max_abs_error);
   proto->set_max_rel_error(t.max_rel_error);
+  proto->set_unquantised_rel_error(t.unquantised_rel_error);
   proto->set_checked_elements(t.checked_elements);
   proto->set_sm_clock_mhz(t.sm_clock_mhz);
   proto->set_flops(t.flops);

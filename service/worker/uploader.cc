@@ -29,7 +29,7 @@ Trial SanitizeForUpload(Trial t) {
   for (double* v : {&t.median_us, &t.p10_us, &t.p90_us, &t.flops}) {
     if (!std::isfinite(*v) || *v < 0) *v = 0;
   }
-  for (double* e : {&t.max_abs_error, &t.max_rel_error}) {
+  for (double* e : {&t.max_abs_error, &t.max_rel_error, &t.unquantised_rel_error}) {
     if (std::isnan(*e) || *e < 0) *e = std::numeric_limits<double>::infinity();
   }
   if (!std::isfinite(t.wall_seconds) || t.wall_seconds < 0) t.wall_seconds = 0;

@@ -283,7 +283,8 @@ TEST(Cli, SweepThenReportJsonAndBest) {
   bool found = false;
   for (const auto& row : rows) found |= row["problem"] == b["problem"] && row["config"] == b["config"];
   EXPECT_TRUE(found) << best.out;
-  // best --json prints the same form as each report row, less the row's audit.
+  // best --json prints the same form as each report row, less the row's audit (and, for K/V
+  // stored as e4m3, its unquantised_rel_error).
   for (const auto& row : rows) {
     if (row["problem"] != b["problem"]) continue;
     nlohmann::json without_audit = row;
@@ -293,6 +294,28 @@ TEST(Cli, SweepThenReportJsonAndBest) {
 
   CommandResult missing = Fusetune({"best", "--db", db, "--seq", "80", "--heads", "2", "--head-dim", "32"});
   EXPECT_EQ(missing.exit_code, 3) << missing.err;
+}
+
+TEST(Cli, SweepOfAnE4m3CacheReportsTheErrorAgainstTheUnquantisedReference) {
+  TempDir dir;
+  const std::string db = dir.File("e4m3.db");
+  CommandResult sweep = Fusetune({"sweep", "--db", db, "--kind", "decode", "--cache-len", "77", "--batch", "2",
+                                  "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--dtype", "bf16",
+                                  "--page-size", "16", "--kv-storage", "e4m3", "--variants", "fused",
+                                  "--max-trials", "2", "--repeats", "3"});
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.out << sweep.err;
+  CommandResult report = Fusetune({"report", "--db", db, "--json"});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  nlohmann::json rows = nlohmann::json::parse(report.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(rows.is_array() && rows.size() == 1u) << report.out;
+  EXPECT_EQ(rows[0]["problem"], "decode/b2/hq4/hkv2/q1/k77/d32/causal0/bf16/page16/kve4m3");
+  ASSERT_TRUE(rows[0].contains("unquantised_rel_error")) << report.out;
+  // What the format costs is far above the kernel's own error and far below the output.
+  EXPECT_GT(rows[0]["unquantised_rel_error"].get<double>(), rows[0]["max_rel_error"].get<double>());
+  EXPECT_LT(rows[0]["unquantised_rel_error"].get<double>(), 0.2);
+  CommandResult table = Fusetune({"report", "--db", db});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("(vs unquantised "), std::string::npos) << table.out;
 }
 
 TEST(Cli, BenchTimesEachVariant) {

@@ -175,6 +175,8 @@ struct Verification {
   std::string message;
   double max_abs_error = 0;
   double max_rel_error = 0;
+  // K/V stored as e4m3: max_rel_error's metric against the reference of the unquantised K/V.
+  double unquantised_rel_error = 0;
   int64_t checked = 0;
 };
 
@@ -186,9 +188,14 @@ struct InputSet {
   std::string name;  // "random", "adversarial"
   DeviceMemory q, k, v;
   DeviceMemory block_table;  // paged problems only
+  DeviceMemory k_scale, v_scale;  // K/V stored as e4m3 only: kv_heads fp32 each
   std::vector<double> ref;  // [token of `tokens`][q_heads][head_dim]
   double max_ref = 0;
   double logit_bound = 0;
+  // K/V stored as e4m3, random set only: the reference of the same rows on the K/V before
+  // quantisation (the problem with kv_storage dtype), what the format costs.
+  std::vector<double> unquantised_ref;
+  double unquantised_max_ref = 0;
 };
 
 class Runner::ProblemInputs {
@@ -223,29 +230,57 @@ absl::StatusOr<DeviceMemory> Upload(Backend& backend, DType dtype, const std::ve
   return mem;
 }
 
-absl::StatusOr<DeviceMemory> UploadTable(Backend& backend, const std::vector<int32_t>& table) {
-  const size_t bytes = table.size() * sizeof(int32_t);
+// Uploads raw elements (a block table, e4m3 bytes, fp32 scales) as they are.
+template <typename T>
+absl::StatusOr<DeviceMemory> UploadRaw(Backend& backend, const std::vector<T>& values) {
+  const size_t bytes = values.size() * sizeof(T);
   absl::StatusOr<DeviceMemory> mem = backend.Allocate(bytes);
   if (!mem.ok()) return mem.status();
-  if (absl::Status s = backend.CopyToDevice(mem->data(), table.data(), bytes); !s.ok()) return s;
+  if (absl::Status s = backend.CopyToDevice(mem->data(), values.data(), bytes); !s.ok()) return s;
   return mem;
 }
 
+// K/V of an e4m3 problem: `values` (floats in the problem's dtype) quantised per KV head
+// (QuantizeE4m3PerHead) and replaced by their e4m3 values, the bytes and scales uploaded.
+absl::Status QuantizeAndUpload(Backend& backend, const AttentionProblem& problem, std::vector<float>& values,
+                               DeviceMemory& bytes_out, DeviceMemory& scales_out, std::vector<float>& scales) {
+  std::vector<uint8_t> bytes(values.size());
+  scales.assign(static_cast<size_t>(problem.kv_heads), 1.0f);
+  QuantizeE4m3PerHead(values, problem.kv_heads, problem.head_dim, bytes, scales);
+  ParallelFor(static_cast<int64_t>(values.size()), int64_t{1} << 20, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) values[static_cast<size_t>(i)] = E4m3ToFloat(bytes[static_cast<size_t>(i)]);
+  });
+  absl::StatusOr<DeviceMemory> d_bytes = UploadRaw(backend, bytes);
+  if (!d_bytes.ok()) return d_bytes.status();
+  absl::StatusOr<DeviceMemory> d_scales = UploadRaw(backend, scales);
+  if (!d_scales.ok()) return d_scales.status();
+  bytes_out = *std::move(d_bytes);
+  scales_out = *std::move(d_scales);
+  return absl::OkStatus();
+}
+
 // Uploads the set's tensors as the kernel reads them (and the block table of a paged problem).
+// K/V stored as e4m3 are quantised first: k and v then hold the e4m3 values, `scales` the K
+// and V scales.
 absl::Status UploadSet(Backend& backend, const AttentionProblem& problem, const std::vector<float>& q,
-                       const std::vector<float>& k, const std::vector<float>& v, const std::vector<int32_t>& table,
-                       InputSet& set) {
+                       std::vector<float>& k, std::vector<float>& v, const std::vector<int32_t>& table,
+                       InputSet& set, std::vector<float> (&scales)[2]) {
   absl::StatusOr<DeviceMemory> dq = Upload(backend, problem.dtype, q);
   if (!dq.ok()) return dq.status();
-  absl::StatusOr<DeviceMemory> dk = Upload(backend, problem.dtype, k);
-  if (!dk.ok()) return dk.status();
-  absl::StatusOr<DeviceMemory> dv = Upload(backend, problem.dtype, v);
-  if (!dv.ok()) return dv.status();
   set.q = *std::move(dq);
-  set.k = *std::move(dk);
-  set.v = *std::move(dv);
+  if (problem.is_kv_quantized()) {
+    if (absl::Status s = QuantizeAndUpload(backend, problem, k, set.k, set.k_scale, scales[0]); !s.ok()) return s;
+    if (absl::Status s = QuantizeAndUpload(backend, problem, v, set.v, set.v_scale, scales[1]); !s.ok()) return s;
+  } else {
+    absl::StatusOr<DeviceMemory> dk = Upload(backend, problem.dtype, k);
+    if (!dk.ok()) return dk.status();
+    absl::StatusOr<DeviceMemory> dv = Upload(backend, problem.dtype, v);
+    if (!dv.ok()) return dv.status();
+    set.k = *std::move(dk);
+    set.v = *std::move(dv);
+  }
   if (!problem.is_paged()) return absl::OkStatus();
-  absl::StatusOr<DeviceMemory> dt = UploadTable(backend, table);
+  absl::StatusOr<DeviceMemory> dt = UploadRaw(backend, table);
   if (!dt.ok()) return dt.status();
   set.block_table = *std::move(dt);
   return absl::OkStatus();
@@ -262,6 +297,30 @@ absl::Status GatherInPlace(const AttentionProblem& problem, const std::vector<in
     }
     *tensor = *std::move(gathered);
   }
+  return absl::OkStatus();
+}
+
+// The fp64 reference of the rows of `tokens` ([token][q_heads][head_dim]) and its largest |x|.
+absl::Status ReferenceRows(const AttentionProblem& flat, const std::vector<float>& q, const std::vector<float>& k,
+                           const std::vector<float>& v, const KvScales& scales, const std::vector<int64_t>& tokens,
+                           std::vector<double>& ref, double& max_ref) {
+  const int heads = flat.q_heads, d = flat.head_dim;
+  ref.assign(tokens.size() * static_cast<size_t>(heads) * static_cast<size_t>(d), 0.0);
+  std::vector<absl::Status> failures(tokens.size() * static_cast<size_t>(heads));
+  // Each (token, head) row costs ~4·keys·d flops; spread the rows over the host's threads.
+  ParallelFor(static_cast<int64_t>(failures.size()), 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const size_t ti = static_cast<size_t>(r / heads);
+      const int h = static_cast<int>(r % heads);
+      std::span<double> row(ref.data() + static_cast<size_t>(r) * d, static_cast<size_t>(d));
+      failures[static_cast<size_t>(r)] = ReferenceAttentionRow(flat, q, k, v, tokens[ti], h, row, scales);
+    }
+  });
+  for (const absl::Status& s : failures) {
+    if (!s.ok()) return absl::InternalError(absl::StrCat("the fp64 reference failed: ", s.message()));
+  }
+  max_ref = 0;
+  for (double x : ref) max_ref = std::max(max_ref, std::fabs(x));
   return absl::OkStatus();
 }
 
@@ -282,39 +341,47 @@ absl::StatusOr<InputSet> MakeInputSet(Backend& backend, const AttentionProblem& 
   RoundInParallel(problem.dtype, q);
   RoundInParallel(problem.dtype, k);
   RoundInParallel(problem.dtype, v);
+  // What the format costs is measured on the random set: its K/V before quantisation.
+  const bool unquantised_check = problem.is_kv_quantized() && !adversarial;
+  std::vector<float> k_plain, v_plain;
+  if (unquantised_check) {
+    k_plain = k;
+    v_plain = v;
+  }
 
-  if (absl::Status s = UploadSet(backend, problem, q, k, v, table, set); !s.ok()) return s;
+  std::vector<float> scales[2];
+  if (absl::Status s = UploadSet(backend, problem, q, k, v, table, set, scales); !s.ok()) return s;
+  const KvScales kv_scales = problem.is_kv_quantized() ? KvScales{scales[0], scales[1]} : KvScales{};
   // The reference of a paged problem is that of its contiguous twin on K/V gathered through
   // the same table.
   const AttentionProblem flat = problem.Unpaged();
   if (problem.is_paged()) {
     if (absl::Status s = GatherInPlace(problem, table, k, v); !s.ok()) return s;
-  }
-  set.logit_bound = LogitBound(flat, q, k);
-
-  const int heads = problem.q_heads, d = problem.head_dim;
-  set.ref.assign(tokens.size() * static_cast<size_t>(heads) * static_cast<size_t>(d), 0.0);
-  std::vector<absl::Status> failures(tokens.size() * static_cast<size_t>(heads));
-  // Each (token, head) row costs ~4·keys·d flops; spread the rows over the host's threads.
-  ParallelFor(static_cast<int64_t>(failures.size()), 16, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const size_t ti = static_cast<size_t>(r / heads);
-      const int h = static_cast<int>(r % heads);
-      std::span<double> row(set.ref.data() + static_cast<size_t>(r) * d, static_cast<size_t>(d));
-      failures[static_cast<size_t>(r)] = ReferenceAttentionRow(flat, q, k, v, tokens[ti], h, row);
+    if (unquantised_check) {
+      if (absl::Status s = GatherInPlace(problem, table, k_plain, v_plain); !s.ok()) return s;
     }
-  });
-  for (const absl::Status& s : failures) {
-    if (!s.ok()) return absl::InternalError(absl::StrCat("the fp64 reference failed: ", s.message()));
   }
-  for (double x : set.ref) set.max_ref = std::max(set.max_ref, std::fabs(x));
+  set.logit_bound = LogitBound(flat, q, k, kv_scales);
+  if (absl::Status s = ReferenceRows(flat, q, k, v, kv_scales, tokens, set.ref, set.max_ref); !s.ok()) return s;
+  if (unquantised_check) {
+    AttentionProblem plain = flat;
+    plain.kv_storage = KvStorage::kDType;
+    if (absl::Status s = ReferenceRows(plain, q, k_plain, v_plain, {}, tokens, set.unquantised_ref,
+                                       set.unquantised_max_ref);
+        !s.ok()) {
+      return s;
+    }
+  }
   return set;
 }
 
 // The set's tensors (and block table) with `out` as the output.
 AttentionBuffers BuffersOf(const InputSet& set, const DeviceMemory& out) {
-  return AttentionBuffers{set.q.data(), set.k.data(), set.v.data(), out.data(),
-                          static_cast<const int32_t*>(set.block_table.data())};
+  AttentionBuffers buffers{set.q.data(), set.k.data(), set.v.data(), out.data(),
+                           static_cast<const int32_t*>(set.block_table.data())};
+  buffers.k_scale = static_cast<const float*>(set.k_scale.data());
+  buffers.v_scale = static_cast<const float*>(set.v_scale.data());
+  return buffers;
 }
 
 // Checks the output in `host` (raw storage, the whole tensor) against the set's reference.
@@ -338,7 +405,9 @@ Verification Verify(const AttentionProblem& problem, const KernelConfig& config,
   const size_t esize = static_cast<size_t>(DTypeBytes(problem.dtype));
   std::vector<float> out(row_elems);
   const double denom = std::max(set.max_ref, 1e-30);  // all-zero reference: absolute floor
+  const bool unquantised = !set.unquantised_ref.empty();
   int64_t worst = -1;
+  double unquantised_abs = 0;
   for (size_t ti = 0; ti < tokens.size(); ++ti) {
     const size_t base = static_cast<size_t>(tokens[ti]) * row_elems;
     DecodeTensor(problem.dtype, host.data() + base * esize, row_elems, out.data());
@@ -348,10 +417,18 @@ Verification Verify(const AttentionProblem& problem, const KernelConfig& config,
         r.max_abs_error = err;
         worst = static_cast<int64_t>(base + e);
       }
+      if (unquantised) {
+        unquantised_abs =
+            std::max(unquantised_abs, std::fabs(static_cast<double>(out[e]) - set.unquantised_ref[ti * row_elems + e]));
+      }
     }
   }
   r.checked = static_cast<int64_t>(set.ref.size());
   r.max_rel_error = set.max_ref > 0 ? r.max_abs_error / denom : (r.max_abs_error > 0 ? INFINITY : 0.0);
+  if (unquantised) {
+    r.unquantised_rel_error = set.unquantised_max_ref > 0 ? unquantised_abs / set.unquantised_max_ref
+                                                          : (unquantised_abs > 0 ? INFINITY : 0.0);
+  }
   const double tol = ToleranceFor(config.precision, problem.dtype, set.logit_bound, problem.head_dim);
   if (!(r.max_rel_error <= tol)) {
     const int64_t row = worst / d;
@@ -432,19 +509,25 @@ MemoryNeed MeasurementMemory(const AttentionProblem& problem, const RunnerOption
   MemoryNeed need;
   if (!problem.Validate().ok()) return need;
   const int64_t esize = DTypeBytes(problem.dtype);
+  const int64_t kv_esize = problem.KVElementBytes();
   const int64_t q = problem.QElements(), kv = problem.KVElements(), o = problem.OElements();
   const int64_t kv_unpaged = problem.Unpaged().KVElements();
   const int64_t sets = options.adversarial_check ? 2 : 1;
   const int64_t table = problem.is_paged() ? problem.BlockTableEntries() * int64_t{4} : 0;
-  need.device_bytes = sets * ((q + 2 * kv) * esize + table) + o * esize;
+  const int64_t scales = problem.is_kv_quantized() ? 2 * problem.kv_heads * int64_t{4} : 0;
+  need.device_bytes = sets * (q * esize + 2 * kv * kv_esize + table + scales) + o * esize;
   const int64_t rows = o <= options.full_check_max_elements
                            ? problem.TotalQueries()
                            : std::min<int64_t>(problem.TotalQueries(), options.sampled_rows);
   // Making a set: q, k and v as floats (a paged pool's K/V gathered one tensor at a time), one
   // tensor's staging in the storage dtype; then the output's host copy and the reference rows.
+  // K/V stored as e4m3: the random set also keeps K/V before quantisation as floats and the
+  // reference rows of those.
+  const bool quantized = problem.is_kv_quantized();
   need.host_bytes = 4 * (q + 2 * std::max(kv, kv_unpaged)) + (problem.is_paged() ? 4 * kv_unpaged : 0) +
                     esize * std::max(q, kv) + o * esize +
-                    sets * rows * problem.q_heads * problem.head_dim * int64_t{8};
+                    (sets + (quantized ? 1 : 0)) * rows * problem.q_heads * problem.head_dim * int64_t{8} +
+                    (quantized ? 4 * 2 * std::max(kv, kv_unpaged) : 0);
   return need;
 }
 
@@ -609,6 +692,7 @@ Trial Runner::Measure(const AttentionProblem& problem, const KernelConfig& confi
       if (si == 0) {  // the errors recorded are those of the random inputs, the timed ones
         t.max_abs_error = check.max_abs_error;
         t.max_rel_error = check.max_rel_error;
+        t.unquantised_rel_error = check.unquantised_rel_error;
         t.checked_elements = check.checked;
       }
       if (!check.passed) return finish(TrialOutcome::kVerifyFailed, absl::StrCat(where, check.message));

@@ -443,6 +443,55 @@ TEST(Runner, CpuBackendPassesEveryPagedCandidate) {
   }
 }
 
+// K/V stored as e4m3: the runner quantises its inputs per head, hands the backend the bytes and
+// the scales, checks against the reference of the quantised values and records the error
+// against the reference of the unquantised ones beside it.
+TEST(Runner, E4m3CacheIsCheckedOnItsQuantisedValuesAndRecordsWhatTheFormatCosts) {
+  auto backend = CreateCpuBackend();
+  AttentionProblem paged = PagedDecode();
+  paged.dtype = DType::kBf16;
+  paged.kv_storage = KvStorage::kE4m3;
+  AttentionProblem contiguous = Small(DType::kFp16);
+  contiguous.kv_storage = KvStorage::kE4m3;
+  for (const AttentionProblem& p : {paged, contiguous}) {
+    ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+    const std::vector<KernelConfig> configs = backend->CandidateConfigs(p);
+    ASSERT_FALSE(configs.empty()) << p.Key();
+    Runner runner(*backend);
+    ASSERT_TRUE(runner.PrepareInputs(p).ok());
+    for (const KernelConfig& c : configs) {
+      const Trial t = runner.Measure(p, c, 1);
+      ASSERT_EQ(t.outcome, TrialOutcome::kOk) << p.Key() << " " << c.Key() << ": " << t.message;
+      EXPECT_LE(t.max_rel_error, ToleranceFor(c.precision, p.dtype)) << c.Key();
+      // e4m3 keeps 4 significant bits: the output moves by about 2^-5 of its range, far more
+      // than the kernel's own error at fp32, and far less than the output itself.
+      EXPECT_GT(t.unquantised_rel_error, 1e-3) << c.Key();
+      EXPECT_LT(t.unquantised_rel_error, 0.2) << c.Key();
+      if (c.precision == Precision::kFp32) EXPECT_GT(t.unquantised_rel_error, 10 * t.max_rel_error) << c.Key();
+    }
+  }
+  // Not quantised: 0.
+  AttentionProblem plain = paged;
+  plain.kv_storage = KvStorage::kDType;
+  const Trial t = Runner(*backend).Measure(plain, Fused(), 1);
+  EXPECT_EQ(t.outcome, TrialOutcome::kOk) << t.message;
+  EXPECT_EQ(t.unquantised_rel_error, 0.0);
+}
+
+TEST(MeasurementMemory, AnE4m3CacheTakesOneByteAnElementOnTheDeviceAndItsScales) {
+  AttentionProblem p = PagedDecode();
+  p.dtype = DType::kFp16;
+  p.kv_storage = KvStorage::kE4m3;
+  const int64_t q = p.QElements(), kv = p.KVElements(), o = p.OElements();
+  const int64_t table = p.BlockTableEntries() * 4, scales = 2 * p.kv_heads * 4;
+  RunnerOptions options;
+  EXPECT_EQ(MeasurementMemory(p, options).device_bytes, 2 * (q * 2 + 2 * kv + table + scales) + o * 2);
+  AttentionProblem plain = p;
+  plain.kv_storage = KvStorage::kDType;
+  // The unquantised K/V and their reference rows stay on the host beside the quantised ones.
+  EXPECT_GT(MeasurementMemory(p, options).host_bytes, MeasurementMemory(plain, options).host_bytes + 8 * kv);
+}
+
 TEST(GenerateBlockTable, ShufflesPagesSharesThePrefixAndGivesEverySequenceItsOwnPages) {
   AttentionProblem p = PagedDecode();
   p.kv_valid_lens = {13, 45, 8, 22};

@@ -14,7 +14,7 @@
 //   cpu:   fused/bm64/bs64/t1/fp32/st1; decode: block_m 16 and split_kv = kAutoSplitKv (the
 //          split count ChooseSplitKv plans at launch). One thread, because a caller's thread
 //          pool is not ours to take (so the planned split is 1 unless a tuned config says
-//          otherwise).
+//          otherwise). The same for K/V stored as e4m3 (fp32 products of the widened values).
 //   cuda:  fused, block_m 64, 128 threads, precision = the storage dtype (fp32 stays exact
 //          fp32, never tf32 by default); fp16/bf16: block_s 64, 2 stages (mma.sync);
 //          fp32: block_s 32, 1 stage (SIMT). Compiled for head_dim 64 and 128 and within the

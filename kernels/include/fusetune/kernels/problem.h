@@ -197,7 +197,8 @@ std::vector<AttentionProblem> SeedPresetProblems();
 // bf16, causal: decode (one new token) at cache lengths 1024, 8192 and 32768 with contiguous
 // K/V; batch 1 at 65536; paged with pages of 16 and of 1 token at 8192; and a prefill of 512
 // new tokens over an 8192-token prefix (8704 keys), contiguous and paged (pages of 16, the
-// 512 prefix pages shared by every sequence).
+// 512 prefix pages shared by every sequence); then K/V stored as e4m3 (KvStorage::kE4m3) at
+// 8192 and 32768 contiguous and at 8192 in pages of 16 (11 problems).
 std::vector<AttentionProblem> DecodePresetProblems();
 
 // OK when `table` is a valid block table of the paged problem `problem`: BlockTableEntries()

@@ -66,9 +66,10 @@ double ToleranceFor(Precision precision, DType dtype);
 
 // Bound on every logit |scale * q.k| of the inputs: scale * max ||q row|| * max ||k row||
 // (Cauchy-Schwarz; non-finite elements are skipped). On inputs in [-1, 1] with the default
-// scale it is at most sqrt(head_dim).
+// scale it is at most sqrt(head_dim). For K/V stored as e4m3, `k` holds the e4m3 values and
+// each K row's norm is multiplied by its head's scale (scales.k) when they are given.
 double LogitBound(const AttentionProblem& problem, const std::vector<float>& q,
-                  const std::vector<float>& k);
+                  const std::vector<float>& k, const KvScales& scales = {});
 
 // The tolerance for inputs whose logits are bounded by `logit_bound`. Rounding the product
 // operands to a mantissa with unit roundoff u (tf32 and fp16 2^-11, bf16 2^-8, fp32 2^-24)

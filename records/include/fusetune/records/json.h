@@ -1,5 +1,6 @@
-// The one JSON form of the records that travel as text: a device's description and a trial's
-// timing blocks (stored by the database, sent between two builds by the bench protocol).
+// The one JSON form of the records that travel as text: a device's description, a trial's
+// timing blocks (stored by the database, sent between two builds by the bench protocol) and a
+// whole trial (the worker's spool).
 //
 // Blocks, compactly: [{"n": samples, "us": median_us, "b": before, "a": after, "u": unsteady}],
 // a device state as {"mhz": sm_clock_mhz, "mw": power_mw, "thr": throttle_reasons}; an unknown
@@ -33,6 +34,14 @@ absl::StatusOr<DeviceInfo> DeviceInfoFromJson(std::string_view text);
 std::string SampleBlocksToJson(const std::vector<SampleBlock>& blocks);
 // InvalidArgument for text that is not an array of blocks in one of the forms above.
 absl::StatusOr<std::vector<SampleBlock>> SampleBlocksFromJson(std::string_view text);
+
+// A whole trial (the worker's spool payload): every Trial field under its own name, the
+// outcome and stage by name, the blocks in the form above. Reading takes records written
+// before a field existed: without stage (a screen trial), blocks, wall_seconds or
+// unquantised_rel_error (0). InvalidArgument for text that is not such an object or has no
+// trial_id.
+std::string TrialToJson(const Trial& trial);
+absl::StatusOr<Trial> TrialFromJson(std::string_view json);
 
 }  // namespace fusetune
 

@@ -80,6 +80,11 @@ struct Trial {
   double median_us = 0, p10_us = 0, p90_us = 0;
   double max_abs_error = 0;  // vs the fp64 reference, over the checked elements
   double max_rel_error = 0;  // max |out-ref| / (|ref| + 1e-6 * ||ref||_inf) style, see runner.h
+  // K/V stored as e4m3 (problem key /kve4m3): max_rel_error's metric for the same output
+  // against the fp64 reference of the K/V before quantisation, what the format costs on top
+  // of the kernel's own error; 0 for problems whose K/V are not quantised (and for rows
+  // recorded before schema version 8).
+  double unquantised_rel_error = 0;
   int64_t checked_elements = 0;
   int sm_clock_mhz = 0;      // SM clock read during the (last) timing block, MHz
   double flops = 0;          // problem.Flops(), for derived TFLOP/s

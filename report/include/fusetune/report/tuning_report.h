@@ -40,6 +40,9 @@ struct ProblemResult {
   std::vector<ConfigResult> configs;  // ordered by ConfigOrderLess
   std::optional<AuditSummary> audit;  // of best.config_key; nullopt when never audited
   int best_sm_clock_mhz = 0;          // read during the pick's newest timing (0: unknown)
+  // K/V stored as e4m3: the pick's error against the reference of the unquantised K/V
+  // (PickUnquantisedRelError); nullopt for other problems.
+  std::optional<double> unquantised_rel_error;
 };
 
 struct DeviceResults {
@@ -52,6 +55,17 @@ struct TuningReport {
   std::string source;  // what the page says it was made from, e.g. the database path
   std::vector<DeviceResults> devices;  // by device class
 };
+
+// Whether a problem key names K/V stored as e4m3 (its /kve4m3 part).
+bool IsE4m3ProblemKey(const std::string& problem_key);
+
+// For a pick of a problem whose K/V are stored as e4m3: the largest Trial::unquantised_rel_error
+// of the pick's verified trials among `trials` (those of its problem), what the format costs
+// beside the kernel's own max_rel_error; nullopt for other problems or when no verified trial
+// of the pick is among them.
+std::optional<double> PickUnquantisedRelError(const BestConfig& best, const std::vector<Trial>& trials);
+// The same, reading the pick's run's trials of its problem from the store.
+absl::StatusOr<std::optional<double>> PickUnquantisedRelError(Store& store, const BestConfig& best);
 
 // Reads every best config of `device_class` (empty: all) with its run's trials, its newest
 // audit and its run. The store's errors; an empty report when nothing was tuned.

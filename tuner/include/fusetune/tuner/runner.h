@@ -18,6 +18,13 @@
 //     and each set has its own block table from GenerateBlockTable (seeded like the
 //     tensors), uploaded to device memory and passed as AttentionBuffers::block_table; the
 //     adversarial keys are written through that table;
+//   - K/V stored as e4m3 (kv_storage kE4m3): each set's K and V are made as above (rounded to
+//     the dtype), then quantised per KV head (QuantizeE4m3PerHead); the bytes and the fp32
+//     scales are uploaded through the backend (AttentionBuffers::k_scale, v_scale) and the
+//     reference takes the e4m3 values with their scales (KvScales; the adversarial set's -inf
+//     keys saturate to -448 * scale: e4m3 has no infinities). The random set also keeps its
+//     K/V before quantisation and the reference of the checked rows on them (the problem with
+//     kv_storage kDType);
 //   - the checked rows: every query token of a small problem (OElements() <=
 //     full_check_max_elements); else `sampled_rows` tokens, all heads, including the first
 //     and last token of each sequence (as many as fit), the rest drawn at random;
@@ -44,7 +51,10 @@
 //      median, p10 and p90 of the kept samples (linear interpolation between order
 //      statistics)                                          -> kOk
 // Trial::max_abs_error is max |out - ref| and Trial::max_rel_error the metric above, both
-// over the random set's checked elements (both 0 when verification did not run).
+// over the random set's checked elements (both 0 when verification did not run). For K/V
+// stored as e4m3, Trial::unquantised_rel_error is the same metric of the same output against
+// the reference of the unquantised K/V (what the format costs; never checked against a
+// tolerance); 0 for every other problem.
 //
 // MeasureRounds, the interleaved comparison of already verified configs: see below.
 //

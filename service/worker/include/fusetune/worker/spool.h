@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "fusetune/records/json.h"  // TrialToJson: the payload of a trial record
 #include "fusetune/records/trial.h"
 
 namespace fusetune {
@@ -56,10 +57,6 @@ struct SpoolLog {
 
 // Reads a spool file without modifying it. NotFound if absent; Internal on a read error.
 absl::StatusOr<SpoolLog> ReadSpoolLog(const std::string& path);
-
-// A trial as the JSON payload the spool writes, and back (exposed for tests).
-std::string TrialToJson(const Trial& trial);
-absl::StatusOr<Trial> TrialFromJson(std::string_view json);
 
 class TrialSpool {
  public:
