@@ -505,6 +505,7 @@ TEST(CApi, E4m3DecodeThroughTheKvQuantCallsMatchesTheReferenceOfItsScaledValues)
   const fusetune_kv_cache cache = DecodeCache(0, nullptr);
   fusetune::AttentionProblem cpp = ToCpp(problem);
   cpp.kind = fusetune::ProblemKind::kDecode;
+  cpp.dtype = fusetune::DType::kBf16;
   cpp.kv_storage = fusetune::KvStorage::kE4m3;
   ASSERT_TRUE(cpp.Validate().ok()) << cpp.Validate();
   std::vector<float> q, k, v;
