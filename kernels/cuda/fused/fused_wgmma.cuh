@@ -194,6 +194,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                             : static_cast<int>(a.kv_total_rows);
     };
     const int box = paged ? min(a.page_size, BS) : BS;  // rows per TMA box (the maps' box)
+    constexpr int kMaxBoxes = BS / 16;                    // pages are a multiple of 16 tokens
+    // The row of box `lane` of tile j (lanes past the tile's boxes hold nothing), read a tile
+    // ahead: the table reads of a tile are in flight together, while the warp waits for the
+    // buffers, and not one after another on the path of every TMA issue.
+    auto box_rows_of = [&](int j) { return lane * box < BS ? key_row(j * BS + lane * box) : 0; };
+    int next_rows = box_rows_of(0);
     const T* v_heads = static_cast<const T*>(a.v) + static_cast<int64_t>(blk.kv_head) * a.v_head_stride;
     if (lane == 0) {
       MbarExpectTx(full_q, Tr::kQBytes);
@@ -207,15 +213,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const int s = j % ST;
       const uint32_t free_parity = ((j / ST) & 1) ^ 1;  // a fresh barrier counts as released
       const int key0 = j * BS;
+      int rows[kMaxBoxes];
+#pragma unroll
+      for (int b = 0; b < kMaxBoxes; ++b) rows[b] = __shfl_sync(0xffffffffu, next_rows, b);
+      if (j + 1 < n_tiles) next_rows = box_rows_of(j + 1);
       const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
       MbarWait(empty_k(s), free_parity);
       if (lane == 0) {
         MbarExpectTx(full_k(s), Tr::kTileBytes);
-        for (int b0 = 0; b0 < BS; b0 += box) {
-          const int row = key_row(key0 + b0);
+#pragma unroll
+        for (int b = 0; b < kMaxBoxes; ++b) {
+          if (b * box >= BS) break;
 #pragma unroll
           for (int c = 0; c < NCH; ++c) {
-            TmaLoad3d(k_dst + c * BS * 128 + b0 * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, row);
+            TmaLoad3d(k_dst + c * BS * 128 + b * box * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, rows[b]);
           }
         }
       }
@@ -224,11 +235,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       if (valid == BS) {
         if (lane == 0) {
           MbarExpectTx(full_v(s), Tr::kTileBytes);
-          for (int b0 = 0; b0 < BS; b0 += box) {
-            const int row = key_row(key0 + b0);
+#pragma unroll
+          for (int b = 0; b < kMaxBoxes; ++b) {
+            if (b * box >= BS) break;
 #pragma unroll
             for (int c = 0; c < NCH; ++c) {
-              TmaLoad3d(v_dst + c * BS * 128 + b0 * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, row);
+              TmaLoad3d(v_dst + c * BS * 128 + b * box * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, rows[b]);
             }
           }
         }
