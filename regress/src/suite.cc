@@ -147,6 +147,9 @@ Json ProblemObject(const AttentionProblem& problem) {
   j["dtype"] = std::string(DTypeName(problem.dtype));
   j["softmax_scale"] = static_cast<double>(problem.softmax_scale);
   for (const ListField& f : kProblemListFields) j[std::string(f.name)] = problem.*f.member;
+  // Only when K/V are quantised, so that a build from before the field (the baseline of a
+  // bench between two builds) still reads every other problem.
+  if (problem.is_kv_quantized()) j["kv_storage"] = std::string(KvStorageName(problem.kv_storage));
   return j;
 }
 
@@ -186,13 +189,17 @@ absl::StatusOr<bool> ReadProblemField(const std::string& name, const Json& value
     p.softmax_scale = static_cast<float>(*v);
     return true;
   }
-  if (name != "kind" && name != "dtype") return false;
+  if (name != "kind" && name != "dtype" && name != "kv_storage") return false;
   absl::StatusOr<std::string> text = ReadString(value, where);
   if (!text.ok()) return text.status();
   if (name == "kind") {
     absl::StatusOr<ProblemKind> kind = ParseProblemKind(*text);
     if (!kind.ok()) return FieldError(where, kind.status().message());
     p.kind = *kind;
+  } else if (name == "kv_storage") {
+    absl::StatusOr<KvStorage> storage = ParseKvStorage(*text);
+    if (!storage.ok()) return FieldError(where, storage.status().message());
+    p.kv_storage = *storage;
   } else {
     absl::StatusOr<DType> dtype = ParseDType(*text);
     if (!dtype.ok()) return FieldError(where, dtype.status().message());
@@ -204,7 +211,7 @@ absl::StatusOr<bool> ReadProblemField(const std::string& name, const Json& value
 std::vector<std::string_view> ProblemFieldNames() {
   std::vector<std::string_view> names = {"kind"};
   for (const IntField& f : kProblemIntFields) names.push_back(f.name);
-  names.insert(names.end(), {"causal", "dtype", "softmax_scale"});
+  names.insert(names.end(), {"causal", "dtype", "kv_storage", "softmax_scale"});
   for (const ListField& f : kProblemListFields) names.push_back(f.name);
   return names;
 }

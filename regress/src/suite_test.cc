@@ -204,6 +204,27 @@ TEST(Suite, ProblemJsonHoldsEveryFieldAndReadsBack) {
   EXPECT_THAT(ProblemToJson(decode), HasSubstr("\"dtype\":\"fp16\""));
 }
 
+TEST(Suite, AnE4m3ProblemKeepsItsKvStorageAsAKeyAndAsAnObject) {
+  AttentionProblem varlen = VarlenProblem();
+  varlen.dtype = DType::kBf16;
+  varlen.kv_storage = KvStorage::kE4m3;
+  ASSERT_TRUE(varlen.Validate().ok()) << varlen.Validate();
+  const std::string text = ProblemToJson(varlen);
+  EXPECT_THAT(text, HasSubstr("\"kv_storage\":\"e4m3\"")) << text;
+  absl::StatusOr<AttentionProblem> back = ProblemFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kv_storage, KvStorage::kE4m3);
+  EXPECT_EQ(back->Key(), varlen.Key());
+  // Not quantised: no field, so a build from before it reads the object.
+  EXPECT_THAT(ProblemToJson(VarlenProblem()), Not(HasSubstr("kv_storage")));
+  absl::StatusOr<AttentionProblem> keyed =
+      ProblemFromJson(R"("decode/b16/hq32/hkv8/q1/k8192/d128/causal1/bf16/page16/kve4m3")");
+  ASSERT_TRUE(keyed.ok()) << keyed.status();
+  EXPECT_EQ(keyed->kv_storage, KvStorage::kE4m3);
+  EXPECT_FALSE(ProblemFromJson(R"({"q_len": 8, "kv_len": 8, "dtype": "fp16", "kv_storage": "e5m2"})").ok());
+  EXPECT_FALSE(ProblemFromJson(R"({"q_len": 8, "kv_len": 8, "kv_storage": "e4m3"})").ok()) << "fp32 queries";
+}
+
 TEST(Suite, ProblemFromJsonAcceptsAKeyAndLeftOutFieldsTakeTheDefaults) {
   absl::StatusOr<AttentionProblem> keyed = ProblemFromJson(std::string("\"") + kSeedKey + "\"");
   ASSERT_TRUE(keyed.ok()) << keyed.status();

@@ -51,6 +51,7 @@ ProblemCacheKey ProblemCacheKey::Of(const AttentionProblem& p) {
   k.kind = static_cast<uint8_t>(p.kind);
   k.dtype = static_cast<uint8_t>(p.dtype);
   k.causal = p.causal ? 1 : 0;
+  k.kv_storage = static_cast<uint8_t>(p.kv_storage);
   return k;
 }
 

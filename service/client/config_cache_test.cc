@@ -241,6 +241,16 @@ TEST(ConfigCache, PagedCachesThatDifferInAnyPagedFieldAreDifferentEntries) {
   }
 }
 
+TEST(ConfigCache, AnE4m3CacheIsAnotherEntryThanTheSameShapeInItsDtype) {
+  AttentionProblem plain = Shape(8);
+  plain.dtype = DType::kBf16;
+  AttentionProblem e4m3 = plain;
+  e4m3.kv_storage = KvStorage::kE4m3;
+  ASSERT_TRUE(e4m3.Validate().ok());
+  EXPECT_FALSE(ProblemCacheKey::Of(plain) == ProblemCacheKey::Of(e4m3));
+  EXPECT_TRUE(ProblemCacheKey::Of(e4m3) == ProblemCacheKey::Of(AttentionProblem(e4m3)));
+}
+
 TEST(ConfigCache, ConcurrentReadersSeeOnlyDefaultsOrTheRightAnswer) {
   auto fetcher = std::make_unique<FakeFetcher>();
   ConfigCacheOptions o = TestOptions();

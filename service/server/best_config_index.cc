@@ -42,6 +42,8 @@ std::string BestConfigIndex::GroupKey(std::string_view device_class, const Atten
   std::string key = Cat(device_class, "\n", ProblemKindName(p.kind), "/d", p.head_dim, "/causal", p.causal ? 1 : 0,
                         "/", DTypeName(p.dtype), "/page", p.page_block_size);
   if (p.kind == ProblemKind::kDecode) absl::StrAppend(&key, "/hq", p.q_heads, "/hkv", p.kv_heads);
+  // K/V stored as e4m3 run other kernels than a cache in the dtype: never each other's nearest.
+  if (p.is_kv_quantized()) absl::StrAppend(&key, "/kve4m3");
   return key;
 }
 

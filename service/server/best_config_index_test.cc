@@ -152,6 +152,28 @@ TEST(BestConfigIndex, DecodeNearestKeepsHeadsAndPageSizeAndPicksTheClosestCacheB
   EXPECT_DOUBLE_EQ(by_mean->distance, 0.0);
 }
 
+TEST(BestConfigIndex, AnE4m3CacheIsServedOnlyFromE4m3Caches) {
+  const std::string cls = "cuda/NVIDIA-H200/sm90";
+  AttentionProblem e4m3 = Decode(16, 8192);
+  e4m3.kv_storage = KvStorage::kE4m3;
+  auto index = BestConfigIndex::Build({Best(cls, Decode(16, 8192), "fused/bm16/bs64/t128/bf16/st2/sk4"),
+                                       Best(cls, e4m3, "fused/bm16/bs64/t128/fp16/st2/sk8")});
+  AttentionProblem e4m3_16k = Decode(16, 16384);
+  e4m3_16k.kv_storage = KvStorage::kE4m3;
+  auto quantised = index.Lookup(e4m3_16k, cls);
+  ASSERT_TRUE(quantised.ok()) << quantised.status();
+  EXPECT_EQ(quantised->provenance, ConfigProvenance::kNearest);
+  EXPECT_EQ(quantised->source.problem_key, e4m3.Key());
+  auto plain = index.Lookup(Decode(16, 16384), cls);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->source.problem_key, Decode(16, 8192).Key());
+  AttentionProblem e4m3_paged = Decode(16, 8192, 16);
+  e4m3_paged.kv_storage = KvStorage::kE4m3;
+  auto none = index.Lookup(e4m3_paged, cls);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->provenance, ConfigProvenance::kDefault);
+}
+
 TEST(BestConfigIndex, SkipsStoredConfigsThatDoNotParse) {
   const std::string cls = "cpu/X/y";
   auto index = BestConfigIndex::Build({Best(cls, Shape(1, 12, 512), "not/a/config")});

@@ -345,5 +345,23 @@ TEST(Cli, BenchDecodeAgainstPerSequenceCacheLengthsReportsKvBandwidth) {
       << rows[0].dump();
 }
 
+TEST(Cli, BenchOfAnE4m3CacheShowsTheErrorAgainstTheUnquantisedReference) {
+  const std::vector<std::string> args = {"bench", "--kind", "decode", "--cache-len", "70", "--heads", "4",
+                                         "--kv-heads", "2", "--head-dim", "32", "--dtype", "fp16", "--kv-storage",
+                                         "e4m3", "--repeats", "3", "--variants", "fused", "--block-m", "16",
+                                         "--block-s", "16"};
+  std::vector<std::string> json = args;
+  json.push_back("--json");
+  CommandResult r = Fusetune(json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json rows = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array() && !rows.empty()) << r.out;
+  EXPECT_EQ(rows[0]["outcome"], "ok") << rows[0].dump();
+  EXPECT_GT(rows[0]["unquantised_rel_error"].get<double>(), rows[0]["max_rel_error"].get<double>()) << rows[0].dump();
+  CommandResult table = Fusetune(args);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("(vs unquantised "), std::string::npos) << table.out;
+}
+
 }  // namespace
 }  // namespace fusetune

@@ -478,6 +478,20 @@ TEST(Runner, E4m3CacheIsCheckedOnItsQuantisedValuesAndRecordsWhatTheFormatCosts)
   EXPECT_EQ(t.unquantised_rel_error, 0.0);
 }
 
+TEST(Runner, E4m3KernelThatIgnoresTheScalesIsVerifyFailed) {
+  AttentionProblem p = PagedDecode();
+  p.dtype = DType::kFp16;
+  p.kv_storage = KvStorage::kE4m3;
+  HostBackend backend;
+  const Trial ok = Runner(backend).Measure(p, Fused(), 1);
+  EXPECT_EQ(ok.outcome, TrialOutcome::kOk) << ok.message;
+  EXPECT_EQ(backend.uploads, 12) << "two sets of Q, K and V bytes, their two scales and a table";
+  EXPECT_GT(ok.unquantised_rel_error, ok.max_rel_error);
+  backend.fault = Fault::kIgnoresKvScales;
+  const Trial ignored = Runner(backend).Measure(p, Fused(), 1);
+  EXPECT_EQ(ignored.outcome, TrialOutcome::kVerifyFailed) << ignored.message;
+}
+
 TEST(MeasurementMemory, AnE4m3CacheTakesOneByteAnElementOnTheDeviceAndItsScales) {
   AttentionProblem p = PagedDecode();
   p.dtype = DType::kFp16;

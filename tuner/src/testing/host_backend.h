@@ -17,6 +17,7 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fusetune/kernels/backend.h"
@@ -38,6 +39,7 @@ enum class Fault {
   kIgnoresBlockTable,  // Run() reads a paged pool's pages in order instead of through the table
   kLongLaunch,      // Run() runs until its stop token asks (a launch of minutes), 1 ms at a time
   kOutOfMemory,     // Run() throws std::bad_alloc
+  kIgnoresKvScales, // Run() reads e4m3 K/V as their bare e4m3 values (every scale taken as 1)
 };
 
 class HostBackend : public Backend {
@@ -133,10 +135,27 @@ class HostBackend : public Backend {
     if (fault == Fault::kRunError) return absl::InternalError("test: launch failed");
     if (fault == Fault::kThrows) throw std::runtime_error("test: thrown");
     if (fault == Fault::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (auto s = ValidateBuffers(p, b); !s.ok()) return s;
     std::vector<float> q(p.QElements()), k(p.KVElements()), v(p.KVElements());
     DecodeTensor(p.dtype, b.q, q.size(), q.data());
-    DecodeTensor(p.dtype, b.k, k.size(), k.data());
-    DecodeTensor(p.dtype, b.v, v.size(), v.data());
+    // K/V stored as e4m3: the bytes' values, with the scales (host memory here) for the reference.
+    std::vector<float> k_scale, v_scale;
+    if (p.is_kv_quantized()) {
+      if (auto s = ValidateKvScales(p, b.k_scale, b.v_scale); !s.ok()) return s;
+      for (auto [dst, src] : {std::pair{&k, b.k}, std::pair{&v, b.v}}) {
+        const auto* bytes = static_cast<const uint8_t*>(src);
+        for (size_t i = 0; i < dst->size(); ++i) (*dst)[i] = E4m3ToFloat(bytes[i]);
+      }
+      k_scale.assign(b.k_scale, b.k_scale + p.kv_heads);
+      v_scale.assign(b.v_scale, b.v_scale + p.kv_heads);
+      if (fault == Fault::kIgnoresKvScales) {
+        std::fill(k_scale.begin(), k_scale.end(), 1.0f);
+        std::fill(v_scale.begin(), v_scale.end(), 1.0f);
+      }
+    } else {
+      DecodeTensor(p.dtype, b.k, k.size(), k.data());
+      DecodeTensor(p.dtype, b.v, v.size(), v.data());
+    }
     if (fault == Fault::kInfKeysAsZero) {
       for (float& x : k) {
         if (std::isinf(x)) x = 0;
@@ -158,7 +177,8 @@ class HostBackend : public Backend {
         *tensor = *std::move(gathered);
       }
     }
-    absl::StatusOr<std::vector<double>> ref = ReferenceAttention(p.Unpaged(), q, k, v);
+    absl::StatusOr<std::vector<double>> ref =
+        ReferenceAttention(p.Unpaged(), q, k, v, p.is_kv_quantized() ? KvScales{k_scale, v_scale} : KvScales{});
     if (!ref.ok()) return ref.status();
     std::vector<float> out(ref->begin(), ref->end());
     size_t write = out.size();

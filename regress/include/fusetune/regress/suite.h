@@ -97,7 +97,8 @@ absl::StatusOr<Suite> ReadSuiteFile(const std::string& path);
 // where the key parses back, else as objects).
 std::string SuiteToJson(const Suite& suite);
 
-// A problem as JSON (every field of AttentionProblem) and back; ProblemFromJson accepts a key
+// A problem as JSON (every field of AttentionProblem; kv_storage only when it is "e4m3", so
+// that a build from before that field reads every other problem) and back; ProblemFromJson accepts a key
 // string too, and fields left out of an object take AttentionProblem's defaults. InvalidArgument
 // for unknown fields, wrong types or an invalid problem.
 std::string ProblemToJson(const AttentionProblem& problem);

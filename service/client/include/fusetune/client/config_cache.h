@@ -78,7 +78,7 @@ struct ProblemCacheKey {
   int32_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
   int32_t page_block_size = 0, kv_pool_pages = 0, block_table_width = 0, shared_prefix_pages = 0;
   float softmax_scale = 0;
-  uint8_t kind = 0, dtype = 0, causal = 0;
+  uint8_t kind = 0, dtype = 0, causal = 0, kv_storage = 0;
 
   static ProblemCacheKey Of(const AttentionProblem& problem);
   friend bool operator==(const ProblemCacheKey&, const ProblemCacheKey&) = default;
@@ -86,7 +86,7 @@ struct ProblemCacheKey {
   friend H AbslHashValue(H h, const ProblemCacheKey& k) {
     return H::combine(std::move(h), k.lengths_hash, k.batch, k.q_heads, k.kv_heads, k.q_len,
                       k.kv_len, k.head_dim, k.page_block_size, k.kv_pool_pages, k.block_table_width,
-                      k.shared_prefix_pages, k.softmax_scale, k.kind, k.dtype, k.causal);
+                      k.shared_prefix_pages, k.softmax_scale, k.kind, k.dtype, k.causal, k.kv_storage);
   }
 };
 
