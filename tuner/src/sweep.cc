@@ -482,6 +482,7 @@ class SweepSteps {
       if (it == source.end()) continue;
       t.max_abs_error = it->second->max_abs_error;
       t.max_rel_error = it->second->max_rel_error;
+      t.unquantised_rel_error = it->second->unquantised_rel_error;
       t.checked_elements = it->second->checked_elements;
     }
     for (const Trial& t : measured) {
