@@ -266,14 +266,24 @@ PGresult* PostgresConnection::Execute(const std::function<PGresult*()>& send) {
   const bool idle = PQtransactionStatus(conn_) == PQTRANS_IDLE;
   PGresult* r = send();
   if (!idle || PQstatus(conn_) != CONNECTION_BAD) return r;
-  PQreset(conn_);
-  if (PQstatus(conn_) != CONNECTION_OK) return r;  // still away: the first failure is the answer
-  for (const std::string& setting : connection_settings_) {
-    Result applied(PQexec(conn_, setting.c_str()));
-    if (applied == nullptr || !CommandOk(applied.get())) return r;
-  }
+  if (!Reconnect()) return r;  // still away: the first failure is the answer
   PQclear(r);
   return send();
+}
+
+bool PostgresConnection::Reconnect() {
+  PQreset(conn_);
+  if (PQstatus(conn_) != CONNECTION_OK) return false;
+  for (const std::string& setting : connection_settings_) {
+    Result applied(PQexec(conn_, setting.c_str()));
+    if (applied == nullptr || !CommandOk(applied.get())) return false;
+  }
+  return true;
+}
+
+absl::Status PostgresConnection::Begin(std::string_view sql) {
+  if (PQstatus(conn_) == CONNECTION_BAD) (void)Reconnect();
+  return Exec(sql);
 }
 
 absl::Status PostgresConnection::Exec(std::string_view sql) {

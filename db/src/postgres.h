@@ -64,8 +64,8 @@ class PostgresConnection final : public Connection {
   int64_t Changes() const override { return changes_; }
   absl::StatusOr<int64_t> LastInsertRowId() override;
   bool InTransaction() const override;
-  absl::Status BeginWrite() override { return Exec("BEGIN"); }
-  absl::Status BeginRead() override { return Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); }
+  absl::Status BeginWrite() override { return Begin("BEGIN"); }
+  absl::Status BeginRead() override { return Begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); }
   absl::StatusOr<int> ReadSchemaVersion() override;
   absl::Status WriteSchemaVersion(int version) override;
   absl::Status LockSchema() override;
@@ -79,6 +79,14 @@ class PostgresConnection final : public Connection {
   // once, its connection settings applied again, and the command sent again. Inside a
   // transaction a lost connection is the caller's error (Unavailable): its work is gone.
   PGresult* Execute(const std::function<PGresult*()>& send);
+
+  // Starts a transaction with `sql`. A connection lost inside an earlier transaction stays
+  // broken (libpq no longer knows its transaction state, so Execute does not reset it); the
+  // start of a new transaction is a point where nothing of the caller's is under way, so a
+  // broken connection is reset here first.
+  absl::Status Begin(std::string_view sql);
+  // Resets a lost connection and applies its settings again; false when still away.
+  bool Reconnect();
 
   // The status of a failed `result` (or, when null, of the connection).
   absl::Status Error(const PGresult* result) const;

@@ -57,6 +57,14 @@ struct ServerOptions {
   int64_t heartbeat_ms = 10000;    // how often workers are told to heartbeat
   int64_t worker_alive_ms = 30000; // a worker is "alive" if it heartbeat within this window
   int64_t refresh_ms = 2000;       // expire leases, reload best configs, update gauges
+  // How often the database's SharedStateStamp is read, so that what another replica over the
+  // same database changed (best configs, the job queue) is seen within this period: a changed
+  // stamp reloads the best configs or wakes the long-polls at once (service/server/README.md,
+  // "Several replicas").
+  int64_t replica_poll_ms = 250;
+  // The replica="..." label on every /metrics series; empty: none (`fusetune serve` always
+  // names one, by default "<host name>:{port}"). "{port}" in it becomes the bound gRPC port.
+  std::string replica;
   std::string metrics_address = "127.0.0.1:0";  // Prometheus /metrics; empty = none
   int max_concurrent_long_polls = 64;   // LeaseJob waits beyond this: RESOURCE_EXHAUSTED
   int max_concurrent_streams = 16;      // ReportTrials streams beyond this: RESOURCE_EXHAUSTED
