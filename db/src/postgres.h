@@ -99,6 +99,7 @@ class PostgresConnection final : public Connection {
   PGconn* conn_;
   std::string name_;
   int64_t changes_ = 0;
+  bool in_transaction_ = false;  // a BEGIN succeeded and no COMMIT or ROLLBACK was sent since
   std::vector<std::string> connection_settings_;  // SetForConnection's, in order
   std::unordered_map<std::string, std::string> rewritten_;  // Store SQL -> $N form
 };
