@@ -35,6 +35,9 @@ class ServerReplicas : public db_test::StoreBackendTest {
     // refresh (and its lease expiry) is an hour away.
     options.refresh_ms = 3600000;
     options.replica_poll_ms = 50;
+    // One long-poll at a time: a second is refused at once, which tells the test that the
+    // first is waiting (WaitUntilLongPolling).
+    options.max_concurrent_long_polls = 1;
     auto server = Server::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? std::move(*server) : nullptr;
@@ -64,6 +67,24 @@ class ServerReplicas : public db_test::StoreBackendTest {
     return resp;
   }
 
+  // Waits until a long-poll is waiting in `s`: a probe's LeaseJob is then refused for want of a
+  // slot (the queue is empty, so a probe that does get the slot takes nothing).
+  bool WaitUntilLongPolling(const Stubs& s) {
+    if (!RegisterCpuWorker(s, "probe").ok()) return false;
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+         std::chrono::steady_clock::now() < until;) {
+      v1::LeaseJobRequest req;
+      req.set_worker_id("probe");
+      req.set_wait_ms(0);
+      v1::LeaseJobResponse resp;
+      grpc::Status st = s.worker->LeaseJob(Ctx().get(), req, &resp);
+      if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return true;
+      EXPECT_FALSE(resp.has_job());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
   v1::GetBestConfigResponse Best(const Stubs& s, int seq) {
     v1::GetBestConfigRequest req;
     req.set_device_class(kCpuClass);
@@ -79,8 +100,9 @@ class ServerReplicas : public db_test::StoreBackendTest {
 };
 FUSETUNE_STORE_BACKENDS(ServerReplicas);
 
-// A worker registered through A long-polls B; a job submitted through A wakes it (B's wait is
-// far longer than the test: only the shared-state poll can end it with a job). Its trials go
+// A worker registered through A long-polls B; a job submitted through A once that poll waits
+// wakes it (B's wait is 25 s and its full refresh an hour away: only the shared-state poll can
+// end it with a job). Its trials go
 // to B, the retried upload of the same trials to A stores nothing twice, the completion goes to
 // A, and B then serves the job's best config, the same answer as A's.
 TEST_P(ServerReplicas, AJobSubmittedToOneReplicaIsLeasedCompletedAndServedThroughAnother) {
@@ -91,7 +113,7 @@ TEST_P(ServerReplicas, AJobSubmittedToOneReplicaIsLeasedCompletedAndServedThroug
     lease = Lease(sb_, "w1", 25000);
     leased = true;
   });
-  // The poll is waiting on B (or about to): either way it must get the job submitted below.
+  EXPECT_TRUE(WaitUntilLongPolling(sb_));
   const int64_t job_id = Submit(sa_, 128);
   poller.join();
   ASSERT_TRUE(leased);
@@ -151,6 +173,7 @@ TEST_P(ServerReplicas, ALeaseTakenThroughOneReplicaIsRenewedAndReleasedThroughTh
     second = Lease(sa_, "w2", 25000);
     done = true;
   });
+  EXPECT_TRUE(WaitUntilLongPolling(sa_));
   v1::ReleaseJobRequest release;
   release.set_worker_id("w1");
   release.set_job_id(job_id);
