@@ -135,17 +135,6 @@ class FleetTest : public ::testing::Test {
   }
   int64_t Done() { return JobCounts()[JobState::kDone]; }
 
-  int64_t TrialsStored() {
-    if (Db() == nullptr) return 0;
-    auto jobs = store_->ListJobs(std::nullopt, 1000);
-    if (!jobs.ok()) return 0;
-    int64_t n = 0;
-    for (const Job& j : *jobs) {
-      if (j.run_id > 0) n += store_->CountTrials(j.run_id).value_or(0);
-    }
-    return n;
-  }
-
   std::string AllWorkerLogs() const {
     std::string all;
     for (const auto& w : workers_) all += w->Stderr();
@@ -192,18 +181,21 @@ TEST_F(FleetTest, ThreeReplicasSixWorkersSixtyJobsThroughKillsAndADatabaseRestar
   for (int j = 0; j < kFirstBatch; ++j) job_ids.insert(Submit(j, j % kReplicas));
   ASSERT_EQ(job_ids.size(), static_cast<size_t>(kFirstBatch));
 
-  // Replica 0 dies while trials are being uploaded (jobs leased, trials arriving).
-  ASSERT_TRUE(WaitFor([&] { return TrialsStored() >= 12; }, kDeadlineS)) << AllWorkerLogs();
+  // Replica 0 dies while trials are being uploaded.
+  // Each job takes at least 0.8 s of trial delays, so with 3 done the other 47 keep the six
+  // workers uploading for several seconds more, however loaded the box.
+  ASSERT_TRUE(WaitFor([&] { return Done() >= 3; }, kDeadlineS)) << AllWorkerLogs();
   Kill(0);
   const int64_t done_at_kill = Done();
-  EXPECT_LT(done_at_kill, kFirstBatch - 20) << "the jobs ran faster than the test can interrupt them";
+  EXPECT_LT(done_at_kill, kFirstBatch) << "the jobs ran faster than the test can interrupt them";
   ASSERT_TRUE(WaitFor([&] { return Done() >= done_at_kill + 5; }, kDeadlineS))
       << "the fleet stopped after replica 0 died\n" << AllWorkerLogs();
   StartReplica(0);
 
   // PostgreSQL goes away as in a crash, stays away until every replica's callers have seen
   // it (a worker logs a failed call), and comes back.
-  ASSERT_TRUE(WaitFor([&] { return Done() >= 20; }, kDeadlineS)) << AllWorkerLogs();
+  ASSERT_TRUE(WaitFor([&] { return Done() >= 15; }, kDeadlineS)) << AllWorkerLogs();
+  EXPECT_LT(Done(), kFirstBatch) << "the database restart came after the jobs";
   const std::string before_outage = AllWorkerLogs();
   ASSERT_TRUE(cluster_->StopServer().ok());
   store_.reset();
