@@ -3,8 +3,11 @@
 //
 // What it guarantees (see service/server/README.md for the full contract):
 //   * reads (GetBestConfig, BatchGetBestConfig) are answered from an in-memory snapshot of
-//     the best configs, refreshed after every CompleteJob and every `refresh_ms` (so writes
-//     by other processes, e.g. `fusetune sweep`, show up within that period);
+//     the best configs, refreshed after every CompleteJob, whenever the database's shared-state
+//     stamp shows them changed (read every `replica_poll_ms`) and every `refresh_ms` (so writes
+//     by other processes, e.g. `fusetune sweep` or another replica, show up within about
+//     `replica_poll_ms`); a job queued through another replica wakes the long-polls here
+//     within the same period;
 //   * a lease that expires returns its job to the queue (checked every refresh period and by
 //     every LeaseJob); trials are idempotent by trial id; a job completes once;
 //   * every request is bounded (INVALID_ARGUMENT) and concurrent long-polls / trial streams
