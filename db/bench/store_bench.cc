@@ -175,5 +175,71 @@ void BM_LeaseAndComplete(benchmark::State& state) {
 }
 BENCHMARK(BM_LeaseAndComplete)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// The PostgreSQL store at $FUSETUNE_BENCH_POSTGRES_URL (null, and the benchmark skipped, when
+// unset or unreachable).
+std::unique_ptr<Store> BenchPostgres(benchmark::State& state) {
+  const char* url = getenv("FUSETUNE_BENCH_POSTGRES_URL");
+  if (url == nullptr || *url == '\0') {
+    state.SkipWithError("FUSETUNE_BENCH_POSTGRES_URL is not set");
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(url);
+  if (!s.ok()) {
+    state.SkipWithError(std::string(s.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*s);
+}
+
+// A trial upload's transaction on PostgreSQL: Arg trials per transaction (1: a worker sending
+// each trial as it is measured; 64: a batch). Wall time per transaction; items are trials.
+void BM_PostgresRecordTrials(benchmark::State& state) {
+  std::unique_ptr<Store> store = BenchPostgres(state);
+  if (store == nullptr) return;
+  const int64_t run = *store->BeginRun(BenchRun());
+  int64_t i = 0;
+  for (auto _ : state) {
+    std::vector<Trial> batch;
+    for (int k = 0; k < state.range(0); ++k) batch.push_back(BenchTrial(run, i++));
+    if (!store->RecordTrials(batch).ok()) return state.SkipWithError("write");
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_PostgresRecordTrials)->Arg(1)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// What each replica of the service reads every --replica-poll-ms (ReadSharedStateStamp), with
+// 1000 best configs and 1000 finished jobs stored. Arg 0: SQLite, 1: PostgreSQL.
+void BM_SharedStateStamp(benchmark::State& state) {
+  std::unique_ptr<BenchStore> file;
+  std::unique_ptr<Store> postgres;
+  Store* store = nullptr;
+  if (state.range(0) == 0) {
+    file = std::make_unique<BenchStore>(Durability::kPowerLoss);
+    store = file->get();
+  } else {
+    postgres = BenchPostgres(state);
+    store = postgres.get();
+  }
+  if (store == nullptr) return;
+  const int64_t run = *store->BeginRun(BenchRun());
+  for (int i = 0; i < 1000; ++i) {
+    BestConfig b;
+    b.device_class = "cpu/bench-stamp/x86_64";
+    b.problem_key = kProblem + std::to_string(i);
+    b.config_key = "fused/bm64/bs64/t1/fp32/st1";
+    b.median_us = 10;
+    b.run_id = run;
+    b.commit = "bench";
+    b.updated_unix_ms = 1700000000000 + i;
+    (void)store->UpsertBestConfig(b);
+  }
+  for (auto _ : state) {
+    if (!store->ReadSharedStateStamp().ok()) return state.SkipWithError("read");
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(state.range(0) == 0 ? "sqlite" : "postgresql");
+}
+BENCHMARK(BM_SharedStateStamp)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace fusetune

@@ -221,6 +221,69 @@ TEST_P(StoreJobs, ReleaseReturnsJobToQueueForTheNextWorker) {
   EXPECT_EQ(store->ReleaseJob(id + 3, "w2", kNoLeaseToken).code(), absl::StatusCode::kNotFound);
 }
 
+// What a replica polls to learn that another replica changed the queue or the best configs:
+// every such change shows in the stamp, seen through a second connection.
+TEST_P(StoreJobs, TheSharedStateStampChangesWithEveryQueueAndBestConfigChange) {
+  auto writer = OpenOrDie(Location());
+  auto reader = OpenOrDie(Location());
+  auto stamp = [&] {
+    absl::StatusOr<SharedStateStamp> s = reader->ReadSharedStateStamp();
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.value_or(SharedStateStamp{});
+  };
+  SharedStateStamp before = stamp();
+  EXPECT_EQ(before.best_configs, 0);
+  EXPECT_EQ(before.queued_jobs, 0);
+  auto expect_queue_changed = [&](const char* what) {
+    const SharedStateStamp now = stamp();
+    EXPECT_FALSE(now.SameQueue(before)) << what;
+    EXPECT_TRUE(now.SameBestConfigs(before)) << what;
+    before = now;
+  };
+  const int64_t id = *writer->EnqueueJob(TestJob());
+  expect_queue_changed("submit");
+  EXPECT_EQ(before.queued_jobs, 1);
+  EXPECT_EQ(before.newest_open_job, id);
+  absl::StatusOr<Job> leased = writer->LeaseJob("w1", kCpuClass, kT0, kLeaseMs);
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  expect_queue_changed("lease");
+  ASSERT_TRUE(writer->ReleaseJob(id, "w1", leased->lease_token).ok());
+  expect_queue_changed("release");
+  leased = writer->LeaseJob("w2", kCpuClass, kT0, kLeaseMs);
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  expect_queue_changed("lease again");
+  ASSERT_EQ(*writer->ExpireLeases(kT0 + kLeaseMs + 1), 1);
+  expect_queue_changed("expiry");
+  leased = writer->LeaseJob("w3", kCpuClass, kT0 + kLeaseMs + 2, kLeaseMs);
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  expect_queue_changed("lease after expiry");
+  ASSERT_TRUE(writer->CompleteJob(id, "w3", leased->lease_token, true, "", kT0 + kLeaseMs + 3).ok());
+  expect_queue_changed("completion");
+  EXPECT_TRUE(stamp().SameQueue(before)) << "nothing changed";
+
+  const int64_t run = *writer->BeginRun(db_test::TestRun());
+  BestConfig best;
+  best.device_class = kCpuClass;
+  best.problem_key = "prefill/b1/hq12/hkv12/q128/k128/d64/causal0/fp32";
+  best.config_key = "fused/bm64/bs64/t1/fp32/st1";
+  best.median_us = 10;
+  best.run_id = run;
+  best.commit = "abc123";
+  best.updated_unix_ms = kT0;
+  ASSERT_TRUE(writer->UpsertBestConfig(best).ok());
+  SharedStateStamp now = stamp();
+  EXPECT_FALSE(now.SameBestConfigs(before));
+  EXPECT_TRUE(now.SameQueue(before));
+  EXPECT_EQ(now.best_configs, 1);
+  before = now;
+  best.config_key = "fused/bm32/bs64/t1/fp32/st1";  // replaced by a later tune: same row count
+  best.updated_unix_ms = kT0 + 5;
+  ASSERT_TRUE(writer->UpsertBestConfig(best).ok());
+  now = stamp();
+  EXPECT_FALSE(now.SameBestConfigs(before));
+  EXPECT_EQ(now.best_configs, 1);
+}
+
 TEST_P(StoreJobs, SetJobRunLinksAnExistingRun) {
   auto store = OpenOrDie(Location());
   const int64_t id = *store->EnqueueJob(TestJob());

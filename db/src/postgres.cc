@@ -242,13 +242,21 @@ absl::StatusOr<std::unique_ptr<PostgresConnection>> PostgresConnection::Open(con
 PostgresConnection::~PostgresConnection() { PQfinish(conn_); }
 
 absl::Status PostgresConnection::Error(const PGresult* result) const {
-  if (result == nullptr) return PostgresError("", PQerrorMessage(conn_), name_);
+  // No result at all: libpq could not send or the connection is gone (the server is down or
+  // restarting), which is "cannot reach the database", not an unexpected failure.
+  if (result == nullptr) {
+    return PostgresError(PQstatus(conn_) != CONNECTION_OK ? "08006" : "", PQerrorMessage(conn_), name_);
+  }
   const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
   std::string message = PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) != nullptr
                             ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY)
                             : PQresultErrorMessage(result);
-  if (PQstatus(conn_) != CONNECTION_OK) return PostgresError("08006", message, name_);
-  return PostgresError(state != nullptr ? state : "", message, name_);
+  // The server gives every error of its own a SQLSTATE; one without is libpq's: the
+  // connection was lost (or could not be made again).
+  if (PQstatus(conn_) != CONNECTION_OK || state == nullptr || *state == '\0') {
+    return PostgresError("08006", message, name_);
+  }
+  return PostgresError(state, message, name_);
 }
 
 void PostgresConnection::NoteChanges(const PGresult* result) {
@@ -263,23 +271,39 @@ absl::Status PostgresConnection::SetForConnection(std::string_view sql) {
 }
 
 PGresult* PostgresConnection::Execute(const std::function<PGresult*()>& send) {
-  const bool idle = PQtransactionStatus(conn_) == PQTRANS_IDLE;
+  // Whether a transaction is open is our own record, not libpq's: libpq cannot tell once the
+  // connection is lost, and a read outside a transaction must still be retried then.
+  const bool idle = !in_transaction_;
   PGresult* r = send();
   if (!idle || PQstatus(conn_) != CONNECTION_BAD) return r;
-  PQreset(conn_);
-  if (PQstatus(conn_) != CONNECTION_OK) return r;  // still away: the first failure is the answer
-  for (const std::string& setting : connection_settings_) {
-    Result applied(PQexec(conn_, setting.c_str()));
-    if (applied == nullptr || !CommandOk(applied.get())) return r;
-  }
+  if (!Reconnect()) return r;  // still away: the first failure is the answer
   PQclear(r);
   return send();
+}
+
+bool PostgresConnection::Reconnect() {
+  PQreset(conn_);
+  if (PQstatus(conn_) != CONNECTION_OK) return false;
+  for (const std::string& setting : connection_settings_) {
+    Result applied(PQexec(conn_, setting.c_str()));
+    if (applied == nullptr || !CommandOk(applied.get())) return false;
+  }
+  return true;
+}
+
+absl::Status PostgresConnection::Begin(std::string_view sql) {
+  if (PQstatus(conn_) == CONNECTION_BAD) (void)Reconnect();
+  return Exec(sql);
 }
 
 absl::Status PostgresConnection::Exec(std::string_view sql) {
   const std::string text(sql);
   Result r(Execute([&] { return PQexec(conn_, text.c_str()); }));
+  // A transaction ends with its COMMIT or ROLLBACK whether or not that reached the server (a
+  // lost connection ended it there too); it is open once a BEGIN succeeded.
+  if (absl::StartsWith(text, "COMMIT") || absl::StartsWith(text, "ROLLBACK")) in_transaction_ = false;
   if (r == nullptr || !CommandOk(r.get())) return Error(r.get());
+  if (absl::StartsWith(text, "BEGIN")) in_transaction_ = true;
   NoteChanges(r.get());
   return absl::OkStatus();
 }
@@ -306,7 +330,7 @@ absl::StatusOr<int64_t> PostgresConnection::LastInsertRowId() {
   return std::strtoll(text->c_str(), nullptr, 10);
 }
 
-bool PostgresConnection::InTransaction() const { return PQtransactionStatus(conn_) != PQTRANS_IDLE; }
+bool PostgresConnection::InTransaction() const { return in_transaction_; }
 
 absl::StatusOr<int> PostgresConnection::ReadSchemaVersion() {
   // A database without the table has no fusetune schema yet (version 0).

@@ -64,8 +64,8 @@ class PostgresConnection final : public Connection {
   int64_t Changes() const override { return changes_; }
   absl::StatusOr<int64_t> LastInsertRowId() override;
   bool InTransaction() const override;
-  absl::Status BeginWrite() override { return Exec("BEGIN"); }
-  absl::Status BeginRead() override { return Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); }
+  absl::Status BeginWrite() override { return Begin("BEGIN"); }
+  absl::Status BeginRead() override { return Begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); }
   absl::StatusOr<int> ReadSchemaVersion() override;
   absl::Status WriteSchemaVersion(int version) override;
   absl::Status LockSchema() override;
@@ -80,6 +80,14 @@ class PostgresConnection final : public Connection {
   // transaction a lost connection is the caller's error (Unavailable): its work is gone.
   PGresult* Execute(const std::function<PGresult*()>& send);
 
+  // Starts a transaction with `sql`. A connection lost inside an earlier transaction stays
+  // broken (libpq no longer knows its transaction state, so Execute does not reset it); the
+  // start of a new transaction is a point where nothing of the caller's is under way, so a
+  // broken connection is reset here first.
+  absl::Status Begin(std::string_view sql);
+  // Resets a lost connection and applies its settings again; false when still away.
+  bool Reconnect();
+
   // The status of a failed `result` (or, when null, of the connection).
   absl::Status Error(const PGresult* result) const;
   // Called by a statement after it ran a command: remembers its row count for Changes().
@@ -91,6 +99,7 @@ class PostgresConnection final : public Connection {
   PGconn* conn_;
   std::string name_;
   int64_t changes_ = 0;
+  bool in_transaction_ = false;  // a BEGIN succeeded and no COMMIT or ROLLBACK was sent since
   std::vector<std::string> connection_settings_;  // SetForConnection's, in order
   std::unordered_map<std::string, std::string> rewritten_;  // Store SQL -> $N form
 };

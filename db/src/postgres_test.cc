@@ -154,6 +154,29 @@ TEST_F(PostgresStore, ALostIdleConnectionIsReestablishedWithItsSettings) {
   EXPECT_TRUE((*reader)->GetRun(1).ok());
 }
 
+// The server goes away (as in a crash) for a while: every call meanwhile is Unavailable (what
+// callers retry), also inside a transaction that was open when it went, and once it is back the
+// same store works again without being reopened, nothing committed lost.
+TEST_F(PostgresStore, AServerThatIsDownIsUnavailableAndTheStoreWorksAgainOnceItIsBack) {
+  auto store = db_test::OpenOrDie(url_);
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<int64_t> run = store->BeginRun(TestRun());
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(cluster_->StopServer().ok());
+  for (int i = 0; i < 3; ++i) {
+    const absl::Status st = store->GetRun(*run).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+    EXPECT_EQ(store->BeginRun(TestRun()).status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(store->ReadSharedStateStamp().status().code(), absl::StatusCode::kUnavailable);
+  }
+  ASSERT_TRUE(cluster_->StartServer().ok());
+  absl::StatusOr<RunInfo> back = store->GetRun(*run);
+  EXPECT_TRUE(back.ok()) << back.status();
+  absl::StatusOr<int64_t> next = store->BeginRun(TestRun());
+  EXPECT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(store->ReadSharedStateStamp().ok());
+}
+
 TEST_F(PostgresStore, ReadOnlyRoleReadsButEveryWriteFailsClearly) {
   {
     auto store = db_test::OpenOrDie(url_);

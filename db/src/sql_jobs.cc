@@ -363,4 +363,26 @@ absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> SqlStore::CountJobsByS
   return out;
 }
 
+absl::StatusOr<SharedStateStamp> SqlStore::ReadSharedStateStamp() {
+  absl::MutexLock lock(&mu_);
+  // CAST: PostgreSQL's SUM of a BIGINT is NUMERIC; both read back as integers this way.
+  FT_DB_ASSIGN_OR_RETURN(
+      Statement s,
+      conn_->Prepare("SELECT (SELECT COUNT(*) FROM best_configs),"
+                     " (SELECT CAST(COALESCE(SUM(updated_unix_ms), 0) AS BIGINT) FROM best_configs),"
+                     " (SELECT COALESCE(MAX(job_id), 0) FROM jobs WHERE state IN ('queued', 'leased')),"
+                     " (SELECT COUNT(*) FROM jobs WHERE state = 'queued'),"
+                     " (SELECT CAST(COALESCE(SUM(lease_token), 0) AS BIGINT) FROM jobs"
+                     " WHERE state IN ('queued', 'leased'))"));
+  FT_DB_ASSIGN_OR_RETURN(bool row, s.Step());
+  SharedStateStamp stamp;
+  if (!row) return stamp;
+  stamp.best_configs = s.Int64(0);
+  stamp.best_configs_updated = s.Int64(1);
+  stamp.newest_open_job = s.Int64(2);
+  stamp.queued_jobs = s.Int64(3);
+  stamp.open_lease_tokens = s.Int64(4);
+  return stamp;
+}
+
 }  // namespace fusetune::db_internal

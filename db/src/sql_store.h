@@ -106,6 +106,7 @@ class SqlStore final : public Store {
   absl::Status ReleaseJob(int64_t job_id, std::string_view worker_id, int64_t lease_token) override;
   absl::StatusOr<int> ExpireLeases(int64_t now_unix_ms) override;
   absl::StatusOr<std::vector<std::pair<JobState, int64_t>>> CountJobsByState() override;
+  absl::StatusOr<SharedStateStamp> ReadSharedStateStamp() override;
 
  private:
   SqlStore(std::unique_ptr<db_internal::Connection> conn, StoreAccess access)

@@ -10,6 +10,7 @@ Thread-safety: a Client may be used from any number of threads (gRPC channels ar
 
 from __future__ import annotations
 
+import threading
 from typing import Iterable, List, Optional, Sequence, Union
 
 import grpc
@@ -31,6 +32,8 @@ _PROVENANCE = {pb.GetBestConfigResponse.EXACT: "exact", pb.GetBestConfigResponse
                pb.GetBestConfigResponse.DEFAULT: "default"}
 _JOB_KINDS = {"tune": pb.JOB_KIND_TUNE, "audit": pb.JOB_KIND_AUDIT}
 _JOB_KIND_NAMES = {v: k for k, v in _JOB_KINDS.items()}
+# The codes that mean the service did not answer: the next address is tried.
+_FAILOVER_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 # The service's limit of problems per BatchGetBestConfig call.
 MAX_BATCH = 1024
 
@@ -78,7 +81,11 @@ class Client:
     """A connection to the tuning service.
 
     Args:
-        target: ``"host:port"``.
+        target: ``"host:port"``, or several replicas of the service as ``"host:port,host:port"``:
+            a call goes to the current one; when it does not answer (UNAVAILABLE,
+            DEADLINE_EXCEEDED) the next becomes current, and a read is made again there (each
+            address once); ``submit`` is not repeated (it may have been queued), it raises and
+            the next call goes to the next address.
         token: sent as ``authorization: Bearer <token>`` (writes need it; reads too unless the
             server runs with ``--open-reads``).
         tls_ca: PEM root certificates (bytes, or a path to a PEM file): TLS when given,
@@ -93,10 +100,13 @@ class Client:
     def __init__(self, target: str, *, token: Optional[str] = None, tls_ca: Union[bytes, str, None] = None,
                  timeout: float = 10.0, reconnect_initial: float = 0.1, reconnect_max: float = 10.0,
                  device_class: Optional[str] = None):
-        host, sep, port = target.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise InvalidArgumentError(f"target: expected host:port, got {target!r}")
+        addresses = [a.strip() for a in target.split(",")]
+        for address in addresses:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise InvalidArgumentError(f"target: expected host:port[,host:port...], got {target!r}")
         self.target = target
+        self.addresses = tuple(addresses)
         self.device_class = device_class
         self._timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
@@ -105,18 +115,28 @@ class Client:
         initial_ms = min(max(1, int(reconnect_initial * 1000)), max_ms)
         options = [("grpc.initial_reconnect_backoff_ms", initial_ms), ("grpc.min_reconnect_backoff_ms", initial_ms),
                    ("grpc.max_reconnect_backoff_ms", max_ms)]
+        credentials = None
         if tls_ca is not None:
             pem = tls_ca
             if isinstance(tls_ca, str):
                 with open(tls_ca, "rb") as f:
                     pem = f.read()
-            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=pem), options)
-        else:
-            self._channel = grpc.insecure_channel(target, options)
-        self._stub = pb_grpc.TuningServiceStub(self._channel)
+            credentials = grpc.ssl_channel_credentials(root_certificates=pem)
+        self._channels = [grpc.secure_channel(a, credentials, options) if credentials is not None
+                          else grpc.insecure_channel(a, options) for a in addresses]
+        self._stubs = [pb_grpc.TuningServiceStub(c) for c in self._channels]
+        self._current = 0  # the address calls go to first; moves on when it is away
+        self._lock = threading.Lock()
+
+    @property
+    def current_address(self) -> str:
+        """The address the next call goes to first."""
+        with self._lock:
+            return self.addresses[self._current]
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels:
+            channel.close()
 
     def __enter__(self):
         return self
@@ -130,11 +150,29 @@ class Client:
             raise InvalidArgumentError("device_class: required, here or on the Client (e.g. fusetune.device_class('cuda:0'))")
         return chosen
 
-    def _call(self, method, request, timeout: Optional[float] = None):
-        try:
-            return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise _error(e) from None
+    def _call(self, method: str, request, timeout: Optional[float] = None, *, retry: bool = True):
+        """Calls ``method`` (a TuningService RPC name) at the current address. When the service
+        does not answer there (UNAVAILABLE, DEADLINE_EXCEEDED), the next address becomes current
+        and, with ``retry`` (reads, which may safely run twice), the call is made there, each
+        address at most once; the last failure is raised."""
+        with self._lock:
+            first = self._current
+        attempts = len(self._stubs) if retry else 1
+        for i in range(attempts):
+            index = (first + i) % len(self._stubs)
+            try:
+                return getattr(self._stubs[index], method)(request, timeout=timeout or self._timeout,
+                                                           metadata=self._metadata)
+            except grpc.RpcError as e:
+                code = e.code() if hasattr(e, "code") else None
+                if code not in _FAILOVER_CODES or len(self._stubs) == 1:
+                    raise _error(e) from None
+                with self._lock:
+                    if self._current == index:
+                        self._current = (index + 1) % len(self._stubs)
+                if i == attempts - 1:
+                    raise _error(e) from None
+        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------ best configs
 
@@ -142,7 +180,7 @@ class Client:
         """The service's best config for ``problem`` on ``device_class`` (default: the
         Client's): exact, nearest or default, with its provenance and distance."""
         request = pb.GetBestConfigRequest(problem=_problem_message(problem), device_class=self._class(device_class))
-        return _answer(self._call(self._stub.GetBestConfig, request))
+        return _answer(self._call("GetBestConfig", request))
 
     def best_configs(self, problems: Sequence[Problem],
                      device_class: Optional[str] = None) -> List[Union[BestConfigAnswer, FusetuneError]]:
@@ -155,7 +193,7 @@ class Client:
             chunk = problems[start:start + MAX_BATCH]
             request = pb.BatchGetBestConfigRequest(requests=[
                 pb.GetBestConfigRequest(problem=_problem_message(p), device_class=device_class) for p in chunk])
-            response = self._call(self._stub.BatchGetBestConfig, request)
+            response = self._call("BatchGetBestConfig", request)
             for entry in response.entries:
                 out.append(_answer(entry.response) if not entry.error else InvalidArgumentError(entry.error))
         return out
@@ -180,21 +218,21 @@ class Client:
                                             device_class=self._class(device_class), commit=commit, max_trials=max_trials,
                                             max_seconds=max_seconds, variants=list(variants),
                                             precisions=list(precisions), kind=_JOB_KINDS[kind])
-        return self._call(self._stub.SubmitTuningJob, request).job_id
+        return self._call("SubmitTuningJob", request, retry=False).job_id
 
     def job(self, job_id: int) -> Job:
         """One job, with its trial count; NotFoundError for an unknown id."""
-        return _job(self._call(self._stub.GetJob, pb.GetJobRequest(job_id=job_id)))
+        return _job(self._call("GetJob", pb.GetJobRequest(job_id=job_id)))
 
     def jobs(self, state: Optional[str] = None, limit: int = 100) -> List[Job]:
         """Jobs, newest first, optionally of one state (queued, leased, done, failed)."""
-        return [_job(j) for j in self._call(self._stub.ListJobs, pb.ListJobsRequest(state=state or "", limit=limit)).jobs]
+        return [_job(j) for j in self._call("ListJobs", pb.ListJobsRequest(state=state or "", limit=limit)).jobs]
 
     # ------------------------------------------------------------ results
 
     def regressions(self, commit: Optional[str] = None, limit: int = 100) -> List[Regression]:
         """Regression verdicts, newest first, optionally of one commit."""
-        response = self._call(self._stub.ListRegressions, pb.ListRegressionsRequest(commit=commit or "", limit=limit))
+        response = self._call("ListRegressions", pb.ListRegressionsRequest(commit=commit or "", limit=limit))
         return [Regression(commit=r.commit, baseline_commit=r.baseline_commit, device_class=r.device_class,
                            problem_key=r.problem_key, config_key=r.config_key, metric=r.metric, ratio=r.ratio,
                            p_value=r.p_value, verdict=r.verdict, created_unix_ms=r.created_unix_ms)
@@ -203,7 +241,7 @@ class Client:
     def audits(self, device_class: Optional[str] = None, problem_key: Optional[str] = None,
                limit: int = 100) -> List[Audit]:
         """Audits reported to the service, newest first."""
-        response = self._call(self._stub.ListAudits, pb.ListAuditsRequest(device_class=device_class or "",
+        response = self._call("ListAudits", pb.ListAuditsRequest(device_class=device_class or "",
                                                                           problem_key=problem_key or "", limit=limit))
         return [Audit(audit_id=a.audit_id, run_id=a.run_id, device_class=a.device_class, problem_key=a.problem_key,
                       recorded_config_key=a.recorded_config_key, best_config_key=a.best_config_key,

@@ -126,3 +126,39 @@ def test_a_server_that_goes_away_leaves_the_cache_answering(server, recorded, tm
         hit = restarted.lookup(tuned, recorded.device_class)
         assert (hit.provenance, hit.config.key(), hit.from_snapshot) == ("exact", recorded.config_key, True)
     assert json.load(open(snapshot))["entries"][0]["config_key"] == recorded.config_key
+
+
+def _closed_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_several_addresses_fail_over_to_the_one_that_answers(server, recorded):
+    tuned = fusetune.Problem(**TUNED)
+    gone = f"127.0.0.1:{_closed_port()}"
+    with fusetune.Client(f"{gone}, {server.address}", token=TOKEN, timeout=5.0) as client:
+        assert client.addresses == (gone, server.address)
+        assert client.current_address == gone
+        assert client.best_config(tuned, recorded.device_class).provenance == "exact"
+        assert client.current_address == server.address
+        assert client.best_config(tuned, recorded.device_class).provenance == "exact"
+        assert client.current_address == server.address
+    with fusetune.Client(f"{gone},{server.address}", token=TOKEN, timeout=5.0) as client:
+        # A submit is not repeated (it may have been queued): it raises, and the next call goes on.
+        with pytest.raises(fusetune.UnavailableError):
+            client.submit([tuned], recorded.device_class)
+        assert client.current_address == server.address
+        assert client.submit([tuned], recorded.device_class) > 0
+    with pytest.raises(fusetune.InvalidArgumentError, match="^target"):
+        fusetune.Client(f"{server.address},")
+    cache = fusetune.ConfigCache(f"{gone},{server.address}", token=TOKEN, retry_initial=0.01, retry_max=0.1,
+                                 deadline=5.0)
+    try:
+        cache.lookup(tuned, recorded.device_class)
+        assert cache.flush(30)
+        assert cache.lookup(tuned, recorded.device_class).provenance == "exact"
+    finally:
+        cache.close()

@@ -54,7 +54,7 @@ int RunAudits(const AuditsFlags& f) {
   req.set_problem_key(f.problem_key);
   req.set_limit(f.limit);
   v1::ListAuditsResponse resp;
-  grpc::Status status = connection->tuning().ListAudits(connection->Context().get(), req, &resp);
+  grpc::Status status = connection->Read(&v1::TuningService::Stub::ListAudits, req, &resp);
   if (!status.ok()) return RpcFailure(cmd, status);
   if (f.json) {
     nlohmann::json all = nlohmann::json::array();

@@ -48,7 +48,7 @@ int RunJobs(const JobsFlags& f) {
     v1::GetJobRequest req;
     req.set_job_id(f.id);
     v1::Job job;
-    grpc::Status status = connection->tuning().GetJob(connection->Context().get(), req, &job);
+    grpc::Status status = connection->Read(&v1::TuningService::Stub::GetJob, req, &job);
     if (!status.ok()) return RpcFailure(cmd, status);
     if (f.json) {
       std::printf("%s\n", JobJson(job).dump(2).c_str());
@@ -70,7 +70,7 @@ int RunJobs(const JobsFlags& f) {
   req.set_state(f.state);
   req.set_limit(f.limit);
   v1::ListJobsResponse resp;
-  grpc::Status status = connection->tuning().ListJobs(connection->Context().get(), req, &resp);
+  grpc::Status status = connection->Read(&v1::TuningService::Stub::ListJobs, req, &resp);
   if (!status.ok()) return RpcFailure(cmd, status);
   if (f.json) {
     nlohmann::json all = nlohmann::json::array();

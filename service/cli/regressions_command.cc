@@ -52,7 +52,7 @@ int RunRegressions(const RegressionsFlags& f) {
   req.set_commit(commit);
   req.set_limit(f.limit);
   v1::ListRegressionsResponse resp;
-  grpc::Status status = connection->tuning().ListRegressions(connection->Context().get(), req, &resp);
+  grpc::Status status = connection->Read(&v1::TuningService::Stub::ListRegressions, req, &resp);
   if (!status.ok()) return RpcFailure(cmd, status);
   if (f.json) {
     nlohmann::json all = nlohmann::json::array();

@@ -24,7 +24,7 @@ int RunRemoteBest(const AttentionProblem& problem, const std::string& device_cla
   ProblemToProto(problem, req.mutable_problem());
   req.set_device_class(device_class);
   v1::GetBestConfigResponse r;
-  grpc::Status status = connection->tuning().GetBestConfig(connection->Context().get(), req, &r);
+  grpc::Status status = connection->Read(&v1::TuningService::Stub::GetBestConfig, req, &r);
   if (!status.ok()) return RpcFailure(cmd, status);
   absl::StatusOr<BestConfigAnswer> answer = BestConfigAnswerFromProto(r);
   if (!answer.ok()) return Failure(cmd, Cat("the service's answer: ", answer.status().message()));

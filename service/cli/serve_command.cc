@@ -2,6 +2,7 @@
 // over a SQLite database. SIGTERM/SIGINT shut it down gracefully (long-polls end, in-flight
 // RPCs get 2 s).
 #include <pthread.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -27,6 +28,11 @@ struct ServeFlags {
 int RunServe(ServeFlags f) {
   const std::string cmd = "serve";
   f.options.metrics_address = f.metrics == "off" ? "" : f.metrics;
+  if (f.options.replica.empty()) {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') std::snprintf(name, sizeof(name), "localhost");
+    f.options.replica = std::string(name) + ":{port}";
+  }
   // Block the stop signals in every thread (gRPC's included, which start in Start); this
   // thread takes them with sigwait below.
   sigset_t stop;
@@ -92,6 +98,12 @@ void AddServeCommand(CLI::App& app, CommandContext& context) {
       ->check(CLI::Range(int64_t{10}, int64_t{3600000}));
   serve->add_option("--refresh-ms", flags->options.refresh_ms,
                     "period of lease expiry, best-config snapshot and gauge refresh, ms")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{3600000}));
+  serve->add_option("--replica", flags->options.replica,
+                    "this replica's name, the replica label of every /metrics series (default <host name>:<port>)");
+  serve->add_option("--replica-poll-ms", flags->options.replica_poll_ms,
+                    "how often the database is polled for what other replicas changed (best configs, the queue), ms")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{3600000}));
   serve->add_option("--port-file", flags->port_file, "write '<grpc port> <metrics port>' here once serving");

@@ -17,7 +17,9 @@ namespace fusetune::cli {
 void ServerConnectionFlags::Register(CLI::App* command, Server server_flag, Timeout timeout_flag) {
   if (server_flag == Server::kWithDefault) {
     server = kDefaultServiceAddress;
-    command->add_option("--server", server, "address of `fusetune serve`, host:port")->capture_default_str();
+    command->add_option("--server", server,
+                        "address of `fusetune serve`, host:port; several replicas as host:port,host:port")
+        ->capture_default_str();
   }
   command->add_option("--token-file", token_file,
                       "file whose first line is the service token (default: env FUSETUNE_TOKEN)");
@@ -41,7 +43,8 @@ absl::StatusOr<std::string> ServerConnectionFlags::TlsRootCertificates() const {
 }
 
 absl::StatusOr<ServerConnection> ServerConnection::Open(const ServerConnectionFlags& flags) {
-  if (auto s = ValidateServiceAddress(flags.server, "--server"); !s.ok()) return s;
+  absl::StatusOr<std::vector<std::string>> addresses = ParseServiceAddresses(flags.server, "--server");
+  if (!addresses.ok()) return addresses.status();
   ServerConnection c;
   c.timeout_s_ = flags.timeout_s;
   absl::StatusOr<std::string> token = flags.Token();
@@ -57,8 +60,8 @@ absl::StatusOr<ServerConnection> ServerConnection::Open(const ServerConnectionFl
   } else {
     creds = grpc::InsecureChannelCredentials();
   }
-  c.channel_ = grpc::CreateChannel(flags.server, creds);
-  c.tuning_ = v1::TuningService::NewStub(c.channel_);
+  c.channels_ = FailoverChannels::Create(*addresses, creds, grpc::ChannelArguments());
+  for (size_t i = 0; i < c.channels_->size(); ++i) c.stubs_.push_back(v1::TuningService::NewStub(c.channels_->channel(i)));
   return c;
 }
 

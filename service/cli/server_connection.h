@@ -13,6 +13,7 @@
 #include "fusetune/db/store.h"
 #include "fusetune/kernels/problem.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
+#include "fusetune/wire/failover.h"
 #include "grpcpp/grpcpp.h"
 
 namespace fusetune::cli {
@@ -20,7 +21,9 @@ namespace fusetune::cli {
 // The one declaration of the server-connection flags: every command that talks to a server
 // (`worker` included) registers them here.
 struct ServerConnectionFlags {
-  std::string server;       // host:port (kDefaultServiceAddress where --server has a default)
+  // host:port (kDefaultServiceAddress where --server has a default), or several replicas'
+  // host:port,host:port (reads move on to the next when one is away: ServerConnection::Read)
+  std::string server;
   std::string token_file;   // first line is the token; else env FUSETUNE_TOKEN; else none
   std::string tls_ca_file;  // PEM root certificate: connect with TLS
   double timeout_s = 10;    // per call
@@ -46,18 +49,35 @@ struct ServerConnectionFlags {
 class ServerConnection {
  public:
   // NotFound when the token or CA file cannot be read; InvalidArgument for an address that
-  // is not host:port (ValidateServiceAddress).
+  // is not host:port (ParseServiceAddresses of the list).
   static absl::StatusOr<ServerConnection> Open(const ServerConnectionFlags& flags);
 
-  v1::TuningService::Stub& tuning() { return *tuning_; }
+  // The stub of the current address (--server may name several replicas: a,b,c).
+  v1::TuningService::Stub& tuning() { return *stubs_[channels_->current()]; }
   // A context with the token (when there is one) and the deadline.
   std::unique_ptr<grpc::ClientContext> Context() const;
+
+  // Calls `method` (a read) at the current address, each call with a fresh Context(); with
+  // several addresses, one that finds the service away (UNAVAILABLE, DEADLINE_EXCEEDED) is
+  // made again at the next, each address once. A write (SubmitTuningJob) is not repeated (it
+  // may have been stored): call it once through tuning().
+  template <typename Request, typename Response>
+  grpc::Status Read(grpc::Status (v1::TuningService::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                    const Request& request, Response* response) {
+    grpc::Status status;
+    for (size_t i = 0; i < channels_->size(); ++i) {
+      std::unique_ptr<grpc::ClientContext> context = Context();
+      status = (tuning().*method)(context.get(), request, response);
+      if (!IsFailoverCode(status.error_code())) return status;
+    }
+    return status;
+  }
 
  private:
   std::string token_;
   double timeout_s_ = 10;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::shared_ptr<v1::TuningService::Stub> tuning_;
+  std::shared_ptr<FailoverChannels> channels_;
+  std::vector<std::shared_ptr<v1::TuningService::Stub>> stubs_;  // one per address
 };
 
 // Uploads regression verdicts to the server of `flags` (ReportRegressions, one call, stored

@@ -77,7 +77,7 @@ int RunSubmit(const SubmitFlags& f) {
   get.set_job_id(resp.job_id());
   while (true) {
     v1::Job job;
-    status = connection->tuning().GetJob(connection->Context().get(), get, &job);
+    status = connection->Read(&v1::TuningService::Stub::GetJob, get, &job);
     if (!status.ok()) return RpcFailure(cmd, status);
     if (job.state() == "done" || job.state() == "failed") {
       if (f.json) {

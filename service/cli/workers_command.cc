@@ -57,7 +57,7 @@ int RunWorkers(const WorkersFlags& f) {
   v1::ListWorkersRequest req;
   req.set_limit(f.limit);
   v1::ListWorkersResponse resp;
-  grpc::Status status = connection->tuning().ListWorkers(connection->Context().get(), req, &resp);
+  grpc::Status status = connection->Read(&v1::TuningService::Stub::ListWorkers, req, &resp);
   if (!status.ok()) return RpcFailure(cmd, status);
   if (f.json) {
     nlohmann::json all = nlohmann::json::array();

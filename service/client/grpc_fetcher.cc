@@ -9,6 +9,7 @@
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/wire/connection.h"
 #include "fusetune/wire/convert.h"
+#include "fusetune/wire/failover.h"
 #include "fusetune/wire/status.h"
 #include "grpcpp/grpcpp.h"
 
@@ -26,10 +27,15 @@ class GrpcFetcher : public BestConfigFetcher {
       ssl.pem_root_certs = options_.tls_root_certs;
       creds = grpc::SslCredentials(ssl);
     }
-    stub_ = v1::TuningService::NewStub(grpc::CreateCustomChannel(
-        options_.target, creds,
-        ReconnectChannelArguments(absl::ToInt64Milliseconds(options_.reconnect_initial),
-                                  absl::ToInt64Milliseconds(options_.reconnect_max))));
+    // Several replicas' addresses ("a:1,b:2"): a fetch that finds one away moves the next
+    // fetch (the cache's retry) to the next. A list that does not parse is one target, as before.
+    absl::StatusOr<std::vector<std::string>> addresses = ParseServiceAddresses(options_.target, "target");
+    channels_ = FailoverChannels::Create(addresses.ok() && addresses->size() > 1 ? *addresses
+                                                                                   : std::vector<std::string>{options_.target},
+                                         creds,
+                                         ReconnectChannelArguments(absl::ToInt64Milliseconds(options_.reconnect_initial),
+                                                                   absl::ToInt64Milliseconds(options_.reconnect_max)));
+    for (size_t i = 0; i < channels_->size(); ++i) stubs_.push_back(v1::TuningService::NewStub(channels_->channel(i)));
   }
 
   absl::StatusOr<std::vector<absl::StatusOr<CachedConfig>>> Fetch(
@@ -45,7 +51,7 @@ class GrpcFetcher : public BestConfigFetcher {
                          absl::ToChronoMilliseconds(options_.deadline));
     AddBearerToken(context, options_.token);
     v1::BatchGetBestConfigResponse response;
-    grpc::Status status = stub_->BatchGetBestConfig(&context, request, &response);
+    grpc::Status status = stubs_[channels_->current()]->BatchGetBestConfig(&context, request, &response);
     if (!status.ok()) return FromGrpcStatus(status);
     if (response.entries_size() != static_cast<int>(problems.size())) {
       return absl::InternalError(absl::StrCat("service answered ", response.entries_size(),
@@ -71,7 +77,8 @@ class GrpcFetcher : public BestConfigFetcher {
 
  private:
   GrpcFetcherOptions options_;
-  std::unique_ptr<v1::TuningService::Stub> stub_;
+  std::shared_ptr<FailoverChannels> channels_;
+  std::vector<std::unique_ptr<v1::TuningService::Stub>> stubs_;  // one per address
 };
 
 }  // namespace

@@ -336,9 +336,26 @@ void ServiceMetrics::SetChangePoints(const std::vector<ChangePointMark>& newest_
   change_point_marks_->RemoveUnset();
 }
 
+void ServiceMetrics::SetReplica(std::string name) {
+  std::lock_guard<std::mutex> lock(replica_mu_);
+  replica_ = std::move(name);
+}
+
 std::string ServiceMetrics::Serialize() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::string replica;
+  {
+    std::lock_guard<std::mutex> lock(replica_mu_);
+    replica = replica_;
+  }
+  // One label added at serialization reaches every series, those created later included.
+  if (!replica.empty()) {
+    for (prometheus::MetricFamily& family : families) {
+      for (prometheus::ClientMetric& metric : family.metric) metric.label.push_back({"replica", replica});
+    }
+  }
   prometheus::TextSerializer serializer;
-  return serializer.Serialize(registry_->Collect());
+  return serializer.Serialize(families);
 }
 
 }  // namespace fusetune

@@ -150,6 +150,11 @@ class ServiceMetrics {
   // none there.
   void SetChangePoints(const std::vector<ChangePointMark>& newest_first, const std::vector<BenchHistoryRun>& history);
 
+  // Names this replica of the service: from then on every exported series carries the label
+  // replica="<name>" (several `fusetune serve` over one database are told apart by it; the
+  // series that read the shared database repeat on every replica). Empty: no such label.
+  void SetReplica(std::string name);
+
   // The text exposition of every series (what /metrics serves); for tests.
   std::string Serialize() const;
 
@@ -191,6 +196,8 @@ class ServiceMetrics {
     prometheus::Gauge* error;
     prometheus::Gauge* run;
   };
+  mutable std::mutex replica_mu_;
+  std::string replica_;  // guarded by replica_mu_
   std::mutex mu_;  // guards the maps below (Family::Add is itself thread-safe)
   std::map<std::string, RpcSeries> rpc_;
   std::map<std::pair<std::string, std::string>, ShapeGauges> shapes_;

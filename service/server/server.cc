@@ -56,8 +56,9 @@ std::vector<std::string> RpcMethodNames() {
 
 absl::Status CheckOptions(const ServerOptions& options) {
   if (options.lease_ms <= 0 || options.heartbeat_ms <= 0 || options.refresh_ms <= 0 ||
-      options.worker_alive_ms <= 0) {
-    return absl::InvalidArgumentError("lease_ms, heartbeat_ms, refresh_ms and worker_alive_ms must be > 0");
+      options.worker_alive_ms <= 0 || options.replica_poll_ms <= 0) {
+    return absl::InvalidArgumentError(
+        "lease_ms, heartbeat_ms, refresh_ms, worker_alive_ms and replica_poll_ms must be > 0");
   }
   if (options.max_concurrent_long_polls < 1 || options.max_concurrent_streams < 1 ||
       options.max_receive_message_bytes < 1024 || options.max_threads < 4) {
@@ -111,6 +112,14 @@ class Server::Impl {
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_->port(); }
+  // The replica label, "{port}" replaced by the bound port (after StartGrpc).
+  void NameReplica() {
+    std::string name = options_.replica;
+    if (const size_t at = name.find("{port}"); at != std::string::npos) {
+      name.replace(at, 6, std::to_string(port_));
+    }
+    metrics_->SetReplica(std::move(name));
+  }
   Store* store() { return core_.store(); }
 
  private:
@@ -195,6 +204,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   auto impl = std::make_unique<Impl>(options, std::move(*token), std::move(*store), std::move(*metrics));
   if (auto s = impl->Init(); !s.ok()) return s;
   if (auto s = impl->StartGrpc(); !s.ok()) return s;
+  impl->NameReplica();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

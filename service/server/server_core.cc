@@ -87,6 +87,9 @@ absl::Status ServerCore::Init() {
     for (auto& w : *workers) workers_[w.worker_id] = std::move(w);
   }
   ExpireLeases();
+  // The first stamp before the first snapshot: a change made after the stamp was read shows
+  // as a changed stamp at the next poll, whether or not the snapshot already holds it.
+  if (auto stamp = store_->ReadSharedStateStamp(); stamp.ok()) stamp_ = *stamp;
   RefreshIndex();
   RefreshGauges();
   RefreshHistory();
@@ -113,17 +116,37 @@ void ServerCore::WaitForShutdown() {
 }
 
 void ServerCore::RefreshLoop() {
+  // Two periods: the shared-state poll (replica_poll_ms, cheap) and the full refresh
+  // (refresh_ms: lease expiry, the snapshot, gauges and bench history).
+  using Clock = std::chrono::steady_clock;
+  const auto poll = std::chrono::milliseconds(std::min(options_.replica_poll_ms, options_.refresh_ms));
+  auto next_refresh = Clock::now() + std::chrono::milliseconds(options_.refresh_ms);
   std::unique_lock<std::mutex> lock(mu_);
   while (!shutting_down_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.refresh_ms), [&] { return shutting_down_; });
+    cv_.wait_for(lock, poll, [&] { return shutting_down_; });
     if (shutting_down_) break;
     lock.unlock();
-    ExpireLeases();
-    RefreshIndex();
-    RefreshGauges();
-    RefreshHistory();
+    if (Clock::now() >= next_refresh) {
+      next_refresh = Clock::now() + std::chrono::milliseconds(options_.refresh_ms);
+      ExpireLeases();
+      RefreshIndex();
+      RefreshGauges();
+      RefreshHistory();
+    }
+    PollSharedState();
     lock.lock();
   }
+}
+
+void ServerCore::PollSharedState() {
+  absl::StatusOr<SharedStateStamp> stamp = store_->ReadSharedStateStamp();
+  if (!stamp.ok()) return;  // the database is away: keep serving what we have, poll again
+  const bool first = !stamp_.has_value();
+  if (!first && !stamp->SameBestConfigs(*stamp_)) RefreshIndex();
+  // A job submitted, released or expired through another replica: the long-polls here ask
+  // the store again (a spurious wake costs one lease query per waiting worker).
+  if (!first && !stamp->SameQueue(*stamp_)) NotifyQueue();
+  stamp_ = *stamp;
 }
 
 void ServerCore::ExpireLeases() {
@@ -185,7 +208,17 @@ void ServerCore::WakeLongPolls() {
 }
 
 std::optional<WorkerRecord> ServerCore::FindWorker(const std::string& worker_id) {
+  {
+    std::lock_guard<std::mutex> lock(workers_mu_);
+    auto it = workers_.find(worker_id);
+    if (it != workers_.end()) return it->second;
+  }
+  // Registered through another replica of the service (or before this one started): the
+  // database knows it, so a worker that fails over need not register again.
+  auto workers = store_->ListWorkers();
+  if (!workers.ok()) return std::nullopt;
   std::lock_guard<std::mutex> lock(workers_mu_);
+  for (WorkerRecord& w : *workers) workers_.try_emplace(w.worker_id, std::move(w));
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return std::nullopt;
   return it->second;

@@ -162,6 +162,9 @@ class ServerCore {
   // A commit filter as ListRegressions says: the commit it selects; nullopt for none.
   absl::StatusOr<std::optional<std::string>> ResolveCommitFilter(const std::string& commit);
   void RefreshLoop();
+  // Reads the database's SharedStateStamp; reloads the best configs and wakes the long-polls
+  // when another replica (or this one) changed them since the last read.
+  void PollSharedState();
   void RefreshIndex();
   void RefreshGauges();
   // The bench history and change-point series: read in the background refresh only (they
@@ -205,6 +208,9 @@ class ServerCore {
   std::map<std::string, WorkerRecord> workers_;
   std::mutex runs_mu_;
   std::map<int64_t, int64_t> run_to_job_;
+
+  // The last stamp read (refresh thread only).
+  std::optional<SharedStateStamp> stamp_;
 
   std::thread refresher_;
 };

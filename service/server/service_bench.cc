@@ -4,6 +4,12 @@
 // table (docs/perf.md, "Service: GetBestConfig over loopback").
 //
 //   fusetune_service_bench [--clients 1,8,64] [--seconds 3] [--warmup 0.5] [--lookup exact|nearest|default]
+//                          [--replicas 1] [--db PATH_OR_URL]
+//
+// --replicas N starts N servers over the one database (replicas of the service, each with its
+// own store connection and shared-state poll) and spreads the clients over them round-robin;
+// --db seeds and serves that database (an SQLite file or a postgresql:// URL of an empty
+// database) instead of a temporary SQLite file.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,6 +17,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <memory>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -44,15 +51,20 @@ int Main(int argc, char** argv) {
   std::vector<int> clients = {1, 8, 64};
   double seconds = 3, warmup = 0.5;
   std::string lookup = "exact";
+  int replicas = 1;
+  std::string db_location;
   app.add_option("--clients", clients, "concurrent closed-loop clients")->delimiter(',');
   app.add_option("--seconds", seconds, "measured time per concurrency level");
   app.add_option("--warmup", warmup, "unmeasured time before each level");
   app.add_option("--lookup", lookup, "exact, nearest or default answers")->check(CLI::IsMember({"exact", "nearest", "default"}));
+  app.add_option("--replicas", replicas, "servers over the one database; clients spread round-robin")
+      ->check(CLI::Range(1, 16));
+  app.add_option("--db", db_location, "database to seed and serve (default: a temporary SQLite file)");
   CLI11_PARSE(app, argc, argv);
 
   const std::string dir = (std::filesystem::temp_directory_path() / ("fusetune-bench-" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
-  const std::string db = dir + "/bench.db";
+  const std::string db = db_location.empty() ? dir + "/bench.db" : db_location;
   {
     // 50 tuned shapes: the seed shapes at 5 lengths x 10 head counts.
     auto store = Store::Open(db);
@@ -85,12 +97,17 @@ int Main(int argc, char** argv) {
   options.token = kToken;
   options.metrics_address = "127.0.0.1:0";
   options.max_threads = 512;
-  auto server = Server::Start(options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
-    return 1;
+  std::vector<std::unique_ptr<Server>> servers;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < replicas; ++i) {
+    auto server = Server::Start(options);
+    if (!server.ok()) {
+      std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+      return 1;
+    }
+    addresses.push_back("127.0.0.1:" + std::to_string((*server)->port()));
+    servers.push_back(*std::move(server));
   }
-  const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
 
   v1::GetBestConfigRequest request;
   AttentionProblem p;
@@ -110,7 +127,8 @@ int Main(int argc, char** argv) {
       threads.emplace_back([&, i] {
         grpc::ChannelArguments args;
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one TCP connection per client
-        auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+        auto channel = grpc::CreateCustomChannel(addresses[static_cast<size_t>(i) % addresses.size()],
+                                                 grpc::InsecureChannelCredentials(), args);
         auto stub = v1::TuningService::NewStub(channel);
         ClientResult& r = results[static_cast<size_t>(i)];
         r.micros.reserve(1 << 16);
@@ -152,8 +170,8 @@ int Main(int argc, char** argv) {
                 static_cast<double>(all.size()) / elapsed, p50, p99, mean, static_cast<long long>(errors));
     std::fflush(stdout);
   }
-  (*server)->Shutdown();
-  server->reset();
+  for (auto& server : servers) server->Shutdown();
+  servers.clear();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   return 0;

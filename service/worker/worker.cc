@@ -12,6 +12,7 @@
 #include "device_runner.h"
 #include "fusetune/kernels/cpu_backend.h"
 #include "fusetune/wire/connection.h"
+#include "fusetune/wire/failover.h"
 #include "fusetune/wire/records_convert.h"
 #include "fusetune/wire/status.h"
 #include "fusetune/worker/spool.h"
@@ -25,7 +26,9 @@ using worker_internal::WorkerContext;
 
 absl::Status CheckOptions(const WorkerOptions& options) {
   // A malformed address is a usage error now, not an endless reconnect loop later.
-  if (absl::Status s = ValidateServiceAddress(options.server, "--server"); !s.ok()) return s;
+  if (absl::StatusOr<std::vector<std::string>> a = ParseServiceAddresses(options.server, "--server"); !a.ok()) {
+    return a.status();
+  }
   if (options.spool_dir.empty()) return absl::InvalidArgumentError("--spool is required (a directory)");
   if (options.lease_wait_ms < 0 || options.lease_wait_ms > 30000) {
     return absl::InvalidArgumentError("--lease-wait-ms must be in [0, 30000]");

@@ -11,7 +11,7 @@
 namespace fusetune::worker_internal {
 namespace {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const WorkerOptions& options) {
+std::shared_ptr<FailoverChannels> MakeChannels(const WorkerOptions& options) {
   // gRPC's own reconnect backoff is bounded by the worker's, so that a restarted server is
   // seen within backoff.max_ms.
   grpc::ChannelArguments args = ReconnectChannelArguments(options.backoff.initial_ms, options.backoff.max_ms);
@@ -23,16 +23,21 @@ std::shared_ptr<grpc::Channel> MakeChannel(const WorkerOptions& options) {
     ssl.pem_root_certs = options.tls_root_certs;
     creds = grpc::SslCredentials(ssl);
   }
-  return grpc::CreateCustomChannel(options.server, creds, args);
+  absl::StatusOr<std::vector<std::string>> addresses = ParseServiceAddresses(options.server, "--server");
+  // Worker::Start checked the list; an unchecked one is used as one address.
+  return FailoverChannels::Create(addresses.ok() ? *addresses : std::vector<std::string>{options.server}, creds,
+                                  args);
 }
 
 }  // namespace
 
 WorkerContext::WorkerContext(WorkerOptions options)
     : options_(std::move(options)),
-      channel_(MakeChannel(options_)),
-      worker_stub_(v1::WorkerService::NewStub(channel_)),
-      tuning_stub_(v1::TuningService::NewStub(channel_)) {
+      channels_(MakeChannels(options_)) {
+  for (size_t i = 0; i < channels_->size(); ++i) {
+    worker_stubs_.push_back(v1::WorkerService::NewStub(channels_->channel(i)));
+    tuning_stubs_.push_back(v1::TuningService::NewStub(channels_->channel(i)));
+  }
   sem_init(&stop_posted_, /*pshared=*/0, /*value=*/0);
 }
 
@@ -126,7 +131,7 @@ void WorkerContext::Prepare(grpc::ClientContext& ctx, absl::Duration timeout, bo
   ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
   AddBearerToken(ctx, options_.token);
   if (!cancel_on_stop) return;
-  ctx.set_wait_for_ready(true);
+  if (channels_->size() == 1) ctx.set_wait_for_ready(true);
   absl::MutexLock lock(&calls_mu_);
   calls_.insert(&ctx);
   // A stop (or max_jobs) that came before this call was registered cancelled the others

@@ -23,12 +23,14 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
+#include "fusetune/wire/failover.h"
 #include "fusetune/worker/worker.h"
 #include "grpcpp/grpcpp.h"
 
@@ -43,8 +45,10 @@ class WorkerContext {
   WorkerContext& operator=(const WorkerContext&) = delete;
 
   const WorkerOptions& options() const { return options_; }
-  v1::WorkerService::Stub& worker_stub() { return *worker_stub_; }
-  v1::TuningService::Stub& tuning_stub() { return *tuning_stub_; }
+  // The stubs of the current server address (with several, a call that finds the service away
+  // moves the next calls to the next address: fusetune/wire/failover.h).
+  v1::WorkerService::Stub& worker_stub() { return *worker_stubs_[channels_->current()]; }
+  v1::TuningService::Stub& tuning_stub() { return *tuning_stubs_[channels_->current()]; }
 
   // ---- stopping
   // Async-signal-safe: sets the flag and posts the relay's semaphore.
@@ -84,8 +88,10 @@ class WorkerContext {
   // Prepares a context: deadline, token. With `cancel_on_stop` (long polls and
   // registration, which a stop should cut short; uploads, releases and completions during
   // shutdown must not be) the call is registered so that a stop or max_jobs cancels it (at
-  // once when the worker is already ending), and waits for the channel to (re)connect within
-  // its deadline instead of failing at once while the service is away. Call Done after.
+  // once when the worker is already ending), and, with one server address, waits for the
+  // channel to (re)connect within its deadline instead of failing at once while the service
+  // is away (with several, it fails at once so that the retry goes to the next). Call Done
+  // after.
   void Prepare(grpc::ClientContext& ctx, absl::Duration timeout, bool cancel_on_stop = false);
   void Done(grpc::ClientContext& ctx);
   void CancelAllCalls();
@@ -106,9 +112,9 @@ class WorkerContext {
   void RelayLoop();
 
   const WorkerOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::WorkerService::Stub> worker_stub_;
-  std::unique_ptr<v1::TuningService::Stub> tuning_stub_;
+  std::shared_ptr<FailoverChannels> channels_;
+  std::vector<std::unique_ptr<v1::WorkerService::Stub>> worker_stubs_;  // one per address
+  std::vector<std::unique_ptr<v1::TuningService::Stub>> tuning_stubs_;
 
   // Set by RequestStop (a signal handler may call it, hence atomic and a semaphore).
   std::atomic<bool> stop_{false};

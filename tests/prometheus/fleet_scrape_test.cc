@@ -1,6 +1,8 @@
 // `fusetune serve` and `fusetune worker` as the README builds them (with the CUDA backend
 // whenever nvcc was found, so the binary loads cuBLAS) serve /metrics, and the real
 // Prometheus server scrapes both processes.
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -60,8 +62,14 @@ TEST_F(FleetScrapeTest, ServeWithItsDefaultMetricsAddressStartsAndServesMetrics)
   auto metrics = HttpGet(ports->second, "/metrics", 30000);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ(metrics->status, 200);
-  EXPECT_NE(metrics->body.find("fusetune_rpc_requests_total{code=\"OK\",method=\"GetBestConfig\"} 0"),
-            std::string::npos);
+  // Every series names the replica: by default the host name and the gRPC port.
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  const std::string replica = std::string(host) + ":" + std::to_string(ports->first);
+  EXPECT_NE(metrics->body.find("fusetune_rpc_requests_total{code=\"OK\",method=\"GetBestConfig\",replica=\"" +
+                               replica + "\"} 0"),
+            std::string::npos)
+      << metrics->body.substr(0, 3000);
   serve_->Signal(SIGTERM);
   EXPECT_EQ(serve_->Wait(30), 0) << serve_->Stderr();
 }

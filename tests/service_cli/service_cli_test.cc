@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/ports.h"
 #include "common/subprocess.h"
 #include "fusetune/db/store.h"
 #include "gtest/gtest.h"
@@ -425,6 +426,33 @@ TEST_F(ServiceCliTest, EveryServiceCommandDefaultsToTheSamePort) {
     EXPECT_EQ(r.exit_code, 0) << help[0] << ": " << r.err;
     EXPECT_NE(r.out.find("=127.0.0.1:50051"), std::string::npos) << help[0] << ":\n" << r.out;
   }
+}
+
+// `--server a,b` names several replicas: a read that finds the first away is made at the next;
+// a submit is not repeated (it may have been stored) and fails; a malformed list is a usage error.
+TEST_F(ServiceCliTest, ReadsGoOnToTheNextServerAddressWhenOneIsAway) {
+  ASSERT_TRUE(StartServe()) << (serve_ ? serve_->Stderr() : "");
+  const int away_port = FreeLoopbackPort();
+  ASSERT_GT(away_port, 0);
+  const std::string both = "127.0.0.1:" + std::to_string(away_port) + "," + Address();
+  CommandResult submit = Run({"submit", "--server", Address(), "--token-file", token_file_, "--device-class", kClass,
+                              "--seq", "64", "--json"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  CommandResult jobs = Run({"jobs", "--server", both, "--token-file", token_file_, "--json"});
+  ASSERT_EQ(jobs.exit_code, 0) << jobs.err;
+  EXPECT_EQ(nlohmann::json::parse(jobs.out).size(), 1u);
+  CommandResult best = Run({"best", "--server", both, "--token-file", token_file_, "--device-class", kClass, "--seq",
+                            "64", "--json"});
+  EXPECT_EQ(best.exit_code, 0) << best.err;
+  CommandResult workers = Run({"workers", "--server", both, "--token-file", token_file_});
+  EXPECT_EQ(workers.exit_code, 0) << workers.err;
+  CommandResult again = Run({"submit", "--server", both, "--token-file", token_file_, "--device-class", kClass,
+                             "--seq", "64"});
+  EXPECT_EQ(again.exit_code, 1) << again.out << again.err;
+  CommandResult still_one = Run({"jobs", "--server", Address(), "--token-file", token_file_, "--json"});
+  EXPECT_EQ(nlohmann::json::parse(still_one.out).size(), 1u);
+  CommandResult bad = Run({"jobs", "--server", Address() + ",", "--token-file", token_file_});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
 }
 
 TEST_F(ServiceCliTest, MalformedServerAddressesAreUsageErrorsAtStartup) {

@@ -106,13 +106,7 @@ absl::StatusOr<PostgresTestCluster*> PostgresTestCluster::Start() {
     std::ofstream out(hba, std::ios::trunc);
     out << "local all " << kPasswordRole << " scram-sha-256\n" << rest;
   }
-  if (absl::Status st =
-          Run({bin + "/pg_ctl", "-D", data, "-l", dir + "/server.log", "-w", "-t", "60", "-o",
-               absl::StrCat("-k ", dir, " -c listen_addresses='' -c fsync=off -c max_connections=200"), "start"},
-              "pg_ctl start");
-      !st.ok()) {
-    return st;
-  }
+  if (absl::Status st = cluster->StartServer(); !st.ok()) return st;
   PostgresTestCluster* raw = cluster.get();
   Instance() = std::move(cluster);
   std::atexit(StopAtExit);
@@ -124,6 +118,17 @@ absl::StatusOr<PostgresTestCluster*> PostgresTestCluster::Start() {
   if (absl::Status st = raw->RunSql("postgres", absl::StrCat("CREATE DATABASE ", kDatabase)); !st.ok()) return st;
   return raw;
 #endif
+}
+
+absl::Status PostgresTestCluster::StartServer() {
+  const std::string bin = ServerBinDir();
+  return Run({bin + "/pg_ctl", "-D", dir_ + "/data", "-l", dir_ + "/server.log", "-w", "-t", "60", "-o",
+              absl::StrCat("-k ", dir_, " -c listen_addresses='' -c fsync=off -c max_connections=200"), "start"},
+             "pg_ctl start");
+}
+
+absl::Status PostgresTestCluster::StopServer() {
+  return Run({ServerBinDir() + "/pg_ctl", "-D", dir_ + "/data", "-m", "immediate", "-w", "stop"}, "pg_ctl stop");
 }
 
 PostgresTestCluster::~PostgresTestCluster() {

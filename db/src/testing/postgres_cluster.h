@@ -52,6 +52,12 @@ class PostgresTestCluster {
   // and its search_path `schema` when not empty.
   std::string Url(const std::string& database, const std::string& user = "postgres",
                   const std::string& password = "", const std::string& schema = "") const;
+  // Stops the server as a crash would (pg_ctl stop -m immediate: every connection cut, no
+  // checkpoint), for tests of a database that goes away mid-run.
+  absl::Status StopServer();
+  // Starts the stopped server again on the same socket, with the same settings.
+  absl::Status StartServer();
+
   // The socket directory: a URL's host.
   const std::string& socket_dir() const { return dir_; }
 

@@ -80,6 +80,28 @@ struct StoreOptions {
 
 // A Store is the RecordSink of local sweeps (`fusetune sweep`): trials, best configs and
 // the trials of a resumed run all come from and go to this database.
+// What the service replicas sharing one database keep in memory or wait on, summed up so
+// that a poll can tell that another replica changed it (service/server/README.md, "Several
+// replicas"): two stamps that differ mean something changed. Equal stamps mean, for the best
+// configs, that no row was added, removed or rewritten with another update time; for the
+// queue, that no job was submitted, leased, released, expired or finished (each of those
+// changes one of the three job sums). Cheap: two aggregate reads, no row is returned.
+struct SharedStateStamp {
+  int64_t best_configs = 0;          // rows of best_configs
+  int64_t best_configs_updated = 0;  // the sum of their updated_unix_ms
+  int64_t newest_open_job = 0;       // the largest job_id of a queued or leased job
+  int64_t queued_jobs = 0;
+  int64_t open_lease_tokens = 0;     // the sum of lease_token over queued and leased jobs
+
+  bool SameBestConfigs(const SharedStateStamp& o) const {
+    return best_configs == o.best_configs && best_configs_updated == o.best_configs_updated;
+  }
+  bool SameQueue(const SharedStateStamp& o) const {
+    return newest_open_job == o.newest_open_job && queued_jobs == o.queued_jobs &&
+           open_lease_tokens == o.open_lease_tokens;
+  }
+};
+
 class Store : public ResultStore, public JobStore, public BenchHistoryStore {
  public:
   // Opens the database at `path`: a file name (":memory:" works for kReadWrite), or a
@@ -114,6 +136,9 @@ class Store : public ResultStore, public JobStore, public BenchHistoryStore {
   static int LatestSchemaVersion();
   // The schema version of the open database. An error when it cannot be read.
   virtual absl::StatusOr<int> SchemaVersion() = 0;
+  // The stamp of what replicas share (SharedStateStamp); the database's error when it
+  // cannot be read (e.g. Unavailable while PostgreSQL is away).
+  virtual absl::StatusOr<SharedStateStamp> ReadSharedStateStamp() = 0;
 };
 
 }  // namespace fusetune

@@ -103,7 +103,9 @@ class BestConfigFetcher {
 };
 
 struct GrpcFetcherOptions {
-  std::string target;          // "host:port"
+  // "host:port", or several replicas' "host:port,host:port": a fetch that finds the current
+  // one away (UNAVAILABLE, DEADLINE_EXCEEDED) sends the next fetch to the next address.
+  std::string target;
   std::string device_class;    // whose best configs to ask for
   std::string token;           // sent as "authorization: Bearer <token>" when not empty
   absl::Duration deadline = absl::Seconds(2);  // per BatchGetBestConfig call

@@ -3,8 +3,11 @@
 //
 // What it guarantees (see service/server/README.md for the full contract):
 //   * reads (GetBestConfig, BatchGetBestConfig) are answered from an in-memory snapshot of
-//     the best configs, refreshed after every CompleteJob and every `refresh_ms` (so writes
-//     by other processes, e.g. `fusetune sweep`, show up within that period);
+//     the best configs, refreshed after every CompleteJob, whenever the database's shared-state
+//     stamp shows them changed (read every `replica_poll_ms`) and every `refresh_ms` (so writes
+//     by other processes, e.g. `fusetune sweep` or another replica, show up within about
+//     `replica_poll_ms`); a job queued through another replica wakes the long-polls here
+//     within the same period;
 //   * a lease that expires returns its job to the queue (checked every refresh period and by
 //     every LeaseJob); trials are idempotent by trial id; a job completes once;
 //   * every request is bounded (INVALID_ARGUMENT) and concurrent long-polls / trial streams
@@ -57,6 +60,14 @@ struct ServerOptions {
   int64_t heartbeat_ms = 10000;    // how often workers are told to heartbeat
   int64_t worker_alive_ms = 30000; // a worker is "alive" if it heartbeat within this window
   int64_t refresh_ms = 2000;       // expire leases, reload best configs, update gauges
+  // How often the database's SharedStateStamp is read, so that what another replica over the
+  // same database changed (best configs, the job queue) is seen within this period: a changed
+  // stamp reloads the best configs or wakes the long-polls at once (service/server/README.md,
+  // "Several replicas").
+  int64_t replica_poll_ms = 250;
+  // The replica="..." label on every /metrics series; empty: none (`fusetune serve` always
+  // names one, by default "<host name>:{port}"). "{port}" in it becomes the bound gRPC port.
+  std::string replica;
   std::string metrics_address = "127.0.0.1:0";  // Prometheus /metrics; empty = none
   int max_concurrent_long_polls = 64;   // LeaseJob waits beyond this: RESOURCE_EXHAUSTED
   int max_concurrent_streams = 16;      // ReportTrials streams beyond this: RESOURCE_EXHAUSTED

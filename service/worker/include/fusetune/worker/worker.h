@@ -58,7 +58,10 @@ class WorkerContext;
 }  // namespace worker_internal
 
 struct WorkerOptions {
-  std::string server;          // "host:port" of `fusetune serve`
+  // "host:port" of `fusetune serve`, or several replicas' "host:port,host:port,...": calls go to
+  // one, and one that ends UNAVAILABLE or DEADLINE_EXCEEDED moves the next calls to the next
+  // (fusetune/wire/failover.h).
+  std::string server;
   std::string token;           // worker token (sent as "authorization: Bearer <token>")
   std::string tls_root_certs;  // PEM; TLS when set
   std::string backend = "cpu";
