@@ -19,6 +19,23 @@ namespace {
 
 using db_test::PostgresTestCluster;
 
+// A database that cannot be reached when serve starts: a clear error naming the database (its
+// password hidden) and exit 1, before anything listens. Needs no PostgreSQL server.
+TEST(ServicePostgres, ServeRefusesToStartOnAnUnreachableDatabaseWithoutPrintingThePassword) {
+  ::unsetenv("FUSETUNE_TOKEN");
+  TempDir dir;
+  const std::string token_file = dir.File("token");
+  std::ofstream(token_file) << "pg-test-token\n";
+  CommandResult serve = RunCommand({FUSETUNE_BINARY, "serve", "--listen", "127.0.0.1:0", "--metrics", "off",
+                                    "--db", "postgresql://fusetune:hunter2@127.0.0.1:1/fleet", "--token-file",
+                                    token_file},
+                                   60);
+  EXPECT_EQ(serve.exit_code, 1) << serve.err;
+  EXPECT_NE(serve.err.find("cannot reach database postgresql://fusetune:***@127.0.0.1:1/fleet"), std::string::npos)
+      << serve.err;
+  EXPECT_EQ(serve.err.find("hunter2"), std::string::npos) << serve.err;
+}
+
 TEST(ServicePostgres, AWorkerRunsAJobThroughServeOverPostgres) {
   absl::StatusOr<PostgresTestCluster*> cluster = PostgresTestCluster::Shared();
   if (!cluster.ok()) GTEST_SKIP() << "PostgreSQL tests skipped: " << cluster.status().message();
