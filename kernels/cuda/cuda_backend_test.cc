@@ -1014,6 +1014,20 @@ TEST_F(CudaBackendTest, DecodeFusedCandidatesAreTheDecodeFamilysThisGpuAccepts) 
   }
 }
 
+// Every fused candidate of `p` (inputs from `seed`, NaN in the rows no sequence reads) against the
+// reference; returns how many ran.
+int ExpectEveryFusedCandidateMatches(Backend& backend, const AttentionProblem& p, uint32_t seed) {
+  EXPECT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+  const CacheCase cc = MakeCacheCase(p, DecodeCacheTable(p, seed), seed);
+  DeviceCase dev(backend, cc);
+  EXPECT_TRUE(dev.ok());
+  if (!dev.ok()) return 0;
+  const std::vector<KernelConfig> fused = FusedOf(backend.CandidateConfigs(p));
+  EXPECT_FALSE(fused.empty()) << p.Key();
+  for (const KernelConfig& c : fused) dev.ExpectMatchesReference(c);
+  return static_cast<int>(fused.size());
+}
+
 // Every fused candidate of decode problems of each storage type and head_dim, GQA 32/8 and MQA
 // 8/1, 1 and 4 new tokens (causal), contiguous and paged by 1, 3 and 16 tokens (shuffled tables,
 // a shared prefix, spare pool pages of NaN), cache lengths 300, 200, 1 and 0.
@@ -1025,18 +1039,8 @@ TEST_F(CudaBackendTest, DecodeEveryFusedCandidateMatchesTheReference) {
       for (auto [hq, hkv] : std::vector<std::pair<int, int>>{{32, 8}, {8, 1}}) {
         for (int new_tokens : {1, 4}) {
           for (int page : {0, 1, 3, 16}) {
-            const AttentionProblem p = DecodeCacheProblem(dtype, d, hq, hkv, new_tokens, page);
-            ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
-            ++seed;
-            const CacheCase cc = MakeCacheCase(p, DecodeCacheTable(p, seed), seed);
-            DeviceCase dev(*backend_, cc);
-            ASSERT_TRUE(dev.ok());
-            const std::vector<KernelConfig> fused = FusedOf(backend_->CandidateConfigs(p));
-            EXPECT_FALSE(fused.empty()) << p.Key();
-            for (const KernelConfig& c : fused) {
-              dev.ExpectMatchesReference(c);
-              ++runs;
-            }
+            runs += ExpectEveryFusedCandidateMatches(
+                *backend_, DecodeCacheProblem(dtype, d, hq, hkv, new_tokens, page), ++seed);
           }
         }
       }
@@ -1059,19 +1063,11 @@ TEST_F(CudaBackendTest, DecodeE4m3EveryFusedCandidateMatchesTheReference) {
           for (int page : {0, 1, 16}) {
             AttentionProblem p = DecodeCacheProblem(dtype, d, hq, hkv, new_tokens, page);
             p.kv_storage = KvStorage::kE4m3;
-            ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
-            ++seed;
-            const CacheCase cc = MakeCacheCase(p, DecodeCacheTable(p, seed), seed);
-            DeviceCase dev(*backend_, cc);
-            ASSERT_TRUE(dev.ok());
-            const std::vector<KernelConfig> fused = FusedOf(backend_->CandidateConfigs(p));
-            EXPECT_FALSE(fused.empty()) << p.Key();
-            for (const KernelConfig& c : fused) {
+            runs += ExpectEveryFusedCandidateMatches(*backend_, p, ++seed);
+            for (const KernelConfig& c : FusedOf(backend_->CandidateConfigs(p))) {
               EXPECT_EQ(c.precision, Precision::kFp16) << c.Key();
-              dev.ExpectMatchesReference(c);
-              ++runs;
             }
-            // The baselines read 16-bit K/V: not offered, and refused when asked.
+            // The baselines read 16-bit K/V: not offered.
             EXPECT_TRUE(OfVariant(backend_->CandidateConfigs(p), Variant::kMaterialized).empty());
           }
         }
