@@ -208,35 +208,45 @@ TEST_F(DashboardQueriesTest, EveryPanelAndAnnotationQueryReturnsThePlantedHistor
   options.list_change_points = [](Store&) -> absl::StatusOr<std::vector<ChangePointMark>> {
     return PlantedChangePoints();
   };
+  // Two replicas over the one database, scraped as two targets of one job: every panel and
+  // annotation must show each series once, not once per replica.
+  options.replica = "replica-a";
   auto server = Server::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
+  options.replica = "replica-b";
+  auto second = Server::Start(options);
+  ASSERT_TRUE(second.ok()) << second.status();
 
-  std::unique_ptr<Subprocess> prometheus = StartPrometheus(dir_, {{"fusetune", (*server)->metrics_port()}}, &prometheus_port_);
+  std::unique_ptr<Subprocess> prometheus = StartPrometheus(
+      dir_, {{"fusetune", (*server)->metrics_port()}, {"fusetune", (*second)->metrics_port()}}, &prometheus_port_);
   ASSERT_TRUE(prometheus->started());
-  // Wait for two scrapes of the whole history (rate() panels need two samples).
+  // Wait for two scrapes of the whole history from both replicas (rate() panels need two samples).
   const std::string count_cells = "count(" + std::string(kBenchLatencySeconds) + ")";
+  const char kFewestScrapes[] = "min(count_over_time(up{job=\"fusetune\"}[1m]))";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   while (std::chrono::steady_clock::now() < deadline) {
     ASSERT_FALSE(prometheus->Poll().has_value()) << "prometheus exited:\n" << prometheus->Stderr();
     const std::optional<double> cells = QueryScalar(prometheus_port_, count_cells);
-    if (cells == 3.0 * kCommits && QueryScalar(prometheus_port_, "count_over_time(up{job=\"fusetune\"}[1m])") >= 2.0) {
-      break;
-    }
+    if (cells == 2 * 3.0 * kCommits && QueryScalar(prometheus_port_, kFewestScrapes) >= 2.0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  ASSERT_EQ(QueryScalar(prometheus_port_, count_cells), 3.0 * kCommits) << prometheus->Stderr();
-  ASSERT_GE(QueryScalar(prometheus_port_, "count_over_time(up{job=\"fusetune\"}[1m])"), 2.0) << prometheus->Stderr();
+  ASSERT_EQ(QueryScalar(prometheus_port_, count_cells), 2 * 3.0 * kCommits) << prometheus->Stderr();
+  ASSERT_GE(QueryScalar(prometheus_port_, kFewestScrapes), 2.0) << prometheus->Stderr();
 
   // Every query parses and evaluates (the service and worker panels may be empty here).
   const std::vector<std::string> queries = DashboardQueries(dashboard);
   ASSERT_GE(queries.size(), 25u);
   std::map<std::string, nlohmann::json> results;
   for (const std::string& q : queries) results[q] = Instant(q);
-  // The results of the dashboard queries that select `family`, of the newest run only or not.
+  // The results of the dashboard queries that select `family` (one replica's series of it), of
+  // the newest run only or not.
+  const std::string kOneReplica = "max without (instance, replica) (";
   auto results_of = [&](const std::string& family, bool newest_run) {
     std::vector<const nlohmann::json*> out;
     for (const auto& [q, r] : results) {
-      if (q.rfind(family + "{", 0) == 0 && newest_run == (q.find("fusetune_bench_run_position == 0") != std::string::npos)) {
+      const bool selects = q.rfind(kOneReplica + family + "{", 0) == 0 || q.rfind(family + "{", 0) == 0 ||
+                           q.rfind(kOneReplica + family + ")", 0) == 0;
+      if (selects && newest_run == (q.find("fusetune_bench_run_position) == 0") != std::string::npos)) {
         out.push_back(&r);
       }
     }
@@ -291,13 +301,16 @@ TEST_F(DashboardQueriesTest, EveryPanelAndAnnotationQueryReturnsThePlantedHistor
   // The verdict panels: the step's cell is the one regressed.
   EXPECT_EQ(ValuesBy(result_of("fusetune_regression_ratio", false), "verdict", step_cell),
             (std::map<std::string, double>{{"regressed", 1.03}}));
-  EXPECT_EQ(ValuesBy(Instant("fusetune_regressions_latest"), "verdict")["regressed"], 1.0);
+  const nlohmann::json& verdict_counts = result_of("fusetune_regressions_latest", false);
+  EXPECT_EQ(verdict_counts.size(), Instant("fusetune_regressions_latest").size() / 2) << verdict_counts.dump();
+  EXPECT_EQ(ValuesBy(verdict_counts, "verdict")["regressed"], 1.0);
 
   // The annotations and the tables: the step's commit is marked both ways, at the planted
   // times, in Unix milliseconds (what Grafana's "series value as timestamp" and date units read).
   const std::vector<const nlohmann::json*> regression_queries = results_of(kRegressionDetectedTimestampSeconds, false);
   EXPECT_EQ(regression_queries.size(), 2u);  // the annotation and the table
   for (const nlohmann::json* result : regression_queries) {
+    EXPECT_EQ(result->size(), 1u) << "one event, not one per replica: " << result->dump();
     EXPECT_EQ(ValuesBy(*result, "commit"),
               (std::map<std::string, double>{
                   {Commit(kStepCommit), static_cast<double>(kFirstRunMs + kStepCommit * kHourMs + 60000)}}));
@@ -305,6 +318,7 @@ TEST_F(DashboardQueriesTest, EveryPanelAndAnnotationQueryReturnsThePlantedHistor
   const std::vector<const nlohmann::json*> change_point_queries = results_of(kChangePointTimestampSeconds, false);
   EXPECT_EQ(change_point_queries.size(), 2u);
   for (const nlohmann::json* result : change_point_queries) {
+    EXPECT_EQ(result->size(), 2u) << "two events, not two per replica: " << result->dump();
     EXPECT_EQ(ValuesBy(*result, "commit"),
               (std::map<std::string, double>{{Commit(kStepCommit), finished.at(Commit(kStepCommit)) * 1000},
                                              {Commit(kDriftCommits[2]), static_cast<double>(kDriftMarkMs)}}));
@@ -323,10 +337,16 @@ TEST_F(DashboardQueriesTest, EveryPanelAndAnnotationQueryReturnsThePlantedHistor
                                   &error);
     ASSERT_TRUE(range.has_value()) << expr << ": " << error;
     bool step_marked = false;
-    for (const auto& series : *range) step_marked = step_marked || series["metric"].value("commit", "") == Commit(kStepCommit);
+    int step_series = 0;
+    for (const auto& series : *range) {
+      const bool step = series["metric"].value("commit", "") == Commit(kStepCommit);
+      step_marked = step_marked || step;
+      step_series += step;
+    }
+    EXPECT_EQ(step_series, 1) << annotation["name"] << ": one event, not one per replica";
     EXPECT_TRUE(step_marked) << annotation["name"] << ": " << range->dump();
   }
-  EXPECT_EQ(QueryScalar(prometheus_port_, "fusetune_bench_series_dropped"), 0.0);
+  EXPECT_EQ(QueryScalar(prometheus_port_, "max(fusetune_bench_series_dropped)"), 0.0);
 
   prometheus->Signal(SIGTERM);
   EXPECT_TRUE(prometheus->Wait(20).has_value());

@@ -5,6 +5,7 @@
 #ifndef FUSETUNE_TESTS_PROMETHEUS_PROMETHEUS_QUERY_H_
 #define FUSETUNE_TESTS_PROMETHEUS_PROMETHEUS_QUERY_H_
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -21,17 +22,24 @@ namespace fusetune::testing {
 
 inline constexpr char kPrometheusBinary[] = "/usr/bin/prometheus";
 
-// A Prometheus server scraping each (job name, 127.0.0.1 port) of `jobs` every second, with
-// its configuration, data and logs under `dir`, listening on a free loopback port (set in
-// *port). Check started() on the result.
+// A Prometheus server scraping each (job name, 127.0.0.1 port) of `jobs` every second (a job
+// named more than once scrapes each of its ports as one more target, as several replicas are
+// listed), with its configuration, data and logs under `dir`, listening on a free loopback port
+// (set in *port). Check started() on the result.
 inline std::unique_ptr<Subprocess> StartPrometheus(const TempDir& dir, const std::vector<std::pair<std::string, int>>& jobs,
                                                    int* port) {
   *port = FreeLoopbackPort();
   {
+    std::vector<std::pair<std::string, std::string>> targets;  // job, its targets, in first-named order
+    for (const auto& [job, target_port] : jobs) {
+      auto it = std::find_if(targets.begin(), targets.end(), [&](const auto& t) { return t.first == job; });
+      if (it == targets.end()) it = targets.insert(targets.end(), {job, ""});
+      it->second += (it->second.empty() ? "'127.0.0.1:" : ", '127.0.0.1:") + std::to_string(target_port) + "'";
+    }
     std::ofstream config(dir.File("prometheus.yml"));
     config << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n";
-    for (const auto& [job, target_port] : jobs) {
-      config << "  - job_name: " << job << "\n    static_configs:\n      - targets: ['127.0.0.1:" << target_port << "']\n";
+    for (const auto& [job, list] : targets) {
+      config << "  - job_name: " << job << "\n    static_configs:\n      - targets: [" << list << "]\n";
     }
   }
   return std::make_unique<Subprocess>(
