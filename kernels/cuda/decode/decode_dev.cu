@@ -8,10 +8,15 @@
 //        larger than needed with unused rows NaN, cache lengths 0, 1, odd and not multiples of
 //        the page, batches up to 64 with one long sequence, GQA 32/8, 8/1 (MQA) and others,
 //        1-16 new tokens (bottom-right causal), fp16/bf16/fp32, e4m3 K/V with random per-head
-//        scales (NaN bytes in unused rows), d64/d128, random splits, large logits. Output poisoned (all ones) first: every element must be written. `small`
+//        scales (NaN bytes in unused rows), d64/d128, random splits, large logits. Output
+//        poisoned (all ones) first: every element must be written. DECODE_CHECK_INSTANCES (name
+//        substrings, comma-separated) limits the instances. `small`
 //        keeps every problem tiny (for compute-sanitizer).
 //   decode_dev one SHAPE INSTANCE SPLITS [launches]  one bench shape, instance and split, back to
 //        back (for ncu), e.g. one b16-c8k bf16/d128/bm16/bs128/t256/st3 1
+//   decode_dev pair SHAPE A SPLITS_A B SPLITS_B [rounds] [launches]  two instances (or splits)
+//        on one bench shape, interleaved round by round in a random order: per-round time ratio
+//        B / A, its median and range.
 //   decode_dev bench [csv] [launches]  the decode preset's shapes: every instance x split
 //        count, L2 flushed before every launch, CUDA events, median; K/V bytes / time in TB/s
 //        beside a read-only kernel over the same bytes (the read ceiling of this run).
@@ -75,7 +80,8 @@ std::vector<DecodeInstance> AllInstances() {
   for (DecodeInstanceList l : {fusetune::cuda::decode::DecodeFp32Instances(),
                                fusetune::cuda::decode::DecodeFp16Instances(),
                                fusetune::cuda::decode::DecodeBf16Instances(),
-                               fusetune::cuda::decode::DecodeE4m3Instances()}) {
+                               fusetune::cuda::decode::DecodeE4m3Instances(),
+                               fusetune::cuda::decode::DecodeBulkInstances()}) {
     v.insert(v.end(), l.data, l.data + l.size);
   }
   return v;
@@ -83,8 +89,8 @@ std::vector<DecodeInstance> AllInstances() {
 
 std::string InstanceName(const DecodeInstance& in) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%s%s/d%d/bm%d/bs%d/t%d/st%d", StorageName(in.storage), in.kv_e4m3 ? "-e4m3" : "",
-                in.head_dim, in.block_m, in.block_s, in.threads, in.stages);
+  std::snprintf(buf, sizeof buf, "%s%s/d%d/bm%d/bs%d/t%d/st%d%s", StorageName(in.storage), in.kv_e4m3 ? "-e4m3" : "",
+                in.head_dim, in.block_m, in.block_s, in.threads, in.stages, in.kv_bulk ? "/bulk" : "");
   return buf;
 }
 
@@ -506,6 +512,22 @@ DevProblem RandomProblem(std::mt19937_64& rng, bool small, int index, float* amp
   return p;
 }
 
+// Comma-separated filter from the environment: empty or unset keeps everything; else an entry
+// must equal (exact) or occur in (substring) the name.
+bool Selected(const char* env, const std::string& name, bool exact) {
+  const char* f = std::getenv(env);
+  if (f == nullptr || *f == 0) return true;
+  std::string list = f;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, end - at);
+    if (!item.empty() && (exact ? name == item : name.find(item) != std::string::npos)) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
 int Check(int problems, uint64_t seed, bool small) {
   const std::vector<DecodeInstance> all = AllInstances();
   std::mt19937_64 rng(seed);
@@ -523,7 +545,10 @@ int Check(int problems, uint64_t seed, bool small) {
     const double tol = Tolerance(p.storage, p.e4m3, bound, p.d);
     std::vector<const DecodeInstance*> fit;
     for (const auto& in : all)
-      if (in.head_dim == p.d && in.storage == p.storage && in.kv_e4m3 == p.e4m3) fit.push_back(&in);
+      if (in.head_dim == p.d && in.storage == p.storage && in.kv_e4m3 == p.e4m3 &&
+          Selected("DECODE_CHECK_INSTANCES", InstanceName(in), false)) {
+        fit.push_back(&in);
+      }
     // Every instance on a quarter of the problems, two random ones on the rest.
     std::vector<const DecodeInstance*> chosen = fit;
     if (index % 4 != 0) {
@@ -695,21 +720,6 @@ const BenchShape kBenchShapes[] = {
     {"b16-c8k-paged16-e4m3", 16, 8192, 1, 16, 0, true},
 };
 
-// Comma-separated filter from the environment: empty or unset keeps everything; else an entry
-// must equal (exact) or occur in (substring) the name.
-bool Selected(const char* env, const std::string& name, bool exact) {
-  const char* f = std::getenv(env);
-  if (f == nullptr || *f == 0) return true;
-  std::string list = f;
-  size_t at = 0;
-  while (at <= list.size()) {
-    const size_t end = std::min(list.find(',', at), list.size());
-    const std::string item = list.substr(at, end - at);
-    if (!item.empty() && (exact ? name == item : name.find(item) != std::string::npos)) return true;
-    at = end + 1;
-  }
-  return false;
-}
 
 // One shape, one instance and split, `launches` times back to back (for a profiler: ncu
 // --launch-skip / --launch-count pick which launch to read).
@@ -733,6 +743,60 @@ int One(const std::string& shape, const std::string& instance, int splits, int l
   for (int i = 0; i < launches; ++i) CUDA_OK(in->launch(a, 0));
   CUDA_OK(cudaDeviceSynchronize());
   std::printf("%s %s split %d: %d launches\n", s->label, instance.c_str(), splits, launches);
+  dp.Free();
+  return 0;
+}
+
+// Two instances (or two splits of one) on one bench shape, interleaved: every round times both
+// (median of `launches`, L2 flushed before each launch) in a fresh random order, same inputs;
+// prints each round's time ratio B / A and their median and range.
+int Pair(const std::string& shape, const std::string& name_a, int splits_a, const std::string& name_b, int splits_b,
+         int rounds, int launches) {
+  const BenchShape* s = nullptr;
+  for (const BenchShape& b : kBenchShapes)
+    if (shape == b.label) s = &b;
+  const std::vector<DecodeInstance> all = AllInstances();
+  const DecodeInstance *in_a = nullptr, *in_b = nullptr;
+  for (const DecodeInstance& i : all) {
+    if (InstanceName(i) == name_a) in_a = &i;
+    if (InstanceName(i) == name_b) in_b = &i;
+  }
+  if (s == nullptr || in_a == nullptr || in_b == nullptr || splits_a < 1 || splits_b < 1 || rounds < 1) {
+    std::fprintf(stderr, "unknown shape or instance\n");
+    return 2;
+  }
+  std::mt19937_64 rng(11);
+  DevProblem p = ServingShape(s->label, s->batch, s->cache, s->n, s->page, s->prefix_pages, s->e4m3);
+  Materialize(p, rng, 1.0f, s->prefix_pages, /*poison=*/false);
+  DeviceProblem dp = UploadProblem(p, std::max({2, splits_a, splits_b}));
+  const DecodeKernelArgs a = ArgsFor(p, dp, *in_a, splits_a);
+  const DecodeKernelArgs b = ArgsFor(p, dp, *in_b, splits_b);
+  Timer timer;
+  std::vector<double> ratios, ta, tb;
+  for (int r = 0; r < rounds; ++r) {
+    double us_a = 0, us_b = 0;
+    const bool a_first = rng() & 1;
+    for (int k = 0; k < 2; ++k) {
+      if ((k == 0) == a_first) {
+        us_a = timer.MedianMicros([&] { return in_a->launch(a, 0); }, launches);
+      } else {
+        us_b = timer.MedianMicros([&] { return in_b->launch(b, 0); }, launches);
+      }
+    }
+    ta.push_back(us_a);
+    tb.push_back(us_b);
+    ratios.push_back(us_b / us_a);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  const double bytes = p.KvBytes();
+  std::printf("PAIR %s | A %s split %d: %.2f us %.2f TB/s | B %s split %d: %.2f us %.2f TB/s | B/A median %.4f "
+              "[%.4f, %.4f] over %d rounds\n",
+              s->label, name_a.c_str(), splits_a, median(ta), bytes / median(ta) * 1e-6, name_b.c_str(), splits_b,
+              median(tb), bytes / median(tb) * 1e-6, median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+              *std::max_element(ratios.begin(), ratios.end()), rounds);
   dp.Free();
   return 0;
 }
@@ -827,8 +891,13 @@ int main(int argc, char** argv) {
   }
   if (mode == "bench") return Bench(argc > 2 ? argv[2] : nullptr, argc > 3 ? std::atoi(argv[3]) : 20);
   if (mode == "one" && argc >= 5) return One(argv[2], argv[3], std::atoi(argv[4]), argc > 5 ? std::atoi(argv[5]) : 3);
+  if (mode == "pair" && argc >= 7) {
+    return Pair(argv[2], argv[3], std::atoi(argv[4]), argv[5], std::atoi(argv[6]), argc > 7 ? std::atoi(argv[7]) : 9,
+                argc > 8 ? std::atoi(argv[8]) : 10);
+  }
   std::fprintf(stderr,
                "usage: decode_dev check [problems] [seed] [small] | bench [csv] [launches] |\n"
-               "       one SHAPE INSTANCE SPLITS [launches]\n");
+               "       one SHAPE INSTANCE SPLITS [launches] |\n"
+               "       pair SHAPE INSTANCE_A SPLITS_A INSTANCE_B SPLITS_B [rounds] [launches]\n");
   return 2;
 }

@@ -35,6 +35,7 @@
 #include "fused/fused_tensor_map.h"
 #include "fused_common.cuh"
 #include "fused_wgmma_ops.cuh"
+#include "../mbarrier.cuh"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FUSETUNE_FUSED_WGMMA_ENABLED 1
@@ -77,25 +78,6 @@ struct WgmmaLaunchParams {
 
 // ---- mbarrier / TMA / descriptor helpers (sm_90) -------------------------------------------
 
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Blocks until the phase of parity `parity` has completed.
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_LOOP:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_LOOP;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 __device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                           int c0, int c1, int c2) {
   asm volatile(
@@ -173,7 +155,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       MbarInit(empty_k(s), kConsumerWarps);
       MbarInit(empty_v(s), kConsumerWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceMbarrierInit();
   }
   __syncthreads();
 
@@ -181,25 +163,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // ---- producer warpgroup: its first warp loads, the others only hand back registers ----
     SetMaxRegistersDecrease<Tr::kProducerRegs>();
     if (warp != kConsumerWarps) return;
-    // Row of key `key` in K/V memory: contiguous, the sequence's own rows; paged, through the
-    // block table, and past the pool (zero-filled by TMA) for a key past the sequence's pages,
-    // whose table entries may hold anything.
-    const bool paged = a.page_size > 0;
-    const int32_t* table = paged ? a.block_table + static_cast<int64_t>(blockIdx.z) * a.block_table_width : nullptr;
-    const int n_pages = paged ? CeilDiv(blk.g.k_vis, a.page_size) : 0;
-    auto key_row = [&](int key) -> int {
-      if (!paged) return static_cast<int>(blk.g.k_start + key);
-      const int page = key / a.page_size;
-      return page < n_pages ? __ldg(table + page) * a.page_size + key % a.page_size
-                            : static_cast<int>(a.kv_total_rows);
-    };
-    const int box = paged ? min(a.page_size, BS) : BS;  // rows per TMA box (the maps' box)
-    constexpr int kMaxBoxes = BS / 16;                    // pages are a multiple of 16 tokens
-    // The row of box `lane` of tile j (lanes past the tile's boxes hold nothing), read a tile
-    // ahead: the table reads of a tile are in flight together, while the warp waits for the
-    // buffers, and not one after another on the path of every TMA issue.
-    auto box_rows_of = [&](int j) { return lane * box < BS ? key_row(j * BS + lane * box) : 0; };
-    int next_rows = box_rows_of(0);
     const T* v_heads = static_cast<const T*>(a.v) + static_cast<int64_t>(blk.kv_head) * a.v_head_stride;
     if (lane == 0) {
       MbarExpectTx(full_q, Tr::kQBytes);
@@ -209,58 +172,93 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                   static_cast<int>(blk.g.q_start + blk.m0));
       }
     }
-    for (int j = 0; j < n_tiles; ++j) {
-      const int s = j % ST;
-      const uint32_t free_parity = ((j / ST) & 1) ^ 1;  // a fresh barrier counts as released
-      const int key0 = j * BS;
-      int rows[kMaxBoxes];
-#pragma unroll
-      for (int b = 0; b < kMaxBoxes; ++b) rows[b] = __shfl_sync(0xffffffffu, next_rows, b);
-      if (j + 1 < n_tiles) next_rows = box_rows_of(j + 1);
-      const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
-      MbarWait(empty_k(s), free_parity);
-      if (lane == 0) {
-        MbarExpectTx(full_k(s), Tr::kTileBytes);
-#pragma unroll
-        for (int b = 0; b < kMaxBoxes; ++b) {
-          if (b * box >= BS) break;
-#pragma unroll
-          for (int c = 0; c < NCH; ++c) {
-            TmaLoad3d(k_dst + c * BS * 128 + b * box * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, rows[b]);
-          }
+    // The tile loop, compiled once per cache layout, so a contiguous cache's issue path carries
+    // none of the paged one's bookkeeping (the table reads a tile ahead, the row shuffles).
+    auto produce = [&](auto paged_layout) {
+      constexpr bool kPaged = decltype(paged_layout)::value;
+      // Row of key `key` in K/V memory: contiguous, the sequence's own rows; paged, through
+      // the block table, and past the pool (zero-filled by TMA) for a key past the sequence's
+      // pages, whose table entries may hold anything.
+      const int32_t* table = kPaged ? a.block_table + static_cast<int64_t>(blockIdx.z) * a.block_table_width : nullptr;
+      const int n_pages = kPaged ? CeilDiv(blk.g.k_vis, a.page_size) : 0;
+      auto key_row = [&](int key) -> int {
+        if constexpr (!kPaged) {
+          return static_cast<int>(blk.g.k_start + key);
+        } else {
+          const int page = key / a.page_size;
+          return page < n_pages ? __ldg(table + page) * a.page_size + key % a.page_size
+                                : static_cast<int>(a.kv_total_rows);
         }
-      }
-      MbarWait(empty_v(s), free_parity);
-      const int valid = min(BS, blk.g.k_vis - key0);
-      if (valid == BS) {
+      };
+      const int box = kPaged ? min(a.page_size, BS) : BS;  // rows per TMA box (the maps' box)
+      constexpr int kMaxBoxes = kPaged ? BS / 16 : 1;       // pages are a multiple of 16 tokens
+      // Paged: the row of box `lane` of tile j (lanes past the tile's boxes hold nothing), read
+      // a tile ahead: the table reads of a tile are in flight together, while the warp waits
+      // for the buffers, and not one after another on the path of every TMA issue.
+      auto box_rows_of = [&](int j) { return lane * box < BS ? key_row(j * BS + lane * box) : 0; };
+      int next_rows = kPaged ? box_rows_of(0) : 0;
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % ST;
+        const uint32_t free_parity = ((j / ST) & 1) ^ 1;  // a fresh barrier counts as released
+        const int key0 = j * BS;
+        int rows[kMaxBoxes];
+        if constexpr (kPaged) {
+#pragma unroll
+          for (int b = 0; b < kMaxBoxes; ++b) rows[b] = __shfl_sync(0xffffffffu, next_rows, b);
+          if (j + 1 < n_tiles) next_rows = box_rows_of(j + 1);
+        } else {
+          rows[0] = key_row(key0);
+        }
+        const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
+        MbarWait(empty_k(s), free_parity);
         if (lane == 0) {
-          MbarExpectTx(full_v(s), Tr::kTileBytes);
+          MbarExpectTx(full_k(s), Tr::kTileBytes);
 #pragma unroll
           for (int b = 0; b < kMaxBoxes; ++b) {
             if (b * box >= BS) break;
 #pragma unroll
             for (int c = 0; c < NCH; ++c) {
-              TmaLoad3d(v_dst + c * BS * 128 + b * box * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, rows[b]);
+              TmaLoad3d(k_dst + c * BS * 128 + b * box * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, rows[b]);
             }
           }
         }
-      } else {
-        // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
-        // (16-byte unit u of row r lands at unit u ^ (r % 8)).
-        for (int ci = lane; ci < BS * NCH * 8; ci += 32) {
-          const int u = ci % 8, c = (ci / 8) % NCH, r = ci / (8 * NCH);
-          const bool pred = r < valid;
-          const uint32_t dst = v_dst + c * BS * 128 + r * 128 + ((u ^ (r & 7)) << 4);
-          const T* src = pred ? v_heads + static_cast<int64_t>(key_row(key0 + r)) * a.v_row_stride + c * 64 + u * 8
-                              : v_heads;
-          CpAsync16Shared(dst, src, pred);
+        MbarWait(empty_v(s), free_parity);
+        const int valid = min(BS, blk.g.k_vis - key0);
+        if (valid == BS) {
+          if (lane == 0) {
+            MbarExpectTx(full_v(s), Tr::kTileBytes);
+#pragma unroll
+            for (int b = 0; b < kMaxBoxes; ++b) {
+              if (b * box >= BS) break;
+#pragma unroll
+              for (int c = 0; c < NCH; ++c) {
+                TmaLoad3d(v_dst + c * BS * 128 + b * box * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, rows[b]);
+              }
+            }
+          }
+        } else {
+          // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
+          // (16-byte unit u of row r lands at unit u ^ (r % 8)).
+          for (int ci = lane; ci < BS * NCH * 8; ci += 32) {
+            const int u = ci % 8, c = (ci / 8) % NCH, r = ci / (8 * NCH);
+            const bool pred = r < valid;
+            const uint32_t dst = v_dst + c * BS * 128 + r * 128 + ((u ^ (r & 7)) << 4);
+            const T* src = pred ? v_heads + static_cast<int64_t>(key_row(key0 + r)) * a.v_row_stride + c * 64 + u * 8
+                                : v_heads;
+            CpAsync16Shared(dst, src, pred);
+          }
+          CpAsyncCommit();
+          CpAsyncWait<0>();
+          FenceProxyAsyncShared();  // generic-proxy writes -> visible to wgmma (async proxy)
+          __syncwarp();
+          if (lane == 0) MbarArrive(full_v(s));
         }
-        CpAsyncCommit();
-        CpAsyncWait<0>();
-        FenceProxyAsyncShared();  // generic-proxy writes -> visible to wgmma (async proxy)
-        __syncwarp();
-        if (lane == 0) MbarArrive(full_v(s));
       }
+    };
+    if (a.page_size > 0) {
+      produce(std::true_type{});
+    } else {
+      produce(std::false_type{});
     }
     return;
   }

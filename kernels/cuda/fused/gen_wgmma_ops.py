@@ -43,7 +43,6 @@ out.append("""__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma
 __device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void WgmmaWait() { asm volatile("wgmma.wait_group.sync.aligned %0;\\n" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory"); }
 
 }  // namespace fusetune::cuda::fused
 

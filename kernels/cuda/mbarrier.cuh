@@ -1,0 +1,50 @@
+// Shared-memory mbarriers and the asynchronous copies that complete on them (sm_90: the
+// Hopper prefill kernel's TMA pipeline and the decode family's bulk-copy loader). Device-only
+// inline helpers; a kernel compiled for an older architecture must not call them.
+#ifndef FUSETUNE_KERNELS_CUDA_MBARRIER_CUH_
+#define FUSETUNE_KERNELS_CUDA_MBARRIER_CUH_
+
+#include <cstdint>
+
+namespace fusetune::cuda {
+
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives once and adds `bytes` to the transactions the current phase waits for.
+__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Blocks until the phase of parity `parity` has completed.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_LOOP;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Makes the initialised barriers visible to the asynchronous proxy (TMA, bulk copies).
+__device__ __forceinline__ void FenceMbarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy accesses
+// (wgmma operands, bulk copies into the same bytes).
+__device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// One bulk copy (the TMA engine without a tensor map) of `bytes` (a multiple of 16, both
+// addresses 16-byte aligned) from global memory into shared memory, completing on `bar`.
+__device__ __forceinline__ void BulkCopyToShared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+}  // namespace fusetune::cuda
+
+#endif  // FUSETUNE_KERNELS_CUDA_MBARRIER_CUH_
