@@ -1,6 +1,6 @@
-// Shared-memory mbarriers and the asynchronous copies that complete on them (sm_90: the
-// Hopper prefill kernel's TMA pipeline and the decode family's bulk-copy loader). Device-only
-// inline helpers; a kernel compiled for an older architecture must not call them.
+// Shared-memory mbarriers and the proxy fences around them (sm_90: the Hopper prefill kernel's
+// TMA pipeline). Device-only inline helpers; a kernel compiled for an older architecture must
+// not call them.
 #ifndef FUSETUNE_KERNELS_CUDA_MBARRIER_CUH_
 #define FUSETUNE_KERNELS_CUDA_MBARRIER_CUH_
 
@@ -33,17 +33,8 @@ __device__ __forceinline__ void FenceMbarrierInit() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy accesses
-// (wgmma operands, bulk copies into the same bytes).
+// (wgmma operands, TMA writes to the same bytes).
 __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// One bulk copy (the TMA engine without a tensor map) of `bytes` (a multiple of 16, both
-// addresses 16-byte aligned) from global memory into shared memory, completing on `bar`.
-__device__ __forceinline__ void BulkCopyToShared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
 
 }  // namespace fusetune::cuda
 

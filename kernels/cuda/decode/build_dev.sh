@@ -14,7 +14,7 @@ if [[ -z ${DECODE_DEV_ARCH:-} ]]; then
   DECODE_DEV_ARCH="-arch=sm_${cc:-90}"
 fi
 pids=()
-for f in decode_fp32 decode_fp16 decode_bf16 decode_e4m3 decode_bulk decode_dev ../l2_flush; do
+for f in decode_fp32 decode_fp16 decode_bf16 decode_e4m3 decode_dev ../l2_flush; do
   nvcc -std=c++17 -O3 -lineinfo $DECODE_DEV_ARCH -I"$here/.." -I"$here/../../gpu" -Xptxas -v \
     -c "$here/$f.cu" -o "$out/$(basename $f).o" > "$out/$(basename $f).ptxas.txt" 2>&1 &
   pids+=($!)
@@ -25,7 +25,7 @@ if (( rc != 0 )); then
   grep -h -B2 -A2 error "$out"/*.ptxas.txt >&2 || true
   exit 1
 fi
-nvcc $DECODE_DEV_ARCH -o "$out/decode_dev" "$out"/decode_fp32.o "$out"/decode_fp16.o "$out"/decode_bf16.o "$out"/decode_e4m3.o "$out"/decode_bulk.o \
+nvcc $DECODE_DEV_ARCH -o "$out/decode_dev" "$out"/decode_fp32.o "$out"/decode_fp16.o "$out"/decode_bf16.o "$out"/decode_e4m3.o \
   "$out"/decode_dev.o "$out"/l2_flush.o
 # Spills or a stack frame in a kernel are worth knowing before timing it.
 grep -h "spill" "$out"/*.ptxas.txt | sort | uniq -c | sort -rn | head -3

@@ -107,7 +107,6 @@ struct DecodeInstance {
   int head_dim;
   DecodeStorage storage;  // Q and O
   bool kv_e4m3;
-  bool kv_bulk;  // K/V rows by sm_90 bulk copies (TMA engine) instead of 16-byte cp.async
   int block_m;
   int block_s;
   int threads;
@@ -132,7 +131,6 @@ DecodeInstanceList DecodeBf16Instances();  // decode_bf16.cu
 DecodeInstanceList DecodeFp16Instances();  // decode_fp16.cu
 DecodeInstanceList DecodeFp32Instances();  // decode_fp32.cu
 DecodeInstanceList DecodeE4m3Instances();  // decode_e4m3.cu: K/V e4m3, Q/O fp16 and bf16
-DecodeInstanceList DecodeBulkInstances();  // decode_bulk.cu: bulk-loading twins (sm_90)
 
 }  // namespace fusetune::FUSETUNE_GPU_NAMESPACE::decode
 

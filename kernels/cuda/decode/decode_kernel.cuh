@@ -25,12 +25,7 @@
 #include <cuda_fp8.h>
 
 #include "../fused/fused_mma.cuh"
-#include "../mbarrier.cuh"
 #include "decode_instance.h"
-
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-#define FUSETUNE_DECODE_BULK_ENABLED 1
-#endif
 
 namespace fusetune::cuda::decode {
 
@@ -200,107 +195,6 @@ __device__ __forceinline__ DecodeKvLoader<T, D, BS, NT> MakeDecodeKvLoader(const
   return ld;
 }
 
-// The sm_90 alternative to DecodeKvLoader: every K or V row of a tile (head_dim elements,
-// contiguous in memory) is one bulk copy by the TMA engine, completing on the stage's mbarrier,
-// instead of head_dim * sizeof(T) / 16 cp.async of 16 bytes from as many threads. Thread tid
-// copies rows tid, tid + NT, ... of a tile; rows past the split are zero-filled with plain
-// stores (a bulk copy has no zero fill). Every thread arrives once per tile on the stage's
-// barrier (initialised for NT arrivals), announcing the bytes of its own copies before issuing
-// them, so a phase completes only when every row of the tile has landed.
-template <typename T, int D, int BS, int NT>
-struct DecodeKvBulkLoader {
-  static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
-  static_assert(kRowBytes % 16 == 0, "bulk copies move multiples of 16 bytes");
-  static constexpr int kPer = (BS + NT - 1) / NT;
-
-  const T* k;
-  const T* v;
-  int64_t kv_row_stride;  // elements between consecutive key rows (kv_heads * D)
-  const int32_t* table;   // this sequence's block-table row, or nullptr (contiguous)
-  int page_size;
-  uint32_t page_magic;    // PageDivisorMagic(page_size)
-  int64_t k_start;        // contiguous cache: the sequence's first key row
-  int key_begin, key_end;
-  int64_t head_offset;    // kv_head * D
-  int next_page[kPer];    // paged: the pages of the next tile's rows (read, not yet used)
-
-  __device__ __forceinline__ static int Row(int i) { return static_cast<int>(threadIdx.x) + i * NT; }
-  __device__ __forceinline__ int Key(int tile, int i) const { return key_begin + tile * BS + Row(i); }
-  __device__ __forceinline__ int PageOf(int j) const {
-    return page_magic == 0 ? j : static_cast<int>(__umulhi(static_cast<uint32_t>(j), page_magic));
-  }
-
-  __device__ __forceinline__ void LookUp(int tile) {
-    if (table == nullptr) return;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int j = Key(tile, i);
-      next_page[i] = Row(i) < BS && j < key_end ? __ldg(table + PageOf(j)) : 0;
-    }
-  }
-
-  // Copies tile `tile` (whose pages LookUp(tile) read) into sK/sV rows of pitch kPitch
-  // elements, completing on `bar`; then reads the pages of tile + 1.
-  template <int kPitch>
-  __device__ __forceinline__ void Issue(int tile, T* sK, T* sV, uint32_t bar) {
-#if defined(FUSETUNE_DECODE_BULK_ENABLED)
-    uint32_t bytes = 0;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      if (Row(i) < BS && Key(tile, i) < key_end) bytes += 2 * kRowBytes;
-    }
-    MbarExpectTx(bar, bytes);
-    bool zeroed = false;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int r = Row(i);
-      if (r >= BS) continue;
-      const int j = Key(tile, i);
-      T* k_dst = sK + r * kPitch;
-      T* v_dst = sV + r * kPitch;
-      if (j < key_end) {
-        const int64_t row = table != nullptr
-                                ? static_cast<int64_t>(next_page[i]) * page_size + (j - PageOf(j) * page_size)
-                                : k_start + j;
-        const int64_t offset = row * kv_row_stride + head_offset;
-        BulkCopyToShared(SmemAddress(k_dst), k + offset, kRowBytes, bar);
-        BulkCopyToShared(SmemAddress(v_dst), v + offset, kRowBytes, bar);
-      } else {
-#pragma unroll
-        for (int c = 0; c < kRowBytes / 16; ++c) {
-          reinterpret_cast<uint4*>(k_dst)[c] = make_uint4(0, 0, 0, 0);
-          reinterpret_cast<uint4*>(v_dst)[c] = make_uint4(0, 0, 0, 0);
-        }
-        zeroed = true;
-      }
-    }
-    // The zeros are generic-proxy writes to bytes a later bulk copy may overwrite.
-    if (zeroed) FenceProxyAsyncShared();
-    LookUp(tile + 1);
-#else
-    __trap();  // bulk copies need sm_90; such instances are never offered on older devices
-#endif
-  }
-};
-
-template <typename T, int D, int BS, int NT>
-__device__ __forceinline__ DecodeKvBulkLoader<T, D, BS, NT> MakeDecodeKvBulkLoader(const DecodeKernelArgs& a,
-                                                                                  const DecodeBlock& blk) {
-  DecodeKvBulkLoader<T, D, BS, NT> ld;
-  ld.k = static_cast<const T*>(a.k);
-  ld.v = static_cast<const T*>(a.v);
-  ld.kv_row_stride = static_cast<int64_t>(a.kv_heads) * D;
-  ld.table = a.page_size > 0 ? a.block_table + static_cast<int64_t>(blk.b) * a.block_table_width : nullptr;
-  ld.page_size = a.page_size;
-  ld.page_magic = a.page_magic;
-  ld.k_start = blk.seq.k_start;
-  ld.key_begin = blk.key_begin;
-  ld.key_end = blk.key_end;
-  ld.head_offset = static_cast<int64_t>(blk.kv_head) * D;
-  ld.LookUp(0);
-  return ld;
-}
-
 // Copies the block's Q rows (row r: token (row0 + r) / group, head kv_head * group +
 // (row0 + r) % group) into sQ (pitch kPitch), zero-filling rows past the block's rows.
 template <typename T, int D, int BM, int NT, int kPitch>
@@ -439,11 +333,10 @@ __device__ __forceinline__ void DecodeEpilogue(const DecodeKernelArgs& a, const 
 
 // ---- tensor-core kernel (fp16, bf16) --------------------------------------------------------
 
-template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T, bool kBulkLoads = false>
+template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T>
 struct DecodeMmaTraits {
   using Storage = T;  // Q and O
   using KvStorage = KV;  // K and V: T, or uint8_t for e4m3
-  static constexpr bool kBulk = kBulkLoads;  // K/V rows by bulk copies (DecodeKvBulkLoader)
   static constexpr int kThreads = W * 32;
   static constexpr int kWarpsM = BM / 16;
   static constexpr int kWarpsN = W / kWarpsM;
@@ -459,9 +352,7 @@ struct DecodeMmaTraits {
   static constexpr int kKvTileElems = BS * kKvPitch;
   static constexpr int kPipeBytes = BM * kRowBytes + 2 * ST * BS * kKvRowBytes;
   static constexpr int kMergeBytes = kWarpsN * BM * (D + 2) * 4;
-  // Bulk loads: one mbarrier per stage, after both the pipeline and the merge area.
-  static constexpr int kBarrierOffset = ((kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes) + 7) / 8 * 8;
-  static constexpr int kSmemBytes = kBulk ? kBarrierOffset + 8 * ST : (kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes);
+  static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
 };
 
 // ---- e4m3 K/V on the fp16 tensor cores ------------------------------------------------------
@@ -566,38 +457,14 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
   const int wm = warp % WM, wn = warp / WM;
   const float c = a.scale_log2;
 
-  // Stage s of a bulk-loading instance completes on the mbarrier at bars + 8 s.
-  [[maybe_unused]] const uint32_t bars = SmemAddress(decode_smem + Tr::kBarrierOffset);
-  if constexpr (Tr::kBulk) {
-    if (tid == 0) {
-#pragma unroll
-      for (int st = 0; st < ST; ++st) MbarInit(bars + 8u * st, NT);
-      FenceMbarrierInit();
-    }
-    __syncthreads();
-  }
-  auto kv = [&] {
-    if constexpr (Tr::kBulk) {
-      return MakeDecodeKvBulkLoader<KV, D, BS, NT>(a, blk);
-    } else {
-      return MakeDecodeKvLoader<KV, D, BS, NT>(a, blk);
-    }
-  }();
-  // Tile t into stage `buf` (a cp.async group is committed by the caller).
-  auto issue = [&](int t, int buf) {
-    if constexpr (Tr::kBulk) {
-      kv.template Issue<KP>(t, sK + buf * KTE, sV + buf * KTE, bars + 8u * buf);
-    } else {
-      kv.template Issue<KP>(t, sK + buf * KTE, sV + buf * KTE);
-    }
-  };
+  auto kv = MakeDecodeKvLoader<KV, D, BS, NT>(a, blk);
   if (n_tiles > 0) {
     LoadDecodeQ<T, D, BM, NT, P>(a, blk, sQ);
     CpAsyncCommit();
 #pragma unroll
     for (int t = 0; t < ST - 1; ++t) {
-      if (t < n_tiles) issue(t, t);
-      if constexpr (!Tr::kBulk) CpAsyncCommit();
+      if (t < n_tiles) kv.template Issue<KP>(t, sK + t * KTE, sV + t * KTE);
+      CpAsyncCommit();
     }
   }
 
@@ -631,17 +498,13 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
   const uint32_t v_lane_off = ((lane % 8) + 8 * ((lane / 8) % 2)) * KRB + (lane / 16) * 16;
 
   for (int t = 0; t < n_tiles; ++t) {
-    if constexpr (Tr::kBulk) {
-      if (t == 0) CpAsyncWait<0>();  // Q
-      MbarWait(bars + 8u * (t % ST), (t / ST) & 1);
-    } else {
-      CpAsyncWait<ST - 2>();
-    }
-    __syncthreads();  // also: every warp is done with the stage the next issue overwrites
+    CpAsyncWait<ST - 2>();
+    __syncthreads();
     {
       const int nt = t + ST - 1;
-      if (nt < n_tiles) issue(nt, nt % ST);
-      if constexpr (!Tr::kBulk) CpAsyncCommit();
+      const int nbuf = nt % ST;
+      if (nt < n_tiles) kv.template Issue<KP>(nt, sK + nbuf * KTE, sV + nbuf * KTE);
+      CpAsyncCommit();
     }
     if (t == 0) {
       if constexpr (kE4m3) {
@@ -785,7 +648,6 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
 template <typename T, int D, int BM, int BS, int W, int ST>
 struct DecodeSimtTraits {
   using Storage = T;
-  static constexpr bool kBulk = false;
   static constexpr int kThreads = W * 32;
   static_assert(BS % 32 == 0 && ST >= 2 && ST <= 4, "whole warps of keys; 2 to 4 stages");
   static_assert((BM * D / 4) % kThreads == 0, "each thread owns whole float4s of O");
@@ -949,9 +811,9 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeSimtKernel(const DecodeKer
 
 // ---- launch -------------------------------------------------------------------------------
 
-template <typename T, int D, int BM, int BS, int W, int ST, bool kSimt, typename KV = T, bool kBulk = false>
+template <typename T, int D, int BM, int BS, int W, int ST, bool kSimt, typename KV = T>
 struct DecodeTraits : std::conditional_t<kSimt, DecodeSimtTraits<T, D, BM, BS, W, ST>,
-                                         DecodeMmaTraits<T, D, BM, BS, W, ST, KV, kBulk>> {
+                                         DecodeMmaTraits<T, D, BM, BS, W, ST, KV>> {
   static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kStages = ST;
 };
 
@@ -989,17 +851,17 @@ int DecodeBlocksPerSm() {
   return blocks;
 }
 
-template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T, bool kBulk = false>
+template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T>
 DecodeInstance DecodeMmaInstance() {
-  using Tr = DecodeTraits<T, D, BM, BS, W, ST, false, KV, kBulk>;
-  return DecodeInstance{D, DecodeStorageOf<T>(), std::is_same_v<KV, uint8_t>, kBulk, BM, BS, Tr::kThreads, ST,
+  using Tr = DecodeTraits<T, D, BM, BS, W, ST, false, KV>;
+  return DecodeInstance{D, DecodeStorageOf<T>(), std::is_same_v<KV, uint8_t>, BM, BS, Tr::kThreads, ST,
                         Tr::kSmemBytes, &LaunchDecodeKernel<Tr, false>, &DecodeBlocksPerSm<Tr, false>};
 }
 
 template <typename T, int D, int BM, int BS, int W, int ST>
 DecodeInstance DecodeSimtInstance() {
   using Tr = DecodeTraits<T, D, BM, BS, W, ST, true>;
-  return DecodeInstance{D, DecodeStorageOf<T>(), false, false, BM, BS, Tr::kThreads, ST, Tr::kSmemBytes,
+  return DecodeInstance{D, DecodeStorageOf<T>(), false, BM, BS, Tr::kThreads, ST, Tr::kSmemBytes,
                         &LaunchDecodeKernel<Tr, true>, &DecodeBlocksPerSm<Tr, true>};
 }
 
@@ -1035,24 +897,6 @@ DecodeInstanceList DecodeE4m3Table() {
       DecodeMmaInstance<T, 128, 16, 128, 8, 2, E4m3>(), DecodeMmaInstance<T, 128, 16, 128, 8, 3, E4m3>(),
       DecodeMmaInstance<T, 128, 16, 256, 8, 2, E4m3>(), DecodeMmaInstance<T, 128, 16, 256, 8, 3, E4m3>(),
       DecodeMmaInstance<T, 128, 64, 64, 4, 2, E4m3>(),
-  };
-  return DecodeListOf(kInstances);
-}
-
-
-// Bulk-loading twins of the tensor-core instances that the tuner picks for decode steps
-// (sm_90 only: DecodeKvBulkLoader), 16-bit K/V in T and e4m3 K/V with Q/O in T.
-template <typename T>
-DecodeInstanceList DecodeBulkTable() {
-  using E4m3 = uint8_t;
-  static const DecodeInstance kInstances[] = {
-      // head_dim, block_m, block_s, warps, stages, K/V storage, bulk
-      DecodeMmaInstance<T, 128, 16, 64, 4, 3, T, true>(),      DecodeMmaInstance<T, 128, 16, 64, 4, 4, T, true>(),
-      DecodeMmaInstance<T, 128, 16, 128, 4, 2, T, true>(),     DecodeMmaInstance<T, 128, 16, 128, 8, 3, T, true>(),
-      DecodeMmaInstance<T, 64, 16, 64, 4, 3, T, true>(),       DecodeMmaInstance<T, 64, 16, 128, 8, 3, T, true>(),
-      DecodeMmaInstance<T, 128, 64, 64, 4, 2, T, true>(),
-      DecodeMmaInstance<T, 128, 16, 128, 8, 3, E4m3, true>(),  DecodeMmaInstance<T, 128, 16, 256, 8, 3, E4m3, true>(),
-      DecodeMmaInstance<T, 128, 16, 64, 4, 4, E4m3, true>(),
   };
   return DecodeListOf(kInstances);
 }
