@@ -17,6 +17,9 @@
 //   decode_dev pair SHAPE A SPLITS_A B SPLITS_B [rounds] [launches]  two instances (or splits)
 //        on one bench shape, interleaved round by round in a random order: per-round time ratio
 //        B / A, its median and range.
+//   decode_dev readpattern [launches]  the contiguous decode shapes' K/V bytes read without
+//        computing, contiguously by a full grid and per (sequence, KV head, split) block as the
+//        decode kernels read them, at several block sizes and splits (DECODE_BENCH_SHAPES).
 //   decode_dev bench [csv] [launches]  the decode preset's shapes: every instance x split
 //        count, L2 flushed before every launch, CUDA events, median; K/V bytes / time in TB/s
 //        beside a read-only kernel over the same bytes (the read ceiling of this run).
@@ -746,6 +749,92 @@ int One(const std::string& shape, const std::string& instance, int splits, int l
   return 0;
 }
 
+// Reads K and V as the decode kernels' blocks do, without computing: block (sequence, KV head,
+// split) reads the head's rows of its keys (head_dim elements, every kv_heads * head_dim) of a
+// contiguous cache, 16 bytes per load, four loads of K and four of V in flight per thread. Beside
+// ReadOnlyKernel (the same bytes read contiguously by a full grid) it separates what the access
+// pattern and the grid cost from what the kernels' pipeline costs.
+__global__ void HeadRowReadKernel(const uint4* k, const uint4* v, int keys, int kv_heads, int row_chunks, int splits,
+                                  uint32_t* sink) {
+  const int split = blockIdx.x % splits, bh = blockIdx.x / splits;
+  const int h = bh % kv_heads, b = bh / kv_heads;
+  const int per = (keys + splits - 1) / splits;
+  const int key0 = min(split * per, keys), key1 = min(key0 + per, keys);
+  const int64_t n = static_cast<int64_t>(key1 - key0) * row_chunks;
+  auto at = [&](int64_t i) {
+    const int64_t j = key0 + i / row_chunks;
+    return ((static_cast<int64_t>(b) * keys + j) * kv_heads + h) * row_chunks + i % row_chunks;
+  };
+  uint32_t acc = 0;
+  const int nt = blockDim.x;
+  int64_t i = threadIdx.x;
+  for (; i + 3 * nt < n; i += 4 * nt) {
+    uint4 a[4], c[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      a[u] = __ldcs(k + at(i + u * nt));
+      c[u] = __ldcs(v + at(i + u * nt));
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= a[u].x ^ a[u].y ^ a[u].z ^ a[u].w ^ c[u].x ^ c[u].y ^ c[u].z ^ c[u].w;
+  }
+  for (; i < n; i += nt) {
+    const uint4 a = __ldcs(k + at(i)), c = __ldcs(v + at(i));
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ c.x ^ c.y ^ c.z ^ c.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads
+}
+
+// The decode shapes' bytes read three ways: contiguously by a full grid (the ceiling), and by
+// HeadRowReadKernel with the decode kernels' grid (sequence x KV head x split) at several block
+// sizes and splits.
+int ReadPattern(int launches) {
+  Timer timer;
+  for (const BenchShape& s : kBenchShapes) {
+    if (!Selected("DECODE_BENCH_SHAPES", s.label, true) || s.page != 0 || s.n != 1 || s.e4m3) continue;
+    const int kv_heads = 8, d = 128;
+    const int row_chunks = d * 2 / 16;  // bf16 rows
+    const int64_t rows = static_cast<int64_t>(s.batch) * s.cache * kv_heads;
+    const int64_t n16 = rows * row_chunks;
+    const double bytes = 2.0 * n16 * 16;
+    void *ck = nullptr, *cv = nullptr;
+    uint32_t* sink = nullptr;
+    CUDA_OK(cudaMalloc(&ck, n16 * 16));
+    CUDA_OK(cudaMalloc(&cv, n16 * 16));
+    CUDA_OK(cudaMalloc(&sink, 4));
+    CUDA_OK(cudaMemset(ck, 1, n16 * 16));
+    CUDA_OK(cudaMemset(cv, 2, n16 * 16));
+    const auto* k = static_cast<const uint4*>(ck);
+    const auto* v = static_cast<const uint4*>(cv);
+    const double ceiling_us = timer.MedianMicros(
+        [&] {
+          ReadOnlyKernel<<<132 * 4, 1024>>>(k, v, n16, sink);
+          return cudaGetLastError();
+        },
+        launches);
+    std::printf("READ %-10s contiguous, 528 x 1024 threads: %8.2f us %5.2f TB/s\n", s.label, ceiling_us,
+                bytes / ceiling_us * 1e-6);
+    for (int splits : {1, 2, 4, 16, 32}) {
+      const int blocks = s.batch * kv_heads * splits;
+      if (blocks > 132 * 16) continue;
+      for (int threads : {128, 256, 1024}) {
+        const double us = timer.MedianMicros(
+            [&] {
+              HeadRowReadKernel<<<blocks, threads>>>(k, v, s.cache, kv_heads, row_chunks, splits, sink);
+              return cudaGetLastError();
+            },
+            launches);
+        std::printf("READ %-10s head rows, %4d blocks x %4d threads (split %2d): %8.2f us %5.2f TB/s %5.1f %%\n",
+                    s.label, blocks, threads, splits, us, bytes / us * 1e-6, 100.0 * ceiling_us / us);
+      }
+    }
+    cudaFree(ck);
+    cudaFree(cv);
+    cudaFree(sink);
+  }
+  return 0;
+}
+
 // Two instances (or two splits of one) on one bench shape, interleaved: every round times both
 // (median of `launches`, L2 flushed before each launch) in a fresh random order, same inputs;
 // prints each round's time ratio B / A and their median and range.
@@ -890,6 +979,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "bench") return Bench(argc > 2 ? argv[2] : nullptr, argc > 3 ? std::atoi(argv[3]) : 20);
   if (mode == "one" && argc >= 5) return One(argv[2], argv[3], std::atoi(argv[4]), argc > 5 ? std::atoi(argv[5]) : 3);
+  if (mode == "readpattern") return ReadPattern(argc > 2 ? std::atoi(argv[2]) : 15);
   if (mode == "pair" && argc >= 7) {
     return Pair(argv[2], argv[3], std::atoi(argv[4]), argv[5], std::atoi(argv[6]), argc > 7 ? std::atoi(argv[7]) : 9,
                 argc > 8 ? std::atoi(argv[8]) : 10);
@@ -897,6 +987,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "usage: decode_dev check [problems] [seed] [small] | bench [csv] [launches] |\n"
                "       one SHAPE INSTANCE SPLITS [launches] |\n"
-               "       pair SHAPE INSTANCE_A SPLITS_A INSTANCE_B SPLITS_B [rounds] [launches]\n");
+               "       pair SHAPE INSTANCE_A SPLITS_A INSTANCE_B SPLITS_B [rounds] [launches] |\n"
+               "       readpattern [launches]\n");
   return 2;
 }
