@@ -343,7 +343,7 @@ struct DecodeMmaTraits {
   static constexpr int kKeysPerWarp = BS / kWarpsN;
   static_assert(BM % 16 == 0 && W % kWarpsM == 0, "warps tile the rows by 16");
   static_assert(kKeysPerWarp % 16 == 0, "each warp takes whole k16 steps of every tile");
-  static_assert(ST >= 2 && ST <= 8, "2 to 8 K/V stages");
+  static_assert(ST >= 2 && ST <= 4, "2 to 4 K/V stages");
   static constexpr int kPitch = D + 8;  // Q: 16 bytes of padding, conflict-free ldmatrix
   static constexpr int kRowBytes = kPitch * static_cast<int>(sizeof(T));
   // K/V rows: D elements and 16 bytes of padding (an odd number of 16-byte units per row).
@@ -879,11 +879,6 @@ DecodeInstanceList DecodeMmaTable() {
       DecodeMmaInstance<T, 128, 16, 64, 4, 4>(),  DecodeMmaInstance<T, 128, 16, 128, 4, 2>(),
       DecodeMmaInstance<T, 128, 16, 128, 8, 2>(), DecodeMmaInstance<T, 128, 16, 128, 8, 3>(),
       DecodeMmaInstance<T, 128, 16, 32, 2, 4>(),
-      // Deeper pipelines: a decode step is read-bound, and a multiprocessor reaches the DRAM
-      // ceiling only with ~100 KiB or more in flight (docs/perf.md, "what the access pattern
-      // costs"); 5-8 stages keep that much in flight between refills.
-      DecodeMmaInstance<T, 128, 16, 64, 4, 5>(),  DecodeMmaInstance<T, 128, 16, 64, 4, 6>(),
-      DecodeMmaInstance<T, 128, 16, 32, 2, 8>(),  DecodeMmaInstance<T, 64, 16, 64, 4, 6>(),
       DecodeMmaInstance<T, 128, 64, 64, 4, 2>(),  DecodeMmaInstance<T, 128, 64, 32, 4, 3>(),
   };
   return DecodeListOf(kInstances);
@@ -901,7 +896,6 @@ DecodeInstanceList DecodeE4m3Table() {
       DecodeMmaInstance<T, 128, 16, 64, 4, 3, E4m3>(),  DecodeMmaInstance<T, 128, 16, 64, 4, 4, E4m3>(),
       DecodeMmaInstance<T, 128, 16, 128, 8, 2, E4m3>(), DecodeMmaInstance<T, 128, 16, 128, 8, 3, E4m3>(),
       DecodeMmaInstance<T, 128, 16, 256, 8, 2, E4m3>(), DecodeMmaInstance<T, 128, 16, 256, 8, 3, E4m3>(),
-      DecodeMmaInstance<T, 128, 16, 128, 4, 6, E4m3>(), DecodeMmaInstance<T, 128, 16, 64, 4, 8, E4m3>(),
       DecodeMmaInstance<T, 128, 64, 64, 4, 2, E4m3>(),
   };
   return DecodeListOf(kInstances);
