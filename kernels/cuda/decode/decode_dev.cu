@@ -630,6 +630,29 @@ __global__ void ReadOnlyKernel(const uint4* k, const uint4* v, int64_t n, uint32
   if (acc == 0x12345678u) sink[0] = acc;  // keeps the loads
 }
 
+// K and V of `n16` 16-byte chunks each (filled with constant bytes) and a sink for the read
+// kernels, freed with the object.
+struct ReadBuffers {
+  uint4* k = nullptr;
+  uint4* v = nullptr;
+  uint32_t* sink = nullptr;
+  int64_t n16 = 0;
+  explicit ReadBuffers(int64_t chunks) : n16(chunks) {
+    CUDA_OK(cudaMalloc(&k, n16 * 16));
+    CUDA_OK(cudaMalloc(&v, n16 * 16));
+    CUDA_OK(cudaMalloc(&sink, 4));
+    CUDA_OK(cudaMemset(k, 1, n16 * 16));
+    CUDA_OK(cudaMemset(v, 2, n16 * 16));
+  }
+  ~ReadBuffers() {
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(sink);
+  }
+  ReadBuffers(const ReadBuffers&) = delete;
+  ReadBuffers& operator=(const ReadBuffers&) = delete;
+};
+
 // DECODE_FLUSH=read flushes by reading, as the backend's Time does; anything else by a memset,
 // which leaves dirty lines for the timed kernel to write back (l2_flush.h).
 struct Timer {
@@ -674,6 +697,16 @@ struct Timer {
     return t[t.size() / 2];
   }
 };
+
+// The read ceiling of `buf`'s bytes: ReadOnlyKernel on a full grid, median of `launches`.
+double ReadCeilingMicros(Timer& timer, const ReadBuffers& buf, int launches) {
+  return timer.MedianMicros(
+      [&] {
+        ReadOnlyKernel<<<132 * 4, 1024>>>(buf.k, buf.v, buf.n16, buf.sink);
+        return cudaGetLastError();
+      },
+      launches);
+}
 
 DevProblem ServingShape(const char* label, int batch, int cache, int n, int page, int prefix, bool e4m3) {
   DevProblem p;
@@ -797,21 +830,8 @@ int ReadPattern(int launches) {
     const int64_t rows = static_cast<int64_t>(s.batch) * s.cache * kv_heads;
     const int64_t n16 = rows * row_chunks;
     const double bytes = 2.0 * n16 * 16;
-    void *ck = nullptr, *cv = nullptr;
-    uint32_t* sink = nullptr;
-    CUDA_OK(cudaMalloc(&ck, n16 * 16));
-    CUDA_OK(cudaMalloc(&cv, n16 * 16));
-    CUDA_OK(cudaMalloc(&sink, 4));
-    CUDA_OK(cudaMemset(ck, 1, n16 * 16));
-    CUDA_OK(cudaMemset(cv, 2, n16 * 16));
-    const auto* k = static_cast<const uint4*>(ck);
-    const auto* v = static_cast<const uint4*>(cv);
-    const double ceiling_us = timer.MedianMicros(
-        [&] {
-          ReadOnlyKernel<<<132 * 4, 1024>>>(k, v, n16, sink);
-          return cudaGetLastError();
-        },
-        launches);
+    const ReadBuffers buf(n16);
+    const double ceiling_us = ReadCeilingMicros(timer, buf, launches);
     std::printf("READ %-10s contiguous, 528 x 1024 threads: %8.2f us %5.2f TB/s\n", s.label, ceiling_us,
                 bytes / ceiling_us * 1e-6);
     for (int splits : {1, 2, 4, 16, 32}) {
@@ -820,7 +840,7 @@ int ReadPattern(int launches) {
       for (int threads : {128, 256, 1024}) {
         const double us = timer.MedianMicros(
             [&] {
-              HeadRowReadKernel<<<blocks, threads>>>(k, v, s.cache, kv_heads, row_chunks, splits, sink);
+              HeadRowReadKernel<<<blocks, threads>>>(buf.k, buf.v, s.cache, kv_heads, row_chunks, splits, buf.sink);
               return cudaGetLastError();
             },
             launches);
@@ -828,9 +848,6 @@ int ReadPattern(int launches) {
                     s.label, blocks, threads, splits, us, bytes / us * 1e-6, 100.0 * ceiling_us / us);
       }
     }
-    cudaFree(ck);
-    cudaFree(cv);
-    cudaFree(sink);
   }
   return 0;
 }
@@ -905,20 +922,7 @@ int Bench(const char* csv_path, int launches) {
     DeviceProblem dp = UploadProblem(p, 64);
     // The read ceiling for the same bytes: K and V of the cache, contiguous.
     const double bytes = p.KvBytes();
-    const int64_t n16 = static_cast<int64_t>(bytes / 2 / 16);
-    void *ck = nullptr, *cv = nullptr;
-    uint32_t* sink = nullptr;
-    CUDA_OK(cudaMalloc(&ck, n16 * 16));
-    CUDA_OK(cudaMalloc(&cv, n16 * 16));
-    CUDA_OK(cudaMalloc(&sink, 4));
-    CUDA_OK(cudaMemset(ck, 1, n16 * 16));
-    CUDA_OK(cudaMemset(cv, 2, n16 * 16));
-    const double ceiling_us = timer.MedianMicros(
-        [&] {
-          ReadOnlyKernel<<<132 * 4, 1024>>>(static_cast<const uint4*>(ck), static_cast<const uint4*>(cv), n16, sink);
-          return cudaGetLastError();
-        },
-        launches);
+    const double ceiling_us = ReadCeilingMicros(timer, ReadBuffers(static_cast<int64_t>(bytes / 2 / 16)), launches);
     const double ceiling = bytes / ceiling_us * 1e-6;
     std::printf("== %s (%.1f MiB K+V): read-only ceiling %.2f us %.2f TB/s\n", s.label, bytes / (1 << 20),
                 ceiling_us, ceiling);
@@ -951,9 +955,6 @@ int Bench(const char* csv_path, int launches) {
     std::snprintf(line, sizeof line, "%-26s %-36s %9.2f us %5.2f TB/s (ceiling %.2f, %.1f %%)", s.label,
                   best_name.c_str(), best, bytes / best * 1e-6, ceiling, 100.0 * bytes / best * 1e-6 / ceiling);
     best_lines.push_back(line);
-    cudaFree(ck);
-    cudaFree(cv);
-    cudaFree(sink);
     dp.Free();
   }
   if (csv) std::fclose(csv);
