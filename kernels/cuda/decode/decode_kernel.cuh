@@ -113,10 +113,12 @@ __device__ __forceinline__ void CpAsyncKv16(void* dst, const void* src, bool pre
 }
 
 // Streams the block's K/V tiles into shared memory: thread `tid` copies kPer 16-byte chunks
-// per tile, rows tid / kChunksPerRow + i * kRowStep at one column. For a paged cache the page
-// of each of those rows is read from the block table one tile ahead, and nothing uses the
-// loaded index until that tile is issued: a GPU thread stalls at the first use of a load, so
-// using it at once would put a table read's latency into every tile.
+// per tile, the consecutive rows (tid / kChunksPerRow) * kPer + i at one column. For a paged
+// cache the page of those rows is read from the block table one tile ahead, and nothing uses
+// the loaded index until that tile is issued: a GPU thread stalls at the first use of a load, so
+// using it at once would put a table read's latency into every tile. When every page holds whole
+// runs of kPer rows (pages of a multiple of kPer tokens: 16 and up), one table read serves a
+// thread's rows of a tile; otherwise each row reads its own.
 template <typename T, int D, int BS, int NT>
 struct DecodeKvLoader {
   static constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
@@ -136,20 +138,26 @@ struct DecodeKvLoader {
   int key_begin, key_end;
   int row0, col;          // this thread's first row in a tile and its column (elements)
   int64_t head_offset;    // kv_head * D + col
+  bool page_holds_run;    // paged, page_size % kPer == 0: the thread's kPer rows share a page
   int next_page[kPer];    // paged: the pages of the next tile's rows (read, not yet used)
 
-  // Key of row i of tile `tile` for this thread.
-  __device__ __forceinline__ int Key(int tile, int i) const { return key_begin + tile * BS + row0 + i * kRowStep; }
+  // Key of row i of tile `tile` for this thread (key_begin is a multiple of block_s).
+  __device__ __forceinline__ int Key(int tile, int i) const { return key_begin + tile * BS + row0 + i; }
   __device__ __forceinline__ int PageOf(int j) const {
     return page_magic == 0 ? j : static_cast<int>(__umulhi(static_cast<uint32_t>(j), page_magic));
   }
 
   __device__ __forceinline__ void LookUp(int tile) {
     if (table == nullptr) return;
+    // Only the entries of the sequence's own pages are valid (and validated): none past key_end.
+    if (page_holds_run) {
+      const int j = Key(tile, 0);
+      next_page[0] = j < key_end ? __ldg(table + PageOf(j)) : 0;
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int j = Key(tile, i);
-      // Only the entries of the sequence's own pages are valid (and validated): none past key_end.
       next_page[i] = j < key_end ? __ldg(table + PageOf(j)) : 0;
     }
   }
@@ -162,11 +170,11 @@ struct DecodeKvLoader {
     for (int i = 0; i < kPer; ++i) {
       const int j = Key(tile, i);
       const bool valid = j < key_end;
-      const int64_t row = table != nullptr
-                              ? static_cast<int64_t>(next_page[i]) * page_size + (j - PageOf(j) * page_size)
-                              : k_start + j;
+      const int page = page_holds_run ? next_page[0] : next_page[i];
+      const int64_t row = table != nullptr ? static_cast<int64_t>(page) * page_size + (j - PageOf(j) * page_size)
+                                           : k_start + j;
       const int64_t offset = valid ? row * kv_row_stride + head_offset : 0;
-      const int r = row0 + i * kRowStep;
+      const int r = row0 + i;
       CpAsyncKv16(sK + r * kPitch + col, k + offset, valid);
       CpAsyncKv16(sV + r * kPitch + col, v + offset, valid);
     }
@@ -188,9 +196,10 @@ __device__ __forceinline__ DecodeKvLoader<T, D, BS, NT> MakeDecodeKvLoader(const
   ld.k_start = blk.seq.k_start;
   ld.key_begin = blk.key_begin;
   ld.key_end = blk.key_end;
-  ld.row0 = threadIdx.x / L::kChunksPerRow;
+  ld.row0 = (threadIdx.x / L::kChunksPerRow) * L::kPer;
   ld.col = (threadIdx.x % L::kChunksPerRow) * L::kElemsPerChunk;
   ld.head_offset = static_cast<int64_t>(blk.kv_head) * D + ld.col;
+  ld.page_holds_run = a.page_size > 0 && a.page_size % L::kPer == 0;
   ld.LookUp(0);
   return ld;
 }
