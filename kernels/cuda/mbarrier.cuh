@@ -28,7 +28,7 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// Makes the initialised barriers visible to the asynchronous proxy (TMA, bulk copies).
+// Makes the initialised barriers visible to the asynchronous proxy (TMA).
 __device__ __forceinline__ void FenceMbarrierInit() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }

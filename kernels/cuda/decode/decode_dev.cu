@@ -45,6 +45,7 @@
 #include <cuda_runtime.h>
 
 #include "../l2_flush.h"
+#include "fusetune/base/median.h"
 #include "decode_instance.h"
 
 namespace {
@@ -755,17 +756,26 @@ const BenchShape kBenchShapes[] = {
     {"b16-c8k-paged16-e4m3", 16, 8192, 1, 16, 0, true},
 };
 
+// The bench shape labelled `label`, or nullptr.
+const BenchShape* FindBenchShape(const std::string& label) {
+  for (const BenchShape& b : kBenchShapes)
+    if (label == b.label) return &b;
+  return nullptr;
+}
+
+// The instance of `all` named `name` (InstanceName), or nullptr.
+const DecodeInstance* FindInstance(const std::vector<DecodeInstance>& all, const std::string& name) {
+  for (const DecodeInstance& i : all)
+    if (InstanceName(i) == name) return &i;
+  return nullptr;
+}
 
 // One shape, one instance and split, `launches` times back to back (for a profiler: ncu
 // --launch-skip / --launch-count pick which launch to read).
 int One(const std::string& shape, const std::string& instance, int splits, int launches) {
-  const BenchShape* s = nullptr;
-  for (const BenchShape& b : kBenchShapes)
-    if (shape == b.label) s = &b;
-  const DecodeInstance* in = nullptr;
+  const BenchShape* s = FindBenchShape(shape);
   const std::vector<DecodeInstance> all = AllInstances();
-  for (const DecodeInstance& i : all)
-    if (InstanceName(i) == instance) in = &i;
+  const DecodeInstance* in = FindInstance(all, instance);
   if (s == nullptr || in == nullptr || splits < 1) {
     std::fprintf(stderr, "unknown shape or instance (e.g. b16-c8k bf16/d128/bm16/bs128/t256/st3)\n");
     return 2;
@@ -857,15 +867,10 @@ int ReadPattern(int launches) {
 // prints each round's time ratio B / A and their median and range.
 int Pair(const std::string& shape, const std::string& name_a, int splits_a, const std::string& name_b, int splits_b,
          int rounds, int launches) {
-  const BenchShape* s = nullptr;
-  for (const BenchShape& b : kBenchShapes)
-    if (shape == b.label) s = &b;
+  const BenchShape* s = FindBenchShape(shape);
   const std::vector<DecodeInstance> all = AllInstances();
-  const DecodeInstance *in_a = nullptr, *in_b = nullptr;
-  for (const DecodeInstance& i : all) {
-    if (InstanceName(i) == name_a) in_a = &i;
-    if (InstanceName(i) == name_b) in_b = &i;
-  }
+  const DecodeInstance* in_a = FindInstance(all, name_a);
+  const DecodeInstance* in_b = FindInstance(all, name_b);
   if (s == nullptr || in_a == nullptr || in_b == nullptr || splits_a < 1 || splits_b < 1 || rounds < 1) {
     std::fprintf(stderr, "unknown shape or instance\n");
     return 2;
@@ -892,15 +897,12 @@ int Pair(const std::string& shape, const std::string& name_a, int splits_a, cons
     tb.push_back(us_b);
     ratios.push_back(us_b / us_a);
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  };
+  using fusetune::Median;
   const double bytes = p.KvBytes();
   std::printf("PAIR %s | A %s split %d: %.2f us %.2f TB/s | B %s split %d: %.2f us %.2f TB/s | B/A median %.4f "
               "[%.4f, %.4f] over %d rounds\n",
-              s->label, name_a.c_str(), splits_a, median(ta), bytes / median(ta) * 1e-6, name_b.c_str(), splits_b,
-              median(tb), bytes / median(tb) * 1e-6, median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+              s->label, name_a.c_str(), splits_a, Median(ta), bytes / Median(ta) * 1e-6, name_b.c_str(), splits_b,
+              Median(tb), bytes / Median(tb) * 1e-6, Median(ratios), *std::min_element(ratios.begin(), ratios.end()),
               *std::max_element(ratios.begin(), ratios.end()), rounds);
   dp.Free();
   return 0;
