@@ -17,7 +17,7 @@ base=$here/../../../base  # the project's one Median (plain C++)
 pids=()
 nvcc -std=c++17 -O3 -I"$base/include" -c "$base/src/median.cc" -o "$out/median.o" > "$out/median.ptxas.txt" 2>&1 &
 pids+=($!)
-for f in decode_fp32 decode_fp16 decode_bf16 decode_e4m3 decode_block_pipeline decode_dev ../l2_flush; do
+for f in decode_fp32 decode_fp16 decode_bf16 decode_e4m3 decode_dev ../l2_flush; do
   nvcc -std=c++17 -O3 -lineinfo $DECODE_DEV_ARCH -I"$here/.." -I"$here/../../gpu" -I"$base/include" -Xptxas -v \
     -c "$here/$f.cu" -o "$out/$(basename $f).o" > "$out/$(basename $f).ptxas.txt" 2>&1 &
   pids+=($!)
@@ -28,7 +28,7 @@ if (( rc != 0 )); then
   grep -h -B2 -A2 error "$out"/*.ptxas.txt >&2 || true
   exit 1
 fi
-nvcc $DECODE_DEV_ARCH -o "$out/decode_dev" "$out"/decode_fp32.o "$out"/decode_fp16.o "$out"/decode_bf16.o "$out"/decode_e4m3.o "$out"/decode_block_pipeline.o \
+nvcc $DECODE_DEV_ARCH -o "$out/decode_dev" "$out"/decode_fp32.o "$out"/decode_fp16.o "$out"/decode_bf16.o "$out"/decode_e4m3.o \
   "$out"/decode_dev.o "$out"/l2_flush.o "$out"/median.o
 # Spills or a stack frame in a kernel are worth knowing before timing it.
 grep -h "spill" "$out"/*.ptxas.txt | sort | uniq -c | sort -rn | head -3

@@ -84,8 +84,7 @@ std::vector<DecodeInstance> AllInstances() {
   for (DecodeInstanceList l : {fusetune::cuda::decode::DecodeFp32Instances(),
                                fusetune::cuda::decode::DecodeFp16Instances(),
                                fusetune::cuda::decode::DecodeBf16Instances(),
-                               fusetune::cuda::decode::DecodeE4m3Instances(),
-                               fusetune::cuda::decode::DecodeBlockPipelineInstances()}) {
+                               fusetune::cuda::decode::DecodeE4m3Instances()}) {
     v.insert(v.end(), l.data, l.data + l.size);
   }
   return v;
@@ -93,8 +92,8 @@ std::vector<DecodeInstance> AllInstances() {
 
 std::string InstanceName(const DecodeInstance& in) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%s%s/d%d/bm%d/bs%d/t%d/st%d%s", StorageName(in.storage), in.kv_e4m3 ? "-e4m3" : "",
-                in.head_dim, in.block_m, in.block_s, in.threads, in.stages, in.block_pipeline ? "/block" : "");
+  std::snprintf(buf, sizeof buf, "%s%s/d%d/bm%d/bs%d/t%d/st%d", StorageName(in.storage), in.kv_e4m3 ? "-e4m3" : "",
+                in.head_dim, in.block_m, in.block_s, in.threads, in.stages);
   return buf;
 }
 

@@ -114,9 +114,6 @@ struct DecodeInstance {
   int smem_bytes;  // dynamic shared memory per block
   DecodeLaunchFn launch;
   DecodeOccupancyFn blocks_per_sm;
-  // A development twin (decode_dev only): one K/V pipeline per block where the instance itself
-  // runs one per warp.
-  bool block_pipeline = false;
 };
 
 struct DecodeInstanceList {
@@ -134,8 +131,6 @@ DecodeInstanceList DecodeBf16Instances();  // decode_bf16.cu
 DecodeInstanceList DecodeFp16Instances();  // decode_fp16.cu
 DecodeInstanceList DecodeFp32Instances();  // decode_fp32.cu
 DecodeInstanceList DecodeE4m3Instances();  // decode_e4m3.cu: K/V e4m3, Q/O fp16 and bf16
-// Development twins of a few instances (decode_block_pipeline.cu; the development driver only).
-DecodeInstanceList DecodeBlockPipelineInstances();
 
 }  // namespace fusetune::FUSETUNE_GPU_NAMESPACE::decode
 

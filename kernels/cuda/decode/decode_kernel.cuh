@@ -112,23 +112,21 @@ __device__ __forceinline__ void CpAsyncKv16(void* dst, const void* src, bool pre
                "r"(pred ? 16 : 0));
 }
 
-// Streams K/V tiles into shared memory: Rows rows of each block_s-key tile, from row_base on,
-// copied by NT threads (the whole block: Rows = BS, row_base 0; or one warp: its own keys of
-// every tile). Thread `tid` copies kPer 16-byte chunks per tile, the consecutive rows
-// row_base + (tid / kChunksPerRow) * kPer + i at one column. For a paged
+// Streams the block's K/V tiles into shared memory: thread `tid` copies kPer 16-byte chunks
+// per tile, the consecutive rows (tid / kChunksPerRow) * kPer + i at one column. For a paged
 // cache the page of those rows is read from the block table one tile ahead, and nothing uses
 // the loaded index until that tile is issued: a GPU thread stalls at the first use of a load, so
 // using it at once would put a table read's latency into every tile. When every page holds whole
 // runs of kPer rows (pages of a multiple of kPer tokens: 16 and up), one table read serves a
 // thread's rows of a tile; otherwise each row reads its own.
-template <typename T, int D, int BS, int Rows, int NT>
+template <typename T, int D, int BS, int NT>
 struct DecodeKvLoader {
   static constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
   static constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
   static_assert(NT % kChunksPerRow == 0, "threads must cover whole rows");
   static constexpr int kRowStep = NT / kChunksPerRow;
-  static_assert(Rows % kRowStep == 0 && BS % Rows == 0, "the rows must be whole passes of the threads");
-  static constexpr int kPer = Rows / kRowStep;
+  static_assert(BS % kRowStep == 0, "a tile must be whole passes of the block's threads");
+  static constexpr int kPer = BS / kRowStep;
 
   const T* k;
   const T* v;
@@ -138,7 +136,7 @@ struct DecodeKvLoader {
   uint32_t page_magic;    // PageDivisorMagic(page_size)
   int64_t k_start;        // contiguous cache: the sequence's first key row
   int key_begin, key_end;
-  int row0, col;          // this thread's first row in a tile (row_base included) and its column
+  int row0, col;          // this thread's first row in a tile and its column (elements)
   int64_t head_offset;    // kv_head * D + col
   bool page_holds_run;    // paged, page_size % kPer == 0: the thread's kPer rows share a page
   int next_page[kPer];    // paged: the pages of the next tile's rows (read, not yet used)
@@ -184,11 +182,10 @@ struct DecodeKvLoader {
   }
 };
 
-template <typename T, int D, int BS, int Rows, int NT>
-__device__ __forceinline__ DecodeKvLoader<T, D, BS, Rows, NT> MakeDecodeKvLoader(const DecodeKernelArgs& a,
-                                                                                const DecodeBlock& blk, int tid,
-                                                                                int row_base) {
-  using L = DecodeKvLoader<T, D, BS, Rows, NT>;
+template <typename T, int D, int BS, int NT>
+__device__ __forceinline__ DecodeKvLoader<T, D, BS, NT> MakeDecodeKvLoader(const DecodeKernelArgs& a,
+                                                                          const DecodeBlock& blk) {
+  using L = DecodeKvLoader<T, D, BS, NT>;
   L ld;
   ld.k = static_cast<const T*>(a.k);
   ld.v = static_cast<const T*>(a.v);
@@ -199,8 +196,8 @@ __device__ __forceinline__ DecodeKvLoader<T, D, BS, Rows, NT> MakeDecodeKvLoader
   ld.k_start = blk.seq.k_start;
   ld.key_begin = blk.key_begin;
   ld.key_end = blk.key_end;
-  ld.row0 = row_base + (tid / L::kChunksPerRow) * L::kPer;
-  ld.col = (tid % L::kChunksPerRow) * L::kElemsPerChunk;
+  ld.row0 = (threadIdx.x / L::kChunksPerRow) * L::kPer;
+  ld.col = (threadIdx.x % L::kChunksPerRow) * L::kElemsPerChunk;
   ld.head_offset = static_cast<int64_t>(blk.kv_head) * D + ld.col;
   ld.page_holds_run = a.page_size > 0 && a.page_size % L::kPer == 0;
   ld.LookUp(0);
@@ -345,9 +342,7 @@ __device__ __forceinline__ void DecodeEpilogue(const DecodeKernelArgs& a, const 
 
 // ---- tensor-core kernel (fp16, bf16) --------------------------------------------------------
 
-// kBlockPipeline: one pipeline for the whole block even where each warp could stream its own
-// keys (a development twin, to time the two against each other).
-template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T, bool kBlockPipeline = false>
+template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T>
 struct DecodeMmaTraits {
   using Storage = T;  // Q and O
   using KvStorage = KV;  // K and V: T, or uint8_t for e4m3
@@ -355,10 +350,6 @@ struct DecodeMmaTraits {
   static constexpr int kWarpsM = BM / 16;
   static constexpr int kWarpsN = W / kWarpsM;
   static constexpr int kKeysPerWarp = BS / kWarpsN;
-  // With one warp row (decode) a warp reads only its own keys of each tile, so each warp copies
-  // them itself and waits for its own copies: no block barrier per tile, and the warps' refills
-  // spread over time instead of all waiting for a tile's slowest row.
-  static constexpr bool kWarpPipelines = kWarpsM == 1 && !kBlockPipeline;
   static_assert(BM % 16 == 0 && W % kWarpsM == 0, "warps tile the rows by 16");
   static_assert(kKeysPerWarp % 16 == 0, "each warp takes whole k16 steps of every tile");
   static_assert(ST >= 2 && ST <= 4, "2 to 4 K/V stages");
@@ -475,9 +466,7 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
   const int wm = warp % WM, wn = warp / WM;
   const float c = a.scale_log2;
 
-  // The K/V copies: each warp its own keys (kWarpPipelines), or the block every key.
-  auto kv = MakeDecodeKvLoader<KV, D, BS, Tr::kWarpPipelines ? KW : BS, Tr::kWarpPipelines ? 32 : NT>(
-      a, blk, Tr::kWarpPipelines ? lane : tid, Tr::kWarpPipelines ? wn * KW : 0);
+  auto kv = MakeDecodeKvLoader<KV, D, BS, NT>(a, blk);
   if (n_tiles > 0) {
     LoadDecodeQ<T, D, BM, NT, P>(a, blk, sQ);
     CpAsyncCommit();
@@ -519,14 +508,7 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
 
   for (int t = 0; t < n_tiles; ++t) {
     CpAsyncWait<ST - 2>();
-    // Tile t (and, at t = 0, Q, which every thread copied a part of) is in shared memory, and
-    // the buffer of tile t - 1 is free: for the whole block, or, with warp pipelines, for the
-    // warp's own rows, which no other warp reads or writes.
-    if (!Tr::kWarpPipelines || t == 0) {
-      __syncthreads();
-    } else {
-      __syncwarp();
-    }
+    __syncthreads();
     {
       const int nt = t + ST - 1;
       const int nbuf = nt % ST;
@@ -725,7 +707,7 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeSimtKernel(const DecodeKer
     }
     *reinterpret_cast<float4*>(sQ + r * D + col) = x;
   }
-  auto kv = MakeDecodeKvLoader<T, D, BS, BS, NT>(a, blk, tid, 0);
+  auto kv = MakeDecodeKvLoader<T, D, BS, NT>(a, blk);
 #pragma unroll
   for (int t = 0; t < ST - 1; ++t) {
     if (t < n_tiles) kv.template Issue<P>(t, sK + t * Tr::kTileElems, sV + t * Tr::kTileElems);
@@ -838,9 +820,9 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeSimtKernel(const DecodeKer
 
 // ---- launch -------------------------------------------------------------------------------
 
-template <typename T, int D, int BM, int BS, int W, int ST, bool kSimt, typename KV = T, bool kBlockPipeline = false>
+template <typename T, int D, int BM, int BS, int W, int ST, bool kSimt, typename KV = T>
 struct DecodeTraits : std::conditional_t<kSimt, DecodeSimtTraits<T, D, BM, BS, W, ST>,
-                                         DecodeMmaTraits<T, D, BM, BS, W, ST, KV, kBlockPipeline>> {
+                                         DecodeMmaTraits<T, D, BM, BS, W, ST, KV>> {
   static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kStages = ST;
 };
 
@@ -878,12 +860,11 @@ int DecodeBlocksPerSm() {
   return blocks;
 }
 
-template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T, bool kBlockPipeline = false>
+template <typename T, int D, int BM, int BS, int W, int ST, typename KV = T>
 DecodeInstance DecodeMmaInstance() {
-  using Tr = DecodeTraits<T, D, BM, BS, W, ST, false, KV, kBlockPipeline>;
+  using Tr = DecodeTraits<T, D, BM, BS, W, ST, false, KV>;
   return DecodeInstance{D, DecodeStorageOf<T>(), std::is_same_v<KV, uint8_t>, BM, BS, Tr::kThreads, ST,
-                        Tr::kSmemBytes, &LaunchDecodeKernel<Tr, false>, &DecodeBlocksPerSm<Tr, false>,
-                        kBlockPipeline};
+                        Tr::kSmemBytes, &LaunchDecodeKernel<Tr, false>, &DecodeBlocksPerSm<Tr, false>};
 }
 
 template <typename T, int D, int BM, int BS, int W, int ST>
