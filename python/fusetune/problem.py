@@ -133,7 +133,8 @@ _PRECISION_NAMES = {v: k for k, v in _capi.PRECISIONS.items()}
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One kernel config, as ``KernelConfig`` (config.h). ``split_kv`` 0 = planned at launch."""
+    """One kernel config, as ``KernelConfig`` (config.h). ``split_kv`` 0 = planned at launch, -1 = the
+    balanced schedule (GPU decode)."""
 
     variant: str = "fused"
     block_m: int = 64
