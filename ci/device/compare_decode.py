@@ -103,8 +103,7 @@ E4M3_CONFIGS = ["fused/bm16/bs128/t256/fp16/st3", "fused/bm16/bs128/t256/fp16/st
                 "fused/bm16/bs256/t256/fp16/st2/skauto", "fused/bm16/bs64/t128/fp16/st4",
                 "fused/bm16/bs64/t128/fp16/st3/skauto", "fused/bm16/bs64/t128/fp16/st3/sk16",
                 "fused/bm16/bs128/t256/fp16/st2/sk16", "fused/bm16/bs128/t256/fp16/st3/sk2",
-                "fused/bm16/bs256/t256/fp16/st3/sk16", "fused/bm64/bs64/t128/fp16/st2",
-                "fused/bm16/bs256/t256/fp16/st3/skbal", "fused/bm16/bs64/t128/fp16/st3/skbal"]
+                "fused/bm16/bs256/t256/fp16/st3/sk16", "fused/bm64/bs64/t128/fp16/st2"]
 # The short list each ours* candidate takes its fastest from (one block each), keys as
 # KernelConfig::Key prints them, precision filled in: the decode family (block_m 16: a KV
 # group's heads x the new tokens per block; split planned at launch or fixed) and, for the
@@ -114,8 +113,7 @@ OURS_CONFIGS = ["fused/bm16/bs128/t256/{p}/st3/skauto", "fused/bm16/bs128/t256/{
                 "fused/bm16/bs64/t128/{p}/st3/skauto", "fused/bm16/bs64/t128/{p}/st2/sk8",
                 "fused/bm16/bs64/t128/{p}/st4", "fused/bm16/bs64/t128/{p}/st3/sk16",
                 "fused/bm64/bs64/t128/{p}/st2", "fused/bm64/bs64/t128/{p}/st2/skauto",
-                "fused/bm128/bs128/t384/{p}/st2", "fused/bm16/bs128/t256/{p}/st3/skbal",
-                "fused/bm16/bs64/t128/{p}/st3/skbal", "fused/bm16/bs64/t128/{p}/st4/skbal"]
+                "fused/bm128/bs128/t384/{p}/st2"]
 
 
 class KvCache(ctypes.Structure):

@@ -209,11 +209,6 @@ class CpuBackend final : public Backend {
       return absl::UnimplementedError(
           "cpu: stages must be 1 (the CPU has no asynchronous copies to pipeline)");
     }
-    if (config.split_kv == kBalancedSplitKv) {
-      return absl::UnimplementedError(
-          "cpu: the balanced split schedule (/skbal) is a GPU decode schedule; the CPU splits by count "
-          "or by plan (/skauto)");
-    }
     if (problem.kind == ProblemKind::kPrefill && config.split_kv != 1 && config.split_kv != kAutoSplitKv) {
       // Prefill has many queries per sequence to spread over the workers already;
       // ChooseSplitKv plans 1 for it too.

@@ -217,9 +217,9 @@ struct PreparedLaunch {
   // Device pointer arrays for the batched GEMMs, per group: {K, Q, S, V, P, O} x entries.
   std::vector<const void**> group_pointers;
   // The fused variant of a decode problem or of a prefill over a paged cache: the decode
-  // family's launch with its grid resolved for this device.
+  // family's launch with its split count resolved for this device.
   bool decode = false;
-  cuda::DecodeGrid decode_grid;
+  int decode_splits = 1;
   cuda::DecodeLaunchBuffers decode_buffers;
   // Partial/materialized over a paged cache: K and V gathered first (part of every launch),
   // then the baseline's passes on `unpaged` with params.k/v pointing at the gathered copies.
@@ -280,18 +280,13 @@ class CudaBackend final : public Backend {
     }
     if (FusedOnDecodeFamily(problem, config)) {
       if (auto s = cuda::DecodeCanImplement(problem, config, info_.shared_mem_per_block); !s.ok()) return s;
-      // The split partials of the most parts the config can ask for (the planner's cap for
-      // kAutoSplitKv; for the balanced schedule 32 blocks per multiprocessor, more than fit).
-      cuda::DecodeGrid most;
-      if (config.split_kv == kBalancedSplitKv) {
-        most.balanced_blocks = info_.sm_count * 32;
-      } else {
-        most.splits = config.split_kv == kAutoSplitKv ? kMaxSplitKv : config.split_kv;
-      }
-      const size_t bytes = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, config, most)) * sizeof(float);
+      // The split partials of the most splits the config can ask for (the planner's cap for
+      // kAutoSplitKv).
+      const int splits = config.split_kv == kAutoSplitKv ? kMaxSplitKv : config.split_kv;
+      const size_t bytes = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, splits)) * sizeof(float);
       if (bytes > WorkspaceLimit()) {
         return absl::FailedPreconditionError(Cat(
-            "fused decode ", config.Key(), " needs ", bytes >> 20,
+            "fused decode with ", splits, " KV splits needs ", bytes >> 20,
             " MiB of workspace for the split partials, over the backend's limit of ", WorkspaceLimit() >> 20,
             " MiB (half the device memory)"));
       }
@@ -408,10 +403,10 @@ class CudaBackend final : public Backend {
     }
     // Planned for the problem as given: with the counts on the device, for kv_len keys per
     // sequence, which holds for any counts up to it.
-    const cuda::DecodeGrid grid = cuda::ResolveDecodeGrid(problem, config, DecodeResidentBlocks(problem, config));
+    const int splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
     cuda::DecodeLaunchBuffers decode = DecodeBuffersOf(problem, buffers, p);
-    if (grid.has_parts()) {
-      const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, config, grid));
+    if (splits > 1) {
+      const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, splits));
       auto workspace = stream_workspace_.AtLeast(floats * sizeof(float), stream, /*zeroed=*/false,
                                                  "the decode split workspace");
       if (!workspace.ok()) return workspace.status();
@@ -422,7 +417,7 @@ class CudaBackend final : public Backend {
       decode.workspace = static_cast<float*>(*workspace);
       decode.split_counters = static_cast<int32_t*>(*counter_memory);
     }
-    return CheckStreamLaunch(cuda::LaunchDecode(problem, config, grid, decode, stream), "fused decode launch");
+    return CheckStreamLaunch(cuda::LaunchDecode(problem, config, splits, decode, stream), "fused decode launch");
   }
 
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
@@ -724,12 +719,11 @@ class CudaBackend final : public Backend {
     return split_counters_;
   }
 
-  // What kAutoSplitKv plans with and the balanced schedule's grid: the blocks of the config's
-  // decode instance the whole device holds at once (0 for an explicit split count, which needs
-  // none). Asked of CUDA once per instance, so that a launch being captured into a graph calls
-  // nothing but the launch.
+  // What kAutoSplitKv plans with: the blocks of the config's decode instance the whole device
+  // holds at once (0 for an explicit split count, which needs none). Asked of CUDA once per
+  // instance, so that a launch being captured into a graph calls nothing but the launch.
   int DecodeResidentBlocks(const AttentionProblem& problem, const KernelConfig& config) {
-    if (config.split_kv != kAutoSplitKv && config.split_kv != kBalancedSplitKv) return 0;
+    if (config.split_kv != kAutoSplitKv) return 0;
     const auto key = std::make_tuple(problem.head_dim, static_cast<int>(problem.dtype),
                                      static_cast<int>(problem.kv_storage), config.block_m, config.block_s,
                                      config.threads, config.stages);
@@ -808,13 +802,13 @@ class CudaBackend final : public Backend {
 
     if (FusedOnDecodeFamily(problem, config)) {
       out.decode = true;
-      out.decode_grid = cuda::ResolveDecodeGrid(problem, config, DecodeResidentBlocks(problem, config));
-      const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, config, out.decode_grid));
+      out.decode_splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
+      const size_t floats = static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, out.decode_splits));
       if (auto s = EnsureWorkspace(floats * sizeof(float)); !s.ok()) return s;
       out.decode_buffers = DecodeBuffersOf(problem, buffers, p);
       cuda::DecodeLaunchBuffers& launch = out.decode_buffers;
       launch.workspace = floats > 0 ? static_cast<float*>(workspace_) : nullptr;
-      if (out.decode_grid.has_parts()) {
+      if (out.decode_splits > 1) {
         auto counters = SplitCounters(cuda::DecodeSplitCounterCount(problem, config));
         if (!counters.ok()) return counters.status();
         launch.split_counters = *counters;
@@ -924,7 +918,7 @@ class CudaBackend final : public Backend {
                        const PreparedLaunch& prepared) {
     const AttentionParams& p = prepared.params;
     if (prepared.decode) {
-      return Check(cuda::LaunchDecode(paged_or_contiguous, config, prepared.decode_grid, prepared.decode_buffers,
+      return Check(cuda::LaunchDecode(paged_or_contiguous, config, prepared.decode_splits, prepared.decode_buffers,
                                       kStream),
                    "fused decode launch");
     }

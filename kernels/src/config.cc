@@ -51,9 +51,8 @@ absl::Status KernelConfig::Validate() const {
   if (block_s < 1 || block_s > 1024) return absl::InvalidArgumentError("block_s must be in [1, 1024]");
   if (threads < 1 || threads > 1024) return absl::InvalidArgumentError("threads must be in [1, 1024]");
   if (stages < 1 || stages > 8) return absl::InvalidArgumentError("stages must be in [1, 8]");
-  if (split_kv != kAutoSplitKv && split_kv != kBalancedSplitKv && (split_kv < 1 || split_kv > 64)) {
-    return absl::InvalidArgumentError(
-        "split_kv must be in [1, 64], 0 (planned at launch) or -1 (the balanced schedule)");
+  if (split_kv != kAutoSplitKv && (split_kv < 1 || split_kv > 64)) {
+    return absl::InvalidArgumentError("split_kv must be in [1, 64], or 0 (planned at launch)");
   }
   return absl::OkStatus();
 }
@@ -63,7 +62,6 @@ std::string KernelConfig::Key() const {
                                  threads, "/", PrecisionName(precision), "/st", stages);
   if (split_kv > 1) absl::StrAppend(&key, "/sk", split_kv);
   if (split_kv == kAutoSplitKv) absl::StrAppend(&key, "/skauto");
-  if (split_kv == kBalancedSplitKv) absl::StrAppend(&key, "/skbal");
   return key;
 }
 
@@ -88,8 +86,6 @@ absl::StatusOr<KernelConfig> KernelConfig::FromKey(std::string_view key) {
   if (parts.size() == 7) {
     if (parts[6] == "skauto") {
       c.split_kv = kAutoSplitKv;
-    } else if (parts[6] == "skbal") {
-      c.split_kv = kBalancedSplitKv;
     } else if (!field(parts[6], "sk", &c.split_kv) || c.split_kv < 2) {
       return bad();
     }

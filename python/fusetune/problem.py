@@ -133,8 +133,7 @@ _PRECISION_NAMES = {v: k for k, v in _capi.PRECISIONS.items()}
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One kernel config, as ``KernelConfig`` (config.h). ``split_kv`` 0 = planned at launch, -1 = the
-    balanced schedule (GPU decode)."""
+    """One kernel config, as ``KernelConfig`` (config.h). ``split_kv`` 0 = planned at launch."""
 
     variant: str = "fused"
     block_m: int = 64

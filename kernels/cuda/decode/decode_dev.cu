@@ -8,13 +8,10 @@
 //        larger than needed with unused rows NaN, cache lengths 0, 1, odd and not multiples of
 //        the page, batches up to 64 with one long sequence, GQA 32/8, 8/1 (MQA) and others,
 //        1-16 new tokens (bottom-right causal), fp16/bf16/fp32, e4m3 K/V with random per-head
-//        scales (NaN bytes in unused rows), d64/d128, random splits and balanced grids (of
-//        1 to 1000 blocks, or the resident slots), large logits. Output
+//        scales (NaN bytes in unused rows), d64/d128, random splits, large logits. Output
 //        poisoned (all ones) first: every element must be written. DECODE_CHECK_INSTANCES (name
 //        substrings, comma-separated) limits the instances. `small`
 //        keeps every problem tiny (for compute-sanitizer).
-//   SPLITS (below) is a split count, `bal` (the balanced schedule over the device's resident
-//        slots of the instance) or balN (the balanced schedule over N blocks).
 //   decode_dev one SHAPE INSTANCE SPLITS [launches]  one bench shape, instance and split, back to
 //        back (for ncu), e.g. one b16-c8k bf16/d128/bm16/bs128/t256/st3 1
 //   decode_dev pair SHAPE A SPLITS_A B SPLITS_B [rounds] [launches]  two instances (or splits)
@@ -77,31 +74,6 @@ const char* StorageName(DecodeStorage s) {
   return "?";
 }
 int StorageBytes(DecodeStorage s) { return s == DecodeStorage::kFp32 ? 4 : 2; }
-
-// The most blocks a balanced grid of this driver has (the workspace is sized for it).
-constexpr int kMaxBalancedBlocks = 1056;
-
-// The device's resident slots for `in`: multiprocessors x blocks of it each holds.
-int ResidentSlots(const DecodeInstance& in) {
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  return std::min(kMaxBalancedBlocks, sms * std::max(1, in.blocks_per_sm()));
-}
-
-// A SPLITS argument: a count, `bal` (-resident slots) or balN (-N); 0 when malformed.
-int ParseSplits(const std::string& arg, const DecodeInstance* in) {
-  if (arg == "bal") return in == nullptr ? 0 : -ResidentSlots(*in);
-  if (arg.rfind("bal", 0) == 0) {
-    const int n = std::atoi(arg.c_str() + 3);
-    return n >= 1 && n <= kMaxBalancedBlocks ? -n : 0;
-  }
-  const int n = std::atoi(arg.c_str());
-  return n >= 1 ? n : 0;
-}
-
-std::string SplitName(int splits) {
-  return splits < 0 ? "bal" + std::to_string(-splits) : "split " + std::to_string(splits);
-}
 
 // e4m3 on the host (the CUDA headers' conversions: round to nearest even, saturating).
 uint8_t ToE4m3(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
@@ -442,14 +414,12 @@ DeviceProblem UploadProblem(const DevProblem& p, int max_splits) {
     }
     dp.cu_q = Upload(cq);
     dp.cu_k = Upload(ck);
-  } else if (std::any_of(p.k_lens.begin(), p.k_lens.end(), [&](int k) { return k != p.kv_len; })) {
-    // Key padding; a batch of full caches passes none (the kernels' uniform path).
+  } else {
     std::vector<int32_t> lens(p.k_lens.begin(), p.k_lens.end());
     dp.kv_lens = Upload(lens);
   }
-  dp.ws_floats = static_cast<size_t>(std::max(
-      fusetune::cuda::decode::DecodeWorkspaceFloats(p.total_q, p.hq, p.d, std::max(2, max_splits)),
-      fusetune::cuda::decode::DecodeWorkspaceFloats(p.total_q, p.hq, p.d, 1, kMaxBalancedBlocks, 64)));
+  dp.ws_floats = static_cast<size_t>(
+      fusetune::cuda::decode::DecodeWorkspaceFloats(p.total_q, p.hq, p.d, std::max(2, max_splits)));
   CUDA_OK(cudaMalloc(&dp.ws, dp.ws_floats * sizeof(float)));
   // Enough counters for the smallest row block (16 rows); zero once, left zero by every launch.
   const int64_t counters = fusetune::cuda::decode::DecodeSplitCounterCount(
@@ -459,7 +429,6 @@ DeviceProblem UploadProblem(const DevProblem& p, int max_splits) {
   return dp;
 }
 
-// `splits`: a split count (>= 1), or -G for the balanced schedule over G blocks.
 DecodeKernelArgs ArgsFor(const DevProblem& p, const DeviceProblem& dp, const DecodeInstance& in, int splits) {
   DecodeKernelArgs a;
   a.q = dp.q;
@@ -484,13 +453,11 @@ DecodeKernelArgs ArgsFor(const DevProblem& p, const DeviceProblem& dp, const Dec
   a.block_table_width = p.table_width;
   a.page_size = p.page;
   a.page_magic = fusetune::cuda::decode::PageDivisorMagic(p.page);
-  a.splits = std::max(1, splits);
-  a.balanced_blocks = std::max(0, -splits);
+  a.splits = splits;
   a.total_q = p.total_q;
-  if (splits > 1 || splits < 0) {
+  if (splits > 1) {
     a.partial = dp.ws;
-    a.partial_ml = dp.ws + fusetune::cuda::decode::DecodePartialEntries(p.total_q, p.hq, a.splits, a.balanced_blocks,
-                                                                         in.block_m) * p.d;
+    a.partial_ml = dp.ws + static_cast<int64_t>(splits) * p.total_q * p.hq * p.d;
     a.split_counters = dp.counters;
   }
   a.row_blocks = (p.group() * p.q_len + in.block_m - 1) / in.block_m;
@@ -591,13 +558,11 @@ int Check(int problems, uint64_t seed, bool small) {
       std::shuffle(chosen.begin(), chosen.end(), rng);
       chosen.resize(std::min<size_t>(2, chosen.size()));
     }
-    // Split counts, and balanced grids (negative: -blocks; 0: the instance's resident slots).
-    const int split_choices[] = {1, 2, 3, 5, 8, 16, 64, -1, -7, -33, -200, -1000, 0};
+    const int split_choices[] = {1, 2, 3, 5, 8, 16, 64};
     DeviceProblem dp = UploadProblem(p, 64);
     std::vector<uint8_t> out(dp.o_bytes);
     for (const DecodeInstance* in : chosen) {
-      int splits = split_choices[rng() % (sizeof split_choices / sizeof split_choices[0])];
-      if (splits == 0) splits = -ResidentSlots(*in);
+      const int splits = split_choices[rng() % 7];
       DecodeKernelArgs a = ArgsFor(p, dp, *in, splits);
       CUDA_OK(cudaMemset(dp.o, 0xff, std::max<size_t>(16, dp.o_bytes)));  // NaN in every storage type
       if (p.total_q > 0) {
@@ -605,13 +570,13 @@ int Check(int problems, uint64_t seed, bool small) {
         CUDA_OK(cudaDeviceSynchronize());
       }
       CUDA_OK(cudaMemcpy(out.data(), dp.o, dp.o_bytes, cudaMemcpyDeviceToHost));
-      if (splits != 1) {  // the last block of each row block's parts must leave its counter at zero
+      if (splits > 1) {  // the last split block of each row block must leave its counter at zero
         std::vector<int32_t> counters(fusetune::cuda::decode::DecodeSplitCounterCount(a.row_blocks, p.batch, p.hkv));
         CUDA_OK(cudaMemcpy(counters.data(), dp.counters, counters.size() * 4, cudaMemcpyDeviceToHost));
         if (std::any_of(counters.begin(), counters.end(), [](int32_t x) { return x != 0; })) {
           ++failures;
-          std::printf("FAIL %s | %s %s: split counters not left at zero\n", p.label.c_str(),
-                      InstanceName(*in).c_str(), SplitName(splits).c_str());
+          std::printf("FAIL %s | %s split%d: split counters not left at zero\n", p.label.c_str(),
+                      InstanceName(*in).c_str(), splits);
         }
       }
       double err = 0;
@@ -629,8 +594,8 @@ int Check(int problems, uint64_t seed, bool small) {
       if (finite) worst_ratio = std::max(worst_ratio, rel / tol);
       if (!finite || rel > tol) {
         ++failures;
-        std::printf("FAIL %s | %s %s: %s rel %.3g tol %.3g\n", p.label.c_str(), InstanceName(*in).c_str(),
-                    SplitName(splits).c_str(), finite ? "error" : "non-finite or unwritten output", rel, tol);
+        std::printf("FAIL %s | %s split%d: %s rel %.3g tol %.3g\n", p.label.c_str(), InstanceName(*in).c_str(),
+                    splits, finite ? "error" : "non-finite or unwritten output", rel, tol);
       }
     }
     dp.Free();
@@ -807,12 +772,11 @@ const DecodeInstance* FindInstance(const std::vector<DecodeInstance>& all, const
 
 // One shape, one instance and split, `launches` times back to back (for a profiler: ncu
 // --launch-skip / --launch-count pick which launch to read).
-int One(const std::string& shape, const std::string& instance, const std::string& split_arg, int launches) {
+int One(const std::string& shape, const std::string& instance, int splits, int launches) {
   const BenchShape* s = FindBenchShape(shape);
   const std::vector<DecodeInstance> all = AllInstances();
   const DecodeInstance* in = FindInstance(all, instance);
-  const int splits = ParseSplits(split_arg, in);
-  if (s == nullptr || in == nullptr || splits == 0) {
+  if (s == nullptr || in == nullptr || splits < 1) {
     std::fprintf(stderr, "unknown shape or instance (e.g. b16-c8k bf16/d128/bm16/bs128/t256/st3)\n");
     return 2;
   }
@@ -823,7 +787,7 @@ int One(const std::string& shape, const std::string& instance, const std::string
   DecodeKernelArgs a = ArgsFor(p, dp, *in, splits);
   for (int i = 0; i < launches; ++i) CUDA_OK(in->launch(a, 0));
   CUDA_OK(cudaDeviceSynchronize());
-  std::printf("%s %s %s: %d launches\n", s->label, instance.c_str(), SplitName(splits).c_str(), launches);
+  std::printf("%s %s split %d: %d launches\n", s->label, instance.c_str(), splits, launches);
   dp.Free();
   return 0;
 }
@@ -901,14 +865,13 @@ int ReadPattern(int launches) {
 // Two instances (or two splits of one) on one bench shape, interleaved: every round times both
 // (median of `launches`, L2 flushed before each launch) in a fresh random order, same inputs;
 // prints each round's time ratio B / A and their median and range.
-int Pair(const std::string& shape, const std::string& name_a, const std::string& split_a, const std::string& name_b,
-         const std::string& split_b, int rounds, int launches) {
+int Pair(const std::string& shape, const std::string& name_a, int splits_a, const std::string& name_b, int splits_b,
+         int rounds, int launches) {
   const BenchShape* s = FindBenchShape(shape);
   const std::vector<DecodeInstance> all = AllInstances();
   const DecodeInstance* in_a = FindInstance(all, name_a);
   const DecodeInstance* in_b = FindInstance(all, name_b);
-  const int splits_a = ParseSplits(split_a, in_a), splits_b = ParseSplits(split_b, in_b);
-  if (s == nullptr || in_a == nullptr || in_b == nullptr || splits_a == 0 || splits_b == 0 || rounds < 1) {
+  if (s == nullptr || in_a == nullptr || in_b == nullptr || splits_a < 1 || splits_b < 1 || rounds < 1) {
     std::fprintf(stderr, "unknown shape or instance\n");
     return 2;
   }
@@ -936,10 +899,9 @@ int Pair(const std::string& shape, const std::string& name_a, const std::string&
   }
   using fusetune::Median;
   const double bytes = p.KvBytes();
-  std::printf("PAIR %s | A %s %s: %.2f us %.2f TB/s | B %s %s: %.2f us %.2f TB/s | B/A median %.4f "
+  std::printf("PAIR %s | A %s split %d: %.2f us %.2f TB/s | B %s split %d: %.2f us %.2f TB/s | B/A median %.4f "
               "[%.4f, %.4f] over %d rounds\n",
-              s->label, name_a.c_str(), SplitName(splits_a).c_str(), Median(ta), bytes / Median(ta) * 1e-6,
-              name_b.c_str(), SplitName(splits_b).c_str(),
+              s->label, name_a.c_str(), splits_a, Median(ta), bytes / Median(ta) * 1e-6, name_b.c_str(), splits_b,
               Median(tb), bytes / Median(tb) * 1e-6, Median(ratios), *std::min_element(ratios.begin(), ratios.end()),
               *std::max_element(ratios.begin(), ratios.end()), rounds);
   dp.Free();
@@ -1019,10 +981,10 @@ int main(int argc, char** argv) {
     return Check(problems, seed, small);
   }
   if (mode == "bench") return Bench(argc > 2 ? argv[2] : nullptr, argc > 3 ? std::atoi(argv[3]) : 20);
-  if (mode == "one" && argc >= 5) return One(argv[2], argv[3], argv[4], argc > 5 ? std::atoi(argv[5]) : 3);
+  if (mode == "one" && argc >= 5) return One(argv[2], argv[3], std::atoi(argv[4]), argc > 5 ? std::atoi(argv[5]) : 3);
   if (mode == "readpattern") return ReadPattern(argc > 2 ? std::atoi(argv[2]) : 15);
   if (mode == "pair" && argc >= 7) {
-    return Pair(argv[2], argv[3], argv[4], argv[5], argv[6], argc > 7 ? std::atoi(argv[7]) : 9,
+    return Pair(argv[2], argv[3], std::atoi(argv[4]), argv[5], std::atoi(argv[6]), argc > 7 ? std::atoi(argv[7]) : 9,
                 argc > 8 ? std::atoi(argv[8]) : 10);
   }
   std::fprintf(stderr,

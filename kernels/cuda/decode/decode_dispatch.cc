@@ -136,15 +136,14 @@ absl::Status DecodeCanImplement(const AttentionProblem& problem, const KernelCon
   }
   if (problem.kind != ProblemKind::kDecode && config.split_kv != 1 && config.split_kv != kAutoSplitKv) {
     return absl::UnimplementedError(Cat(
-        "split_kv must be 1 for a prefill over a cache (only decode splits its keys), got ", config.Key()));
+        "split_kv must be 1 for a prefill over a cache (only decode splits its keys), got ", config.split_kv));
   }
   if (inst->smem_bytes > smem_limit_bytes) {
     return absl::FailedPreconditionError(Cat(
         "the CUDA decode kernel ", config.Key(), " needs ", inst->smem_bytes,
         " bytes of shared memory per block, the device allows ", smem_limit_bytes));
   }
-  // The balanced schedule's grid is the device's resident slots, far below the limit.
-  const int64_t splits = config.split_kv == kAutoSplitKv ? kMaxSplitKv : std::max(1, config.split_kv);
+  const int64_t splits = config.split_kv == kAutoSplitKv ? kMaxSplitKv : config.split_kv;
   const int64_t blocks = static_cast<int64_t>(RowBlocks(problem, config.block_m)) * problem.batch *
                          problem.kv_heads * splits;
   if (blocks > 0x7fffffff) {
@@ -154,21 +153,13 @@ absl::Status DecodeCanImplement(const AttentionProblem& problem, const KernelCon
   return absl::OkStatus();
 }
 
-DecodeGrid ResolveDecodeGrid(const AttentionProblem& problem, const KernelConfig& config, int resident_blocks) {
-  DecodeGrid grid;
-  if (config.split_kv == kBalancedSplitKv) {
-    grid.balanced_blocks = std::max(1, resident_blocks);
-  } else if (config.split_kv == kAutoSplitKv) {
-    grid.splits = ChooseSplitKv(problem, std::max(1, resident_blocks));
-  } else {
-    grid.splits = config.split_kv;
-  }
-  return grid;
+int ResolveDecodeSplits(const AttentionProblem& problem, const KernelConfig& config, int resident_blocks) {
+  if (config.split_kv != kAutoSplitKv) return config.split_kv;
+  return ChooseSplitKv(problem, std::max(1, resident_blocks));
 }
 
-int64_t DecodeWorkspaceFloats(const AttentionProblem& problem, const KernelConfig& config, const DecodeGrid& grid) {
-  return decode::DecodeWorkspaceFloats(problem.TotalQueries(), problem.q_heads, problem.head_dim, grid.splits,
-                                       grid.balanced_blocks, config.block_m);
+int64_t DecodeWorkspaceFloats(const AttentionProblem& problem, int splits) {
+  return decode::DecodeWorkspaceFloats(problem.TotalQueries(), problem.q_heads, problem.head_dim, splits);
 }
 
 int64_t DecodeSplitCounterCount(const AttentionProblem& problem, const KernelConfig& config) {
@@ -180,11 +171,11 @@ int DecodeBlocksPerMultiprocessor(const AttentionProblem& problem, const KernelC
   return inst == nullptr ? 0 : inst->blocks_per_sm();
 }
 
-cudaError_t LaunchDecode(const AttentionProblem& problem, const KernelConfig& config, const DecodeGrid& grid,
+cudaError_t LaunchDecode(const AttentionProblem& problem, const KernelConfig& config, int splits,
                          const DecodeLaunchBuffers& buffers, cudaStream_t stream) {
   const DecodeInstance* inst = FindInstance(problem, config);
-  if (inst == nullptr || grid.splits < 1 || grid.balanced_blocks < 0 || (grid.balanced_blocks > 0 && grid.splits != 1) ||
-      (grid.has_parts() && (buffers.workspace == nullptr || buffers.split_counters == nullptr)) ||
+  if (inst == nullptr || splits < 1 ||
+      (splits > 1 && (buffers.workspace == nullptr || buffers.split_counters == nullptr)) ||
       (problem.is_kv_quantized() && (buffers.k_scale == nullptr || buffers.v_scale == nullptr))) {
     return cudaErrorInvalidValue;
   }
@@ -213,14 +204,11 @@ cudaError_t LaunchDecode(const AttentionProblem& problem, const KernelConfig& co
     a.page_size = problem.page_block_size;
     a.page_magic = decode::PageDivisorMagic(problem.page_block_size);
   }
-  a.splits = grid.splits;
-  a.balanced_blocks = grid.balanced_blocks;
+  a.splits = splits;
   a.total_q = problem.TotalQueries();
-  if (grid.has_parts()) {
+  if (splits > 1) {
     a.partial = buffers.workspace;
-    a.partial_ml = buffers.workspace + decode::DecodePartialEntries(a.total_q, problem.q_heads, grid.splits,
-                                                                    grid.balanced_blocks, config.block_m) *
-                                           problem.head_dim;
+    a.partial_ml = buffers.workspace + a.total_q * problem.q_heads * static_cast<int64_t>(splits) * problem.head_dim;
     a.split_counters = buffers.split_counters;
   }
   a.row_blocks = RowBlocks(problem, config.block_m);

@@ -4,9 +4,9 @@
 // The family serves every problem of kind decode (contiguous or paged cache) and every prefill
 // over a paged cache (prefix caching), for the fused variant. Config axes: block_m (16: decode,
 // a KV group's heads x the new tokens in one block; 64: prefill over a cache), block_s (keys per
-// tile), threads, stages (K/V tiles in flight, 2-4), split_kv (key splits per sequence;
+// tile), threads, stages (K/V tiles in flight, 2-4), split_kv (key splits per sequence, or
 // kAutoSplitKv: ChooseSplitKv at launch with the device's resident-block slots as its
-// processors; kBalancedSplitKv: the balanced schedule over those slots, decode_instance.h). Precision: the storage type's own (fp16/bf16 on the tensor cores, exact fp32 for
+// processors). Precision: the storage type's own (fp16/bf16 on the tensor cores, exact fp32 for
 // fp32 storage); fp16 for K/V stored as e4m3 (KvStorage::kE4m3, Q/O fp16 or bf16).
 //
 // Thread-safety: pure functions over immutable tables; LaunchDecode is as thread-safe as the
@@ -24,18 +24,8 @@
 
 namespace fusetune::cuda {
 
-// The split counts the tuner tries for decode problems on the GPU (kAutoSplitKv and
-// kBalancedSplitKv included).
-inline constexpr int kGpuDecodeSplits[] = {1, 2, 4, 8, 16, 32, kAutoSplitKv, kBalancedSplitKv};
-
-// How a launch divides the keys: `splits` parts per (row block, sequence, KV head), or the
-// balanced schedule over `balanced_blocks` blocks (splits is then 1).
-struct DecodeGrid {
-  int splits = 1;
-  int balanced_blocks = 0;
-  // True when the launch writes partial entries: it needs the workspace and the split counters.
-  bool has_parts() const { return splits > 1 || balanced_blocks > 0; }
-};
+// The split counts the tuner tries for decode problems on the GPU (kAutoSplitKv included).
+inline constexpr int kGpuDecodeSplits[] = {1, 2, 4, 8, 16, 32, kAutoSplitKv};
 
 // True when the fused variant of `problem` runs on the decode family (decode, or paged).
 bool UsesDecodeFamily(const AttentionProblem& problem);
@@ -57,14 +47,13 @@ std::vector<KernelConfig> DecodeCandidateConfigs(const AttentionProblem& problem
 absl::Status DecodeCanImplement(const AttentionProblem& problem, const KernelConfig& config,
                                 int64_t smem_limit_bytes);
 
-// The grid a launch of `config` uses: config.split_kv splits, ChooseSplitKv(problem,
-// resident_blocks) for kAutoSplitKv, or the balanced schedule over resident_blocks blocks for
-// kBalancedSplitKv (resident_blocks: blocks of the instance the whole device holds at once,
-// >= 1).
-DecodeGrid ResolveDecodeGrid(const AttentionProblem& problem, const KernelConfig& config, int resident_blocks);
+// The split count a launch of `config` uses: config.split_kv, or ChooseSplitKv(problem,
+// resident_blocks) for kAutoSplitKv (resident_blocks: blocks of the instance the whole device
+// holds at once).
+int ResolveDecodeSplits(const AttentionProblem& problem, const KernelConfig& config, int resident_blocks);
 
-// Floats of workspace a launch of `config` with `grid` needs (0 without parts).
-int64_t DecodeWorkspaceFloats(const AttentionProblem& problem, const KernelConfig& config, const DecodeGrid& grid);
+// Floats of workspace a launch with `splits` needs (0 for one split).
+int64_t DecodeWorkspaceFloats(const AttentionProblem& problem, int splits);
 
 // Split counters (int32) a launch of `config` with more than one split needs. They must be zero
 // before the first launch; every completed launch leaves them zero (the last block of each row
@@ -77,8 +66,8 @@ int DecodeBlocksPerMultiprocessor(const AttentionProblem& problem, const KernelC
 
 // Device pointers of one launch: the four tensors, the block table (paged), the varlen /
 // key-padding arrays (nullptr where the problem has none), the split workspace (at least
-// DecodeWorkspaceFloats floats when the grid has parts), the split counters
-// (DecodeSplitCounterCount, zeroed once) and, for K/V stored as e4m3, their scales.
+// DecodeWorkspaceFloats floats when splits > 1), the split counters (DecodeSplitCounterCount,
+// zeroed once) and, for K/V stored as e4m3, their scales.
 struct DecodeLaunchBuffers {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -94,10 +83,10 @@ struct DecodeLaunchBuffers {
   const float* v_scale = nullptr;
 };
 
-// Enqueues the launch (one kernel; with parts, the last block of each item merges them) on
-// `stream`; the problem and config must have passed DecodeCanImplement and the table
-// ValidateBlockTable. Returns the launch error (cudaSuccess when launched).
-cudaError_t LaunchDecode(const AttentionProblem& problem, const KernelConfig& config, const DecodeGrid& grid,
+// Enqueues the launch (one kernel; with splits > 1 its last blocks merge the splits) on `stream`; the problem and config
+// must have passed DecodeCanImplement and the table ValidateBlockTable. Returns the launch
+// error (cudaSuccess when launched).
+cudaError_t LaunchDecode(const AttentionProblem& problem, const KernelConfig& config, int splits,
                          const DecodeLaunchBuffers& buffers, cudaStream_t stream);
 
 }  // namespace fusetune::cuda

@@ -1,5 +1,5 @@
 // Host-only tests of the decode family's instance table and API checks: no GPU is touched
-// (DecodeCanImplement, DecodeCandidateConfigs and ResolveDecodeGrid never call CUDA).
+// (DecodeCanImplement, DecodeCandidateConfigs and ResolveDecodeSplits never call CUDA).
 #include <cstdint>
 #include <set>
 #include <string>
@@ -223,9 +223,6 @@ TEST(DecodeCanImplement, RefusesASplitOfAPagedPrefill) {
   EXPECT_TRUE(Mentions(s, "split_kv")) << s;
   // The same split of a decode problem is fine.
   EXPECT_TRUE(DecodeCanImplement(Decode(4096, 16), c, kLargeSmem).ok());
-  c.split_kv = kBalancedSplitKv;
-  EXPECT_EQ(DecodeCanImplement(p, c, kLargeSmem).code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(DecodeCanImplement(Decode(4096, 16), c, kLargeSmem).ok());
 }
 
 // Each compiled instance is refused exactly when its shared memory exceeds the limit, and at
@@ -260,24 +257,15 @@ TEST(DecodeCanImplement, RefusesAConfigOverTheSharedMemoryLimit) {
   EXPECT_GT(over, 0) << "no instance needs more than 48 KiB: pick a smaller limit for this test";
 }
 
-TEST(ResolveDecodeGrid, AFixedSplitIsTheConfigsAutoIsChooseSplitKvsAndBalancedIsTheResidentSlots) {
+TEST(ResolveDecodeSplits, AFixedSplitIsTheConfigsAndAutoIsChooseSplitKvs) {
   for (const AttentionProblem& p : {Decode(1024), Decode(32768, 16), Decode(8192, 1, DType::kBf16, 8, 1)}) {
     SCOPED_TRACE(p.Key());
     KernelConfig c = CompiledWithBlockM(128, DType::kBf16, 16);
     for (int split : kGpuDecodeSplits) {
       c.split_kv = split;
       for (int resident : {0, 1, 132, 4 * 132, 8 * 132}) {
-        const DecodeGrid grid = ResolveDecodeGrid(p, c, resident);
-        SCOPED_TRACE(testing::Message() << "split " << split << " resident " << resident);
-        if (split == kBalancedSplitKv) {
-          EXPECT_EQ(grid.splits, 1);
-          EXPECT_EQ(grid.balanced_blocks, resident < 1 ? 1 : resident);
-          EXPECT_TRUE(grid.has_parts());
-        } else {
-          EXPECT_EQ(grid.splits, split == kAutoSplitKv ? ChooseSplitKv(p, resident < 1 ? 1 : resident) : split);
-          EXPECT_EQ(grid.balanced_blocks, 0);
-          EXPECT_EQ(grid.has_parts(), grid.splits > 1);
-        }
+        const int expected = split == kAutoSplitKv ? ChooseSplitKv(p, resident < 1 ? 1 : resident) : split;
+        EXPECT_EQ(ResolveDecodeSplits(p, c, resident), expected) << "split " << split << " resident " << resident;
       }
     }
   }
@@ -286,16 +274,13 @@ TEST(ResolveDecodeGrid, AFixedSplitIsTheConfigsAutoIsChooseSplitKvsAndBalancedIs
   lone.batch = 1;
   KernelConfig c = CompiledWithBlockM(128, DType::kBf16, 16);
   c.split_kv = kAutoSplitKv;
-  EXPECT_GT(ResolveDecodeGrid(lone, c, 4 * 132).splits, 1);
+  EXPECT_GT(ResolveDecodeSplits(lone, c, 4 * 132), 1);
 }
 
-TEST(DecodeWorkspaceFloats, NoneForOneSplitAPartialRowPerSplitAndTwoRowBlocksPerBalancedBlock) {
+TEST(DecodeWorkspaceFloats, NoneForOneSplitAndAPartialRowPerSplitOtherwise) {
   const AttentionProblem p = Decode(4096);  // 16 tokens x 32 heads x d128
-  const KernelConfig c = CompiledWithBlockM(128, DType::kBf16, 16);
-  EXPECT_EQ(DecodeWorkspaceFloats(p, c, DecodeGrid{1, 0}), 0);
-  EXPECT_EQ(DecodeWorkspaceFloats(p, c, DecodeGrid{4, 0}), int64_t{4} * 16 * 32 * (128 + 2));
-  // Two entries (a block's first and last segment) of block_m rows per block.
-  EXPECT_EQ(DecodeWorkspaceFloats(p, c, DecodeGrid{1, 132}), int64_t{2} * 132 * 16 * (128 + 2));
+  EXPECT_EQ(DecodeWorkspaceFloats(p, 1), 0);
+  EXPECT_EQ(DecodeWorkspaceFloats(p, 4), int64_t{4} * 16 * 32 * (128 + 2));
 }
 
 // block_m 64 (the prefill tiles) only where a (sequence, KV head) has more than 16 rows

@@ -16,15 +16,6 @@
 // and the last block of a (row block, sequence, KV head) to finish merges them exactly (by
 // their log-sum-exp) into O: one kernel per launch.
 //
-// The balanced schedule (balanced_blocks > 0) launches exactly that many blocks (the device's
-// resident slots) instead: the key tiles of every item ((row block, sequence, KV head), in the
-// split grid's order) are numbered one after another, and block c takes tiles
-// [c * W / G, (c + 1) * W / G) of the W in all, whatever items they belong to (FlashInfer's
-// balanced split-KV; stream-K in GEMM terms). A block runs its range as segments, one per item
-// it touches: a whole item is written to O, a part of one leaves a partial entry, merged as
-// above by the last of the item's blocks to finish. Every multiprocessor streams the same
-// number of tiles, for any batch, lengths and head counts.
-//
 // Thread-safety: the tables are immutable after static initialisation.
 #ifndef FUSETUNE_KERNELS_CUDA_DECODE_DECODE_INSTANCE_H_
 #define FUSETUNE_KERNELS_CUDA_DECODE_DECODE_INSTANCE_H_
@@ -80,24 +71,11 @@ struct DecodeKernelArgs {
   int* split_counters = nullptr;
   int64_t total_q = 0;  // query tokens in all (rows of Q)
   int row_blocks = 1;   // ceil(group * q_len / block_m): blocks per (sequence, KV head, split)
-  // Balanced schedule: the grid's blocks (G > 0; splits is then 1 and unused). Partial entries:
-  // two per block (its first and its last segment), block_m rows each: entry
-  // (2 * block + which) * block_m + row, laid out as for the splits. split_counters as above.
-  int balanced_blocks = 0;
 };
 
-// Partial entries of a launch: splits * total_q * q_heads for more than one split,
-// 2 * balanced_blocks * block_m for the balanced schedule, else 0.
-inline int64_t DecodePartialEntries(int64_t total_q, int q_heads, int splits, int balanced_blocks, int block_m) {
-  if (balanced_blocks > 0) return 2 * static_cast<int64_t>(balanced_blocks) * block_m;
-  return splits > 1 ? static_cast<int64_t>(splits) * total_q * q_heads : 0;
-}
-
-// Floats of workspace a launch needs: head_dim accumulators and a max and a sum per partial
-// entry (0 for one split).
-inline int64_t DecodeWorkspaceFloats(int64_t total_q, int q_heads, int head_dim, int splits, int balanced_blocks = 0,
-                                     int block_m = 0) {
-  return DecodePartialEntries(total_q, q_heads, splits, balanced_blocks, block_m) * (head_dim + 2);
+// Floats of workspace a launch with `splits` > 1 needs (0 for one split).
+inline int64_t DecodeWorkspaceFloats(int64_t total_q, int q_heads, int head_dim, int splits) {
+  return splits > 1 ? static_cast<int64_t>(splits) * total_q * q_heads * (head_dim + 2) : 0;
 }
 
 // The multiplier that turns a key index j (< 2^20, kMaxSeqLen) into j / page_size with one

@@ -61,22 +61,16 @@ using fused::LoadSequenceGeometry;
 using fused::SequenceGeometry;
 using fused::VisibleKeys;
 
-// Which work a block (or, in the balanced schedule, one segment of a block's range) does: its
-// sequence, KV head, row block and key range, and which part of the item's keys that is.
+// Which work a block does: its sequence, KV head, split, row block and key range.
 struct DecodeBlock {
   SequenceGeometry seq;
-  int b = 0, kv_head = 0;
+  int b = 0, kv_head = 0, split = 0;
   int row_block = 0;
   int row0 = 0;       // first row of the block within the sequence's rows
   int rows = 0;       // valid rows (<= block_m)
-  int key_begin = 0;  // the part's keys [key_begin, key_end) (key_end <= the rows' visible keys)
+  int key_begin = 0;  // the split's keys [key_begin, key_end) (key_end <= the rows' visible keys)
   int key_end = 0;
   int n_tiles = 0;
-  // The item's keys come in `parts` parts (1: this one writes O); this is part `part`. Splits:
-  // part = split. Balanced: part p is block block0 + p's segment, and first_which tells which
-  // of block block0's two entries holds it (1 when that block started in an earlier item).
-  int parts = 1, part = 0;
-  int block0 = 0, first_which = 0;
 };
 
 // Decodes blockIdx.x = ((b * kv_heads + kv_head) * row_blocks + row_block_from_last) * splits +
@@ -88,9 +82,7 @@ struct DecodeBlock {
 template <int BM, int BS>
 __device__ __forceinline__ bool LocateDecodeBlock(const DecodeKernelArgs& a, DecodeBlock& blk) {
   int idx = blockIdx.x;
-  const int split = idx % a.splits;
-  blk.parts = a.splits;
-  blk.part = split;
+  blk.split = idx % a.splits;
   idx /= a.splits;
   const int rb = a.row_blocks - 1 - idx % a.row_blocks;
   const int bk = idx / a.row_blocks;
@@ -106,198 +98,10 @@ __device__ __forceinline__ bool LocateDecodeBlock(const DecodeKernelArgs& a, Dec
   const int k_max = VisibleKeys(blk.seq, a.causal != 0, (blk.row0 + blk.rows - 1) / a.group);
   // Splits cover whole tiles of the sequence's keys; trailing splits of a short cache are empty.
   const int per_split = CeilDiv(CeilDiv(blk.seq.k_vis, a.splits), BS) * BS;
-  blk.key_begin = min(split * per_split, k_max);
+  blk.key_begin = min(blk.split * per_split, k_max);
   blk.key_end = min(blk.key_begin + per_split, k_max);
   blk.n_tiles = CeilDiv(blk.key_end - blk.key_begin, BS);
   return true;
-}
-
-// ---- the balanced schedule (balanced_blocks > 0; decode_instance.h) ------------------------
-
-// Key tiles of item (sequence `seq`, row block rb): at least one when the row block has rows
-// (its block must write O even when no key is visible), none when it has no rows.
-template <int BM, int BS>
-__device__ __forceinline__ int BalancedItemTiles(const DecodeKernelArgs& a, const SequenceGeometry& seq, int rb) {
-  const int n_rows = a.group * seq.q_len;
-  const int row0 = rb * BM;
-  if (row0 >= n_rows) return 0;
-  const int last_token = (row0 + min(BM, n_rows - row0) - 1) / a.group;
-  return max(1, CeilDiv(VisibleKeys(seq, a.causal != 0, last_token), BS));
-}
-
-// Key tiles of one KV head of a sequence: all its row blocks' items.
-template <int BM, int BS>
-__device__ __forceinline__ int BalancedHeadTiles(const DecodeKernelArgs& a, const SequenceGeometry& seq) {
-  int tiles = 0;
-  for (int rb = 0; rb < a.row_blocks; ++rb) tiles += BalancedItemTiles<BM, BS>(a, seq, rb);
-  return tiles;
-}
-
-// Exclusive prefix sum of `v` over the block's threads; `total` gets the sum of all. `scratch`:
-// NT / 32 int64 of shared memory, free for the call's duration (every thread must call).
-template <int NT>
-__device__ __forceinline__ int64_t BlockExclusiveScan(int64_t v, int64_t* scratch, int64_t& total) {
-  constexpr int kWarps = NT / 32;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int64_t x = v;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int64_t y = __shfl_up_sync(0xffffffffu, x, off);
-    if (lane >= off) x += y;
-  }
-  if (lane == 31) scratch[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    int64_t w = lane < kWarps ? scratch[lane] : 0;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int64_t y = __shfl_up_sync(0xffffffffu, w, off);
-      if (lane >= off) w += y;
-    }
-    if (lane < kWarps) scratch[lane] = w;
-  }
-  __syncthreads();
-  const int64_t before = warp > 0 ? scratch[warp - 1] : 0;
-  total = scratch[kWarps - 1];
-  __syncthreads();
-  return before + x - v;
-}
-
-// The block c of `blocks` whose range [c W / G, (c + 1) W / G) holds global tile x (< W = work).
-__device__ __forceinline__ int BalancedBlockOf(int64_t x, int64_t work, int blocks) {
-  return static_cast<int>(((x + 1) * blocks + work - 1) / work - 1);
-}
-
-// A block's work, one piece at a time: its one (row block, sequence, KV head, split) of the
-// split grid, or, in the balanced schedule, the segments of its range of tiles in order (one
-// per item it touches). The lengths live on the device (they may change between replays of a
-// captured launch), so every block of the balanced schedule counts the items' tiles itself: by
-// arithmetic for a uniform batch, else with block-wide scans over the sequences.
-template <int BM, int BS, int NT>
-class DecodeWorkList {
- public:
-  // Every thread of the block constructs it. `scratch`: 34 int64 of shared memory, not used
-  // after the constructor returns.
-  __device__ __forceinline__ DecodeWorkList(const DecodeKernelArgs& a, int64_t* scratch) {
-    if (a.balanced_blocks == 0) return;
-    blocks_ = a.balanced_blocks;
-    int64_t start_b = 0, start_off = 0;  // the sequence holding tile `g_`, and its tile there
-    const int c = blockIdx.x;
-    if (a.cu_seqlens_q == nullptr && a.kv_valid_lens == nullptr) {
-      const int64_t per_seq =
-          static_cast<int64_t>(a.kv_heads) * BalancedHeadTiles<BM, BS>(a, LoadSequenceGeometry(a, 0));
-      work_ = per_seq * a.batch;
-      g_ = work_ > 0 ? static_cast<int64_t>(c) * work_ / blocks_ : 0;
-      end_ = work_ > 0 ? static_cast<int64_t>(c + 1) * work_ / blocks_ : 0;
-      if (g_ == end_) return;
-      start_b = g_ / per_seq;
-      start_off = g_ - start_b * per_seq;
-    } else {
-      int64_t mine = 0;
-      for (int b = threadIdx.x; b < a.batch; b += NT) {
-        mine += static_cast<int64_t>(a.kv_heads) * BalancedHeadTiles<BM, BS>(a, LoadSequenceGeometry(a, b));
-      }
-      BlockExclusiveScan<NT>(mine, scratch, work_);
-      g_ = work_ > 0 ? static_cast<int64_t>(c) * work_ / blocks_ : 0;
-      end_ = work_ > 0 ? static_cast<int64_t>(c + 1) * work_ / blocks_ : 0;
-      if (g_ == end_) return;
-      int64_t carry = 0;  // tiles of the sequences before this pass
-      for (int base = 0; base < a.batch; base += NT) {
-        const int b = base + static_cast<int>(threadIdx.x);
-        const int64_t v =
-            b < a.batch ? static_cast<int64_t>(a.kv_heads) * BalancedHeadTiles<BM, BS>(a, LoadSequenceGeometry(a, b))
-                        : 0;
-        int64_t pass = 0;
-        const int64_t before = carry + BlockExclusiveScan<NT>(v, scratch, pass);
-        if (v > 0 && before <= g_ && g_ < before + v) {
-          scratch[32] = b;
-          scratch[33] = g_ - before;
-        }
-        carry += pass;
-        __syncthreads();
-        if (carry > g_) break;
-      }
-      start_b = scratch[32];
-      start_off = scratch[33];
-      __syncthreads();  // scratch is the pipeline's memory: read before the first segment
-    }
-    b_ = static_cast<int>(start_b);
-    seq_ = LoadSequenceGeometry(a, b_);
-    const int head_tiles = BalancedHeadTiles<BM, BS>(a, seq_);
-    kv_head_ = static_cast<int>(start_off / head_tiles);
-    off_ = static_cast<int>(start_off - static_cast<int64_t>(kv_head_) * head_tiles);
-    item_tiles_ = BalancedItemTiles<BM, BS>(a, seq_, a.row_blocks - 1);
-    while (off_ >= item_tiles_) {
-      off_ -= item_tiles_;
-      ++rbl_;
-      item_tiles_ = BalancedItemTiles<BM, BS>(a, seq_, a.row_blocks - 1 - rbl_);
-    }
-  }
-
-  // The next piece of work in `blk`; false when the block has none left. After the first,
-  // the caller must separate pieces by a block barrier (they share the shared memory).
-  __device__ __forceinline__ bool Next(const DecodeKernelArgs& a, DecodeBlock& blk) {
-    if (blocks_ == 0) {  // the split grid: one piece
-      if (done_) return false;
-      done_ = true;
-      return LocateDecodeBlock<BM, BS>(a, blk);
-    }
-    if (g_ >= end_) return false;
-    if (done_) {  // past the first segment: the next item with tiles (one exists: g_ < end_ <= work_)
-      off_ = 0;
-      do {
-        if (++rbl_ == a.row_blocks) {
-          rbl_ = 0;
-          if (++kv_head_ == a.kv_heads) {
-            kv_head_ = 0;
-            seq_ = LoadSequenceGeometry(a, ++b_);
-          }
-        }
-        item_tiles_ = BalancedItemTiles<BM, BS>(a, seq_, a.row_blocks - 1 - rbl_);
-      } while (item_tiles_ == 0);
-    }
-    done_ = true;
-    blk = DecodeBlock{};
-    blk.seq = seq_;
-    blk.b = b_;
-    blk.kv_head = kv_head_;
-    blk.row_block = a.row_blocks - 1 - rbl_;
-    blk.row0 = blk.row_block * BM;
-    blk.rows = min(BM, a.group * seq_.q_len - blk.row0);
-    const int k_max = VisibleKeys(seq_, a.causal != 0, (blk.row0 + blk.rows - 1) / a.group);
-    const int seg_end = static_cast<int>(min(static_cast<int64_t>(item_tiles_), off_ + (end_ - g_)));
-    blk.key_begin = min(off_ * BS, k_max);
-    blk.key_end = min(seg_end * BS, k_max);
-    blk.n_tiles = CeilDiv(blk.key_end - blk.key_begin, BS);
-    if (off_ > 0 || seg_end < item_tiles_) {  // a part of the item
-      const int64_t item_g0 = g_ - off_;
-      blk.block0 = BalancedBlockOf(item_g0, work_, blocks_);
-      blk.parts = BalancedBlockOf(item_g0 + item_tiles_ - 1, work_, blocks_) - blk.block0 + 1;
-      blk.part = static_cast<int>(blockIdx.x) - blk.block0;
-      blk.first_which = static_cast<int64_t>(blk.block0) * work_ / blocks_ < item_g0 ? 1 : 0;
-    }
-    g_ += seg_end - off_;
-    return true;
-  }
-
- private:
-  int blocks_ = 0;  // the balanced grid's blocks; 0: the split grid
-  bool done_ = false;
-  int64_t work_ = 0, g_ = 0, end_ = 0;  // all tiles; the next segment's first; the range's end
-  SequenceGeometry seq_;
-  int b_ = 0, kv_head_ = 0, rbl_ = 0;  // the item: rbl_ counts row blocks from the last (grid order)
-  int off_ = 0, item_tiles_ = 0;       // the segment's first tile within the item; the item's tiles
-};
-
-// The partial entry of part `part` of the block's item, for the block's row r (O's row `row` =
-// token * q_heads + head).
-template <int BM>
-__device__ __forceinline__ int64_t PartialEntry(const DecodeKernelArgs& a, const DecodeBlock& blk, int part, int r,
-                                                int64_t row) {
-  if (a.balanced_blocks == 0) return static_cast<int64_t>(part) * a.total_q * a.q_heads + row;
-  // Only the item's first block can have started in an earlier item; the others start in it.
-  const int64_t which = part == 0 ? blk.first_which : 0;
-  return (2 * static_cast<int64_t>(blk.block0 + part) + which) * BM + r;
 }
 
 // One 16-byte cp.async of K/V (zero-filled when !pred) with a 128-byte L2 prefetch: 2.0–2.6 %
@@ -421,26 +225,25 @@ __device__ __forceinline__ void LoadDecodeQ(const DecodeKernelArgs& a, const Dec
   }
 }
 
-// O of one (token, head) row (`row` = token * q_heads + head; the block's row r), columns
-// [col, col + 4), from the partial entries of the item's parts: exact, each rescaled by its
-// log-sum-exp. The entries were written by other blocks of the launch: read through L2
-// (__ldcg), never a stale L1 line.
-template <typename T, int BM>
-__device__ __forceinline__ void MergeSplitsIntoO(const DecodeKernelArgs& a, const DecodeBlock& blk, int r,
-                                                 int64_t row, int col) {
+// O of one (token, head) row (`row` = token * q_heads + head), columns [col, col + 4), from the
+// `splits` partial entries of the row: exact, each rescaled by its log-sum-exp. The entries were
+// written by other blocks of the launch: read through L2 (__ldcg), never a stale L1 line.
+template <typename T>
+__device__ __forceinline__ void MergeSplitsIntoO(const DecodeKernelArgs& a, int64_t row, int col) {
+  const int64_t rows = a.total_q * a.q_heads;
   const float c = a.scale_log2;
   float m = -INFINITY;
-  // Unrolled so the loads of several parts are in flight together: this merge runs after
+  // Unrolled so the loads of several splits are in flight together: this merge runs after
   // every other block of its rows has finished, so its L2 round trips are the launch's tail
   // (one at a time they cost about 0.15 us per split).
 #pragma unroll 8
-  for (int s = 0; s < blk.parts; ++s) m = fmaxf(m, __ldcg(a.partial_ml + 2 * PartialEntry<BM>(a, blk, s, r, row)));
+  for (int s = 0; s < a.splits; ++s) m = fmaxf(m, __ldcg(a.partial_ml + 2 * (s * rows + row)));
   const ExpShift to = MakeExpShift(m, c);
   float l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
-  for (int s = 0; s < blk.parts; ++s) {
-    const int64_t e = PartialEntry<BM>(a, blk, s, r, row);
+  for (int s = 0; s < a.splits; ++s) {
+    const int64_t e = s * rows + row;
     const float ms = __ldcg(a.partial_ml + 2 * e), ls = __ldcg(a.partial_ml + 2 * e + 1);
     // Loaded before the branches (every split block writes its entry, zeros when empty), so
     // the unrolled iterations' loads do not wait for one another.
@@ -464,10 +267,10 @@ __device__ __forceinline__ void MergeSplitsIntoO(const DecodeKernelArgs& a, cons
 
 // The epilogue both kernels share: WN partial states per row (acc [WN][BM][D], m and l
 // [WN][BM] in shared memory, each relative to R(its m)) merged exactly, then either normalised
-// into O (the item's only part) or written as the part's partial entry. With several parts,
-// the last block of a (row block, sequence, KV head) to finish — counted on its split counter —
-// merges every part's entries into O and sets the counter back to zero for the next launch, so
-// a launch is one kernel (no combine launch) and CUDA-graph friendly.
+// into O (one split) or written as the block's partial entry. With several splits, the last
+// block of a (row block, sequence, KV head) to finish — counted on its split counter — merges
+// every split's entries into O and sets the counter back to zero for the next launch, so a
+// launch is one kernel (no combine launch) and CUDA-graph friendly.
 template <typename T, int D, int BM, int WN, int NT>
 __device__ __forceinline__ void DecodeEpilogue(const DecodeKernelArgs& a, const DecodeBlock& blk,
                                                const float* sAcc, const float* sM, const float* sL) {
@@ -501,12 +304,12 @@ __device__ __forceinline__ void DecodeEpilogue(const DecodeKernelArgs& a, const 
     const int row = blk.row0 + r;
     const int64_t token = blk.seq.q_start + row / a.group;
     const int head = blk.kv_head * a.group + row % a.group;
-    if (blk.parts == 1) {
+    if (a.splits == 1) {
       const float inv = InverseOfSum(l);
       Store4FromFloat<T>(static_cast<T*>(a.o) + (token * a.q_heads + head) * D + col,
                          make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
-      const int64_t e = PartialEntry<BM>(a, blk, blk.part, r, token * a.q_heads + head);
+      const int64_t e = (static_cast<int64_t>(blk.split) * a.total_q + token) * a.q_heads + head;
       *reinterpret_cast<float4*>(a.partial + e * D + col) = acc;
       if (col == 0) {
         a.partial_ml[2 * e] = m;
@@ -514,14 +317,14 @@ __device__ __forceinline__ void DecodeEpilogue(const DecodeKernelArgs& a, const 
       }
     }
   }
-  if (blk.parts == 1) return;
+  if (a.splits == 1) return;
   __shared__ int last_split;
   __threadfence();  // this block's entries are visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
     int* counter = a.split_counters +
                    (static_cast<int64_t>(blk.row_block) * a.batch + blk.b) * a.kv_heads + blk.kv_head;
-    last_split = atomicAdd(counter, 1) == blk.parts - 1;
+    last_split = atomicAdd(counter, 1) == a.splits - 1;
     if (last_split) atomicExch(counter, 0);
   }
   __syncthreads();
@@ -533,7 +336,7 @@ __device__ __forceinline__ void DecodeEpilogue(const DecodeKernelArgs& a, const 
     const int row = blk.row0 + r;
     const int64_t token = blk.seq.q_start + row / a.group;
     const int head = blk.kv_head * a.group + row % a.group;
-    MergeSplitsIntoO<T, BM>(a, blk, r, token * a.q_heads + head, col);
+    MergeSplitsIntoO<T>(a, token * a.q_heads + head, col);
   }
 }
 
@@ -655,202 +458,198 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeMmaKernel(const DecodeKern
   KV* sK = reinterpret_cast<KV*>(decode_smem + BM * RB);
   KV* sV = sK + ST * KTE;
 
-  // One piece of work (the split grid), or the segments of the block's range (balanced).
-  DecodeWorkList<BM, BS, NT> work(a, reinterpret_cast<int64_t*>(decode_smem));
   DecodeBlock blk;
-  for (bool first = true; work.Next(a, blk); first = false) {
-    if (!first) __syncthreads();  // the previous piece is done with the shared memory
-    const int n_tiles = blk.n_tiles;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int gr = lane / 4, tc = lane % 4;
-    const int wm = warp % WM, wn = warp / WM;
-    const float c = a.scale_log2;
+  if (!LocateDecodeBlock<BM, BS>(a, blk)) return;
+  const int n_tiles = blk.n_tiles;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int gr = lane / 4, tc = lane % 4;
+  const int wm = warp % WM, wn = warp / WM;
+  const float c = a.scale_log2;
 
-    auto kv = MakeDecodeKvLoader<KV, D, BS, NT>(a, blk);
-    if (n_tiles > 0) {
-      LoadDecodeQ<T, D, BM, NT, P>(a, blk, sQ);
+  auto kv = MakeDecodeKvLoader<KV, D, BS, NT>(a, blk);
+  if (n_tiles > 0) {
+    LoadDecodeQ<T, D, BM, NT, P>(a, blk, sQ);
+    CpAsyncCommit();
+#pragma unroll
+    for (int t = 0; t < ST - 1; ++t) {
+      if (t < n_tiles) kv.template Issue<KP>(t, sK + t * KTE, sV + t * KTE);
       CpAsyncCommit();
+    }
+  }
+
+  // Per thread: rows gr and gr + 8 of the warp's 16.
+  int lim[2];
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float acc[DT][4];
 #pragma unroll
-      for (int t = 0; t < ST - 1; ++t) {
-        if (t < n_tiles) kv.template Issue<KP>(t, sK + t * KTE, sV + t * KTE);
-        CpAsyncCommit();
+  for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
+  int warp_min_lim = 0x7fffffff;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int br = wm * 16 + gr + 8 * r;
+    const int row = blk.row0 + br;
+    lim[r] = min(VisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
+    // Rows past the block's rows are never written: they need no mask.
+    if (br < blk.rows) warp_min_lim = min(warp_min_lim, lim[r]);
+  }
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) warp_min_lim = min(warp_min_lim, __shfl_xor_sync(0xffffffffu, warp_min_lim, off));
+
+  uint32_t qf[QKS][4];
+  float unscale[2] = {1.f, 1.f};  // e4m3: k_scale x 2^-e of rows gr and gr + 8
+  [[maybe_unused]] const uint32_t sQ_addr = SmemAddress(sQ);
+  const uint32_t sK_addr = SmemAddress(sK);
+  const uint32_t sV_addr = SmemAddress(sV);
+  [[maybe_unused]] const uint32_t a_lane_off = (lane % 16) * RB + (lane / 16) * 16;
+  const uint32_t b_lane_off = ((lane % 8) + 8 * (lane / 16)) * KRB + ((lane / 8) % 2) * 16;
+  const uint32_t v_lane_off = ((lane % 8) + 8 * ((lane / 8) % 2)) * KRB + (lane / 16) * 16;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    CpAsyncWait<ST - 2>();
+    __syncthreads();
+    {
+      const int nt = t + ST - 1;
+      const int nbuf = nt % ST;
+      if (nt < n_tiles) kv.template Issue<KP>(nt, sK + nbuf * KTE, sV + nbuf * KTE);
+      CpAsyncCommit();
+    }
+    if (t == 0) {
+      if constexpr (kE4m3) {
+        PermutedQFragments<T, D, RB>(decode_smem, wm * 16, gr, tc, __ldg(a.k_scale + blk.kv_head), qf, unscale);
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < QKS; ++ks) LdMatrixX4(qf[ks], sQ_addr + wm * 16 * RB + a_lane_off + ks * 32);
       }
     }
+    const int buf = t % ST;
+    const int key0 = blk.key_begin + t * BS + wn * KW;  // the warp's first key of this tile
 
-    // Per thread: rows gr and gr + 8 of the warp's 16.
-    int lim[2];
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    float acc[DT][4];
+    float s[NB][4];
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
+    for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
-    int warp_min_lim = 0x7fffffff;
+      for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
+    const uint32_t k_base = sK_addr + (buf * BS + wn * KW) * KRB + b_lane_off;
+    if constexpr (kE4m3) {
+      // One ldmatrix: 16 keys x 32 bytes; kb[0]/kb[1] keys 0-7, d [0, 16)/[16, 32); kb[2]/kb[3]
+      // keys 8-15.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int br = wm * 16 + gr + 8 * r;
-      const int row = blk.row0 + br;
-      lim[r] = min(VisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
-      // Rows past the block's rows are never written: they need no mask.
-      if (br < blk.rows) warp_min_lim = min(warp_min_lim, lim[r]);
-    }
+      for (int kq = 0; kq < D / 32; ++kq) {
 #pragma unroll
-    for (int off = 16; off >= 1; off >>= 1) warp_min_lim = min(warp_min_lim, __shfl_xor_sync(0xffffffffu, warp_min_lim, off));
-
-    uint32_t qf[QKS][4];
-    float unscale[2] = {1.f, 1.f};  // e4m3: k_scale x 2^-e of rows gr and gr + 8
-    [[maybe_unused]] const uint32_t sQ_addr = SmemAddress(sQ);
-    const uint32_t sK_addr = SmemAddress(sK);
-    const uint32_t sV_addr = SmemAddress(sV);
-    [[maybe_unused]] const uint32_t a_lane_off = (lane % 16) * RB + (lane / 16) * 16;
-    const uint32_t b_lane_off = ((lane % 8) + 8 * (lane / 16)) * KRB + ((lane / 8) % 2) * 16;
-    const uint32_t v_lane_off = ((lane % 8) + 8 * ((lane / 8) % 2)) * KRB + (lane / 16) * 16;
-
-    for (int t = 0; t < n_tiles; ++t) {
-      CpAsyncWait<ST - 2>();
-      __syncthreads();
-      {
-        const int nt = t + ST - 1;
-        const int nbuf = nt % ST;
-        if (nt < n_tiles) kv.template Issue<KP>(nt, sK + nbuf * KTE, sV + nbuf * KTE);
-        CpAsyncCommit();
-      }
-      if (t == 0) {
-        if constexpr (kE4m3) {
-          PermutedQFragments<T, D, RB>(decode_smem, wm * 16, gr, tc, __ldg(a.k_scale + blk.kv_head), qf, unscale);
-        } else {
+        for (int np = 0; np < NB / 2; ++np) {
+          uint32_t kb[4];
+          LdMatrixX4(kb, k_base + np * 16 * KRB + kq * 32);
 #pragma unroll
-          for (int ks = 0; ks < QKS; ++ks) LdMatrixX4(qf[ks], sQ_addr + wm * 16 * RB + a_lane_off + ks * 32);
+          for (int i = 0; i < 4; ++i) {
+            Mma<__half>(s[2 * np + i / 2], qf[2 * kq + i % 2], E4m3x2ToHalf2(kb[i]), E4m3x2ToHalf2(kb[i] >> 16));
+          }
         }
       }
-      const int buf = t % ST;
-      const int key0 = blk.key_begin + t * BS + wn * KW;  // the warp's first key of this tile
-
-      float s[NB][4];
+      // The row's fp16 scores back to scores (before the mask: 0 x -inf would be NaN).
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
-      const uint32_t k_base = sK_addr + (buf * BS + wn * KW) * KRB + b_lane_off;
-      if constexpr (kE4m3) {
-        // One ldmatrix: 16 keys x 32 bytes; kb[0]/kb[1] keys 0-7, d [0, 16)/[16, 32); kb[2]/kb[3]
-        // keys 8-15.
+        for (int e = 0; e < 4; ++e) s[nb][e] *= unscale[e / 2];
+    } else {
 #pragma unroll
-        for (int kq = 0; kq < D / 32; ++kq) {
+      for (int ks = 0; ks < QKS; ++ks) {
 #pragma unroll
-          for (int np = 0; np < NB / 2; ++np) {
-            uint32_t kb[4];
-            LdMatrixX4(kb, k_base + np * 16 * KRB + kq * 32);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              Mma<__half>(s[2 * np + i / 2], qf[2 * kq + i % 2], E4m3x2ToHalf2(kb[i]), E4m3x2ToHalf2(kb[i] >> 16));
-            }
-          }
-        }
-        // The row's fp16 scores back to scores (before the mask: 0 x -inf would be NaN).
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[nb][e] *= unscale[e / 2];
-      } else {
-#pragma unroll
-        for (int ks = 0; ks < QKS; ++ks) {
-#pragma unroll
-          for (int np = 0; np < NB / 2; ++np) {
-            uint32_t kb[4];
-            LdMatrixX4(kb, k_base + np * 16 * KRB + ks * 32);
-            Mma<T>(s[2 * np], qf[ks], kb[0], kb[1]);
-            Mma<T>(s[2 * np + 1], qf[ks], kb[2], kb[3]);
-          }
-        }
-      }
-      if (key0 + KW > warp_min_lim) {  // a tile crossing some row's last visible key
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (key0 + nb * 8 + 2 * tc + (e % 2) >= lim[e / 2]) s[nb][e] = -INFINITY;
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float alpha = OnlineSoftmaxRow<2 * NB, 4>(
-            [&](int n) -> float& { return s[n / 2][2 * r + n % 2]; }, m_run[r], l_run[r], c);
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          acc[dt][2 * r] *= alpha;
-          acc[dt][2 * r + 1] *= alpha;
-        }
-      }
-      const uint32_t v_base = sV_addr + (buf * BS + wn * KW) * KRB + v_lane_off;
-#pragma unroll
-      for (int kk = 0; kk < KW / 16; ++kk) {
-        uint32_t pa[4];
-        pa[0] = PackPair<C>(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = PackPair<C>(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = PackPair<C>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = PackPair<C>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        if constexpr (kE4m3) {
-          // One transposed ldmatrix: 16 keys x 32 bytes; vb[0]/vb[1] keys 0-7/8-15 at d [0, 16),
-          // vb[2]/vb[3] at d [16, 32). O tiles 4g .. 4g+3: d 2n, 2n+1, 16+2n, 17+2n of the group.
-#pragma unroll
-          for (int g = 0; g < D / 32; ++g) {
-            uint32_t vb[4];
-            LdMatrixX4Trans(vb, v_base + kk * 16 * KRB + g * 32);
-            Mma<__half>(acc[4 * g], pa, E4m3PairOf<false>(vb[0]), E4m3PairOf<false>(vb[1]));
-            Mma<__half>(acc[4 * g + 1], pa, E4m3PairOf<true>(vb[0]), E4m3PairOf<true>(vb[1]));
-            Mma<__half>(acc[4 * g + 2], pa, E4m3PairOf<false>(vb[2]), E4m3PairOf<false>(vb[3]));
-            Mma<__half>(acc[4 * g + 3], pa, E4m3PairOf<true>(vb[2]), E4m3PairOf<true>(vb[3]));
-          }
-        } else {
-#pragma unroll
-          for (int dp = 0; dp < D / 16; ++dp) {
-            uint32_t vb[4];
-            LdMatrixX4Trans(vb, v_base + kk * 16 * KRB + dp * 32);
-            Mma<T>(acc[2 * dp], pa, vb[0], vb[1]);
-            Mma<T>(acc[2 * dp + 1], pa, vb[2], vb[3]);
-          }
+        for (int np = 0; np < NB / 2; ++np) {
+          uint32_t kb[4];
+          LdMatrixX4(kb, k_base + np * 16 * KRB + ks * 32);
+          Mma<T>(s[2 * np], qf[ks], kb[0], kb[1]);
+          Mma<T>(s[2 * np + 1], qf[ks], kb[2], kb[3]);
         }
       }
     }
-    CpAsyncWait<0>();
-    __syncthreads();  // the pipeline's shared memory becomes the merge area
-
-    float* sAcc = reinterpret_cast<float*>(decode_smem);
-    float* sM = sAcc + WN * BM * D;
-    float* sL = sM + WN * BM;
+    if (key0 + KW > warp_min_lim) {  // a tile crossing some row's last visible key
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + nb * 8 + 2 * tc + (e % 2) >= lim[e / 2]) s[nb][e] = -INFINITY;
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float l = l_run[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const int br = wm * 16 + gr + 8 * r;
-      float* row = sAcc + (wn * BM + br) * D;
-      if constexpr (kE4m3) {
-        // Undo the column permutation: d 32g + 16h + 4tc + {0, 1, 2, 3} are tiles 4g + 2h (n 2tc),
-        // 4g + 2h + 1 (n 2tc), 4g + 2h (n 2tc + 1), 4g + 2h + 1 (n 2tc + 1); V's scale applied here.
-        const float vs = __ldg(a.v_scale + blk.kv_head);
+      const float alpha = OnlineSoftmaxRow<2 * NB, 4>(
+          [&](int n) -> float& { return s[n / 2][2 * r + n % 2]; }, m_run[r], l_run[r], c);
 #pragma unroll
-        for (int g = 0; g < D / 32; ++g)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float* t0 = acc[4 * g + 2 * h];
-            const float* t1 = acc[4 * g + 2 * h + 1];
-            *reinterpret_cast<float4*>(row + 32 * g + 16 * h + 4 * tc) =
-                make_float4(t0[2 * r] * vs, t1[2 * r] * vs, t0[2 * r + 1] * vs, t1[2 * r + 1] * vs);
-          }
-      } else {
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt)
-          *reinterpret_cast<float2*>(row + dt * 8 + 2 * tc) = make_float2(acc[dt][2 * r], acc[dt][2 * r + 1]);
-      }
-      if (tc == 0) {
-        sM[wn * BM + br] = m_run[r];
-        sL[wn * BM + br] = l;
+      for (int dt = 0; dt < DT; ++dt) {
+        acc[dt][2 * r] *= alpha;
+        acc[dt][2 * r + 1] *= alpha;
       }
     }
-    __syncthreads();
-    DecodeEpilogue<T, D, BM, WN, NT>(a, blk, sAcc, sM, sL);
+    const uint32_t v_base = sV_addr + (buf * BS + wn * KW) * KRB + v_lane_off;
+#pragma unroll
+    for (int kk = 0; kk < KW / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = PackPair<C>(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = PackPair<C>(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = PackPair<C>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = PackPair<C>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      if constexpr (kE4m3) {
+        // One transposed ldmatrix: 16 keys x 32 bytes; vb[0]/vb[1] keys 0-7/8-15 at d [0, 16),
+        // vb[2]/vb[3] at d [16, 32). O tiles 4g .. 4g+3: d 2n, 2n+1, 16+2n, 17+2n of the group.
+#pragma unroll
+        for (int g = 0; g < D / 32; ++g) {
+          uint32_t vb[4];
+          LdMatrixX4Trans(vb, v_base + kk * 16 * KRB + g * 32);
+          Mma<__half>(acc[4 * g], pa, E4m3PairOf<false>(vb[0]), E4m3PairOf<false>(vb[1]));
+          Mma<__half>(acc[4 * g + 1], pa, E4m3PairOf<true>(vb[0]), E4m3PairOf<true>(vb[1]));
+          Mma<__half>(acc[4 * g + 2], pa, E4m3PairOf<false>(vb[2]), E4m3PairOf<false>(vb[3]));
+          Mma<__half>(acc[4 * g + 3], pa, E4m3PairOf<true>(vb[2]), E4m3PairOf<true>(vb[3]));
+        }
+      } else {
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t vb[4];
+          LdMatrixX4Trans(vb, v_base + kk * 16 * KRB + dp * 32);
+          Mma<T>(acc[2 * dp], pa, vb[0], vb[1]);
+          Mma<T>(acc[2 * dp + 1], pa, vb[2], vb[3]);
+        }
+      }
+    }
   }
+  CpAsyncWait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the merge area
+
+  float* sAcc = reinterpret_cast<float*>(decode_smem);
+  float* sM = sAcc + WN * BM * D;
+  float* sL = sM + WN * BM;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int br = wm * 16 + gr + 8 * r;
+    float* row = sAcc + (wn * BM + br) * D;
+    if constexpr (kE4m3) {
+      // Undo the column permutation: d 32g + 16h + 4tc + {0, 1, 2, 3} are tiles 4g + 2h (n 2tc),
+      // 4g + 2h + 1 (n 2tc), 4g + 2h (n 2tc + 1), 4g + 2h + 1 (n 2tc + 1); V's scale applied here.
+      const float vs = __ldg(a.v_scale + blk.kv_head);
+#pragma unroll
+      for (int g = 0; g < D / 32; ++g)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float* t0 = acc[4 * g + 2 * h];
+          const float* t1 = acc[4 * g + 2 * h + 1];
+          *reinterpret_cast<float4*>(row + 32 * g + 16 * h + 4 * tc) =
+              make_float4(t0[2 * r] * vs, t1[2 * r] * vs, t0[2 * r + 1] * vs, t1[2 * r + 1] * vs);
+        }
+    } else {
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt)
+        *reinterpret_cast<float2*>(row + dt * 8 + 2 * tc) = make_float2(acc[dt][2 * r], acc[dt][2 * r + 1]);
+    }
+    if (tc == 0) {
+      sM[wn * BM + br] = m_run[r];
+      sL[wn * BM + br] = l;
+    }
+  }
+  __syncthreads();
+  DecodeEpilogue<T, D, BM, WN, NT>(a, blk, sAcc, sM, sL);
 }
 
 // ---- SIMT kernel (exact fp32) ---------------------------------------------------------------
@@ -887,140 +686,136 @@ __global__ void __launch_bounds__(Tr::kThreads) DecodeSimtKernel(const DecodeKer
   float* sM = sAlpha + BM;
   float* sL = sM + BM;
 
-  // One piece of work (the split grid), or the segments of the block's range (balanced).
-  DecodeWorkList<BM, BS, NT> work(a, reinterpret_cast<int64_t*>(decode_smem));
   DecodeBlock blk;
-  for (bool first = true; work.Next(a, blk); first = false) {
-    if (!first) __syncthreads();  // the previous piece is done with the shared memory
-    const int n_tiles = blk.n_tiles;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const float c = a.scale_log2;
+  if (!LocateDecodeBlock<BM, BS>(a, blk)) return;
+  const int n_tiles = blk.n_tiles;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const float c = a.scale_log2;
 
-    // Q as fp32 (through the K tile buffer 0 for the raw copy would need a barrier dance; a
-    // direct load is as cheap for a few rows).
-    const T* q = static_cast<const T*>(a.q);
-    for (int idx = tid; idx < BM * D / 4; idx += NT) {
-      const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r < blk.rows) {
-        const int row = blk.row0 + r;
-        const int64_t token = blk.seq.q_start + row / a.group;
-        const int head = blk.kv_head * a.group + row % a.group;
-        const T* src = q + (token * a.q_heads + head) * D + col;
-        x = make_float4(ToFloat(src[0]), ToFloat(src[1]), ToFloat(src[2]), ToFloat(src[3]));
-      }
-      *reinterpret_cast<float4*>(sQ + r * D + col) = x;
+  // Q as fp32 (through the K tile buffer 0 for the raw copy would need a barrier dance; a
+  // direct load is as cheap for a few rows).
+  const T* q = static_cast<const T*>(a.q);
+  for (int idx = tid; idx < BM * D / 4; idx += NT) {
+    const int r = idx / (D / 4), col = (idx % (D / 4)) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < blk.rows) {
+      const int row = blk.row0 + r;
+      const int64_t token = blk.seq.q_start + row / a.group;
+      const int head = blk.kv_head * a.group + row % a.group;
+      const T* src = q + (token * a.q_heads + head) * D + col;
+      x = make_float4(ToFloat(src[0]), ToFloat(src[1]), ToFloat(src[2]), ToFloat(src[3]));
     }
-    auto kv = MakeDecodeKvLoader<T, D, BS, NT>(a, blk);
+    *reinterpret_cast<float4*>(sQ + r * D + col) = x;
+  }
+  auto kv = MakeDecodeKvLoader<T, D, BS, NT>(a, blk);
 #pragma unroll
-    for (int t = 0; t < ST - 1; ++t) {
-      if (t < n_tiles) kv.template Issue<P>(t, sK + t * Tr::kTileElems, sV + t * Tr::kTileElems);
+  for (int t = 0; t < ST - 1; ++t) {
+    if (t < n_tiles) kv.template Issue<P>(t, sK + t * Tr::kTileElems, sV + t * Tr::kTileElems);
+    CpAsyncCommit();
+  }
+
+  // Warp `warp` owns rows warp + i * W: their running max and this lane's part of the sum.
+  float m_run[RPW], l_run[RPW];
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    m_run[i] = -INFINITY;
+    l_run[i] = 0.f;
+  }
+  float4 acc[kOut];
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  for (int t = 0; t < n_tiles; ++t) {
+    CpAsyncWait<ST - 2>();
+    __syncthreads();
+    {
+      const int nt = t + ST - 1;
+      const int nbuf = nt % ST;
+      if (nt < n_tiles) kv.template Issue<P>(nt, sK + nbuf * Tr::kTileElems, sV + nbuf * Tr::kTileElems);
       CpAsyncCommit();
     }
-
-    // Warp `warp` owns rows warp + i * W: their running max and this lane's part of the sum.
-    float m_run[RPW], l_run[RPW];
-#pragma unroll
-    for (int i = 0; i < RPW; ++i) {
-      m_run[i] = -INFINITY;
-      l_run[i] = 0.f;
-    }
-    float4 acc[kOut];
-#pragma unroll
-    for (int i = 0; i < kOut; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-
-    for (int t = 0; t < n_tiles; ++t) {
-      CpAsyncWait<ST - 2>();
-      __syncthreads();
-      {
-        const int nt = t + ST - 1;
-        const int nbuf = nt % ST;
-        if (nt < n_tiles) kv.template Issue<P>(nt, sK + nbuf * Tr::kTileElems, sV + nbuf * Tr::kTileElems);
-        CpAsyncCommit();
-      }
-      const int buf = t % ST;
-      const T* k_tile = sK + buf * Tr::kTileElems;
-      const T* v_tile = sV + buf * Tr::kTileElems;
-      const int tile0 = blk.key_begin + t * BS;
-      // Scores: consecutive threads take consecutive keys of one row (16-byte K reads hit
-      // distinct bank groups: the padded pitch is an odd number of 16-byte units).
-      for (int idx = tid; idx < BM * BS; idx += NT) {
-        const int r = idx / BS, j = idx % BS;
-        const float* qr = sQ + r * D;
-        const T* kr = k_tile + j * P;
-        float sc = 0.f;
+    const int buf = t % ST;
+    const T* k_tile = sK + buf * Tr::kTileElems;
+    const T* v_tile = sV + buf * Tr::kTileElems;
+    const int tile0 = blk.key_begin + t * BS;
+    // Scores: consecutive threads take consecutive keys of one row (16-byte K reads hit
+    // distinct bank groups: the padded pitch is an odd number of 16-byte units).
+    for (int idx = tid; idx < BM * BS; idx += NT) {
+      const int r = idx / BS, j = idx % BS;
+      const float* qr = sQ + r * D;
+      const T* kr = k_tile + j * P;
+      float sc = 0.f;
 #pragma unroll 8
-        for (int d = 0; d < D; d += 4) {
-          const float4 qv = *reinterpret_cast<const float4*>(qr + d);
-          const float4 kv4 = Load4AsFloat<T>(kr + d);
-          sc = fmaf(qv.x, kv4.x, sc);
-          sc = fmaf(qv.y, kv4.y, sc);
-          sc = fmaf(qv.z, kv4.z, sc);
-          sc = fmaf(qv.w, kv4.w, sc);
-        }
-        const int row = blk.row0 + r;
-        const int lim = min(VisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
-        sS[r * SP + j] = tile0 + j < lim ? sc : -INFINITY;
+      for (int d = 0; d < D; d += 4) {
+        const float4 qv = *reinterpret_cast<const float4*>(qr + d);
+        const float4 kv4 = Load4AsFloat<T>(kr + d);
+        sc = fmaf(qv.x, kv4.x, sc);
+        sc = fmaf(qv.y, kv4.y, sc);
+        sc = fmaf(qv.z, kv4.z, sc);
+        sc = fmaf(qv.w, kv4.w, sc);
       }
-      __syncthreads();
-#pragma unroll
-      for (int i = 0; i < RPW; ++i) {
-        const int r = warp + i * W;
-        if (r < BM) {
-          float* srow = sS + r * SP;
-          const float alpha = OnlineSoftmaxRow<BS / 32, 32>(
-              [&](int n) -> float& { return srow[lane + 32 * n]; }, m_run[i], l_run[i], c);
-          if (lane == 0) sAlpha[r] = alpha;
-        }
-      }
-      __syncthreads();
-#pragma unroll
-      for (int i = 0; i < kOut; ++i) {
-        const int g = tid + i * NT;
-        const int r = g / (D / 4), col = (g % (D / 4)) * 4;
-        const float alpha = sAlpha[r];
-        float4 x = acc[i];
-        x.x *= alpha;
-        x.y *= alpha;
-        x.z *= alpha;
-        x.w *= alpha;
-        const float* prow = sS + r * SP;
-#pragma unroll 4
-        for (int j = 0; j < BS; ++j) {
-          const float p = prow[j];
-          const float4 vv = Load4AsFloat<T>(v_tile + j * P + col);
-          x.x = fmaf(p, vv.x, x.x);
-          x.y = fmaf(p, vv.y, x.y);
-          x.z = fmaf(p, vv.z, x.z);
-          x.w = fmaf(p, vv.w, x.w);
-        }
-        acc[i] = x;
-      }
+      const int row = blk.row0 + r;
+      const int lim = min(VisibleKeys(blk.seq, a.causal != 0, row / a.group), blk.key_end);
+      sS[r * SP + j] = tile0 + j < lim ? sc : -INFINITY;
     }
-    CpAsyncWait<0>();
     __syncthreads();
-    // The merge area: acc [1][BM][D] over sK (the pipeline is done), m and l beside the scores.
-    float* sAcc = reinterpret_cast<float*>(sK);
 #pragma unroll
     for (int i = 0; i < RPW; ++i) {
       const int r = warp + i * W;
-      float l = l_run[i];
-#pragma unroll
-      for (int off = 16; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
-      if (r < BM && lane == 0) {
-        sM[r] = m_run[i];
-        sL[r] = l;
+      if (r < BM) {
+        float* srow = sS + r * SP;
+        const float alpha = OnlineSoftmaxRow<BS / 32, 32>(
+            [&](int n) -> float& { return srow[lane + 32 * n]; }, m_run[i], l_run[i], c);
+        if (lane == 0) sAlpha[r] = alpha;
       }
     }
+    __syncthreads();
 #pragma unroll
     for (int i = 0; i < kOut; ++i) {
       const int g = tid + i * NT;
       const int r = g / (D / 4), col = (g % (D / 4)) * 4;
-      *reinterpret_cast<float4*>(sAcc + r * D + col) = acc[i];
+      const float alpha = sAlpha[r];
+      float4 x = acc[i];
+      x.x *= alpha;
+      x.y *= alpha;
+      x.z *= alpha;
+      x.w *= alpha;
+      const float* prow = sS + r * SP;
+#pragma unroll 4
+      for (int j = 0; j < BS; ++j) {
+        const float p = prow[j];
+        const float4 vv = Load4AsFloat<T>(v_tile + j * P + col);
+        x.x = fmaf(p, vv.x, x.x);
+        x.y = fmaf(p, vv.y, x.y);
+        x.z = fmaf(p, vv.z, x.z);
+        x.w = fmaf(p, vv.w, x.w);
+      }
+      acc[i] = x;
     }
-    __syncthreads();
-    DecodeEpilogue<T, D, BM, 1, NT>(a, blk, sAcc, sM, sL);
   }
+  CpAsyncWait<0>();
+  __syncthreads();
+  // The merge area: acc [1][BM][D] over sK (the pipeline is done), m and l beside the scores.
+  float* sAcc = reinterpret_cast<float*>(sK);
+#pragma unroll
+  for (int i = 0; i < RPW; ++i) {
+    const int r = warp + i * W;
+    float l = l_run[i];
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+    if (r < BM && lane == 0) {
+      sM[r] = m_run[i];
+      sL[r] = l;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) {
+    const int g = tid + i * NT;
+    const int r = g / (D / 4), col = (g % (D / 4)) * 4;
+    *reinterpret_cast<float4*>(sAcc + r * D + col) = acc[i];
+  }
+  __syncthreads();
+  DecodeEpilogue<T, D, BM, 1, NT>(a, blk, sAcc, sM, sL);
 }
 
 // ---- launch -------------------------------------------------------------------------------
@@ -1045,8 +840,7 @@ constexpr auto DecodeKernelOf() {
 template <class Tr, bool kSimt>
 cudaError_t LaunchDecodeKernel(const DecodeKernelArgs& a, cudaStream_t stream) {
   constexpr auto kKernel = DecodeKernelOf<Tr, kSimt>();
-  const int64_t blocks = a.balanced_blocks > 0 ? a.balanced_blocks
-                                               : static_cast<int64_t>(a.row_blocks) * a.batch * a.kv_heads * a.splits;
+  const int64_t blocks = static_cast<int64_t>(a.row_blocks) * a.batch * a.kv_heads * a.splits;
   if (blocks <= 0 || blocks > 0x7fffffff) return cudaErrorInvalidValue;
   if (const cudaError_t e = SetSharedMemoryLimitOnce<kKernel>(Tr::kSmemBytes); e != cudaSuccess) return e;
   kKernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);

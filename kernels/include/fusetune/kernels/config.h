@@ -14,9 +14,7 @@
 //             overlaps PV); 2 = double-buffered cp.async. CPU: always 1;
 //   split_kv  number of KV splits combined afterwards (1 = none; decode uses more);
 //             kAutoSplitKv (0) = the backend plans the count at launch from its processor
-//             count and the work (ChooseSplitKv in split_kv.h); kBalancedSplitKv (-1) = one
-//             block per resident slot of the device, each taking an equal share of all the
-//             items' key tiles (a GPU decode schedule: the CUDA decode kernels).
+//             count and the work (ChooseSplitKv in split_kv.h).
 //
 // Thread-safety: a plain value type.
 #ifndef FUSETUNE_KERNELS_CONFIG_H_
@@ -39,9 +37,6 @@ absl::StatusOr<Precision> ParsePrecision(std::string_view name);
 
 // split_kv value meaning "plan the split count at launch" (key suffix /skauto).
 inline constexpr int kAutoSplitKv = 0;
-// split_kv value meaning "the balanced schedule": as many blocks as the device holds at once,
-// the key tiles of every (sequence, KV head) split evenly across them (key suffix /skbal).
-inline constexpr int kBalancedSplitKv = -1;
 
 struct KernelConfig {
   Variant variant = Variant::kFused;
@@ -52,13 +47,12 @@ struct KernelConfig {
   int stages = 1;
   int split_kv = 1;
 
-  // Range checks only (positive sizes, stages in [1, 8], split_kv kAutoSplitKv, kBalancedSplitKv
-  // or in [1, 64]); whether a
+  // Range checks only (positive sizes, stages in [1, 8], split_kv kAutoSplitKv or in [1, 64]); whether a
   // backend can run it is Backend::CanImplement's question.
   absl::Status Validate() const;
 
   // Canonical key, e.g. fused/bm64/bs32/t4/fp32/st2; "/sk<N>" is appended when split_kv > 1,
-  // "/skauto" when it is kAutoSplitKv, "/skbal" when it is kBalancedSplitKv.
+  // "/skauto" when it is kAutoSplitKv.
   std::string Key() const;
   // Inverse of Key(); InvalidArgument on anything Key() cannot produce.
   static absl::StatusOr<KernelConfig> FromKey(std::string_view key);
