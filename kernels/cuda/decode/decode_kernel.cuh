@@ -113,14 +113,12 @@ __device__ __forceinline__ void CpAsyncKv16(void* dst, const void* src, bool pre
 }
 
 // Streams the block's K/V tiles into shared memory: thread `tid` copies kPer 16-byte chunks
-// per tile at one column, rows row0 + i * row_step. For a paged cache the page of those rows is
-// read from the block table one tile ahead, and nothing uses the loaded index until that tile is
-// issued: a GPU thread stalls at the first use of a load, so using it at once would put a table
-// read's latency into every tile. When every page holds whole runs of kPer rows (pages of a
-// multiple of kPer tokens: 16 and up) a thread copies kPer consecutive rows, and one table read
-// serves them; otherwise rows tid / kChunksPerRow + i * kRowStep, each with its own table read
-// (a contiguous cache too: consecutive rows made bs128/t256/st2 3.5-5.7 % slower there on an
-// H200, docs/perf.md).
+// per tile, the consecutive rows (tid / kChunksPerRow) * kPer + i at one column. For a paged
+// cache the page of those rows is read from the block table one tile ahead, and nothing uses
+// the loaded index until that tile is issued: a GPU thread stalls at the first use of a load, so
+// using it at once would put a table read's latency into every tile. When every page holds whole
+// runs of kPer rows (pages of a multiple of kPer tokens: 16 and up), one table read serves a
+// thread's rows of a tile; otherwise each row reads its own.
 template <typename T, int D, int BS, int NT>
 struct DecodeKvLoader {
   static constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
@@ -139,13 +137,12 @@ struct DecodeKvLoader {
   int64_t k_start;        // contiguous cache: the sequence's first key row
   int key_begin, key_end;
   int row0, col;          // this thread's first row in a tile and its column (elements)
-  int row_step;           // between this thread's rows: 1 (runs in a page) or kRowStep
   int64_t head_offset;    // kv_head * D + col
   bool page_holds_run;    // paged, page_size % kPer == 0: the thread's kPer rows share a page
   int next_page[kPer];    // paged: the pages of the next tile's rows (read, not yet used)
 
   // Key of row i of tile `tile` for this thread (key_begin is a multiple of block_s).
-  __device__ __forceinline__ int Key(int tile, int i) const { return key_begin + tile * BS + row0 + i * row_step; }
+  __device__ __forceinline__ int Key(int tile, int i) const { return key_begin + tile * BS + row0 + i; }
   __device__ __forceinline__ int PageOf(int j) const {
     return page_magic == 0 ? j : static_cast<int>(__umulhi(static_cast<uint32_t>(j), page_magic));
   }
@@ -177,7 +174,7 @@ struct DecodeKvLoader {
       const int64_t row = table != nullptr ? static_cast<int64_t>(page) * page_size + (j - PageOf(j) * page_size)
                                            : k_start + j;
       const int64_t offset = valid ? row * kv_row_stride + head_offset : 0;
-      const int r = row0 + i * row_step;
+      const int r = row0 + i;
       CpAsyncKv16(sK + r * kPitch + col, k + offset, valid);
       CpAsyncKv16(sV + r * kPitch + col, v + offset, valid);
     }
@@ -199,11 +196,10 @@ __device__ __forceinline__ DecodeKvLoader<T, D, BS, NT> MakeDecodeKvLoader(const
   ld.k_start = blk.seq.k_start;
   ld.key_begin = blk.key_begin;
   ld.key_end = blk.key_end;
-  ld.page_holds_run = a.page_size > 0 && a.page_size % L::kPer == 0;
-  ld.row_step = ld.page_holds_run ? 1 : L::kRowStep;
-  ld.row0 = (threadIdx.x / L::kChunksPerRow) * (ld.page_holds_run ? L::kPer : 1);
+  ld.row0 = (threadIdx.x / L::kChunksPerRow) * L::kPer;
   ld.col = (threadIdx.x % L::kChunksPerRow) * L::kElemsPerChunk;
   ld.head_offset = static_cast<int64_t>(blk.kv_head) * D + ld.col;
+  ld.page_holds_run = a.page_size > 0 && a.page_size % L::kPer == 0;
   ld.LookUp(0);
   return ld;
 }
