@@ -161,11 +161,14 @@ absl::StatusOr<KernelConfig> ConfigFromProto(const v1::Config& proto) {
   c.block_s = proto.block_s();
   c.threads = proto.threads();
   c.stages = proto.stages();
-  // 0 is both proto3's "unset" and kAutoSplitKv: the key, when given, says which.
+  // 0 is both proto3's "unset" and kAutoSplitKv: the key, when given, says which (a malformed
+  // key fails the comparison below).
   c.split_kv = proto.split_kv();
   if (c.split_kv == 0) {
-    auto from_key = proto.key().empty() ? absl::StatusOr<KernelConfig>() : KernelConfig::FromKey(proto.key());
-    c.split_kv = from_key.ok() ? from_key->split_kv : 1;
+    c.split_kv = 1;
+    if (!proto.key().empty()) {
+      if (auto from_key = KernelConfig::FromKey(proto.key()); from_key.ok()) c.split_kv = from_key->split_kv;
+    }
   }
   if (auto s = c.Validate(); !s.ok()) return InvalidField("config", s.message());
   if (!proto.key().empty() && proto.key() != c.Key()) {

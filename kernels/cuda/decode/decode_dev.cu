@@ -699,11 +699,14 @@ struct Timer {
   }
 };
 
+// The read ceiling's grid: four blocks of 1024 threads per multiprocessor of an H200.
+constexpr int kReadCeilingBlocks = 132 * 4, kReadCeilingThreads = 1024;
+
 // The read ceiling of `buf`'s bytes: ReadOnlyKernel on a full grid, median of `launches`.
 double ReadCeilingMicros(Timer& timer, const ReadBuffers& buf, int launches) {
   return timer.MedianMicros(
       [&] {
-        ReadOnlyKernel<<<132 * 4, 1024>>>(buf.k, buf.v, buf.n16, buf.sink);
+        ReadOnlyKernel<<<kReadCeilingBlocks, kReadCeilingThreads>>>(buf.k, buf.v, buf.n16, buf.sink);
         return cudaGetLastError();
       },
       launches);
@@ -842,8 +845,8 @@ int ReadPattern(int launches) {
     const double bytes = 2.0 * n16 * 16;
     const ReadBuffers buf(n16);
     const double ceiling_us = ReadCeilingMicros(timer, buf, launches);
-    std::printf("READ %-10s contiguous, 528 x 1024 threads: %8.2f us %5.2f TB/s\n", s.label, ceiling_us,
-                bytes / ceiling_us * 1e-6);
+    std::printf("READ %-10s contiguous, %d x %d threads: %8.2f us %5.2f TB/s\n", s.label, kReadCeilingBlocks,
+                kReadCeilingThreads, ceiling_us, bytes / ceiling_us * 1e-6);
     for (int splits : {1, 2, 4, 16, 32}) {
       const int blocks = s.batch * kv_heads * splits;
       if (blocks > 132 * 16) continue;
