@@ -62,13 +62,16 @@ std::string KernelConfig::Key() const {
                                  threads, "/", PrecisionName(precision), "/st", stages);
   if (split_kv > 1) absl::StrAppend(&key, "/sk", split_kv);
   if (split_kv == kAutoSplitKv) absl::StrAppend(&key, "/skauto");
+  if (pingpong) absl::StrAppend(&key, "/pingpong");
+  if (persistent) absl::StrAppend(&key, "/persistent");
   return key;
 }
 
 absl::StatusOr<KernelConfig> KernelConfig::FromKey(std::string_view key) {
   std::vector<std::string> parts = absl::StrSplit(ToAbsl(key), '/');
   auto bad = [&] { return absl::InvalidArgumentError(Cat("malformed config key '", key, "'")); };
-  if (parts.size() != 6 && parts.size() != 7) return bad();
+  // Six fixed parts, then at most three optional ones: a split, /pingpong, /persistent.
+  if (parts.size() < 6 || parts.size() > 9) return bad();
   KernelConfig c;
   auto variant = ParseVariant(parts[0]);
   if (!variant.ok()) return variant.status();
@@ -83,13 +86,25 @@ absl::StatusOr<KernelConfig> KernelConfig::FromKey(std::string_view key) {
   auto precision = ParsePrecision(parts[4]);
   if (!precision.ok()) return precision.status();
   c.precision = *precision;
-  if (parts.size() == 7) {
-    if (parts[6] == "skauto") {
+  // Optional parts in Key()'s order, each at most once: anything left over is malformed.
+  size_t i = 6;
+  if (i < parts.size() && parts[i].substr(0, 2) == "sk") {
+    if (parts[i] == "skauto") {
       c.split_kv = kAutoSplitKv;
-    } else if (!field(parts[6], "sk", &c.split_kv) || c.split_kv < 2) {
+    } else if (!field(parts[i], "sk", &c.split_kv) || c.split_kv < 2) {
       return bad();
     }
+    ++i;
   }
+  if (i < parts.size() && parts[i] == "pingpong") {
+    c.pingpong = true;
+    ++i;
+  }
+  if (i < parts.size() && parts[i] == "persistent") {
+    c.persistent = true;
+    ++i;
+  }
+  if (i != parts.size()) return bad();
   if (auto s = c.Validate(); !s.ok()) return s;
   return c;
 }
@@ -97,7 +112,7 @@ absl::StatusOr<KernelConfig> KernelConfig::FromKey(std::string_view key) {
 bool ConfigOrderLess(const KernelConfig& a, const KernelConfig& b) {
   auto tie = [](const KernelConfig& c) {
     return std::make_tuple(static_cast<int>(c.variant), static_cast<int>(c.precision), c.block_m,
-                           c.block_s, c.threads, c.stages, c.split_kv);
+                           c.block_s, c.threads, c.stages, c.split_kv, c.pingpong, c.persistent);
   };
   return tie(a) < tie(b);
 }

@@ -26,6 +26,57 @@ TEST(KernelConfig, KeyRoundTripsThroughFromKey) {
   EXPECT_EQ(*back, c);
 }
 
+TEST(KernelConfig, ScheduleFlagsFollowTheSplitInTheKey) {
+  KernelConfig c;
+  c.block_m = 128;
+  c.block_s = 128;
+  c.threads = 384;
+  c.precision = Precision::kBf16;
+  c.stages = 2;
+  EXPECT_EQ(c.Key(), "fused/bm128/bs128/t384/bf16/st2");
+  c.pingpong = true;
+  c.persistent = true;
+  EXPECT_EQ(c.Key(), "fused/bm128/bs128/t384/bf16/st2/pingpong/persistent");
+  for (int split : {1, 4, kAutoSplitKv}) {
+    for (bool pingpong : {false, true}) {
+      for (bool persistent : {false, true}) {
+        c.split_kv = split;
+        c.pingpong = pingpong;
+        c.persistent = persistent;
+        auto back = KernelConfig::FromKey(c.Key());
+        ASSERT_TRUE(back.ok()) << c.Key() << ": " << back.status();
+        EXPECT_EQ(*back, c) << c.Key();
+      }
+    }
+  }
+  c.split_kv = 4;
+  c.pingpong = false;
+  c.persistent = true;
+  EXPECT_EQ(c.Key(), "fused/bm128/bs128/t384/bf16/st2/sk4/persistent");
+  c.split_kv = kAutoSplitKv;
+  c.pingpong = true;
+  c.persistent = false;
+  EXPECT_EQ(c.Key(), "fused/bm128/bs128/t384/bf16/st2/skauto/pingpong");
+}
+
+TEST(KernelConfig, FromKeyRejectsMisplacedScheduleFlags) {
+  for (const char* key :
+       {"fused/bm64/bs64/t1/fp32/st1/persistent/pingpong",
+        "fused/bm64/bs64/t1/fp32/st1/pingpong/pingpong",
+        "fused/bm64/bs64/t1/fp32/st1/persistent/persistent",
+        "fused/bm64/bs64/t1/fp32/st1/pingpong/sk4", "fused/bm64/bs64/t1/fp32/st1/persistent/skauto",
+        "fused/bm64/bs64/t1/fp32/st1/sk4/sk4/pingpong",
+        "fused/bm64/bs64/t1/fp32/st1/sk4/pingpong/persistent/x",
+        "fused/bm64/bs64/t1/fp32/st1/sk1/pingpong", "fused/bm64/bs64/t1/fp32/st1/ping",
+        "fused/bm64/bs64/t1/fp32/st1/Pingpong", "fused/bm64/bs64/t1/fp32/st1/pingpong/",
+        "fused/bm64/bs64/t1/fp32/pingpong/st1", "fused/bm64/bs64/t1/pingpong/fp32/st1/pingpong"}) {
+    auto c = KernelConfig::FromKey(key);
+    ASSERT_FALSE(c.ok()) << key;
+    EXPECT_NE(c.status().message().find("malformed config key"), std::string::npos)
+        << key << ": " << c.status();
+  }
+}
+
 TEST(KernelConfig, EveryVariantAndPrecisionRoundTrips) {
   for (Variant v : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
     for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
@@ -45,7 +96,7 @@ TEST(KernelConfig, FromKeyRejectsMalformedKeys) {
         "fused/bm64/bs64/t1/fp32/st1/sk4/x", "fast/bm64/bs64/t1/fp32/st1",
         "fused/m64/bs64/t1/fp32/st1", "fused/bm64/bs64/t1/fp64/st1", "fused/bm0/bs64/t1/fp32/st1",
         "fused/bm64/bs64/t1/fp32/st9", "fused/bmx/bs64/t1/fp32/st1",
-        "fused/bm64/bs64/t-1/fp32/st1", "fused/bm64/bs64/w4/fp32/st1"}) {
+        "fused/bm64/bs64/t-1/fp32/st1", "fused/bm64/bs64/w4/fp32/st1", "pingpong/bm64/bs64/t1/fp32/st1"}) {
     EXPECT_FALSE(KernelConfig::FromKey(key).ok()) << key;
   }
 }
@@ -70,6 +121,17 @@ TEST(KernelConfig, OrderIsTotalAndStartsWithVariant) {
   KernelConfig small = fused;
   small.block_s = 16;
   EXPECT_TRUE(ConfigOrderLess(small, fused));
+  // The schedule flags order after the split, and tell otherwise equal configs apart.
+  KernelConfig pingpong = fused, persistent = fused;
+  pingpong.pingpong = true;
+  persistent.persistent = true;
+  EXPECT_TRUE(ConfigOrderLess(fused, pingpong));
+  EXPECT_TRUE(ConfigOrderLess(fused, persistent));
+  EXPECT_TRUE(ConfigOrderLess(persistent, pingpong));
+  EXPECT_FALSE(ConfigOrderLess(pingpong, persistent));
+  KernelConfig split = fused;
+  split.split_kv = 2;
+  EXPECT_TRUE(ConfigOrderLess(pingpong, split));
 }
 
 TEST(KernelConfig, ParsersRejectUnknownNames) {

@@ -14,7 +14,15 @@
 //             overlaps PV); 2 = double-buffered cp.async. CPU: always 1;
 //   split_kv  number of KV splits combined afterwards (1 = none; decode uses more);
 //             kAutoSplitKv (0) = the backend plans the count at launch from its processor
-//             count and the work (ChooseSplitKv in split_kv.h).
+//             count and the work (ChooseSplitKv in split_kv.h);
+//   pingpong  GPU only, the Hopper wgmma fused kernel: the two consumer warpgroups of a block
+//             issue their GEMMs in alternation (ordered by named barriers), so one's softmax
+//             overlaps the other's GEMMs;
+//   persistent GPU only, the Hopper wgmma fused kernel: one block per multiprocessor, each
+//             looping over query tiles from a tile scheduler (longest first when causal), so
+//             one tile's epilogue overlaps the next tile's loads.
+//             The CPU backend and the other kernel families never implement pingpong or
+//             persistent; their CanImplement refuses a config that sets either.
 //
 // Thread-safety: a plain value type.
 #ifndef FUSETUNE_KERNELS_CONFIG_H_
@@ -46,13 +54,17 @@ struct KernelConfig {
   Precision precision = Precision::kFp32;
   int stages = 1;
   int split_kv = 1;
+  bool pingpong = false;
+  bool persistent = false;
 
   // Range checks only (positive sizes, stages in [1, 8], split_kv kAutoSplitKv or in [1, 64]); whether a
   // backend can run it is Backend::CanImplement's question.
   absl::Status Validate() const;
 
   // Canonical key, e.g. fused/bm64/bs32/t4/fp32/st2; "/sk<N>" is appended when split_kv > 1,
-  // "/skauto" when it is kAutoSplitKv.
+  // "/skauto" when it is kAutoSplitKv, then "/pingpong" and "/persistent" when set, in that
+  // order (fused/bm128/bs128/t384/bf16/st2/pingpong/persistent). Keys of configs that set
+  // neither flag are the keys stored before the flags existed.
   std::string Key() const;
   // Inverse of Key(); InvalidArgument on anything Key() cannot produce.
   static absl::StatusOr<KernelConfig> FromKey(std::string_view key);
@@ -61,7 +73,8 @@ struct KernelConfig {
 };
 
 // A fixed total order used to break ties deterministically (compares Key()-relevant fields:
-// variant, precision, block_m, block_s, threads, stages, split_kv, in that order).
+// variant, precision, block_m, block_s, threads, stages, split_kv, pingpong, persistent, in
+// that order).
 bool ConfigOrderLess(const KernelConfig& a, const KernelConfig& b);
 
 }  // namespace fusetune
