@@ -170,6 +170,10 @@ absl::StatusOr<KernelConfig> ConfigFromProto(const v1::Config& proto) {
       if (auto from_key = KernelConfig::FromKey(proto.key()); from_key.ok()) c.split_kv = from_key->split_kv;
     }
   }
+  // false is proto3's default and the flags' default alike, so a key that sets one must come
+  // with the field set (the comparison below).
+  c.pingpong = proto.pingpong();
+  c.persistent = proto.persistent();
   if (auto s = c.Validate(); !s.ok()) return InvalidField("config", s.message());
   if (!proto.key().empty() && proto.key() != c.Key()) {
     return InvalidField("config.key", Cat("'", proto.key(), "' disagrees with the fields ('",
@@ -188,6 +192,8 @@ void ConfigToProto(const KernelConfig& c, v1::Config* proto) {
   proto->set_stages(c.stages);
   proto->set_split_kv(c.split_kv);
   proto->set_key(c.Key());
+  proto->set_pingpong(c.pingpong);
+  proto->set_persistent(c.persistent);
 }
 
 std::string_view JobKindName(v1::JobKind kind) {

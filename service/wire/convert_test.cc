@@ -186,6 +186,50 @@ TEST(ServiceConvert, APlannedSplitSurvivesTheWire) {
   EXPECT_EQ(ConfigFromProto(fields).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ServiceConvert, ScheduleFlagsSurviveTheWire) {
+  for (const char* key : {"fused/bm128/bs128/t384/bf16/st2/pingpong/persistent",
+                          "fused/bm128/bs128/t384/bf16/st2/pingpong",
+                          "fused/bm128/bs128/t384/bf16/st2/persistent",
+                          "fused/bm128/bs128/t384/bf16/st2/skauto/pingpong"}) {
+    auto c = KernelConfig::FromKey(key);
+    ASSERT_TRUE(c.ok()) << c.status();
+    v1::Config proto;
+    ConfigToProto(*c, &proto);
+    EXPECT_EQ(proto.pingpong(), c->pingpong) << key;
+    EXPECT_EQ(proto.persistent(), c->persistent) << key;
+    auto back = ConfigFromProto(proto);
+    ASSERT_TRUE(back.ok()) << key << ": " << back.status();
+    EXPECT_EQ(*back, *c) << key;
+    EXPECT_EQ(back->Key(), key);
+    // The key alone says the same.
+    v1::Config key_only;
+    key_only.set_key(key);
+    back = ConfigFromProto(key_only);
+    ASSERT_TRUE(back.ok()) << key << ": " << back.status();
+    EXPECT_EQ(*back, *c) << key;
+  }
+  // Fields without a key.
+  v1::Config fields;
+  fields.set_variant("fused");
+  fields.set_block_m(128);
+  fields.set_block_s(128);
+  fields.set_threads(384);
+  fields.set_precision("bf16");
+  fields.set_stages(2);
+  fields.set_pingpong(true);
+  auto from_fields = ConfigFromProto(fields);
+  ASSERT_TRUE(from_fields.ok()) << from_fields.status();
+  EXPECT_TRUE(from_fields->pingpong);
+  EXPECT_FALSE(from_fields->persistent);
+  // A key and fields that disagree on a flag, either way round.
+  fields.set_key("fused/bm128/bs128/t384/bf16/st2/pingpong/persistent");
+  EXPECT_EQ(ConfigFromProto(fields).status().code(), absl::StatusCode::kInvalidArgument);
+  fields.set_key("fused/bm128/bs128/t384/bf16/st2");
+  EXPECT_EQ(ConfigFromProto(fields).status().code(), absl::StatusCode::kInvalidArgument);
+  fields.set_key("fused/bm128/bs128/t384/bf16/st2/pingpong");
+  EXPECT_TRUE(ConfigFromProto(fields).ok());
+}
+
 v1::Trial GoodTrial() {
   v1::Trial t;
   t.set_run_id(7);
