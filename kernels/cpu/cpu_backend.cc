@@ -209,6 +209,11 @@ class CpuBackend final : public Backend {
       return absl::UnimplementedError(
           "cpu: stages must be 1 (the CPU has no asynchronous copies to pipeline)");
     }
+    if (config.pingpong || config.persistent) {
+      return absl::UnimplementedError(
+          "cpu: no pingpong or persistent schedule (GPU only: the Hopper fused kernel's warpgroup and "
+          "tile scheduling)");
+    }
     if (problem.kind == ProblemKind::kPrefill && config.split_kv != 1 && config.split_kv != kAutoSplitKv) {
       // Prefill has many queries per sequence to spread over the workers already;
       // ChooseSplitKv plans 1 for it too.

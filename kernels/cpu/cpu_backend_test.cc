@@ -449,6 +449,27 @@ TEST(CpuBackend, CanImplementRejectsConfigsTheCpuCannotRun) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(CpuBackend, CanImplementRefusesThePingpongAndPersistentSchedules) {
+  auto backend = CreateCpuBackend();
+  AttentionProblem decode = Problem(1, 64);
+  decode.kind = ProblemKind::kDecode;
+  for (Variant v : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
+    for (const AttentionProblem& p : {Problem(64, 64), decode}) {
+      for (int flags : {1, 2, 3}) {
+        KernelConfig c = Config(v);
+        c.pingpong = (flags & 1) != 0;
+        c.persistent = (flags & 2) != 0;
+        absl::Status s = backend->CanImplement(p, c);
+        EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << c.Key();
+        EXPECT_THAT(s.message(), HasSubstr("pingpong or persistent")) << c.Key();
+      }
+    }
+  }
+  for (const KernelConfig& c : backend->CandidateConfigs(Problem(64, 64))) {
+    EXPECT_FALSE(c.pingpong || c.persistent) << c.Key();
+  }
+}
+
 // Every candidate the backend offers runs and is correct: a small causal GQA problem with
 // lengths that are not tile multiples, 16-bit storage so that both precisions appear.
 TEST(CpuBackend, EveryCandidateConfigPassesCanImplementAndMatchesReference) {

@@ -301,6 +301,11 @@ class CudaBackend final : public Backend {
           "the ", VariantName(config.variant),
           " variant has no K/V load pipeline or KV split: stages and split_kv must be 1"));
     }
+    if (config.pingpong || config.persistent) {
+      return absl::UnimplementedError(Cat(
+          "the ", VariantName(config.variant),
+          " variant has no pingpong or persistent schedule (the Hopper fused kernel's): both must be off"));
+    }
     if (config.variant == Variant::kPartial) {
       if (config.block_m > 256 || config.block_s > 256) {
         return absl::FailedPreconditionError("partial: block_m and block_s must be <= 256");

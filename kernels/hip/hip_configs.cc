@@ -35,6 +35,10 @@ absl::Status HipCanImplement(const AttentionProblem& problem, const KernelConfig
   if (problem.is_paged()) {
     return absl::UnimplementedError("no kernel of the HIP backend reads a paged KV cache");
   }
+  if (config.pingpong || config.persistent) {
+    return absl::UnimplementedError(
+        "no kernel of the HIP backend has a pingpong or persistent schedule (the Hopper fused kernel's)");
+  }
   if (problem.head_dim != 64 && problem.head_dim != 128) {
     return absl::UnimplementedError(
         StrCat("the HIP backend supports head_dim 64 and 128 only, got ", problem.head_dim));

@@ -83,6 +83,22 @@ TEST(HipConfigsTest, FusedConfigsOverTheLdsAreFailedPrecondition) {
   EXPECT_GT(refused, 0);
 }
 
+TEST(HipConfigsTest, PingpongAndPersistentAreUnimplemented) {
+  const AttentionProblem p = Problem(64, DType::kFp32);
+  for (Variant v : {Variant::kFused, Variant::kPartial, Variant::kMaterialized}) {
+    KernelConfig c;
+    c.variant = v;
+    c.block_m = 64;
+    c.block_s = 64;
+    c.threads = 128;
+    c.pingpong = true;
+    EXPECT_EQ(HipCanImplement(p, c, Cdna()).code(), absl::StatusCode::kUnimplemented) << c.Key();
+    c.pingpong = false;
+    c.persistent = true;
+    EXPECT_EQ(HipCanImplement(p, c, Cdna()).code(), absl::StatusCode::kUnimplemented) << c.Key();
+  }
+}
+
 TEST(HipConfigsTest, TensorCorePrecisionsAreUnimplemented) {
   const AttentionProblem p = Problem(64, DType::kFp16);
   KernelConfig c;

@@ -48,6 +48,8 @@ TEST(RunnerBlockSourceTest, SaysWhichCellsItCannotRun) {
   EXPECT_TRUE(*source.CanRun(Small(), Config("fused/bm16/bs16/t1/fp32/st1"), &why));
   EXPECT_FALSE(*source.CanRun(Small(), Config("fused/bm16/bs16/t1/fp32/st1/sk2"), &why));
   EXPECT_NE(why.find("split_kv"), std::string::npos) << why;
+  EXPECT_FALSE(*source.CanRun(Small(), Config("fused/bm16/bs16/t1/fp32/st1/pingpong"), &why));
+  EXPECT_NE(why.find("pingpong"), std::string::npos) << why;
 }
 
 TEST(RunnerBlockSourceTest, APinnedBlockRestoresTheThreadsAffinity) {

@@ -118,6 +118,11 @@ std::vector<KernelConfig> DecodeCandidateConfigs(const AttentionProblem& problem
 
 absl::Status DecodeCanImplement(const AttentionProblem& problem, const KernelConfig& config,
                                 int64_t smem_limit_bytes) {
+  if (config.pingpong || config.persistent) {
+    // FindInstance does not look at them: a decode kernel would run the config without them.
+    return absl::UnimplementedError(
+        "the CUDA decode kernels have no pingpong or persistent schedule (the Hopper fused prefill kernel's)");
+  }
   const Precision precision = PrecisionOf(problem.dtype, problem.kv_storage);
   if (config.precision != precision) {
     return absl::UnimplementedError(

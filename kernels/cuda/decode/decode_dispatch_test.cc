@@ -225,6 +225,21 @@ TEST(DecodeCanImplement, RefusesASplitOfAPagedPrefill) {
   EXPECT_TRUE(DecodeCanImplement(Decode(4096, 16), c, kLargeSmem).ok());
 }
 
+TEST(DecodeCanImplement, RefusesThePingpongAndPersistentSchedules) {
+  for (const AttentionProblem& p : {Decode(4096, 16), PagedPrefill()}) {
+    const KernelConfig compiled = CompiledWithBlockM(128, DType::kBf16, p.kind == ProblemKind::kDecode ? 16 : 64);
+    ASSERT_TRUE(DecodeCanImplement(p, compiled, kLargeSmem).ok()) << p.Key();
+    KernelConfig c = compiled;
+    c.pingpong = true;
+    absl::Status s = DecodeCanImplement(p, c, kLargeSmem);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+    EXPECT_TRUE(Mentions(s, "pingpong or persistent")) << s;
+    c = compiled;
+    c.persistent = true;
+    EXPECT_EQ(DecodeCanImplement(p, c, kLargeSmem).code(), absl::StatusCode::kUnimplemented);
+  }
+}
+
 // Each compiled instance is refused exactly when its shared memory exceeds the limit, and at
 // 48 KiB some are (the exact-fp32 tiles and the deep pipelines need the opt-in).
 TEST(DecodeCanImplement, RefusesAConfigOverTheSharedMemoryLimit) {
