@@ -399,9 +399,10 @@ class Problem(ctypes.Structure):
 
 
 class Config(ctypes.Structure):
+    # fusetune_config of C ABI version 2 (fusetune_config_from_key writes every field).
     _fields_ = [("variant", ctypes.c_int32), ("block_m", ctypes.c_int32), ("block_s", ctypes.c_int32),
                 ("threads", ctypes.c_int32), ("precision", ctypes.c_int32), ("stages", ctypes.c_int32),
-                ("split_kv", ctypes.c_int32)]
+                ("split_kv", ctypes.c_int32), ("pingpong", ctypes.c_int32), ("persistent", ctypes.c_int32)]
 
 
 class Fusetune:

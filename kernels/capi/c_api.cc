@@ -164,6 +164,11 @@ absl::Status ToConfig(const fusetune_config* in, KernelConfig* out) {
   c.threads = in->threads;
   c.stages = in->stages;
   c.split_kv = in->split_kv;
+  if ((in->pingpong != 0 && in->pingpong != 1) || (in->persistent != 0 && in->persistent != 1)) {
+    return absl::InvalidArgumentError("pingpong and persistent must be 0 or 1");
+  }
+  c.pingpong = in->pingpong == 1;
+  c.persistent = in->persistent == 1;
   if (auto s = c.Validate(); !s.ok()) return s;
   *out = c;
   return absl::OkStatus();
@@ -180,6 +185,8 @@ fusetune_config FromConfig(const KernelConfig& c) {
   out.threads = c.threads;
   out.stages = c.stages;
   out.split_kv = c.split_kv;
+  out.pingpong = c.pingpong ? 1 : 0;
+  out.persistent = c.persistent ? 1 : 0;
   return out;
 }
 

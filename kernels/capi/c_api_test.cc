@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -47,7 +48,7 @@ fusetune_problem Problem(int batch, int hq, int hkv, int q, int k, int d, bool c
 }
 
 fusetune_config Config(int variant) {
-  fusetune_config c;
+  fusetune_config c{};
   c.variant = variant;
   c.block_m = 16;
   c.block_s = 16;
@@ -591,6 +592,62 @@ TEST(CApi, ConfigKeysRoundTrip) {
   }
   c.block_m = 0;
   EXPECT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
+TEST(CApi, ScheduleFlagsRoundTripAndAreZeroOrOne) {
+  fusetune_config c;
+  char key[128], err[256] = "";
+  const char* text = "fused/bm128/bs128/t384/bf16/st2/pingpong/persistent";
+  ASSERT_EQ(fusetune_config_from_key(text, &c, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_EQ(c.split_kv, 1);
+  EXPECT_EQ(c.pingpong, 1);
+  EXPECT_EQ(c.persistent, 1);
+  ASSERT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_STREQ(key, text);
+  ASSERT_EQ(fusetune_config_from_key("fused/bm128/bs128/t384/bf16/st2/sk4/persistent", &c, err, sizeof err),
+            FUSETUNE_OK)
+      << err;
+  EXPECT_EQ(c.split_kv, 4);
+  EXPECT_EQ(c.pingpong, 0);
+  EXPECT_EQ(c.persistent, 1);
+  // Keys without the flags write them as 0.
+  c.pingpong = c.persistent = 1;
+  ASSERT_EQ(fusetune_config_from_key("fused/bm128/bs128/t384/bf16/st2", &c, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_EQ(c.pingpong, 0);
+  EXPECT_EQ(c.persistent, 0);
+  c.pingpong = 1;
+  ASSERT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_OK) << err;
+  EXPECT_STREQ(key, "fused/bm128/bs128/t384/bf16/st2/pingpong");
+  for (int bad : {-1, 2}) {
+    c.pingpong = bad;
+    c.persistent = 0;
+    EXPECT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(std::string(err).find("pingpong and persistent must be 0 or 1"), std::string::npos) << err;
+    c.pingpong = 0;
+    c.persistent = bad;
+    EXPECT_EQ(fusetune_config_key(&c, key, sizeof key, err, sizeof err), FUSETUNE_INVALID_ARGUMENT) << bad;
+  }
+}
+
+TEST(CApi, TheCpuBackendRefusesTheScheduleFlags) {
+  Handle h;
+  const fusetune_problem p = Problem(1, 2, 2, 8, 8, 32, false);
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  char err[256] = "";
+  ASSERT_EQ(fusetune_can_implement(h.h, &p, &c, err, sizeof err), FUSETUNE_OK) << err;
+  c.persistent = 1;
+  EXPECT_EQ(fusetune_can_implement(h.h, &p, &c, err, sizeof err), FUSETUNE_UNIMPLEMENTED);
+  EXPECT_NE(std::string(err).find("persistent"), std::string::npos) << err;
+}
+
+TEST(CApi, TheFirstSevenConfigFieldsKeepVersionOnesOffsets) {
+  // Version 2 appended pingpong and persistent; a version-1 library reads the same offsets.
+  EXPECT_EQ(FUSETUNE_C_API_VERSION, 2);
+  EXPECT_EQ(offsetof(fusetune_config, variant), 0u);
+  EXPECT_EQ(offsetof(fusetune_config, split_kv), 6 * sizeof(int32_t));
+  EXPECT_EQ(offsetof(fusetune_config, pingpong), 7 * sizeof(int32_t));
+  EXPECT_EQ(offsetof(fusetune_config, persistent), 8 * sizeof(int32_t));
+  EXPECT_EQ(sizeof(fusetune_config), 9 * sizeof(int32_t));
 }
 
 TEST(CApi, DefaultConfigIsTheDeviceClassBackendsAndRunsOnTheCpu) {

@@ -15,7 +15,7 @@ from . import _build
 from .errors import error_for_code
 
 # FUSETUNE_C_API_VERSION this module was written against; the library must say the same.
-API_VERSION = 1
+API_VERSION = 2
 
 # Status codes (fusetune_status).
 OK = 0
@@ -42,7 +42,7 @@ class ConfigStruct(ctypes.Structure):
     _fields_ = [
         ("variant", ctypes.c_int32), ("block_m", ctypes.c_int32), ("block_s", ctypes.c_int32),
         ("threads", ctypes.c_int32), ("precision", ctypes.c_int32), ("stages", ctypes.c_int32),
-        ("split_kv", ctypes.c_int32),
+        ("split_kv", ctypes.c_int32), ("pingpong", ctypes.c_int32), ("persistent", ctypes.c_int32),
     ]
 
 

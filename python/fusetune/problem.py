@@ -133,7 +133,8 @@ _PRECISION_NAMES = {v: k for k, v in _capi.PRECISIONS.items()}
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One kernel config, as ``KernelConfig`` (config.h). ``split_kv`` 0 = planned at launch."""
+    """One kernel config, as ``KernelConfig`` (config.h). ``split_kv`` 0 = planned at launch;
+    ``pingpong`` and ``persistent`` are schedules of the Hopper fused kernel (CUDA only)."""
 
     variant: str = "fused"
     block_m: int = 64
@@ -142,6 +143,8 @@ class Config:
     precision: str = "fp32"
     stages: int = 1
     split_kv: int = 1
+    pingpong: bool = False
+    persistent: bool = False
 
     @staticmethod
     def from_key(key: str) -> "Config":
@@ -155,7 +158,7 @@ class Config:
     @staticmethod
     def _from_struct(c) -> "Config":
         return Config(_VARIANT_NAMES[c.variant], c.block_m, c.block_s, c.threads, _PRECISION_NAMES[c.precision],
-                      c.stages, c.split_kv)
+                      c.stages, c.split_kv, bool(c.pingpong), bool(c.persistent))
 
     def _struct(self):
         s = self.__dict__.get("_c")
@@ -166,8 +169,9 @@ class Config:
                         raise InvalidArgumentError(
                     f"config: variant must be fused, partial or materialized and precision fp32, tf32, fp16 or bf16, "
                     f"got {self.variant!r} and {self.precision!r}")
+            # int(): the library refuses anything but 0 and 1, so a stray 2 is not read as True.
             s = _capi.ConfigStruct(variant, self.block_m, self.block_s, self.threads, precision, self.stages,
-                                   self.split_kv)
+                                   self.split_kv, int(self.pingpong), int(self.persistent))
             object.__setattr__(self, "_c", s)
         return s
 

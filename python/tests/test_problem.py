@@ -51,6 +51,25 @@ def test_config_keys_round_trip():
         fusetune.Config(block_m=0).key()
 
 
+def test_config_schedule_flags_round_trip():
+    key = "fused/bm128/bs128/t384/bf16/st2/pingpong/persistent"
+    c = fusetune.Config.from_key(key)
+    assert (c.split_kv, c.pingpong, c.persistent) == (1, True, True)
+    assert c.key() == key
+    assert c == fusetune.Config(block_m=128, block_s=128, threads=384, precision="bf16", stages=2, pingpong=True,
+                                persistent=True)
+    assert fusetune.Config.from_key("fused/bm128/bs128/t384/bf16/st2/skauto/persistent") == \
+        fusetune.Config(block_m=128, block_s=128, threads=384, precision="bf16", stages=2, split_kv=0, persistent=True)
+    assert fusetune.Config(pingpong=True).key() == "fused/bm64/bs64/t1/fp32/st1/pingpong"
+    plain = fusetune.Config.from_key("fused/bm64/bs64/t1/fp32/st1")
+    assert (plain.pingpong, plain.persistent) == (False, False)
+    for bad in ("fused/bm64/bs64/t1/fp32/st1/persistent/pingpong", "fused/bm64/bs64/t1/fp32/st1/pingpong/sk4"):
+        with pytest.raises(fusetune.InvalidArgumentError):
+            fusetune.Config.from_key(bad)
+    with pytest.raises(fusetune.InvalidArgumentError):
+        fusetune.Config(pingpong=2).key()
+
+
 def test_tolerance_is_the_librarys_table():
     # kernels/reference.h: the larger of the products' precision and the output's rounding.
     assert fusetune.tolerance("fp32", "fp32") == 1e-4

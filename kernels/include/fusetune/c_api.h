@@ -17,7 +17,11 @@
  * Compatibility: FUSETUNE_C_API_VERSION is the ABI's version and the library's soname
  * (libfusetune_capi.so.<version>). It changes with anything that breaks a caller built
  * against an earlier header (a struct layout, a signature or an enum value changed, a
- * function removed); adding functions keeps it.
+ * function removed); adding functions keeps it. Version 2 appended pingpong and persistent
+ * to fusetune_config; the first seven fields keep version 1's offsets, so a version-1 library
+ * reads a version-2 struct whose pingpong and persistent are 0 as the same config (a config
+ * that sets either cannot be said to it), and writes only those seven fields of a struct it
+ * fills in (fusetune_config_from_key, fusetune_default_config: zero it first).
  *
  * Thread-safety: a handle is not thread-safe (one handle per thread and device); distinct
  * handles may be used concurrently. fusetune_run is synchronous: O is complete on return,
@@ -36,7 +40,7 @@
 extern "C" {
 #endif
 
-#define FUSETUNE_C_API_VERSION 1
+#define FUSETUNE_C_API_VERSION 2
 
 /* Status codes (values equal absl::StatusCode where one exists). */
 typedef enum fusetune_status {
@@ -91,6 +95,10 @@ typedef struct fusetune_config {
   int32_t precision;  /* fusetune_precision */
   int32_t stages;
   int32_t split_kv;
+  /* Version 2 (appended, so the fields above keep their offsets). 0 or 1 (anything else:
+   * INVALID_ARGUMENT); GPU only, the Hopper fused kernel (config.h). */
+  int32_t pingpong;   /* consumer warpgroups alternate their GEMMs (key /pingpong) */
+  int32_t persistent; /* one block per multiprocessor loops over the tiles (key /persistent) */
 } fusetune_config;
 
 /* The KV cache of a problem (problem.h's decode kind and paged fields). Decode: 1..16 new
