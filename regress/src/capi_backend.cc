@@ -14,6 +14,14 @@
 namespace fusetune::regress {
 namespace {
 
+// The C ABI versions this build calls: its own, and 1. Version 2 only appended pingpong and
+// persistent to fusetune_config, and the adapter only hands configs to the library
+// (fusetune_can_implement, fusetune_run and fusetune_time read them; it calls nothing that
+// writes one), so a version-1 library reads the first seven fields of the same struct as its
+// own config. The next version must decide again which older ones stay callable.
+static_assert(FUSETUNE_C_API_VERSION == 2, "decide which older C ABI versions the adapter can still call");
+bool Callable(int version) { return version == 1 || version == FUSETUNE_C_API_VERSION; }
+
 // The library's entry points this adapter calls, resolved once.
 struct CapiFunctions {
   decltype(&fusetune_api_version) api_version = nullptr;
@@ -64,13 +72,15 @@ fusetune_config ToCapi(const KernelConfig& c) {
   out.threads = c.threads;
   out.stages = c.stages;
   out.split_kv = c.split_kv;
+  out.pingpong = c.pingpong ? 1 : 0;
+  out.persistent = c.persistent ? 1 : 0;
   return out;
 }
 
 class CapiBackend : public Backend {
  public:
-  CapiBackend(void* library, CapiFunctions f, fusetune_handle* handle, std::unique_ptr<Backend> memory)
-      : library_(library), f_(f), handle_(handle), memory_(std::move(memory)) {}
+  CapiBackend(void* library, CapiFunctions f, int version, fusetune_handle* handle, std::unique_ptr<Backend> memory)
+      : library_(library), f_(f), version_(version), handle_(handle), memory_(std::move(memory)) {}
   ~CapiBackend() override {
     f_.destroy(handle_);
     // The library stays loaded: a CUDA runtime inside it may still run exit handlers.
@@ -80,7 +90,7 @@ class CapiBackend : public Backend {
   DeviceInfo Describe() const override { return memory_->Describe(); }
 
   absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override {
-    if (auto s = Representable(problem, config); !s.ok()) return s;
+    if (auto s = Representable(version_, problem, config); !s.ok()) return s;
     // The library cannot see the token: it is read before each call into it.
     if (auto s = stop_token().Check(); !s.ok()) return s;
     const fusetune_problem p = ToCapi(problem);
@@ -93,7 +103,7 @@ class CapiBackend : public Backend {
 
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
-    if (auto s = Representable(problem, config); !s.ok()) return s;
+    if (auto s = Representable(version_, problem, config); !s.ok()) return s;
     // The library cannot see the token: it is read before each call into it.
     if (auto s = stop_token().Check(); !s.ok()) return s;
     const fusetune_problem p = ToCapi(problem);
@@ -104,7 +114,7 @@ class CapiBackend : public Backend {
 
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers, const TimingOptions& options) override {
-    if (auto s = Representable(problem, config); !s.ok()) return s;
+    if (auto s = Representable(version_, problem, config); !s.ok()) return s;
     if (auto s = stop_token().Check(); !s.ok()) return s;
     const fusetune_problem p = ToCapi(problem);
     const fusetune_config c = ToCapi(config);
@@ -131,19 +141,27 @@ class CapiBackend : public Backend {
   absl::Status Fill(void* dst, uint8_t value, size_t bytes) override { return memory_->Fill(dst, value, bytes); }
 
  private:
-  // What ABI version 1 cannot express.
-  static absl::Status Representable(const AttentionProblem& problem, const KernelConfig& config) {
+  // What the library's C ABI version cannot express. The first two hold for every version: the
+  // adapter calls only version 1's first functions, which every library has.
+  static absl::Status Representable(int version, const AttentionProblem& problem, const KernelConfig& config) {
     if (problem.is_paged()) {
       return absl::UnimplementedError("the C ABI (version 1) has no paged KV cache: a paged problem cannot be served");
     }
     if (config.split_kv == kAutoSplitKv) {
       return absl::UnimplementedError("the C ABI (version 1) has no planned split count (/skauto)");
     }
+    // A version-1 library would read the config without its appended fields, as another one.
+    if (version < 2 && (config.pingpong || config.persistent)) {
+      return absl::UnimplementedError(absl::StrCat("the C ABI (version ", version,
+                                                   ") has no pingpong or persistent schedule: ", config.Key(),
+                                                   " cannot be served by this library"));
+    }
     return absl::OkStatus();
   }
 
   void* library_;
   CapiFunctions f_;
+  int version_;
   fusetune_handle* handle_;
   std::unique_ptr<Backend> memory_;
 };
@@ -181,16 +199,17 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenCapiBackend(const std::string& libr
       return s;
     }
   }
-  if (const int version = f.api_version(); version != FUSETUNE_C_API_VERSION) {
+  const int version = f.api_version();
+  if (!Callable(version)) {
     dlclose(handle);
-    return absl::FailedPreconditionError(absl::StrCat(library, " speaks C ABI version ", version, "; this build speaks ",
-                                                      FUSETUNE_C_API_VERSION));
+    return absl::FailedPreconditionError(absl::StrCat(library, " speaks C ABI version ", version,
+                                                      "; this build calls versions 1 and ", FUSETUNE_C_API_VERSION));
   }
   fusetune_handle* h = nullptr;
   char err[512] = "";
   const std::string name(backend);
   if (absl::Status s = FromCapi(f.create(name.c_str(), device, &h, err, sizeof err), err); !s.ok()) return s;
-  return std::unique_ptr<Backend>(new CapiBackend(handle, f, h, std::move(memory)));
+  return std::unique_ptr<Backend>(new CapiBackend(handle, f, version, h, std::move(memory)));
 }
 
 }  // namespace fusetune::regress

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fusetune/regress/block_source.h"
 #include "gtest/gtest.h"
@@ -44,6 +45,45 @@ TEST(CapiBackendTest, TheLibrarysRefusalComesBackWithItsCode) {
   AttentionProblem paged = Small();
   paged.page_block_size = 16;
   EXPECT_TRUE(absl::IsUnimplemented((*lib)->CanImplement(paged, *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1"))));
+}
+
+TEST(CapiBackendTest, ThisBuildsLibraryTakesTheScheduleFlags) {
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_CAPI_LIBRARY, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  // Handed to the library, whose CPU backend refuses them itself.
+  absl::Status s = (*lib)->CanImplement(Small(), *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1/pingpong"));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("C ABI library: cpu: no pingpong or persistent"), std::string::npos) << s;
+}
+
+// An older commit's library (version 1) reads the first seven fields of the same struct; a
+// config it cannot express never reaches it.
+TEST(CapiBackendTest, AVersionOneLibraryIsServedWhatItCanExpress) {
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_FAKE_CAPI_V1, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  absl::Status s = (*lib)->CanImplement(Small(), *KernelConfig::FromKey("partial/bm16/bs32/t2/bf16/st1/sk4"));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("C ABI library: fake v1 read 1/16/32/2/3/1/4"), std::string::npos) << s;
+  for (const char* key : {"fused/bm16/bs32/t1/fp32/st1/pingpong", "fused/bm16/bs32/t1/fp32/st1/persistent",
+                          "fused/bm16/bs32/t1/fp32/st1/pingpong/persistent"}) {
+    const KernelConfig c = *KernelConfig::FromKey(key);
+    std::vector<float> none(1);
+    const AttentionBuffers buffers{.q = none.data(), .k = none.data(), .v = none.data(), .o = none.data()};
+    for (absl::Status refused : {(*lib)->CanImplement(Small(), c), (*lib)->Run(Small(), c, buffers),
+                                 (*lib)->Time(Small(), c, buffers, TimingOptions{}).status()}) {
+      EXPECT_TRUE(absl::IsUnimplemented(refused)) << key << ": " << refused;
+      EXPECT_NE(refused.message().find("the C ABI (version 1) has no pingpong or persistent schedule"),
+                std::string::npos)
+          << refused;
+      EXPECT_EQ(refused.message().find("C ABI library"), std::string::npos) << refused;
+    }
+  }
+}
+
+TEST(CapiBackendTest, ALibraryOfAnotherVersionIsRefused) {
+  absl::Status s = OpenCapiBackend(FUSETUNE_FAKE_CAPI_V3, "cpu", 0, Cpu()).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_NE(s.message().find("speaks C ABI version 3"), std::string::npos) << s;
 }
 
 TEST(CapiBackendTest, AMissingOrForeignLibraryIsAClearError) {

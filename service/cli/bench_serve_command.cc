@@ -75,7 +75,7 @@ void AddBenchServeCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str()
       ->check(CLI::Range(-1, 4095));
   serve->add_option("--capi-library", flags->capi_library,
-                    "serve the kernels of another build's libfusetune_capi.so (C ABI version 1) instead of this build's");
+                    "serve the kernels of another build's libfusetune_capi.so (C ABI version 1 or 2) instead of this build's");
   serve->add_option("--capi-commit", flags->capi_commit, "the commit of --capi-library's build, as the hello reports it")
       ->capture_default_str();
   SetAction(serve, context, [flags] { return RunBenchServe(*flags); });

@@ -14,7 +14,9 @@
 // the process). What the ABI cannot say is marked so: Describe() is `memory`'s description,
 // CandidateConfigs() is empty (a served cell names its config), and timing blocks carry no
 // device state (DeviceState::known is false). Paged problems are Unimplemented (ABI version 1
-// has no block table).
+// has no block table). Libraries of C ABI version 1 and 2 are served: version 2 appended
+// pingpong and persistent to fusetune_config, so a version-1 library reads the same struct,
+// and a config that sets either is Unimplemented there.
 //
 // Thread-safety: as the ABI's handle, not thread-safe; one CapiBackend per thread.
 #ifndef FUSETUNE_REGRESS_CAPI_BACKEND_H_
@@ -32,7 +34,7 @@ namespace fusetune::regress {
 // Loads `library` and creates its backend `backend` ("cpu" or "cuda") on device `device`.
 // NotFound when the file does not exist; InvalidArgument when it is not a loadable library or
 // lacks a fusetune_* function the adapter needs (named); FailedPrecondition when its ABI version
-// is not the one this build speaks; the library's own error (its status code) when it cannot
+// is not one this build calls (1 or 2); the library's own error (its status code) when it cannot
 // create the backend. `memory` must be this build's backend of the same name and device.
 absl::StatusOr<std::unique_ptr<Backend>> OpenCapiBackend(const std::string& library, std::string_view backend,
                                                          int device, std::unique_ptr<Backend> memory);
