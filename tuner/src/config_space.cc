@@ -67,12 +67,14 @@ std::vector<Filter> Filters(const ConfigSpaceOptions& o) {
 }
 
 // A config's fields other than the one block size being compared.
-using Rest = std::tuple<int, int, int, int, int, int>;
+using Rest = std::tuple<int, int, int, int, int, int, bool, bool>;
 Rest WithoutBlockM(const KernelConfig& c) {
-  return {static_cast<int>(c.variant), static_cast<int>(c.precision), c.block_s, c.threads, c.stages, c.split_kv};
+  return {static_cast<int>(c.variant), static_cast<int>(c.precision), c.block_s, c.threads, c.stages, c.split_kv,
+          c.pingpong, c.persistent};
 }
 Rest WithoutBlockS(const KernelConfig& c) {
-  return {static_cast<int>(c.variant), static_cast<int>(c.precision), c.block_m, c.threads, c.stages, c.split_kv};
+  return {static_cast<int>(c.variant), static_cast<int>(c.precision), c.block_m, c.threads, c.stages, c.split_kv,
+          c.pingpong, c.persistent};
 }
 
 // For each group of configs equal but for one block size, the smallest block size that

@@ -122,6 +122,28 @@ TEST(ConfigSpace, BlocksLargerThanTheSmallestCoveringOneAreDropped) {
   EXPECT_EQ(space->configs(), Sorted({Config(Variant::kFused, 64, 64, 128), Config(Variant::kFused, 128, 64, 256)}));
 }
 
+TEST(ConfigSpace, TheScheduleFlagsSeparateTheRedundancyGroups) {
+  // A 128-row tile with pingpong or persistent is another kernel schedule than the 64-row
+  // tile without: nothing smaller repeats it, so it stays; the plain 128-row one does not.
+  KernelConfig pingpong = Config(Variant::kFused, 128, 64, 128);
+  pingpong.pingpong = true;
+  KernelConfig persistent = Config(Variant::kFused, 128, 64, 128);
+  persistent.persistent = true;
+  HostBackend backend;
+  backend.candidates = {Config(Variant::kFused, 64, 64, 128), Config(Variant::kFused, 128, 64, 128), pingpong,
+                        persistent};
+  absl::StatusOr<ConfigSpace> space = ConfigSpace::Create(Seed(40), backend);
+  ASSERT_TRUE(space.ok()) << space.status();
+  EXPECT_EQ(space->configs(), Sorted({Config(Variant::kFused, 64, 64, 128), pingpong, persistent}));
+  // Within one schedule the rule still applies.
+  KernelConfig smaller = pingpong;
+  smaller.block_m = 64;
+  backend.candidates = {smaller, pingpong};
+  space = ConfigSpace::Create(Seed(40), backend);
+  ASSERT_TRUE(space.ok()) << space.status();
+  EXPECT_EQ(space->configs(), std::vector<KernelConfig>{smaller});
+}
+
 TEST(ConfigSpace, TheRedundancyRuleComparesWithinTheFilteredSpace) {
   HostBackend backend;
   ConfigSpaceOptions o;
