@@ -91,6 +91,10 @@ class Shape:
     causal: bool
     dtype: int
     precision: str
+    kv_heads: int = 0  # GQA: K/V heads (0 = heads)
+
+    def kv(self):
+        return self.kv_heads or self.heads
 
     def flops(self):
         pairs = self.seq * (self.seq + 1) / 2 if self.causal else self.seq * self.seq
@@ -121,6 +125,11 @@ SHAPES = {
     "fp16-d64-s2048": Shape("fp16 b1 h12 d64 S=2048", 1, 12, 2048, 64, False, FP16, "fp16"),
     "bf16-d128-s4096": Shape("bf16 b4 h16 d128 S=4096", 4, 16, 4096, 128, False, BF16, "bf16"),
     "bf16-d128-s4096-causal": Shape("bf16 b4 h16 d128 S=4096 causal", 4, 16, 4096, 128, True, BF16, "bf16"),
+    "fp16-d128-s1024-b8": Shape("fp16 b8 h16 d128 S=1024", 8, 16, 1024, 128, False, FP16, "fp16"),
+    "bf16-d128-s4096-gqa-causal": Shape("bf16 b2 hq32 hkv8 d128 S=4096 causal", 2, 32, 4096, 128, True, BF16, "bf16",
+                                        8),
+    "bf16-d128-s16384-causal": Shape("bf16 b1 h16 d128 S=16384 causal", 1, 16, 16384, 128, True, BF16, "bf16"),
+    "fp16-d64-s4096": Shape("fp16 b4 h16 d64 S=4096", 4, 16, 4096, 64, False, FP16, "fp16"),
 }
 DEFAULT_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096", "bf16-d128-s4096-causal", "fp32-d64-s2048"]
 DEFAULT_CUPTI_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096"]
@@ -234,6 +243,21 @@ def summarize(blocks, candidates_by_shape, flops_by_shape):
                 continue
             verdict = "ours faster" if high < 1 else ("ours slower" if low > 1 else "level (CI holds 1)")
             pair_rows.append({"shape": shape, "pair": f"ours / {c['name']}", "rounds": len(ratios),
+                              "median_ratio": med, "ci_low": low, "ci_high": high, "coverage": cover,
+                              "verdict": verdict})
+        # Each further config of ours (--also) against cuDNN too.
+        cudnn = per.get("cudnn")
+        for c in cands:
+            if not c["name"].startswith("ours+") or not per[c["name"]] or not cudnn:
+                continue
+            mine = per[c["name"]]
+            common = sorted(set(mine) & set(cudnn))
+            ratios = [mine[r] / cudnn[r] for r in common if cudnn[r] > 0]
+            med, low, high, cover = median_ci(ratios)
+            if med is None:
+                continue
+            verdict = "ours faster" if high < 1 else ("ours slower" if low > 1 else "level (CI holds 1)")
+            pair_rows.append({"shape": shape, "pair": f"{c['name']} / cudnn", "rounds": len(ratios),
                               "median_ratio": med, "ci_low": low, "ci_high": high, "coverage": cover,
                               "verdict": verdict})
     return cand_rows, pair_rows
@@ -490,20 +514,25 @@ class ShapeBench:
         self.shape, self.ft, self.flush, self.spin_us_per_launch = s, ft, flush, spin_us_per_launch
         tdt = getattr(torch, TORCH_DTYPE_NAME[s.dtype])
         b, h, n, d = s.batch, s.heads, s.seq, s.head_dim
+        hkv = s.kv()
         # Ours: [b*s][h][d]; torch: (b, h, s, d) contiguous copies of the same values.
         self.q = (torch.rand(b, n, h, d, device="cuda") * 2 - 1).to(tdt)
-        self.k = (torch.rand(b, n, h, d, device="cuda") * 2 - 1).to(tdt)
-        self.v = (torch.rand(b, n, h, d, device="cuda") * 2 - 1).to(tdt)
+        self.k = (torch.rand(b, n, hkv, d, device="cuda") * 2 - 1).to(tdt)
+        self.v = (torch.rand(b, n, hkv, d, device="cuda") * 2 - 1).to(tdt)
         self.qt, self.kt, self.vt = (x.transpose(1, 2).contiguous() for x in (self.q, self.k, self.v))
         self.scale = 1.0 / math.sqrt(d)
         with torch.no_grad():
-            sc = torch.matmul(self.qt.double(), self.kt.double().transpose(-1, -2)) * self.scale
+            # GQA: query head i reads K/V head i // (h / hkv) (the reference widens K/V).
+            kd = self.kt.double().repeat_interleave(h // hkv, dim=1)
+            sc = torch.matmul(self.qt.double(), kd.transpose(-1, -2)) * self.scale
+            del kd
             if s.causal:
                 sc.masked_fill_(torch.ones(n, n, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
-            self.ref = torch.matmul(torch.softmax(sc, dim=-1), self.vt.double())  # (b, h, s, d)
+            self.ref = torch.matmul(torch.softmax(sc, dim=-1),
+                                    self.vt.double().repeat_interleave(h // hkv, dim=1))  # (b, h, s, d)
             del sc
         self.ref_ours = self.ref.transpose(1, 2)  # (b, s, h, d)
-        self.problem = Problem(b, h, h, n, n, d, 1 if s.causal else 0, s.dtype, 0.0, None, None, None)
+        self.problem = Problem(b, h, hkv, n, n, d, 1 if s.causal else 0, s.dtype, 0.0, None, None, None)
         self.mask = torch.ones(n, n, dtype=torch.bool, device="cuda").triu(1) if s.causal else None
         self.o = torch.empty_like(self.q)
 
@@ -539,8 +568,10 @@ class ShapeBench:
         backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                    "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
 
+        gqa = {"enable_gqa": True} if s.kv() != s.heads else {}
+
         def sdpa():
-            return F.scaled_dot_product_attention(self.qt, self.kt, self.vt, is_causal=s.causal)
+            return F.scaled_dot_product_attention(self.qt, self.kt, self.vt, is_causal=s.causal, **gqa)
         return sdpa, backend
 
     def torch_block(self, name, warmup, launches):
@@ -850,6 +881,17 @@ def parse_configs(items):
     return out
 
 
+def parse_also(items):
+    """--also LABEL=KEY: {"ours+LABEL": KEY}, in the order given."""
+    out = {}
+    for item in items:
+        label, sep, key = item.partition("=")
+        if not sep or not label or not key.startswith("fused/"):
+            raise SystemExit(f"--also {item}: expected LABEL=KEY with a fused/ key")
+        out[f"ours+{label}"] = key
+    return out
+
+
 def parse_list(text, allowed, what):
     items = [x for x in text.split(",") if x]
     bad = [x for x in items if x not in allowed]
@@ -870,6 +912,9 @@ def build_parser():
                     help=f"comma-separated, from {', '.join(ALL_CANDIDATES)}")
     ap.add_argument("--config", action="append", default=[], metavar="SHAPE=KEY",
                     help="fix a config of ours (fused/...) or ours-materialized (materialized/...) for a shape")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=KEY",
+                    help="another fused config of ours in every shape's rounds, as candidate ours+LABEL ({p} in "
+                         "KEY = the shape's precision); pairs ours / ours+LABEL and ours+LABEL / cudnn")
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (>= 3)")
     ap.add_argument("--launches", type=int, default=10, help="timed launches per block")
     ap.add_argument("--warmup", type=int, default=2, help="untimed launches before each block")
@@ -956,6 +1001,7 @@ def main():
     shape_ids = parse_list(args.cupti_shapes if args.cupti_check else args.shapes, list(SHAPES), "--shapes")
     names = parse_list(args.candidates, ALL_CANDIDATES, "--candidates")
     fixed = parse_configs(args.config)
+    also = parse_also(args.also)
     rounds = 5 if args.quick else args.rounds
     if rounds < 3 or args.launches < 1 or args.warmup < 0 or args.cupti_launches < 1:
         raise SystemExit("--rounds must be >= 3, --launches and --cupti-launches >= 1, --warmup >= 0")
@@ -980,7 +1026,9 @@ def main():
         log(f"== {shape_id}: {s.label}")
         set_tf32(s.precision == "tf32")
         bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
-        runnable, report = prepare_candidates(bench, names, fixed.get(shape_id, {}), args.warmup, args.launches, log)
+        fixed_here = dict(fixed.get(shape_id, {}))
+        fixed_here.update({name: key.format(p=s.precision) for name, key in also.items()})
+        runnable, report = prepare_candidates(bench, names + list(also), fixed_here, args.warmup, args.launches, log)
         configs = {r["name"]: r["config"] for r in report}
         all_blocks += run_rounds(shape_id, runnable, rounds, rng, reader, configs, log)
         report_by_shape[shape_id] = report

@@ -18,6 +18,7 @@ dry_run_fakes.use_cpu_library(ct)
 ct.SHAPES["tiny-fp32"] = ct.Shape("fp32 b1 h2 d64 S=64", 1, 2, 64, 64, False, ct.FP32, "fp32")
 ct.SHAPES["tiny-fp32-causal"] = ct.Shape("fp32 b2 h2 d64 S=48 causal", 2, 2, 48, 64, True, ct.FP32, "fp32")
 ct.SHAPES["tiny-bf16"] = ct.Shape("bf16 b1 h2 d64 S=32", 1, 2, 32, 64, False, ct.BF16, "bf16")
+ct.SHAPES["tiny-fp32-gqa"] = ct.Shape("fp32 b1 hq4 hkv2 d64 S=40 causal", 1, 4, 40, 64, True, ct.FP32, "fp32", 2)
 ct.CONFIG_CANDIDATES["ours"] = ["fused/bm64/bs64/t2/{p}/st1", "fused/bm32/bs32/t1/{p}/st1", "fused/bm64/bs64/t384/{p}/st3"]
 ct.CONFIG_CANDIDATES["ours-materialized"] = ["materialized/bm64/bs64/t1/{p}/st1", "materialized/bm64/bs64/t2/{p}/st1"]
 

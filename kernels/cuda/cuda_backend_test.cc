@@ -138,9 +138,22 @@ class CudaBackendTest : public ::testing::Test {
   }
 
   // The Hopper (sm_90a) fused kernel's tilings: 64 rows per consumer warpgroup + a producer
-  // warpgroup. The backend rejects them on other GPUs and for fp32 storage.
+  // warpgroup, and its schedules (ping-pong warpgroups, persistent blocks, both). The backend
+  // rejects them on other GPUs and for fp32 storage.
   static std::vector<KernelConfig> HopperCandidates(Precision precision) {
-    return FusedConfigs(precision, {{128, 128, 384, 2}, {192, 64, 512, 3}, {64, 128, 256, 2}, {128, 64, 384, 3}});
+    std::vector<KernelConfig> out =
+        FusedConfigs(precision, {{128, 128, 384, 2}, {192, 64, 512, 3}, {64, 128, 256, 2}, {128, 64, 384, 3}});
+    const KernelConfig two_groups = out[0], one_group = out[2];
+    for (auto [pingpong, persistent] : {std::pair{true, false}, {false, true}, {true, true}}) {
+      KernelConfig c = two_groups;
+      c.pingpong = pingpong;
+      c.persistent = persistent;
+      out.push_back(c);
+    }
+    KernelConfig persistent_one_group = one_group;
+    persistent_one_group.persistent = true;
+    out.push_back(persistent_one_group);
+    return out;
   }
 
   // Every fused config to check for `p`: the first accepted portable candidate and each
@@ -1147,6 +1160,42 @@ TEST_F(CudaBackendTest, PagedPrefillMatchesTheReference) {
 // 256 tokens (one TMA box per page, or block_s rows of a larger page), a shared prefix, cache
 // lengths that end inside a page, NaN in every row no sequence reads, GQA, causal and not, a
 // varlen batch; every Hopper config (256 threads or more) against the reference.
+// Persistent blocks walk several tiles each (more tiles than multiprocessors): tiles past a
+// short sequence's queries, sequences without keys (zeros, never NaN), causal and not, GQA; the
+// barrier phases carry over from tile to tile. Ping-pong alongside.
+TEST_F(CudaBackendTest, PersistentBlocksWalkingManyTilesMatchTheReference) {
+  if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
+  uint32_t seed = 9100;
+  int runs = 0;
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    const Precision precision = dtype == DType::kFp16 ? Precision::kFp16 : Precision::kBf16;
+    for (int d : {64, 128}) {
+      for (bool causal : {false, true}) {
+        // 4 sequences x 64 query heads x 3 query blocks of 128: 768 tiles.
+        AttentionProblem p = MakeProblem(4, 64, 8, 300, 301, d, causal, dtype);
+        p.cu_seqlens_q = {0, 129, 129, 136, 436};
+        p.cu_seqlens_k = {0, 200, 250, 250, 551};
+        ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+        const Inputs in = RandomInputs(p, ++seed);
+        auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+        ASSERT_TRUE(ref.ok()) << ref.status();
+        for (const KernelConfig& c : HopperCandidates(precision)) {
+          if (!c.persistent && !c.pingpong) continue;
+          if (!backend_->CanImplement(p, c).ok()) continue;
+          SCOPED_TRACE(p.Key() + " " + c.Key());
+          Result r = RunAndCompare(p, c, in, *ref);
+          ASSERT_TRUE(r.status.ok()) << r.status;
+          EXPECT_TRUE(r.finite) << "NaN/Inf (or an unwritten element) in the output";
+          EXPECT_LE(r.rel_error, ToleranceFor(precision, p.dtype));
+          ++runs;
+        }
+      }
+    }
+  }
+  EXPECT_GE(runs, 16);
+  std::printf("[ info ] %d persistent / ping-pong runs over 768 tiles\n", runs);
+}
+
 TEST_F(CudaBackendTest, PagedPrefillOnTheHopperKernelMatchesTheReference) {
   if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
   uint32_t seed = 8500;

@@ -359,7 +359,7 @@ template <typename T>
 struct QueryBlock {
   SequenceGeometry g;
   bool causal = false;
-  int m0 = 0, q_rows = 0, head = 0, kv_head = 0;
+  int m0 = 0, q_rows = 0, head = 0, kv_head = 0, seq = 0;
   const T* q = nullptr;  // row m0 of this head
   const T* k = nullptr;  // key 0 of the kv head
   const T* v = nullptr;
@@ -368,15 +368,18 @@ struct QueryBlock {
   int n_unmasked = 0;    // leading tiles every row sees completely (no per-element mask)
 };
 
-// Fills `b` for this block; false when the block starts past its sequence's queries.
+// Fills `b` for query block `query_block` of head `head` of sequence `seq`; false when the
+// block starts past its sequence's queries.
 template <typename T, int BM, int BS>
-__device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, QueryBlock<T>& b) {
+__device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, int query_block, int head, int seq,
+                                                 QueryBlock<T>& b) {
   b.causal = a.causal != 0;
-  b.g = LoadSequenceGeometry(a, blockIdx.z);
-  b.m0 = QueryBlockIndex(b.causal) * BM;
+  b.seq = seq;
+  b.g = LoadSequenceGeometry(a, seq);
+  b.m0 = query_block * BM;
   if (b.m0 >= b.g.q_len) return false;
   b.q_rows = min(BM, b.g.q_len - b.m0);
-  b.head = blockIdx.y;
+  b.head = head;
   b.kv_head = b.head / a.heads_per_kv;
   b.q = static_cast<const T*>(a.q) + (b.g.q_start + b.m0) * a.q_row_stride +
         static_cast<int64_t>(b.head) * a.q_head_stride;
@@ -393,13 +396,22 @@ __device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, Query
   return true;
 }
 
+// The block of this thread block in the one-block-per-tile grid (x = query blocks, y = query
+// heads, z = sequences).
+template <typename T, int BM, int BS>
+__device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, QueryBlock<T>& b) {
+  return LocateQueryBlock<T, BM, BS>(a, QueryBlockIndex(a.causal != 0), blockIdx.y, blockIdx.z, b);
+}
+
 // Writes zeros to the block's rows: for a block none of whose rows sees a key (zeros, never
 // NaN), without loading anything. 16-byte stores; rows are 16-byte aligned (LaunchFused).
+// Threads [0, kThreads) of the block share the rows (`tid`: this thread's index among them).
 template <typename T, int D, int kThreads>
-__device__ __forceinline__ void ZeroBlockOutput(const QueryBlock<T>& b, int64_t o_row_stride) {
+__device__ __forceinline__ void ZeroBlockOutput(const QueryBlock<T>& b, int64_t o_row_stride,
+                                                int tid = static_cast<int>(threadIdx.x)) {
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(T)) / 16;
   constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(T));
-  for (int c = threadIdx.x; c < b.q_rows * kChunksPerRow; c += kThreads) {
+  for (int c = tid; c < b.q_rows * kChunksPerRow; c += kThreads) {
     const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * kElemsPerChunk;
     *reinterpret_cast<uint4*>(b.o + r * o_row_stride + col) = make_uint4(0, 0, 0, 0);
   }

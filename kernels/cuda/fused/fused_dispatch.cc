@@ -57,7 +57,7 @@ const FusedInstance* FindInstance(int head_dim, DType dtype, const KernelConfig&
     if (inst.head_dim == head_dim && static_cast<int>(inst.storage) == static_cast<int>(dtype) &&
         static_cast<int>(inst.precision) == static_cast<int>(c.precision) &&
         inst.block_m == c.block_m && inst.block_s == c.block_s && inst.threads == c.threads &&
-        inst.stages == c.stages) {
+        inst.stages == c.stages && inst.pingpong == c.pingpong && inst.persistent == c.persistent) {
       return &inst;
     }
   }
@@ -183,6 +183,8 @@ std::vector<KernelConfig> FusedCompiledConfigs(int head_dim, DType dtype) {
     c.precision = static_cast<Precision>(static_cast<int>(inst.precision));
     c.stages = inst.stages;
     c.split_kv = 1;
+    c.pingpong = inst.pingpong;
+    c.persistent = inst.persistent;
     out.push_back(c);
   }
   return out;

@@ -68,6 +68,10 @@ struct FusedInstance {
   // Hopper-only kernel (wgmma + TMA, compiled for sm_90a): FusedCanImplement rejects it on
   // other GPUs.
   bool needs_sm90 = false;
+  // The Hopper kernel's schedules (KernelConfig's axes of the same names): the two consumer
+  // warpgroups issue their GEMMs in alternation; one block per multiprocessor walks the tiles.
+  bool pingpong = false;
+  bool persistent = false;
 };
 
 struct FusedInstanceList {

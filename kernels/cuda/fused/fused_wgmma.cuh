@@ -7,8 +7,13 @@
 //  - The producer warp streams K and V tiles with TMA (cp.async.bulk.tensor, 128-byte swizzle)
 //    into `stages` buffers; per buffer a "full" mbarrier (transaction count) and an "empty"
 //    mbarrier (one arrival per consumer warp) hand it back and forth, so consumers never wait
-//    on a block-wide barrier and the two warpgroups drift apart: one's softmax overlaps the
-//    other's GEMMs.
+//    on a block-wide barrier. Left alone, the two warpgroups drift apart and their GEMMs
+//    contend for the tensor cores; the ping-pong schedule (config axis `pingpong`) orders them
+//    with two named barriers, so one's softmax runs while the other's GEMMs do.
+//  - Persistent schedule (config axis `persistent`): one block per multiprocessor walks the
+//    query tiles in PersistentTileOrder; the producer loads the next tile's Q (its own
+//    full/empty pair) and K/V while the consumers finish the current one, and the barrier
+//    phases run on across tiles.
 //  - Each consumer warpgroup overlaps inside itself too: it issues S_j = Q K_j^T and
 //    O += P_{j-1} V_{j-1} back to back, waits only for S_j, runs the softmax of tile j while
 //    the PV product is still in flight, then rescales O.
@@ -43,10 +48,11 @@
 
 namespace fusetune::cuda::fused {
 
-template <typename T, int D, int BM, int BS, int ST>
+template <typename T, int D, int BM, int BS, int ST, bool PingPong = false, bool Persistent = false>
 struct WgmmaTraits {
   using Storage = T;
   static constexpr int kHeadDim = D, kBlockM = BM, kBlockS = BS, kStages = ST;
+  static constexpr bool kPingPong = PingPong, kPersistent = Persistent;
   static constexpr int kConsumerGroups = BM / 64;
   static constexpr int kConsumerWarps = 4 * kConsumerGroups;
   static constexpr int kThreads = 32 * kConsumerWarps + 128;  // + the producer warpgroup
@@ -57,7 +63,7 @@ struct WgmmaTraits {
   static constexpr int kChunks = D / 64;                     // 128-byte swizzle rows per row
   static constexpr int kQBytes = kChunks * BM * 128;
   static constexpr int kTileBytes = kChunks * BS * 128;  // one K or one V tile
-  static constexpr int kBarriers = 1 + 4 * ST;           // Q, then full/empty for K and V
+  static constexpr int kBarriers = 2 + 4 * ST;           // full/empty for Q, then for K and V
   // 1024 bytes of slack: the swizzle atoms must start on 1024-byte boundaries.
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * ST * kTileBytes + 8 * kBarriers;
   static_assert(sizeof(T) == 2, "wgmma kernel is for 16-bit storage");
@@ -65,6 +71,7 @@ struct WgmmaTraits {
   static_assert(BS == 64 || BS == 128, "block_s 64 or 128 (wgmma N)");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
+  static_assert(!PingPong || kConsumerGroups == 2, "ping-pong alternates two consumer warpgroups");
 };
 
 // Everything the kernel reads from its parameter space: the TMA descriptors must live there
@@ -114,6 +121,34 @@ __device__ __forceinline__ void FenceOperands(float (&d)[N][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
+// Named barriers 1 and 2 order the two consumer warpgroups' GEMM issue in ping-pong (barrier 0
+// is __syncthreads). Each counts 256 threads: the 128 of the warpgroup that waits for its turn
+// and the 128 of the other one, which arrive when they have issued theirs.
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The query tiles of a launch, in the order a persistent block walks them: tile t is query block
+// t % m_blocks of (sequence, head) t / m_blocks, heads inner, so the blocks in flight at a time
+// cover a few neighbouring heads, which share K/V through L2 (all of it for the query heads of
+// one KV head under GQA); under a causal mask each head's longest blocks (the last rows) come
+// first, so the short ones fill the tail.
+struct PersistentTileOrder {
+  int m_blocks = 0, heads = 0;
+  bool causal = false;
+  int64_t total = 0;
+  __device__ __forceinline__ void Decode(int64_t t, int& query_block, int& head, int& seq) const {
+    const int m = static_cast<int>(t % m_blocks);
+    const int64_t sequence_head = t / m_blocks;
+    head = static_cast<int>(sequence_head % heads);
+    seq = static_cast<int>(sequence_head / heads);
+    query_block = causal ? m_blocks - 1 - m : m;
+  }
+};
+
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
@@ -131,23 +166,48 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const uint32_t sV = sK + ST * Tr::kTileBytes;
   const uint32_t bars = sV + ST * Tr::kTileBytes;
   const uint32_t full_q = bars;
-  auto full_k = [&](int s) { return bars + 8u * (1 + s); };
-  auto full_v = [&](int s) { return bars + 8u * (1 + ST + s); };
-  auto empty_k = [&](int s) { return bars + 8u * (1 + 2 * ST + s); };
-  auto empty_v = [&](int s) { return bars + 8u * (1 + 3 * ST + s); };
+  const uint32_t empty_q = bars + 8u;
+  auto full_k = [&](int s) { return bars + 8u * (2 + s); };
+  auto full_v = [&](int s) { return bars + 8u * (2 + ST + s); };
+  auto empty_k = [&](int s) { return bars + 8u * (2 + 2 * ST + s); };
+  auto empty_v = [&](int s) { return bars + 8u * (2 + 3 * ST + s); };
 
-  QueryBlock<T> blk;
-  if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
-  const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
-  if (n_tiles == 0) {
-    ZeroBlockOutput<T, D, Tr::kThreads>(blk, a.o_row_stride);
-    return;
+
+  // The tiles this block computes, in order: one (its grid position), or a persistent block's
+  // share of PersistentTileOrder (blocks, t, t + gridDim.x, ...). Every role walks the same
+  // sequence; fn(query_block, head, seq).
+  auto for_each_tile = [&](auto&& fn) {
+    if constexpr (Tr::kPersistent) {
+      PersistentTileOrder order;
+      order.m_blocks = CeilDiv(a.q_len, BM);
+      order.heads = a.q_heads;
+      order.causal = a.causal != 0;
+      order.total = static_cast<int64_t>(order.m_blocks) * a.q_heads * a.batch;
+      for (int64_t t = blockIdx.x; t < order.total; t += gridDim.x) {
+        int query_block, head, seq;
+        order.Decode(t, query_block, head, seq);
+        fn(query_block, head, seq);
+      }
+    } else {
+      fn(QueryBlockIndex(a.causal != 0), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z));
+    }
+  };
+
+  if constexpr (!Tr::kPersistent) {
+    // A block without keys to visit writes its zeros and leaves before any setup.
+    QueryBlock<T> blk;
+    if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
+    if (blk.n_tiles == 0) {
+      ZeroBlockOutput<T, D, Tr::kThreads>(blk, a.o_row_stride);
+      return;
+    }
   }
 
   if (tid == 0) {
     MbarInit(full_q, 1);
+    MbarInit(empty_q, kConsumerWarps);
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
       MbarInit(full_k(s), 1);
@@ -163,103 +223,118 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // ---- producer warpgroup: its first warp loads, the others only hand back registers ----
     SetMaxRegistersDecrease<Tr::kProducerRegs>();
     if (warp != kConsumerWarps) return;
-    const T* v_heads = static_cast<const T*>(a.v) + static_cast<int64_t>(blk.kv_head) * a.v_head_stride;
-    if (lane == 0) {
-      MbarExpectTx(full_q, Tr::kQBytes);
+    // Key tiles and query tiles loaded so far: buffer s of key tile i is i % ST, its use count
+    // i / ST picks the barrier parity; the Q buffer alternates per query tile the same way.
+    int kv_loaded = 0, q_loaded = 0;
+    for_each_tile([&](int query_block, int head, int seq) {
+      QueryBlock<T> blk;
+      if (!LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk) || blk.n_tiles == 0) return;
+      const int n_tiles = blk.n_tiles;
+      const T* v_heads = static_cast<const T*>(a.v) + static_cast<int64_t>(blk.kv_head) * a.v_head_stride;
+      // The consumers release Q once the last S = Q K^T of the previous tile is computed (a
+      // fresh barrier counts as released).
+      MbarWait(empty_q, (q_loaded & 1) ^ 1);
+      if (lane == 0) {
+        MbarExpectTx(full_q, Tr::kQBytes);
 #pragma unroll
-      for (int c = 0; c < NCH; ++c) {
-        TmaLoad3d(sQ + c * BM * 128, &p.q_map, full_q, 64 * c, blk.head,
-                  static_cast<int>(blk.g.q_start + blk.m0));
+        for (int c = 0; c < NCH; ++c) {
+          TmaLoad3d(sQ + c * BM * 128, &p.q_map, full_q, 64 * c, blk.head,
+                    static_cast<int>(blk.g.q_start + blk.m0));
+        }
       }
-    }
-    // The tile loop, compiled once per cache layout, so a contiguous cache's issue path carries
-    // none of the paged one's bookkeeping (the table reads a tile ahead, the row shuffles).
-    auto produce = [&](auto paged_layout) {
-      constexpr bool kPaged = decltype(paged_layout)::value;
-      // Row of key `key` in K/V memory: contiguous, the sequence's own rows; paged, through
-      // the block table, and past the pool (zero-filled by TMA) for a key past the sequence's
-      // pages, whose table entries may hold anything.
-      const int32_t* table = kPaged ? a.block_table + static_cast<int64_t>(blockIdx.z) * a.block_table_width : nullptr;
-      const int n_pages = kPaged ? CeilDiv(blk.g.k_vis, a.page_size) : 0;
-      auto key_row = [&](int key) -> int {
-        if constexpr (!kPaged) {
-          return static_cast<int>(blk.g.k_start + key);
-        } else {
-          const int page = key / a.page_size;
-          return page < n_pages ? __ldg(table + page) * a.page_size + key % a.page_size
-                                : static_cast<int>(a.kv_total_rows);
-        }
-      };
-      const int box = kPaged ? min(a.page_size, BS) : BS;  // rows per TMA box (the maps' box)
-      constexpr int kMaxBoxes = kPaged ? BS / 16 : 1;       // pages are a multiple of 16 tokens
-      // Paged: the row of box `lane` of tile j (lanes past the tile's boxes hold nothing), read
-      // a tile ahead: the table reads of a tile are in flight together, while the warp waits
-      // for the buffers, and not one after another on the path of every TMA issue.
-      auto box_rows_of = [&](int j) { return lane * box < BS ? key_row(j * BS + lane * box) : 0; };
-      int next_rows = kPaged ? box_rows_of(0) : 0;
-      for (int j = 0; j < n_tiles; ++j) {
-        const int s = j % ST;
-        const uint32_t free_parity = ((j / ST) & 1) ^ 1;  // a fresh barrier counts as released
-        const int key0 = j * BS;
-        int rows[kMaxBoxes];
-        if constexpr (kPaged) {
-#pragma unroll
-          for (int b = 0; b < kMaxBoxes; ++b) rows[b] = __shfl_sync(0xffffffffu, next_rows, b);
-          if (j + 1 < n_tiles) next_rows = box_rows_of(j + 1);
-        } else {
-          rows[0] = key_row(key0);
-        }
-        const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
-        MbarWait(empty_k(s), free_parity);
-        if (lane == 0) {
-          MbarExpectTx(full_k(s), Tr::kTileBytes);
-#pragma unroll
-          for (int b = 0; b < kMaxBoxes; ++b) {
-            if (b * box >= BS) break;
-#pragma unroll
-            for (int c = 0; c < NCH; ++c) {
-              TmaLoad3d(k_dst + c * BS * 128 + b * box * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, rows[b]);
-            }
+      ++q_loaded;
+      // The tile loop, compiled once per cache layout, so a contiguous cache's issue path
+      // carries none of the paged one's bookkeeping (the table reads a tile ahead, the row
+      // shuffles).
+      auto produce = [&](auto paged_layout) {
+        constexpr bool kPaged = decltype(paged_layout)::value;
+        // Row of key `key` in K/V memory: contiguous, the sequence's own rows; paged, through
+        // the block table, and past the pool (zero-filled by TMA) for a key past the sequence's
+        // pages, whose table entries may hold anything.
+        const int32_t* table = kPaged ? a.block_table + static_cast<int64_t>(blk.seq) * a.block_table_width : nullptr;
+        const int n_pages = kPaged ? CeilDiv(blk.g.k_vis, a.page_size) : 0;
+        auto key_row = [&](int key) -> int {
+          if constexpr (!kPaged) {
+            return static_cast<int>(blk.g.k_start + key);
+          } else {
+            const int page = key / a.page_size;
+            return page < n_pages ? __ldg(table + page) * a.page_size + key % a.page_size
+                                  : static_cast<int>(a.kv_total_rows);
           }
-        }
-        MbarWait(empty_v(s), free_parity);
-        const int valid = min(BS, blk.g.k_vis - key0);
-        if (valid == BS) {
+        };
+        const int box = kPaged ? min(a.page_size, BS) : BS;  // rows per TMA box (the maps' box)
+        constexpr int kMaxBoxes = kPaged ? BS / 16 : 1;       // pages are a multiple of 16 tokens
+        // Paged: the row of box `lane` of tile j (lanes past the tile's boxes hold nothing),
+        // read a tile ahead: the table reads of a tile are in flight together, while the warp
+        // waits for the buffers, and not one after another on the path of every TMA issue.
+        auto box_rows_of = [&](int j) { return lane * box < BS ? key_row(j * BS + lane * box) : 0; };
+        int next_rows = kPaged ? box_rows_of(0) : 0;
+        for (int j = 0; j < n_tiles; ++j) {
+          const int i = kv_loaded + j;
+          const int s = i % ST;
+          const uint32_t free_parity = ((i / ST) & 1) ^ 1;  // a fresh barrier counts as released
+          const int key0 = j * BS;
+          int rows[kMaxBoxes];
+          if constexpr (kPaged) {
+#pragma unroll
+            for (int b = 0; b < kMaxBoxes; ++b) rows[b] = __shfl_sync(0xffffffffu, next_rows, b);
+            if (j + 1 < n_tiles) next_rows = box_rows_of(j + 1);
+          } else {
+            rows[0] = key_row(key0);
+          }
+          const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
+          MbarWait(empty_k(s), free_parity);
           if (lane == 0) {
-            MbarExpectTx(full_v(s), Tr::kTileBytes);
+            MbarExpectTx(full_k(s), Tr::kTileBytes);
 #pragma unroll
             for (int b = 0; b < kMaxBoxes; ++b) {
               if (b * box >= BS) break;
 #pragma unroll
               for (int c = 0; c < NCH; ++c) {
-                TmaLoad3d(v_dst + c * BS * 128 + b * box * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, rows[b]);
+                TmaLoad3d(k_dst + c * BS * 128 + b * box * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, rows[b]);
               }
             }
           }
-        } else {
-          // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
-          // (16-byte unit u of row r lands at unit u ^ (r % 8)).
-          for (int ci = lane; ci < BS * NCH * 8; ci += 32) {
-            const int u = ci % 8, c = (ci / 8) % NCH, r = ci / (8 * NCH);
-            const bool pred = r < valid;
-            const uint32_t dst = v_dst + c * BS * 128 + r * 128 + ((u ^ (r & 7)) << 4);
-            const T* src = pred ? v_heads + static_cast<int64_t>(key_row(key0 + r)) * a.v_row_stride + c * 64 + u * 8
-                                : v_heads;
-            CpAsync16Shared(dst, src, pred);
+          MbarWait(empty_v(s), free_parity);
+          const int valid = min(BS, blk.g.k_vis - key0);
+          if (valid == BS) {
+            if (lane == 0) {
+              MbarExpectTx(full_v(s), Tr::kTileBytes);
+#pragma unroll
+              for (int b = 0; b < kMaxBoxes; ++b) {
+                if (b * box >= BS) break;
+#pragma unroll
+                for (int c = 0; c < NCH; ++c) {
+                  TmaLoad3d(v_dst + c * BS * 128 + b * box * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, rows[b]);
+                }
+              }
+            }
+          } else {
+            // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
+            // (16-byte unit u of row r lands at unit u ^ (r % 8)).
+            for (int ci = lane; ci < BS * NCH * 8; ci += 32) {
+              const int u = ci % 8, c = (ci / 8) % NCH, r = ci / (8 * NCH);
+              const bool pred = r < valid;
+              const uint32_t dst = v_dst + c * BS * 128 + r * 128 + ((u ^ (r & 7)) << 4);
+              const T* src = pred ? v_heads + static_cast<int64_t>(key_row(key0 + r)) * a.v_row_stride + c * 64 + u * 8
+                                  : v_heads;
+              CpAsync16Shared(dst, src, pred);
+            }
+            CpAsyncCommit();
+            CpAsyncWait<0>();
+            FenceProxyAsyncShared();  // generic-proxy writes -> visible to wgmma (async proxy)
+            __syncwarp();
+            if (lane == 0) MbarArrive(full_v(s));
           }
-          CpAsyncCommit();
-          CpAsyncWait<0>();
-          FenceProxyAsyncShared();  // generic-proxy writes -> visible to wgmma (async proxy)
-          __syncwarp();
-          if (lane == 0) MbarArrive(full_v(s));
         }
+      };
+      if (a.page_size > 0) {
+        produce(std::true_type{});
+      } else {
+        produce(std::false_type{});
       }
-    };
-    if (a.page_size > 0) {
-      produce(std::true_type{});
-    } else {
-      produce(std::false_type{});
-    }
+      kv_loaded += n_tiles;
+    });
     return;
   }
 
@@ -268,137 +343,188 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int wg = warp / 4;
   const int gr = lane / 4, tc = lane % 4;
   const int row0 = wg * 64 + (warp % 4) * 16 + gr;  // this thread's rows: row0 and row0 + 8
-  int row_vis[2];
-  float m_run[2], l_run[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_vis[r] = VisibleKeys(blk.g, blk.causal, blk.m0 + row0 + 8 * r);
-    m_run[r] = -INFINITY;
-    l_run[r] = 0.f;
-  }
-  float acc[DTILES][4];
-#pragma unroll
-  for (int dt = 0; dt < DTILES; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
-  float s[NTILES][4];
-  uint32_t pa[BS / 16][4];
   const float c_log2 = a.scale_log2;
   const uint32_t q_base = sQ + wg * 64 * 128;
   // K-major SW128: leading offset unused (encoded 1), 8-row groups 1024 B apart.
   // MN-major SW128 (V): leading = next 64 head_dim columns (the other chunk), stride = next 8 keys.
   constexpr uint32_t kLboK = 16, kSboK = 1024, kLboV = BS * 128, kSboV = 1024;
+  // Ping-pong: warpgroup w waits on barrier 1 + w before issuing its GEMMs of a step and then
+  // lets the other one go (the other's barrier), so the tensor cores run one warpgroup's GEMMs
+  // while the other computes its softmax. Per query tile, warpgroup 1 first gives warpgroup 0 the
+  // first turn and skips its hand-over after its last step: each barrier then sees exactly as
+  // many arrivals as waits, tile after tile.
+  auto turn_wait = [&]() {
+    if constexpr (Tr::kPingPong) NamedBarrierSync(1 + wg, 256);
+  };
+  auto turn_pass = [&]() {
+    if constexpr (Tr::kPingPong) NamedBarrierArrive(1 + (wg ^ 1), 256);
+  };
 
   auto release = [&](uint32_t bar) {
     __syncwarp();
     if (lane == 0) MbarArrive(bar);
   };
-  auto issue_qk = [&](int j) {
-    const int st = j % ST;
-    MbarWait(full_k(st), (j / ST) & 1);
-    const uint32_t k_base = sK + st * Tr::kTileBytes;
-    FenceOperands(s);
-    WgmmaFence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t col = (ks % 4) * 32;  // 16 columns = 32 bytes inside the swizzle row
-      Wgmma<BS, kBf16>::SS(s, Sw128Descriptor(q_base + (ks / 4) * BM * 128 + col, kLboK, kSboK),
-                           Sw128Descriptor(k_base + (ks / 4) * BS * 128 + col, kLboK, kSboK),
-                           ks > 0 ? 1 : 0);
+  int kv_used = 0, q_used = 0;  // as the producer's counts
+  for_each_tile([&](int query_block, int head, int seq) {
+    QueryBlock<T> blk;
+    if (!LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) return;
+    const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
+    if (n_tiles == 0) {  // persistent only: the one-tile grid left above
+      ZeroBlockOutput<T, D, 32 * kConsumerWarps>(blk, a.o_row_stride, tid);
+      return;
     }
-    WgmmaCommit();
-  };
-  auto issue_pv = [&](int j) {
-    const int st = j % ST;
-    MbarWait(full_v(st), (j / ST) & 1);
-    const uint32_t v_base = sV + st * Tr::kTileBytes;
-    FenceOperands(acc);
-    WgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < BS / 16; ++kk) {
-      Wgmma<D, kBf16>::RSTrans(acc, pa[kk], Sw128Descriptor(v_base + kk * 16 * 128, kLboV, kSboV));
-    }
-    WgmmaCommit();
-  };
-  // Masks tile j, updates the running max/sum and turns s into probabilities; alpha = the
-  // factor O must be rescaled by.
-  auto softmax = [&](int j, float (&alpha)[2]) {
-    FenceOperands(s);
-    if (j >= n_unmasked) {
-#pragma unroll
-      for (int nt = 0; nt < NTILES; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = j * BS + nt * 8 + 2 * tc + (e % 2);
-          if (key >= row_vis[e / 2]) s[nt][e] = -INFINITY;
-        }
-    }
+    int row_vis[2];
+    float m_run[2], l_run[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      alpha[r] = OnlineSoftmaxRow<2 * NTILES, 4>([&](int n) -> float& { return s[n / 2][2 * r + n % 2]; },
-                                                 m_run[r], l_run[r], c_log2);
+      row_vis[r] = VisibleKeys(blk.g, blk.causal, blk.m0 + row0 + 8 * r);
+      m_run[r] = -INFINITY;
+      l_run[r] = 0.f;
     }
-  };
-  auto pack = [&]() {
+    float acc[DTILES][4];
 #pragma unroll
-    for (int kk = 0; kk < BS / 16; ++kk) {
-      pa[kk][0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-  };
+    for (int dt = 0; dt < DTILES; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
+    float s[NTILES][4];
+    uint32_t pa[BS / 16][4];
 
-  MbarWait(full_q, 0);
-  issue_qk(0);
-  WgmmaWait<0>();
-  release(empty_k(0));
-  {
-    float alpha[2];
-    softmax(0, alpha);  // O is still zero: nothing to rescale
-  }
-  pack();
-  for (int j = 1; j < n_tiles; ++j) {
-    issue_qk(j);
-    issue_pv(j - 1);
-    WgmmaWait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
-    release(empty_k(j % ST));
-    float alpha[2];
-    softmax(j, alpha);
-    WgmmaWait<0>();
-    release(empty_v((j - 1) % ST));
-    FenceOperands(acc);
+    auto issue_qk = [&](int j) {
+      const int i = kv_used + j, st = i % ST;
+      MbarWait(full_k(st), (i / ST) & 1);
+      const uint32_t k_base = sK + st * Tr::kTileBytes;
+      FenceOperands(s);
+      WgmmaFence();
 #pragma unroll
-    for (int dt = 0; dt < DTILES; ++dt) {
-      acc[dt][0] *= alpha[0];
-      acc[dt][1] *= alpha[0];
-      acc[dt][2] *= alpha[1];
-      acc[dt][3] *= alpha[1];
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const uint32_t col = (ks % 4) * 32;  // 16 columns = 32 bytes inside the swizzle row
+        Wgmma<BS, kBf16>::SS(s, Sw128Descriptor(q_base + (ks / 4) * BM * 128 + col, kLboK, kSboK),
+                             Sw128Descriptor(k_base + (ks / 4) * BS * 128 + col, kLboK, kSboK),
+                             ks > 0 ? 1 : 0);
+      }
+      WgmmaCommit();
+    };
+    auto issue_pv = [&](int j) {
+      const int i = kv_used + j, st = i % ST;
+      MbarWait(full_v(st), (i / ST) & 1);
+      const uint32_t v_base = sV + st * Tr::kTileBytes;
+      FenceOperands(acc);
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < BS / 16; ++kk) {
+        Wgmma<D, kBf16>::RSTrans(acc, pa[kk], Sw128Descriptor(v_base + kk * 16 * 128, kLboV, kSboV));
+      }
+      WgmmaCommit();
+    };
+    // Masks tile j, updates the running max/sum and turns s into probabilities; alpha = the
+    // factor O must be rescaled by.
+    auto softmax = [&](int j, float (&alpha)[2]) {
+      FenceOperands(s);
+      if (j >= n_unmasked) {
+#pragma unroll
+        for (int nt = 0; nt < NTILES; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = j * BS + nt * 8 + 2 * tc + (e % 2);
+            if (key >= row_vis[e / 2]) s[nt][e] = -INFINITY;
+          }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        alpha[r] = OnlineSoftmaxRow<2 * NTILES, 4>([&](int n) -> float& { return s[n / 2][2 * r + n % 2]; },
+                                                   m_run[r], l_run[r], c_log2);
+      }
+    };
+    auto pack = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < BS / 16; ++kk) {
+        pa[kk][0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+    };
+    // After step j's GEMMs are issued: hand the turn over (warpgroup 1 not after its last step).
+    auto pass_after = [&](int j) {
+      if (wg == 0 || j + 1 < n_tiles) turn_pass();
+    };
+
+    if constexpr (Tr::kPingPong) {
+      if (wg == 1) turn_pass();  // warpgroup 0 goes first
+    }
+    MbarWait(full_q, q_used & 1);
+    ++q_used;
+    turn_wait();
+    issue_qk(0);
+    pass_after(0);
+    WgmmaWait<0>();
+    release(empty_k(kv_used % ST));
+    if (n_tiles == 1) release(empty_q);
+    {
+      float alpha[2];
+      softmax(0, alpha);  // O is still zero: nothing to rescale
     }
     pack();
-  }
-  issue_pv(n_tiles - 1);
-  WgmmaWait<0>();
-  FenceOperands(acc);
-
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int row = row0 + 8 * r;
-    if (row < blk.q_rows) {
-      T* out = blk.o + row * a.o_row_stride + 2 * tc;
+    for (int j = 1; j < n_tiles; ++j) {
+      turn_wait();
+      issue_qk(j);
+      issue_pv(j - 1);
+      pass_after(j);
+      WgmmaWait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+      release(empty_k((kv_used + j) % ST));
+      if (j == n_tiles - 1) release(empty_q);  // the tile's last read of Q is done
+      float alpha[2];
+      softmax(j, alpha);
+      WgmmaWait<0>();
+      release(empty_v((kv_used + j - 1) % ST));
+      FenceOperands(acc);
 #pragma unroll
       for (int dt = 0; dt < DTILES; ++dt) {
-        StorePair<T>(out + dt * 8, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+        acc[dt][0] *= alpha[0];
+        acc[dt][1] *= alpha[0];
+        acc[dt][2] *= alpha[1];
+        acc[dt][3] *= alpha[1];
+      }
+      pack();
+    }
+    issue_pv(n_tiles - 1);
+    WgmmaWait<0>();
+    release(empty_v((kv_used + n_tiles - 1) % ST));
+    FenceOperands(acc);
+    kv_used += n_tiles;
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int row = row0 + 8 * r;
+      if (row < blk.q_rows) {
+        T* out = blk.o + row * a.o_row_stride + 2 * tc;
+#pragma unroll
+        for (int dt = 0; dt < DTILES; ++dt) {
+          StorePair<T>(out + dt * 8, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+        }
       }
     }
-  }
+  });
 #else
   __trap();  // never launched: FusedCanImplement admits needs_sm90 instances only on sm_90
 #endif
+}
+
+// Multiprocessors of the current device, read once per device (the persistent grid's size).
+inline int MultiprocessorCount() {
+  constexpr int kMaxDevices = 64;
+  static int counts[kMaxDevices] = {};  // 0 = not read yet; a racing second read writes the same
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return 0;
+  if (device < kMaxDevices && counts[device] > 0) return counts[device];
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+  if (device < kMaxDevices) counts[device] = n;
+  return n;
 }
 
 template <class Tr>
@@ -433,28 +559,48 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
       e != cudaSuccess) {
     return e;
   }
-  const dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
+  dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
+  if constexpr (Tr::kPersistent) {
+    // One block per multiprocessor (a block fills one: __launch_bounds__(..., 1) and its shared
+    // memory), never more blocks than tiles.
+    const int sms = MultiprocessorCount();
+    if (sms <= 0) return cudaErrorNoDevice;
+    const int64_t tiles = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+    grid = dim3(static_cast<unsigned>(tiles < sms ? tiles : sms), 1, 1);
+  }
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
-template <typename T, int D, int BM, int BS, int ST>
+template <typename T, int D, int BM, int BS, int ST, bool PingPong = false, bool Persistent = false>
 FusedInstance WgmmaInstance() {
-  using Tr = WgmmaTraits<T, D, BM, BS, ST>;
-  return FusedInstance{D,  StorageOf<T>(), std::is_same_v<T, __nv_bfloat16> ? PrecisionCode::kBf16 : PrecisionCode::kFp16,
-                       BM, BS, Tr::kThreads, ST, Tr::kSmemBytes, &LaunchWgmma<Tr>, /*needs_sm90=*/true};
+  using Tr = WgmmaTraits<T, D, BM, BS, ST, PingPong, Persistent>;
+  FusedInstance inst{D,  StorageOf<T>(), std::is_same_v<T, __nv_bfloat16> ? PrecisionCode::kBf16 : PrecisionCode::kFp16,
+                     BM, BS, Tr::kThreads, ST, Tr::kSmemBytes, &LaunchWgmma<Tr>, /*needs_sm90=*/true};
+  inst.pingpong = PingPong;
+  inst.persistent = Persistent;
+  return inst;
 }
 
 // The instance table, shared by the fp16 and bf16 files.
 template <typename T>
 FusedInstanceList WgmmaTable() {
+  constexpr bool kPingPong = true, kPersistent = true;
   static const FusedInstance kInstances[] = {
-      // head_dim, block_m (64 rows per consumer warpgroup), block_s, stages
+      // head_dim, block_m (64 rows per consumer warpgroup), block_s, stages[, ping-pong, persistent]
       WgmmaInstance<T, 64, 64, 128, 2>(),   WgmmaInstance<T, 64, 128, 128, 2>(),
       WgmmaInstance<T, 64, 192, 64, 2>(),   WgmmaInstance<T, 64, 128, 64, 3>(),
       WgmmaInstance<T, 64, 192, 64, 3>(),
       WgmmaInstance<T, 128, 64, 128, 2>(),  WgmmaInstance<T, 128, 128, 128, 2>(),
       WgmmaInstance<T, 128, 128, 128, 3>(), WgmmaInstance<T, 128, 128, 64, 3>(),
+      // The warpgroup schedules: two consumer warpgroups in ping-pong, persistent blocks, both.
+      WgmmaInstance<T, 64, 128, 128, 2, kPingPong>(),
+      WgmmaInstance<T, 64, 128, 128, 2, false, kPersistent>(),
+      WgmmaInstance<T, 64, 128, 128, 2, kPingPong, kPersistent>(),
+      WgmmaInstance<T, 128, 128, 128, 2, kPingPong>(),
+      WgmmaInstance<T, 128, 128, 128, 2, false, kPersistent>(),
+      WgmmaInstance<T, 128, 128, 128, 2, kPingPong, kPersistent>(),
+      WgmmaInstance<T, 128, 64, 128, 2, false, kPersistent>(),
   };
   return ListOf(kInstances);
 }
