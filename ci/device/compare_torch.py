@@ -512,6 +512,7 @@ class ShapeBench:
     def __init__(self, shape, ft, flush, spin_us_per_launch):
         s = shape
         self.shape, self.ft, self.flush, self.spin_us_per_launch = s, ft, flush, spin_us_per_launch
+        self.ft_of = {}  # candidate name -> another build's library (--also LABEL=KEY@LIB)
         tdt = getattr(torch, TORCH_DTYPE_NAME[s.dtype])
         b, h, n, d = s.batch, s.heads, s.seq, s.head_dim
         hkv = s.kv()
@@ -544,16 +545,17 @@ class ShapeBench:
 
     # The hooks prepare_candidates calls for an ours* candidate `name` (one problem here).
     def can_implement(self, cfg, name="ours"):
-        return self.ft.can_implement(self.problem, cfg)
+        return self.ft_of.get(name, self.ft).can_implement(self.problem, cfg)
 
     def verify_ours(self, cfg, name="ours"):
         o = torch.full_like(self.q, float("nan"))
-        self.ft.run(self.problem, cfg, self.q, self.k, self.v, o)
+        self.ft_of.get(name, self.ft).run(self.problem, cfg, self.q, self.k, self.v, o)
         return self.rel_error(o, self.ref_ours)
 
     # ours: one block = fusetune_time (warm-up, then `launches` launches each timed alone)
     def ours_block(self, cfg, warmup, launches, name="ours"):
-        return self.ft.time(self.problem, cfg, self.q, self.k, self.v, self.o, warmup, launches, self.flush is not None)
+        return self.ft_of.get(name, self.ft).time(self.problem, cfg, self.q, self.k, self.v, self.o, warmup, launches,
+                                                  self.flush is not None)
 
     def torch_fn(self, name):
         s = self.shape
@@ -647,7 +649,7 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
                 [t.format(p=s.precision) for t in config_candidates[name]]
             best, why = None, "no candidate config"
             for key in keys:
-                cfg = bench.ft.config(key)
+                cfg = bench.ft_of.get(name, bench.ft).config(key)
                 ok, msg = bench.can_implement(cfg, name)
                 if not ok:
                     why = f"{key}: {msg}"
@@ -882,14 +884,17 @@ def parse_configs(items):
 
 
 def parse_also(items):
-    """--also LABEL=KEY: {"ours+LABEL": KEY}, in the order given."""
-    out = {}
+    """--also LABEL=KEY[@LIB]: ({"ours+LABEL": KEY}, {"ours+LABEL": LIB}), in the order given."""
+    keys, libs = {}, {}
     for item in items:
         label, sep, key = item.partition("=")
+        key, _, lib = key.partition("@")
         if not sep or not label or not key.startswith("fused/"):
-            raise SystemExit(f"--also {item}: expected LABEL=KEY with a fused/ key")
-        out[f"ours+{label}"] = key
-    return out
+            raise SystemExit(f"--also {item}: expected LABEL=KEY[@LIB] with a fused/ key")
+        keys[f"ours+{label}"] = key
+        if lib:
+            libs[f"ours+{label}"] = lib
+    return keys, libs
 
 
 def parse_list(text, allowed, what):
@@ -912,9 +917,10 @@ def build_parser():
                     help=f"comma-separated, from {', '.join(ALL_CANDIDATES)}")
     ap.add_argument("--config", action="append", default=[], metavar="SHAPE=KEY",
                     help="fix a config of ours (fused/...) or ours-materialized (materialized/...) for a shape")
-    ap.add_argument("--also", action="append", default=[], metavar="LABEL=KEY",
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=KEY[@LIB]",
                     help="another fused config of ours in every shape's rounds, as candidate ours+LABEL ({p} in "
-                         "KEY = the shape's precision); pairs ours / ours+LABEL and ours+LABEL / cudnn")
+                         "KEY = the shape's precision), run by the library LIB (another build's "
+                         "libfusetune_capi.so) when given; pairs ours / ours+LABEL and ours+LABEL / cudnn")
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds (>= 3)")
     ap.add_argument("--launches", type=int, default=10, help="timed launches per block")
     ap.add_argument("--warmup", type=int, default=2, help="untimed launches before each block")
@@ -1001,7 +1007,7 @@ def main():
     shape_ids = parse_list(args.cupti_shapes if args.cupti_check else args.shapes, list(SHAPES), "--shapes")
     names = parse_list(args.candidates, ALL_CANDIDATES, "--candidates")
     fixed = parse_configs(args.config)
-    also = parse_also(args.also)
+    also, also_libs = parse_also(args.also)
     rounds = 5 if args.quick else args.rounds
     if rounds < 3 or args.launches < 1 or args.warmup < 0 or args.cupti_launches < 1:
         raise SystemExit("--rounds must be >= 3, --launches and --cupti-launches >= 1, --warmup >= 0")
@@ -1010,6 +1016,11 @@ def main():
     if "ours" not in names:
         names.insert(0, "ours")
     ft, reader, device_text = start_session(args, Fusetune)
+    # Another build's kernels run in the same rounds through its own library (dlopen'ed locally,
+    # so both builds' symbols coexist).
+    other_builds = {path: Fusetune(path) for path in sorted(set(also_libs.values()))}
+    for path, other in other_builds.items():
+        log(f"also: {path}: {other.describe()}")
     t_start = time.time()
     if args.cupti_check:
         text = cupti_check(args, ft, reader, shape_ids, fixed, log)
@@ -1026,6 +1037,7 @@ def main():
         log(f"== {shape_id}: {s.label}")
         set_tf32(s.precision == "tf32")
         bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
+        bench.ft_of = {name: other_builds[path] for name, path in also_libs.items()}
         fixed_here = dict(fixed.get(shape_id, {}))
         fixed_here.update({name: key.format(p=s.precision) for name, key in also.items()})
         runnable, report = prepare_candidates(bench, names + list(also), fixed_here, args.warmup, args.launches, log)
