@@ -193,9 +193,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
 
-  // The tiles this block computes, in order: one (its grid position), or a persistent block's
-  // share of PersistentTileOrder (one tile per round). Every role walks the same
-  // sequence; fn(query_block, head, seq).
+  // The tiles this block computes, in order, each located as a QueryBlock: its grid position
+  // (located once, here: a block without keys writes its zeros and leaves before any setup),
+  // or a persistent block's share of PersistentTileOrder (one tile per round), skipping tiles
+  // past a sequence's queries. Every role walks the same sequence; fn(blk).
+  QueryBlock<T> grid_block;
+  if constexpr (!Tr::kPersistent) {
+    if (!LocateQueryBlock<T, BM, BS>(a, grid_block)) return;
+    if (grid_block.n_tiles == 0) {
+      ZeroBlockOutput<T, D, Tr::kThreads>(grid_block, a.o_row_stride);
+      return;
+    }
+  }
   auto for_each_tile = [&](auto&& fn) {
     if constexpr (Tr::kPersistent) {
       PersistentTileOrder order;
@@ -210,26 +219,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         if (t >= order.total) continue;
         int query_block, head, seq;
         order.Decode(t, query_block, head, seq);
-        fn(query_block, head, seq);
+        QueryBlock<T> blk;
+        if (LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) fn(blk);
       }
     } else {
-      fn(QueryBlockIndex(a.causal != 0), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z));
+      fn(grid_block);
     }
   };
 
-  if constexpr (!Tr::kPersistent) {
-    // A block without keys to visit writes its zeros and leaves before any setup.
-    QueryBlock<T> blk;
-    if (!LocateQueryBlock<T, BM, BS>(a, blk)) return;
-    if (blk.n_tiles == 0) {
-      ZeroBlockOutput<T, D, Tr::kThreads>(blk, a.o_row_stride);
-      return;
-    }
-  }
-
   if (tid == 0) {
     MbarInit(full_q, 1);
-    MbarInit(empty_q, kConsumerWarps);
+    if constexpr (Tr::kPersistent) MbarInit(empty_q, kConsumerWarps);
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
       MbarInit(full_k(s), 1);
@@ -248,14 +248,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // Key tiles and query tiles loaded so far: buffer s of key tile i is i % ST, its use count
     // i / ST picks the barrier parity; the Q buffer alternates per query tile the same way.
     int kv_loaded = 0, q_loaded = 0;
-    for_each_tile([&](int query_block, int head, int seq) {
-      QueryBlock<T> blk;
-      if (!LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk) || blk.n_tiles == 0) return;
+    for_each_tile([&](const QueryBlock<T>& blk) {
+      if (blk.n_tiles == 0) return;  // persistent only: the consumers write its zeros
       const int n_tiles = blk.n_tiles;
       const T* v_heads = static_cast<const T*>(a.v) + static_cast<int64_t>(blk.kv_head) * a.v_head_stride;
-      // The consumers release Q once the last S = Q K^T of the previous tile is computed (a
-      // fresh barrier counts as released).
-      MbarWait(empty_q, (q_loaded & 1) ^ 1);
+      // Persistent: the consumers release Q once the last S = Q K^T of the previous tile is
+      // computed (a fresh barrier counts as released).
+      if constexpr (Tr::kPersistent) MbarWait(empty_q, (q_loaded & 1) ^ 1);
       if (lane == 0) {
         MbarExpectTx(full_q, Tr::kQBytes);
 #pragma unroll
@@ -387,9 +386,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if (lane == 0) MbarArrive(bar);
   };
   int kv_used = 0, q_used = 0;  // as the producer's counts
-  for_each_tile([&](int query_block, int head, int seq) {
-    QueryBlock<T> blk;
-    if (!LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) return;
+  for_each_tile([&](const QueryBlock<T>& blk) {
     const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
     if (n_tiles == 0) {  // persistent only: the one-tile grid left above
       ZeroBlockOutput<T, D, 32 * kConsumerWarps>(blk, a.o_row_stride, tid);
@@ -481,7 +478,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     pass_after(0);
     WgmmaWait<0>();
     release(empty_k(kv_used % ST));
-    if (n_tiles == 1) release(empty_q);
+    if constexpr (Tr::kPersistent) {
+      if (n_tiles == 1) release(empty_q);
+    }
     {
       float alpha[2];
       softmax(0, alpha);  // O is still zero: nothing to rescale
@@ -494,7 +493,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       pass_after(j);
       WgmmaWait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
       release(empty_k((kv_used + j) % ST));
-      if (j == n_tiles - 1) release(empty_q);  // the tile's last read of Q is done
+      if constexpr (Tr::kPersistent) {
+        if (j == n_tiles - 1) release(empty_q);  // the tile's last read of Q is done
+      }
       float alpha[2];
       softmax(j, alpha);
       WgmmaWait<0>();
@@ -511,7 +512,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     issue_pv(n_tiles - 1);
     WgmmaWait<0>();
-    release(empty_v((kv_used + n_tiles - 1) % ST));
+    if constexpr (Tr::kPersistent) release(empty_v((kv_used + n_tiles - 1) % ST));  // a next tile reuses it
     FenceOperands(acc);
     kv_used += n_tiles;
 
