@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "fused/fused_tensor_map.h"
+#include "fused/persistent_tile_order.h"
 #include "fused_common.cuh"
 #include "fused_wgmma_ops.cuh"
 #include "../mbarrier.cuh"
@@ -131,42 +132,6 @@ __device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// The query tiles of a launch and the share of them a persistent block walks.
-//  - Without a causal mask every tile costs the same: tile t is query block t % m_blocks of
-//    (sequence, head) t / m_blocks, heads inner, so the tiles in flight at a time cover a few
-//    neighbouring heads, which read the same K/V through L2 (all of it for the query heads of
-//    one KV head under GQA).
-//  - Under a causal mask a tile's cost grows with its query block, so the order is longest
-//    first over the whole launch: band t / (heads * sequences) of query blocks counted from the
-//    last, (sequence, head) inside the band, heads inner (the tiles in flight then share a few
-//    bands of every head, which sweep the same keys at about the same time).
-// Block b takes one tile per round of gridDim.x tiles: position b in even rounds, gridDim.x - 1
-// - b in odd ones. A plain stride would give block 0 the costliest tile of every round (and,
-// with query blocks innermost, one residue of the blocks modulo the stride); alternating keeps
-// every block's sum within one round's spread of the others.
-struct PersistentTileOrder {
-  int m_blocks = 0, heads = 0, sequences = 0;
-  bool causal = false;
-  int64_t total = 0;
-  __device__ __forceinline__ void Decode(int64_t t, int& query_block, int& head, int& seq) const {
-    int64_t sequence_head;
-    if (causal) {
-      const int64_t per_band = static_cast<int64_t>(heads) * sequences;
-      query_block = m_blocks - 1 - static_cast<int>(t / per_band);
-      sequence_head = t % per_band;
-    } else {
-      query_block = static_cast<int>(t % m_blocks);
-      sequence_head = t / m_blocks;
-    }
-    head = static_cast<int>(sequence_head % heads);
-    seq = static_cast<int>(sequence_head / heads);
-  }
-  // Tile of block `block` in round `round` (>= total when the last round has none for it).
-  __device__ __forceinline__ int64_t TileOf(int64_t round, int block, int blocks) const {
-    return round * blocks + ((round & 1) == 0 ? block : blocks - 1 - block);
-  }
-};
-
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
@@ -207,14 +172,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   }
   auto for_each_tile = [&](auto&& fn) {
     if constexpr (Tr::kPersistent) {
-      PersistentTileOrder order;
-      order.m_blocks = CeilDiv(a.q_len, BM);
-      order.heads = a.q_heads;
-      order.sequences = a.batch;
-      order.causal = a.causal != 0;
-      order.total = static_cast<int64_t>(order.m_blocks) * a.q_heads * a.batch;
+      const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, BM, a.q_heads, a.batch, a.causal != 0);
       const int blocks = static_cast<int>(gridDim.x);
-      for (int64_t round = 0; round * blocks < order.total; ++round) {
+      const int64_t rounds = order.Rounds(blocks);
+      for (int64_t round = 0; round < rounds; ++round) {
         const int64_t t = order.TileOf(round, static_cast<int>(blockIdx.x), blocks);
         if (t >= order.total) continue;
         int query_block, head, seq;
