@@ -6,6 +6,9 @@ Comparison (default mode). For each shape the candidates are
                      torch tensors (layout [tokens][heads][head_dim]); the config given with
                      --config SHAPE=KEY, else the fastest of a short candidate list (one block
                      each, measured first);
+  ours+LABEL         (--also LABEL=KEY[@LIB], repeatable) a further fused config of ours in the
+                     same rounds, run by another build's libfusetune_capi.so when LIB is given:
+                     two schedules, or two builds' kernels, side by side;
   ours-materialized  the materialized baseline, the fastest of its softmax thread counts;
   cudnn, flash, efficient (and math, unfused with --candidates): scaled_dot_product_attention
                      with the backend forced through torch.nn.attention.sdpa_kernel, on
@@ -29,7 +32,7 @@ pynvml; else nvidia-smi at round boundaries); a block whose clock moved by more 
 whose throttle reasons changed is counted as unsteady.
 
 Reported per shape: per candidate the median of its block values (and p10/p90 over rounds),
-TFLOP/s and error; per pair (ours / X) the median of the per-round ratios with its 90 %
+TFLOP/s and error; per pair (ours / X, and ours+LABEL / cudnn) the median of the per-round ratios with its 90 %
 confidence interval (order statistics of the per-round ratios: the distribution-free
 interval for a median; its exact coverage is printed). Writes compare.csv (every block) and
 compare.md (the tables) under --out, prints the tables last.
