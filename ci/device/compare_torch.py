@@ -212,6 +212,19 @@ def state_moved(before, after):
     return before.get("reasons") != after.get("reasons")
 
 
+def add_pair(pair_rows, shape, label, num, den):
+    """Appends the pair row of num / den (block values by round): the median of the per-round
+    ratios over the rounds both hold, with its interval and verdict; nothing without rounds."""
+    common = sorted(set(num) & set(den))
+    ratios = [num[r] / den[r] for r in common if den[r] > 0]
+    med, low, high, cover = median_ci(ratios)
+    if med is None:
+        return
+    verdict = "ours faster" if high < 1 else ("ours slower" if low > 1 else "level (CI holds 1)")
+    pair_rows.append({"shape": shape, "pair": label, "rounds": len(ratios), "median_ratio": med, "ci_low": low,
+                      "ci_high": high, "coverage": cover, "verdict": verdict})
+
+
 def summarize(blocks, candidates_by_shape, flops_by_shape):
     """blocks: dicts with shape, round, candidate, median_us, unsteady. Returns (per-candidate
     rows, per-pair rows), both lists of dicts, in shape order then candidate order. The rate
@@ -237,32 +250,12 @@ def summarize(blocks, candidates_by_shape, flops_by_shape):
         if not ours:
             continue
         for c in cands:
-            if c["name"] == "ours" or not per[c["name"]]:
-                continue
-            common = sorted(set(ours) & set(per[c["name"]]))
-            ratios = [ours[r] / per[c["name"]][r] for r in common if per[c["name"]][r] > 0]
-            med, low, high, cover = median_ci(ratios)
-            if med is None:
-                continue
-            verdict = "ours faster" if high < 1 else ("ours slower" if low > 1 else "level (CI holds 1)")
-            pair_rows.append({"shape": shape, "pair": f"ours / {c['name']}", "rounds": len(ratios),
-                              "median_ratio": med, "ci_low": low, "ci_high": high, "coverage": cover,
-                              "verdict": verdict})
+            if c["name"] != "ours" and per[c["name"]]:
+                add_pair(pair_rows, shape, f"ours / {c['name']}", ours, per[c["name"]])
         # Each further config of ours (--also) against cuDNN too.
-        cudnn = per.get("cudnn")
         for c in cands:
-            if not c["name"].startswith("ours+") or not per[c["name"]] or not cudnn:
-                continue
-            mine = per[c["name"]]
-            common = sorted(set(mine) & set(cudnn))
-            ratios = [mine[r] / cudnn[r] for r in common if cudnn[r] > 0]
-            med, low, high, cover = median_ci(ratios)
-            if med is None:
-                continue
-            verdict = "ours faster" if high < 1 else ("ours slower" if low > 1 else "level (CI holds 1)")
-            pair_rows.append({"shape": shape, "pair": f"{c['name']} / cudnn", "rounds": len(ratios),
-                              "median_ratio": med, "ci_low": low, "ci_high": high, "coverage": cover,
-                              "verdict": verdict})
+            if c["name"].startswith("ours+") and per[c["name"]] and per.get("cudnn"):
+                add_pair(pair_rows, shape, f"{c['name']} / cudnn", per[c["name"]], per["cudnn"])
     return cand_rows, pair_rows
 
 
