@@ -645,7 +645,7 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
                 [t.format(p=s.precision) for t in config_candidates[name]]
             best, why = None, "no candidate config"
             for key in keys:
-                cfg = bench.ft_of.get(name, bench.ft).config(key)
+                cfg = bench.ft.config(key)  # a plain struct, the same for every build of this C ABI
                 ok, msg = bench.can_implement(cfg, name)
                 if not ok:
                     why = f"{key}: {msg}"
