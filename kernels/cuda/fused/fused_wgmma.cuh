@@ -34,6 +34,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 
@@ -499,15 +500,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 }
 
 // Multiprocessors of the current device, read once per device (the persistent grid's size).
+// Thread-safe: launches from several threads may read it first together and store the same value.
 inline int MultiprocessorCount() {
   constexpr int kMaxDevices = 64;
-  static int counts[kMaxDevices] = {};  // 0 = not read yet; a racing second read writes the same
+  static std::atomic<int> counts[kMaxDevices] = {};  // 0 = not read yet
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0) return 0;
-  if (device < kMaxDevices && counts[device] > 0) return counts[device];
+  if (device < kMaxDevices) {
+    if (const int known = counts[device].load(std::memory_order_relaxed); known > 0) return known;
+  }
   int n = 0;
   if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
-  if (device < kMaxDevices) counts[device] = n;
+  if (device < kMaxDevices) counts[device].store(n, std::memory_order_relaxed);
   return n;
 }
 
