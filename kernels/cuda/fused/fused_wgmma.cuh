@@ -266,32 +266,25 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             rows[0] = key_row(key0);
           }
           const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
-          MbarWait(empty_k(s), free_parity);
-          if (lane == 0) {
-            MbarExpectTx(full_k(s), Tr::kTileBytes);
+          // One K or V tile by TMA: its boxes (one per page, or the whole tile), 64 columns each.
+          auto load_tile = [&](uint32_t dst, const CUtensorMap* map, uint32_t full) {
+            if (lane != 0) return;
+            MbarExpectTx(full, Tr::kTileBytes);
 #pragma unroll
             for (int b = 0; b < kMaxBoxes; ++b) {
               if (b * box >= BS) break;
 #pragma unroll
               for (int c = 0; c < NCH; ++c) {
-                TmaLoad3d(k_dst + c * BS * 128 + b * box * 128, &p.k_map, full_k(s), 64 * c, blk.kv_head, rows[b]);
+                TmaLoad3d(dst + c * BS * 128 + b * box * 128, map, full, 64 * c, blk.kv_head, rows[b]);
               }
             }
-          }
+          };
+          MbarWait(empty_k(s), free_parity);
+          load_tile(k_dst, &p.k_map, full_k(s));
           MbarWait(empty_v(s), free_parity);
           const int valid = min(BS, blk.g.k_vis - key0);
           if (valid == BS) {
-            if (lane == 0) {
-              MbarExpectTx(full_v(s), Tr::kTileBytes);
-#pragma unroll
-              for (int b = 0; b < kMaxBoxes; ++b) {
-                if (b * box >= BS) break;
-#pragma unroll
-                for (int c = 0; c < NCH; ++c) {
-                  TmaLoad3d(v_dst + c * BS * 128 + b * box * 128, &p.v_map, full_v(s), 64 * c, blk.kv_head, rows[b]);
-                }
-              }
-            }
+            load_tile(v_dst, &p.v_map, full_v(s));
           } else {
             // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
             // (16-byte unit u of row r lands at unit u ^ (r % 8)).
@@ -553,7 +546,7 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     // memory), never more blocks than tiles.
     const int sms = MultiprocessorCount();
     if (sms <= 0) return cudaErrorNoDevice;
-    const int64_t tiles = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+    const int64_t tiles = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0).total;
     grid = dim3(static_cast<unsigned>(tiles < sms ? tiles : sms), 1, 1);
   }
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
