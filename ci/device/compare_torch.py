@@ -533,6 +533,10 @@ class ShapeBench:
         self.mask = torch.ones(n, n, dtype=torch.bool, device="cuda").triu(1) if s.causal else None
         self.o = torch.empty_like(self.q)
 
+    def _ft(self, name):
+        """The library that runs candidate `name`: its own build's, else ours."""
+        return self.ft_of.get(name, self.ft)
+
     def rel_error(self, out, ref):
         out = out.double()
         if not torch.isfinite(out).all():
@@ -541,17 +545,17 @@ class ShapeBench:
 
     # The hooks prepare_candidates calls for an ours* candidate `name` (one problem here).
     def can_implement(self, cfg, name="ours"):
-        return self.ft_of.get(name, self.ft).can_implement(self.problem, cfg)
+        return self._ft(name).can_implement(self.problem, cfg)
 
     def verify_ours(self, cfg, name="ours"):
         o = torch.full_like(self.q, float("nan"))
-        self.ft_of.get(name, self.ft).run(self.problem, cfg, self.q, self.k, self.v, o)
+        self._ft(name).run(self.problem, cfg, self.q, self.k, self.v, o)
         return self.rel_error(o, self.ref_ours)
 
     # ours: one block = fusetune_time (warm-up, then `launches` launches each timed alone)
     def ours_block(self, cfg, warmup, launches, name="ours"):
-        return self.ft_of.get(name, self.ft).time(self.problem, cfg, self.q, self.k, self.v, self.o, warmup, launches,
-                                                  self.flush is not None)
+        return self._ft(name).time(self.problem, cfg, self.q, self.k, self.v, self.o, warmup, launches,
+                                   self.flush is not None)
 
     def torch_fn(self, name):
         s = self.shape
