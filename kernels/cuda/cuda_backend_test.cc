@@ -142,13 +142,16 @@ class CudaBackendTest : public ::testing::Test {
   // rejects them on other GPUs and for fp32 storage.
   static std::vector<KernelConfig> HopperCandidates(Precision precision) {
     std::vector<KernelConfig> out =
-        FusedConfigs(precision, {{128, 128, 384, 2}, {192, 64, 512, 3}, {64, 128, 256, 2}, {128, 64, 384, 3}});
-    const KernelConfig two_groups = out[0], one_group = out[2];
-    for (auto [pingpong, persistent] : {std::pair{true, false}, {false, true}, {true, true}}) {
-      KernelConfig c = two_groups;
-      c.pingpong = pingpong;
-      c.persistent = persistent;
-      out.push_back(c);
+        FusedConfigs(precision, {{128, 128, 384, 2}, {192, 64, 512, 3}, {64, 128, 256, 2}, {128, 64, 384, 3},
+                                 {128, 128, 384, 3}});
+    const KernelConfig two_groups = out[0], one_group = out[2], three_stages = out[4];
+    for (const KernelConfig& base : {two_groups, three_stages}) {
+      for (auto [pingpong, persistent] : {std::pair{true, false}, {false, true}, {true, true}}) {
+        KernelConfig c = base;
+        c.pingpong = pingpong;
+        c.persistent = persistent;
+        out.push_back(c);
+      }
     }
     KernelConfig persistent_one_group = one_group;
     persistent_one_group.persistent = true;

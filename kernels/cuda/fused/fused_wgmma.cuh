@@ -58,10 +58,13 @@ struct WgmmaTraits {
   static constexpr int kConsumerGroups = BM / 64;
   static constexpr int kConsumerWarps = 4 * kConsumerGroups;
   static constexpr int kThreads = 32 * kConsumerWarps + 128;  // + the producer warpgroup
-  // Registers per thread after setmaxnreg (0 = leave the compiler's allocation): the producer
-  // gives up what the consumers take; 128 * producer + 128 * groups * consumer <= 65536.
+  // Registers per thread after setmaxnreg (0 = leave the compiler's allocation): the consumers
+  // take only what the producer gives back, since the block keeps the allocation it launched with
+  // (__launch_bounds__(threads, 1): 65536 / threads, whole multiples of 8); asking for more makes
+  // setmaxnreg.inc wait forever.
   static constexpr int kProducerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? 72 : 56);
   static constexpr int kConsumerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? 216 : 152);
+  static constexpr int kLaunchRegs = (65536 / kThreads) & ~7;
   static constexpr int kChunks = D / 64;                     // 128-byte swizzle rows per row
   static constexpr int kQBytes = kChunks * BM * 128;
   static constexpr int kTileBytes = kChunks * BS * 128;  // one K or one V tile
@@ -74,6 +77,8 @@ struct WgmmaTraits {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
   static_assert(!PingPong || kConsumerGroups == 2, "ping-pong alternates two consumer warpgroups");
+  static_assert(128 * kProducerRegs + 128 * kConsumerGroups * kConsumerRegs <= kThreads * kLaunchRegs,
+                "setmaxnreg: the consumers may take only the registers the producer gives back");
 };
 
 // Everything the kernel reads from its parameter space: the TMA descriptors must live there
@@ -582,6 +587,11 @@ FusedInstanceList WgmmaTable() {
       WgmmaInstance<T, 128, 128, 128, 2, false, kPersistent>(),
       WgmmaInstance<T, 128, 128, 128, 2, kPingPong, kPersistent>(),
       WgmmaInstance<T, 128, 64, 128, 2, false, kPersistent>(),
+      // Three K/V stages (230 KB of shared memory at d128) with each schedule: a load may take
+      // two steps of the consumers before they wait for it.
+      WgmmaInstance<T, 128, 128, 128, 3, kPingPong>(),
+      WgmmaInstance<T, 128, 128, 128, 3, false, kPersistent>(),
+      WgmmaInstance<T, 128, 128, 128, 3, kPingPong, kPersistent>(),
   };
   return ListOf(kInstances);
 }
