@@ -54,17 +54,26 @@ class ServerReplicas : public db_test::StoreBackendTest {
     return resp.job_id();
   }
 
+  // Leases through `s`, long-polling up to wait_ms. A refusal for want of the one long-poll slot
+  // is retried, as a worker retries it: WaitUntilLongPolling's probe holds that slot for the
+  // moment of each of its polls, and on a loaded machine this call can arrive in one of them.
   v1::LeaseJobResponse Lease(const Stubs& s, const std::string& worker_id, int64_t wait_ms) {
     v1::LeaseJobRequest req;
     req.set_worker_id(worker_id);
     req.set_device_class(kCpuClass);
     req.set_wait_ms(wait_ms);
-    v1::LeaseJobResponse resp;
-    auto ctx = Ctx();
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(wait_ms + 30000));
-    grpc::Status st = s.worker->LeaseJob(ctx.get(), req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-    return resp;
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);;) {
+      v1::LeaseJobResponse resp;
+      auto ctx = Ctx();
+      ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(wait_ms + 30000));
+      grpc::Status st = s.worker->LeaseJob(ctx.get(), req, &resp);
+      if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
+      }
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      return resp;
+    }
   }
 
   // Waits until a long-poll is waiting in `s`: a probe's LeaseJob is then refused for want of a
@@ -179,7 +188,7 @@ TEST_P(ServerReplicas, ALeaseTakenThroughOneReplicaIsRenewedAndReleasedThroughTh
   release.set_job_id(job_id);
   release.set_lease_token(lease.job().lease_token());
   v1::ReleaseJobResponse release_resp;
-  ASSERT_TRUE(sb_.worker->ReleaseJob(Ctx().get(), release, &release_resp).ok());
+  EXPECT_TRUE(sb_.worker->ReleaseJob(Ctx().get(), release, &release_resp).ok());
   poller.join();
   ASSERT_TRUE(second.has_job()) << "the release through B did not wake A's long-poll";
   EXPECT_EQ(second.job().job_id(), job_id);
