@@ -60,11 +60,11 @@ struct WgmmaTraits {
   static constexpr int kThreads = 32 * kConsumerWarps + 128;  // + the producer warpgroup
   // Registers per thread after setmaxnreg (0 = leave the compiler's allocation): the consumers
   // take only what the producer gives back, since the block keeps the allocation it launched with
-  // (__launch_bounds__(threads, 1): 65536 / threads, whole multiples of 8); asking for more makes
-  // setmaxnreg.inc wait forever.
+  // (__launch_bounds__(threads, 1): 65536 / threads, at most 255, in whole multiples of 8);
+  // asking for more makes setmaxnreg.inc wait forever.
   static constexpr int kProducerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? 72 : 56);
   static constexpr int kConsumerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? 216 : 152);
-  static constexpr int kLaunchRegs = (65536 / kThreads) & ~7;
+  static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) & ~7;
   static constexpr int kChunks = D / 64;                     // 128-byte swizzle rows per row
   static constexpr int kQBytes = kChunks * BM * 128;
   static constexpr int kTileBytes = kChunks * BS * 128;  // one K or one V tile
