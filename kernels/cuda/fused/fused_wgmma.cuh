@@ -61,22 +61,42 @@ struct WgmmaTraits {
   // Registers per thread after setmaxnreg (0 = leave the compiler's allocation): the consumers
   // take only what the producer gives back, since the block keeps the allocation it launched with
   // (__launch_bounds__(threads, 1): 65536 / threads, at most 255, in whole multiples of 8);
-  // asking for more makes setmaxnreg.inc wait forever.
-  static constexpr int kProducerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? 72 : 56);
-  static constexpr int kConsumerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? 216 : 152);
+  // asking for more makes setmaxnreg.inc wait forever. The persistent producer without ping-pong
+  // walks two Q buffers and spills at 72; its consumers fit in 208.
+  static constexpr bool kProducerKeepsMore = Persistent && !PingPong;
+  static constexpr int kProducerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? (kProducerKeepsMore ? 88 : 72) : 56);
+  static constexpr int kConsumerRegs =
+      kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? (kProducerKeepsMore ? 208 : 216) : 152);
   static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) & ~7;
   static constexpr int kChunks = D / 64;                     // 128-byte swizzle rows per row
   static constexpr int kQBytes = kChunks * BM * 128;
   static constexpr int kTileBytes = kChunks * BS * 128;  // one K or one V tile
-  static constexpr int kBarriers = 2 + 4 * ST;           // full/empty for Q, then for K and V
-  // 1024 bytes of slack: the swizzle atoms must start on 1024-byte boundaries.
-  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * ST * kTileBytes + 8 * kBarriers;
+  // Shared memory with `q_buffers` Q buffers: 1024 bytes of slack (the swizzle atoms start on
+  // 1024-byte boundaries), Q, K and V stages, a full/empty mbarrier pair per buffer.
+  static constexpr int SmemBytesWith(int q_buffers) {
+    return 1024 + q_buffers * kQBytes + 2 * ST * kTileBytes + 8 * (2 * q_buffers + 4 * ST);
+  }
+  static constexpr int kSmemLimit = 232448;  // sm_90's opt-in shared memory per block
+  // Persistent blocks take a second Q buffer where it fits: the next tile's Q loads while the
+  // current tile runs, not after its last Q K^T. Not with ping-pong (its consumers spill at
+  // 216 registers with it) nor with one consumer warpgroup (no split to give the producer more).
+  static constexpr int kQBuffers =
+      Persistent && !PingPong && kConsumerGroups == 2 && SmemBytesWith(2) <= kSmemLimit ? 2 : 1;
+  // The epilogue stages O in this warpgroup's rows of its Q buffer and writes them with one TMA
+  // store (16-byte stores for a warpgroup whose rows end inside the tile), where that buffer is
+  // free once the tile's last Q K^T is done: always in a one-tile block, and in a persistent one
+  // with two Q buffers (released after the epilogue). With one, it is released after the last
+  // Q K^T and O is stored from registers.
+  static constexpr bool kStageO = !Persistent || kQBuffers == 2;
+  static constexpr int kBarriers = 2 * kQBuffers + 4 * ST;
+  static constexpr int kSmemBytes = SmemBytesWith(kQBuffers);
   static_assert(sizeof(T) == 2, "wgmma kernel is for 16-bit storage");
   static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "block_m: 64..256 rows, whole warpgroups");
   static_assert(BS == 64 || BS == 128, "block_s 64 or 128 (wgmma N)");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
   static_assert(!PingPong || kConsumerGroups == 2, "ping-pong alternates two consumer warpgroups");
+  static_assert(kSmemBytes <= kSmemLimit, "shared memory past sm_90's opt-in limit");
   static_assert(128 * kProducerRegs + 128 * kConsumerGroups * kConsumerRegs <= kThreads * kLaunchRegs,
                 "setmaxnreg: the consumers may take only the registers the producer gives back");
 };
@@ -87,6 +107,7 @@ struct WgmmaLaunchParams {
   CUtensorMap q_map;
   CUtensorMap k_map;
   CUtensorMap v_map;
+  CUtensorMap o_map;  // 64-row boxes: one consumer warpgroup's rows (kStageO)
   FusedKernelArgs a;
 };
 
@@ -107,6 +128,29 @@ __device__ __forceinline__ void SetMaxRegistersIncrease() {
 template <int kRegs>
 __device__ __forceinline__ void SetMaxRegistersDecrease() {
   if constexpr (kRegs > 0) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+// O from shared memory to global by TMA (the box's rows past the tensor are not written);
+// completes as one bulk group of the issuing thread.
+__device__ __forceinline__ void TmaStore3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void BulkCommitGroup() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until this thread's bulk groups have read their shared-memory sources.
+__device__ __forceinline__ void BulkWaitGroupRead0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Four 8x8 16-bit matrices from the mma.sync C fragment layout (thread (g, t) holds row g,
+// columns 2t and 2t+1 of each) to shared memory; lane 8m + i names row i of matrix m.
+__device__ __forceinline__ void StMatrixX4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ uint4 LdShared128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
 }
 __device__ __forceinline__ void CpAsync16Shared(uint32_t dst, const void* src, bool pred) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -151,15 +195,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   extern __shared__ unsigned char wgmma_smem[];
   const uint32_t sQ = (SmemAddress(wgmma_smem) + 1023u) & ~1023u;
-  const uint32_t sK = sQ + Tr::kQBytes;
+  const uint32_t sK = sQ + Tr::kQBuffers * Tr::kQBytes;
   const uint32_t sV = sK + ST * Tr::kTileBytes;
-  const uint32_t bars = sV + ST * Tr::kTileBytes;
-  const uint32_t full_q = bars;
-  const uint32_t empty_q = bars + 8u;
-  auto full_k = [&](int s) { return bars + 8u * (2 + s); };
-  auto full_v = [&](int s) { return bars + 8u * (2 + ST + s); };
-  auto empty_k = [&](int s) { return bars + 8u * (2 + 2 * ST + s); };
-  auto empty_v = [&](int s) { return bars + 8u * (2 + 3 * ST + s); };
+  const uint32_t bars = sV + ST * Tr::kTileBytes;  // after the Q buffers and K/V stages
+  constexpr int QB = Tr::kQBuffers;
+  auto q_buffer = [&](int b) { return sQ + b * Tr::kQBytes; };
+  auto full_q = [&](int b) { return bars + 8u * b; };
+  auto empty_q = [&](int b) { return bars + 8u * (QB + b); };
+  auto full_k = [&](int s) { return bars + 8u * (2 * QB + s); };
+  auto full_v = [&](int s) { return bars + 8u * (2 * QB + ST + s); };
+  auto empty_k = [&](int s) { return bars + 8u * (2 * QB + 2 * ST + s); };
+  auto empty_v = [&](int s) { return bars + 8u * (2 * QB + 3 * ST + s); };
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
@@ -195,8 +241,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   };
 
   if (tid == 0) {
-    MbarInit(full_q, 1);
-    if constexpr (Tr::kPersistent) MbarInit(empty_q, kConsumerWarps);
+#pragma unroll
+    for (int b = 0; b < QB; ++b) {
+      MbarInit(full_q(b), 1);
+      if constexpr (Tr::kPersistent) MbarInit(empty_q(b), kConsumerWarps);
+    }
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
       MbarInit(full_k(s), 1);
@@ -213,20 +262,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     SetMaxRegistersDecrease<Tr::kProducerRegs>();
     if (warp != kConsumerWarps) return;
     // Key tiles and query tiles loaded so far: buffer s of key tile i is i % ST, its use count
-    // i / ST picks the barrier parity; the Q buffer alternates per query tile the same way.
+    // i / ST picks the barrier parity; query tile i's Q buffer is i % QB, the same way.
     int kv_loaded = 0, q_loaded = 0;
     for_each_tile([&](const QueryBlock<T>& blk) {
       if (blk.n_tiles == 0) return;  // persistent only: the consumers write its zeros
       const int n_tiles = blk.n_tiles;
       const T* v_heads = static_cast<const T*>(a.v) + static_cast<int64_t>(blk.kv_head) * a.v_head_stride;
-      // Persistent: the consumers release Q once the last S = Q K^T of the previous tile is
-      // computed (a fresh barrier counts as released).
-      if constexpr (Tr::kPersistent) MbarWait(empty_q, (q_loaded & 1) ^ 1);
+      // Persistent: the consumers release a Q buffer once its tile no longer needs it (a fresh
+      // barrier counts as released).
+      const int qb = q_loaded % QB;
+      if constexpr (Tr::kPersistent) MbarWait(empty_q(qb), ((q_loaded / QB) & 1) ^ 1);
       if (lane == 0) {
-        MbarExpectTx(full_q, Tr::kQBytes);
+        MbarExpectTx(full_q(qb), Tr::kQBytes);
 #pragma unroll
         for (int c = 0; c < NCH; ++c) {
-          TmaLoad3d(sQ + c * BM * 128, &p.q_map, full_q, 64 * c, blk.head,
+          TmaLoad3d(q_buffer(qb) + c * BM * 128, &p.q_map, full_q(qb), 64 * c, blk.head,
                     static_cast<int>(blk.g.q_start + blk.m0));
         }
       }
@@ -325,7 +375,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const int gr = lane / 4, tc = lane % 4;
   const int row0 = wg * 64 + (warp % 4) * 16 + gr;  // this thread's rows: row0 and row0 + 8
   const float c_log2 = a.scale_log2;
-  const uint32_t q_base = sQ + wg * 64 * 128;
   // K-major SW128: leading offset unused (encoded 1), 8-row groups 1024 B apart.
   // MN-major SW128 (V): leading = next 64 head_dim columns (the other chunk), stride = next 8 keys.
   constexpr uint32_t kLboK = 16, kSboK = 1024, kLboV = BS * 128, kSboV = 1024;
@@ -367,6 +416,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
     float s[NTILES][4];
     uint32_t pa[BS / 16][4];
+    const int qb = q_used % QB;
+    const uint32_t q_base = q_buffer(qb) + wg * 64 * 128;  // this warpgroup's 64 rows
 
     auto issue_qk = [&](int j) {
       const int i = kv_used + j, st = i % ST;
@@ -431,15 +482,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if constexpr (Tr::kPingPong) {
       if (wg == 1) turn_pass();  // warpgroup 0 goes first
     }
-    MbarWait(full_q, q_used & 1);
+    MbarWait(full_q(qb), (q_used / QB) & 1);
     ++q_used;
     turn_wait();
     issue_qk(0);
     pass_after(0);
     WgmmaWait<0>();
     release(empty_k(kv_used % ST));
-    if constexpr (Tr::kPersistent) {
-      if (n_tiles == 1) release(empty_q);
+    if constexpr (Tr::kPersistent && QB == 1) {
+      if (n_tiles == 1) release(empty_q(qb));
     }
     {
       float alpha[2];
@@ -453,8 +504,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       pass_after(j);
       WgmmaWait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
       release(empty_k((kv_used + j) % ST));
-      if constexpr (Tr::kPersistent) {
-        if (j == n_tiles - 1) release(empty_q);  // the tile's last read of Q is done
+      if constexpr (Tr::kPersistent && QB == 1) {
+        if (j == n_tiles - 1) release(empty_q(qb));  // the tile's last read of Q is done
       }
       float alpha[2];
       softmax(j, alpha);
@@ -476,18 +527,70 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     FenceOperands(acc);
     kv_used += n_tiles;
 
+    float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float l = l_run[r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int row = row0 + 8 * r;
-      if (row < blk.q_rows) {
-        T* out = blk.o + row * a.o_row_stride + 2 * tc;
+      inv[r] = l > 0.f ? 1.f / l : 0.f;
+    }
+    if constexpr (Tr::kStageO) {
+      // O through shared memory: stmatrix into this warpgroup's rows of its Q buffer (the SW128
+      // layout Q came in: 16-byte unit u of row r at u ^ (r % 8)), then whole rows out.
+      const uint32_t o_stage = q_base;  // chunk c of row r at + c * BM * 128 + r * 128
+      const int m = lane / 8, i = lane % 8;
+      const int stage_row = (warp % 4) * 16 + (m % 2) * 8 + i;  // lane's row for stmatrix
 #pragma unroll
-        for (int dt = 0; dt < DTILES; ++dt) {
-          StorePair<T>(out + dt * 8, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+      for (int dt = 0; dt < DTILES; dt += 2) {
+        const int unit = dt + m / 2;  // 8-column group of matrix m
+        StMatrixX4(o_stage + (unit / 8) * BM * 128 + stage_row * 128 + (((unit % 8) ^ i) << 4),
+                   PackPair<T>(acc[dt][0] * inv[0], acc[dt][1] * inv[0]),
+                   PackPair<T>(acc[dt][2] * inv[1], acc[dt][3] * inv[1]),
+                   PackPair<T>(acc[dt + 1][0] * inv[0], acc[dt + 1][1] * inv[0]),
+                   PackPair<T>(acc[dt + 1][2] * inv[1], acc[dt + 1][3] * inv[1]));
+      }
+      const int wg_tid = tid % 128;
+      const int wg_rows = min(64, blk.q_rows - wg * 64);  // this warpgroup's rows in the tile
+      const bool by_tma = wg_rows == 64;  // else rows past the tile may be another sequence's
+      if (by_tma) FenceProxyAsyncShared();  // generic writes -> the TMA store's reads
+      NamedBarrierSync(3 + wg, 128);        // the warpgroup's rows are staged
+      if (by_tma) {
+        if (wg_tid == 0) {
+#pragma unroll
+          for (int c = 0; c < NCH; ++c) {
+            TmaStore3d(&p.o_map, o_stage + c * BM * 128, 64 * c, blk.head,
+                       static_cast<int>(blk.g.q_start + blk.m0 + wg * 64));
+          }
+          BulkCommitGroup();
+          BulkWaitGroupRead0();  // the buffer is reused (next Q) or freed (block exit) after this
+        }
+      } else {
+        T* out = blk.o + static_cast<int64_t>(wg * 64) * a.o_row_stride;
+#pragma unroll
+        for (int it = 0; it < 64 * NCH * 8 / 128; ++it) {
+          const int ci = it * 128 + wg_tid;
+          const int u = ci % 8, c = (ci / 8) % NCH, r = ci / (8 * NCH);
+          if (r < wg_rows) {
+            *reinterpret_cast<uint4*>(out + r * a.o_row_stride + c * 64 + u * 8) =
+                LdShared128(o_stage + c * BM * 128 + r * 128 + ((u ^ (r & 7)) << 4));
+          }
+        }
+      }
+      if constexpr (Tr::kPersistent) {
+        FenceProxyAsyncShared();  // these reads before the next Q's TMA writes to the buffer
+        release(empty_q(qb));
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        if (row < blk.q_rows) {
+          T* out = blk.o + row * a.o_row_stride + 2 * tc;
+#pragma unroll
+          for (int dt = 0; dt < DTILES; ++dt) {
+            StorePair<T>(out + dt * 8, acc[dt][2 * r] * inv[r], acc[dt][2 * r + 1] * inv[r]);
+          }
         }
       }
     }
@@ -539,6 +642,13 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
                                        a.kv_total_rows, a.v_row_stride, a.v_head_stride, box);
       e != cudaSuccess) {
     return e;
+  }
+  if constexpr (Tr::kStageO) {
+    if (cudaError_t e = EncodeRowTileMap(&p.o_map, a.o, kStorage, Tr::kHeadDim, a.q_heads, a.q_total_rows,
+                                         a.o_row_stride, a.o_head_stride, 64);
+        e != cudaSuccess) {
+      return e;
+    }
   }
   auto kernel = FusedWgmmaKernel<Tr>;
   if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(Tr::kSmemBytes);
