@@ -88,9 +88,6 @@ struct WgmmaTraits {
   // with two Q buffers (released after the epilogue). With one, it is released after the last
   // Q K^T and O is stored from registers.
   static constexpr bool kStageO = !Persistent || kQBuffers == 2;
-  // With two Q buffers the O store's read of its buffer is awaited under the next tile's first
-  // Q K^T, not in the epilogue, and the buffer released then (the tile after next loads into it).
-  static constexpr bool kDeferQRelease = Persistent && kQBuffers == 2;
   // Where O takes the softmax's factor: between the issue of the next S = Q K^T and of P V (under
   // the product) at head_dim 128; after P V completes at head_dim 64, where that placement was
   // measured 1.5-3.5 % slower for ping-pong and three consumer warpgroups (docs/perf.md).
@@ -402,7 +399,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if (lane == 0) MbarArrive(bar);
   };
   int kv_used = 0, q_used = 0;  // as the producer's counts
-  int pending_q = -1;           // kDeferQRelease: the Q buffer the last O store reads, unreleased
   for_each_tile([&](const QueryBlock<T>& blk) {
     const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
     if (n_tiles == 0) {  // persistent only: the one-tile grid left above
@@ -500,13 +496,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if constexpr (Tr::kPersistent && QB == 1) {
       if (n_tiles == 1) release(empty_q(qb));
     }
-    if constexpr (Tr::kDeferQRelease) {
-      if (pending_q >= 0) {
-        BulkWaitGroupRead0();  // the issuing thread's store of the previous O (long done)
-        FenceProxyAsyncShared();
-        release(empty_q(pending_q));
-      }
-    }
     // O's factor from the last softmax (kRescaleUnderQk: applied while the next S = Q K^T runs,
     // O being final up to the previous tile then; the first one scales zeros).
     float alpha[2];
@@ -582,8 +571,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                        static_cast<int>(blk.g.q_start + blk.m0 + wg * 64));
           }
           BulkCommitGroup();
-          // The buffer is then freed (block exit) or reused (Q of the tile after next).
-          if constexpr (!Tr::kDeferQRelease) BulkWaitGroupRead0();
+          BulkWaitGroupRead0();  // the buffer is reused (next Q) or freed (block exit) after this
         }
       } else {
         T* out = blk.o + static_cast<int64_t>(wg * 64) * a.o_row_stride;
@@ -597,7 +585,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           }
         }
       }
-      if constexpr (Tr::kDeferQRelease) pending_q = qb;
+      if constexpr (Tr::kPersistent) {
+        FenceProxyAsyncShared();  // these reads before the next Q's TMA writes to the buffer
+        release(empty_q(qb));
+      }
     } else {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -612,7 +603,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
     }
   });
-  if constexpr (Tr::kDeferQRelease) BulkWaitGroupRead0();  // the last O store has read its buffer
 #else
   __trap();  // never launched: FusedCanImplement admits needs_sm90 instances only on sm_90
 #endif
