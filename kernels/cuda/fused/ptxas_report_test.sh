@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Compiles the Hopper (wgmma) kernel sources for sm_90a with ptxas's report and fails when a
 # kernel has its wgmma instructions serialized (ptxas C7518, "Potential Performance Loss") or
-# spills more than the persistent producer's 28 bytes. Both are silent in a normal build and
-# correct on the GPU; a serialized kernel ran 27-43 % slower on the H200 (docs/perf.md). The
-# persistent instances' producer warp, at 72 registers, keeps 28 bytes of its per-tile state on
-# the stack (the consumers fit in their 216 without spilling); more than 32 bytes fails. No GPU
-# needed.
+# spills more than 32 bytes. Both are silent in a normal build and correct on the GPU; a
+# serialized kernel ran 27-43 % slower on the H200 (docs/perf.md). The ping-pong persistent
+# instances' producer warp, at 72 registers, keeps 28 bytes of its per-tile state on the stack
+# (the consumers fit in their 216 without spilling), the other persistent ones 4 bytes at 88; a
+# second Q buffer at 72 spilled 92 bytes. No GPU needed.
 #
 # Usage: ptxas_report_test.sh NVCC REPO_ROOT
 set -euo pipefail
