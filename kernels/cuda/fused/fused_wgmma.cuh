@@ -13,10 +13,16 @@
 //  - Persistent schedule (config axis `persistent`): one block per multiprocessor walks its
 //    share of the query tiles (PersistentTileOrder); the producer loads the next tile's Q (its own
 //    full/empty pair) and K/V while the consumers finish the current one, and the barrier
-//    phases run on across tiles.
+//    phases run on across tiles. Without ping-pong it holds two Q buffers where shared memory
+//    allows, so the next tile's Q loads while the current tile runs.
+//  - Epilogue: each consumer warpgroup stages its 64 rows of O in its rows of the Q buffer
+//    (stmatrix) and one thread writes them with a TMA store; a warpgroup whose rows end inside
+//    the tile copies them out with 16-byte stores. Persistent blocks with one Q buffer (released
+//    after the last Q K^T) store O from registers.
 //  - Each consumer warpgroup overlaps inside itself too: it issues S_j = Q K_j^T and
 //    O += P_{j-1} V_{j-1} back to back, waits only for S_j, runs the softmax of tile j while
-//    the PV product is still in flight, then rescales O.
+//    the PV product is still in flight; O takes the softmax's factor under the next S = Q K^T
+//    at head_dim 128, after P V completes at 64 (kRescaleUnderQk).
 //  - S = Q K^T is an SS wgmma (both operands K-major SW128 from descriptors); O += P V is an
 //    RS wgmma with P in registers (the S accumulator layout per warp is the mma.sync one, so P
 //    packs as in fused_mma.cuh) and V as an MN-major SW128 descriptor.
