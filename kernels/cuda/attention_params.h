@@ -72,6 +72,18 @@ absl::Status FusedCanImplement(const AttentionProblem& problem, const KernelConf
 cudaError_t LaunchFused(const AttentionParams& params, const KernelConfig& config,
                         cudaStream_t stream);
 
+// Device memory with which a fused launch of `config` for `problem`, on a GPU of
+// `multiprocessors`, splits its last round along the keys (persistent Hopper configs without a
+// causal mask, uniform lengths; SplitTail in fused/persistent_tile_order.h): floats of partial
+// states and int32 arrival counters, zeroed once. Both 0 where the launch never splits; a launch
+// given less (or none) runs unsplit.
+struct FusedSplitWorkspace {
+  int64_t partial_floats = 0;
+  int64_t counters = 0;
+};
+FusedSplitWorkspace FusedSplitWorkspaceFor(const AttentionProblem& problem, const KernelConfig& config,
+                                           int multiprocessors);
+
 }  // namespace fusetune::FUSETUNE_GPU_NAMESPACE
 
 #endif  // FUSETUNE_KERNELS_CUDA_ATTENTION_PARAMS_H_

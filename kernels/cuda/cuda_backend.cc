@@ -404,6 +404,20 @@ class CudaBackend final : public Backend {
     p.cu_seqlens_k = launch.cu_seqlens_k;
     p.kv_valid_lens = launch.kv_valid_lens;
     if (!FusedOnDecodeFamily(problem, config)) {
+      // The split last round of a persistent launch (cuda::FusedSplitWorkspaceFor).
+      const cuda::FusedSplitWorkspace split = cuda::FusedSplitWorkspaceFor(problem, config, info_.sm_count);
+      if (split.partial_floats > 0) {
+        auto partials = stream_workspace_.AtLeast(static_cast<size_t>(split.partial_floats) * sizeof(float), stream,
+                                                  /*zeroed=*/false, "the split partial states");
+        if (!partials.ok()) return partials.status();
+        auto counters = stream_split_counters_.AtLeast(static_cast<size_t>(split.counters) * sizeof(int32_t), stream,
+                                                       /*zeroed=*/true, "the split counters");
+        if (!counters.ok()) return counters.status();
+        p.split_partials = static_cast<float*>(*partials);
+        p.split_partial_floats = split.partial_floats;
+        p.split_counters = static_cast<int32_t*>(*counters);
+        p.split_counter_count = split.counters;
+      }
       return CheckStreamLaunch(cuda::LaunchFused(p, config, stream), "fused launch");
     }
     // Planned for the problem as given: with the counts on the device, for kv_len keys per
@@ -417,7 +431,7 @@ class CudaBackend final : public Backend {
       if (!workspace.ok()) return workspace.status();
       const size_t counters = static_cast<size_t>(cuda::DecodeSplitCounterCount(problem, config));
       auto counter_memory = stream_split_counters_.AtLeast(counters * sizeof(int32_t), stream, /*zeroed=*/true,
-                                                           "the decode split counters");
+                                                           "the split counters");
       if (!counter_memory.ok()) return counter_memory.status();
       decode.workspace = static_cast<float*>(*workspace);
       decode.split_counters = static_cast<int32_t*>(*counter_memory);
@@ -703,8 +717,9 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  // The decode family's split counters: zero before a launch, and every completed launch
-  // leaves them zero, so they are zeroed only when allocated. Their own allocation, not the
+  // The split counters of the decode family and of the split last round of a persistent
+  // prefill: zero before a launch, and every completed launch leaves them zero, so they are
+  // zeroed only when allocated. Their own allocation, not the
   // workspace, which the baselines overwrite.
   absl::StatusOr<int32_t*> SplitCounters(int64_t count) {
     if (count <= split_counter_capacity_) return split_counters_;
@@ -715,9 +730,9 @@ class CudaBackend final : public Backend {
     if (cudaError_t e = cudaMalloc(&split_counters_, bytes); e != cudaSuccess) {
       split_counters_ = nullptr;
       cudaGetLastError();
-      return absl::ResourceExhaustedError(Cat("allocating the decode split counters: ", CudaErrorText(e)));
+      return absl::ResourceExhaustedError(Cat("allocating the split counters: ", CudaErrorText(e)));
     }
-    if (auto s = Check(cudaMemset(split_counters_, 0, bytes), "zeroing the decode split counters"); !s.ok()) {
+    if (auto s = Check(cudaMemset(split_counters_, 0, bytes), "zeroing the split counters"); !s.ok()) {
       return s;
     }
     split_counter_capacity_ = count;
@@ -820,7 +835,20 @@ class CudaBackend final : public Backend {
       }
       return out;
     }
-    if (config.variant == Variant::kFused) return out;
+    if (config.variant == Variant::kFused) {
+      // The split last round of a persistent launch (cuda::FusedSplitWorkspaceFor).
+      const cuda::FusedSplitWorkspace split = cuda::FusedSplitWorkspaceFor(problem, config, info_.sm_count);
+      if (split.partial_floats > 0) {
+        if (auto s = EnsureWorkspace(static_cast<size_t>(split.partial_floats) * sizeof(float)); !s.ok()) return s;
+        auto counters = SplitCounters(split.counters);
+        if (!counters.ok()) return counters.status();
+        p.split_partials = static_cast<float*>(workspace_);
+        p.split_partial_floats = split.partial_floats;
+        p.split_counters = *counters;
+        p.split_counter_count = split.counters;
+      }
+      return out;
+    }
 
     auto plan = PlanFor(problem, config);
     if (!plan.ok()) return plan.status();

@@ -25,6 +25,7 @@
 #include "fusetune/kernels/dtype.h"
 #include "fusetune/kernels/reference.h"
 #include "decode/decode_dispatch.h"
+#include "attention_params.h"
 #include "fused/fused_configs.h"
 
 namespace fusetune {
@@ -1413,6 +1414,71 @@ TEST_F(CudaBackendTest, RunOnStreamMatchesOnACallersStreamAndReplayedFromAGraph)
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
+}
+
+// Persistent blocks with two Q buffers split a partly filled last round along the keys
+// (SplitTail): a tile's pieces run in different blocks, each writes its partial state, and the
+// last to finish merges them. Shapes where the split is planned on this GPU: fewer tiles than
+// multiprocessors (a piece per block, 8 pieces a tile) and a whole round before the split one;
+// odd query and key lengths, GQA, a paged cache, and keys that score far higher than the rest
+// (their piece's maxima are far above the others', so the merge must rescale); through Run and
+// on a caller's stream, twice each (a launch leaves the counters zero for the next).
+TEST_F(CudaBackendTest, SplitLastRoundMatchesTheReference) {
+  if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
+  const int sms = backend_->Describe().sm_count;
+  uint32_t seed = 9300;
+  int split_runs = 0;
+  struct Shape {
+    int batch, q_heads, kv_heads, q_len, kv_len, page;
+  };
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    const Precision precision = dtype == DType::kFp16 ? Precision::kFp16 : Precision::kBf16;
+    for (int d : {64, 128}) {
+      for (const Shape& s : {Shape{1, 6, 2, 200, 1000, 0}, Shape{2, 70, 10, 128, 520, 0}, Shape{1, 6, 2, 200, 1000, 64}}) {
+        AttentionProblem p = MakeProblem(s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, d, /*causal=*/false, dtype);
+        if (s.page > 0) {
+          p.page_block_size = s.page;
+          p.kv_pool_pages = static_cast<int>(p.PagesNeeded()) + 3;
+        }
+        ASSERT_TRUE(p.Validate().ok()) << p.Key() << ": " << p.Validate();
+        ++seed;
+        CacheCase cc = MakeCacheCase(p, s.page > 0 ? ShuffledTable(p, 0, seed) : std::vector<int32_t>{}, seed);
+        if (s.page == 0 && s.kv_len >= 480) {
+          // Keys 400-479 of every sequence 8x larger: their scores dominate their piece's maxima.
+          const size_t row = static_cast<size_t>(p.kv_heads) * d;
+          for (int b = 0; b < p.batch; ++b) {
+            for (int64_t r = p.KeyStart(b) + 400; r < p.KeyStart(b) + 480; ++r) {
+              for (size_t i = 0; i < row; ++i) cc.in.k[static_cast<size_t>(r) * row + i] *= 8.0f;
+            }
+          }
+          auto ref = ReferenceAttention(p, cc.in.q, cc.in.k, cc.in.v);
+          ASSERT_TRUE(ref.ok()) << ref.status();
+          cc.ref = *std::move(ref);
+        }
+        DeviceCase dev(*backend_, cc);
+        ASSERT_TRUE(dev.ok());
+        for (const KernelConfig& c : HopperCandidates(precision)) {
+          if (!c.persistent || !backend_->CanImplement(p, c).ok()) continue;
+          if (cuda::FusedSplitWorkspaceFor(p, c, sms).partial_floats == 0) continue;
+          SCOPED_TRACE(p.Key() + " " + c.Key());
+          for (int launch = 0; launch < 2; ++launch) dev.ExpectMatchesReference(c);
+          TestStream stream;
+          StreamLaunch on;
+          on.stream = stream.get();
+          for (int launch = 0; launch < 2; ++launch) {
+            dev.FillOutput(0xFF);
+            ASSERT_TRUE(backend_->RunOnStream(p, c, dev.Buffers(), on).ok());
+            stream.Sync();
+            dev.ExpectOutputMatches(cc.ref, c);
+          }
+          ++split_runs;
+        }
+      }
+    }
+  }
+  if (sms == 132) EXPECT_EQ(split_runs, 12);  // the st2/persistent instance, each shape, dtype, head_dim
+  EXPECT_GE(split_runs, 1);
+  std::printf("[ info ] %d split-round configs on %d multiprocessors\n", split_runs, sms);
 }
 
 // A launch that needs more workspace than the backend has allocated refuses to allocate while

@@ -9,6 +9,7 @@
 #include "attention_params.h"
 #include "fused/fused_configs.h"
 #include "fused/fused_instance.h"
+#include "fused/persistent_tile_order.h"
 
 namespace fusetune::FUSETUNE_GPU_NAMESPACE {
 namespace {
@@ -167,6 +168,22 @@ cudaError_t LaunchFused(const AttentionParams& p, const KernelConfig& config,
   fused::FusedKernelArgs a = p;
   a.heads_per_kv = p.q_heads / p.kv_heads;
   return inst->launch(a, stream);
+}
+
+FusedSplitWorkspace FusedSplitWorkspaceFor(const AttentionProblem& problem, const KernelConfig& config,
+                                           int multiprocessors) {
+  const FusedInstance* inst = FindInstance(problem.head_dim, problem.dtype, config);
+  if (inst == nullptr || !inst->split_tail) return {};
+  const bool uniform = !problem.is_varlen() && problem.kv_valid_lens.empty();
+  const cuda::fused::SplitTail split =
+      cuda::fused::SplitTail::ForLaunch(problem.q_len, problem.kv_len, problem.q_heads, problem.batch, problem.causal,
+                                        uniform, inst->block_m, inst->block_s, multiprocessors);
+  if (!split.active()) return {};
+  const int consumer_threads = inst->threads - 128;  // all but the producer warpgroup
+  FusedSplitWorkspace w;
+  w.partial_floats = split.PartialFloats(consumer_threads, inst->head_dim);
+  w.counters = split.Counters(consumer_threads / 32);
+  return w;
 }
 
 std::vector<KernelConfig> FusedCompiledConfigs(int head_dim, DType dtype) {

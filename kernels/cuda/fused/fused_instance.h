@@ -50,6 +50,14 @@ struct FusedKernelArgs {
   const int32_t* block_table = nullptr;
   int block_table_width = 0;
   int page_size = 0;
+  // The split last round of a persistent Hopper launch (SplitTail, persistent_tile_order.h):
+  // device memory for the pieces' partial states and one arrival counter per split tile and
+  // consumer warp (zero before a launch; a completed launch leaves them zero), with their sizes
+  // in floats and in counters. The launcher splits only where the plan fits them; nullptr: never.
+  float* split_partials = nullptr;
+  int64_t split_partial_floats = 0;
+  int32_t* split_counters = nullptr;
+  int64_t split_counter_count = 0;
 };
 
 using FusedLaunchFn = cudaError_t (*)(const FusedKernelArgs&, cudaStream_t);
@@ -72,6 +80,9 @@ struct FusedInstance {
   // warpgroups issue their GEMMs in alternation; one block per multiprocessor walks the tiles.
   bool pingpong = false;
   bool persistent = false;
+  // A persistent instance that splits its last round along the keys where that pays (SplitTail),
+  // given the workspace; its consumer warps are (threads - 128) / 32.
+  bool split_tail = false;
 };
 
 struct FusedInstanceList {

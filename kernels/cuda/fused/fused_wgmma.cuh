@@ -94,6 +94,10 @@ struct WgmmaTraits {
   // with two Q buffers (released after the epilogue). With one, it is released after the last
   // Q K^T and O is stored from registers.
   static constexpr bool kStageO = !Persistent || kQBuffers == 2;
+  // Persistent blocks with two Q buffers split the last round along the keys where that pays
+  // (SplitTail). Not the others: their producer warp, at 72 registers, spilled 100 bytes with
+  // the split's loop state.
+  static constexpr bool kSplitTail = Persistent && kQBuffers == 2;
   // Where O takes the softmax's factor: between the issue of the next S = Q K^T and of P V (under
   // the product) at head_dim 128; after P V completes at head_dim 64, where that placement was
   // measured 1.5-3.5 % slower for ping-pong and three consumer warpgroups (docs/perf.md).
@@ -119,6 +123,15 @@ struct WgmmaLaunchParams {
   CUtensorMap v_map;
   CUtensorMap o_map;  // 64-row boxes: one consumer warpgroup's rows (kStageO)
   FusedKernelArgs a;
+  int split_tail;  // persistent: the last round is split along the keys (SplitTail); 1 block per SM
+};
+
+// Which key tiles of a query tile a block computes: all of them, or one piece of a split tile
+// (slot >= 0: SplitTail's slot, piece `piece` of `pieces`).
+struct TileKeys {
+  int begin = 0, end = 0;  // key tiles [begin, end)
+  int slot = -1, piece = 0, pieces = 1;
+  int max_pieces = 1;  // SplitTail::MaxPieces, the slots' stride in the partial states
 };
 
 // ---- mbarrier / TMA / descriptor helpers (sm_90) -------------------------------------------
@@ -192,6 +205,67 @@ __device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// The end of one consumer warp's piece of a split tile (SplitTail): writes its rows' partial
+// state (acc, O unnormalised relative to R(m); m, the row maxima; l, the row sums) to the
+// piece's entries, then counts the warp in on its counter. False: a piece of the tile is still
+// running. True: this was the last, the counter is zero again for the next launch, and acc, m
+// and l are the merge of every piece's state. Entries are laid out by consumer thread (a float4
+// per 8-column accumulator group, then m and l), so each thread reads back just the values it
+// would have held itself.
+template <class Tr, int N>
+__device__ __forceinline__ bool MergeSplitPieces(const FusedKernelArgs& a, const TileKeys& keys, float (&acc)[N][4],
+                                                 float (&m)[2], float (&l)[2]) {
+  constexpr int kThreads = 32 * Tr::kConsumerWarps;
+  constexpr int kEntries = N + 1;
+  const int ct = static_cast<int>(threadIdx.x), warp = ct / 32, lane = ct % 32;
+  float4* const entries = reinterpret_cast<float4*>(a.split_partials);
+  auto entry = [&](int piece, int e) {
+    return entries + ((static_cast<int64_t>(keys.slot) * keys.max_pieces + piece) * kEntries + e) * kThreads + ct;
+  };
+#pragma unroll
+  for (int e = 0; e < N; ++e) *entry(keys.piece, e) = make_float4(acc[e][0], acc[e][1], acc[e][2], acc[e][3]);
+  *entry(keys.piece, N) = make_float4(m[0], m[1], l[0], l[1]);
+  __threadfence();  // the entries are visible device-wide before the warp is counted
+  __syncwarp();
+  int last = 0;
+  if (lane == 0) {
+    int* counter = a.split_counters + static_cast<int64_t>(keys.slot) * Tr::kConsumerWarps + warp;
+    last = atomicAdd(counter, 1) == keys.pieces - 1;
+    if (last) atomicExch(counter, 0);
+  }
+  if (__shfl_sync(0xffffffffu, last, 0) == 0) return false;
+  __threadfence();
+  const float c = a.scale_log2;
+  for (int q = 0; q < keys.pieces; ++q) {
+    if (q == keys.piece) continue;
+    const float4 ml = __ldcg(entry(q, N));
+    const float mq[2] = {ml.x, ml.y}, lq[2] = {ml.z, ml.w};
+    float f_own[2], f_q[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], mq[r]);
+      if (m_new == -INFINITY) {  // both empty: zeros (or NaN from a NaN score) add up as they are
+        f_own[r] = f_q[r] = 1.f;
+      } else {
+        const ExpShift to = MakeExpShift(m_new, c);
+        f_own[r] = m[r] == -INFINITY ? 0.f : exp2f(RescaleExponent(MakeExpShift(m[r], c), to, c));
+        f_q[r] = mq[r] == -INFINITY ? 0.f : exp2f(RescaleExponent(MakeExpShift(mq[r], c), to, c));
+      }
+      l[r] = l[r] * f_own[r] + lq[r] * f_q[r];
+      m[r] = m_new;
+    }
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      const float4 x = __ldcg(entry(q, e));
+      acc[e][0] = acc[e][0] * f_own[0] + x.x * f_q[0];
+      acc[e][1] = acc[e][1] * f_own[0] + x.y * f_q[0];
+      acc[e][2] = acc[e][2] * f_own[1] + x.z * f_q[1];
+      acc[e][3] = acc[e][3] * f_own[1] + x.w * f_q[1];
+    }
+  }
+  return true;
+}
+
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
@@ -223,7 +297,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // The tiles this block computes, in order, each located as a QueryBlock: its grid position
   // (located once, here: a block without keys writes its zeros and leaves before any setup),
   // or a persistent block's share of PersistentTileOrder (one tile per round), skipping tiles
-  // past a sequence's queries. Every role walks the same sequence; fn(blk).
+  // past a sequence's queries, then its pieces of a split last round. Every role walks the same
+  // sequence; fn(blk, keys).
   QueryBlock<T> grid_block;
   if constexpr (!Tr::kPersistent) {
     if (!LocateQueryBlock<T, BM, BS>(a, grid_block)) return;
@@ -233,7 +308,36 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
   }
   auto for_each_tile = [&](auto&& fn) {
-    if constexpr (Tr::kPersistent) {
+    if constexpr (Tr::kSplitTail) {
+      const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, BM, a.q_heads, a.batch, a.causal != 0);
+      const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
+      const SplitTail split = p.split_tail ? SplitTail::Plan(order, CeilDiv(a.kv_len, BS), blocks) : SplitTail{};
+      const int64_t whole = split.active() ? split.first_tile : order.total;  // whole rounds when split
+      const int64_t rounds = (whole + blocks - 1) / blocks;
+      // One call of fn, so the tile body is compiled once: rounds of whole tiles, then pieces.
+      for (int64_t w = 0;; ++w) {
+        int64_t t;
+        TileKeys keys;
+        keys.end = -1;  // every key tile
+        if (w < rounds) {
+          t = order.TileOf(w, block, blocks);
+          if (t >= whole) continue;
+        } else {
+          if (!split.active() || !split.Piece(block, static_cast<int>(w - rounds), keys.slot, keys.begin, keys.end,
+                                              keys.piece, keys.pieces)) {
+            break;
+          }
+          keys.max_pieces = split.MaxPieces();
+          t = split.first_tile + keys.slot;
+        }
+        int query_block, head, seq;
+        order.Decode(t, query_block, head, seq);
+        QueryBlock<T> blk;
+        if (!LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) continue;
+        if (keys.end < 0) keys.end = blk.n_tiles;
+        fn(blk, keys);
+      }
+    } else if constexpr (Tr::kPersistent) {
       const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, BM, a.q_heads, a.batch, a.causal != 0);
       const int blocks = static_cast<int>(gridDim.x);
       const int64_t rounds = order.Rounds(blocks);
@@ -243,10 +347,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         int query_block, head, seq;
         order.Decode(t, query_block, head, seq);
         QueryBlock<T> blk;
-        if (LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) fn(blk);
+        if (LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) fn(blk, TileKeys{0, blk.n_tiles});
       }
     } else {
-      fn(grid_block);
+      fn(grid_block, TileKeys{0, grid_block.n_tiles});
     }
   };
 
@@ -274,9 +378,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // Key tiles and query tiles loaded so far: buffer s of key tile i is i % ST, its use count
     // i / ST picks the barrier parity; query tile i's Q buffer is i % QB, the same way.
     int kv_loaded = 0, q_loaded = 0;
-    for_each_tile([&](const QueryBlock<T>& blk) {
+    for_each_tile([&](const QueryBlock<T>& blk, const TileKeys& keys) {
       if (blk.n_tiles == 0) return;  // persistent only: the consumers write its zeros
-      const int n_tiles = blk.n_tiles;
+      const int n_tiles = keys.end - keys.begin, key_first = keys.begin * BS;
       const T* v_heads = static_cast<const T*>(a.v) + static_cast<int64_t>(blk.kv_head) * a.v_head_stride;
       // Persistent: the consumers release a Q buffer once its tile no longer needs it (a fresh
       // barrier counts as released).
@@ -315,13 +419,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // Paged: the row of box `lane` of tile j (lanes past the tile's boxes hold nothing),
         // read a tile ahead: the table reads of a tile are in flight together, while the warp
         // waits for the buffers, and not one after another on the path of every TMA issue.
-        auto box_rows_of = [&](int j) { return lane * box < BS ? key_row(j * BS + lane * box) : 0; };
+        auto box_rows_of = [&](int j) { return lane * box < BS ? key_row(key_first + j * BS + lane * box) : 0; };
         int next_rows = kPaged ? box_rows_of(0) : 0;
         for (int j = 0; j < n_tiles; ++j) {
           const int i = kv_loaded + j;
           const int s = i % ST;
           const uint32_t free_parity = ((i / ST) & 1) ^ 1;  // a fresh barrier counts as released
-          const int key0 = j * BS;
+          const int key0 = key_first + j * BS;
           int rows[kMaxBoxes];
           if constexpr (kPaged) {
 #pragma unroll
@@ -405,9 +509,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if (lane == 0) MbarArrive(bar);
   };
   int kv_used = 0, q_used = 0;  // as the producer's counts
-  for_each_tile([&](const QueryBlock<T>& blk) {
-    const int n_tiles = blk.n_tiles, n_unmasked = blk.n_unmasked;
-    if (n_tiles == 0) {  // persistent only: the one-tile grid left above
+  for_each_tile([&](const QueryBlock<T>& blk, const TileKeys& keys) {
+    // Steps j = 0 .. n_tiles - 1 visit key tiles keys.begin + j.
+    const int n_tiles = keys.end - keys.begin, n_unmasked = blk.n_unmasked - keys.begin;
+    if (blk.n_tiles == 0) {  // persistent only: the one-tile grid left above
       ZeroBlockOutput<T, D, 32 * kConsumerWarps>(blk, a.o_row_stride, tid);
       return;
     }
@@ -465,7 +570,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         for (int nt = 0; nt < NTILES; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int key = j * BS + nt * 8 + 2 * tc + (e % 2);
+            const int key = (keys.begin + j) * BS + nt * 8 + 2 * tc + (e % 2);
             if (key >= row_vis[e / 2]) s[nt][e] = -INFINITY;
           }
       }
@@ -541,15 +646,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     FenceOperands(acc);
     kv_used += n_tiles;
 
-    float inv[2];
+    float l_row[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float l = l_run[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      inv[r] = l > 0.f ? 1.f / l : 0.f;
+      l_row[r] = l_run[r];
+      l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
+      l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
     }
-    if constexpr (Tr::kStageO) {
+    // A piece of a split tile: each warp writes its rows' partial state, and the warp of the
+    // last piece to finish merges the others' into its own and stores those rows of O.
+    const bool split_piece = Tr::kSplitTail && keys.slot >= 0;
+    if (split_piece && !MergeSplitPieces<Tr>(a, keys, acc, m_run, l_row)) {
+      if constexpr (Tr::kPersistent && QB == 2) release(empty_q(qb));
+      return;
+    }
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) inv[r] = l_row[r] > 0.f ? 1.f / l_row[r] : 0.f;
+    if (Tr::kStageO && !split_piece) {
       // O through shared memory: stmatrix into this warpgroup's rows of its Q buffer (the SW128
       // layout Q came in: 16-byte unit u of row r at u ^ (r % 8)), then whole rows out.
       const uint32_t o_stage = q_base;  // chunk c of row r at + c * BM * 128 + r * 128
@@ -596,6 +710,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         release(empty_q(qb));
       }
     } else {
+      if constexpr (Tr::kPersistent && QB == 2) release(empty_q(qb));  // a split piece's: Q's reads are done
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
@@ -670,13 +785,22 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     return e;
   }
   dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
+  p.split_tail = 0;
   if constexpr (Tr::kPersistent) {
     // One block per multiprocessor (a block fills one: __launch_bounds__(..., 1) and its shared
-    // memory), never more blocks than tiles.
+    // memory), never more blocks than tiles unless the last round is split.
     const int sms = MultiprocessorCount();
     if (sms <= 0) return cudaErrorNoDevice;
-    const int64_t tiles = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0).total;
-    grid = dim3(static_cast<unsigned>(tiles < sms ? tiles : sms), 1, 1);
+    const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0);
+    const bool uniform = a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;
+    const SplitTail split = SplitTail::ForLaunch(a.q_len, a.kv_len, a.q_heads, a.batch, a.causal != 0, uniform,
+                                                 Tr::kBlockM, Tr::kBlockS, sms);
+    if (Tr::kSplitTail && split.active() && a.split_partials != nullptr && a.split_counters != nullptr &&
+        split.PartialFloats(32 * Tr::kConsumerWarps, Tr::kHeadDim) <= a.split_partial_floats &&
+        split.Counters(Tr::kConsumerWarps) <= a.split_counter_count) {
+      p.split_tail = 1;
+    }
+    grid = dim3(static_cast<unsigned>(order.total < sms && !p.split_tail ? order.total : sms), 1, 1);
   }
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
@@ -689,6 +813,7 @@ FusedInstance WgmmaInstance() {
                      BM, BS, Tr::kThreads, ST, Tr::kSmemBytes, &LaunchWgmma<Tr>, /*needs_sm90=*/true};
   inst.pingpong = PingPong;
   inst.persistent = Persistent;
+  inst.split_tail = Tr::kSplitTail;
   return inst;
 }
 

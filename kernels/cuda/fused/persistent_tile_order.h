@@ -64,6 +64,91 @@ struct PersistentTileOrder {
   }
 };
 
+// The last round of a persistent launch without a causal mask, spread along the keys. With R =
+// total % blocks > 0 tiles left after the whole rounds, blocks - R multiprocessors would idle
+// through that round; instead the R tiles' key tiles (R * key_tiles steps, in tile order) are
+// dealt out in equal spans, block b taking steps [b * span, (b + 1) * span). A block's span is
+// one or more pieces (a key range of one tile); a tile cut into pieces has each write its
+// partial state (O unnormalised, the row maxima and sums) and the last piece to finish merges
+// them (fused_wgmma.cuh). The last round then takes span key tiles of time instead of
+// key_tiles, for about two steps of a piece's start, its partial state and the merge; a split
+// is planned only where it saves at least a quarter of the round.
+struct SplitTail {
+  int64_t first_tile = 0;  // tiles [first_tile, total) are split; those before run whole
+  int tiles = 0;           // R, the split tiles (slot t is tile first_tile + t)
+  int key_tiles = 0;       // key tiles of every tile (uniform lengths)
+  int span = 0;            // key tiles per block; 0: no split
+
+  // The split of `order` on `blocks` blocks for tiles of `key_tiles` key tiles each; inactive
+  // (span 0) under a causal mask (the last tiles are the cheapest ones there), with no partial
+  // round, or where it would save less than a quarter of the round.
+  static FUSETUNE_HOST_DEVICE SplitTail Plan(const PersistentTileOrder& order, int key_tiles, int blocks) {
+    SplitTail split;
+    if (order.causal || blocks <= 0 || key_tiles < 4) return split;
+    const int64_t rest = order.total % blocks;
+    if (rest == 0) return split;
+    const int64_t span = (rest * key_tiles + blocks - 1) / blocks;
+    if (4 * span > 3 * static_cast<int64_t>(key_tiles)) return split;
+    split.first_tile = order.total - rest;
+    split.tiles = static_cast<int>(rest);
+    split.key_tiles = key_tiles;
+    split.span = static_cast<int>(span);
+    return split;
+  }
+  // The split of a persistent launch over `batch` sequences of q_len queries and kv_len keys,
+  // block_m x block_s tiles, on `blocks` blocks. `uniform`: every sequence has those lengths and
+  // sees all its keys; a varlen or padded batch's tiles differ in keys and are never split.
+  static FUSETUNE_HOST_DEVICE SplitTail ForLaunch(int q_len, int kv_len, int q_heads, int batch, bool causal,
+                                                  bool uniform, int block_m, int block_s, int blocks) {
+    if (!uniform || q_len <= 0 || kv_len <= 0) return SplitTail{};
+    return Plan(PersistentTileOrder::Of(q_len, block_m, q_heads, batch, causal), (kv_len + block_s - 1) / block_s,
+                blocks);
+  }
+  FUSETUNE_HOST_DEVICE bool active() const { return span > 0; }
+  // A bound on the blocks that share one tile (a span may start inside a tile and end inside the
+  // next), which sizes the partial states.
+  FUSETUNE_HOST_DEVICE int MaxPieces() const {
+    if (!active()) return 0;
+    const int whole = (key_tiles + span - 1) / span + 1;
+    return whole < key_tiles ? whole : key_tiles;
+  }
+  // Blocks [FirstBlock(t), LastBlock(t)] hold the pieces of slot t, in key order.
+  FUSETUNE_HOST_DEVICE int FirstBlock(int t) const {
+    return static_cast<int>(static_cast<int64_t>(t) * key_tiles / span);
+  }
+  FUSETUNE_HOST_DEVICE int LastBlock(int t) const {
+    return static_cast<int>((static_cast<int64_t>(t + 1) * key_tiles - 1) / span);
+  }
+  // Piece i of block `block`'s span, in order: key tiles [key_begin, key_end) of slot `slot`,
+  // piece `piece` of its `pieces`; false past the span's last piece.
+  FUSETUNE_HOST_DEVICE bool Piece(int block, int i, int& slot, int& key_begin, int& key_end, int& piece,
+                                  int& pieces) const {
+    const int64_t steps = static_cast<int64_t>(tiles) * key_tiles;
+    const int64_t begin = static_cast<int64_t>(block) * span;
+    const int64_t end = begin + span < steps ? begin + span : steps;
+    if (begin >= end) return false;
+    const int64_t t = begin / key_tiles + i;
+    const int64_t tile_begin = t * key_tiles, tile_end = tile_begin + key_tiles;
+    const int64_t s0 = begin > tile_begin ? begin : tile_begin, s1 = end < tile_end ? end : tile_end;
+    if (s0 >= s1) return false;
+    slot = static_cast<int>(t);
+    key_begin = static_cast<int>(s0 - tile_begin);
+    key_end = static_cast<int>(s1 - tile_begin);
+    piece = block - FirstBlock(slot);
+    pieces = LastBlock(slot) - FirstBlock(slot) + 1;
+    return true;
+  }
+  // Floats of the partial states, for `consumer_threads` threads of a block holding D / 2
+  // accumulators and a row (max, max, sum, sum) quadruple each per piece; and the arrival
+  // counters, one per slot and consumer warp.
+  FUSETUNE_HOST_DEVICE int64_t PartialFloats(int consumer_threads, int head_dim) const {
+    return static_cast<int64_t>(tiles) * MaxPieces() * consumer_threads * (head_dim / 2 + 4);
+  }
+  FUSETUNE_HOST_DEVICE int64_t Counters(int consumer_warps) const {
+    return static_cast<int64_t>(tiles) * consumer_warps;
+  }
+};
+
 }  // namespace fusetune::cuda::fused
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_PERSISTENT_TILE_ORDER_H_

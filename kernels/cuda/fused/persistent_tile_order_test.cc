@@ -98,5 +98,81 @@ TEST(PersistentTileOrder, WithoutAMaskConsecutiveTilesShareAHead) {
   }
 }
 
+// The flagship bf16 shape (b4 h16 S4096, block_m 128, 32 key tiles) on 132 blocks: 15 whole
+// rounds and 68 tiles, whose keys every block shares in spans of 17 key tiles.
+TEST(SplitTail, SpreadsThePartialRoundOverEveryBlock) {
+  const PersistentTileOrder order = PersistentTileOrder::Of(4096, 128, 16, 4, /*causal=*/false);
+  const SplitTail split = SplitTail::Plan(order, 32, 132);
+  ASSERT_TRUE(split.active());
+  EXPECT_EQ(split.first_tile, 15 * 132);
+  EXPECT_EQ(split.tiles, 68);
+  EXPECT_EQ(split.span, 17);
+  EXPECT_EQ(split.MaxPieces(), 3);
+  EXPECT_EQ(split.PartialFloats(256, 128), int64_t{68} * 3 * 256 * 68);
+  EXPECT_EQ(split.Counters(8), 68 * 8);
+}
+
+TEST(SplitTail, NotPlannedWhereItSavesLittleOrNothing) {
+  // Causal: the last tiles are the cheapest.
+  EXPECT_FALSE(SplitTail::Plan(PersistentTileOrder::Of(4096, 128, 16, 4, true), 32, 132).active());
+  // Whole rounds only.
+  EXPECT_FALSE(SplitTail::Plan(PersistentTileOrder::Of(4096, 128, 33, 4, false), 32, 132).active());
+  // b8 h16 S1024: 100 tiles left, spans of 7 of 8 key tiles.
+  EXPECT_FALSE(SplitTail::Plan(PersistentTileOrder::Of(1024, 128, 16, 8, false), 8, 132).active());
+  // Too few key tiles to cut.
+  EXPECT_FALSE(SplitTail::Plan(PersistentTileOrder::Of(384, 128, 3, 1, false), 3, 132).active());
+  // Fewer tiles than blocks, each long: 9 tiles of 64 key tiles over 132 blocks, spans of 5.
+  const SplitTail few = SplitTail::Plan(PersistentTileOrder::Of(1152, 128, 1, 1, false), 64, 132);
+  ASSERT_TRUE(few.active());
+  EXPECT_EQ(few.first_tile, 0);
+  EXPECT_EQ(few.span, 5);
+}
+
+// Every key tile of every split tile is one block's, exactly once; a tile's pieces come in key
+// order from blocks FirstBlock .. LastBlock, numbered as the blocks, at most MaxPieces of them.
+TEST(SplitTail, EveryKeyTileOfTheTailIsInExactlyOnePiece) {
+  for (auto [q_len, heads, sequences, key_tiles, blocks] :
+       std::vector<std::tuple<int, int, int, int, int>>{{4096, 16, 4, 32, 132}, {1152, 1, 1, 64, 132},
+                                                        {2048, 13, 3, 40, 132}, {8192, 5, 1, 64, 78},
+                                                        {640, 7, 2, 40, 16}}) {
+    const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, false);
+    const SplitTail split = SplitTail::Plan(order, key_tiles, blocks);
+    ASSERT_TRUE(split.active()) << q_len << " " << heads << " " << sequences << " on " << blocks;
+    EXPECT_EQ(split.first_tile + split.tiles, order.total);
+    EXPECT_LE(4 * split.span, 3 * key_tiles);
+    std::vector<std::vector<int>> owner(split.tiles, std::vector<int>(key_tiles, -1));
+    std::vector<std::vector<int>> pieces_seen(split.tiles);
+    for (int b = 0; b < blocks; ++b) {
+      int steps = 0;
+      int slot = 0, key_begin = 0, key_end = 0, piece = 0, pieces = 0;
+      for (int i = 0; split.Piece(b, i, slot, key_begin, key_end, piece, pieces); ++i) {
+        ASSERT_GE(slot, 0);
+        ASSERT_LT(slot, split.tiles);
+        ASSERT_LT(key_begin, key_end);
+        ASSERT_LE(key_end, key_tiles);
+        EXPECT_EQ(piece, b - split.FirstBlock(slot));
+        EXPECT_EQ(pieces, split.LastBlock(slot) - split.FirstBlock(slot) + 1);
+        EXPECT_LT(piece, pieces);
+        EXPECT_LE(pieces, split.MaxPieces());
+        for (int k = key_begin; k < key_end; ++k) {
+          EXPECT_EQ(owner[slot][k], -1) << "slot " << slot << " key tile " << k << " twice";
+          owner[slot][k] = b;
+        }
+        pieces_seen[slot].push_back(piece);
+        steps += key_end - key_begin;
+      }
+      EXPECT_LE(steps, split.span);
+    }
+    for (int t = 0; t < split.tiles; ++t) {
+      for (int k = 0; k < key_tiles; ++k) EXPECT_GE(owner[t][k], 0) << "slot " << t << " key tile " << k;
+      for (int k = 1; k < key_tiles; ++k) EXPECT_GE(owner[t][k], owner[t][k - 1]);
+      std::vector<int> expect(pieces_seen[t].size());
+      for (size_t i = 0; i < expect.size(); ++i) expect[i] = static_cast<int>(i);
+      std::sort(pieces_seen[t].begin(), pieces_seen[t].end());
+      EXPECT_EQ(pieces_seen[t], expect) << "slot " << t;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fusetune::cuda::fused
