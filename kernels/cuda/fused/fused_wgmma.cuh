@@ -94,11 +94,13 @@ struct WgmmaTraits {
   // with two Q buffers (released after the epilogue). With one, it is released after the last
   // Q K^T and O is stored from registers.
   static constexpr bool kStageO = !Persistent || kQBuffers == 2;
-  // Persistent blocks with two Q buffers split the last round along the keys where that pays
-  // (SplitTail), in a kernel of their own (FusedWgmmaKernel<Tr, true>), so a launch that does
-  // not split runs the same code as before. Not the others: their producer warp, at 72
-  // registers, spilled 100 bytes with the split's loop state.
-  static constexpr bool kSplitTail = Persistent && kQBuffers == 2;
+  // Persistent blocks with two Q buffers at head_dim 64 split the last round along the keys
+  // where that pays (SplitTail), in a kernel of their own (FusedWgmmaKernel<Tr, true>), so a
+  // launch that does not split runs the same code as without the split. Not at head_dim 128,
+  // where the split kernel's whole rounds ran 2.7 % slower than the unsplit kernel's and ate the
+  // gain; nor with one Q buffer, whose producer warp, at 72 registers, spilled 100 bytes with the
+  // split's loop state (docs/perf.md).
+  static constexpr bool kSplitTail = Persistent && kQBuffers == 2 && D == 64;
   // Where O takes the softmax's factor: between the issue of the next S = Q K^T and of P V (under
   // the product) at head_dim 128; after P V completes at head_dim 64, where that placement was
   // measured 1.5-3.5 % slower for ping-pong and three consumer warpgroups (docs/perf.md).
@@ -124,14 +126,15 @@ struct WgmmaLaunchParams {
   CUtensorMap v_map;
   CUtensorMap o_map;  // 64-row boxes: one consumer warpgroup's rows (kStageO)
   FusedKernelArgs a;
-  SplitTail split;  // the split kernel's plan (active; gridDim.x blocks)
+  int split_tail;  // the split kernel: the last round is split along the keys (SplitTail)
 };
 
 // Which key tiles of a query tile a block computes: all of them, or one piece of a split tile
-// (slot >= 0: SplitTail's slot; its piece number follows from the block and the plan).
+// (slot >= 0: SplitTail's slot, piece `piece` of `pieces`).
 struct TileKeys {
   int begin = 0, end = 0;  // key tiles [begin, end)
-  int slot = -1;
+  int slot = -1, piece = 0, pieces = 1;
+  int max_pieces = 1;  // SplitTail::MaxPieces, the slots' stride in the partial states
 };
 
 // ---- mbarrier / TMA / descriptor helpers (sm_90) -------------------------------------------
@@ -213,33 +216,31 @@ __device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
 // per 8-column accumulator group, then m and l), so each thread reads back just the values it
 // would have held itself.
 template <class Tr, int N>
-__device__ __forceinline__ bool MergeSplitPieces(const FusedKernelArgs& a, const SplitTail& split, int slot,
-                                                 float (&acc)[N][4], float (&m)[2], float (&l)[2]) {
+__device__ __forceinline__ bool MergeSplitPieces(const FusedKernelArgs& a, const TileKeys& keys, float (&acc)[N][4],
+                                                 float (&m)[2], float (&l)[2]) {
   constexpr int kThreads = 32 * Tr::kConsumerWarps;
   constexpr int kEntries = N + 1;
   const int ct = static_cast<int>(threadIdx.x), warp = ct / 32, lane = ct % 32;
-  const int first = split.FirstBlock(slot);
-  const int piece = static_cast<int>(blockIdx.x) - first, pieces = split.LastBlock(slot) - first + 1;
   float4* const entries = reinterpret_cast<float4*>(a.split_partials);
-  auto entry = [&](int q, int e) {
-    return entries + ((static_cast<int64_t>(slot) * split.MaxPieces() + q) * kEntries + e) * kThreads + ct;
+  auto entry = [&](int piece, int e) {
+    return entries + ((static_cast<int64_t>(keys.slot) * keys.max_pieces + piece) * kEntries + e) * kThreads + ct;
   };
 #pragma unroll
-  for (int e = 0; e < N; ++e) *entry(piece, e) = make_float4(acc[e][0], acc[e][1], acc[e][2], acc[e][3]);
-  *entry(piece, N) = make_float4(m[0], m[1], l[0], l[1]);
+  for (int e = 0; e < N; ++e) *entry(keys.piece, e) = make_float4(acc[e][0], acc[e][1], acc[e][2], acc[e][3]);
+  *entry(keys.piece, N) = make_float4(m[0], m[1], l[0], l[1]);
   __threadfence();  // the entries are visible device-wide before the warp is counted
   __syncwarp();
   int last = 0;
   if (lane == 0) {
-    int* counter = a.split_counters + static_cast<int64_t>(slot) * Tr::kConsumerWarps + warp;
-    last = atomicAdd(counter, 1) == pieces - 1;
+    int* counter = a.split_counters + static_cast<int64_t>(keys.slot) * Tr::kConsumerWarps + warp;
+    last = atomicAdd(counter, 1) == keys.pieces - 1;
     if (last) atomicExch(counter, 0);
   }
   if (__shfl_sync(0xffffffffu, last, 0) == 0) return false;
   __threadfence();
   const float c = a.scale_log2;
-  for (int q = 0; q < pieces; ++q) {
-    if (q == piece) continue;
+  for (int q = 0; q < keys.pieces; ++q) {
+    if (q == keys.piece) continue;
     const float4 ml = __ldcg(entry(q, N));
     const float mq[2] = {ml.x, ml.y}, lq[2] = {ml.z, ml.w};
     float f_own[2], f_q[2];
@@ -269,7 +270,7 @@ __device__ __forceinline__ bool MergeSplitPieces(const FusedKernelArgs& a, const
 }
 
 // kSplit: the split kernel of a persistent instance (Tr::kSplitTail), launched with an active
-// plan in p.split.
+// plan (gridDim.x blocks, p.split_tail = 1).
 template <class Tr, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
@@ -315,20 +316,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     if constexpr (kSplit) {
       const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, BM, a.q_heads, a.batch, a.causal != 0);
       const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
-      const int64_t whole = p.split.first_tile, rounds = whole / blocks;  // whole rounds, then the pieces
-      // One call of fn, so the tile body is compiled once.
+      const SplitTail split = p.split_tail ? SplitTail::Plan(order, CeilDiv(a.kv_len, BS), blocks) : SplitTail{};
+      const int64_t whole = split.active() ? split.first_tile : order.total;  // whole rounds when split
+      const int64_t rounds = (whole + blocks - 1) / blocks;
+      // One call of fn, so the tile body is compiled once: rounds of whole tiles, then pieces.
       for (int64_t w = 0;; ++w) {
         int64_t t;
         TileKeys keys;
         keys.end = -1;  // every key tile
         if (w < rounds) {
           t = order.TileOf(w, block, blocks);
+          if (t >= whole) continue;
         } else {
-          int piece, pieces;
-          if (!p.split.Piece(block, static_cast<int>(w - rounds), keys.slot, keys.begin, keys.end, piece, pieces)) {
+          if (!split.active() || !split.Piece(block, static_cast<int>(w - rounds), keys.slot, keys.begin, keys.end,
+                                              keys.piece, keys.pieces)) {
             break;
           }
-          t = whole + keys.slot;
+          keys.max_pieces = split.MaxPieces();
+          t = split.first_tile + keys.slot;
         }
         int query_block, head, seq;
         order.Decode(t, query_block, head, seq);
@@ -646,23 +651,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     FenceOperands(acc);
     kv_used += n_tiles;
 
-    float l_row[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l_row[r] = l_run[r];
-      l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
-      l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
-    }
-    // A piece of a split tile: each warp writes its rows' partial state, and the warp of the
-    // last piece to finish merges the others' into its own and stores those rows of O.
-    const bool split_piece = kSplit && keys.slot >= 0;
-    if (split_piece && !MergeSplitPieces<Tr>(a, p.split, keys.slot, acc, m_run, l_row)) {
-      if constexpr (Tr::kPersistent && QB == 2) release(empty_q(qb));
-      return;
-    }
     float inv[2];
+    bool split_piece = false;
+    if constexpr (!kSplit) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) inv[r] = l_row[r] > 0.f ? 1.f / l_row[r] : 0.f;
+      for (int r = 0; r < 2; ++r) {
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[r] = l > 0.f ? 1.f / l : 0.f;
+      }
+    } else {
+      float l_row[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        l_row[r] = l_run[r];
+        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
+        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
+      }
+      // A piece of a split tile: each warp writes its rows' partial state, and the warp of the
+      // last piece to finish merges the others' into its own and stores those rows of O.
+      split_piece = keys.slot >= 0;
+      if (split_piece && !MergeSplitPieces<Tr>(a, keys, acc, m_run, l_row)) {
+        release(empty_q(qb));  // two Q buffers: released after the tile's epilogue
+        return;
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) inv[r] = l_row[r] > 0.f ? 1.f / l_row[r] : 0.f;
+    }
     if (Tr::kStageO && !split_piece) {
       // O through shared memory: stmatrix into this warpgroup's rows of its Q buffer (the SW128
       // layout Q came in: 16-byte unit u of row r at u ^ (r % 8)), then whole rows out.
@@ -780,7 +796,7 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     }
   }
   dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
-  p.split = SplitTail{};
+  p.split_tail = 0;
   if constexpr (Tr::kPersistent) {
     // One block per multiprocessor (a block fills one: __launch_bounds__(..., 1) and its shared
     // memory), never more blocks than tiles unless the last round is split.
@@ -793,12 +809,12 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     if (Tr::kSplitTail && split.active() && a.split_partials != nullptr && a.split_counters != nullptr &&
         split.PartialFloats(32 * Tr::kConsumerWarps, Tr::kHeadDim) <= a.split_partial_floats &&
         split.Counters(Tr::kConsumerWarps) <= a.split_counter_count) {
-      p.split = split;
+      p.split_tail = 1;
     }
-    grid = dim3(static_cast<unsigned>(order.total < sms && !p.split.active() ? order.total : sms), 1, 1);
+    grid = dim3(static_cast<unsigned>(order.total < sms && !p.split_tail ? order.total : sms), 1, 1);
   }
   if constexpr (Tr::kSplitTail) {
-    if (p.split.active()) {
+    if (p.split_tail) {
       if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr, true>>(Tr::kSmemBytes);
           e != cudaSuccess) {
         return e;
