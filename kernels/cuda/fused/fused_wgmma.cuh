@@ -15,6 +15,9 @@
 //    full/empty pair) and K/V while the consumers finish the current one, and the barrier
 //    phases run on across tiles. Without ping-pong it holds two Q buffers where shared memory
 //    allows, so the next tile's Q loads while the current tile runs.
+//  - Split last round (head_dim 64, two Q buffers; FusedWgmmaKernel<Tr, true>): where the tiles
+//    leave the last round partly filled, its tiles' key tiles are spread over every block
+//    (SplitTail); the pieces of a tile write partial states and the last merges them.
 //  - Epilogue: each consumer warpgroup stages its 64 rows of O in its rows of the Q buffer
 //    (stmatrix) and one thread writes them with a TMA store; a warpgroup whose rows end inside
 //    the tile copies them out with 16-byte stores. Persistent blocks with one Q buffer (released
