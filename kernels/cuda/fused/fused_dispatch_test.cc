@@ -37,6 +37,49 @@ KernelConfig Config(int bm, int bs, int threads, Precision precision, int stages
   return c;
 }
 
+// The backend sizes the split of a persistent launch's last round (SplitTail) for the head_dim
+// 64 persistent instance with two Q buffers where the plan saves at least a quarter of the
+// round, and for nothing else: a launch given nothing runs unsplit.
+TEST(FusedSplitWorkspaceFor, SizesTheSplitOnlyWhereALaunchSplits) {
+  KernelConfig c = Config(128, 128, 384, Precision::kFp16, 2);
+  c.persistent = true;
+  AttentionProblem p = Problem(64, DType::kFp16);
+  p.batch = 1;
+  p.q_heads = p.kv_heads = 12;
+  p.q_len = p.kv_len = 2048;
+  // 192 tiles on 132 blocks: 60 split, spans of 8 of their 16 key tiles, at most 3 pieces a
+  // tile; 256 consumer threads of 32 accumulators and (m, m, l, l) each; 8 consumer warps.
+  const FusedSplitWorkspace w = FusedSplitWorkspaceFor(p, c, 132);
+  EXPECT_EQ(w.partial_floats, int64_t{60} * 3 * 256 * 36);
+  EXPECT_EQ(w.counters, 60 * 8);
+
+  auto none = [&](const AttentionProblem& q, const KernelConfig& k, int sms, const char* why) {
+    const FusedSplitWorkspace n = FusedSplitWorkspaceFor(q, k, sms);
+    EXPECT_EQ(n.partial_floats, 0) << why;
+    EXPECT_EQ(n.counters, 0) << why;
+  };
+  none(p, c, 96, "192 tiles fill two rounds of 96");
+  AttentionProblem causal = p;
+  causal.causal = true;
+  none(causal, c, 132, "causal");
+  AttentionProblem varlen = p;
+  varlen.cu_seqlens_q = {0, 2048};
+  varlen.cu_seqlens_k = {0, 2048};
+  none(varlen, c, 132, "varlen");
+  AttentionProblem padded = p;
+  padded.kv_valid_lens = {2000};
+  none(padded, c, 132, "key padding");
+  AttentionProblem d128 = p;
+  d128.head_dim = 128;
+  none(d128, c, 132, "head_dim 128");
+  KernelConfig pingpong = c;
+  pingpong.pingpong = true;
+  none(p, pingpong, 132, "ping-pong (one Q buffer)");
+  KernelConfig one_tile = c;
+  one_tile.persistent = false;
+  none(p, one_tile, 132, "a block per tile");
+}
+
 TEST(FusedCanImplement, AcceptsEveryCompiledConfigThatFitsSharedMemory) {
   int accepted = 0;
   for (int d : {64, 128}) {
