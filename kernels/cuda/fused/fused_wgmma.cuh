@@ -805,16 +805,20 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     // memory), never more blocks than tiles unless the last round is split.
     const int sms = MultiprocessorCount();
     if (sms <= 0) return cudaErrorNoDevice;
-    const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0);
-    const bool uniform = a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;
-    const SplitTail split = SplitTail::ForLaunch(a.q_len, a.kv_len, a.q_heads, a.batch, a.causal != 0, uniform,
-                                                 Tr::kBlockM, Tr::kBlockS, sms);
-    if (Tr::kSplitTail && split.active() && a.split_partials != nullptr && a.split_counters != nullptr &&
-        split.PartialFloats(32 * Tr::kConsumerWarps, Tr::kHeadDim) <= a.split_partial_floats &&
-        split.Counters(Tr::kConsumerWarps) <= a.split_counter_count) {
-      p.split_tail = 1;
+    if constexpr (Tr::kSplitTail) {
+      // Planned only where the caller gave the workspace: a launch without it runs unsplit.
+      if (a.split_partials != nullptr && a.split_counters != nullptr) {
+        const bool uniform = a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;
+        const SplitTail split = SplitTail::ForLaunch(a.q_len, a.kv_len, a.q_heads, a.batch, a.causal != 0, uniform,
+                                                     Tr::kBlockM, Tr::kBlockS, sms);
+        if (split.active() && split.PartialFloats(32 * Tr::kConsumerWarps, Tr::kHeadDim) <= a.split_partial_floats &&
+            split.Counters(Tr::kConsumerWarps) <= a.split_counter_count) {
+          p.split_tail = 1;
+        }
+      }
     }
-    grid = dim3(static_cast<unsigned>(order.total < sms && !p.split_tail ? order.total : sms), 1, 1);
+    const int64_t tiles = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0).total;
+    grid = dim3(static_cast<unsigned>(tiles < sms && !p.split_tail ? tiles : sms), 1, 1);
   }
   if constexpr (Tr::kSplitTail) {
     if (p.split_tail) {
