@@ -1166,7 +1166,9 @@ TEST_F(CudaBackendTest, PagedPrefillMatchesTheReference) {
 // varlen batch; every Hopper config (256 threads or more) against the reference.
 // Persistent blocks walk several tiles each (more tiles than multiprocessors): tiles past a
 // short sequence's queries, sequences without keys (zeros, never NaN), causal and not, GQA; the
-// barrier phases carry over from tile to tile. Ping-pong alongside.
+// barrier phases carry over from tile to tile. Tiles of 1, 7, 100 and 128 rows: O staged and
+// stored by TMA for both warpgroups, for the first only (the second copies its 36 rows out),
+// or copied out by the first. Ping-pong alongside.
 TEST_F(CudaBackendTest, PersistentBlocksWalkingManyTilesMatchTheReference) {
   if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
   uint32_t seed = 9100;
@@ -1176,8 +1178,8 @@ TEST_F(CudaBackendTest, PersistentBlocksWalkingManyTilesMatchTheReference) {
     for (int d : {64, 128}) {
       for (bool causal : {false, true}) {
         // 4 sequences x 64 query heads x 3 query blocks of 128: 768 tiles.
-        AttentionProblem p = MakeProblem(4, 64, 8, 300, 301, d, causal, dtype);
-        p.cu_seqlens_q = {0, 129, 129, 136, 436};
+        AttentionProblem p = MakeProblem(4, 64, 8, 356, 301, d, causal, dtype);
+        p.cu_seqlens_q = {0, 129, 129, 136, 492};
         p.cu_seqlens_k = {0, 200, 250, 250, 551};
         ASSERT_TRUE(p.Validate().ok()) << p.Validate();
         const Inputs in = RandomInputs(p, ++seed);
