@@ -20,10 +20,8 @@
 //    (SplitTail); the pieces of a tile write partial states and the last merges them.
 //  - Epilogue: each consumer warpgroup stages its 64 rows of O in its rows of the Q buffer
 //    (stmatrix) and one thread writes them with a TMA store; a warpgroup whose rows end inside
-//    the tile copies them out with 16-byte stores. In persistent blocks with two Q buffers the
-//    TMA stores are issued by a second producer warp (the storer), which waits for their reads
-//    and then hands the buffer to the producer, so the consumers never wait on a store.
-//    Persistent blocks with one Q buffer (released after the last Q K^T) store O from registers.
+//    the tile copies them out with 16-byte stores. Persistent blocks with one Q buffer (released
+//    after the last Q K^T) store O from registers.
 //  - Each consumer warpgroup overlaps inside itself too: it issues S_j = Q K_j^T and
 //    O += P_{j-1} V_{j-1} back to back, waits only for S_j, runs the softmax of tile j while
 //    the PV product is still in flight; O takes the softmax's factor under the next S = Q K^T
@@ -83,10 +81,9 @@ struct WgmmaTraits {
   static constexpr int kQBytes = kChunks * BM * 128;
   static constexpr int kTileBytes = kChunks * BS * 128;  // one K or one V tile
   // Shared memory with `q_buffers` Q buffers: 1024 bytes of slack (the swizzle atoms start on
-  // 1024-byte boundaries), Q, K and V stages, a full/empty mbarrier pair per buffer and, in a
-  // persistent block, an "O staged" mbarrier per Q buffer (kStorerWarp).
+  // 1024-byte boundaries), Q, K and V stages, a full/empty mbarrier pair per buffer.
   static constexpr int SmemBytesWith(int q_buffers) {
-    return 1024 + q_buffers * kQBytes + 2 * ST * kTileBytes + 8 * (2 * q_buffers + 4 * ST + (Persistent ? q_buffers : 0));
+    return 1024 + q_buffers * kQBytes + 2 * ST * kTileBytes + 8 * (2 * q_buffers + 4 * ST);
   }
   static constexpr int kSmemLimit = 232448;  // sm_90's opt-in shared memory per block
   // Persistent blocks take a second Q buffer where it fits: the next tile's Q loads while the
@@ -100,11 +97,6 @@ struct WgmmaTraits {
   // with two Q buffers (released after the epilogue). With one, it is released after the last
   // Q K^T and O is stored from registers.
   static constexpr bool kStageO = !Persistent || kQBuffers == 2;
-  // Persistent blocks with two Q buffers: the second warp of the producer warpgroup issues the
-  // TMA stores of O and waits for them to read the staged rows before it hands the buffer back
-  // to the producer, so no consumer thread waits for a store and the warpgroups go straight on
-  // to the next tile's first Q K^T.
-  static constexpr bool kStorerWarp = Persistent && kQBuffers == 2;
   // Persistent blocks with two Q buffers at head_dim 64 split the last round along the keys
   // where that pays (SplitTail), in a kernel of their own (FusedWgmmaKernel<Tr, true>), so a
   // launch that does not split runs the same code as without the split. Not at head_dim 128,
@@ -116,7 +108,7 @@ struct WgmmaTraits {
   // the product) at head_dim 128; after P V completes at head_dim 64, where that placement was
   // measured 1.5-3.5 % slower for ping-pong and three consumer warpgroups (docs/perf.md).
   static constexpr bool kRescaleUnderQk = D == 128;
-  static constexpr int kBarriers = 2 * kQBuffers + 4 * ST + (kStorerWarp ? kQBuffers : 0);
+  static constexpr int kBarriers = 2 * kQBuffers + 4 * ST;
   static constexpr int kSmemBytes = SmemBytesWith(kQBuffers);
   static_assert(sizeof(T) == 2, "wgmma kernel is for 16-bit storage");
   static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "block_m: 64..256 rows, whole warpgroups");
@@ -306,9 +298,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   auto full_v = [&](int s) { return bars + 8u * (2 * QB + ST + s); };
   auto empty_k = [&](int s) { return bars + 8u * (2 * QB + 2 * ST + s); };
   auto empty_v = [&](int s) { return bars + 8u * (2 * QB + 3 * ST + s); };
-  // kStorerWarp: every consumer warp has staged its rows of O in Q buffer b (or is done with the
-  // buffer); the storer warp then stores them and releases the buffer (empty_q) itself.
-  auto o_staged = [&](int b) { return bars + 8u * (2 * QB + 4 * ST + b); };
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
@@ -377,12 +366,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
     for (int b = 0; b < QB; ++b) {
       MbarInit(full_q(b), 1);
-      if constexpr (Tr::kStorerWarp) {
-        MbarInit(empty_q(b), 1);
-        MbarInit(o_staged(b), kConsumerWarps);
-      } else if constexpr (Tr::kPersistent) {
-        MbarInit(empty_q(b), kConsumerWarps);
-      }
+      if constexpr (Tr::kPersistent) MbarInit(empty_q(b), kConsumerWarps);
     }
 #pragma unroll
     for (int s = 0; s < ST; ++s) {
@@ -398,35 +382,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (warp >= kConsumerWarps) {
     // ---- producer warpgroup: its first warp loads, the others only hand back registers ----
     SetMaxRegistersDecrease<Tr::kProducerRegs>();
-    if constexpr (Tr::kStorerWarp) {
-      if (warp == kConsumerWarps + 1) {
-        // The storer: per tile, in the consumers' order, the warpgroups' staged rows of O out by
-        // TMA (those the consumers did not copy out themselves), then the Q buffer back.
-        int q_stored = 0;
-        for_each_tile([&](const QueryBlock<T>& blk, const TileKeys& keys) {
-          if (blk.n_tiles == 0) return;  // the consumers wrote its zeros without a Q buffer
-          const int qb = q_stored % QB;
-          MbarWait(o_staged(qb), (q_stored / QB) & 1);
-          ++q_stored;
-          if (lane != 0) return;
-          if (keys.slot < 0) {  // a split tile's pieces store from registers, or not at all
-#pragma unroll
-            for (int w = 0; w < Tr::kConsumerGroups; ++w) {
-              if (blk.q_rows - w * 64 < 64) continue;  // copied out by the consumers
-#pragma unroll
-              for (int c = 0; c < NCH; ++c) {
-                TmaStore3d(&p.o_map, q_buffer(qb) + w * 64 * 128 + c * BM * 128, 64 * c, blk.head,
-                           static_cast<int>(blk.g.q_start + blk.m0 + w * 64));
-              }
-            }
-            BulkCommitGroup();
-            BulkWaitGroupRead0();  // the stores have read the buffer: the next Q may land there
-          }
-          MbarArrive(empty_q(qb));
-        });
-        return;
-      }
-    }
     if (warp != kConsumerWarps) return;
     // Key tiles and query tiles loaded so far: buffer s of key tile i is i % ST, its use count
     // i / ST picks the barrier parity; query tile i's Q buffer is i % QB, the same way.
@@ -721,7 +676,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       // last piece to finish merges the others' into its own and stores those rows of O.
       split_piece = keys.slot >= 0;
       if (split_piece && !MergeSplitPieces<Tr>(a, keys, acc, m_run, l_row)) {
-        release(o_staged(qb));  // the storer hands the buffer back (nothing to store)
+        release(empty_q(qb));  // two Q buffers: released after the tile's epilogue
         return;
       }
 #pragma unroll
@@ -746,10 +701,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const int wg_rows = min(64, blk.q_rows - wg * 64);  // this warpgroup's rows in the tile
       const bool by_tma = wg_rows == 64;  // else rows past the tile may be another sequence's
       if (by_tma) FenceProxyAsyncShared();  // generic writes -> the TMA store's reads
-      // The warpgroup's rows are staged (the storer warp counts the warps in on o_staged).
-      if (!(Tr::kStorerWarp && by_tma)) NamedBarrierSync(3 + wg, 128);
+      NamedBarrierSync(3 + wg, 128);        // the warpgroup's rows are staged
       if (by_tma) {
-        if (!Tr::kStorerWarp && wg_tid == 0) {
+        if (wg_tid == 0) {
 #pragma unroll
           for (int c = 0; c < NCH; ++c) {
             TmaStore3d(&p.o_map, o_stage + c * BM * 128, 64 * c, blk.head,
@@ -770,15 +724,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           }
         }
       }
-      if constexpr (Tr::kStorerWarp) {
-        if (!by_tma) FenceProxyAsyncShared();  // the copy's reads before the next Q's TMA writes
-        release(o_staged(qb));                 // the storer stores the rows and frees the buffer
-      } else if constexpr (Tr::kPersistent) {
+      if constexpr (Tr::kPersistent) {
         FenceProxyAsyncShared();  // these reads before the next Q's TMA writes to the buffer
         release(empty_q(qb));
       }
     } else {
-      if constexpr (Tr::kStorerWarp) release(o_staged(qb));  // a split piece's: Q's reads are done
+      if constexpr (Tr::kPersistent && QB == 2) release(empty_q(qb));  // a split piece's: Q's reads are done
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
