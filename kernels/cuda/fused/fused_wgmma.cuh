@@ -5,7 +5,8 @@
 // of which one warp works. setmaxnreg moves registers from the producer to the consumers
 // (ptxas budgets a block in whole warpgroups, so a lone producer warp would cost as much).
 //  - The producer warp streams K and V tiles with TMA (cp.async.bulk.tensor, 128-byte swizzle)
-//    into `stages` buffers; per buffer a "full" mbarrier (transaction count) and an "empty"
+//    into `stages` buffers (one more V buffer in persistent blocks with two Q buffers at head_dim
+//    128: kStagesV); per buffer a "full" mbarrier (transaction count) and an "empty"
 //    mbarrier (one arrival per consumer warp) hand it back and forth, so consumers never wait
 //    on a block-wide barrier. Left alone, the two warpgroups drift apart and their GEMMs
 //    contend for the tensor cores; the ping-pong schedule (config axis `pingpong`) orders them
@@ -82,8 +83,8 @@ struct WgmmaTraits {
   static constexpr int kTileBytes = kChunks * BS * 128;  // one K or one V tile
   // Shared memory with `q_buffers` Q buffers: 1024 bytes of slack (the swizzle atoms start on
   // 1024-byte boundaries), Q, K and V stages, a full/empty mbarrier pair per buffer.
-  static constexpr int SmemBytesWith(int q_buffers) {
-    return 1024 + q_buffers * kQBytes + 2 * ST * kTileBytes + 8 * (2 * q_buffers + 4 * ST);
+  static constexpr int SmemBytesWith(int q_buffers, int k_stages = ST, int v_stages = ST) {
+    return 1024 + q_buffers * kQBytes + (k_stages + v_stages) * kTileBytes + 8 * (2 * q_buffers + 2 * k_stages + 2 * v_stages);
   }
   static constexpr int kSmemLimit = 232448;  // sm_90's opt-in shared memory per block
   // Persistent blocks take a second Q buffer where it fits: the next tile's Q loads while the
@@ -108,8 +109,18 @@ struct WgmmaTraits {
   // the product) at head_dim 128; after P V completes at head_dim 64, where that placement was
   // measured 1.5-3.5 % slower for ping-pong and three consumer warpgroups (docs/perf.md).
   static constexpr bool kRescaleUnderQk = D == 128;
-  static constexpr int kBarriers = 2 * kQBuffers + 4 * ST;
-  static constexpr int kSmemBytes = SmemBytesWith(kQBuffers);
+  // K and V stages: `stages` each, except that persistent blocks with two Q buffers at head_dim
+  // 128 hold one more V stage where it fits. V_{j+1} can load only once both warpgroups have
+  // released V_{j-1}, at the end of step j, and is read at the start of step j + 1: with two
+  // stages it has about one step, with three two (K_{j+2} already has about one and a half,
+  // from the release of K_j after S_j). Measured on the H200: fp16 b8 S1024 1.9 % faster, bf16
+  // S4096 1.6 %; one more K stage instead, and either at head_dim 64, changed nothing
+  // (docs/perf.md).
+  static constexpr int kStagesK = ST;
+  static constexpr int kStagesV =
+      D == 128 && kQBuffers == 2 && SmemBytesWith(2, ST, ST + 1) <= kSmemLimit ? ST + 1 : ST;
+  static constexpr int kBarriers = 2 * kQBuffers + 2 * kStagesK + 2 * kStagesV;
+  static constexpr int kSmemBytes = SmemBytesWith(kQBuffers, kStagesK, kStagesV);
   static_assert(sizeof(T) == 2, "wgmma kernel is for 16-bit storage");
   static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "block_m: 64..256 rows, whole warpgroups");
   static_assert(BS == 64 || BS == 128, "block_s 64 or 128 (wgmma N)");
@@ -279,7 +290,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
 #if defined(FUSETUNE_FUSED_WGMMA_ENABLED)
   using T = typename Tr::Storage;
-  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages;
+  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStagesK, STV = Tr::kStagesV;
   constexpr int NCH = Tr::kChunks, NTILES = BS / 8, DTILES = D / 8;
   constexpr int kConsumerWarps = Tr::kConsumerWarps;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -289,15 +300,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const uint32_t sQ = (SmemAddress(wgmma_smem) + 1023u) & ~1023u;
   const uint32_t sK = sQ + Tr::kQBuffers * Tr::kQBytes;
   const uint32_t sV = sK + ST * Tr::kTileBytes;
-  const uint32_t bars = sV + ST * Tr::kTileBytes;  // after the Q buffers and K/V stages
+  const uint32_t bars = sV + STV * Tr::kTileBytes;  // after the Q buffers and K/V stages
   constexpr int QB = Tr::kQBuffers;
   auto q_buffer = [&](int b) { return sQ + b * Tr::kQBytes; };
   auto full_q = [&](int b) { return bars + 8u * b; };
   auto empty_q = [&](int b) { return bars + 8u * (QB + b); };
   auto full_k = [&](int s) { return bars + 8u * (2 * QB + s); };
   auto full_v = [&](int s) { return bars + 8u * (2 * QB + ST + s); };
-  auto empty_k = [&](int s) { return bars + 8u * (2 * QB + 2 * ST + s); };
-  auto empty_v = [&](int s) { return bars + 8u * (2 * QB + 3 * ST + s); };
+  auto empty_k = [&](int s) { return bars + 8u * (2 * QB + ST + STV + s); };
+  auto empty_v = [&](int s) { return bars + 8u * (2 * QB + 2 * ST + STV + s); };
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
@@ -369,11 +380,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       if constexpr (Tr::kPersistent) MbarInit(empty_q(b), kConsumerWarps);
     }
 #pragma unroll
-    for (int s = 0; s < ST; ++s) {
-      MbarInit(full_k(s), 1);
-      MbarInit(full_v(s), 1);
-      MbarInit(empty_k(s), kConsumerWarps);
-      MbarInit(empty_v(s), kConsumerWarps);
+    for (int s = 0; s < (ST > STV ? ST : STV); ++s) {
+      if (s < ST) MbarInit(full_k(s), 1);
+      if (s < STV) MbarInit(full_v(s), 1);
+      if (s < ST) MbarInit(empty_k(s), kConsumerWarps);
+      if (s < STV) MbarInit(empty_v(s), kConsumerWarps);
     }
     FenceMbarrierInit();
   }
@@ -383,8 +394,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // ---- producer warpgroup: its first warp loads, the others only hand back registers ----
     SetMaxRegistersDecrease<Tr::kProducerRegs>();
     if (warp != kConsumerWarps) return;
-    // Key tiles and query tiles loaded so far: buffer s of key tile i is i % ST, its use count
-    // i / ST picks the barrier parity; query tile i's Q buffer is i % QB, the same way.
+    // Key tiles and query tiles loaded so far: K buffer s of key tile i is i % ST, its use count
+    // i / ST picks the barrier parity (V: i % STV, i / STV); query tile i's Q buffer is i % QB,
+    // the same way.
     int kv_loaded = 0, q_loaded = 0;
     for_each_tile([&](const QueryBlock<T>& blk, const TileKeys& keys) {
       if (blk.n_tiles == 0) return;  // persistent only: the consumers write its zeros
@@ -431,8 +443,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         int next_rows = kPaged ? box_rows_of(0) : 0;
         for (int j = 0; j < n_tiles; ++j) {
           const int i = kv_loaded + j;
-          const int s = i % ST;
+          const int s = i % ST, sv = i % STV;
           const uint32_t free_parity = ((i / ST) & 1) ^ 1;  // a fresh barrier counts as released
+          const uint32_t free_parity_v = ((i / STV) & 1) ^ 1;
           const int key0 = key_first + j * BS;
           int rows[kMaxBoxes];
           if constexpr (kPaged) {
@@ -442,7 +455,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           } else {
             rows[0] = key_row(key0);
           }
-          const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + s * Tr::kTileBytes;
+          const uint32_t k_dst = sK + s * Tr::kTileBytes, v_dst = sV + sv * Tr::kTileBytes;
           // One K or V tile by TMA: its boxes (one per page, or the whole tile), 64 columns each.
           auto load_tile = [&](uint32_t dst, const CUtensorMap* map, uint32_t full) {
             if (lane != 0) return;
@@ -458,10 +471,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           };
           MbarWait(empty_k(s), free_parity);
           load_tile(k_dst, &p.k_map, full_k(s));
-          MbarWait(empty_v(s), free_parity);
+          MbarWait(empty_v(sv), free_parity_v);
           const int valid = min(BS, blk.g.k_vis - key0);
           if (valid == BS) {
-            load_tile(v_dst, &p.v_map, full_v(s));
+            load_tile(v_dst, &p.v_map, full_v(sv));
           } else {
             // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
             // (16-byte unit u of row r lands at unit u ^ (r % 8)).
@@ -477,7 +490,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             CpAsyncWait<0>();
             FenceProxyAsyncShared();  // generic-proxy writes -> visible to wgmma (async proxy)
             __syncwarp();
-            if (lane == 0) MbarArrive(full_v(s));
+            if (lane == 0) MbarArrive(full_v(sv));
           }
         }
       };
@@ -558,8 +571,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       WgmmaCommit();
     };
     auto issue_pv = [&](int j) {
-      const int i = kv_used + j, st = i % ST;
-      MbarWait(full_v(st), (i / ST) & 1);
+      const int i = kv_used + j, st = i % STV;
+      MbarWait(full_v(st), (i / STV) & 1);
       const uint32_t v_base = sV + st * Tr::kTileBytes;
       FenceOperands(acc);
       WgmmaFence();
@@ -643,14 +656,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
       softmax(j, alpha);
       WgmmaWait<0>();
-      release(empty_v((kv_used + j - 1) % ST));
+      release(empty_v((kv_used + j - 1) % STV));
       if constexpr (!Tr::kRescaleUnderQk) rescale_o();
       pack();
     }
     if constexpr (Tr::kRescaleUnderQk) rescale_o();
     issue_pv(n_tiles - 1);
     WgmmaWait<0>();
-    if constexpr (Tr::kPersistent) release(empty_v((kv_used + n_tiles - 1) % ST));  // a next tile reuses it
+    if constexpr (Tr::kPersistent) release(empty_v((kv_used + n_tiles - 1) % STV));  // a next tile reuses it
     FenceOperands(acc);
     kv_used += n_tiles;
 
