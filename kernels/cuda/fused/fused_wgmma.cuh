@@ -109,23 +109,23 @@ struct WgmmaTraits {
   // the product) at head_dim 128; after P V completes at head_dim 64, where that placement was
   // measured 1.5-3.5 % slower for ping-pong and three consumer warpgroups (docs/perf.md).
   static constexpr bool kRescaleUnderQk = D == 128;
-  // K and V stages: `stages` each, except that persistent blocks with two Q buffers at head_dim
-  // 128 hold one more V stage where it fits. V_{j+1} can load only once both warpgroups have
+  // V stages: `stages` (K's count, kStages), except that persistent blocks with two Q buffers at
+  // head_dim 128 hold one more where it fits. V_{j+1} can load only once both warpgroups have
   // released V_{j-1}, at the end of step j, and is read at the start of step j + 1: with two
   // stages it has about one step, with three two (K_{j+2} already has about one and a half,
-  // from the release of K_j after S_j). Measured on the H200: fp16 b8 S1024 1.9 % faster, bf16
-  // S4096 1.6 %; one more K stage instead, and either at head_dim 64, changed nothing
+  // from the release of K_j after S_j). Measured on the H200: fp16 b8 S1024 1.8-1.9 % faster, bf16
+  // S4096 0.5-1.6 %; one more K stage instead, and either at head_dim 64, changed nothing
   // (docs/perf.md).
-  static constexpr int kStagesK = ST;
   static constexpr int kStagesV =
       D == 128 && kQBuffers == 2 && SmemBytesWith(2, ST, ST + 1) <= kSmemLimit ? ST + 1 : ST;
-  static constexpr int kBarriers = 2 * kQBuffers + 2 * kStagesK + 2 * kStagesV;
-  static constexpr int kSmemBytes = SmemBytesWith(kQBuffers, kStagesK, kStagesV);
+  static constexpr int kBarriers = 2 * kQBuffers + 2 * ST + 2 * kStagesV;
+  static constexpr int kSmemBytes = SmemBytesWith(kQBuffers, ST, kStagesV);
   static_assert(sizeof(T) == 2, "wgmma kernel is for 16-bit storage");
   static_assert(BM % 64 == 0 && BM >= 64 && BM <= 256, "block_m: 64..256 rows, whole warpgroups");
   static_assert(BS == 64 || BS == 128, "block_s 64 or 128 (wgmma N)");
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(ST >= 1 && ST <= 4, "stages in [1, 4]");
+  static_assert(kStagesV >= ST, "the kernel initialises the K/V barriers in one loop over the V stages");
   static_assert(!PingPong || kConsumerGroups == 2, "ping-pong alternates two consumer warpgroups");
   static_assert(kSmemBytes <= kSmemLimit, "shared memory past sm_90's opt-in limit");
   static_assert(128 * kProducerRegs + 128 * kConsumerGroups * kConsumerRegs <= kThreads * kLaunchRegs,
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
 #if defined(FUSETUNE_FUSED_WGMMA_ENABLED)
   using T = typename Tr::Storage;
-  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStagesK, STV = Tr::kStagesV;
+  constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages, STV = Tr::kStagesV;
   constexpr int NCH = Tr::kChunks, NTILES = BS / 8, DTILES = D / 8;
   constexpr int kConsumerWarps = Tr::kConsumerWarps;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -380,11 +380,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       if constexpr (Tr::kPersistent) MbarInit(empty_q(b), kConsumerWarps);
     }
 #pragma unroll
-    for (int s = 0; s < (ST > STV ? ST : STV); ++s) {
+    for (int s = 0; s < STV; ++s) {  // STV >= ST
       if (s < ST) MbarInit(full_k(s), 1);
-      if (s < STV) MbarInit(full_v(s), 1);
+      MbarInit(full_v(s), 1);
       if (s < ST) MbarInit(empty_k(s), kConsumerWarps);
-      if (s < STV) MbarInit(empty_v(s), kConsumerWarps);
+      MbarInit(empty_v(s), kConsumerWarps);
     }
     FenceMbarrierInit();
   }
