@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "fusetune/base/strings.h"
 #include "absl/strings/str_format.h"
+#include "fusetune/records/json.h"
+#include "nlohmann/json.hpp"
 
 namespace fusetune::regress {
 
@@ -251,14 +253,18 @@ bool Timed(const CellComparison& c) {
          c.baseline.blocks.size() >= 3 && c.candidate.blocks.size() >= 3;
 }
 
-regress::CellInput InputOf(const CellComparison& c, const CompareOptions& options) {
+// `paired`: both sides were measured in the same rounds (an interleaved comparison), so block
+// i of one side pairs with block i of the other.
+regress::CellInput InputOf(const CellComparison& c, const CompareOptions& options, bool paired) {
   regress::CellInput in;
   in.problem_key = c.cell.problem.Key();
   in.config_key = c.cell.config.Key();
   if (c.cell.baseline_config) in.config_key += Cat(" (was ", c.cell.baseline_config->Key(), ")");
   in.baseline = c.baseline.Medians();
   in.candidate = c.candidate.Medians();
-  absl::StatusOr<double> noise = regress::RatioNoise(in.baseline, in.candidate);
+  in.paired = paired && in.baseline.size() == in.candidate.size();
+  absl::StatusOr<double> noise = in.paired ? regress::PairedNoise(in.baseline, in.candidate)
+                                           : regress::RatioNoise(in.baseline, in.candidate);
   in.aa_noise = noise.ok() ? *noise : 0;
   if (options.known_aa_noise) {
     const double known = options.known_aa_noise(c.cell);
@@ -279,12 +285,12 @@ regress::CellInput InputOf(const CellComparison& c, const CompareOptions& option
 
 // Judges every cell (the timed ones together, so the adjustment spans the suite).
 absl::Status Judge(std::vector<CellComparison>& cells, const regress::VerdictOptions& options,
-                   const CompareOptions& compare) {
+                   const CompareOptions& compare, bool paired) {
   std::vector<regress::CellInput> inputs;
   std::vector<size_t> timed;
   for (size_t i = 0; i < cells.size(); ++i) {
     if (Timed(cells[i])) {
-      inputs.push_back(InputOf(cells[i], compare));
+      inputs.push_back(InputOf(cells[i], compare, paired));
       timed.push_back(i);
     } else {
       cells[i].verdict = UntimedVerdict(cells[i]);
@@ -347,13 +353,13 @@ std::string StoredKey(std::string_view problem, std::string_view config, std::st
 // The first pass over every cell, then the undecided cells again at the block count their
 // verdicts suggest, judging the whole suite after each pass; the wall time goes to `out`.
 absl::Status MeasureUntilDecided(Interleaver& measurer, const Suite& suite, const CompareOptions& options,
-                                 const regress::VerdictOptions& verdict, Comparison& out) {
+                                 const regress::VerdictOptions& verdict, bool paired, Comparison& out) {
   const auto start = Clock::now();
   std::vector<size_t> which = AllCells(out.cells.size());
   int target = FirstPassBlocks(suite, options);
   while (!which.empty()) {
     if (absl::Status s = measurer.Measure(which, target); !s.ok()) return s;
-    if (absl::Status s = Judge(out.cells, verdict, options); !s.ok()) return s;
+    if (absl::Status s = Judge(out.cells, verdict, options, paired); !s.ok()) return s;
     which = CellsToRemeasure(out.cells, &target);
   }
   out.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -405,7 +411,10 @@ absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource
 
   Interleaver interleaver({{&baseline, true}, {&candidate, false}}, out.cells, options, suite.rounds_across_problems,
                           &out.blocks_measured);
-  if (absl::Status s = MeasureUntilDecided(interleaver, suite, options, options.verdict, out); !s.ok()) return s;
+  if (absl::Status s = MeasureUntilDecided(interleaver, suite, options, options.verdict, /*paired=*/true, out);
+      !s.ok()) {
+    return s;
+  }
   return out;
 }
 
@@ -442,7 +451,9 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
   verdict.min_floor = std::max(verdict.min_floor, options.stored_min_floor);
   Interleaver measurer({{&candidate, false}}, out.cells, options, suite.rounds_across_problems, &out.blocks_measured,
                        /*stored_baseline=*/true);
-  if (absl::Status s = MeasureUntilDecided(measurer, suite, options, verdict, out); !s.ok()) return s;
+  if (absl::Status s = MeasureUntilDecided(measurer, suite, options, verdict, /*paired=*/false, out); !s.ok()) {
+    return s;
+  }
   return out;
 }
 
@@ -463,6 +474,66 @@ absl::StatusOr<std::vector<MeasuredCell>> MeasureSuite(BlockSource& source, cons
   std::vector<MeasuredCell> out;
   for (CellComparison& c : cells) out.push_back({std::move(c.cell), std::move(c.candidate)});
   return out;
+}
+
+namespace {
+
+nlohmann::json SourceToJson(const SourceInfo& source) {
+  return {{"commit", source.commit}, {"device_class", source.device.DeviceClass()}, {"environment", source.environment}};
+}
+
+nlohmann::json SideToJson(const CellMeasurement& m) {
+  return {{"check",
+           {{"outcome", std::string(TrialOutcomeName(m.check.outcome))},
+            {"message", m.check.message},
+            {"max_abs_error", m.check.max_abs_error},
+            {"max_rel_error", m.check.max_rel_error},
+            {"tolerance", m.check.tolerance}}},
+          {"blocks", nlohmann::json::parse(SampleBlocksToJson(m.blocks))}};
+}
+
+// JSON has no infinity or NaN: such a value (an interval of too few blocks) is written as null.
+nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+std::string ComparisonToJson(const Comparison& comparison) {
+  nlohmann::json cells = nlohmann::json::array();
+  for (const CellComparison& c : comparison.cells) {
+    const CellVerdict& v = c.verdict;
+    cells.push_back({{"problem", c.cell.problem.Key()},
+                     {"config", c.cell.config.Key()},
+                     {"baseline_config", c.cell.BaselineConfig().Key()},
+                     {"role", c.cell.role},
+                     {"verdict",
+                      {{"verdict", regress::VerdictName(v.verdict)},
+                       {"ratio", Number(v.ratio.pairwise_ratio)},
+                       {"ratio_of_medians", Number(v.ratio.ratio)},
+                       {"lower", Number(v.ratio.lower)},
+                       {"upper", Number(v.ratio.upper)},
+                       {"confidence", v.ratio.confidence},
+                       {"floor", Number(v.floor)},
+                       {"p_slower", Number(v.p_slower)},
+                       {"p_slower_adjusted", Number(v.p_slower_adjusted)},
+                       {"p_faster", Number(v.p_faster)},
+                       {"p_faster_adjusted", Number(v.p_faster_adjusted)},
+                       {"exact", v.exact},
+                       {"paired", v.paired},
+                       {"baseline_blocks", v.baseline_blocks},
+                       {"candidate_blocks", v.candidate_blocks},
+                       {"accuracy_failed", v.accuracy.failed},
+                       {"error_grew", v.accuracy.grew},
+                       {"why", v.why}}},
+                     {"baseline", SideToJson(c.baseline)},
+                     {"candidate", SideToJson(c.candidate)}});
+  }
+  nlohmann::json doc = {{"baseline", SourceToJson(comparison.baseline)},
+                        {"candidate", SourceToJson(comparison.candidate)},
+                        {"interleaved", comparison.interleaved},
+                        {"measure_seconds", comparison.measure_seconds},
+                        {"blocks_measured", comparison.blocks_measured},
+                        {"cells", std::move(cells)}};
+  return doc.dump(1) + "\n";
 }
 
 }  // namespace fusetune::regress

@@ -263,4 +263,118 @@ absl::StatusOr<RatioEstimate> RatioOfMedians(const std::vector<double>& baseline
   return result;
 }
 
+absl::StatusOr<std::vector<double>> SignedRankNullCounts(int n) {
+  if (n < 0 || n > 50) return absl::InvalidArgumentError(absl::StrCat("signed-rank counts need 0 <= n <= 50, not ", n));
+  const int max_t = n * (n + 1) / 2;
+  std::vector<double> counts(static_cast<size_t>(max_t) + 1, 0.0);
+  counts[0] = 1;
+  // Adding rank r: every pattern either leaves r out or adds it to T+.
+  for (int r = 1; r <= n; ++r) {
+    for (int t = r * (r + 1) / 2; t >= r; --t) counts[static_cast<size_t>(t)] += counts[static_cast<size_t>(t - r)];
+  }
+  return counts;
+}
+
+absl::StatusOr<SignedRankTestResult> WilcoxonSignedRankAbove(const std::vector<double>& differences) {
+  if (differences.empty()) return absl::InvalidArgumentError("the signed-rank test needs at least one difference");
+  std::vector<double> nonzero;
+  for (double d : differences) {
+    if (!std::isfinite(d)) return absl::InvalidArgumentError(absl::StrCat("difference ", d, " is not finite"));
+    if (d != 0) nonzero.push_back(d);
+  }
+  SignedRankTestResult result;
+  const int n = static_cast<int>(nonzero.size());
+  result.nonzero = n;
+  if (n == 0) return result;
+  // Ranks of |d| with mid-ranks for ties.
+  std::vector<size_t> order(nonzero.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return std::abs(nonzero[a]) < std::abs(nonzero[b]); });
+  double tie_term = 0;
+  bool ties = false;
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j < order.size() && std::abs(nonzero[order[j]]) == std::abs(nonzero[order[i]])) ++j;
+    const double rank = 0.5 * static_cast<double>(i + 1 + j);  // mean of ranks i+1 .. j
+    for (size_t k = i; k < j; ++k) {
+      if (nonzero[order[k]] > 0) result.t_plus += rank;
+    }
+    const double t = static_cast<double>(j - i);
+    if (j - i > 1) ties = true;
+    tie_term += t * t * t - t;
+    i = j;
+  }
+  if (n <= kExactSignedRankMaxSize && !ties) {
+    absl::StatusOr<std::vector<double>> counts = SignedRankNullCounts(n);
+    if (!counts.ok()) return counts.status();
+    const double total = std::ldexp(1.0, n);
+    double upper = 0;
+    for (size_t t = static_cast<size_t>(std::llround(result.t_plus)); t < counts->size(); ++t) upper += (*counts)[t];
+    result.p_value = std::min(1.0, upper / total);
+    result.exact = true;
+    return result;
+  }
+  const double nn = static_cast<double>(n);
+  const double mean = nn * (nn + 1) / 4;
+  const double var = nn * (nn + 1) * (2 * nn + 1) / 24 - tie_term / 48;
+  if (!(var > 0)) return result;
+  const double z = (result.t_plus - mean - 0.5) / std::sqrt(var);
+  result.p_value = std::min(1.0, NormalSurvival(z));
+  return result;
+}
+
+absl::StatusOr<RatioEstimate> PairedRatio(const std::vector<double>& baseline, const std::vector<double>& candidate,
+                                          double confidence) {
+  if (absl::Status s = ValidateSample(baseline, "baseline"); !s.ok()) return s;
+  if (absl::Status s = ValidateSample(candidate, "candidate"); !s.ok()) return s;
+  if (baseline.size() != candidate.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("paired samples need equal sizes, not ", baseline.size(), " and ",
+                                                   candidate.size()));
+  }
+  if (!(confidence > 0 && confidence < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("confidence ", confidence, " outside (0, 1)"));
+  }
+  RatioEstimate result;
+  result.confidence = confidence;
+  result.ratio = Median(candidate) / Median(baseline);
+  const size_t n = baseline.size();
+  std::vector<double> d(n);
+  for (size_t i = 0; i < n; ++i) d[i] = std::log(candidate[i]) - std::log(baseline[i]);
+  std::vector<double> walsh;
+  walsh.reserve(n * (n + 1) / 2);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = i; j < n; ++j) walsh.push_back(0.5 * (d[i] + d[j]));
+  }
+  std::sort(walsh.begin(), walsh.end());
+  result.pairwise_ratio = std::exp(Median(walsh));
+  const double tail = (1 - confidence) / 2;
+  // k: the Walsh averages cut from each end. The (k+1)-th smallest lies above the true log
+  // factor exactly when T+ of the shifted differences is at most k, of null probability
+  // P(T+ <= k): k is the largest with P(T+ <= k) <= tail.
+  int64_t k = 0;
+  const int ni = static_cast<int>(n);
+  if (ni <= kExactSignedRankMaxSize) {
+    absl::StatusOr<std::vector<double>> counts = SignedRankNullCounts(ni);
+    if (!counts.ok()) return counts.status();
+    const double total = std::ldexp(1.0, ni);
+    double cdf = 0;
+    for (size_t t = 0; t < counts->size(); ++t) {
+      cdf += (*counts)[t] / total;
+      if (cdf > tail * (1 + 1e-12)) break;
+      k = static_cast<int64_t>(t);
+    }
+  } else {
+    const double nn = static_cast<double>(n);
+    const double m = nn * (nn + 1) / 2;
+    const double sd = std::sqrt(nn * (nn + 1) * (2 * nn + 1) / 24);
+    k = static_cast<int64_t>(std::floor(m / 2.0 - 0.5 - NormalUpperQuantile(tail) * sd));
+  }
+  const int64_t count = static_cast<int64_t>(walsh.size());
+  k = std::clamp<int64_t>(k, 0, (count - 1) / 2);
+  result.lower = std::exp(walsh[static_cast<size_t>(k)]);
+  result.upper = std::exp(walsh[static_cast<size_t>(count - 1 - k)]);
+  return result;
+}
+
 }  // namespace fusetune::regress

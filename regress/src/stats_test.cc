@@ -229,5 +229,153 @@ TEST(RatioOfMedians, TinySamplesGiveTheWholeRange) {
   EXPECT_DOUBLE_EQ(r->upper, 4.0);
 }
 
+TEST(SignedRankNullCounts, FourDifferencesMatchEnumeration) {
+  // T+ over the 16 sign patterns of ranks 1..4, counted by hand.
+  absl::StatusOr<std::vector<double>> counts = SignedRankNullCounts(4);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(*counts, (std::vector<double>{1, 1, 1, 2, 2, 2, 2, 2, 1, 1, 1}));
+  absl::StatusOr<std::vector<double>> forty = SignedRankNullCounts(40);
+  ASSERT_TRUE(forty.ok());
+  double total = 0;
+  for (double c : *forty) total += c;
+  EXPECT_EQ(total, std::ldexp(1.0, 40));
+  EXPECT_FALSE(SignedRankNullCounts(-1).ok());
+  EXPECT_FALSE(SignedRankNullCounts(51).ok());
+}
+
+TEST(WilcoxonSignedRankAbove, ExactPValuesOfSmallSamples) {
+  // Every difference positive: T+ = 15 of 5, p = 1 / 32.
+  absl::StatusOr<SignedRankTestResult> r = WilcoxonSignedRankAbove({0.1, 0.2, 0.3, 0.4, 0.5});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->exact);
+  EXPECT_EQ(r->t_plus, 15);
+  EXPECT_DOUBLE_EQ(r->p_value, 1.0 / 32);
+  // The smallest negative: T+ = 14, the patterns with T+ >= 14 are two.
+  r = WilcoxonSignedRankAbove({-0.1, 0.2, 0.3, 0.4, 0.5});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->t_plus, 14);
+  EXPECT_DOUBLE_EQ(r->p_value, 2.0 / 32);
+  // The other direction of the first sample: every pattern has T+ >= 0.
+  r = WilcoxonSignedRankAbove({-0.1, -0.2, -0.3, -0.4, -0.5});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->t_plus, 0);
+  EXPECT_DOUBLE_EQ(r->p_value, 1.0);
+}
+
+TEST(WilcoxonSignedRankAbove, ZerosAreDroppedAndAllZeroIsNoEvidence) {
+  absl::StatusOr<SignedRankTestResult> r = WilcoxonSignedRankAbove({0, 0.1, 0.2, 0.3, 0.4, 0.5, 0});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->nonzero, 5);
+  EXPECT_DOUBLE_EQ(r->p_value, 1.0 / 32);
+  r = WilcoxonSignedRankAbove({0, 0, 0});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->nonzero, 0);
+  EXPECT_EQ(r->p_value, 1);
+}
+
+TEST(WilcoxonSignedRankAbove, TiesAndLargeSamplesUseTheNormalApproximation) {
+  absl::StatusOr<SignedRankTestResult> r = WilcoxonSignedRankAbove({0.1, 0.1, 0.2, -0.3, 0.4, 0.5});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->exact);
+  EXPECT_DOUBLE_EQ(r->t_plus, 1.5 + 1.5 + 3 + 5 + 6);
+  EXPECT_GT(r->p_value, 0.01);
+  EXPECT_LT(r->p_value, 0.2);
+  // 41 untied differences, 30 of them positive.
+  std::vector<double> d;
+  for (int i = 1; i <= 41; ++i) d.push_back((i % 4 == 0 ? -1 : 1) * 0.01 * i);
+  r = WilcoxonSignedRankAbove(d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->exact);
+  EXPECT_LT(r->p_value, 0.01);
+}
+
+TEST(WilcoxonSignedRankAbove, ExactAndNormalAgreeAtTheSwitchSize) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> z(0.2, 1.0);
+  std::vector<double> d;
+  for (int i = 0; i < kExactSignedRankMaxSize; ++i) d.push_back(z(rng));
+  absl::StatusOr<SignedRankTestResult> exact = WilcoxonSignedRankAbove(d);
+  ASSERT_TRUE(exact.ok());
+  ASSERT_TRUE(exact->exact);
+  d.push_back(1e-9);  // one difference more (the smallest): the test goes to the approximation
+  absl::StatusOr<SignedRankTestResult> normal = WilcoxonSignedRankAbove(d);
+  ASSERT_TRUE(normal.ok());
+  ASSERT_FALSE(normal->exact);
+  EXPECT_NEAR(normal->p_value, exact->p_value, 0.02);
+}
+
+TEST(WilcoxonSignedRankAbove, RejectsEmptyAndNonFiniteInput) {
+  EXPECT_FALSE(WilcoxonSignedRankAbove({}).ok());
+  EXPECT_FALSE(WilcoxonSignedRankAbove({0.1, std::numeric_limits<double>::quiet_NaN()}).ok());
+  EXPECT_FALSE(WilcoxonSignedRankAbove({0.1, std::numeric_limits<double>::infinity()}).ok());
+}
+
+TEST(PairedRatio, RemovesADriftBothSidesShare) {
+  // The clock drifts over 20 rounds by 30 %; the candidate is 1 % slower in every round.
+  std::vector<double> base, cand;
+  for (int i = 0; i < 20; ++i) {
+    const double drift = 1 + 0.3 * std::sin(0.7 * i);
+    base.push_back(100 * drift);
+    cand.push_back(101 * drift * (1 + 0.001 * ((i * 7) % 5 - 2)));
+  }
+  absl::StatusOr<RatioEstimate> paired = PairedRatio(base, cand);
+  ASSERT_TRUE(paired.ok());
+  EXPECT_NEAR(paired->pairwise_ratio, 1.01, 0.001);
+  EXPECT_LT(paired->lower, 1.01);
+  EXPECT_GT(paired->upper, 1.01);
+  EXPECT_LT(paired->upper / paired->lower, 1.005);
+  // Unpaired, the drift is in the interval.
+  absl::StatusOr<RatioEstimate> unpaired = RatioOfMedians(base, cand);
+  ASSERT_TRUE(unpaired.ok());
+  EXPECT_GT(unpaired->upper / unpaired->lower, 1.1);
+}
+
+TEST(PairedRatio, IntervalIsTheWalshAverageAtTheExactCriticalValue) {
+  // Five pairs, log ratios 0.01 .. 0.05: 15 Walsh averages, sorted 0.01 0.015 0.02 0.02 0.025
+  // 0.025 0.03 0.03 0.03 0.035 0.035 0.04 0.04 0.045 0.05. At 80 % (10 % a side)
+  // P(T+ <= 2) = 3/32 <= 0.1 < P(T+ <= 3) = 5/32: the interval is the 3rd smallest and 3rd
+  // largest. At 90 % even P(T+ <= 1) = 2/32 is above 5 %: the whole range.
+  const std::vector<double> base = {1, 1, 1, 1, 1};
+  const std::vector<double> cand = {std::exp(0.01), std::exp(0.02), std::exp(0.03), std::exp(0.04), std::exp(0.05)};
+  absl::StatusOr<RatioEstimate> r = PairedRatio(base, cand, 0.8);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(std::log(r->pairwise_ratio), 0.03, 1e-12);
+  EXPECT_NEAR(std::log(r->lower), 0.02, 1e-12);
+  EXPECT_NEAR(std::log(r->upper), 0.04, 1e-12);
+  r = PairedRatio(base, cand, 0.9);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(std::log(r->lower), 0.01, 1e-12);
+  EXPECT_NEAR(std::log(r->upper), 0.05, 1e-12);
+}
+
+TEST(PairedRatio, CoversTheTrueFactorAtItsConfidence) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(0, 0.01);
+  int covered = 0;
+  const int trials = 2000;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<double> base, cand;
+    for (int i = 0; i < 12; ++i) {
+      const double round = std::exp(5 * noise(rng));
+      base.push_back(50 * round * std::exp(noise(rng)));
+      cand.push_back(50 * 1.02 * round * std::exp(noise(rng)));
+    }
+    absl::StatusOr<RatioEstimate> r = PairedRatio(base, cand, 0.9);
+    ASSERT_TRUE(r.ok());
+    covered += r->lower <= 1.02 && 1.02 <= r->upper ? 1 : 0;
+  }
+  EXPECT_GE(covered, 0.88 * trials);
+  EXPECT_LE(covered, 0.95 * trials);
+}
+
+TEST(PairedRatio, RejectsUnequalSizesAndInvalidSamples) {
+  EXPECT_FALSE(PairedRatio({1, 2, 3}, {1, 2}).ok());
+  EXPECT_FALSE(PairedRatio({1, 2, 3}, {1, 2, 0}).ok());
+  EXPECT_FALSE(PairedRatio({1, 2, 3}, {1, 2, 3}, 1.0).ok());
+  absl::StatusOr<RatioEstimate> one = PairedRatio({2}, {3});
+  ASSERT_TRUE(one.ok());
+  EXPECT_DOUBLE_EQ(one->pairwise_ratio, 1.5);
+}
+
 }  // namespace
 }  // namespace fusetune::regress

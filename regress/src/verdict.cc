@@ -41,6 +41,10 @@ absl::Status ValidateCell(const CellInput& cell) {
   if (absl::Status s = ValidateSample(cell.candidate, "candidate"); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
   }
+  if (cell.paired && cell.baseline.size() != cell.candidate.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": paired blocks need equal counts, not ",
+                                                   cell.baseline.size(), " and ", cell.candidate.size()));
+  }
   if (!(cell.aa_noise >= 0 && std::isfinite(cell.aa_noise)) ||
       !(cell.calibrated_noise >= 0 && std::isfinite(cell.calibrated_noise))) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": aa_noise ", cell.aa_noise, " and calibrated_noise ",
@@ -112,9 +116,9 @@ void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v
   const double r = v.ratio.pairwise_ratio;
   const std::string numbers = absl::StrFormat(
       "ratio %.4f [%.4f, %.4f], floor %.2f%%, p(slower) %.3g adj %.3g, p(faster) %.3g adj %.3g, "
-      "%d+%d blocks",
+      "%d+%d blocks%s",
       r, v.ratio.lower, v.ratio.upper, 100 * v.floor, v.p_slower, v.p_slower_adjusted,
-      v.p_faster, v.p_faster_adjusted, v.baseline_blocks, v.candidate_blocks);
+      v.p_faster, v.p_faster_adjusted, v.baseline_blocks, v.candidate_blocks, v.paired ? " paired by round" : "");
   if (v.p_slower_adjusted < options.alpha && r > hi) {
     v.verdict = Verdict::kRegressed;
     v.why = absl::StrCat("slower beyond the floor: ", numbers);
@@ -185,6 +189,22 @@ absl::StatusOr<double> RatioNoise(const std::vector<double>& first,
   return sigma * std::sqrt(std::numbers::pi / 2) * std::sqrt(1 / n1 + 1 / n2);
 }
 
+absl::StatusOr<double> PairedNoise(const std::vector<double>& baseline, const std::vector<double>& candidate) {
+  if (absl::Status s = ValidateSample(baseline, "baseline"); !s.ok()) return s;
+  if (absl::Status s = ValidateSample(candidate, "candidate"); !s.ok()) return s;
+  if (baseline.size() != candidate.size()) {
+    return absl::InvalidArgumentError("paired noise needs equal block counts");
+  }
+  if (baseline.size() < 3) return absl::InvalidArgumentError("paired noise needs at least 3 pairs");
+  std::vector<double> d;
+  for (size_t i = 0; i < baseline.size(); ++i) d.push_back(std::log(candidate[i]) - std::log(baseline[i]));
+  const double centre = Median(d);
+  std::vector<double> deviations;
+  for (double x : d) deviations.push_back(std::abs(x - centre));
+  const double sigma = 1.4826 * Median(deviations);
+  return sigma * std::sqrt(std::numbers::pi / 2) / std::sqrt(static_cast<double>(d.size()));
+}
+
 double Floor(const CellInput& cell, const VerdictOptions& options) {
   return std::max(options.min_floor, options.noise_multiplier * std::max(cell.aa_noise, cell.calibrated_noise));
 }
@@ -215,17 +235,35 @@ absl::StatusOr<std::vector<CellVerdict>> JudgeSuite(const std::vector<CellInput>
     v.baseline_blocks = static_cast<int>(cell.baseline.size());
     v.candidate_blocks = static_cast<int>(cell.candidate.size());
     v.floor = Floor(cell, options);
-    absl::StatusOr<RankTestResult> slower = MannWhitneySlower(cell.baseline, cell.candidate);
-    if (!slower.ok()) return slower.status();
-    absl::StatusOr<RankTestResult> faster = MannWhitneySlower(cell.candidate, cell.baseline);
-    if (!faster.ok()) return faster.status();
-    absl::StatusOr<RatioEstimate> ratio =
-        RatioOfMedians(cell.baseline, cell.candidate, options.confidence);
-    if (!ratio.ok()) return ratio.status();
-    v.p_slower = p_slower[i] = slower->p_value;
-    v.p_faster = p_faster[i] = faster->p_value;
-    v.exact = slower->exact;
-    v.ratio = *ratio;
+    v.paired = cell.paired;
+    if (cell.paired) {
+      std::vector<double> up, down;
+      for (size_t k = 0; k < cell.baseline.size(); ++k) {
+        up.push_back(std::log(cell.candidate[k]) - std::log(cell.baseline[k]));
+        down.push_back(-up.back());
+      }
+      absl::StatusOr<SignedRankTestResult> slower = WilcoxonSignedRankAbove(up);
+      if (!slower.ok()) return slower.status();
+      absl::StatusOr<SignedRankTestResult> faster = WilcoxonSignedRankAbove(down);
+      if (!faster.ok()) return faster.status();
+      absl::StatusOr<RatioEstimate> ratio = PairedRatio(cell.baseline, cell.candidate, options.confidence);
+      if (!ratio.ok()) return ratio.status();
+      v.p_slower = p_slower[i] = slower->p_value;
+      v.p_faster = p_faster[i] = faster->p_value;
+      v.exact = slower->exact;
+      v.ratio = *ratio;
+    } else {
+      absl::StatusOr<RankTestResult> slower = MannWhitneySlower(cell.baseline, cell.candidate);
+      if (!slower.ok()) return slower.status();
+      absl::StatusOr<RankTestResult> faster = MannWhitneySlower(cell.candidate, cell.baseline);
+      if (!faster.ok()) return faster.status();
+      absl::StatusOr<RatioEstimate> ratio = RatioOfMedians(cell.baseline, cell.candidate, options.confidence);
+      if (!ratio.ok()) return ratio.status();
+      v.p_slower = p_slower[i] = slower->p_value;
+      v.p_faster = p_faster[i] = faster->p_value;
+      v.exact = slower->exact;
+      v.ratio = *ratio;
+    }
     v.accuracy = JudgeAccuracy(cell.accuracy);
   }
   absl::StatusOr<std::vector<double>> slower_adjusted = Adjust(p_slower, options.correction);

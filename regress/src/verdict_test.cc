@@ -285,5 +285,76 @@ TEST(RatioNoise, EstimatesTheSpreadOfTheRatio) {
   EXPECT_FALSE(RatioNoise({1, 2}, {1, 2, 3}).ok());
 }
 
+// A power-capped cell: the clock moves by up to 8 % from round to round, both sides of a round
+// alike; the candidate is `factor` slower with 0.2 % of its own noise per block.
+CellInput DriftingCell(double factor, int rounds = 10) {
+  CellInput cell;
+  cell.problem_key = "prefill/b4/hq16/hkv16/q4096/k4096/d128/causal0/bf16";
+  cell.config_key = "fused/bm128/bs128/t384/bf16/st2/persistent";
+  for (int i = 0; i < rounds; ++i) {
+    const double clock = 1 + 0.04 * std::sin(1.3 * i) + 0.04 * ((i * 5) % 3 - 1);
+    cell.baseline.push_back(850 * clock * (1 + 0.002 * ((i * 7) % 5 - 2) / 2));
+    cell.candidate.push_back(850 * factor * clock * (1 + 0.002 * ((i * 3) % 5 - 2) / 2));
+  }
+  cell.paired = true;
+  auto noise = PairedNoise(cell.baseline, cell.candidate);
+  cell.aa_noise = noise.ok() ? *noise : 0;
+  return cell;
+}
+
+TEST(JudgeCell, PairedRoundsFindAChangeTheClockHidesUnpaired) {
+  CellInput paired = DriftingCell(1.03);
+  absl::StatusOr<CellVerdict> v = JudgeCell(paired);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->paired);
+  EXPECT_EQ(v->verdict, Verdict::kRegressed) << v->why;
+  EXPECT_NEAR(v->ratio.pairwise_ratio, 1.03, 0.002);
+  EXPECT_NE(v->why.find("paired by round"), std::string::npos);
+  // The same blocks unpaired: the clock's spread is the noise, and nothing is decided.
+  CellInput unpaired = paired;
+  unpaired.paired = false;
+  auto noise = RatioNoise(unpaired.baseline, unpaired.candidate);
+  ASSERT_TRUE(noise.ok());
+  unpaired.aa_noise = *noise;
+  absl::StatusOr<CellVerdict> u = JudgeCell(unpaired);
+  ASSERT_TRUE(u.ok());
+  EXPECT_FALSE(u->paired);
+  EXPECT_NE(u->verdict, Verdict::kRegressed) << u->why;
+}
+
+TEST(JudgeCell, PairedIdenticalBuildsAreTheSameDespiteTheClock) {
+  absl::StatusOr<CellVerdict> v = JudgeCell(DriftingCell(1.0));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->verdict, Verdict::kSame) << v->why;
+}
+
+TEST(JudgeCell, PairedCellsNeedEqualBlockCounts) {
+  CellInput cell = DriftingCell(1.0);
+  cell.candidate.pop_back();
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PairedNoise, IsTheSpreadOfThePerRoundRatiosMedian) {
+  // Per-round log ratios alternate +-1 %: MAD 1 %, so sigma 1.4826 % and the noise
+  // 1.4826 % x sqrt(pi / 2) / sqrt(10).
+  std::vector<double> base(10, 100.0), cand;
+  for (int i = 0; i < 10; ++i) cand.push_back(100 * std::exp(i % 2 == 0 ? 0.01 : -0.01));
+  absl::StatusOr<double> noise = PairedNoise(base, cand);
+  ASSERT_TRUE(noise.ok());
+  EXPECT_NEAR(*noise, 0.014826 * std::sqrt(M_PI / 2) / std::sqrt(10.0), 1e-9);
+  // A common drift does not change it.
+  std::vector<double> drift_base, drift_cand;
+  for (int i = 0; i < 10; ++i) {
+    drift_base.push_back(base[i] * (1 + 0.05 * i));
+    drift_cand.push_back(cand[i] * (1 + 0.05 * i));
+  }
+  absl::StatusOr<double> drifted = PairedNoise(drift_base, drift_cand);
+  ASSERT_TRUE(drifted.ok());
+  EXPECT_NEAR(*drifted, *noise, 1e-9);
+  EXPECT_FALSE(PairedNoise({1, 2}, {1, 2}).ok());
+  EXPECT_FALSE(PairedNoise({1, 2, 3}, {1, 2}).ok());
+}
+
 }  // namespace
 }  // namespace fusetune::regress

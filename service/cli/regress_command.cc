@@ -44,6 +44,7 @@ int RunRegress(const RegressFlags& flags) {
   // a bench run and verdict rows behind.
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--junit", f.junit},
                                    std::pair<const char*, const std::string&>{"--markdown", f.markdown},
+                                   std::pair<const char*, const std::string&>{"--json", f.json},
                                    std::pair<const char*, const std::string&>{"--html", f.html}}) {
     if (absl::Status s = CheckOutputFile(flag, path); !s.ok()) return Error(std::string(s.message()));
   }
@@ -123,6 +124,9 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
                       "last; confirms cells flagged against a stored baseline");
   regress->add_option("--junit", flags->junit, "write a JUnit XML report here");
   regress->add_option("--markdown", flags->markdown, "write the markdown report here (it is also printed)");
+  regress->add_option("--json", flags->json,
+                      "write the whole comparison here as JSON: per cell the verdict with its statistics and both "
+                      "builds' verification and blocks (clock, power, throttle state), in measurement order");
   regress->add_option("--html", flags->html,
                       "write a self-contained HTML report here: verdicts by severity, per cell both builds' blocks as "
                       "strip plots with the ratio, its interval and the floor, why a cell is unknown, accuracy findings");

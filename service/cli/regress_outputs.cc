@@ -145,6 +145,9 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& su
   if (!f.markdown.empty()) {
     if (absl::Status s = report::WriteFileAtomically(f.markdown, markdown); !s.ok()) return s;
   }
+  if (!f.json.empty()) {
+    if (absl::Status s = report::WriteFileAtomically(f.json, regress::ComparisonToJson(comparison)); !s.ok()) return s;
+  }
   if (!f.html.empty()) {
     report::RegressReport page = report::RegressReportFromComparison(suite, comparison, all_notes, calibration);
     page.history_href = f.html_history_link;

@@ -27,6 +27,7 @@ struct RegressFlags : regress::RegressOptions {
   std::string suite;
   std::string junit;
   std::string markdown;
+  std::string json;               // the whole comparison, both sides' blocks (regress::ComparisonToJson)
   std::string html;               // the HTML report (report/.../regress_report.h)
   std::string html_history_link;  // the history page its cells link to, relative to it
   bool fail_on_unknown = false;  // an unknown cell fails the run (not a calibration's)

@@ -112,6 +112,16 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
                                              BlockSource& candidate, const Suite& suite,
                                              const CompareOptions& options = {});
 
+// The comparison as one JSON document (`fusetune regress --json`): both sources (commit,
+// device class, environment), whether it was interleaved, the wall time and block count, and per
+// cell in suite order its problem and config keys, role, verdict (name, Hodges–Lehmann ratio,
+// ratio of medians, interval and confidence, floor, raw and adjusted p-values, whether the
+// blocks were paired by round, blocks per side, why) and each side's verification (outcome,
+// message, errors, tolerance) and blocks in measurement order (the records' JSON form of
+// blocks, fusetune/records/json.h: median, samples, clock, power and throttle state). This is
+// what a comparison measured, both sides; the database keeps only the candidate's blocks.
+std::string ComparisonToJson(const Comparison& comparison);
+
 // One cell measured on one source.
 struct MeasuredCell {
   SuiteCell cell;

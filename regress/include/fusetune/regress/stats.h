@@ -110,6 +110,52 @@ absl::StatusOr<RatioEstimate> RatioOfMedians(const std::vector<double>& baseline
                                              const std::vector<double>& candidate,
                                              double confidence = kDefaultConfidence);
 
+// Paired samples: baseline[i] and candidate[i] were measured side by side (in the same round of
+// an interleaved comparison), so what the device did between rounds (clock, power cap,
+// temperature) is common to both and drops out of their ratio. The statistics below work on the
+// per-pair log ratios d_i = log(candidate[i] / baseline[i]).
+
+// The largest number of non-zero differences for which the signed-rank test uses its exact
+// null distribution (2^40 sign patterns: the counts are exact in a double); above it, the
+// normal approximation.
+inline constexpr int kExactSignedRankMaxSize = 40;
+
+struct SignedRankTestResult {
+  // Wilcoxon's T+: the sum of the ranks of |d| (zeros dropped, ties given mid-ranks) over the
+  // positive differences. Ranges over [0, n (n + 1) / 2] for n non-zero differences.
+  double t_plus = 0;
+  // One-sided p-value of the alternative "the differences lie above zero" (the candidate
+  // slower, for d = log(candidate / baseline)); 1 when every difference is zero.
+  double p_value = 1;
+  // True when p_value comes from the exact null distribution (at most kExactSignedRankMaxSize
+  // non-zero differences, no ties among |d|); false for the normal approximation.
+  bool exact = false;
+  int nonzero = 0;  // differences that were not zero
+};
+
+// One-sided Wilcoxon signed-rank test on `differences` (any finite values; the null hypothesis
+// is a distribution symmetric about zero, as for the log ratio of two blocks of one build
+// measured side by side in a random order). Exact when allowed (see above); otherwise the normal
+// approximation with the tie correction of the variance and a continuity correction of 0.5.
+// For the other direction negate the differences. Fails on an empty input or a value that is
+// not finite.
+absl::StatusOr<SignedRankTestResult> WilcoxonSignedRankAbove(const std::vector<double>& differences);
+
+// The null distribution of T+ for n non-zero, untied differences: element t is the number of
+// the 2^n sign patterns with T+ == t, t = 0..n(n+1)/2. Fails for n < 0 or n > 50 (the counts
+// would lose exactness).
+absl::StatusOr<std::vector<double>> SignedRankNullCounts(int n);
+
+// The ratio of paired samples (equal sizes, at least 1): `ratio` is the ratio of the medians as
+// for RatioOfMedians; `pairwise_ratio` the Hodges–Lehmann estimate of the paired log ratios
+// (the median of the Walsh averages (d_i + d_j) / 2, i <= j); the interval Tukey's
+// distribution-free one for it: order statistics of the Walsh averages at the signed-rank
+// test's critical values (exact up to kExactSignedRankMaxSize pairs, normal approximation
+// above), coverage at least `confidence` for continuous symmetric differences. Fails on invalid
+// samples, unequal sizes or a confidence outside (0, 1).
+absl::StatusOr<RatioEstimate> PairedRatio(const std::vector<double>& baseline, const std::vector<double>& candidate,
+                                          double confidence = kDefaultConfidence);
+
 }  // namespace fusetune::regress
 
 #endif  // FUSETUNE_REGRESS_STATS_H_

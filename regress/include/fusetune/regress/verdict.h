@@ -17,6 +17,14 @@
 // p(slower) and p(faster) are the one-sided Mann–Whitney p-values; each direction is adjusted
 // across the suite's cells as its own family (Holm by default, or Benjamini–Hochberg).
 //
+// Paired cells (CellInput::paired: block i of each side measured in the same round of an
+// interleaved comparison) use the per-round log ratios instead: r is their Hodges–Lehmann
+// estimate with Tukey's interval (stats.h, PairedRatio), the p-values the one-sided Wilcoxon
+// signed-rank test, and the blocks' noise PairedNoise. Why: on a power-capped GPU the clock
+// moves from round to round by more than the changes a suite must find, and both sides of a
+// round see the same clock; their ratio does not move with it. The unpaired statistics count
+// that movement as noise twice (once per side).
+//
 // Why the point ratio and not the interval's lower bound against the floor: the test already
 // bounds the A/A false alarms at alpha; the floor only keeps real but negligible changes (and
 // between-session drift below it) from being called. Requiring L > hi would add the interval's
@@ -110,6 +118,9 @@ struct CellInput {
   std::vector<double> candidate;  // block medians, > 0
   double aa_noise = 0;            // relative, >= 0: from this comparison's blocks
   double calibrated_noise = 0;    // relative, >= 0: from earlier A/A comparisons (0: none)
+  // baseline[i] and candidate[i] were measured in the same round (equal sizes): judged on the
+  // per-round ratios (the rule above).
+  bool paired = false;
   std::optional<AccuracyInput> accuracy;
 };
 
@@ -128,6 +139,7 @@ struct CellVerdict {
   double p_faster = 1;          // raw one-sided p-value, candidate faster
   double p_faster_adjusted = 1;
   bool exact = false;           // p-values from the exact distribution
+  bool paired = false;          // judged on per-round ratios (CellInput::paired)
   int baseline_blocks = 0;
   int candidate_blocks = 0;
   // Unknown and below max_blocks: measure again with suggested_blocks per side.
@@ -146,6 +158,12 @@ struct CellVerdict {
 // invalid samples or when either set has fewer than 3 blocks.
 absl::StatusOr<double> RatioNoise(const std::vector<double>& first,
                                   const std::vector<double>& second);
+
+// Estimates aa_noise of a paired cell from its blocks: the robust spread of the per-round log
+// ratios (1.4826 x their median absolute deviation from their median) times sqrt(pi/2) over
+// sqrt(n), the standard deviation of their median. Shift-invariant, so a real change does not
+// widen its own floor. Fails on invalid samples, unequal sizes or fewer than 3 pairs.
+absl::StatusOr<double> PairedNoise(const std::vector<double>& baseline, const std::vector<double>& candidate);
 
 // Estimates calibrated_noise from the Hodges–Lehmann ratios of a cell's earlier A/A
 // comparisons (two processes of one build each; newest first or any order): the root mean
