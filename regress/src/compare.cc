@@ -395,6 +395,16 @@ bool Comparison::AnyAccuracyFailed() const {
   return false;
 }
 
+regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const CompareOptions& options) {
+  regress::VerdictOptions verdict = options.verdict;
+  if (options.min_floor) {
+    verdict.min_floor = *options.min_floor;
+  } else if (suite.min_floor) {
+    verdict.min_floor = *suite.min_floor;
+  }
+  return verdict;
+}
+
 absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource& candidate, const Suite& suite,
                                               const CompareOptions& options) {
   if (absl::Status s = CheckOptions(suite, options); !s.ok()) return s;
@@ -411,7 +421,8 @@ absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource
 
   Interleaver interleaver({{&baseline, true}, {&candidate, false}}, out.cells, options, suite.rounds_across_problems,
                           &out.blocks_measured);
-  if (absl::Status s = MeasureUntilDecided(interleaver, suite, options, options.verdict, /*paired=*/true, out);
+  if (absl::Status s = MeasureUntilDecided(interleaver, suite, options, EffectiveVerdictOptions(suite, options),
+                                           /*paired=*/true, out);
       !s.ok()) {
     return s;
   }
@@ -447,7 +458,7 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
     out.cells.push_back(std::move(c));
   }
 
-  regress::VerdictOptions verdict = options.verdict;
+  regress::VerdictOptions verdict = EffectiveVerdictOptions(suite, options);
   verdict.min_floor = std::max(verdict.min_floor, options.stored_min_floor);
   Interleaver measurer({{&candidate, false}}, out.cells, options, suite.rounds_across_problems, &out.blocks_measured,
                        /*stored_baseline=*/true);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace fusetune::regress {
 namespace {
@@ -129,6 +130,65 @@ TEST(CompareInterleavedTest, AKnownAANoiseWidensTheFloorOfItsCellOnly) {
   c = CompareInterleaved(base2, cand2, suite);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->cells[0].verdict.verdict, regress::Verdict::kRegressed) << c->cells[0].verdict.why;
+}
+
+TEST(CompareInterleavedTest, CellsAreJudgedOnRoundsPaired) {
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, TwoProblemSuite());
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const CellComparison& cell : c->cells) {
+    EXPECT_TRUE(cell.verdict.paired);
+    EXPECT_EQ(cell.baseline.blocks.size(), cell.candidate.blocks.size());
+  }
+}
+
+TEST(CompareInterleavedTest, TheSuitesMinFloorSetsTheFloorAndTheOptionWins) {
+  Suite suite = TwoProblemSuite();
+  const std::string slow = NameOf(suite.cells[1]);
+  auto run = [&](const CompareOptions& options) {
+    ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+    base.sigma = cand.sigma = 0.0005;
+    cand.factor = [&](const std::string& name) { return name == slow ? 1.01 : 1.0; };
+    absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite, options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  };
+  // The default floor (1.5 %) hides a 1 % change; the suite's 0.5 % does not.
+  Comparison c = run({});
+  EXPECT_NE(c.cells[1].verdict.verdict, regress::Verdict::kRegressed) << c.cells[1].verdict.why;
+  suite.min_floor = 0.005;
+  c = run({});
+  EXPECT_DOUBLE_EQ(c.cells[0].verdict.floor, 0.005);
+  EXPECT_EQ(c.cells[1].verdict.verdict, regress::Verdict::kRegressed) << c.cells[1].verdict.why;
+  EXPECT_EQ(c.CountVerdict(regress::Verdict::kRegressed), 1);
+  CompareOptions wider;
+  wider.min_floor = 0.02;
+  c = run(wider);
+  EXPECT_DOUBLE_EQ(c.cells[0].verdict.floor, 0.02);
+  EXPECT_NE(c.cells[1].verdict.verdict, regress::Verdict::kRegressed);
+}
+
+TEST(CompareInterleavedTest, TheJsonHoldsBothSidesBlocksAndTheVerdicts) {
+  Suite suite = TwoProblemSuite();
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const nlohmann::json doc = nlohmann::json::parse(ComparisonToJson(*c));
+  EXPECT_EQ(doc["baseline"]["commit"], "aaaaaaa");
+  EXPECT_EQ(doc["candidate"]["commit"], "bbbbbbb");
+  EXPECT_TRUE(doc["interleaved"].get<bool>());
+  ASSERT_EQ(doc["cells"].size(), suite.cells.size());
+  for (size_t i = 0; i < suite.cells.size(); ++i) {
+    const nlohmann::json& cell = doc["cells"][i];
+    EXPECT_EQ(cell["problem"], suite.cells[i].problem.Key());
+    EXPECT_EQ(cell["config"], suite.cells[i].config.Key());
+    EXPECT_EQ(cell["verdict"]["verdict"], regress::VerdictName(c->cells[i].verdict.verdict));
+    EXPECT_DOUBLE_EQ(cell["verdict"]["ratio"].get<double>(), c->cells[i].verdict.ratio.pairwise_ratio);
+    ASSERT_EQ(cell["baseline"]["blocks"].size(), c->cells[i].baseline.blocks.size());
+    ASSERT_EQ(cell["candidate"]["blocks"].size(), c->cells[i].candidate.blocks.size());
+    EXPECT_DOUBLE_EQ(cell["candidate"]["blocks"][0]["us"].get<double>(), c->cells[i].candidate.blocks[0].median_us);
+    EXPECT_EQ(cell["baseline"]["check"]["outcome"], "ok");
+  }
 }
 
 TEST(CompareInterleavedTest, AProblemsCellsAreVerifiedOnBothSidesBeforeItsBlocks) {

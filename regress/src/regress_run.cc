@@ -164,6 +164,7 @@ CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const st
   CompareOptions options;
   options.blocks = f.blocks;
   options.stored_min_floor = f.stored_floor;
+  options.min_floor = f.min_floor;
   options.cancel = cancel;
   KnownNoise known = KnownAANoise(store, device_class);
   notes->push_back(known.note);

@@ -401,7 +401,7 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
   if (!doc.ok()) return doc.status();
   if (!doc->is_object()) return absl::InvalidArgumentError("a suite must be a JSON object");
   if (auto s = CheckKnownFields(
-          *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "cells"}, "");
+          *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "min_floor", "cells"}, "");
       !s.ok()) {
     return s;
   }
@@ -431,6 +431,12 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
     if (!v.ok()) return v.status();
     suite.rounds_across_problems = *v;
   }
+  if (const Json* floor = Find(*doc, "min_floor")) {
+    if (!floor->is_number() || !(floor->get<double>() >= 0 && floor->get<double>() <= 0.1)) {
+      return FieldError("min_floor", "must be a number in [0, 0.1] (a relative change: 0.005 is 0.5 %)");
+    }
+    suite.min_floor = floor->get<double>();
+  }
   if (auto s = ReadCells(*doc, suite); !s.ok()) return s;
   return suite;
 }
@@ -457,6 +463,7 @@ std::string SuiteToJson(const Suite& suite) {
                    {"flush_l2", suite.block.flush_l2}};
   head["blocks"] = suite.blocks;
   if (suite.rounds_across_problems) head["rounds_across_problems"] = true;
+  if (suite.min_floor) head["min_floor"] = *suite.min_floor;
   // One cell a line: a suite file reads and diffs cell by cell.
   std::string out = "{\n";
   for (auto it = head.begin(); it != head.end(); ++it) {

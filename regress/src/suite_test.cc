@@ -376,6 +376,22 @@ TEST(Suite, RoundsAcrossProblemsIsABooleanThatRoundTrips) {
                 "rounds_across_problems: must be true or false");
 }
 
+TEST(Suite, MinFloorIsAFractionThatRoundTrips) {
+  absl::StatusOr<Suite> suite = ParseSuite(OneCellSuite(SeedCell(), R"("min_floor": 0.005, )"));
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  ASSERT_TRUE(suite->min_floor.has_value());
+  EXPECT_DOUBLE_EQ(*suite->min_floor, 0.005);
+  EXPECT_THAT(SuiteToJson(*suite), HasSubstr("\"min_floor\": 0.005"));
+  EXPECT_DOUBLE_EQ(*RoundTrip(*suite).min_floor, 0.005);
+  absl::StatusOr<Suite> without = ParseSuite(OneCellSuite(SeedCell(), ""));
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->min_floor.has_value());
+  EXPECT_THAT(SuiteToJson(*without), Not(HasSubstr("min_floor")));
+  for (const char* bad : {R"("min_floor": -0.01, )", R"("min_floor": 0.2, )", R"("min_floor": "1%", )"}) {
+    ExpectInvalid(OneCellSuite(SeedCell(), bad), "min_floor: must be a number in [0, 0.1]");
+  }
+}
+
 TEST(Suite, NoCellsIsInvalid) {
   ExpectInvalid(R"({"name": "t", "cells": []})", "cells: a suite needs at least one cell");
   ExpectInvalid(R"({"name": "t"})", "cells: missing");

@@ -139,6 +139,10 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
                       "the effect floor against a stored baseline (relative; interleaved comparisons use 1.5 % or 3x the noise)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  regress->add_option("--min-floor", flags->min_floor,
+                      "the smallest change (relative) an interleaved comparison calls regressed or improved (default: "
+                      "the suite's min_floor, else 0.015); cells whose A/A noise is larger get 3x their noise")
+      ->check(CLI::Range(0.0, 0.1));
   regress->add_flag("--no-picks", flags->no_picks, "do not add cells for best configs re-tuned at the candidate commit");
   regress->add_flag("--fail-on-unknown", flags->fail_on_unknown,
                     "exit 1 when a cell is unknown (not resolved on this host), as for a regression; an A/A "

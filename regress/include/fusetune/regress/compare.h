@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,10 @@ struct CompareOptions {
   // First-pass blocks per cell and side; 0 = the suite's `blocks`.
   int blocks = 0;
   regress::VerdictOptions verdict;
+  // The floor's minimum for this comparison (`regress --min-floor`): when set, it replaces both
+  // verdict.min_floor and the suite's min_floor; else the suite's, when it has one, replaces
+  // verdict.min_floor (EffectiveVerdictOptions).
+  std::optional<double> min_floor;
   // Stored comparisons: the floor's minimum instead of verdict.min_floor.
   double stored_min_floor = 0.03;
   uint64_t order_seed = 1;
@@ -90,6 +95,10 @@ struct Comparison {
   // Any cell whose accuracy failed or grew (what fails a comparison whatever its timing says).
   bool AnyAccuracyFailed() const;
 };
+
+// The verdict options a comparison of `suite` under `options` judges with: options.verdict
+// with the floor's minimum of options.min_floor, else the suite's min_floor, else its own.
+regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const CompareOptions& options);
 
 // Measures `cells` of both sources interleaved and judges them. FailedPrecondition when the
 // sources' device classes differ; InvalidArgument for no cells or bad options; a source's error

@@ -9,6 +9,7 @@
 //     "block": {"warmup": 3, "repeats": 20, "max_seconds": 1.0, "flush_l2": true},
 //     "blocks": 10,                                // blocks per cell and side (first pass)
 //     "rounds_across_problems": false,             // optional; see Suite
+//     "min_floor": 0.005,                          // optional; see Suite
 //     "cells": [
 //       {"problem": "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32",
 //        "config": "fused/bm64/bs64/t2/fp32/st1",
@@ -72,6 +73,11 @@ struct Suite {
   // block of one side alike (on a loaded 2-core CPU host, by 2-30 % now and then; docs/perf.md).
   // Costs a preparation per round and problem; a suite of one problem is unaffected.
   bool rounds_across_problems = false;
+  // The smallest change (relative) an interleaved comparison on this suite may call regressed
+  // or improved: the floor's minimum (regress::VerdictOptions::min_floor) for this suite's
+  // device, where its A/A comparisons showed how far two builds with the same kernels differ
+  // (docs/perf.md). Absent: VerdictOptions' default. In [0, 0.1] (VerdictOptions::max_floor).
+  std::optional<double> min_floor;
   std::vector<SuiteCell> cells;
 
   // The stored run label of this suite's bench runs: "bench:<name>".
