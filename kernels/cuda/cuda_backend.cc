@@ -30,7 +30,6 @@
 #include "baseline_plan.h"
 #include "decode/decode_dispatch.h"
 #include "l2_flush.h"
-#include "stream_hold.h"
 #include "fused/fused_configs.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/kernels/cuda_backend.h"
@@ -51,11 +50,6 @@ constexpr cudaStream_t kStream = 0;  // legacy default stream
 // Bigger than twice the H200's 60 MB L2, so reading it once evicts everything a launch left
 // there (l2_flush.h: why reading, not writing). The sink word sits after it.
 constexpr size_t kL2FlushBytes = size_t{256} << 20;
-// Timed launches held until queued (stream_hold.h): at most this many per block (each queues
-// up to about a dozen operations with its flush, events and a baseline's GEMMs, well inside the
-// device's launch queue), and the hold gives up after this long if the host never releases it.
-constexpr int kMaxHeldLaunches = 48;
-constexpr uint64_t kHoldTimeoutNs = 200'000'000;
 
 std::string CudaErrorText(cudaError_t e) {
   return Cat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
@@ -496,23 +490,12 @@ class CudaBackend final : public Backend {
       timing_events_.push_back(e);
     }
 
-    // Every timed launch is queued behind a hold (stream_hold.h) before the first may start,
-    // each between its own pair of events (after its L2 flush when asked), so the GPU never
-    // idles waiting for the host and a sample is the kernels' time plus the GPU-side gap
-    // from the start event to the first kernel, not the host's launch latency. A block too
-    // long for the device's launch queue (kMaxHeldLaunches) is queued unheld: the host would
-    // block on the full queue before it could release the hold.
+    // Every timed launch is queued before the first is waited for, each between its own
+    // pair of events (after its L2 flush when asked), so the GPU never idles waiting for
+    // the host and a sample is the kernels' time plus the GPU-side gap from the start
+    // event to the first kernel, not the host's launch latency.
     TimingSamples out;
     out.before = cuda::NvmlDeviceState(pci_bus_id_);
-    const bool held = count <= kMaxHeldLaunches;
-    if (held) {
-      if (auto s = Check(stream_hold_.Hold(kStream, kHoldTimeoutNs), "holding the stream"); !s.ok()) return s;
-    }
-    // Released on every path: an error below must not leave the GPU spinning until the timeout.
-    struct ReleaseOnExit {
-      cuda::StreamHold& hold;
-      ~ReleaseOnExit() { hold.Release(); }
-    } release_on_exit{stream_hold_};
     for (int i = 0; i < count; ++i) {
       if (options.flush_l2) {
         if (auto s = Check(cuda::EnqueueL2FlushByReading(
@@ -530,11 +513,7 @@ class CudaBackend final : public Backend {
         return s;
       }
     }
-    stream_hold_.Release();
     if (auto s = Check(cudaEventSynchronize(timing_events_[2 * count - 1]), "timed launches"); !s.ok()) return s;
-    // A hold that timed out (a host stalled for kHoldTimeoutNs while queueing) left the block
-    // unheld: its samples are still GPU times between events, and a host gap inside one
-    // lengthens it, which the block's median absorbs unless most launches waited.
     for (int i = 0; i < count; ++i) {
       float ms = 0;
       if (auto s = Check(cudaEventElapsedTime(&ms, timing_events_[2 * i], timing_events_[2 * i + 1]),
@@ -1066,8 +1045,7 @@ class CudaBackend final : public Backend {
   void* pointer_arrays_ = nullptr;
   size_t pointer_capacity_ = 0;
   std::vector<const void*> pointer_host_;
-  std::vector<cudaEvent_t> timing_events_;
-  cuda::StreamHold stream_hold_;  // holds the timed launches until all are queued  // start/stop pairs of the timed launches, grown on demand
+  std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of the timed launches, grown on demand
   DeviceIntArray cu_seqlens_q_, cu_seqlens_k_, kv_valid_lens_;
   std::vector<int32_t> host_table_;  // the last block table checked, copied from the device
   int32_t* split_counters_ = nullptr;

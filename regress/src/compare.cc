@@ -61,7 +61,7 @@ struct Side {
 };
 
 // Measures the cells of `which` on `sides`, interleaved, until each verified side of a cell
-// has `target` blocks: every round a fresh random order of (cell, side) of one problem; problem
+// has its target (targets[cell]) of blocks: every round a fresh random order of (cell, side) of one problem; problem
 // by problem, or with `rounds_across_problems` one round of every problem before the next
 // (Suite::rounds_across_problems says why). Cells not yet verified on a side are verified first.
 class Interleaver {
@@ -76,19 +76,19 @@ class Interleaver {
         blocks_measured_(blocks_measured),
         stored_baseline_(stored_baseline) {}
 
-  absl::Status Measure(const std::vector<size_t>& which, int target) {
+  absl::Status Measure(const std::vector<size_t>& which, const std::vector<int>& targets) {
     std::vector<SuiteCell> suite_cells;
     for (const CellComparison& c : cells_) suite_cells.push_back(c.cell);
     // A suite naming configs no build can run fails at once, before any input is prepared.
     if (absl::Status s = AskCanRun(which); !s.ok()) return s;
     if (absl::Status s = CheckRunnable(which); !s.ok()) return s;
-    planned_ += PlannedBlocks(which, target);
+    planned_ += PlannedBlocks(which, targets);
     const std::vector<std::vector<size_t>> groups = GroupByProblem(suite_cells, which);
     if (!rounds_across_problems_) {
       for (const std::vector<size_t>& group : groups) {
         if (absl::Status s = VerifyGroup(group); !s.ok()) return s;
         for (;;) {
-          absl::StatusOr<bool> measured = Round(group, target);
+          absl::StatusOr<bool> measured = Round(group, targets);
           if (!measured.ok()) return measured.status();
           if (!*measured) break;
         }
@@ -101,7 +101,7 @@ class Interleaver {
     for (bool any = true; any;) {
       any = false;
       for (const std::vector<size_t>& group : groups) {
-        absl::StatusOr<bool> measured = Round(group, target);
+        absl::StatusOr<bool> measured = Round(group, targets);
         if (!measured.ok()) return measured.status();
         any = any || *measured;
       }
@@ -151,11 +151,11 @@ class Interleaver {
     return absl::InvalidArgumentError(Cat(count, " cell(s) of the suite cannot run on this device", refused));
   }
 
-  int PlannedBlocks(const std::vector<size_t>& which, int target) {
+  int PlannedBlocks(const std::vector<size_t>& which, const std::vector<int>& targets) {
     int planned = 0;
     for (size_t i : which) {
       for (const Side& side : sides_) {
-        planned += std::max(0, target - static_cast<int>(side.Of(cells_[i]).blocks.size()));
+        planned += std::max(0, targets[i] - static_cast<int>(side.Of(cells_[i]).blocks.size()));
       }
     }
     return planned;
@@ -178,14 +178,14 @@ class Interleaver {
     return absl::OkStatus();
   }
 
-  // One round of a problem's cells: a block of every (cell, side) still short of `target`, in
+  // One round of a problem's cells: a block of every (cell, side) still short of its target, in
   // a fresh random order. False when none was.
-  absl::StatusOr<bool> Round(const std::vector<size_t>& group, int target) {
+  absl::StatusOr<bool> Round(const std::vector<size_t>& group, const std::vector<int>& targets) {
     std::vector<std::pair<size_t, size_t>> round;  // (cell, side index)
     for (size_t i : group) {
       if (!Measurable(i)) continue;
       for (size_t s = 0; s < sides_.size(); ++s) {
-        if (static_cast<int>(sides_[s].Of(cells_[i]).blocks.size()) < target) round.push_back({i, s});
+        if (static_cast<int>(sides_[s].Of(cells_[i]).blocks.size()) < targets[i]) round.push_back({i, s});
       }
     }
     if (round.empty()) return false;
@@ -303,13 +303,13 @@ absl::Status Judge(std::vector<CellComparison>& cells, const regress::VerdictOpt
   return absl::OkStatus();
 }
 
-std::vector<size_t> CellsToRemeasure(const std::vector<CellComparison>& cells, int* target) {
+// The cells whose verdicts ask for more blocks, each with its suggested count in `targets`.
+std::vector<size_t> CellsToRemeasure(const std::vector<CellComparison>& cells, std::vector<int>* targets) {
   std::vector<size_t> which;
-  *target = 0;
   for (size_t i = 0; i < cells.size(); ++i) {
     if (cells[i].verdict.remeasure) {
       which.push_back(i);
-      *target = std::max(*target, cells[i].verdict.suggested_blocks);
+      (*targets)[i] = cells[i].verdict.suggested_blocks;
     }
   }
   return which;
@@ -336,6 +336,9 @@ absl::Status CheckOptions(const Suite& suite, const CompareOptions& options) {
   if (blocks < 3 || options.blocks < 0) {
     return absl::InvalidArgumentError(Cat("blocks per side must be at least 3, not ", blocks));
   }
+  if (!(options.max_measure_seconds >= 0) || !std::isfinite(options.max_measure_seconds)) {
+    return absl::InvalidArgumentError("the time budget must be a finite number of seconds >= 0");
+  }
   if (!(options.stored_min_floor >= 0) || !std::isfinite(options.stored_min_floor)) {
     return absl::InvalidArgumentError("the stored floor must be a finite number >= 0");
   }
@@ -356,11 +359,21 @@ absl::Status MeasureUntilDecided(Interleaver& measurer, const Suite& suite, cons
                                  const regress::VerdictOptions& verdict, bool paired, Comparison& out) {
   const auto start = Clock::now();
   std::vector<size_t> which = AllCells(out.cells.size());
-  int target = FirstPassBlocks(suite, options);
+  std::vector<int> targets(out.cells.size(), FirstPassBlocks(suite, options));
   while (!which.empty()) {
-    if (absl::Status s = measurer.Measure(which, target); !s.ok()) return s;
+    if (absl::Status s = measurer.Measure(which, targets); !s.ok()) return s;
     if (absl::Status s = Judge(out.cells, verdict, options, paired); !s.ok()) return s;
-    which = CellsToRemeasure(out.cells, &target);
+    which = CellsToRemeasure(out.cells, &targets);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!which.empty() && options.max_measure_seconds > 0 && elapsed >= options.max_measure_seconds) {
+      for (size_t i : which) {
+        CellVerdict& v = out.cells[i].verdict;
+        v.remeasure = false;
+        v.suggested_blocks = std::max(v.baseline_blocks, v.candidate_blocks);
+        v.why += absl::StrFormat(" (not measured further: the time budget of %.0f s ran out)", options.max_measure_seconds);
+      }
+      which.clear();
+    }
   }
   out.measure_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return absl::OkStatus();
@@ -481,7 +494,11 @@ absl::StatusOr<std::vector<MeasuredCell>> MeasureSuite(BlockSource& source, cons
   for (const SuiteCell& cell : suite.cells) cells.push_back(CellComparison{cell, {}, {}, {}});
   int blocks_measured = 0;
   Interleaver measurer({{&source, false}}, cells, options, suite.rounds_across_problems, &blocks_measured);
-  if (absl::Status s = measurer.Measure(AllCells(cells.size()), FirstPassBlocks(suite, options)); !s.ok()) return s;
+  if (absl::Status s = measurer.Measure(AllCells(cells.size()),
+                                        std::vector<int>(cells.size(), FirstPassBlocks(suite, options)));
+      !s.ok()) {
+    return s;
+  }
   std::vector<MeasuredCell> out;
   for (CellComparison& c : cells) out.push_back({std::move(c.cell), std::move(c.candidate)});
   return out;

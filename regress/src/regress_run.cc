@@ -165,6 +165,7 @@ CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const st
   options.blocks = f.blocks;
   options.stored_min_floor = f.stored_floor;
   options.min_floor = f.min_floor;
+  options.max_measure_seconds = f.max_measure_seconds;
   options.cancel = cancel;
   KnownNoise known = KnownAANoise(store, device_class);
   notes->push_back(known.note);

@@ -102,12 +102,26 @@ std::string FloorSource(const CellInput& cell, const VerdictOptions& options) {
                          100 * noise);
 }
 
+// The blocks a side an undecided cell's interval needs to fit inside its floor: the interval's
+// half-width h shrinks as 1 / sqrt(n), so n (h / m)^2 with a quarter to spare, where m is the
+// room between the point ratio and the floor's nearer edge (log scale); at least a quarter more
+// blocks than now and at most four times as many. Double when there is no room (the point ratio
+// on or past the floor, where only the test can still decide) or no finite interval.
+int SuggestedBlocks(const CellVerdict& v, int blocks) {
+  const double half_width = 0.5 * (std::log(v.ratio.upper) - std::log(v.ratio.lower));
+  const double room = std::log1p(v.floor) - std::abs(std::log(v.ratio.pairwise_ratio));
+  if (!(room > 0) || !std::isfinite(half_width) || !(half_width > 0)) return 2 * blocks;
+  const double needed = std::ceil(1.25 * blocks * (half_width / room) * (half_width / room));
+  const int at_least = blocks + std::max(1, (blocks + 3) / 4);
+  return static_cast<int>(std::clamp(needed, static_cast<double>(at_least), 4.0 * blocks));
+}
+
 // Marks `v` unknown and, below the block cap when `more_blocks_help`, asks for more blocks.
 void Undecided(const VerdictOptions& options, bool more_blocks_help, CellVerdict& v) {
   v.verdict = Verdict::kUnknown;
   const int blocks = std::max(v.baseline_blocks, v.candidate_blocks);
   v.remeasure = more_blocks_help && blocks < options.max_blocks;
-  v.suggested_blocks = v.remeasure ? std::min(options.max_blocks, 2 * blocks) : blocks;
+  v.suggested_blocks = v.remeasure ? std::min(options.max_blocks, SuggestedBlocks(v, blocks)) : blocks;
 }
 
 // Applies the rule of verdict.h to a cell whose statistics and adjusted p-values are filled.

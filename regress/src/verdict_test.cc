@@ -1,5 +1,6 @@
 #include "fusetune/regress/verdict.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -156,6 +157,28 @@ TEST(JudgeCell, UndecidedCellAsksForMoreBlocksUpToTheCap) {
   EXPECT_EQ(v->verdict, Verdict::kUnknown);
   EXPECT_FALSE(v->remeasure);
   EXPECT_NE(v->why.find("block cap"), std::string::npos);
+}
+
+TEST(JudgeCell, ANearMissAsksForTheBlocksItsIntervalNeedsNotTwiceAsMany) {
+  // Paired rounds whose interval reaches just past a 1.5 % floor: a few more blocks fit it.
+  CellInput cell;
+  cell.problem_key = "p";
+  cell.config_key = "c";
+  cell.paired = true;
+  for (int i = 0; i < 10; ++i) {
+    cell.baseline.push_back(100);
+    cell.candidate.push_back(100 * std::exp(0.04 * ((i * 7) % 10 - 4.5) / 4.5));
+  }
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok());
+  ASSERT_EQ(v->verdict, Verdict::kUnknown) << v->why;
+  ASSERT_TRUE(v->remeasure);
+  const double half_width = 0.5 * std::log(v->ratio.upper / v->ratio.lower);
+  const double room = std::log1p(v->floor) - std::abs(std::log(v->ratio.pairwise_ratio));
+  ASSERT_GT(room, 0);
+  const int expected = static_cast<int>(std::ceil(1.25 * 10 * (half_width / room) * (half_width / room)));
+  EXPECT_EQ(v->suggested_blocks, std::clamp(expected, 13, 40)) << v->why;
+  EXPECT_NE(v->suggested_blocks, 20);
 }
 
 TEST(JudgeCell, RejectsBadInput) {

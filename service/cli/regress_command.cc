@@ -143,6 +143,10 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
                       "the smallest change (relative) an interleaved comparison calls regressed or improved (default: "
                       "the suite's min_floor, else 0.015); cells whose A/A noise is larger get 3x their noise")
       ->check(CLI::Range(0.0, 0.1));
+  regress->add_option("--max-measure-seconds", flags->max_measure_seconds,
+                      "a time budget: no re-measure pass of undecided cells starts after this many seconds of "
+                      "measuring (0: none); the first pass always completes, cells left undecided are unknown")
+      ->check(CLI::Range(0.0, 86400.0));
   regress->add_flag("--no-picks", flags->no_picks, "do not add cells for best configs re-tuned at the candidate commit");
   regress->add_flag("--fail-on-unknown", flags->fail_on_unknown,
                     "exit 1 when a cell is unknown (not resolved on this host), as for a regression; an A/A "

@@ -60,6 +60,10 @@ struct CompareOptions {
   // verdict.min_floor and the suite's min_floor; else the suite's, when it has one, replaces
   // verdict.min_floor (EffectiveVerdictOptions).
   std::optional<double> min_floor;
+  // > 0: no re-measure pass of undecided cells starts once the comparison has measured this many
+  // seconds (a nightly's time budget); cells still undecided then stay unknown, saying so. The
+  // first pass always completes.
+  double max_measure_seconds = 0;
   // Stored comparisons: the floor's minimum instead of verdict.min_floor.
   double stored_min_floor = 0.03;
   uint64_t order_seed = 1;

@@ -44,6 +44,7 @@ struct RegressOptions {
   int blocks = 0;                // first-pass blocks (0: the suite's)
   double stored_floor = 0.03;    // the floor against a stored baseline
   std::optional<double> min_floor;  // the floor's minimum (CompareOptions::min_floor); unset: the suite's
+  double max_measure_seconds = 0;   // CompareOptions::max_measure_seconds (0: no budget)
   bool no_picks = false;
   std::vector<std::string> plant_slowdowns;  // the candidate side's
   int timing_cpu = kAutoTimingCpu;

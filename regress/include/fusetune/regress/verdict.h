@@ -142,7 +142,9 @@ struct CellVerdict {
   bool paired = false;          // judged on per-round ratios (CellInput::paired)
   int baseline_blocks = 0;
   int candidate_blocks = 0;
-  // Unknown and below max_blocks: measure again with suggested_blocks per side.
+  // Unknown and below max_blocks: measure again with suggested_blocks per side (what the
+  // interval's width says it needs to fit inside the floor, 1.25x to 4x the blocks it has;
+  // twice as many where the point ratio is on or past the floor), at most max_blocks.
   bool remeasure = false;
   int suggested_blocks = 0;
   AccuracyVerdict accuracy;
