@@ -359,7 +359,14 @@ absl::Status MeasureUntilDecided(Interleaver& measurer, const Suite& suite, cons
                                  const regress::VerdictOptions& verdict, bool paired, Comparison& out) {
   const auto start = Clock::now();
   std::vector<size_t> which = AllCells(out.cells.size());
-  std::vector<int> targets(out.cells.size(), FirstPassBlocks(suite, options));
+  // A paired first pass long enough for the signed-rank test to reach significance across the
+  // suite (PairedBlocksToResolve), within the block cap.
+  int first = FirstPassBlocks(suite, options);
+  if (paired) {
+    first = std::max(first, std::min(verdict.max_blocks,
+                                     regress::PairedBlocksToResolve(static_cast<int>(out.cells.size()), verdict.alpha)));
+  }
+  std::vector<int> targets(out.cells.size(), first);
   while (!which.empty()) {
     if (absl::Status s = measurer.Measure(which, targets); !s.ok()) return s;
     if (absl::Status s = Judge(out.cells, verdict, options, paired); !s.ok()) return s;

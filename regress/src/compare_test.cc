@@ -2,6 +2,7 @@
 // verdicts come out of blocks, re-measurement, stored baselines and the refusals.
 #include "fusetune/regress/compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -195,12 +196,17 @@ TEST(CompareInterleavedTest, AProblemsCellsAreVerifiedOnBothSidesBeforeItsBlocks
   ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
   const Suite suite = TwoProblemSuite();
   ASSERT_TRUE(CompareInterleaved(base, cand, suite).ok());
+  // The first pass of a paired comparison of four cells: enough rounds for the test to resolve.
+  const size_t n = static_cast<size_t>(std::max(10, regress::PairedBlocksToResolve(4, 0.01)));
+  ASSERT_EQ(n, 11u);
   for (ScriptedSource* s : {&base, &cand}) {
-    // Per problem (two cells each): two verifications, then its 2 x 10 blocks.
-    ASSERT_EQ(s->log.size(), 2u * (2 + 20));
+    // Per problem (two cells each): two verifications, then its 2 x n blocks.
+    ASSERT_EQ(s->log.size(), 2u * (2 + 2 * n));
+    const size_t per_group = 2 + 2 * n;
     for (size_t group = 0; group < 2; ++group) {
-      for (size_t k = 0; k < 22; ++k) {
-        EXPECT_EQ(s->log[group * 22 + k].rfind(k < 2 ? "verify" : "block", 0), 0u) << s->log[group * 22 + k];
+      for (size_t k = 0; k < per_group; ++k) {
+        EXPECT_EQ(s->log[group * per_group + k].rfind(k < 2 ? "verify" : "block", 0), 0u)
+            << s->log[group * per_group + k];
       }
     }
   }
@@ -215,8 +221,9 @@ TEST(CompareInterleavedTest, RoundsAcrossProblemsMeasureEveryProblemEachRound) {
   const std::string first_problem = suite.cells[0].problem.Key();
   ASSERT_TRUE(CompareInterleaved(base, cand, suite).ok());
   for (ScriptedSource* s : {&base, &cand}) {
-    // Every cell verified first, then per round two blocks of each problem in turn.
-    ASSERT_EQ(s->log.size(), 4u + 4u * 10);
+    // Every cell verified first, then per round two blocks of each problem in turn (11 rounds:
+    // PairedBlocksToResolve of four cells).
+    ASSERT_EQ(s->log.size(), 4u + 4u * 11);
     for (size_t k = 0; k < 4; ++k) EXPECT_EQ(s->log[k].rfind("verify", 0), 0u) << s->log[k];
     for (size_t k = 4; k < s->log.size(); ++k) {
       const bool first = s->log[k].find(first_problem + " ") != std::string::npos;

@@ -176,6 +176,12 @@ const char* VerdictName(Verdict verdict) {
   return kRegressionVerdicts[i < kRegressionVerdicts.size() ? i : kRegressionVerdicts.size() - 1].data();
 }
 
+int PairedBlocksToResolve(int cells, double alpha) {
+  if (!(alpha > 0 && alpha < 1)) return 3;
+  const double needed = std::ceil(std::log2(4.0 * std::max(cells, 1) / alpha));
+  return std::max(3, static_cast<int>(std::min(needed, 1000.0)));
+}
+
 double ErrorGrowthLimit(std::string_view precision) {
   return precision == "fp16" || precision == "bf16" ? 3.0 : 2.0;
 }

@@ -379,5 +379,17 @@ TEST(PairedNoise, IsTheSpreadOfThePerRoundRatiosMedian) {
   EXPECT_FALSE(PairedNoise({1, 2, 3}, {1, 2}).ok());
 }
 
+TEST(PairedBlocksToResolve, LeavesHolmRoomForTheSmallestPValue) {
+  EXPECT_EQ(PairedBlocksToResolve(62, 0.01), 15);  // 2^-15 x 62 = 0.0019 <= 0.01 / 4
+  EXPECT_EQ(PairedBlocksToResolve(8, 0.01), 12);
+  EXPECT_EQ(PairedBlocksToResolve(1, 0.01), 9);
+  EXPECT_EQ(PairedBlocksToResolve(0, 0.01), 9);
+  for (int cells : {1, 4, 62, 500}) {
+    const int n = PairedBlocksToResolve(cells, 0.01);
+    EXPECT_LE(std::ldexp(1.0, -n) * cells, 0.01 / 4) << cells;
+    EXPECT_GT(std::ldexp(1.0, -(n - 1)) * cells, 0.01 / 4) << cells;
+  }
+}
+
 }  // namespace
 }  // namespace fusetune::regress

@@ -6,9 +6,12 @@
 // of every problem before the next round, and inputs prepared afresh each round); both sources
 // verify every cell of the problem, then each round measures one block of every (cell, side) of
 // the problem in a fresh random order (seeded by the options and the round), so both builds see
-// the same device state, L2 state and inputs. After the first pass (`blocks` rounds) the suite is judged; cells judged
-// unknown are measured again, interleaved, up to the block count the verdict suggests (10 -> 20
-// -> 40), and the suite is judged again.
+// the same device state, L2 state and inputs. Block i of a cell's two sides come from the same
+// round, so the cell is judged on the per-round ratios (verdict.h, paired cells). After the
+// first pass (`blocks` rounds, at least PairedBlocksToResolve for the suite's cell count) the
+// suite is judged; each cell judged unknown is measured again, interleaved, up to the block
+// count its verdict suggests (what its interval needs, at most max_blocks), and the suite is
+// judged again, until no cell asks for more or CompareOptions::max_measure_seconds ran out.
 //
 // Stored (the baseline build is gone, CompareWithStored): the candidate is measured alone and
 // judged against the baseline's stored blocks with a wider floor (between-session drift is not

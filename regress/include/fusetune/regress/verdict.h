@@ -91,6 +91,13 @@ struct VerdictOptions {
 // regress/README.md are for this count).
 inline constexpr int kDefaultBlocks = 10;
 
+// The rounds a paired comparison of `cells` cells needs before its test can call anything: the
+// signed-rank test's smallest p-value with n pairs is 2^-n (every round on one side), and Holm
+// asks the most significant of `cells` cells for p < alpha / cells, so n = ceil(log2(4 cells /
+// alpha)) leaves a factor 4 to spare (15 for 62 cells at alpha 0.01, 12 for 8). At least 3;
+// cells < 1 counts as 1. An unpaired first pass of 10 blocks a side reaches 1 / C(20, 10).
+int PairedBlocksToResolve(int cells, double alpha);
+
 // The error growth factor flagged for a precision: 3 for "fp16" and "bf16", 2 otherwise.
 double ErrorGrowthLimit(std::string_view precision);
 
