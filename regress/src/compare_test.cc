@@ -169,6 +169,41 @@ TEST(CompareInterleavedTest, TheSuitesMinFloorSetsTheFloorAndTheOptionWins) {
   EXPECT_NE(c.cells[1].verdict.verdict, regress::Verdict::kRegressed);
 }
 
+TEST(CompareInterleavedTest, ATimeBudgetStopsReMeasuringAndSaysSo) {
+  const Suite suite = TwoProblemSuite();
+  auto run = [&](double budget) {
+    ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+    // Every cell slower by about the floor: neither called nor inside it after the first pass.
+    base.sigma = cand.sigma = 0.004;
+    cand.factor = [](const std::string&) { return 1.015; };
+    CompareOptions options;
+    options.max_measure_seconds = budget;
+    absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite, options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  };
+  const size_t first = static_cast<size_t>(std::max(10, regress::PairedBlocksToResolve(4, 0.01)));
+  const Comparison unbounded = run(0);
+  size_t most = 0;
+  for (const CellComparison& c : unbounded.cells) most = std::max(most, c.candidate.blocks.size());
+  ASSERT_GT(most, first);  // without a budget, undecided cells were measured again
+  const Comparison bounded = run(1e-9);
+  int stopped = 0;
+  for (const CellComparison& c : bounded.cells) {
+    EXPECT_EQ(c.candidate.blocks.size(), first);
+    EXPECT_FALSE(c.verdict.remeasure);
+    if (c.verdict.why.find("time budget") != std::string::npos) {
+      EXPECT_EQ(c.verdict.verdict, regress::Verdict::kUnknown);
+      ++stopped;
+    }
+  }
+  EXPECT_GE(stopped, 1);
+  CompareOptions bad;
+  bad.max_measure_seconds = -1;
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  EXPECT_EQ(CompareInterleaved(base, cand, suite, bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CompareInterleavedTest, TheJsonHoldsBothSidesBlocksAndTheVerdicts) {
   Suite suite = TwoProblemSuite();
   ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);

@@ -7,8 +7,10 @@
 // aa_noise is estimated by RatioNoise from its own A/A pair of blocks (two more draws of the
 // baseline), as a real suite does once per cell. Comparisons are 10 blocks a side
 // (kDefaultBlocks) with the default VerdictOptions; a cell judged unknown is re-measured as a
-// regress run does: more blocks drawn for both sides up to the suggested count (10 -> 20 -> 40,
-// the cap), then the suite is judged again.
+// regress run does: more blocks drawn for both sides up to the suggested count (what the
+// interval needs, at most 40), then the suite is judged again. The cells are unpaired (the rule
+// for blocks without rounds, as against a stored baseline); interleaved comparisons judge paired
+// rounds, whose rates the compare and bench method tests measure end to end.
 #include <cmath>
 #include <iostream>
 #include <random>

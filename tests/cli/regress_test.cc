@@ -157,8 +157,21 @@ TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
   const std::string commit = BuiltCommit();
   CommandResult r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
                               "--baseline-binary", FUSETUNE_BINARY, "--db", db, "--plant-slowdown", kPlantOnFusedCausal,
-                              "--junit", dir.File("out/junit.xml"), "--markdown", dir.File("out/report.md")});
+                              "--junit", dir.File("out/junit.xml"), "--markdown", dir.File("out/report.md"),
+                              "--json", dir.File("out/run.json")});
   ASSERT_EQ(r.exit_code, 1) << r.err << r.out;
+  // The JSON holds every cell with both builds' blocks, judged on per-round pairs.
+  const nlohmann::json run = nlohmann::json::parse(ReadFile(dir.File("out/run.json")));
+  EXPECT_TRUE(run["interleaved"].get<bool>());
+  ASSERT_GE(run["cells"].size(), 4u);
+  int regressed = 0;
+  for (const nlohmann::json& cell : run["cells"]) {
+    EXPECT_TRUE(cell["verdict"]["paired"].get<bool>()) << cell.dump();
+    EXPECT_EQ(cell["baseline"]["blocks"].size(), cell["candidate"]["blocks"].size()) << cell.dump();
+    EXPECT_GE(cell["candidate"]["blocks"].size(), 3u);
+    regressed += cell["verdict"]["verdict"] == "regressed" ? 1 : 0;
+  }
+  EXPECT_GE(regressed, 1);
   const std::string junit = ReadFile(dir.File("out/junit.xml"));
   EXPECT_NE(junit.find("<testsuite"), std::string::npos);
   EXPECT_EQ(std::count(junit.begin(), junit.end(), '<') > 4, true);
@@ -441,6 +454,20 @@ class RegressBadInput : public ::testing::Test {
   TempDir dir_;
   std::string db_, suite_, commit_;
 };
+
+TEST_F(RegressBadInput, AFloorOrTimeBudgetOutOfRange) {
+  for (const char* floor : {"-0.01", "0.2", "x"}) {
+    CommandResult r = Fusetune({"regress", "--suite", suite_, "--baseline", commit_, "--commit", commit_,
+                                "--baseline-binary", FUSETUNE_BINARY, "--db", db_, "--min-floor", floor});
+    EXPECT_EQ(r.exit_code, 2) << floor << r.err;
+    EXPECT_NE(r.err.find("--min-floor"), std::string::npos) << r.err;
+  }
+  CommandResult r = Fusetune({"regress", "--suite", suite_, "--baseline", commit_, "--commit", commit_,
+                              "--baseline-binary", FUSETUNE_BINARY, "--db", db_, "--max-measure-seconds", "-1"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--max-measure-seconds"), std::string::npos) << r.err;
+  EXPECT_EQ(Count(db_, "SELECT COUNT(*) FROM regressions"), 0);
+}
 
 TEST_F(RegressBadInput, AnUnknownBaselineCommit) {
   ExpectRefused({"regress", "--suite", suite_, "--baseline", "0123456789ab", "--commit", commit_, "--db", db_},
