@@ -20,10 +20,11 @@
 // Paired cells (CellInput::paired: block i of each side measured in the same round of an
 // interleaved comparison) use the per-round log ratios instead: r is their Hodges–Lehmann
 // estimate with Tukey's interval (stats.h, PairedRatio), the p-values the one-sided Wilcoxon
-// signed-rank test, and the blocks' noise PairedNoise. Why: on a power-capped GPU the clock
-// moves from round to round by more than the changes a suite must find, and both sides of a
-// round see the same clock; their ratio does not move with it. The unpaired statistics count
-// that movement as noise twice (once per side).
+// signed-rank test, and the blocks' noise PairedNoise. Why: the device's state (clock, power
+// cap, temperature, what else runs on the host) moves from round to round, and both sides of a
+// round see about the same state, so their ratio moves less than either side; the unpaired
+// statistics count that movement as noise twice. On the H200 this cut most cells' noise 2-10x
+// (docs/perf.md).
 //
 // Why the point ratio and not the interval's lower bound against the floor: the test already
 // bounds the A/A false alarms at alpha; the floor only keeps real but negligible changes (and
