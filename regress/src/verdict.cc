@@ -124,6 +124,42 @@ void Undecided(const VerdictOptions& options, bool more_blocks_help, CellVerdict
   v.suggested_blocks = v.remeasure ? std::min(options.max_blocks, SuggestedBlocks(v, blocks)) : blocks;
 }
 
+// A cell's test and estimate, before the adjustment across the suite.
+struct CellStatistics {
+  double p_slower = 1;
+  double p_faster = 1;
+  bool exact = false;
+  RatioEstimate ratio;
+};
+
+// Unpaired cells: the Mann–Whitney test each way and the ratio of medians with Moses' interval.
+absl::StatusOr<CellStatistics> UnpairedStatistics(const CellInput& cell, const VerdictOptions& options) {
+  absl::StatusOr<RankTestResult> slower = MannWhitneySlower(cell.baseline, cell.candidate);
+  if (!slower.ok()) return slower.status();
+  absl::StatusOr<RankTestResult> faster = MannWhitneySlower(cell.candidate, cell.baseline);
+  if (!faster.ok()) return faster.status();
+  absl::StatusOr<RatioEstimate> ratio = RatioOfMedians(cell.baseline, cell.candidate, options.confidence);
+  if (!ratio.ok()) return ratio.status();
+  return CellStatistics{slower->p_value, faster->p_value, slower->exact, *ratio};
+}
+
+// Paired cells: the signed-rank test of the per-round log ratios each way and their
+// Walsh-average estimate with Tukey's interval.
+absl::StatusOr<CellStatistics> PairedStatistics(const CellInput& cell, const VerdictOptions& options) {
+  std::vector<double> up, down;
+  for (size_t k = 0; k < cell.baseline.size(); ++k) {
+    up.push_back(std::log(cell.candidate[k]) - std::log(cell.baseline[k]));
+    down.push_back(-up.back());
+  }
+  absl::StatusOr<SignedRankTestResult> slower = WilcoxonSignedRankAbove(up);
+  if (!slower.ok()) return slower.status();
+  absl::StatusOr<SignedRankTestResult> faster = WilcoxonSignedRankAbove(down);
+  if (!faster.ok()) return faster.status();
+  absl::StatusOr<RatioEstimate> ratio = PairedRatio(cell.baseline, cell.candidate, options.confidence);
+  if (!ratio.ok()) return ratio.status();
+  return CellStatistics{slower->p_value, faster->p_value, slower->exact, *ratio};
+}
+
 // Applies the rule of verdict.h to a cell whose statistics and adjusted p-values are filled.
 void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v) {
   const double hi = 1 + v.floor, lo = 1 / (1 + v.floor);
@@ -256,34 +292,12 @@ absl::StatusOr<std::vector<CellVerdict>> JudgeSuite(const std::vector<CellInput>
     v.candidate_blocks = static_cast<int>(cell.candidate.size());
     v.floor = Floor(cell, options);
     v.paired = cell.paired;
-    if (cell.paired) {
-      std::vector<double> up, down;
-      for (size_t k = 0; k < cell.baseline.size(); ++k) {
-        up.push_back(std::log(cell.candidate[k]) - std::log(cell.baseline[k]));
-        down.push_back(-up.back());
-      }
-      absl::StatusOr<SignedRankTestResult> slower = WilcoxonSignedRankAbove(up);
-      if (!slower.ok()) return slower.status();
-      absl::StatusOr<SignedRankTestResult> faster = WilcoxonSignedRankAbove(down);
-      if (!faster.ok()) return faster.status();
-      absl::StatusOr<RatioEstimate> ratio = PairedRatio(cell.baseline, cell.candidate, options.confidence);
-      if (!ratio.ok()) return ratio.status();
-      v.p_slower = p_slower[i] = slower->p_value;
-      v.p_faster = p_faster[i] = faster->p_value;
-      v.exact = slower->exact;
-      v.ratio = *ratio;
-    } else {
-      absl::StatusOr<RankTestResult> slower = MannWhitneySlower(cell.baseline, cell.candidate);
-      if (!slower.ok()) return slower.status();
-      absl::StatusOr<RankTestResult> faster = MannWhitneySlower(cell.candidate, cell.baseline);
-      if (!faster.ok()) return faster.status();
-      absl::StatusOr<RatioEstimate> ratio = RatioOfMedians(cell.baseline, cell.candidate, options.confidence);
-      if (!ratio.ok()) return ratio.status();
-      v.p_slower = p_slower[i] = slower->p_value;
-      v.p_faster = p_faster[i] = faster->p_value;
-      v.exact = slower->exact;
-      v.ratio = *ratio;
-    }
+    absl::StatusOr<CellStatistics> stats = cell.paired ? PairedStatistics(cell, options) : UnpairedStatistics(cell, options);
+    if (!stats.ok()) return stats.status();
+    v.p_slower = p_slower[i] = stats->p_slower;
+    v.p_faster = p_faster[i] = stats->p_faster;
+    v.exact = stats->exact;
+    v.ratio = stats->ratio;
     v.accuracy = JudgeAccuracy(cell.accuracy);
   }
   absl::StatusOr<std::vector<double>> slower_adjusted = Adjust(p_slower, options.correction);
