@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "fusetune/records/json.h"
 #include "nlohmann/json.hpp"
+#include "protocol.h"
 
 namespace fusetune::regress {
 
@@ -518,12 +519,7 @@ nlohmann::json SourceToJson(const SourceInfo& source) {
 }
 
 nlohmann::json SideToJson(const CellMeasurement& m) {
-  return {{"check",
-           {{"outcome", std::string(TrialOutcomeName(m.check.outcome))},
-            {"message", m.check.message},
-            {"max_abs_error", m.check.max_abs_error},
-            {"max_rel_error", m.check.max_rel_error},
-            {"tolerance", m.check.tolerance}}},
+  return {{"check", protocol::CheckToJson(m.check)},
           {"blocks", nlohmann::json::parse(SampleBlocksToJson(m.blocks))}};
 }
 

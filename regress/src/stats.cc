@@ -50,6 +50,30 @@ double TieTerm(const std::vector<double>& a, const std::vector<double>& b) {
   return term;
 }
 
+// The order statistics cut from each end of a distribution-free interval: the largest k with
+// P(S <= k) <= tail under the null distribution `counts` of the test statistic S (counts[s] the
+// number of equally likely arrangements with S == s); 0 when even P(S <= 0) exceeds it.
+int64_t ExactCut(const std::vector<double>& counts, double tail) {
+  const double total = std::accumulate(counts.begin(), counts.end(), 0.0);
+  int64_t k = 0;
+  double cdf = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    cdf += counts[s] / total;
+    if (cdf > tail * (1 + 1e-12)) break;
+    k = static_cast<int64_t>(s);
+  }
+  return k;
+}
+
+// The interval from `sorted_logs` (log ratios, ascending) with `k` cut from each end (at most
+// half of them), into result.lower and result.upper.
+void SetInterval(const std::vector<double>& sorted_logs, int64_t k, RatioEstimate& result) {
+  const int64_t count = static_cast<int64_t>(sorted_logs.size());
+  k = std::clamp<int64_t>(k, 0, (count - 1) / 2);
+  result.lower = std::exp(sorted_logs[static_cast<size_t>(k)]);
+  result.upper = std::exp(sorted_logs[static_cast<size_t>(count - 1 - k)]);
+}
+
 absl::Status ValidatePValues(const std::vector<double>& p_values) {
   for (size_t i = 0; i < p_values.size(); ++i) {
     const double p = p_values[i];
@@ -244,22 +268,13 @@ absl::StatusOr<RatioEstimate> RatioOfMedians(const std::vector<double>& baseline
   if (m <= kExactRankTestMaxSize && n <= kExactRankTestMaxSize) {
     absl::StatusOr<std::vector<double>> counts = MannWhitneyNullCounts(m, n);
     if (!counts.ok()) return counts.status();
-    const double total = std::accumulate(counts->begin(), counts->end(), 0.0);
-    double cdf = 0;
-    for (size_t u = 0; u < counts->size(); ++u) {
-      cdf += (*counts)[u] / total;
-      if (cdf > tail * (1 + 1e-12)) break;
-      k = static_cast<int64_t>(u);
-    }
+    k = ExactCut(*counts, tail);
   } else {
     const double mn = static_cast<double>(m) * n;
     const double sd = std::sqrt(mn * (m + n + 1) / 12.0);
     k = static_cast<int64_t>(std::floor(mn / 2.0 - 0.5 - NormalUpperQuantile(tail) * sd));
   }
-  const int64_t count = static_cast<int64_t>(logs.size());
-  k = std::clamp<int64_t>(k, 0, (count - 1) / 2);
-  result.lower = std::exp(logs[k]);
-  result.upper = std::exp(logs[count - 1 - k]);
+  SetInterval(logs, k, result);
   return result;
 }
 
@@ -339,8 +354,7 @@ absl::StatusOr<RatioEstimate> PairedRatio(const std::vector<double>& baseline, c
   result.confidence = confidence;
   result.ratio = Median(candidate) / Median(baseline);
   const size_t n = baseline.size();
-  std::vector<double> d(n);
-  for (size_t i = 0; i < n; ++i) d[i] = std::log(candidate[i]) - std::log(baseline[i]);
+  const std::vector<double> d = PairedLogRatios(baseline, candidate);
   std::vector<double> walsh;
   walsh.reserve(n * (n + 1) / 2);
   for (size_t i = 0; i < n; ++i) {
@@ -357,24 +371,22 @@ absl::StatusOr<RatioEstimate> PairedRatio(const std::vector<double>& baseline, c
   if (ni <= kExactSignedRankMaxSize) {
     absl::StatusOr<std::vector<double>> counts = SignedRankNullCounts(ni);
     if (!counts.ok()) return counts.status();
-    const double total = std::ldexp(1.0, ni);
-    double cdf = 0;
-    for (size_t t = 0; t < counts->size(); ++t) {
-      cdf += (*counts)[t] / total;
-      if (cdf > tail * (1 + 1e-12)) break;
-      k = static_cast<int64_t>(t);
-    }
+    k = ExactCut(*counts, tail);
   } else {
     const double nn = static_cast<double>(n);
     const double m = nn * (nn + 1) / 2;
     const double sd = std::sqrt(nn * (nn + 1) * (2 * nn + 1) / 24);
     k = static_cast<int64_t>(std::floor(m / 2.0 - 0.5 - NormalUpperQuantile(tail) * sd));
   }
-  const int64_t count = static_cast<int64_t>(walsh.size());
-  k = std::clamp<int64_t>(k, 0, (count - 1) / 2);
-  result.lower = std::exp(walsh[static_cast<size_t>(k)]);
-  result.upper = std::exp(walsh[static_cast<size_t>(count - 1 - k)]);
+  SetInterval(walsh, k, result);
   return result;
+}
+
+std::vector<double> PairedLogRatios(const std::vector<double>& baseline, const std::vector<double>& candidate) {
+  const size_t n = std::min(baseline.size(), candidate.size());
+  std::vector<double> d(n);
+  for (size_t i = 0; i < n; ++i) d[i] = std::log(candidate[i]) - std::log(baseline[i]);
+  return d;
 }
 
 }  // namespace fusetune::regress

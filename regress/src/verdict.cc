@@ -116,6 +116,12 @@ int SuggestedBlocks(const CellVerdict& v, int blocks) {
   return static_cast<int>(std::clamp(needed, static_cast<double>(at_least), 4.0 * blocks));
 }
 
+// Appends |x - median(values)| for each x of `values` (the median absolute deviation's terms).
+void AppendAbsDeviations(const std::vector<double>& values, std::vector<double>& deviations) {
+  const double centre = Median(values);
+  for (double x : values) deviations.push_back(std::abs(x - centre));
+}
+
 // Marks `v` unknown and, below the block cap when `more_blocks_help`, asks for more blocks.
 void Undecided(const VerdictOptions& options, bool more_blocks_help, CellVerdict& v) {
   v.verdict = Verdict::kUnknown;
@@ -146,11 +152,9 @@ absl::StatusOr<CellStatistics> UnpairedStatistics(const CellInput& cell, const V
 // Paired cells: the signed-rank test of the per-round log ratios each way and their
 // Walsh-average estimate with Tukey's interval.
 absl::StatusOr<CellStatistics> PairedStatistics(const CellInput& cell, const VerdictOptions& options) {
-  std::vector<double> up, down;
-  for (size_t k = 0; k < cell.baseline.size(); ++k) {
-    up.push_back(std::log(cell.candidate[k]) - std::log(cell.baseline[k]));
-    down.push_back(-up.back());
-  }
+  const std::vector<double> up = PairedLogRatios(cell.baseline, cell.candidate);
+  std::vector<double> down;
+  for (double d : up) down.push_back(-d);
   absl::StatusOr<SignedRankTestResult> slower = WilcoxonSignedRankAbove(up);
   if (!slower.ok()) return slower.status();
   absl::StatusOr<SignedRankTestResult> faster = WilcoxonSignedRankAbove(down);
@@ -237,8 +241,7 @@ absl::StatusOr<double> RatioNoise(const std::vector<double>& first,
   for (const std::vector<double>* set : {&first, &second}) {
     std::vector<double> logs;
     for (double v : *set) logs.push_back(std::log(v));
-    const double centre = Median(logs);
-    for (double l : logs) deviations.push_back(std::abs(l - centre));
+    AppendAbsDeviations(logs, deviations);
   }
   const double sigma = 1.4826 * Median(deviations);
   const double n1 = static_cast<double>(first.size()), n2 = static_cast<double>(second.size());
@@ -252,11 +255,9 @@ absl::StatusOr<double> PairedNoise(const std::vector<double>& baseline, const st
     return absl::InvalidArgumentError("paired noise needs equal block counts");
   }
   if (baseline.size() < 3) return absl::InvalidArgumentError("paired noise needs at least 3 pairs");
-  std::vector<double> d;
-  for (size_t i = 0; i < baseline.size(); ++i) d.push_back(std::log(candidate[i]) - std::log(baseline[i]));
-  const double centre = Median(d);
+  const std::vector<double> d = PairedLogRatios(baseline, candidate);
   std::vector<double> deviations;
-  for (double x : d) deviations.push_back(std::abs(x - centre));
+  AppendAbsDeviations(d, deviations);
   const double sigma = 1.4826 * Median(deviations);
   return sigma * std::sqrt(std::numbers::pi / 2) / std::sqrt(static_cast<double>(d.size()));
 }

@@ -115,6 +115,10 @@ absl::StatusOr<RatioEstimate> RatioOfMedians(const std::vector<double>& baseline
 // temperature) is common to both and drops out of their ratio. The statistics below work on the
 // per-pair log ratios d_i = log(candidate[i] / baseline[i]).
 
+// log(candidate[i] / baseline[i]) for each pair (the first min(sizes) of them; the inputs
+// already validated).
+std::vector<double> PairedLogRatios(const std::vector<double>& baseline, const std::vector<double>& candidate);
+
 // The largest number of non-zero differences for which the signed-rank test uses its exact
 // null distribution (2^40 sign patterns: the counts are exact in a double); above it, the
 // normal approximation.
