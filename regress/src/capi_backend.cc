@@ -15,14 +15,18 @@ namespace fusetune::regress {
 namespace {
 
 // The C ABI versions this build calls: its own, and 1. Version 2 only appended pingpong and
-// persistent to fusetune_config, and the adapter only hands configs to the library
-// (fusetune_can_implement, fusetune_run and fusetune_time read them; it calls nothing that
-// writes one), so a version-1 library reads the first seven fields of the same struct as its
-// own config. The next version must decide again which older ones stay callable.
+// persistent to fusetune_config, and the adapter only hands configs to the library (the
+// can_implement, run and time calls, plain, *_kv_cache and *_kv_quant, read them; it calls
+// nothing that writes one), so a version-1 library reads the first seven fields of the same
+// struct as its own config. fusetune_kv_cache and fusetune_kv_quant have kept their layout
+// since they were added. The next version must decide again which older ones stay callable.
 static_assert(FUSETUNE_C_API_VERSION == 2, "decide which older C ABI versions the adapter can still call");
 bool Callable(int version) { return version == 1 || version == FUSETUNE_C_API_VERSION; }
 
-// The library's entry points this adapter calls, resolved once.
+// The library's entry points this adapter calls, resolved once. The first six are in every
+// library since the ABI's first commit. The *_kv_cache three came later (a KV cache: decode and
+// paged problems) and the *_kv_quant three later still (e4m3 K/V): each three is resolved only
+// together, and null where the library predates them.
 struct CapiFunctions {
   decltype(&fusetune_api_version) api_version = nullptr;
   decltype(&fusetune_create) create = nullptr;
@@ -30,6 +34,15 @@ struct CapiFunctions {
   decltype(&fusetune_can_implement) can_implement = nullptr;
   decltype(&fusetune_run) run = nullptr;
   decltype(&fusetune_time) time = nullptr;
+  decltype(&fusetune_can_implement_kv_cache) can_implement_kv_cache = nullptr;
+  decltype(&fusetune_run_kv_cache) run_kv_cache = nullptr;
+  decltype(&fusetune_time_kv_cache) time_kv_cache = nullptr;
+  decltype(&fusetune_can_implement_kv_quant) can_implement_kv_quant = nullptr;
+  decltype(&fusetune_run_kv_quant) run_kv_quant = nullptr;
+  decltype(&fusetune_time_kv_quant) time_kv_quant = nullptr;
+
+  bool has_kv_cache() const { return can_implement_kv_cache != nullptr; }
+  bool has_kv_quant() const { return can_implement_kv_quant != nullptr; }
 };
 
 // A fusetune_status code as the absl status of the same value (the ABI's codes equal absl's).
@@ -39,6 +52,8 @@ absl::Status FromCapi(int code, const char* err) {
 }
 
 // A problem as the ABI's struct; the length arrays point into `problem`, which must outlive it.
+// It has no kind, paged fields or K/V storage: those go in fusetune_kv_cache and
+// fusetune_kv_quant (CapiProblem below).
 fusetune_problem ToCapi(const AttentionProblem& p) {
   fusetune_problem out{};
   out.batch = p.batch;
@@ -77,6 +92,40 @@ fusetune_config ToCapi(const KernelConfig& c) {
   return out;
 }
 
+// A decode problem, or one over a paged cache, is said through the *_kv_cache (or *_kv_quant)
+// calls: the plain ones would take a decode problem for a prefill of the same shape (the same
+// function, another kernel) and a paged pool for contiguous K/V.
+bool NeedsKvCache(const AttentionProblem& p) { return p.kind == ProblemKind::kDecode || p.is_paged(); }
+
+// One (problem, buffers) as the ABI's structs: the problem, its KV cache where it needs one
+// (NeedsKvCache) and its K/V storage where that is e4m3. The cache is the exact inverse of
+// c_api.cc's ToProblem: the problem's own fields, not the derived widths and pool sizes, so the
+// library rebuilds the same problem (and key). Pointers go into `problem` and the buffers, which
+// must outlive it; not copyable, as cache() points into it.
+struct CapiProblem {
+  CapiProblem(const AttentionProblem& p, const int32_t* block_table, const float* k_scale, const float* v_scale)
+      : problem(ToCapi(p)), with_cache(NeedsKvCache(p)), with_quant(p.is_kv_quantized()) {
+    kv_cache.decode = p.kind == ProblemKind::kDecode ? 1 : 0;
+    kv_cache.page_block_size = p.page_block_size;
+    kv_cache.pool_pages = p.kv_pool_pages;
+    kv_cache.block_table_width = p.block_table_width;
+    kv_cache.shared_prefix_pages = p.shared_prefix_pages;
+    kv_cache.block_table = block_table;  // as given: the library checks that a paged cache has one
+    if (with_quant) kv_quant = {FUSETUNE_KV_E4M3, k_scale, v_scale};
+  }
+  CapiProblem(const CapiProblem&) = delete;
+  CapiProblem& operator=(const CapiProblem&) = delete;
+
+  // The *_kv_quant calls take a contiguous prefill as a NULL cache, as the plain calls would.
+  const fusetune_kv_cache* cache() const { return with_cache ? &kv_cache : nullptr; }
+
+  fusetune_problem problem;
+  fusetune_kv_cache kv_cache{};
+  fusetune_kv_quant kv_quant{FUSETUNE_KV_DTYPE, nullptr, nullptr};
+  bool with_cache;
+  bool with_quant;
+};
+
 class CapiBackend : public Backend {
  public:
   CapiBackend(void* library, CapiFunctions f, int version, fusetune_handle* handle, std::unique_ptr<Backend> memory)
@@ -90,44 +139,76 @@ class CapiBackend : public Backend {
   DeviceInfo Describe() const override { return memory_->Describe(); }
 
   absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override {
-    if (auto s = Representable(version_, problem, config); !s.ok()) return s;
+    if (auto s = Representable(problem, config); !s.ok()) return s;
     // The library cannot see the token: it is read before each call into it.
     if (auto s = stop_token().Check(); !s.ok()) return s;
-    const fusetune_problem p = ToCapi(problem);
+    // No memory is read: the block table and scales stay NULL.
+    const CapiProblem p(problem, nullptr, nullptr, nullptr);
     const fusetune_config c = ToCapi(config);
     char err[512] = "";
-    return FromCapi(f_.can_implement(handle_, &p, &c, err, sizeof err), err);
+    int code;
+    if (p.with_quant) {
+      code = f_.can_implement_kv_quant(handle_, &p.problem, p.cache(), &p.kv_quant, &c, err, sizeof err);
+    } else if (p.with_cache) {
+      code = f_.can_implement_kv_cache(handle_, &p.problem, p.cache(), &c, err, sizeof err);
+    } else {
+      code = f_.can_implement(handle_, &p.problem, &c, err, sizeof err);
+    }
+    return FromCapi(code, err);
   }
 
   std::vector<KernelConfig> CandidateConfigs(const AttentionProblem&) const override { return {}; }
 
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
-    if (auto s = Representable(version_, problem, config); !s.ok()) return s;
+    if (auto s = Representable(problem, config); !s.ok()) return s;
     // The library cannot see the token: it is read before each call into it.
     if (auto s = stop_token().Check(); !s.ok()) return s;
-    const fusetune_problem p = ToCapi(problem);
+    const CapiProblem p(problem, buffers.block_table, buffers.k_scale, buffers.v_scale);
     const fusetune_config c = ToCapi(config);
+    const void *q = buffers.q, *k = buffers.k, *v = buffers.v;
+    void* o = buffers.o;
     char err[512] = "";
-    return FromCapi(f_.run(handle_, &p, &c, buffers.q, buffers.k, buffers.v, buffers.o, err, sizeof err), err);
+    int code;
+    if (p.with_quant) {
+      code = f_.run_kv_quant(handle_, &p.problem, p.cache(), &p.kv_quant, &c, q, k, v, o, err, sizeof err);
+    } else if (p.with_cache) {
+      code = f_.run_kv_cache(handle_, &p.problem, p.cache(), &c, q, k, v, o, err, sizeof err);
+    } else {
+      code = f_.run(handle_, &p.problem, &c, q, k, v, o, err, sizeof err);
+    }
+    return FromCapi(code, err);
   }
 
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers, const TimingOptions& options) override {
-    if (auto s = Representable(version_, problem, config); !s.ok()) return s;
+    if (auto s = Representable(problem, config); !s.ok()) return s;
     if (auto s = stop_token().Check(); !s.ok()) return s;
-    const fusetune_problem p = ToCapi(problem);
+    const CapiProblem p(problem, buffers.block_table, buffers.k_scale, buffers.v_scale);
     const fusetune_config c = ToCapi(config);
+    const void *q = buffers.q, *k = buffers.k, *v = buffers.v;
+    void* o = buffers.o;
+    const int warmup = options.warmup, repeats = options.repeats, flush = options.flush_l2 ? 1 : 0;
+    const double max_seconds = options.max_seconds;
     std::vector<double> samples(static_cast<size_t>(std::max(options.repeats, 1)));
+    const int capacity = static_cast<int>(samples.size());
     double median = 0;
     int count = 0;
     char err[512] = "";
-    const int code = f_.time(handle_, &p, &c, buffers.q, buffers.k, buffers.v, buffers.o, options.warmup,
-                             options.repeats, options.max_seconds, options.flush_l2 ? 1 : 0, &median, samples.data(),
-                             static_cast<int>(samples.size()), &count, err, sizeof err);
+    int code;
+    if (p.with_quant) {
+      code = f_.time_kv_quant(handle_, &p.problem, p.cache(), &p.kv_quant, &c, q, k, v, o, warmup, repeats,
+                              max_seconds, flush, &median, samples.data(), capacity, &count, err, sizeof err);
+    } else if (p.with_cache) {
+      code = f_.time_kv_cache(handle_, &p.problem, p.cache(), &c, q, k, v, o, warmup, repeats, max_seconds, flush,
+                              &median, samples.data(), capacity, &count, err, sizeof err);
+    } else {
+      code = f_.time(handle_, &p.problem, &c, q, k, v, o, warmup, repeats, max_seconds, flush, &median,
+                     samples.data(), capacity, &count, err, sizeof err);
+    }
     if (auto s = FromCapi(code, err); !s.ok()) return s;
     TimingSamples t;
-    t.micros.assign(samples.begin(), samples.begin() + std::clamp(count, 0, static_cast<int>(samples.size())));
+    t.micros.assign(samples.begin(), samples.begin() + std::clamp(count, 0, capacity));
     return t;
   }
 
@@ -141,18 +222,28 @@ class CapiBackend : public Backend {
   absl::Status Fill(void* dst, uint8_t value, size_t bytes) override { return memory_->Fill(dst, value, bytes); }
 
  private:
-  // What the library's C ABI version cannot express. The first two hold for every version: the
-  // adapter calls only version 1's first functions, which every library has.
-  static absl::Status Representable(int version, const AttentionProblem& problem, const KernelConfig& config) {
-    if (problem.is_paged()) {
-      return absl::UnimplementedError("the C ABI (version 1) has no paged KV cache: a paged problem cannot be served");
+  // What this library cannot be told. A config's split_kv 0 (kAutoSplitKv, /skauto) is not
+  // among them: no library runs it as something else, so it is handed over as it is and a
+  // refusal is the library's own. Before split_kv 0 meant "planned at launch",
+  // KernelConfig::Validate, which the C ABI has run on every config since its first commit,
+  // refused it (INVALID_ARGUMENT, "split_kv must be in [1, 64]"); after, each backend refused
+  // every split_kv but 1 (UNIMPLEMENTED) until it had a planner. So no capability needs testing,
+  // and libraries from between that change and the *_kv_cache calls, whose CPU backend already
+  // plans a prefill's split, keep serving it.
+  absl::Status Representable(const AttentionProblem& problem, const KernelConfig& config) const {
+    // The plain calls would read e4m3 bytes as the problem's dtype.
+    if (problem.is_kv_quantized() && !f_.has_kv_quant()) {
+      return absl::UnimplementedError(
+          "this C ABI library has no fusetune_*_kv_quant functions: K/V stored as e4m3 cannot be served");
     }
-    if (config.split_kv == kAutoSplitKv) {
-      return absl::UnimplementedError("the C ABI (version 1) has no planned split count (/skauto)");
+    if (NeedsKvCache(problem) && !f_.has_kv_cache()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "this C ABI library has no fusetune_*_kv_cache functions: a ",
+          problem.is_paged() ? "paged" : "decode", " problem cannot be served"));
     }
     // A version-1 library would read the config without its appended fields, as another one.
-    if (version < 2 && (config.pingpong || config.persistent)) {
-      return absl::UnimplementedError(absl::StrCat("the C ABI (version ", version,
+    if (version_ < 2 && (config.pingpong || config.persistent)) {
+      return absl::UnimplementedError(absl::StrCat("the C ABI (version ", version_,
                                                    ") has no pingpong or persistent schedule: ", config.Key(),
                                                    " cannot be served by this library"));
     }
@@ -173,6 +264,20 @@ absl::Status Resolve(void* library, const std::string& path, const char* name, F
     return absl::InvalidArgumentError(absl::StrCat(path, " has no function ", name, ": not a fusetune C ABI library"));
   }
   return absl::OkStatus();
+}
+
+// Resolves three functions added together, all or none: a library with only some of them is
+// served as one without them.
+template <typename A, typename B, typename C>
+void ResolveOptional(void* library, const char* name_a, A* a, const char* name_b, B* b, const char* name_c, C* c) {
+  *a = reinterpret_cast<A>(dlsym(library, name_a));
+  *b = reinterpret_cast<B>(dlsym(library, name_b));
+  *c = reinterpret_cast<C>(dlsym(library, name_c));
+  if (*a == nullptr || *b == nullptr || *c == nullptr) {
+    *a = nullptr;
+    *b = nullptr;
+    *c = nullptr;
+  }
 }
 
 }  // namespace
@@ -199,6 +304,10 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenCapiBackend(const std::string& libr
       return s;
     }
   }
+  ResolveOptional(handle, "fusetune_can_implement_kv_cache", &f.can_implement_kv_cache, "fusetune_run_kv_cache",
+                  &f.run_kv_cache, "fusetune_time_kv_cache", &f.time_kv_cache);
+  ResolveOptional(handle, "fusetune_can_implement_kv_quant", &f.can_implement_kv_quant, "fusetune_run_kv_quant",
+                  &f.run_kv_quant, "fusetune_time_kv_quant", &f.time_kv_quant);
   const int version = f.api_version();
   if (!Callable(version)) {
     dlclose(handle);

@@ -19,6 +19,44 @@ std::unique_ptr<Backend> Cpu() { return *CreateBackend("cpu", 0); }
 
 AttentionProblem Small() { return *AttentionProblem::FromKey("prefill/b2/hq4/hkv2/q33/k47/d32/causal1/fp32"); }
 
+AttentionProblem Key(const char* key) {
+  absl::StatusOr<AttentionProblem> p = AttentionProblem::FromKey(key);
+  EXPECT_TRUE(p.ok()) << key << ": " << p.status();
+  return p.ok() ? *p : AttentionProblem{};
+}
+
+// A packed batch of three sequences of different query and key lengths.
+AttentionProblem Varlen() {
+  AttentionProblem p = Small();
+  p.batch = 3;
+  p.cu_seqlens_q = {0, 5, 21, 40};  // 5, 16, 19 queries
+  p.cu_seqlens_k = {0, 9, 21, 52};  // 9, 12, 31 keys
+  p.q_len = 19;
+  p.kv_len = 31;
+  return p;
+}
+
+// The cell as a suite's would be served: the library can run it, the Runner verifies it against
+// the fp64 reference (through the block table and the e4m3 scales where the problem has them) and
+// the library's timer gives a block.
+void ExpectServed(Backend& lib, const AttentionProblem& problem, const KernelConfig& config) {
+  SCOPED_TRACE(problem.Key() + " " + config.Key());
+  // This build's CPU backend runs it, so a refusal below would be the adapter's.
+  ASSERT_TRUE(Cpu()->CanImplement(problem, config).ok()) << Cpu()->CanImplement(problem, config);
+  absl::Status can = lib.CanImplement(problem, config);
+  EXPECT_TRUE(can.ok()) << can;
+  RunnerBlockSource source(lib, "0123abcd",
+                           TimingOptions{.warmup = 0, .repeats = 3, .max_seconds = 0.1, .flush_l2 = false});
+  absl::StatusOr<CellCheck> check = source.Verify(problem, config);
+  ASSERT_TRUE(check.ok()) << check.status();
+  EXPECT_EQ(check->outcome, TrialOutcome::kOk) << check->message;
+  EXPECT_LE(check->max_rel_error, check->tolerance);
+  absl::StatusOr<SampleBlock> block = source.MeasureBlock(problem, config);
+  ASSERT_TRUE(block.ok()) << block.status();
+  EXPECT_GE(block->samples, 3);
+  EXPECT_GT(block->median_us, 0);
+}
+
 TEST(CapiBackendTest, ServesALibrarysKernelsVerifiedAndTimed) {
   absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_CAPI_LIBRARY, "cpu", 0, Cpu());
   ASSERT_TRUE(lib.ok()) << lib.status();
@@ -42,9 +80,51 @@ TEST(CapiBackendTest, TheLibrarysRefusalComesBackWithItsCode) {
   absl::Status s = (*lib)->CanImplement(Small(), odd);
   EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
   EXPECT_NE(s.message().find("C ABI library"), std::string::npos) << s;
-  AttentionProblem paged = Small();
-  paged.page_block_size = 16;
-  EXPECT_TRUE(absl::IsUnimplemented((*lib)->CanImplement(paged, *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1"))));
+  // Through the KV-cache calls too: the library's CPU backend splits only the fused variant.
+  const AttentionProblem decode = Key("decode/b2/hq4/hkv2/q1/k70/d32/causal1/fp32/page16");
+  s = (*lib)->CanImplement(decode, *KernelConfig::FromKey("partial/bm16/bs32/t1/fp32/st1/skauto"));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("C ABI library: cpu: split_kv must be 1 for the partial variant"), std::string::npos)
+      << s;
+  // A paged run needs its block table, which goes to the library as it is.
+  std::vector<float> none(1);
+  const AttentionBuffers no_table{.q = none.data(), .k = none.data(), .v = none.data(), .o = none.data()};
+  s = (*lib)->Run(decode, *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1"), no_table);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("C ABI library"), std::string::npos) << s;
+}
+
+// The H200 suite's kinds of cells, small: paged decode, a paged prefill over a shared prefix,
+// contiguous decode with several new tokens, planned splits (/skauto), a varlen prefill, e4m3 K/V.
+TEST(CapiBackendTest, ServesKvCachesPlannedSplitsVarlenAndE4m3) {
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_CAPI_LIBRARY, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  const KernelConfig plain = *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1");
+  const KernelConfig split = *KernelConfig::FromKey("fused/bm16/bs32/t2/fp32/st1/sk2");
+  const KernelConfig planned = *KernelConfig::FromKey("fused/bm16/bs32/t2/fp32/st1/skauto");
+  const AttentionProblem paged_decode = Key("decode/b2/hq4/hkv2/q1/k70/d32/causal1/fp32/page16");
+  for (const KernelConfig& c : {plain, split, planned}) ExpectServed(**lib, paged_decode, c);
+  // Contiguous decode: a fixed split count, which the library runs only for a problem it is told
+  // is decode (its CPU backend splits no prefill).
+  const AttentionProblem decode = Key("decode/b3/hq4/hkv1/q4/k50/d32/causal1/fp32");
+  for (const KernelConfig& c : {split, planned}) ExpectServed(**lib, decode, c);
+  ExpectServed(**lib, Key("decode/b2/hq4/hkv2/q1/k45/d32/causal1/fp32/page1"), planned);
+  // A pool larger than the tables need and wider tables than the keys need.
+  ExpectServed(**lib, Key("decode/b2/hq4/hkv2/q1/k70/d32/causal1/fp32/page16/pool20/bt7"), planned);
+  ExpectServed(**lib, Key("prefill/b2/hq4/hkv2/q24/k88/d32/causal1/fp32/page16/prefix4"), plain);
+  ExpectServed(**lib, Varlen(), plain);
+  ExpectServed(**lib, Small(), planned);  // the CPU plans one split for a prefill
+  ExpectServed(**lib, paged_decode, *KernelConfig::FromKey("materialized/bm16/bs32/t1/fp32/st1"));
+  // e4m3 K/V: Q and O in bf16, the scales beside the block table.
+  for (const char* key : {"decode/b2/hq4/hkv2/q1/k70/d32/causal1/bf16/page16/kve4m3",
+                          "decode/b2/hq4/hkv2/q2/k40/d32/causal1/bf16/kve4m3",
+                          "prefill/b2/hq4/hkv2/q33/k47/d32/causal1/bf16/kve4m3"}) {
+    const AttentionProblem e4m3 = Key(key);
+    ExpectServed(**lib, e4m3, *KernelConfig::FromKey("fused/bm16/bs32/t2/bf16/st1"));
+    if (e4m3.kind == ProblemKind::kDecode) {
+      ExpectServed(**lib, e4m3, *KernelConfig::FromKey("fused/bm16/bs32/t2/bf16/st1/skauto"));
+    }
+  }
 }
 
 TEST(CapiBackendTest, ThisBuildsLibraryTakesTheScheduleFlags) {
@@ -78,6 +158,41 @@ TEST(CapiBackendTest, AVersionOneLibraryIsServedWhatItCanExpress) {
       EXPECT_EQ(refused.message().find("C ABI library"), std::string::npos) << refused;
     }
   }
+}
+
+// A library from before the KV-cache and e4m3 calls is not told a problem it would misread: the
+// plain calls would run a decode problem as a prefill and read a page pool or e4m3 bytes as
+// contiguous K/V of the dtype. A planned split reaches it as split_kv 0, which it refuses itself.
+TEST(CapiBackendTest, ALibraryWithoutTheKvCacheCallsIsToldOnlyWhatItCanRead) {
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_FAKE_CAPI_V1, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  const KernelConfig c = *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1");
+  std::vector<float> none(1);
+  const AttentionBuffers buffers{.q = none.data(), .k = none.data(), .v = none.data(), .o = none.data()};
+  struct Case {
+    const char* key;
+    const char* why;
+  };
+  for (const Case& k : {Case{"decode/b2/hq4/hkv2/q1/k70/d32/causal1/fp32", "a decode problem cannot be served"},
+                        Case{"decode/b2/hq4/hkv2/q1/k70/d32/causal1/fp32/page16", "a paged problem cannot be served"},
+                        Case{"prefill/b2/hq4/hkv2/q24/k88/d32/causal1/fp32/page16/prefix4",
+                             "a paged problem cannot be served"},
+                        Case{"prefill/b2/hq4/hkv2/q33/k47/d32/causal1/bf16/kve4m3",
+                             "no fusetune_*_kv_quant functions: K/V stored as e4m3 cannot be served"}}) {
+    const AttentionProblem p = Key(k.key);
+    for (absl::Status refused : {(*lib)->CanImplement(p, c), (*lib)->Run(p, c, buffers),
+                                 (*lib)->Time(p, c, buffers, TimingOptions{}).status()}) {
+      EXPECT_TRUE(absl::IsUnimplemented(refused)) << k.key << ": " << refused;
+      EXPECT_NE(refused.message().find(k.why), std::string::npos) << refused;
+      EXPECT_EQ(refused.message().find("C ABI library:"), std::string::npos) << refused;
+    }
+  }
+  absl::Status s = (*lib)->CanImplement(Small(), *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1/skauto"));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("C ABI library: fake v1 read 0/16/32/1/0/1/0"), std::string::npos) << s;
+  // A varlen prefill needs nothing the first calls lack.
+  s = (*lib)->CanImplement(Varlen(), c);
+  EXPECT_NE(s.message().find("C ABI library: fake v1 read"), std::string::npos) << s;
 }
 
 TEST(CapiBackendTest, ALibraryOfAnotherVersionIsRefused) {

@@ -13,10 +13,18 @@
 // both address the same device (the CUDA driver's primary context is shared by every runtime in
 // the process). What the ABI cannot say is marked so: Describe() is `memory`'s description,
 // CandidateConfigs() is empty (a served cell names its config), and timing blocks carry no
-// device state (DeviceState::known is false). Paged problems are Unimplemented (ABI version 1
-// has no block table). Libraries of C ABI version 1 and 2 are served: version 2 appended
-// pingpong and persistent to fusetune_config, so a version-1 library reads the same struct,
-// and a config that sets either is Unimplemented there.
+// device state (DeviceState::known is false).
+//
+// Problems: a contiguous prefill (uniform, padded or varlen) goes through fusetune_can_implement,
+// fusetune_run and fusetune_time, which every library has. A decode problem or a paged KV cache
+// (block table, pool, shared prefix) goes through the *_kv_cache functions, and K/V stored as
+// e4m3 through the *_kv_quant ones; both are looked up when the library is loaded, and a library
+// that predates them answers such problems Unimplemented (the plain functions would run a decode
+// problem as a prefill and read a page pool or e4m3 bytes as contiguous K/V of the dtype). A
+// config's split_kv 0 (/skauto, planned at launch) is handed over as it is: a library from before
+// that meaning refuses it itself. Libraries of C ABI version 1 and 2 are served: version 2
+// appended pingpong and persistent to fusetune_config, so a version-1 library reads the same
+// struct, and a config that sets either is Unimplemented there.
 //
 // Thread-safety: as the ABI's handle, not thread-safe; one CapiBackend per thread.
 #ifndef FUSETUNE_REGRESS_CAPI_BACKEND_H_
