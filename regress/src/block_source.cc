@@ -56,37 +56,147 @@ class PinnedThread {
 
 }  // namespace
 
+// What the Runner of a RunnerBlockSource calls: the kernels of the selected side, and always
+// the source's own backend for memory, so every side runs on the inputs the Runner made.
+class RunnerBlockSource::KernelSwitch final : public Backend {
+ public:
+  explicit KernelSwitch(Backend& own) : own_(own) { kernels_.push_back(&own); }
+
+  void Select(size_t side) { selected_ = side; }
+  size_t Add(std::unique_ptr<Backend> kernels) {
+    kernels->SetStopToken(stop_);
+    kernels_.push_back(kernels.get());
+    owned_.push_back(std::move(kernels));
+    return kernels_.size() - 1;
+  }
+
+  DeviceInfo Describe() const override { return Selected().Describe(); }
+  absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override {
+    return Selected().CanImplement(problem, config);
+  }
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& problem) const override {
+    return Selected().CandidateConfigs(problem);
+  }
+  absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
+                   const AttentionBuffers& buffers) override {
+    return Selected().Run(problem, config, buffers);
+  }
+  absl::Status RunOnStream(const AttentionProblem& problem, const KernelConfig& config,
+                           const AttentionBuffers& buffers, const StreamLaunch& launch) override {
+    return Selected().RunOnStream(problem, config, buffers, launch);
+  }
+  absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
+                                     const AttentionBuffers& buffers, const TimingOptions& options) override {
+    return Selected().Time(problem, config, buffers, options);
+  }
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override { return own_.Allocate(bytes); }
+  absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    return own_.CopyToDevice(dst, src, bytes);
+  }
+  absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override { return own_.CopyToHost(dst, src, bytes); }
+  absl::Status Fill(void* dst, uint8_t value, size_t bytes) override { return own_.Fill(dst, value, bytes); }
+  void SetStopToken(StopToken stop) override {
+    for (Backend* b : kernels_) b->SetStopToken(stop);
+    stop_ = std::move(stop);
+  }
+
+ private:
+  Backend& Selected() const { return *kernels_[selected_]; }
+
+  Backend& own_;
+  std::vector<Backend*> kernels_;  // [0] = own_
+  std::vector<std::unique_ptr<Backend>> owned_;
+  size_t selected_ = 0;
+  StopToken stop_;
+};
+
+// An added side, as a source of its own.
+class RunnerBlockSource::Side final : public BlockSource {
+ public:
+  Side(RunnerBlockSource& parent, size_t index) : parent_(parent), index_(index) {}
+  absl::StatusOr<SourceInfo> Describe() override { return parent_.DescribeSide(index_); }
+  absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config, std::string* why) override {
+    return parent_.CanRunSide(index_, problem, config, why);
+  }
+  absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override {
+    return parent_.VerifySide(index_, problem, config);
+  }
+  absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override {
+    return parent_.MeasureBlockSide(index_, problem, config);
+  }
+
+ private:
+  RunnerBlockSource& parent_;
+  size_t index_;
+};
+
 RunnerBlockSource::RunnerBlockSource(Backend& backend, std::string commit, const TimingOptions& block,
                                      RunnerOptions runner_options, int timing_cpu)
     : backend_(backend),
-      commit_(std::move(commit)),
+      kernels_(std::make_unique<KernelSwitch>(backend)),
       block_(block),
-      runner_(backend, [&] {
+      runner_(*kernels_, [&] {
         runner_options.timing = block;
         return runner_options;
       }()),
-      timing_cpu_(timing_cpu) {}
+      timing_cpu_(timing_cpu) {
+  sides_.push_back(SideState{std::move(commit), {}, nullptr});
+}
 
 RunnerBlockSource::~RunnerBlockSource() = default;
 
-absl::StatusOr<SourceInfo> RunnerBlockSource::Describe() {
+absl::StatusOr<BlockSource*> RunnerBlockSource::AddSide(std::unique_ptr<Backend> kernels, std::string commit) {
+  if (kernels == nullptr) return absl::InvalidArgumentError("a side needs a backend");
+  const std::string own = backend_.Describe().DeviceClass();
+  const std::string theirs = kernels->Describe().DeviceClass();
+  if (own != theirs) {
+    return absl::InvalidArgumentError(Cat("a side on ", theirs, " cannot share inputs made on ", own));
+  }
+  const size_t index = kernels_->Add(std::move(kernels));
+  sides_.push_back(SideState{std::move(commit), {}, std::make_unique<Side>(*this, index)});
+  return sides_.back().source.get();
+}
+
+BlockSource* RunnerBlockSource::side(size_t side) {
+  if (side >= sides_.size()) return nullptr;
+  return side == 0 ? static_cast<BlockSource*>(this) : sides_[side].source.get();
+}
+
+absl::StatusOr<SourceInfo> RunnerBlockSource::Describe() { return DescribeSide(0); }
+absl::StatusOr<bool> RunnerBlockSource::CanRun(const AttentionProblem& problem, const KernelConfig& config,
+                                               std::string* why) {
+  return CanRunSide(0, problem, config, why);
+}
+absl::StatusOr<CellCheck> RunnerBlockSource::Verify(const AttentionProblem& problem, const KernelConfig& config) {
+  return VerifySide(0, problem, config);
+}
+absl::StatusOr<SampleBlock> RunnerBlockSource::MeasureBlock(const AttentionProblem& problem,
+                                                            const KernelConfig& config) {
+  return MeasureBlockSide(0, problem, config);
+}
+
+absl::StatusOr<SourceInfo> RunnerBlockSource::DescribeSide(size_t side) {
+  kernels_->Select(side);
   SourceInfo info;
-  info.commit = commit_;
-  info.device = backend_.Describe();
+  info.commit = sides_[side].commit;
+  info.device = kernels_->Describe();
   info.environment = info.device.driver;
   return info;
 }
 
-absl::StatusOr<bool> RunnerBlockSource::CanRun(const AttentionProblem& problem, const KernelConfig& config,
-                                               std::string* why) {
+absl::StatusOr<bool> RunnerBlockSource::CanRunSide(size_t side, const AttentionProblem& problem,
+                                                   const KernelConfig& config, std::string* why) {
+  kernels_->Select(side);
   absl::Status s = problem.Validate();
   if (s.ok()) s = config.Validate();
-  if (s.ok()) s = backend_.CanImplement(problem, config);
+  if (s.ok()) s = kernels_->CanImplement(problem, config);
   if (!s.ok() && why != nullptr) *why = std::string(s.ToString());
   return s.ok();
 }
 
-absl::StatusOr<CellCheck> RunnerBlockSource::Verify(const AttentionProblem& problem, const KernelConfig& config) {
+absl::StatusOr<CellCheck> RunnerBlockSource::VerifySide(size_t side, const AttentionProblem& problem,
+                                                        const KernelConfig& config) {
+  kernels_->Select(side);
   const Trial t = runner_.Measure(problem, config, block_, /*run_id=*/0, /*attempt=*/0);
   CellCheck check;
   check.outcome = t.outcome;
@@ -95,18 +205,21 @@ absl::StatusOr<CellCheck> RunnerBlockSource::Verify(const AttentionProblem& prob
   check.max_rel_error = t.max_rel_error;
   check.tolerance = ToleranceFor(config.precision, problem.dtype);
   const std::string name = CellName(problem, config);
-  if (t.outcome == TrialOutcome::kOk && std::find(verified_.begin(), verified_.end(), name) == verified_.end()) {
-    verified_.push_back(name);
+  std::vector<std::string>& verified = sides_[side].verified;
+  if (t.outcome == TrialOutcome::kOk && std::find(verified.begin(), verified.end(), name) == verified.end()) {
+    verified.push_back(name);
   }
   return check;
 }
 
-absl::StatusOr<SampleBlock> RunnerBlockSource::MeasureBlock(const AttentionProblem& problem,
-                                                            const KernelConfig& config) {
+absl::StatusOr<SampleBlock> RunnerBlockSource::MeasureBlockSide(size_t side, const AttentionProblem& problem,
+                                                                const KernelConfig& config) {
   const std::string name = CellName(problem, config);
-  if (std::find(verified_.begin(), verified_.end(), name) == verified_.end()) {
+  const std::vector<std::string>& verified = sides_[side].verified;
+  if (std::find(verified.begin(), verified.end(), name) == verified.end()) {
     return absl::FailedPreconditionError(Cat("cell ", name, " was not verified on this source"));
   }
+  kernels_->Select(side);
   const KernelConfig configs[] = {config};
   PinnedThread pinned(timing_cpu_);
   if (!pinned.status().ok()) return pinned.status();
@@ -121,7 +234,8 @@ absl::StatusOr<SampleBlock> RunnerBlockSource::MeasureBlock(const AttentionProbl
   return t.blocks.front();
 }
 
-absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out) {
+absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out, const SideOpener& open_side) {
+  std::vector<BlockSource*> sides = {&source};
   auto reply = [out](const nlohmann::json& j) {
     const std::string line = j.dump() + "\n";
     std::fwrite(line.data(), 1, line.size(), out);
@@ -146,9 +260,28 @@ absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out) {
       continue;
     }
     if (request->op == protocol::Op::kQuit) return absl::OkStatus();
+    if (request->op == protocol::Op::kOpenSide) {
+      if (!open_side) {
+        reply({{"error", "this bench-serve opens no sides"}});
+        continue;
+      }
+      absl::StatusOr<BlockSource*> opened = open_side(request->library, request->commit, request->planted);
+      if (!opened.ok()) {
+        reply({{"error", std::string(opened.status().ToString())}});
+        continue;
+      }
+      sides.push_back(*opened);
+      reply({{"side", sides.size() - 1}});
+      continue;
+    }
+    if (static_cast<size_t>(request->side) >= sides.size()) {
+      reply({{"error", Cat("no side ", request->side, " (", sides.size(), " open)")}});
+      continue;
+    }
+    BlockSource& served = *sides[static_cast<size_t>(request->side)];
     if (request->op == protocol::Op::kCanRun) {
       std::string why;
-      absl::StatusOr<bool> can = source.CanRun(request->problem, request->config, &why);
+      absl::StatusOr<bool> can = served.CanRun(request->problem, request->config, &why);
       if (!can.ok()) {
         reply({{"error", std::string(can.status().ToString())}, {"fatal", true}});
         return can.status();
@@ -157,7 +290,7 @@ absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out) {
       continue;
     }
     if (request->op == protocol::Op::kVerify) {
-      absl::StatusOr<CellCheck> check = source.Verify(request->problem, request->config);
+      absl::StatusOr<CellCheck> check = served.Verify(request->problem, request->config);
       if (!check.ok()) {
         reply({{"error", std::string(check.status().ToString())}, {"fatal", true}});
         return check.status();
@@ -165,7 +298,7 @@ absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out) {
       reply(protocol::CheckToJson(*check));
       continue;
     }
-    absl::StatusOr<SampleBlock> block = source.MeasureBlock(request->problem, request->config);
+    absl::StatusOr<SampleBlock> block = served.MeasureBlock(request->problem, request->config);
     if (!block.ok()) {
       reply({{"error", std::string(block.status().ToString())}, {"fatal", true}});
       return block.status();

@@ -68,12 +68,13 @@ TEST(RunnerBlockSourceTest, APinnedBlockRestoresTheThreadsAffinity) {
 }
 
 // Writes `requests` to a file, serves it, returns the replies.
-std::string Serve(BlockSource& source, const std::string& requests, absl::Status* status) {
+std::string Serve(BlockSource& source, const std::string& requests, absl::Status* status,
+                  const SideOpener& opener = {}) {
   std::FILE* in = std::tmpfile();
   std::FILE* out = std::tmpfile();
   std::fputs(requests.c_str(), in);
   std::rewind(in);
-  *status = ServeBlocks(source, in, out);
+  *status = ServeBlocks(source, in, out, opener);
   std::rewind(out);
   std::string replies;
   for (int c; (c = std::fgetc(out)) != EOF;) replies.push_back(static_cast<char>(c));
@@ -114,6 +115,174 @@ TEST(ServeBlocksTest, AnswersHelloCanRunVerifyAndBlockAndSurvivesMalformedReques
   absl::StatusOr<SampleBlock> block = protocol::ParseBlock(lines[5]);
   ASSERT_TRUE(block.ok()) << block.status();
   EXPECT_GT(block->median_us, 0);
+}
+
+// Records the buffers each call is given, and answers for one device class.
+class RecordingBackend : public Backend {
+ public:
+  explicit RecordingBackend(std::unique_ptr<Backend> inner, std::string device_class = "")
+      : inner_(std::move(inner)), device_class_(std::move(device_class)) {}
+  DeviceInfo Describe() const override {
+    DeviceInfo d = inner_->Describe();
+    if (!device_class_.empty()) d.name = device_class_;
+    return d;
+  }
+  absl::Status CanImplement(const AttentionProblem& p, const KernelConfig& c) const override {
+    return inner_->CanImplement(p, c);
+  }
+  std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& p) const override {
+    return inner_->CandidateConfigs(p);
+  }
+  absl::Status Run(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b) override {
+    ++runs;
+    return inner_->Run(p, c, b);
+  }
+  absl::StatusOr<TimingSamples> Time(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b,
+                                     const TimingOptions& o) override {
+    timed_q.push_back(b.q);
+    return inner_->Time(p, c, b, o);
+  }
+  absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
+    ++allocations;
+    return inner_->Allocate(bytes);
+  }
+  absl::Status CopyToDevice(void* d, const void* s, size_t n) override { return inner_->CopyToDevice(d, s, n); }
+  absl::Status CopyToHost(void* d, const void* s, size_t n) override { return inner_->CopyToHost(d, s, n); }
+  absl::Status Fill(void* d, uint8_t v, size_t n) override { return inner_->Fill(d, v, n); }
+
+  int runs = 0;
+  int allocations = 0;
+  std::vector<const void*> timed_q;
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  std::string device_class_;
+};
+
+TEST(RunnerBlockSourceTest, ASideIsVerifiedOnItsOwnAndTimedOnTheSameInputs) {
+  RecordingBackend own(Cpu());
+  RunnerBlockSource source(own, "abcdef1", kBlock);
+  auto other = std::make_unique<RecordingBackend>(Cpu());
+  RecordingBackend* other_kernels = other.get();
+  absl::StatusOr<BlockSource*> side = source.AddSide(std::move(other), "0123456789ab");
+  ASSERT_TRUE(side.ok()) << side.status();
+  EXPECT_EQ(source.sides(), 2u);
+  EXPECT_EQ(source.side(1), *side);
+  EXPECT_EQ(source.side(0), &source);
+  EXPECT_EQ(source.side(2), nullptr);
+  EXPECT_EQ((*side)->Describe()->commit, "0123456789ab");
+  EXPECT_EQ(source.Describe()->commit, "abcdef1");
+  const KernelConfig c = Config("fused/bm16/bs16/t1/fp32/st1");
+  ASSERT_EQ(source.Verify(Small(), c)->outcome, TrialOutcome::kOk);
+  // Verified on the own kernels only: the side has not checked its own yet.
+  EXPECT_TRUE(absl::IsFailedPrecondition((*side)->MeasureBlock(Small(), c).status()));
+  EXPECT_EQ(other_kernels->runs, 0);
+  ASSERT_EQ((*side)->Verify(Small(), c)->outcome, TrialOutcome::kOk);
+  EXPECT_GT(other_kernels->runs, 0) << "the side's verification ran the side's kernels";
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(source.MeasureBlock(Small(), c).ok());
+    ASSERT_TRUE((*side)->MeasureBlock(Small(), c).ok());
+  }
+  // Every block of both sides read the one set of inputs, made through the own backend.
+  ASSERT_FALSE(own.timed_q.empty());
+  ASSERT_FALSE(other_kernels->timed_q.empty());
+  for (const void* q : other_kernels->timed_q) EXPECT_EQ(q, own.timed_q.front());
+  for (const void* q : own.timed_q) EXPECT_EQ(q, own.timed_q.front());
+  EXPECT_EQ(other_kernels->allocations, 0);
+}
+
+TEST(RunnerBlockSourceTest, ASideOfAnotherDeviceClassOrNoneIsRefused) {
+  std::unique_ptr<Backend> cpu = Cpu();
+  RunnerBlockSource source(*cpu, "abcdef1", kBlock);
+  EXPECT_TRUE(absl::IsInvalidArgument(source.AddSide(nullptr, "abcdef1").status()));
+  absl::StatusOr<BlockSource*> elsewhere =
+      source.AddSide(std::make_unique<RecordingBackend>(Cpu(), "another device"), "abcdef1");
+  EXPECT_TRUE(absl::IsInvalidArgument(elsewhere.status())) << elsewhere.status();
+  EXPECT_EQ(source.sides(), 1u);
+}
+
+TEST(ServeBlocksTest, OpensSidesAndRoutesRequestsByTheirSide) {
+  std::unique_ptr<Backend> cpu = Cpu();
+  RunnerBlockSource source(*cpu, "abcdef1", kBlock);
+  RecordingBackend* opened_kernels = nullptr;
+  std::string opened_library, opened_commit;
+  bool opened_planted = false;
+  const SideOpener opener = [&](const std::string& library, const std::string& commit,
+                                bool planted) -> absl::StatusOr<BlockSource*> {
+    if (library == "missing.so") return absl::NotFoundError("no library at missing.so");
+    opened_library = library;
+    opened_commit = commit;
+    opened_planted = planted;
+    auto kernels = std::make_unique<RecordingBackend>(Cpu());
+    opened_kernels = kernels.get();
+    return source.AddSide(std::move(kernels), commit);
+  };
+  const KernelConfig c = Config("fused/bm16/bs16/t1/fp32/st1");
+  const std::string requests = protocol::OpenSideLine("missing.so", "0123456789ab", false) + "\n" +
+                               protocol::OpenSideLine("lib/libfusetune_capi.so", "0123456789AB", true) + "\n" +
+                               protocol::RequestLine(protocol::Op::kVerify, Small(), c, 1) + "\n" +
+                               protocol::RequestLine(protocol::Op::kBlock, Small(), c, 1) + "\n" +
+                               protocol::RequestLine(protocol::Op::kBlock, Small(), c, 2) + "\n" +
+                               protocol::RequestLine(protocol::Op::kBlock, Small(), c) + "\n";
+  absl::Status status;
+  const std::string replies = Serve(source, requests, &status, opener);
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;  // the last request's, below
+  std::vector<std::string> lines;
+  for (size_t at = 0, next; (next = replies.find('\n', at)) != std::string::npos; at = next + 1) {
+    lines.push_back(replies.substr(at, next - at));
+  }
+  ASSERT_EQ(lines.size(), 7u) << replies;
+  EXPECT_NE(lines[1].find("no library at missing.so"), std::string::npos) << lines[1];
+  EXPECT_EQ(*protocol::ParseOpenSide(lines[2]), 1);
+  EXPECT_EQ(opened_library, "lib/libfusetune_capi.so");
+  EXPECT_EQ(opened_commit, "0123456789ab");  // canonical
+  EXPECT_TRUE(opened_planted);
+  ASSERT_NE(opened_kernels, nullptr);
+  EXPECT_EQ(protocol::ParseCheck(lines[3])->outcome, TrialOutcome::kOk);
+  EXPECT_TRUE(protocol::ParseBlock(lines[4]).ok()) << lines[4];
+  EXPECT_FALSE(opened_kernels->timed_q.empty()) << "side 1's block ran side 1's kernels";
+  EXPECT_NE(lines[5].find("no side 2"), std::string::npos) << lines[5];
+  // Side 0 was never verified: its block is the source's error, which ends serving.
+  EXPECT_NE(lines[6].find("was not verified"), std::string::npos) << lines[6];
+}
+
+TEST(ServeBlocksTest, WithoutAnOpenerOpenSideIsAnErrorAndServingGoesOn) {
+  std::unique_ptr<Backend> cpu = Cpu();
+  RunnerBlockSource source(*cpu, "abcdef1", kBlock);
+  const KernelConfig c = Config("fused/bm16/bs16/t1/fp32/st1");
+  absl::Status status;
+  const std::string replies = Serve(source,
+                                    protocol::OpenSideLine("lib.so", "abcdef123456", false) + "\n" +
+                                        protocol::RequestLine(protocol::Op::kCanRun, Small(), c) + "\n",
+                                    &status);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_NE(replies.find("opens no sides"), std::string::npos) << replies;
+  EXPECT_NE(replies.find("\"can_run\":true"), std::string::npos) << replies;
+}
+
+TEST(ProtocolTest, SidesAndOpenSideRoundTripAndBadOnesAreRefused) {
+  const KernelConfig c = Config("fused/bm16/bs16/t1/fp32/st1");
+  EXPECT_EQ(protocol::RequestLine(protocol::Op::kBlock, Small(), c).find("side"), std::string::npos)
+      << "side 0 is left out, for children older than sides";
+  absl::StatusOr<protocol::Request> r = protocol::ParseRequest(protocol::RequestLine(protocol::Op::kBlock, Small(), c, 3));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->side, 3);
+  r = protocol::ParseRequest(protocol::OpenSideLine("/a/libfusetune_capi.so", "ABCDEF1234567", false));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->op, protocol::Op::kOpenSide);
+  EXPECT_EQ(r->library, "/a/libfusetune_capi.so");
+  EXPECT_EQ(r->commit, "abcdef123456");
+  EXPECT_FALSE(r->planted);
+  for (const char* bad : {R"({"op":"open_side","commit":"abcdef1"})", R"({"op":"open_side","library":"","commit":"abcdef1"})",
+                          R"({"op":"open_side","library":"x.so","commit":"not a commit!"})",
+                          R"({"op":"open_side","library":"x.so","commit":"abcdef1","planted":"yes"})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(protocol::ParseRequest(bad).status())) << bad;
+  }
+  std::string line = protocol::RequestLine(protocol::Op::kBlock, Small(), c);
+  line.insert(line.size() - 1, R"(,"side":-1)");
+  EXPECT_TRUE(absl::IsInvalidArgument(protocol::ParseRequest(line).status())) << line;
+  EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"side":0})").status()));
+  EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"error":"cannot load x.so"})").status()));
 }
 
 TEST(ProtocolTest, ARequestRoundTripsItsProblemAndConfig) {

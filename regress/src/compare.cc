@@ -561,6 +561,7 @@ std::string ComparisonToJson(const Comparison& comparison) {
   nlohmann::json doc = {{"baseline", SourceToJson(comparison.baseline)},
                         {"candidate", SourceToJson(comparison.candidate)},
                         {"interleaved", comparison.interleaved},
+                        {"one_process", comparison.one_process},
                         {"measure_seconds", comparison.measure_seconds},
                         {"blocks_measured", comparison.blocks_measured},
                         {"cells", std::move(cells)}};

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fusetune/base/strings.h"
+#include "fusetune/records/commit.h"
 #include "fusetune/regress/block_source.h"
 #include "protocol.h"
 
@@ -180,6 +181,55 @@ absl::StatusOr<SampleBlock> ProcessBlockSource::MeasureBlock(const AttentionProb
   absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kBlock, problem, config));
   if (!reply.ok()) return reply.status();
   return protocol::ParseBlock(*reply);
+}
+
+// A side opened in the child: its requests name the side.
+class ProcessBlockSource::Side final : public BlockSource {
+ public:
+  Side(ProcessBlockSource& child, int side, SourceInfo info) : child_(child), side_(side), info_(std::move(info)) {}
+  absl::StatusOr<SourceInfo> Describe() override { return info_; }
+  absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config, std::string* why) override {
+    absl::StatusOr<std::string> reply =
+        child_.Request(protocol::RequestLine(protocol::Op::kCanRun, problem, config, side_));
+    if (!reply.ok()) return reply.status();
+    return protocol::ParseCanRun(*reply, why);
+  }
+  absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override {
+    absl::StatusOr<std::string> reply =
+        child_.Request(protocol::RequestLine(protocol::Op::kVerify, problem, config, side_));
+    if (!reply.ok()) return reply.status();
+    return protocol::ParseCheck(*reply);
+  }
+  absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override {
+    absl::StatusOr<std::string> reply =
+        child_.Request(protocol::RequestLine(protocol::Op::kBlock, problem, config, side_));
+    if (!reply.ok()) return reply.status();
+    return protocol::ParseBlock(*reply);
+  }
+
+ private:
+  ProcessBlockSource& child_;
+  int side_;
+  SourceInfo info_;
+};
+
+absl::StatusOr<std::unique_ptr<BlockSource>> ProcessBlockSource::OpenSide(const std::string& library,
+                                                                         const std::string& commit, bool planted) {
+  absl::StatusOr<std::string> canonical = CanonicalCommit(commit);
+  if (!canonical.ok()) return absl::InvalidArgumentError(Cat("a side's commit: ", canonical.status().message()));
+  absl::StatusOr<std::string> reply = Request(protocol::OpenSideLine(library, *canonical, planted));
+  if (!reply.ok()) return reply.status();
+  absl::StatusOr<int> side = protocol::ParseOpenSide(*reply);
+  if (!side.ok()) {
+    // The child answered and serves on: a refusal, not a failure of the child.
+    if (side.status().message().find("unknown op") != std::string_view::npos) {
+      return absl::UnimplementedError(Cat("this bench-serve (", info_.commit, ") cannot open sides"));
+    }
+    return absl::FailedPreconditionError(Cat("cannot open ", library, " as a side: ", side.status().message()));
+  }
+  SourceInfo info = info_;
+  info.commit = *std::move(canonical);
+  return std::unique_ptr<BlockSource>(new Side(*this, *side, std::move(info)));
 }
 
 }  // namespace fusetune::regress

@@ -27,12 +27,19 @@ absl::StatusOr<nlohmann::json> ParseReply(std::string_view line) {
 
 }  // namespace
 
-std::string RequestLine(Op op, const AttentionProblem& problem, const KernelConfig& config) {
+std::string RequestLine(Op op, const AttentionProblem& problem, const KernelConfig& config, int side) {
   if (op == Op::kQuit) return R"({"op":"quit"})";
   const char* name = op == Op::kCanRun ? "can_run" : op == Op::kVerify ? "verify" : "block";
   nlohmann::json j = {{"op", name},
                       {"problem", nlohmann::json::parse(ProblemToJson(problem))},
                       {"config", config.Key()}};
+  if (side != 0) j["side"] = side;
+  return j.dump();
+}
+
+std::string OpenSideLine(const std::string& library, const std::string& commit, bool planted) {
+  nlohmann::json j = {{"op", "open_side"}, {"library", library}, {"commit", commit}};
+  if (planted) j["planted"] = true;
   return j.dump();
 }
 
@@ -50,8 +57,29 @@ absl::StatusOr<Request> ParseRequest(std::string_view line) {
     r.op = Op::kVerify;
   } else if (op == "block") {
     r.op = Op::kBlock;
+  } else if (op == "open_side") {
+    r.op = Op::kOpenSide;
+    if (!j.contains("library") || !j["library"].is_string() || j["library"].get<std::string>().empty() ||
+        !j.contains("commit") || !j["commit"].is_string()) {
+      return absl::InvalidArgumentError("open_side needs a non-empty string \"library\" and a string \"commit\"");
+    }
+    absl::StatusOr<std::string> commit = CanonicalCommit(j["commit"].get<std::string>());
+    if (!commit.ok()) return absl::InvalidArgumentError(Cat("open_side: ", commit.status().message()));
+    if (j.contains("planted") && !j["planted"].is_boolean()) {
+      return absl::InvalidArgumentError("open_side's \"planted\" is a boolean");
+    }
+    r.library = j["library"].get<std::string>();
+    r.commit = *std::move(commit);
+    r.planted = j.value("planted", false);
+    return r;
   } else {
-    return absl::InvalidArgumentError(Cat("unknown op \"", op, "\" (can_run, verify, block, quit)"));
+    return absl::InvalidArgumentError(Cat("unknown op \"", op, "\" (can_run, verify, block, open_side, quit)"));
+  }
+  if (j.contains("side")) {
+    if (!j["side"].is_number_integer() || j["side"].get<int64_t>() < 0 || j["side"].get<int64_t>() > 1000) {
+      return absl::InvalidArgumentError("\"side\" is a side's number, an integer from 0");
+    }
+    r.side = static_cast<int>(j["side"].get<int64_t>());
   }
   if (!j.contains("problem") || !j.contains("config") || !j["config"].is_string()) {
     return absl::InvalidArgumentError("can_run, verify and block need \"problem\" and a string \"config\"");
@@ -124,6 +152,16 @@ absl::StatusOr<CellCheck> ParseCheck(std::string_view line) {
   } catch (const std::exception& e) {
     return absl::UnavailableError(Cat("malformed check from bench-serve: ", e.what()));
   }
+}
+
+absl::StatusOr<int> ParseOpenSide(std::string_view line) {
+  absl::StatusOr<nlohmann::json> j = ParseReply(line);
+  if (!j.ok()) return j.status();
+  if (!j->contains("side") || !(*j)["side"].is_number_integer() || (*j)["side"].get<int64_t>() < 1 ||
+      (*j)["side"].get<int64_t>() > 1000) {
+    return absl::UnavailableError(Cat("malformed open_side reply from bench-serve: ", line.substr(0, 200)));
+  }
+  return static_cast<int>((*j)["side"].get<int64_t>());
 }
 
 absl::StatusOr<bool> ParseCanRun(std::string_view line, std::string* why) {

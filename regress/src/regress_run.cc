@@ -160,13 +160,18 @@ KnownNoise KnownAANoise(Store* store, const std::string& device_class) {
 }
 
 CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const std::string& device_class,
-                                 const std::atomic<bool>* cancel, std::vector<std::string>* notes) {
+                                 bool one_process, const std::atomic<bool>* cancel, std::vector<std::string>* notes) {
   CompareOptions options;
   options.blocks = f.blocks;
   options.stored_min_floor = f.stored_floor;
   options.min_floor = f.min_floor;
   options.max_measure_seconds = f.max_measure_seconds;
   options.cancel = cancel;
+  if (one_process) {
+    notes->push_back("both builds are measured in one process on the same inputs: floors come from the blocks "
+                     "alone (the between-process A/A noise of earlier calibrations does not apply)");
+    return options;
+  }
   KnownNoise known = KnownAANoise(store, device_class);
   notes->push_back(known.note);
   options.known_aa_noise = [noise = std::move(known.noise)](const SuiteCell& cell) {
@@ -206,8 +211,101 @@ absl::StatusOr<std::unique_ptr<ProcessBlockSource>> StartCandidate(const Regress
   return candidate;
 }
 
+absl::StatusOr<std::string> CapiLibraryOfBuild(const std::string& build) {
+  if (IsCapiLibrary(build)) return build;
+  const std::filesystem::path binary(build);
+  const std::filesystem::path dir = binary.parent_path();
+  const std::filesystem::path candidates[] = {dir.parent_path() / "lib" / "libfusetune_capi.so",
+                                              dir.parent_path().parent_path() / "kernels" / "capi" /
+                                                  "libfusetune_capi.so"};
+  for (const std::filesystem::path& p : candidates) {
+    if (access(p.c_str(), R_OK) == 0) return p.string();
+  }
+  return absl::NotFoundError(fmt::format("no libfusetune_capi.so beside {} (looked at {} and {})", build,
+                                         candidates[0].string(), candidates[1].string()));
+}
+
+absl::StatusOr<std::string> ReportedCommit(const std::string& binary) {
+  if (IsCapiLibrary(binary)) return std::string(kUnknownCommit);
+  const ShellResult r = RunShell(fmt::format("'{}' --version 2>/dev/null", binary));
+  // "<version> (commit <commit>)", as main.cc's version flag prints it.
+  const size_t at = r.out.rfind("(commit ");
+  const size_t end = at == std::string::npos ? std::string::npos : r.out.find(')', at);
+  if (r.status != 0 || end == std::string::npos) {
+    return absl::UnavailableError(fmt::format("{} --version does not name its commit", binary));
+  }
+  absl::StatusOr<std::string> commit = CanonicalCommit(r.out.substr(at + 8, end - at - 8));
+  if (!commit.ok()) return absl::UnavailableError(fmt::format("{} --version: {}", binary, std::string(commit.status().message())));
+  return commit;
+}
+
+namespace {
+
+// Both builds' libraries as sides of the candidate's bench-serve (StartBaseline's first way):
+// the build, or FailedPrecondition / Unimplemented saying why not (the child serves on), or
+// the child's or the commit check's error.
+absl::StatusOr<BaselineBuild> OpenBothSides(const RegressOptions& f, const std::string& binary,
+                                            const std::string& named, bool check_commit,
+                                            ProcessBlockSource& candidate, const SourceInfo& candidate_info) {
+  const std::string candidate_build = f.candidate_binary.empty() ? SelfBinary() : f.candidate_binary;
+  absl::StatusOr<std::string> candidate_library = CapiLibraryOfBuild(candidate_build);
+  if (!candidate_library.ok()) return absl::FailedPreconditionError(candidate_library.status().message());
+  absl::StatusOr<std::string> library = CapiLibraryOfBuild(binary);
+  if (!library.ok()) return absl::FailedPreconditionError(library.status().message());
+  absl::StatusOr<std::string> commit = CanonicalCommit(named);
+  if (check_commit) {
+    absl::StatusOr<std::string> reported = ReportedCommit(binary);
+    if (!reported.ok()) return absl::FailedPreconditionError(reported.status().message());
+    commit = CommitOfBuild("--baseline", named, *reported, binary);
+  }
+  if (!commit.ok()) return commit.status();
+  BaselineBuild build;
+  absl::StatusOr<std::unique_ptr<BlockSource>> candidate_side =
+      candidate.OpenSide(*candidate_library, candidate_info.commit, /*planted=*/!f.plant_slowdowns.empty());
+  if (!candidate_side.ok()) return candidate_side.status();
+  absl::StatusOr<std::unique_ptr<BlockSource>> side = candidate.OpenSide(*library, *commit);
+  if (!side.ok()) return side.status();
+  build.source = *std::move(side);
+  build.candidate = *std::move(candidate_side);
+  build.commit = *std::move(commit);
+  build.one_process = true;
+  build.note = fmt::format("both builds are measured in one process on the same inputs, through their C ABI "
+                           "libraries (candidate {}, baseline {})",
+                           *candidate_library, *library);
+  return build;
+}
+
+}  // namespace
+
+absl::StatusOr<BaselineBuild> StartBaseline(const RegressOptions& f, const std::string& binary,
+                                            const std::string& named, bool check_commit, const Suite& suite,
+                                            ProcessBlockSource& candidate, const SourceInfo& candidate_info) {
+  std::string why_not = "--separate-processes";
+  if (!f.separate_processes) {
+    absl::StatusOr<BaselineBuild> both = OpenBothSides(f, binary, named, check_commit, candidate, candidate_info);
+    if (both.ok()) return both;
+    // A refusal leaves the candidate's bench-serve serving; anything else is an error.
+    if (!absl::IsFailedPrecondition(both.status()) && !absl::IsUnimplemented(both.status())) return both.status();
+    why_not = std::string(both.status().message());
+  }
+  absl::StatusOr<std::unique_ptr<ProcessBlockSource>> process = StartSide(f, binary, suite, /*candidate=*/false);
+  if (!process.ok()) return process.status();
+  absl::StatusOr<SourceInfo> info = (*process)->Describe();
+  if (!info.ok()) return info.status();
+  absl::StatusOr<std::string> commit =
+      check_commit ? CommitOfBuild("--baseline", named, info->commit, binary) : CanonicalCommit(named);
+  if (!commit.ok()) return commit.status();
+  BaselineBuild build;
+  build.source = *std::move(process);
+  build.commit = *std::move(commit);
+  build.note = fmt::format("the baseline is measured in a bench-serve process of its own ({}): the comparison "
+                           "includes the difference between two processes",
+                           why_not);
+  return build;
+}
+
 int ConfirmFlagged(const RegressOptions& f, const Baseline& baseline, const Suite& suite,
-                   const CompareOptions& options, BlockSource& candidate, Comparison& comparison,
+                   const CompareOptions& options, ProcessBlockSource& candidate, Comparison& comparison,
                    std::vector<std::string>* notes) {
   Suite flagged = suite;
   flagged.cells.clear();
@@ -230,10 +328,18 @@ int ConfirmFlagged(const RegressOptions& f, const Baseline& baseline, const Suit
     failure = absl::FailedPreconditionError("no baseline build to confirm with: give --rebuild-command, --builds-dir or --baseline-binary");
   }
   absl::StatusOr<Comparison> confirmed = absl::UnknownError("");
+  std::string arrangement;
   if (failure.ok()) {
-    absl::StatusOr<std::unique_ptr<ProcessBlockSource>> source = StartSide(f, binary, suite, /*candidate=*/false);
+    absl::StatusOr<SourceInfo> candidate_info = candidate.Describe();
+    absl::StatusOr<BaselineBuild> source =
+        candidate_info.ok() ? StartBaseline(f, binary, baseline.commit, /*check_commit=*/false, suite, candidate,
+                                          *candidate_info)
+                            : absl::StatusOr<BaselineBuild>(candidate_info.status());
     if (source.ok()) {
-      confirmed = CompareInterleaved(**source, candidate, flagged, options);
+      confirmed = CompareInterleaved(*source->source, source->candidate ? *source->candidate : candidate, flagged,
+                                     options);
+      if (confirmed.ok()) confirmed->one_process = source->one_process;
+      arrangement = source->note;
     }
     failure = source.ok() ? confirmed.status() : source.status();
   }
@@ -254,23 +360,22 @@ int ConfirmFlagged(const RegressOptions& f, const Baseline& baseline, const Suit
   comparison.blocks_measured += confirmed->blocks_measured;
   comparison.measure_seconds += confirmed->measure_seconds;
   notes->push_back(fmt::format("{} cell(s) flagged against the stored baseline were measured again interleaved with "
-                               "the baseline build; the verdicts shown for them are the interleaved ones",
-                               where.size()));
+                               "the baseline build; the verdicts shown for them are the interleaved ones ({})",
+                               where.size(), arrangement));
   return 0;
 }
 
-absl::StatusOr<Comparison> Measure(const RegressOptions& f, const Baseline& baseline, Store* store, const Suite& suite,
-                                   const CompareOptions& options, BlockSource& candidate,
-                                   std::vector<std::string>* notes, int* unconfirmed) {
-  if (!baseline.binary.empty()) {
-    absl::StatusOr<std::unique_ptr<ProcessBlockSource>> base = StartSide(f, baseline.binary, suite, false);
-    if (!base.ok()) return base.status();
-    absl::StatusOr<SourceInfo> base_info = (*base)->Describe();
-    if (!base_info.ok()) return base_info.status();
-    absl::StatusOr<std::string> commit = CommitOfBuild("--baseline", baseline.commit, base_info->commit, baseline.binary);
-    if (!commit.ok()) return commit.status();
-    absl::StatusOr<Comparison> comparison = CompareInterleaved(**base, candidate, suite, options);
-    if (comparison.ok()) comparison->baseline.commit = *std::move(commit);
+absl::StatusOr<Comparison> Measure(const RegressOptions& f, const Baseline& baseline, BaselineBuild* baseline_build,
+                                   Store* store, const Suite& suite, const CompareOptions& options,
+                                   ProcessBlockSource& candidate, std::vector<std::string>* notes, int* unconfirmed) {
+  if (baseline_build != nullptr) {
+    notes->push_back(baseline_build->note);
+    BlockSource& candidate_side = baseline_build->candidate ? *baseline_build->candidate : candidate;
+    absl::StatusOr<Comparison> comparison = CompareInterleaved(*baseline_build->source, candidate_side, suite, options);
+    if (comparison.ok()) {
+      comparison->baseline.commit = baseline_build->commit;
+      comparison->one_process = baseline_build->one_process;
+    }
     return comparison;
   }
   if (store == nullptr || !baseline.run) return absl::FailedPreconditionError("no baseline build and no stored baseline run");
@@ -293,9 +398,13 @@ int ReportCalibrationDifferencesAsUnknown(Comparison& comparison) {
   for (CellComparison& cell : comparison.cells) {
     CellVerdict& v = cell.verdict;
     if (v.verdict != Verdict::kRegressed && v.verdict != Verdict::kImproved) continue;
-    v.why = fmt::format("A/A calibration: two processes of one build differ beyond the floor, which is this host's "
-                        "between-process noise (recorded for later floors), not a change: {}",
-                        v.why);
+    v.why = comparison.one_process
+                ? fmt::format("A/A calibration: one build, measured twice in one process on the same inputs, "
+                              "differs beyond the floor: the measurement's own noise, not a change: {}",
+                              v.why)
+                : fmt::format("A/A calibration: two processes of one build differ beyond the floor, which is this "
+                              "host's between-process noise (recorded for later floors), not a change: {}",
+                              v.why);
     v.verdict = Verdict::kUnknown;
     v.remeasure = false;
     ++changed;
@@ -314,7 +423,10 @@ std::vector<Regression> RegressionRows(const Comparison& comparison, bool plante
     r.device_class = comparison.candidate.device.DeviceClass();
     r.problem_key = cell.cell.problem.Key();
     r.config_key = cell.cell.config.Key();
-    r.metric = planted ? "planted_latency" : cell.cell.baseline_config ? "latency_vs_previous_pick" : kLatencyMetric;
+    r.metric = planted                                                                   ? "planted_latency"
+               : cell.cell.baseline_config                                               ? "latency_vs_previous_pick"
+               : comparison.one_process && r.commit == r.baseline_commit ? kOneProcessCalibrationMetric
+                                                                         : kLatencyMetric;
     r.ratio = std::isfinite(v.ratio.pairwise_ratio) ? v.ratio.pairwise_ratio : 0;
     r.p_value = r.ratio >= 1 ? v.p_slower_adjusted : v.p_faster_adjusted;
     r.verdict = VerdictName(v.verdict);

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fusetune/records/commit.h"
 #include "fusetune/regress/verdict.h"
 #include "testing/store_fixtures.h"
 
@@ -192,7 +193,7 @@ TEST(ComparisonOptions, LooksUpTheCellsNoiseByItsBaselineConfig) {
   RegressOptions o = Options(kCommitA);
   o.blocks = 7;
   o.stored_floor = 0.05;
-  const CompareOptions options = ComparisonOptions(o, store.get(), device_class, nullptr, &notes);
+  const CompareOptions options = ComparisonOptions(o, store.get(), device_class, /*one_process=*/false, nullptr, &notes);
   EXPECT_EQ(options.blocks, 7);
   EXPECT_DOUBLE_EQ(options.stored_min_floor, 0.05);
   ASSERT_EQ(notes.size(), 1u);
@@ -271,6 +272,62 @@ TEST(RegressionRows, LatencyAndAccuracyRowsWithTheLeaningPValue) {
   Comparison pick = TimedComparison(kCommitA, kCommitB);
   pick.cells[0].cell.baseline_config = *KernelConfig::FromKey(kConfigB);
   EXPECT_EQ(RegressionRows(pick, false)[0].metric, "latency_vs_previous_pick");
+}
+
+TEST(RegressionRows, AnAARunInOneProcessIsNotACalibrationOfTwo) {
+  Comparison aa = TimedComparison(kCommitA, kCommitA);
+  aa.one_process = true;
+  EXPECT_EQ(RegressionRows(aa, false)[0].metric, kOneProcessCalibrationMetric);
+  Comparison change = TimedComparison(kCommitA, kCommitB);
+  change.one_process = true;
+  EXPECT_EQ(RegressionRows(change, false)[0].metric, kLatencyMetric) << "a change is a latency row however measured";
+  // KnownAANoise reads two-process calibrations only.
+  std::unique_ptr<Store> store = MemoryStore();
+  ASSERT_TRUE(store->RecordRegressions(RegressionRows(aa, false)).ok());
+  EXPECT_TRUE(KnownAANoise(store.get(), CpuDevice().DeviceClass()).noise.empty());
+}
+
+// A file that exists, for the layouts below.
+void Touch(const std::filesystem::path& path) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << "x";
+}
+
+TEST(CapiLibraryOfBuild, BesideAnInstalledBinaryOrInItsBuildTree) {
+  const std::filesystem::path root = std::filesystem::path(::testing::TempDir()) / "capi_layouts";
+  std::filesystem::remove_all(root);
+  Touch(root / "prefix/bin/fusetune");
+  Touch(root / "prefix/lib/libfusetune_capi.so");
+  Touch(root / "build/service/cli/fusetune");
+  Touch(root / "build/kernels/capi/libfusetune_capi.so");
+  Touch(root / "lonely/bin/fusetune");
+  EXPECT_EQ(*CapiLibraryOfBuild((root / "prefix/bin/fusetune").string()), (root / "prefix/lib/libfusetune_capi.so").string());
+  EXPECT_EQ(*CapiLibraryOfBuild((root / "build/service/cli/fusetune").string()),
+            (root / "build/kernels/capi/libfusetune_capi.so").string());
+  const std::string library = (root / "old/libfusetune_capi.so.1").string();
+  EXPECT_EQ(*CapiLibraryOfBuild(library), library) << "a library is its own";
+  absl::StatusOr<std::string> none = CapiLibraryOfBuild((root / "lonely/bin/fusetune").string());
+  EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
+  EXPECT_NE(none.status().message().find("lonely/lib/libfusetune_capi.so"), std::string::npos) << none.status();
+  std::filesystem::remove_all(root);
+}
+
+TEST(ReportedCommit, ReadFromTheVersionLine) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "reported_commit";
+  std::filesystem::create_directories(dir);
+  auto script = [&](const std::string& name, const std::string& body) {
+    const std::filesystem::path p = dir / name;
+    std::ofstream(p) << "#!/bin/sh\n" << body << "\n";
+    chmod(p.c_str(), 0755);
+    return p.string();
+  };
+  EXPECT_EQ(*ReportedCommit(script("good", "echo '0.1.0 (commit ABCDEF1234567890)'")), "abcdef123456");
+  EXPECT_EQ(*ReportedCommit(script("outside_git", "echo '0.1.0 (commit unknown)'")), kUnknownCommit);
+  EXPECT_TRUE(absl::IsUnavailable(ReportedCommit(script("silent", "exit 0")).status()));
+  EXPECT_TRUE(absl::IsUnavailable(ReportedCommit(script("failing", "echo '(commit abcdef1)'; exit 3")).status()));
+  EXPECT_TRUE(absl::IsUnavailable(ReportedCommit(script("abbreviated", "echo '(commit abc1234)'")).status()));
+  EXPECT_EQ(*ReportedCommit("/somewhere/libfusetune_capi.so"), kUnknownCommit);
+  std::filesystem::remove_all(dir);
 }
 
 RunInfo CandidateRun(const std::string& commit) {

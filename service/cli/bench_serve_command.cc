@@ -3,7 +3,9 @@
 // way on stdin and stdout (regress/src/protocol.h); nothing else is written to stdout. With
 // --capi-library it serves another build's kernels through that build's C ABI library instead
 // of its own (regress/include/fusetune/regress/capi_backend.h): how builds older than bench-serve
-// are compared and bisected.
+// are compared and bisected. A driver may also have it load another build's C ABI library as a
+// further side (the protocol's open_side), measured by the same Runner on the same inputs: how
+// `regress` measures two builds in one process.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -13,6 +15,8 @@
 #include "commands.h"
 #include "fusetune/regress/block_source.h"
 #include "fusetune/regress/capi_backend.h"
+#include "fusetune/regress/planted_slowdown.h"
+#include "fusetune/regress/suite_bench.h"
 #include "fusetune/records/commit.h"
 #include "problem_flags.h"
 
@@ -45,7 +49,24 @@ int RunBenchServe(const BenchServeFlags& f) {
     commit = *std::move(capi_commit);
   }
   regress::RunnerBlockSource source(*backend, commit, f.block, RunnerOptions{}, f.timing_cpu);
-  absl::Status served = regress::ServeBlocks(source, stdin, stdout);
+  const regress::SideOpener open_side = [&](const std::string& library, const std::string& side_commit,
+                                            bool planted) -> absl::StatusOr<regress::BlockSource*> {
+    absl::StatusOr<std::vector<regress::PlantedSlowdown>> slowdowns = regress::ParsePlantedSlowdowns(f.plant_slowdowns);
+    if (!slowdowns.ok()) return slowdowns.status();
+    if (planted && slowdowns->empty()) {
+      return absl::InvalidArgumentError("a planted side needs --plant-slowdown specs; this bench-serve has none");
+    }
+    absl::StatusOr<std::unique_ptr<Backend>> memory = CreateBackend(f.backend, f.device);
+    if (!memory.ok()) return memory.status();
+    absl::StatusOr<std::unique_ptr<Backend>> kernels =
+        regress::OpenCapiBackend(library, f.backend, f.device, *std::move(memory));
+    if (!kernels.ok()) return kernels.status();
+    if (planted) {
+      *kernels = std::make_unique<regress::PlantedSlowdownBackend>(*std::move(kernels), *std::move(slowdowns));
+    }
+    return source.AddSide(*std::move(kernels), side_commit);
+  };
+  absl::Status served = regress::ServeBlocks(source, stdin, stdout, open_side);
   if (!served.ok()) {
     std::fprintf(stderr, "fusetune bench-serve: %s\n", std::string(served.message()).c_str());
     return 2;

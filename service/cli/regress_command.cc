@@ -6,12 +6,14 @@
 // timing verdicts do not gate.
 //
 // Both builds are measured interleaved when the baseline's binary is at hand (--baseline-binary,
-// or <builds-dir>/<commit>/bin/fusetune); otherwise the candidate is judged against the
+// or <builds-dir>/<commit>/bin/fusetune), in one process when the baseline build has its C ABI
+// library (its kernels then run in the candidate's bench-serve, on the same inputs); otherwise the candidate is judged against the
 // baseline's stored bench run with a wider floor, and every flagged cell is confirmed
 // interleaved against a rebuilt baseline (--rebuild-command) before it is reported.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,11 +73,22 @@ int RunRegress(const RegressFlags& flags) {
   if (store != nullptr && !f.no_picks) {
     for (std::string& n : regress::AddChangedPicks(*store, device_class, candidate_info.commit, *suite)) notes.push_back(std::move(n));
   }
+  // The baseline build first: whether it shares the candidate's process decides the floors.
+  std::optional<regress::BaselineBuild> baseline_build;
+  if (!baseline->binary.empty()) {
+    absl::StatusOr<regress::BaselineBuild> started =
+        regress::StartBaseline(f, baseline->binary, baseline->commit, /*check_commit=*/true, *suite, **candidate,
+                               candidate_info);
+    if (!started.ok()) return Error(std::string(started.status().message()));
+    baseline_build = *std::move(started);
+  }
   StopOnSignal stop;
-  const regress::CompareOptions options = regress::ComparisonOptions(f, store.get(), device_class, stop.flag(), &notes);
+  const regress::CompareOptions options = regress::ComparisonOptions(
+      f, store.get(), device_class, baseline_build && baseline_build->one_process, stop.flag(), &notes);
   int unconfirmed = 0;
   absl::StatusOr<regress::Comparison> comparison =
-      regress::Measure(f, *baseline, store.get(), *suite, options, **candidate, &notes, &unconfirmed);
+      regress::Measure(f, *baseline, baseline_build ? &*baseline_build : nullptr, store.get(), *suite, options,
+                       **candidate, &notes, &unconfirmed);
   if (!comparison.ok()) return Error(std::string(comparison.status().message()));
   // A calibration's timing verdicts measure two processes of one build: recorded, not gating,
   // and never "regressed".
@@ -156,6 +169,10 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
                       "the CPU both builds launch from during blocks (-1: unpinned; default: the last allowed CPU "
                       "for a GPU backend, unpinned for the CPU backend)")
       ->check(CLI::Range(-1, 4095));
+  regress->add_flag("--separate-processes", flags->separate_processes,
+                    "measure the baseline build in a bench-serve process of its own even when its C ABI library "
+                    "(beside its binary: ../lib/ or, in a build tree, kernels/capi/) can be loaded into the "
+                    "candidate's; two processes of one build differ by up to 2 % on some cells");
   AddRegressServerOptions(regress, flags.get());
   SetAction(regress, context, [flags] { return RunRegress(*flags); });
 }

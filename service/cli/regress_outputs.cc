@@ -57,15 +57,17 @@ std::string CalibrationNote(const regress::Comparison& c) {
   }
   std::string measured = "no cell was timed";
   if (!differences.empty()) {
-    measured = fmt::format("two processes of the build differed by {:.2f} % (median |log ratio| of {} timed cells), "
-                           "at most {:.2f} % ({})",
+    measured = fmt::format("{} differed by {:.2f} % (median |log ratio| of {} timed cells), at most {:.2f} % ({})",
+                           c.one_process ? "the build's two sides in one process" : "two processes of the build",
                            100 * Median(differences), differences.size(), 100 * largest, largest_cell);
   }
   return fmt::format("A/A calibration of {} (the same build on both sides): {}; {} same, {} unknown (a calibration "
                      "calls no cell regressed or improved: a difference beyond the floor is the host's noise). "
-                     "Stored for later runs' floors; exit 0 unless accuracy fails",
+                     "{}; exit 0 unless accuracy fails",
                      c.candidate.commit, measured, c.CountVerdict(regress::Verdict::kSame),
-                     c.CountVerdict(regress::Verdict::kUnknown));
+                     c.CountVerdict(regress::Verdict::kUnknown),
+                     c.one_process ? "Stored; not read for the floors of runs in two processes"
+                                   : "Stored for later runs' floors");
 }
 
 }  // namespace

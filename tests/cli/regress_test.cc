@@ -185,7 +185,8 @@ TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
                       "problem_key LIKE '%q96/k96%' AND config_key LIKE 'fused/%'"), 1);
   EXPECT_GE(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'planted_latency'"), 4);
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency'"), 0);
-  EXPECT_NE(r.out.find("no A/A calibration"), std::string::npos) << r.out;
+  // Both sides in one process (the planted slowdown on the candidate's library side).
+  EXPECT_NE(r.out.find("floors come from the blocks alone"), std::string::npos) << r.out;
   // A planted run is a check of the method, never a measurement: no bench run is stored (it
   // could become a baseline or a history point), and every output says what was planted.
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM runs WHERE label = 'bench:tiny'"), 0);
@@ -240,37 +241,74 @@ TEST(Regress, ABestConfigReTunedAtTheCandidateAddsAPickCell) {
   EXPECT_NE(r.out.find("fused/bm32/bs32/t1/fp32/st1 (was fused/bm16/bs16/t1/fp32/st1)"), std::string::npos) << r.out;
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency_vs_previous_pick' AND "
                       "config_key = 'fused/bm32/bs32/t1/fp32/st1'"), 1);
-  // The old pick is still measured at the candidate, as its own cell.
-  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency' AND config_key = 'fused/bm16/bs16/t1/fp32/st1'"), 1);
+  // The old pick is still measured at the candidate, as its own cell (an A/A row here: the same
+  // commit on both sides, in one process).
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency_one_process_aa' AND "
+                      "config_key = 'fused/bm16/bs16/t1/fp32/st1'"),
+            1);
 }
 
 TEST(Regress, AnAARunIsACalibrationThatDoesNotGate) {
-  // A build against itself measures how far two of its processes differ: whatever its timing
-  // verdicts, it exits 0 and every report says it is a calibration.
+  // A build against itself measures how far its two sides differ: whatever its timing
+  // verdicts, it exits 0 and every report says it is a calibration. By default both sides are
+  // the build's C ABI library (beside it in the build tree) in one process.
   TempDir dir;
   const std::string db = dir.File("f.db");
   const std::string commit = BuiltCommit();
   CommandResult r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
                               "--baseline-binary", FUSETUNE_BINARY, "--db", db, "--fail-on-unknown", "--junit",
-                              dir.File("junit.xml"), "--markdown", dir.File("report.md")});
+                              dir.File("junit.xml"), "--markdown", dir.File("report.md"), "--json",
+                              dir.File("comparison.json")});
   EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("A/A calibration of"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("calls no cell regressed or improved"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("two processes of the build differed by"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the build's two sides in one process differed by"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("both builds are measured in one process on the same inputs, through their C ABI libraries"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("(an A/A calibration)"), std::string::npos) << r.out;
   EXPECT_NE(ReadFile(dir.File("report.md")).find("A/A calibration of"), std::string::npos);
   EXPECT_NE(ReadFile(dir.File("junit.xml")).find("<property name=\"calibration\""), std::string::npos);
-  // Its rows are what later floors read; none says regressed or improved.
-  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency' AND commit_hash = baseline_commit"), 4);
+  EXPECT_TRUE(nlohmann::json::parse(ReadFile(dir.File("comparison.json"))).at("one_process").get<bool>());
+  // Its rows are stored under their own metric (no between-process noise for later floors);
+  // none says regressed or improved.
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency_one_process_aa' AND "
+                      "commit_hash = baseline_commit"),
+            4);
+  EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency'"), 0);
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE verdict IN ('regressed', 'improved')"), 0);
+}
+
+TEST(Regress, ABuildWithoutItsLibraryIsMeasuredInAProcessOfItsOwn) {
+  // The baseline's binary copied away from its build tree has no libfusetune_capi.so beside it.
+  TempDir dir;
+  const std::string commit = BuiltCommit();
+  const std::string alone = dir.File("fusetune");
+  std::filesystem::copy_file(FUSETUNE_BINARY, alone);
+  std::filesystem::permissions(alone, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+  CommandResult r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
+                              "--baseline-binary", alone, "--db", dir.File("f.db"), "--json", dir.File("c.json")});
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("the baseline is measured in a bench-serve process of its own (no libfusetune_capi.so beside"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("two processes of the build differed by"), std::string::npos) << r.out;
+  EXPECT_FALSE(nlohmann::json::parse(ReadFile(dir.File("c.json"))).at("one_process").get<bool>());
+  EXPECT_EQ(Count(dir.File("f.db"), "SELECT COUNT(*) FROM regressions WHERE metric = 'latency'"), 4);
+  // --separate-processes asks for the same with the library at hand.
+  r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit, "--baseline-binary",
+                FUSETUNE_BINARY, "--db", dir.File("g.db"), "--separate-processes"});
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("process of its own (--separate-processes)"), std::string::npos) << r.out;
 }
 
 TEST(Regress, AnAARunCalibratesTheFloorsOfLaterRuns) {
   TempDir dir;
   const std::string db = dir.File("f.db");
   const std::string commit = BuiltCommit();
+  // Calibrations of two processes: what floors of later runs in two processes read.
   const std::vector<std::string> aa = {"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
-                                       "--baseline-binary", FUSETUNE_BINARY, "--db", db};
+                                       "--baseline-binary", FUSETUNE_BINARY, "--db", db, "--separate-processes"};
   CommandResult first = Fusetune(aa);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency' AND commit_hash = baseline_commit"), 4);
@@ -285,6 +323,13 @@ TEST(Regress, AnAARunCalibratesTheFloorsOfLaterRuns) {
   EXPECT_NE(third.out.find("floors include the between-process A/A noise of 4 cell(s), from up to 2 calibration(s)"),
             std::string::npos)
       << third.out;
+  // A run in one process has no between-process term to add.
+  std::vector<std::string> one_process = aa;
+  one_process.pop_back();
+  CommandResult fourth = Fusetune(one_process);
+  ASSERT_EQ(fourth.exit_code, 0) << fourth.err;
+  EXPECT_NE(fourth.out.find("floors come from the blocks alone"), std::string::npos) << fourth.out;
+  EXPECT_EQ(fourth.out.find("floors include the between-process"), std::string::npos) << fourth.out;
 }
 
 TEST(Regress, AnUnknownCellFailsTheRunOnlyWithFailOnUnknown) {
@@ -320,7 +365,7 @@ TEST(Regress, AnAARunNamedByShortCommitsCalibratesToo) {
   if (full == "unknown" || full.size() < 8) GTEST_SKIP() << "this build has no commit (built outside git)";
   const std::string commit = full.substr(0, 7);
   const std::vector<std::string> aa = {"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
-                                       "--baseline-binary", FUSETUNE_BINARY, "--db", db};
+                                       "--baseline-binary", FUSETUNE_BINARY, "--db", db, "--separate-processes"};
   CommandResult first = Fusetune(aa);
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency' AND commit_hash = baseline_commit AND "
@@ -346,7 +391,7 @@ TEST(Regress, AnAARunCalibratesLaterRunsWhateverFormTheCommitsAreWrittenIn) {
   const std::string suite = WriteSuite(dir);
   auto aa = [&](const std::string& baseline, const std::string& commit) {
     return Fusetune({"regress", "--suite", suite, "--baseline", baseline, "--commit", commit, "--baseline-binary",
-                     FUSETUNE_BINARY, "--db", db});
+                     FUSETUNE_BINARY, "--db", db, "--separate-processes"});
   };
   CommandResult first = aa(Uppercase(built), Uppercase(built));
   ASSERT_NE(first.exit_code, 2) << first.err;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -72,6 +73,12 @@ class BlockSource {
 // from the same core: on an H200 host, unpinned processes differed by 1.5-2.5 % on 12 us
 // kernels (host launch speed shows in short kernels' times), pinned ones by under 0.5 %.
 // Only for GPU backends: a CPU backend's worker threads would inherit the one core.
+//
+// Sides: AddSide puts another build's kernels beside this source's own, measured by the same
+// Runner on the same inputs (the same device buffers, one process, one device context), so
+// that two builds compared interleaved differ in nothing but their kernels and launch code.
+// Two processes of one build differ by up to 2 % on some cells, and by a different amount
+// each time (docs/perf.md); one process removes that term rather than measuring around it.
 class RunnerBlockSource : public BlockSource {
  public:
   RunnerBlockSource(Backend& backend, std::string commit, const TimingOptions& block,
@@ -83,12 +90,37 @@ class RunnerBlockSource : public BlockSource {
   absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override;
   absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override;
 
+  // Adds `kernels`, another build's (OpenCapiBackend over a backend of this one's name and
+  // device), as side number sides() - 1, reporting `commit`. Its cells are verified and timed
+  // by this source's Runner; its memory calls are never made (the inputs are this source's).
+  // Returns the side's source, owned by this one and valid as long as it is. InvalidArgument
+  // for a null backend or one on another device class.
+  absl::StatusOr<BlockSource*> AddSide(std::unique_ptr<Backend> kernels, std::string commit);
+  // This source's own kernels (side 0) and each added side's.
+  size_t sides() const { return sides_.size(); }
+  // Side `side`'s source (side 0: this one); nullptr when there is no such side.
+  BlockSource* side(size_t side);
+
  private:
+  class KernelSwitch;
+  class Side;
+  struct SideState {
+    std::string commit;
+    std::vector<std::string> verified;  // "<problem key> <config key>" that passed
+    std::unique_ptr<Side> source;       // null for side 0, this source itself
+  };
+  absl::StatusOr<SourceInfo> DescribeSide(size_t side);
+  absl::StatusOr<bool> CanRunSide(size_t side, const AttentionProblem& problem, const KernelConfig& config,
+                                  std::string* why);
+  absl::StatusOr<CellCheck> VerifySide(size_t side, const AttentionProblem& problem, const KernelConfig& config);
+  absl::StatusOr<SampleBlock> MeasureBlockSide(size_t side, const AttentionProblem& problem,
+                                               const KernelConfig& config);
+
   Backend& backend_;
-  std::string commit_;
+  std::unique_ptr<KernelSwitch> kernels_;  // what the Runner calls: the selected side's kernels
   TimingOptions block_;
   Runner runner_;
-  std::vector<std::string> verified_;  // "<problem key> <config key>" that passed
+  std::vector<SideState> sides_;
   uint64_t blocks_measured_ = 0;
   int timing_cpu_ = -1;
 };
@@ -118,7 +150,18 @@ class ProcessBlockSource : public BlockSource {
   absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override;
   absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override;
 
+  // Has the child load another build's C ABI library (`library`, of the build at `commit`) as
+  // a side measured on its inputs (RunnerBlockSource::AddSide): a source for that build, in
+  // this child's process. It must not outlive this source. Unimplemented when the child is a
+  // build older than sides; FailedPrecondition with the child's reason when it cannot load the
+  // library (the child serves on either way); InvalidArgument for a malformed commit; the
+  // transport's errors (Unavailable, DeadlineExceeded) when the child is gone.
+  // `planted`: the side's times carry the child's --plant-slowdown specs, as its own kernels'.
+  absl::StatusOr<std::unique_ptr<BlockSource>> OpenSide(const std::string& library, const std::string& commit,
+                                                        bool planted = false);
+
  private:
+  class Side;
   ProcessBlockSource() = default;
   absl::StatusOr<std::string> Request(const std::string& line);
   // Kills and reaps the child; Unavailable with `what` and its stderr.
@@ -132,12 +175,19 @@ class ProcessBlockSource : public BlockSource {
   SourceInfo info_;
 };
 
-// The child side: reads one JSON request per line from `in`, measures with `source`, writes one
-// JSON reply per line to `out`, until {"op": "quit"} or end of input. The first line written is
-// the hello ({"protocol": 1, "commit": ..., "device": {...}}). A malformed request gets
-// {"error": "..."} and serving goes on; an error of the source itself is replied and ends it.
-// Returns OK at a clean end, else the source's error.
-absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out);
+// How a child opens a side (the open_side request): another build's C ABI library `library`,
+// of the build at `commit`, as a source measured beside the served one, with the child's
+// planted slowdowns when `planted`. Its error is replied and serving goes on.
+using SideOpener = std::function<absl::StatusOr<BlockSource*>(const std::string& library, const std::string& commit,
+                                                              bool planted)>;
+
+// The child side: reads one JSON request per line from `in`, measures with `source` (side 0)
+// or a side opened by `open_side` (none when empty: open_side then gets an error), writes one
+// JSON reply per line to `out`, until {"op": "quit"} or end of input. The first line written
+// is the hello ({"protocol": 1, "commit": ..., "device": {...}}). A malformed request or an
+// unknown side gets {"error": "..."} and serving goes on; an error of a source itself is
+// replied and ends it. Returns OK at a clean end, else the source's error.
+absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out, const SideOpener& open_side = {});
 
 }  // namespace fusetune::regress
 

@@ -92,6 +92,9 @@ struct Comparison {
   SourceInfo baseline;
   SourceInfo candidate;
   bool interleaved = false;        // false: against stored baseline blocks
+  // Both builds measured in one process on the same inputs (the baseline's kernels a side of
+  // the candidate's bench-serve, RunnerBlockSource::AddSide); set by the caller that arranged it.
+  bool one_process = false;
   std::vector<CellComparison> cells;  // in suite order
   double measure_seconds = 0;      // wall time spent measuring
   int blocks_measured = 0;         // both sides together
@@ -129,7 +132,7 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
                                              const CompareOptions& options = {});
 
 // The comparison as one JSON document (`fusetune regress --json`): both sources (commit,
-// device class, environment), whether it was interleaved, the wall time and block count, and per
+// device class, environment), whether it was interleaved and in one process, the wall time and block count, and per
 // cell in suite order its problem and config keys, role, verdict (name, Hodges–Lehmann ratio,
 // ratio of medians, interval and confidence, floor, raw and adjusted p-values, whether the
 // blocks were paired by round, blocks per side, why) and each side's verification (outcome,

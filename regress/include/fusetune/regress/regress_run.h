@@ -48,6 +48,9 @@ struct RegressOptions {
   bool no_picks = false;
   std::vector<std::string> plant_slowdowns;  // the candidate side's
   int timing_cpu = kAutoTimingCpu;
+  // Measure the baseline build in a bench-serve process of its own even when its C ABI library
+  // could be loaded into the candidate's (StartBaseline).
+  bool separate_processes = false;
   BuildAnnouncer announce_build;  // told each build command before it runs (may be empty)
 };
 
@@ -94,6 +97,10 @@ inline constexpr size_t kCalibrationsPerCell = 10;
 // The metric of an A/A calibration row: the latency rows of a comparison whose baseline and
 // candidate commits are equal (two processes of one build).
 inline constexpr char kLatencyMetric[] = "latency";
+// The metric of an A/A row measured in one process (Comparison::one_process): one build's
+// kernels on both sides of one process, on the same inputs. It measures no between-process
+// noise, so KnownAANoise does not read it.
+inline constexpr char kOneProcessCalibrationMetric[] = "latency_one_process_aa";
 
 // Per cell ("PROBLEM_KEY CONFIG_KEY"), its between-process A/A noise (CalibratedNoise) over the
 // newest kCalibrationsPerCell A/A comparisons of `device_class` in the store (latency rows
@@ -104,10 +111,11 @@ struct KnownNoise {
 };
 KnownNoise KnownAANoise(Store* store, const std::string& device_class);
 
-// The comparison's options: blocks and the stored floor from `options`, the floors' A/A
-// calibration from `store` (its note appended to `notes`), `cancel` (may be null).
+// The comparison's options: blocks and the stored floor from `options`, `cancel` (may be null),
+// and unless `one_process` the floors' between-process A/A calibration from `store`; a note
+// for `notes` says what the floors include.
 CompareOptions ComparisonOptions(const RegressOptions& options, Store* store, const std::string& device_class,
-                                 const std::atomic<bool>* cancel, std::vector<std::string>* notes);
+                                 bool one_process, const std::atomic<bool>* cancel, std::vector<std::string>* notes);
 
 // A side's bench-serve; the candidate side carries the planted slowdowns.
 absl::StatusOr<std::unique_ptr<ProcessBlockSource>> StartSide(const RegressOptions& options, const std::string& binary,
@@ -119,19 +127,62 @@ absl::StatusOr<std::unique_ptr<ProcessBlockSource>> StartSide(const RegressOptio
 absl::StatusOr<std::unique_ptr<ProcessBlockSource>> StartCandidate(const RegressOptions& options, const Suite& suite,
                                                                    SourceInfo* info);
 
+// The C ABI library of a build: `build` itself when it is one (IsCapiLibrary), else the
+// libfusetune_capi.so beside the fusetune binary `build`: <prefix>/lib/ for <prefix>/bin/fusetune
+// (an installed or staged build), <dir>/kernels/capi/ for <dir>/service/cli/fusetune (a CMake
+// build tree). NotFound naming where it looked.
+absl::StatusOr<std::string> CapiLibraryOfBuild(const std::string& build);
+
+// The commit a fusetune binary reports (`<binary> --version`, canonical; kUnknownCommit for a
+// build outside git or a C ABI library). Unavailable when the binary does not say.
+absl::StatusOr<std::string> ReportedCommit(const std::string& binary);
+
+// The baseline build of an interleaved comparison, started, and what the candidate is measured
+// through beside it.
+struct BaselineBuild {
+  std::unique_ptr<BlockSource> source;     // valid while the candidate's source lives
+  std::string commit;                      // canonical, checked against the name given
+  // One process: the candidate's own C ABI library, a side of its bench-serve like the
+  // baseline's; null: the candidate's bench-serve itself.
+  std::unique_ptr<BlockSource> candidate;
+  bool one_process = false;
+  std::string note;                        // for the report: how both are measured, and why
+};
+
+// Starts the baseline build `binary`, named `named` (a commit or abbreviation, checked against
+// the commit the build reports, CommitOfBuild, when `check_commit`; else canonical and taken as
+// it is, as for a rebuild that confirms stored verdicts), beside `candidate` (the candidate's bench-serve,
+// `candidate_info` its checked description).
+//
+// One process, the default: the C ABI libraries of both builds (CapiLibraryOfBuild) are loaded
+// into the candidate's bench-serve as sides, measured by its Runner on the same inputs, so that
+// the builds differ in nothing but their kernels and launch code (the planted slowdowns of
+// `options` go to the candidate's side). Both sides go through a library because a build's own
+// backend and its library are compiled apart (the library position-independent) and can
+// differ by themselves: the CPU backend's materialized variant by 4-7 %.
+// Else, when options.separate_processes is set, either build has no library, the candidate
+// cannot open sides or a library does not load: the baseline's own bench-serve (StartSide)
+// against the candidate's, the note saying why. The errors of starting it and of the commit
+// check.
+absl::StatusOr<BaselineBuild> StartBaseline(const RegressOptions& options, const std::string& binary,
+                                            const std::string& named, bool check_commit, const Suite& suite,
+                                            ProcessBlockSource& candidate, const SourceInfo& candidate_info);
+
 // Confirms the cells a stored comparison flagged: both builds interleaved on those cells (the
-// baseline's binary, else rebuilt with options.rebuild_command). Unconfirmable cells (no
-// build, or it failed) become unknown with the reason; returns how many. A confirmation adds a
-// note.
+// baseline's binary, else rebuilt with options.rebuild_command; StartBaseline). Unconfirmable
+// cells (no build, or it failed) become unknown with the reason; returns how many. A
+// confirmation adds a note.
 int ConfirmFlagged(const RegressOptions& options, const Baseline& baseline, const Suite& suite,
-                   const CompareOptions& compare, BlockSource& candidate, Comparison& comparison,
+                   const CompareOptions& compare, ProcessBlockSource& candidate, Comparison& comparison,
                    std::vector<std::string>* notes);
 
-// Both builds interleaved when the baseline's binary is at hand; else against its stored run
-// in `store`, with the flagged cells confirmed (those that cannot be are counted in
-// *unconfirmed). The comparison's errors, the baseline build's, the store's.
-absl::StatusOr<Comparison> Measure(const RegressOptions& options, const Baseline& baseline, Store* store,
-                                   const Suite& suite, const CompareOptions& compare, BlockSource& candidate,
+// Both builds interleaved when `baseline_build` is given (StartBaseline); else the candidate
+// against the baseline's stored run in `store`, with the flagged cells confirmed (those that
+// cannot be are counted in *unconfirmed). The comparison's errors, the baseline build's, the
+// store's.
+absl::StatusOr<Comparison> Measure(const RegressOptions& options, const Baseline& baseline,
+                                   BaselineBuild* baseline_build, Store* store, const Suite& suite,
+                                   const CompareOptions& compare, ProcessBlockSource& candidate,
                                    std::vector<std::string>* notes, int* unconfirmed);
 
 // Whether `comparison` is an A/A calibration: the same commit on both sides and nothing planted.
@@ -147,7 +198,7 @@ int ReportCalibrationDifferencesAsUnknown(Comparison& comparison);
 
 // The rows of `comparison` for the `regressions` table: per cell a "latency" row (a pick cell:
 // "latency_vs_previous_pick"; with planted slowdowns "planted_latency", so that a method check
-// is never read as a calibration) with the Hodges–Lehmann ratio and the adjusted p-value of the
+// is never read as a calibration; an A/A comparison in one process kOneProcessCalibrationMetric) with the Hodges–Lehmann ratio and the adjusted p-value of the
 // direction it leans, and a "max_rel_error" row (ratio = error growth) where accuracy was checked.
 std::vector<Regression> RegressionRows(const Comparison& comparison, bool planted);
 
