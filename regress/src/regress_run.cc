@@ -128,14 +128,14 @@ std::vector<std::string> AddChangedPicks(Store& store, const std::string& device
   return notes;
 }
 
-KnownNoise KnownAANoise(Store* store, const std::string& device_class) {
+KnownNoise KnownAANoise(Store* store, const std::string& device_class, std::string_view metric) {
   std::map<std::string, std::vector<double>> ratios;
   absl::StatusOr<std::vector<Regression>> rows =
       store == nullptr ? absl::StatusOr<std::vector<Regression>>(std::vector<Regression>{}) : store->ListRegressions({}, 100000);
   if (!rows.ok()) rows = std::vector<Regression>{};
   std::string commit;
   for (const Regression& r : *rows) {  // newest first
-    if (r.metric != kLatencyMetric || r.commit != r.baseline_commit || r.device_class != device_class || !(r.ratio > 0)) {
+    if (r.metric != metric || r.commit != r.baseline_commit || r.device_class != device_class || !(r.ratio > 0)) {
       continue;
     }
     std::vector<double>& cell = ratios[r.problem_key + " " + r.config_key];
@@ -150,12 +150,16 @@ KnownNoise KnownAANoise(Store* store, const std::string& device_class) {
     known.noise[cell] = *calibrated;
     most = std::max(most, aa.size());
   }
+  const bool one_process = metric == kOneProcessCalibrationMetric;
+  const char* arrangement = one_process ? "in one process" : "in two processes";
   known.note = known.noise.empty()
-                   ? "no A/A calibration for this device class in the database: floors come from the blocks alone "
-                     "(regress a build against itself, --baseline C --commit C --baseline-binary B, to measure it)"
-                   : fmt::format("floors include the between-process A/A noise of {} cell(s), from up to {} "
-                                 "calibration(s) each (the newest at {})",
-                                 known.noise.size(), most, commit);
+                   ? fmt::format("no A/A calibration {} for this device class in the database: floors come from the "
+                                 "blocks alone (regress a build against itself, --baseline C --commit C "
+                                 "--baseline-binary B, to measure it)",
+                                 arrangement)
+                   : fmt::format("floors include the {} A/A noise of {} cell(s), from up to {} calibration(s) each "
+                                 "(the newest at {})",
+                                 one_process ? "one-process" : "between-process", known.noise.size(), most, commit);
   return known;
 }
 
@@ -167,12 +171,8 @@ CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const st
   options.min_floor = f.min_floor;
   options.max_measure_seconds = f.max_measure_seconds;
   options.cancel = cancel;
-  if (one_process) {
-    notes->push_back("both builds are measured in one process on the same inputs: floors come from the blocks "
-                     "alone (the between-process A/A noise of earlier calibrations does not apply)");
-    return options;
-  }
-  KnownNoise known = KnownAANoise(store, device_class);
+  KnownNoise known =
+      KnownAANoise(store, device_class, one_process ? kOneProcessCalibrationMetric : kLatencyMetric);
   notes->push_back(known.note);
   options.known_aa_noise = [noise = std::move(known.noise)](const SuiteCell& cell) {
     auto it = noise.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
@@ -400,7 +400,8 @@ int ReportCalibrationDifferencesAsUnknown(Comparison& comparison) {
     if (v.verdict != Verdict::kRegressed && v.verdict != Verdict::kImproved) continue;
     v.why = comparison.one_process
                 ? fmt::format("A/A calibration: one build, measured twice in one process on the same inputs, "
-                              "differs beyond the floor: the measurement's own noise, not a change: {}",
+                              "differs beyond the floor: the measurement's own noise (recorded for later floors), "
+                              "not a change: {}",
                               v.why)
                 : fmt::format("A/A calibration: two processes of one build differ beyond the floor, which is this "
                               "host's between-process noise (recorded for later floors), not a change: {}",

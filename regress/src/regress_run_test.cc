@@ -281,10 +281,14 @@ TEST(RegressionRows, AnAARunInOneProcessIsNotACalibrationOfTwo) {
   Comparison change = TimedComparison(kCommitA, kCommitB);
   change.one_process = true;
   EXPECT_EQ(RegressionRows(change, false)[0].metric, kLatencyMetric) << "a change is a latency row however measured";
-  // KnownAANoise reads two-process calibrations only.
+  // Each arrangement reads its own calibrations.
   std::unique_ptr<Store> store = MemoryStore();
   ASSERT_TRUE(store->RecordRegressions(RegressionRows(aa, false)).ok());
   EXPECT_TRUE(KnownAANoise(store.get(), CpuDevice().DeviceClass()).noise.empty());
+  const KnownNoise one = KnownAANoise(store.get(), CpuDevice().DeviceClass(), kOneProcessCalibrationMetric);
+  ASSERT_EQ(one.noise.size(), 1u);
+  EXPECT_NEAR(one.noise.begin()->second, std::log(1.2), 1e-12);
+  EXPECT_NE(one.note.find("one-process A/A noise of 1 cell(s)"), std::string::npos) << one.note;
 }
 
 // A file that exists, for the layouts below.

@@ -66,8 +66,8 @@ std::string CalibrationNote(const regress::Comparison& c) {
                      "{}; exit 0 unless accuracy fails",
                      c.candidate.commit, measured, c.CountVerdict(regress::Verdict::kSame),
                      c.CountVerdict(regress::Verdict::kUnknown),
-                     c.one_process ? "Stored; not read for the floors of runs in two processes"
-                                   : "Stored for later runs' floors");
+                     c.one_process ? "Stored for the floors of later runs in one process"
+                                   : "Stored for the floors of later runs in two processes");
 }
 
 }  // namespace

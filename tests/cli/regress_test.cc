@@ -277,6 +277,13 @@ TEST(Regress, AnAARunIsACalibrationThatDoesNotGate) {
             4);
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE metric = 'latency'"), 0);
   EXPECT_EQ(Count(db, "SELECT COUNT(*) FROM regressions WHERE verdict IN ('regressed', 'improved')"), 0);
+  // The next run in one process reads it for its floors.
+  r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit, "--baseline-binary",
+                FUSETUNE_BINARY, "--db", db});
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("floors include the one-process A/A noise of 4 cell(s), from up to 1 calibration(s)"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(Regress, ABuildWithoutItsLibraryIsMeasuredInAProcessOfItsOwn) {

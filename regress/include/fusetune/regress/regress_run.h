@@ -98,22 +98,25 @@ inline constexpr size_t kCalibrationsPerCell = 10;
 // candidate commits are equal (two processes of one build).
 inline constexpr char kLatencyMetric[] = "latency";
 // The metric of an A/A row measured in one process (Comparison::one_process): one build's
-// kernels on both sides of one process, on the same inputs. It measures no between-process
-// noise, so KnownAANoise does not read it.
+// kernels on both sides of one process, on the same inputs. What it measures is what the two
+// sides of one process differ by (on the H200, up to about 1 % on cells whose kernels keep
+// large scratch buffers: each side's library has its own), not between-process noise: it
+// calibrates runs in one process only.
 inline constexpr char kOneProcessCalibrationMetric[] = "latency_one_process_aa";
 
-// Per cell ("PROBLEM_KEY CONFIG_KEY"), its between-process A/A noise (CalibratedNoise) over the
-// newest kCalibrationsPerCell A/A comparisons of `device_class` in the store (latency rows
-// whose commit is their baseline), and a note for the report saying what the floors include.
+// Per cell ("PROBLEM_KEY CONFIG_KEY"), its A/A noise (CalibratedNoise) over the newest
+// kCalibrationsPerCell A/A comparisons of `device_class` in the store made the same way: rows of
+// `metric` (kLatencyMetric: two processes; kOneProcessCalibrationMetric: one) whose commit is
+// their baseline; and a note for the report saying what the floors include.
 struct KnownNoise {
   std::map<std::string, double> noise;  // empty when the store holds no calibration
   std::string note;
 };
-KnownNoise KnownAANoise(Store* store, const std::string& device_class);
+KnownNoise KnownAANoise(Store* store, const std::string& device_class, std::string_view metric = kLatencyMetric);
 
 // The comparison's options: blocks and the stored floor from `options`, `cancel` (may be null),
-// and unless `one_process` the floors' between-process A/A calibration from `store`; a note
-// for `notes` says what the floors include.
+// and the floors' A/A calibration from `store`, of comparisons made as this one is (in one
+// process or two); a note for `notes` says what the floors include.
 CompareOptions ComparisonOptions(const RegressOptions& options, Store* store, const std::string& device_class,
                                  bool one_process, const std::atomic<bool>* cancel, std::vector<std::string>* notes);
 
