@@ -4,10 +4,12 @@
 # A commit already built there is reused without building. Builds happen in one persistent
 # detached worktree (HOME_DIR/src) and one persistent Release build folder (HOME_DIR/build),
 # with ccache as the compiler launcher when it is installed, so that moving from one commit to
-# the next recompiles only what the change touches. Only the `fusetune` target is built; with
-# --library only the C ABI library (HOME_DIR/builds/<commit>/lib/libfusetune_capi.so), for
-# commits older than `fusetune bench-serve`: regress and bisect serve such a library through
-# the running build's bench-serve --capi-library.
+# the next recompiles only what the change touches. The `fusetune` and `fusetune_capi` targets
+# are built: the C ABI library is kept beside the binary (HOME_DIR/builds/<commit>/lib/
+# libfusetune_capi.so), where `regress` finds it to measure two builds in one process. With
+# --library only the library is built and printed, for commits older than `fusetune
+# bench-serve`: regress and bisect serve such a library through the running build's
+# bench-serve --capi-library.
 #
 #   ci/build-commit.sh [--repo DIR] [--home DIR] [--cmake-args "ARGS"] [--keep N] [--jobs N] [--library] COMMIT
 #
@@ -20,7 +22,8 @@
 #
 # FUSETUNE_BUILD_COMMAND, when set, replaces the configure and build step: it runs with bash in
 # the worktree, with BUILD_DIR set to the build folder, and must leave the binary at
-# $BUILD_DIR/service/cli/fusetune (with --library: $BUILD_DIR/kernels/capi/libfusetune_capi.so).
+# $BUILD_DIR/service/cli/fusetune (with --library: $BUILD_DIR/kernels/capi/libfusetune_capi.so);
+# a library it leaves at $BUILD_DIR/kernels/capi/libfusetune_capi.so is kept beside the binary.
 #
 # Exit status: 0 built or reused; 2 usage error, unknown commit, or a binary that needs
 # libraries from the build or source folder; 125 the commit does not build (its log is kept),
@@ -79,9 +82,11 @@ short=${full:0:12}
 builds=$(nightly_builds_dir "$home")
 dest=$(nightly_build_dir "$home" "$full")
 binary=$dest/bin/fusetune
-target=fusetune built_rel=service/cli/fusetune
+targets=(fusetune fusetune_capi) built_rel=service/cli/fusetune
+# The library kept beside the binary (none with --library, where it is the binary).
+beside=$dest/lib/libfusetune_capi.so beside_rel=kernels/capi/libfusetune_capi.so
 if ((library)); then
-  binary=$dest/lib/libfusetune_capi.so target=fusetune_capi built_rel=kernels/capi/libfusetune_capi.so
+  binary=$dest/lib/libfusetune_capi.so targets=(fusetune_capi) built_rel=kernels/capi/libfusetune_capi.so beside=
 fi
 src=$home/src
 build=$home/build
@@ -112,7 +117,9 @@ prune() {  # removes all but the newest $keep commit folders under builds/
   done
 }
 
-if [[ -x $binary || (library -eq 1 && -r $binary) ]]; then
+# A build kept before libraries were kept beside binaries is built again (incrementally);
+# one whose build made no library says so (no-library).
+if [[ (-x $binary && (-z $beside || -r $beside || -e $dest/no-library)) || (library -eq 1 && -r $binary) ]]; then
   echo "build-commit: reusing the build of $short" >&2
   mark_used
   prune
@@ -173,28 +180,38 @@ else
   fi
   read -ra extra_args <<< "$cmake_args"
   configure_args+=("${extra_args[@]}")
-  (cmake "${configure_args[@]}" && cmake --build "$build" --target "$target" -j"$jobs") >> "$log" 2>&1 < /dev/null ||
+  (cmake "${configure_args[@]}" && cmake --build "$build" --target "${targets[@]}" -j"$jobs") >> "$log" 2>&1 < /dev/null ||
     build_failed "$short does not build"
 fi
 [[ -e $built ]] || build_failed "the build of $short left nothing at $built"
 
-# The copy outlives the build folder (the next commit rebuilds it), so it must not load
+# The copies outlive the build folder (the next commit rebuilds it), so they must not load
 # libraries from there or from the worktree.
-if ldd_output=$(ldd "$built" 2>&1); then
-  {
-    echo "# ldd $built"
-    echo "$ldd_output"
-  } >> "$log"
-  escaped_build=$(sed 's/[][\.*^$/]/\\&/g' <<< "$build")
-  escaped_src=$(sed 's/[][\.*^$/]/\\&/g' <<< "$src")
-  if bad=$(grep -E "not found|=> ($escaped_build|$escaped_src)/" <<< "$ldd_output"); then
-    echo "build-commit: the binary of $short needs libraries from the build or source folder, or missing ones:" >> "$log"
-    die 2 "the binary of $short cannot be kept apart from its build folder: $(tr -s ' \t\n' ' ' <<< "$bad")(log: $log)"
+keep() {  # keep BUILT KEPT: checks BUILT's libraries, then copies it to KEPT
+  local from=$1 to=$2 ldd_output bad escaped_build escaped_src
+  if ldd_output=$(ldd "$from" 2>&1); then
+    {
+      echo "# ldd $from"
+      echo "$ldd_output"
+    } >> "$log"
+    escaped_build=$(sed 's/[][\.*^$/]/\\&/g' <<< "$build")
+    escaped_src=$(sed 's/[][\.*^$/]/\\&/g' <<< "$src")
+    if bad=$(grep -E "not found|=> ($escaped_build|$escaped_src)/" <<< "$ldd_output"); then
+      echo "build-commit: $from of $short needs libraries from the build or source folder, or missing ones:" >> "$log"
+      die 2 "the build of $short cannot be kept apart from its build folder: $(tr -s ' \t\n' ' ' <<< "$bad")(log: $log)"
+    fi
   fi
+  mkdir -p "$(dirname "$to")"
+  cp -L "$from" "$to.partial"
+  mv -f "$to.partial" "$to"
+}
+keep "$built" "$binary"
+if [[ -n $beside && -e $build/$beside_rel ]]; then
+  keep "$build/$beside_rel" "$beside"
+elif [[ -n $beside ]]; then
+  echo "build-commit: the build of $short made no C ABI library: regress measures it in a process of its own" >&2
+  touch "$dest/no-library"
 fi
-mkdir -p "$(dirname "$binary")"
-cp -L "$built" "$binary.partial"
-mv -f "$binary.partial" "$binary"
 echo "$full" > "$dest/commit"
 echo "build-commit: built $short" | tee -a "$log" >&2
 mark_used

@@ -114,7 +114,9 @@ path=${output##*$'\n'}
 [[ -x $path && -f $home/builds/$(short "$c1")/build.log ]] || fail "no binary or build.log kept for $c1"
 [[ $(git -C "$home/src" rev-parse HEAD) == "$c1" ]] || fail "the worktree is not at $c1"
 [[ $(builds_run) == 1 ]] || fail "the fake build ran $(builds_run) times, expected once"
-pass "build-commit.sh builds a commit into builds/<12-hex>/bin/fusetune with its build.log"
+grep -q "C ABI library of $c1" "$home/builds/$(short "$c1")/lib/libfusetune_capi.so" ||
+  fail "the commit's C ABI library is not kept beside its binary"
+pass "build-commit.sh builds a commit into builds/<12-hex>/bin/fusetune with its build.log and its C ABI library in lib/"
 
 run_status s "$build_commit" --repo "$repo" --home "$home" "$(short "$c1")"
 expect_status 0 "$s" "build-commit.sh of a commit already built"

@@ -6,11 +6,13 @@
 #
 # Usage: regress_builds_check.sh FUSETUNE OUT RUN...
 #   FUSETUNE  the candidate's fusetune (its libfusetune_capi.so in ../lib/, as stage.sh packs it)
-#   RUN       NAME=BASELINE_BUILD@BASELINE_COMMIT[~CANDIDATE_BUILD@CANDIDATE_COMMIT][,REGRESS_ARG...]:
+#   RUN       NAME[:DB]=BASELINE_BUILD@BASELINE_COMMIT[~CANDIDATE_BUILD@CANDIDATE_COMMIT][,REGRESS_ARG...]:
 #             a baseline's fusetune or libfusetune_capi.so and the full commit it was built at;
 #             after '~' another candidate than FUSETUNE (e.g. a variant's library, measured
 #             through FUSETUNE's bench-serve); extra regress arguments after commas
-#             (e.g. aa2=base/lib/libfusetune_capi.so@08a1ac1...,--separate-processes)
+#             (e.g. aa2=base/lib/libfusetune_capi.so@08a1ac1...,--separate-processes). Runs
+#             naming the same DB share its database (an A/A calibration first, then runs whose
+#             floors read it); a run naming none starts from a new one (a first night)
 #   SUITE     the suite (default suites/h200.json); BACKEND (default cuda)
 #   DEADLINE  seconds after the start by which every run has ended (each is stopped there; a run
 #             that would start with under 60 s left is skipped), so the results are packed in time
@@ -35,6 +37,8 @@ trap 'kill $SMI 2>/dev/null' EXIT
 for spec in "$@"; do
   name=${spec%%=*}
   rest=${spec#*=}
+  db=${name#*:}
+  name=${name%%:*}
   IFS=',' read -r -a parts <<<"$rest"
   sides=${parts[0]}
   build=${sides%%~*}
@@ -53,7 +57,7 @@ for spec in "$@"; do
   fi
   t0=$SECONDS
   timeout $((DEADLINE - SECONDS)) "$FT" regress --suite "$SUITE" --baseline "$commit" "${candidate[@]}" --baseline-binary "$build" \
-    --backend "$BACKEND" --db "$OUT/runs/$name.db" --json "$OUT/runs/$name.json" --markdown "$OUT/runs/$name.md" \
+    --backend "$BACKEND" --db "$OUT/runs/$db.db" --json "$OUT/runs/$name.json" --markdown "$OUT/runs/$name.md" \
     "${extra[@]}" > "$OUT/runs/$name.log" 2>&1
   rc=$?
   echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$OUT/runs/runs.txt"

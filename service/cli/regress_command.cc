@@ -2,14 +2,15 @@
 // cell, and say so in the exit status (0 clean, 1 regression, 2 error), a JUnit file, a markdown
 // report, rows in the database's `regressions` table and, with --server, on a fusetune server.
 // A build against itself (the same commit on both sides, nothing planted) is an A/A
-// calibration: its rows give later runs' floors the cells' between-process noise, and its
-// timing verdicts do not gate.
+// calibration: its rows give the floors of later runs made the same way (one process or two)
+// the cells' A/A noise, and its timing verdicts do not gate.
 //
 // Both builds are measured interleaved when the baseline's binary is at hand (--baseline-binary,
-// or <builds-dir>/<commit>/bin/fusetune), in one process when the baseline build has its C ABI
-// library (its kernels then run in the candidate's bench-serve, on the same inputs); otherwise the candidate is judged against the
-// baseline's stored bench run with a wider floor, and every flagged cell is confirmed
-// interleaved against a rebuilt baseline (--rebuild-command) before it is reported.
+// or <builds-dir>/<commit>/bin/fusetune), in one process when both builds have their C ABI
+// libraries (each a side of the candidate's bench-serve, on the same inputs); otherwise the
+// candidate is judged against the baseline's stored bench run with a wider floor, and every
+// flagged cell is confirmed interleaved against a rebuilt baseline (--rebuild-command) before
+// it is reported.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
