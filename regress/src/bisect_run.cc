@@ -10,12 +10,6 @@
 
 namespace fusetune::regress {
 
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 absl::StatusOr<std::string> Git(const std::string& repo, const std::vector<std::string>& args) {
   std::string line = "git -C " + ShellQuote(repo);
   for (const std::string& a : args) {

@@ -37,6 +37,12 @@ std::string SelfBinary() {
   return ec ? std::string() : self.string();
 }
 
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 ShellResult RunShell(const std::string& line) {
   ShellResult result;
   FILE* pipe = popen(line.c_str(), "r");

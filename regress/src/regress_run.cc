@@ -227,7 +227,7 @@ absl::StatusOr<std::string> CapiLibraryOfBuild(const std::string& build) {
 
 absl::StatusOr<std::string> ReportedCommit(const std::string& binary) {
   if (IsCapiLibrary(binary)) return std::string(kUnknownCommit);
-  const ShellResult r = RunShell(fmt::format("'{}' --version 2>/dev/null", binary));
+  const ShellResult r = RunShell(ShellQuote(binary) + " --version 2>/dev/null");
   // "<version> (commit <commit>)", as main.cc's version flag prints it.
   const size_t at = r.out.rfind("(commit ");
   const size_t end = at == std::string::npos ? std::string::npos : r.out.find(')', at);

@@ -326,6 +326,8 @@ TEST(ReportedCommit, ReadFromTheVersionLine) {
     return p.string();
   };
   EXPECT_EQ(*ReportedCommit(script("good", "echo '0.1.0 (commit ABCDEF1234567890)'")), "abcdef123456");
+  EXPECT_EQ(*ReportedCommit(script("it's here", "echo '0.1.0 (commit ABCDEF1234567890)'")), "abcdef123456")
+      << "a path the shell would split or unquote";
   EXPECT_EQ(*ReportedCommit(script("outside_git", "echo '0.1.0 (commit unknown)'")), kUnknownCommit);
   EXPECT_TRUE(absl::IsUnavailable(ReportedCommit(script("silent", "exit 0")).status()));
   EXPECT_TRUE(absl::IsUnavailable(ReportedCommit(script("failing", "echo '(commit abcdef1)'; exit 3")).status()));

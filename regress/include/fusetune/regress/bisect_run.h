@@ -24,9 +24,6 @@
 
 namespace fusetune::regress {
 
-// `s` quoted for /bin/sh.
-std::string ShellQuote(const std::string& s);
-
 // `git -C repo args...`: its stdout (trailing newlines removed); Unavailable when git cannot be
 // run, FailedPrecondition on a non-zero exit.
 absl::StatusOr<std::string> Git(const std::string& repo, const std::vector<std::string>& args);

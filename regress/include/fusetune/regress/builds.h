@@ -39,6 +39,9 @@ struct ShellResult {
 };
 ShellResult RunShell(const std::string& line);
 
+// `s` quoted for /bin/sh.
+std::string ShellQuote(const std::string& s);
+
 // This process's executable ("" when /proc/self/exe cannot be read).
 std::string SelfBinary();
 
