@@ -165,20 +165,35 @@ absl::StatusOr<SourceInfo> ProcessBlockSource::Describe() { return info_; }
 
 absl::StatusOr<bool> ProcessBlockSource::CanRun(const AttentionProblem& problem, const KernelConfig& config,
                                                 std::string* why) {
-  absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kCanRun, problem, config));
-  if (!reply.ok()) return reply.status();
-  return protocol::ParseCanRun(*reply, why);
+  return CanRunOn(0, problem, config, why);
 }
 
 absl::StatusOr<CellCheck> ProcessBlockSource::Verify(const AttentionProblem& problem, const KernelConfig& config) {
-  absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kVerify, problem, config));
-  if (!reply.ok()) return reply.status();
-  return protocol::ParseCheck(*reply);
+  return VerifyOn(0, problem, config);
 }
 
 absl::StatusOr<SampleBlock> ProcessBlockSource::MeasureBlock(const AttentionProblem& problem,
                                                              const KernelConfig& config) {
-  absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kBlock, problem, config));
+  return MeasureBlockOn(0, problem, config);
+}
+
+absl::StatusOr<bool> ProcessBlockSource::CanRunOn(int side, const AttentionProblem& problem,
+                                                  const KernelConfig& config, std::string* why) {
+  absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kCanRun, problem, config, side));
+  if (!reply.ok()) return reply.status();
+  return protocol::ParseCanRun(*reply, why);
+}
+
+absl::StatusOr<CellCheck> ProcessBlockSource::VerifyOn(int side, const AttentionProblem& problem,
+                                                       const KernelConfig& config) {
+  absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kVerify, problem, config, side));
+  if (!reply.ok()) return reply.status();
+  return protocol::ParseCheck(*reply);
+}
+
+absl::StatusOr<SampleBlock> ProcessBlockSource::MeasureBlockOn(int side, const AttentionProblem& problem,
+                                                               const KernelConfig& config) {
+  absl::StatusOr<std::string> reply = Request(protocol::RequestLine(protocol::Op::kBlock, problem, config, side));
   if (!reply.ok()) return reply.status();
   return protocol::ParseBlock(*reply);
 }
@@ -189,22 +204,13 @@ class ProcessBlockSource::Side final : public BlockSource {
   Side(ProcessBlockSource& child, int side, SourceInfo info) : child_(child), side_(side), info_(std::move(info)) {}
   absl::StatusOr<SourceInfo> Describe() override { return info_; }
   absl::StatusOr<bool> CanRun(const AttentionProblem& problem, const KernelConfig& config, std::string* why) override {
-    absl::StatusOr<std::string> reply =
-        child_.Request(protocol::RequestLine(protocol::Op::kCanRun, problem, config, side_));
-    if (!reply.ok()) return reply.status();
-    return protocol::ParseCanRun(*reply, why);
+    return child_.CanRunOn(side_, problem, config, why);
   }
   absl::StatusOr<CellCheck> Verify(const AttentionProblem& problem, const KernelConfig& config) override {
-    absl::StatusOr<std::string> reply =
-        child_.Request(protocol::RequestLine(protocol::Op::kVerify, problem, config, side_));
-    if (!reply.ok()) return reply.status();
-    return protocol::ParseCheck(*reply);
+    return child_.VerifyOn(side_, problem, config);
   }
   absl::StatusOr<SampleBlock> MeasureBlock(const AttentionProblem& problem, const KernelConfig& config) override {
-    absl::StatusOr<std::string> reply =
-        child_.Request(protocol::RequestLine(protocol::Op::kBlock, problem, config, side_));
-    if (!reply.ok()) return reply.status();
-    return protocol::ParseBlock(*reply);
+    return child_.MeasureBlockOn(side_, problem, config);
   }
 
  private:

@@ -49,11 +49,13 @@ int RunBenchServe(const BenchServeFlags& f) {
     commit = *std::move(capi_commit);
   }
   regress::RunnerBlockSource source(*backend, commit, f.block, RunnerOptions{}, f.timing_cpu);
+  // The planted slowdowns a planted side gets, parsed once (CreateMeasuredBackend checked them).
+  absl::StatusOr<std::vector<regress::PlantedSlowdown>> parsed = regress::ParsePlantedSlowdowns(f.plant_slowdowns);
+  if (!parsed.ok()) return Failure("bench-serve", std::string(parsed.status().message()), 2);
+  const std::vector<regress::PlantedSlowdown> slowdowns = *std::move(parsed);
   const regress::SideOpener open_side = [&](const std::string& library, const std::string& side_commit,
                                             bool planted) -> absl::StatusOr<regress::BlockSource*> {
-    absl::StatusOr<std::vector<regress::PlantedSlowdown>> slowdowns = regress::ParsePlantedSlowdowns(f.plant_slowdowns);
-    if (!slowdowns.ok()) return slowdowns.status();
-    if (planted && slowdowns->empty()) {
+    if (planted && slowdowns.empty()) {
       return absl::InvalidArgumentError("a planted side needs --plant-slowdown specs; this bench-serve has none");
     }
     absl::StatusOr<std::unique_ptr<Backend>> memory = CreateBackend(f.backend, f.device);
@@ -62,7 +64,7 @@ int RunBenchServe(const BenchServeFlags& f) {
         regress::OpenCapiBackend(library, f.backend, f.device, *std::move(memory));
     if (!kernels.ok()) return kernels.status();
     if (planted) {
-      *kernels = std::make_unique<regress::PlantedSlowdownBackend>(*std::move(kernels), *std::move(slowdowns));
+      *kernels = std::make_unique<regress::PlantedSlowdownBackend>(*std::move(kernels), slowdowns);
     }
     return source.AddSide(*std::move(kernels), side_commit);
   };

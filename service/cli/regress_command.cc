@@ -91,8 +91,8 @@ int RunRegress(const RegressFlags& flags) {
       regress::Measure(f, *baseline, baseline_build ? &*baseline_build : nullptr, store.get(), *suite, options,
                        **candidate, &notes, &unconfirmed);
   if (!comparison.ok()) return Error(std::string(comparison.status().message()));
-  // A calibration's timing verdicts measure two processes of one build: recorded, not gating,
-  // and never "regressed".
+  // A calibration's timing verdicts measure one build against itself (in one process or two):
+  // recorded, not gating, and never "regressed".
   const bool calibration = regress::IsCalibration(f, *comparison);
   if (calibration) regress::ReportCalibrationDifferencesAsUnknown(*comparison);
   absl::Status written = WriteRegressOutputs(f, *suite, *comparison, notes, store);

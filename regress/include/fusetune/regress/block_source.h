@@ -163,6 +163,11 @@ class ProcessBlockSource : public BlockSource {
  private:
   class Side;
   ProcessBlockSource() = default;
+  // The requests of side `side` (0: the child's own kernels), for this source and its sides.
+  absl::StatusOr<bool> CanRunOn(int side, const AttentionProblem& problem, const KernelConfig& config,
+                                std::string* why);
+  absl::StatusOr<CellCheck> VerifyOn(int side, const AttentionProblem& problem, const KernelConfig& config);
+  absl::StatusOr<SampleBlock> MeasureBlockOn(int side, const AttentionProblem& problem, const KernelConfig& config);
   absl::StatusOr<std::string> Request(const std::string& line);
   // Kills and reaps the child; Unavailable with `what` and its stderr.
   absl::Status ChildGone(std::string_view what);
