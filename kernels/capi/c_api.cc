@@ -545,4 +545,26 @@ int fusetune_problem_key_kv_quant(const fusetune_problem* problem, const fusetun
   });
 }
 
+int fusetune_scratch_bytes(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                           const fusetune_kv_quant* quant, const fusetune_config* config, size_t* bytes, char* err,
+                           size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (bytes == nullptr) return absl::InvalidArgumentError("bytes is NULL");
+    AttentionProblem p;
+    KernelConfig c;
+    if (auto s = PrepareCall(handle, problem, cache, quant, config, &p, &c); !s.ok()) return s;
+    absl::StatusOr<size_t> need = handle->backend->ScratchBytes(p, c);
+    if (!need.ok()) return need.status();
+    *bytes = *need;
+    return absl::OkStatus();
+  });
+}
+
+int fusetune_use_scratch_arena(fusetune_handle* handle, void* base, size_t bytes, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (auto s = CheckHandle(handle); !s.ok()) return s;
+    return handle->backend->UseScratchArena(base, bytes);
+  });
+}
+
 }  // extern "C"

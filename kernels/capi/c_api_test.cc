@@ -282,6 +282,67 @@ void RandomInputs(const fusetune::AttentionProblem& p, uint32_t seed, std::vecto
   }
 }
 
+TEST(CApi, AScratchArenaGivesTheHandlesOwnResultBitForBit) {
+  Handle own, in_arena;
+  const int32_t lens[] = {13, 6};
+  fusetune_problem p = DecodeProblem(lens);
+  fusetune_kv_cache cache = DecodeCache(0, nullptr);
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  c.split_kv = 2;  // split partials and tiles, both in the arena
+  c.threads = 2;
+  std::vector<float> q, k, v;
+  RandomInputs(ToCpp(p), 11, &q, &k, &v);
+  char err[256] = "";
+  size_t bytes = 0;
+  ASSERT_EQ(fusetune_scratch_bytes(in_arena.h, &p, &cache, nullptr, &c, &bytes, err, sizeof err), FUSETUNE_OK) << err;
+  ASSERT_GT(bytes, 0u);
+  std::vector<float> expected(q.size()), got(q.size());
+  ASSERT_EQ(fusetune_run_kv_cache(own.h, &p, &cache, &c, q.data(), k.data(), v.data(), expected.data(), err,
+                                  sizeof err),
+            FUSETUNE_OK)
+      << err;
+  // 64-byte aligned, every byte NaN: contents are undefined at each launch.
+  std::vector<float> storage(bytes / sizeof(float) + 32, std::nanf(""));
+  void* base = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(storage.data()) + 63) / 64 * 64);
+  ASSERT_EQ(fusetune_use_scratch_arena(in_arena.h, base, bytes, err, sizeof err), FUSETUNE_OK) << err;
+  ASSERT_EQ(fusetune_run_kv_cache(in_arena.h, &p, &cache, &c, q.data(), k.data(), v.data(), got.data(), err,
+                                  sizeof err),
+            FUSETUNE_OK)
+      << err;
+  EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0);
+
+  // Too small: refused, O untouched; misaligned: refused; NULL: its own memory again.
+  ASSERT_EQ(fusetune_use_scratch_arena(in_arena.h, base, bytes - 64, err, sizeof err), FUSETUNE_OK) << err;
+  std::vector<float> untouched(q.size(), 7.0f);
+  EXPECT_EQ(fusetune_run_kv_cache(in_arena.h, &p, &cache, &c, q.data(), k.data(), v.data(), untouched.data(), err,
+                                  sizeof err),
+            FUSETUNE_FAILED_PRECONDITION);
+  EXPECT_NE(std::string(err).find("scratch arena"), std::string::npos) << err;
+  EXPECT_EQ(untouched[0], 7.0f);
+  EXPECT_EQ(fusetune_use_scratch_arena(in_arena.h, static_cast<char*>(base) + 4, bytes, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_use_scratch_arena(in_arena.h, nullptr, 0, err, sizeof err), FUSETUNE_OK) << err;
+  ASSERT_EQ(fusetune_run_kv_cache(in_arena.h, &p, &cache, &c, q.data(), k.data(), v.data(), got.data(), err,
+                                  sizeof err),
+            FUSETUNE_OK)
+      << err;
+  EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST(CApi, ScratchCallsCheckTheirArguments) {
+  Handle h;
+  fusetune_problem p = Problem(1, 2, 2, 16, 16, 32, false);
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  size_t bytes = 0;
+  char err[256] = "";
+  EXPECT_EQ(fusetune_scratch_bytes(h.h, &p, nullptr, nullptr, &c, nullptr, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_scratch_bytes(nullptr, &p, nullptr, nullptr, &c, &bytes, err, sizeof err),
+            FUSETUNE_INVALID_ARGUMENT);
+  p.head_dim = 0;
+  EXPECT_EQ(fusetune_scratch_bytes(h.h, &p, nullptr, nullptr, &c, &bytes, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_use_scratch_arena(nullptr, nullptr, 0, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
 TEST(CApi, ContiguousDecodeThroughTheKvCacheCallsMatchesReference) {
   const int32_t cache_lens[] = {13, 6};
   const fusetune_problem problem = DecodeProblem(cache_lens);

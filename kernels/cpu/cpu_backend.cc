@@ -157,6 +157,53 @@ int64_t WorkspaceBytes(const AttentionProblem& p, const KernelConfig& config) {
   return 0;
 }
 
+// One worker's scratch tiles (CpuScratch), in floats; every part is a multiple of 16 floats, so
+// each starts on a 64-byte boundary.
+struct TileParts {
+  size_t qt, kv, st, acc, ml, row, visible, key_rows;
+  size_t Total() const { return qt + 2 * kv + st + acc + 2 * ml + 2 * row + visible + key_rows; }
+};
+TileParts TilePartsOf(const KernelConfig& config, int head_dim) {
+  const size_t dp = static_cast<size_t>(RoundUp(head_dim, kLanes));
+  const size_t bm = static_cast<size_t>(config.block_m);
+  const size_t bs = static_cast<size_t>(config.block_s);
+  return {dp * bm, bs * dp, bs * bm, bm * dp, bm, dp, bm * sizeof(int32_t) / sizeof(float),
+          bs * sizeof(int64_t) / sizeof(float)};
+}
+
+size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+// A launch's scratch in an arena (Backend::UseScratchArena), as byte offsets from its base, each
+// part kAlignment-aligned: config.threads workers' tiles (every worker a launch may use, so the
+// offsets depend on the problem's shape and the config only), then the S/P workspace, the split
+// partials and the gathered K/V, each present only where the launch has one (WorkspaceBytes).
+struct ArenaLayout {
+  size_t tile_bytes = 0;  // one worker's tiles; worker w's start at w * tile_bytes
+  size_t workspace_offset = 0;
+  size_t split_offset = 0;
+  size_t gathered_offset = 0;
+  size_t total = 0;
+};
+ArenaLayout ArenaLayoutOf(const AttentionProblem& p, const KernelConfig& config) {
+  ArenaLayout layout;
+  layout.tile_bytes = TilePartsOf(config, p.head_dim).Total() * sizeof(float);
+  size_t at = layout.tile_bytes * static_cast<size_t>(std::max(config.threads, 1));
+  const size_t f = sizeof(float);
+  layout.workspace_offset = at;
+  if (config.variant != Variant::kFused) at += AlignUp(static_cast<size_t>(std::max<int64_t>(WorkspaceFloats(p), 1)) * f);
+  layout.split_offset = at;
+  const int splits = ResolvedSplits(p, config);
+  if (splits > 1) {
+    at += AlignUp(static_cast<size_t>(splits * p.TotalQueries() * p.q_heads * SplitEntryFloats(p)) * f);
+  }
+  layout.gathered_offset = at;
+  if (config.variant == Variant::kMaterialized && p.is_paged()) {
+    at += AlignUp(static_cast<size_t>(std::max<int64_t>(GatherBytes(p), 1)));
+  }
+  layout.total = at;
+  return layout;
+}
+
 // The tile sizes the kernel bodies are written for (block_m and block_s alike).
 constexpr int kSupportedTiles[] = {16, 32, 64, 128};
 
@@ -180,7 +227,8 @@ std::vector<Precision> CandidatePrecisions(DType dtype) {
 
 // The whole kernel family on host threads. Owns a thread pool (threads created on first
 // use and kept), per-worker scratch tiles and the partial/materialized score workspace; all
-// grow on demand and live as long as the backend. Not thread-safe (Backend's contract).
+// grow on demand and live as long as the backend, unless a caller's arena holds the scratch
+// (UseScratchArena). Not thread-safe (Backend's contract).
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(std::string isa) : isa_(std::move(isa)), kernels_(&KernelsForIsa(isa_)) {}
@@ -342,6 +390,21 @@ class CpuBackend final : public Backend {
     return samples;
   }
 
+  absl::StatusOr<size_t> ScratchBytes(const AttentionProblem& problem, const KernelConfig& config) const override {
+    if (auto s = CanImplement(problem, config); !s.ok()) return s;
+    return ArenaLayoutOf(problem, config).total;
+  }
+
+  absl::Status UseScratchArena(void* base, size_t bytes) override {
+    if (base != nullptr && reinterpret_cast<uintptr_t>(base) % kScratchArenaAlignment != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu: a scratch arena must be ", kScratchArenaAlignment, "-byte aligned"));
+    }
+    arena_ = static_cast<char*>(base);
+    arena_bytes_ = base == nullptr ? 0 : bytes;
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
     void* p = AllocateAligned(bytes);
     if (p == nullptr) {
@@ -383,11 +446,14 @@ class CpuBackend final : public Backend {
   // per-KV-head logit factors and V scales into their members).
   CpuAttentionParams MakeParams(const AttentionProblem& problem, const KernelConfig& config,
                                 const AttentionBuffers& buffers, int splits);
-  // Per-worker scratch tiles for `workers` workers; false when out of memory.
-  bool PrepareScratch(const KernelConfig& config, int head_dim, int workers, std::vector<CpuScratch>* scratch);
+  // Per-worker scratch tiles for `workers` workers, at arena_tiles (worker w's at w times
+  // `tile_bytes` on) or, when that is null, in scratch_; false when out of memory.
+  bool PrepareScratch(const KernelConfig& config, int head_dim, int workers, char* arena_tiles, size_t tile_bytes,
+                      std::vector<CpuScratch>* scratch);
   // The visible keys of every sequence of a paged problem copied through its block table into
-  // gathered_ (K, then V, storage dtype, contiguous per sequence); k_start_ then indexes it.
-  absl::Status GatherPagedKV(const AttentionProblem& problem, const AttentionBuffers& buffers,
+  // `into` (GatherBytes of room) or, when that is null, gathered_ (K, then V, storage dtype,
+  // contiguous per sequence); k_start_ then indexes it.
+  absl::Status GatherPagedKV(const AttentionProblem& problem, const AttentionBuffers& buffers, unsigned char* into,
                              const void** k, const void** v);
   // Evicts what a launch reads and writes (Q, K, V, O and the score workspace) from every
   // cache level, so each timed launch starts cold, as on a GPU after its L2 flush.
@@ -402,6 +468,12 @@ class CpuBackend final : public Backend {
   AlignedFloats split_workspace_;
   AlignedFloats gathered_;
   AlignedFloats flush_buffer_;
+  // The caller's scratch arena (UseScratchArena), or null: scratch in the buffers above.
+  char* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  // The S/P workspace the last launch used (own or in the arena), which FlushCaches evicts.
+  const float* launch_workspace_ = nullptr;
+  size_t launch_workspace_bytes_ = 0;
   // Per-run geometry, kept to avoid reallocating on every timed launch.
   std::vector<int64_t> q_start_, k_start_, ws_offset_;
   std::vector<int32_t> q_len_, ws_keys_, visible_;
@@ -471,51 +543,47 @@ void CpuBackend::BuildTasks(const AttentionProblem& problem, const KernelConfig&
                    [&](const CpuTask& a, const CpuTask& b) { return cost(a) > cost(b); });
 }
 
-bool CpuBackend::PrepareScratch(const KernelConfig& config, int head_dim, int workers,
-                                std::vector<CpuScratch>* scratch) {
-  const int dp = RoundUp(head_dim, kLanes);
-  const size_t bm = static_cast<size_t>(config.block_m);
-  const size_t bs = static_cast<size_t>(config.block_s);
-  // Every part is a multiple of 16 floats, so each starts on a 64-byte boundary.
-  const size_t part_qt = dp * bm;
-  const size_t part_kv = bs * dp;
-  const size_t part_st = bs * bm;
-  const size_t part_acc = bm * dp;
-  const size_t part_ml = bm;
-  const size_t part_row = dp;
-  const size_t part_visible = bm * sizeof(int32_t) / sizeof(float);
-  const size_t part_key_rows = bs * sizeof(int64_t) / sizeof(float);
-  const size_t scratch_floats =
-      part_qt + 2 * part_kv + part_st + part_acc + 2 * part_ml + 2 * part_row + part_visible + part_key_rows;
-  if (scratch_.size() < static_cast<size_t>(workers)) scratch_.resize(workers);
+bool CpuBackend::PrepareScratch(const KernelConfig& config, int head_dim, int workers, char* arena_tiles,
+                                size_t tile_bytes, std::vector<CpuScratch>* scratch) {
+  const TileParts part = TilePartsOf(config, head_dim);
+  if (arena_tiles == nullptr && scratch_.size() < static_cast<size_t>(workers)) scratch_.resize(workers);
   scratch->assign(workers, CpuScratch{});
   for (int w = 0; w < workers; ++w) {
-    if (!scratch_[w].Reserve(scratch_floats)) return false;
-    float* p = scratch_[w].data.get();
+    float* p;
+    if (arena_tiles != nullptr) {
+      p = reinterpret_cast<float*>(arena_tiles + static_cast<size_t>(w) * tile_bytes);
+    } else {
+      if (!scratch_[w].Reserve(part.Total())) return false;
+      p = scratch_[w].data.get();
+    }
     CpuScratch& s = (*scratch)[w];
     s.qt = p;
-    s.k = s.qt + part_qt;
-    s.v = s.k + part_kv;
-    s.st = s.v + part_kv;
-    s.acc = s.st + part_st;
-    s.m = s.acc + part_acc;
-    s.l = s.m + part_ml;
-    s.row = s.l + part_ml;
-    s.zero = s.row + part_row;
-    s.visible = reinterpret_cast<int32_t*>(s.zero + part_row);
-    s.key_rows = reinterpret_cast<int64_t*>(s.zero + part_row + part_visible);
-    std::memset(s.zero, 0, part_row * sizeof(float));
+    s.k = s.qt + part.qt;
+    s.v = s.k + part.kv;
+    s.st = s.v + part.kv;
+    s.acc = s.st + part.st;
+    s.m = s.acc + part.acc;
+    s.l = s.m + part.ml;
+    s.row = s.l + part.ml;
+    s.zero = s.row + part.row;
+    s.visible = reinterpret_cast<int32_t*>(s.zero + part.row);
+    s.key_rows = reinterpret_cast<int64_t*>(s.zero + part.row + part.visible);
+    // Set on every launch: an arena's contents are undefined between launches.
+    std::memset(s.zero, 0, part.row * sizeof(float));
   }
   return true;
 }
 
 absl::Status CpuBackend::GatherPagedKV(const AttentionProblem& problem, const AttentionBuffers& buffers,
-                                       const void** k, const void** v) {
+                                       unsigned char* into, const void** k, const void** v) {
   const int64_t half = GatherBytes(problem) / 2;
-  if (!gathered_.Reserve(static_cast<size_t>(std::max<int64_t>(2 * half, 1) + 3) / sizeof(float))) {
-    return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", 2 * half, " bytes for the gathered K/V"));
+  if (into == nullptr) {
+    if (!gathered_.Reserve(static_cast<size_t>(std::max<int64_t>(2 * half, 1) + 3) / sizeof(float))) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", 2 * half, " bytes for the gathered K/V"));
+    }
+    into = reinterpret_cast<unsigned char*>(gathered_.data.get());
   }
-  auto* k_out = reinterpret_cast<unsigned char*>(gathered_.data.get());
+  unsigned char* k_out = into;
   unsigned char* v_out = k_out + half;
   const int64_t row_bytes = static_cast<int64_t>(problem.kv_heads) * problem.head_dim * problem.KVElementBytes();
   const int page = problem.page_block_size;
@@ -608,16 +676,28 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   const int splits = ResolvedSplits(problem, config);
   BuildTasks(problem, config, splits);
   const int workers = std::max(1, std::min<int>(config.threads, static_cast<int>(tasks_.size())));
+  ArenaLayout layout;
+  if (arena_ != nullptr) {
+    layout = ArenaLayoutOf(problem, config);
+    if (layout.total > arena_bytes_) {
+      return absl::FailedPreconditionError(absl::StrCat("cpu: the scratch arena has ", arena_bytes_,
+                                                        " bytes; this launch needs ", layout.total,
+                                                        " (Backend::ScratchBytes)"));
+    }
+  }
   std::vector<CpuScratch> scratch;
-  if (!PrepareScratch(config, problem.head_dim, workers, &scratch)) {
+  if (!PrepareScratch(config, problem.head_dim, workers, arena_, layout.tile_bytes, &scratch)) {
     return absl::ResourceExhaustedError("cpu: out of memory for scratch");
   }
 
   CpuAttentionParams params = MakeParams(problem, config, buffers, splits);
   if (problem.is_paged() && config.variant == Variant::kMaterialized) {
     // The baseline: gather the cache, then run the contiguous passes on it.
-    if (auto s = GatherPagedKV(problem, buffers, &params.k, &params.v); !s.ok()) return s;
+    unsigned char* into = arena_ == nullptr ? nullptr : reinterpret_cast<unsigned char*>(arena_ + layout.gathered_offset);
+    if (auto s = GatherPagedKV(problem, buffers, into, &params.k, &params.v); !s.ok()) return s;
   }
+  launch_workspace_ = nullptr;
+  launch_workspace_bytes_ = 0;
 
   const CpuKernelTable& k = *kernels_;
   // A launch of a long problem takes seconds to minutes on a few cores: the stop token is
@@ -640,10 +720,14 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
     case Variant::kFused:
       if (splits > 1) {
         const size_t entries = static_cast<size_t>(splits * params.total_q * problem.q_heads);
-        if (!split_workspace_.Reserve(entries * static_cast<size_t>(SplitEntryFloats(problem)))) {
-          return absl::ResourceExhaustedError("cpu: out of memory for the split-KV partial outputs");
+        if (arena_ != nullptr) {
+          params.split_acc = reinterpret_cast<float*>(arena_ + layout.split_offset);
+        } else {
+          if (!split_workspace_.Reserve(entries * static_cast<size_t>(SplitEntryFloats(problem)))) {
+            return absl::ResourceExhaustedError("cpu: out of memory for the split-KV partial outputs");
+          }
+          params.split_acc = split_workspace_.data.get();
         }
-        params.split_acc = split_workspace_.data.get();
         params.split_m = params.split_acc + entries * params.head_dim_padded;
         params.split_l = params.split_m + entries;
       }
@@ -652,11 +736,17 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
       break;
     case Variant::kPartial:
     case Variant::kMaterialized: {
-      if (!workspace_.Reserve(static_cast<size_t>(std::max<int64_t>(ws_total, 1)))) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("cpu: cannot allocate a ", ws_total * 4, "-byte score workspace"));
+      if (arena_ != nullptr) {
+        params.workspace = reinterpret_cast<float*>(arena_ + layout.workspace_offset);
+      } else {
+        if (!workspace_.Reserve(static_cast<size_t>(std::max<int64_t>(ws_total, 1)))) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("cpu: cannot allocate a ", ws_total * 4, "-byte score workspace"));
+        }
+        params.workspace = workspace_.data.get();
       }
-      params.workspace = workspace_.data.get();
+      launch_workspace_ = params.workspace;
+      launch_workspace_bytes_ = static_cast<size_t>(ws_total) * sizeof(float);
       if (config.variant == Variant::kPartial) {
         for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, true); });
       } else {
@@ -684,7 +774,7 @@ void CpuBackend::FlushCaches(const AttentionProblem& problem, const AttentionBuf
       {buffers.k, static_cast<size_t>(problem.KVElements()) * kv_esize},
       {buffers.v, static_cast<size_t>(problem.KVElements()) * kv_esize},
       {buffers.o, static_cast<size_t>(problem.OElements()) * esize},
-      {workspace_.data.get(), workspace_.count * sizeof(float)}};
+      {launch_workspace_, launch_workspace_bytes_}};
 #if defined(__x86_64__) || defined(__i386__)
   // clflush evicts a line from every level of this core's and the other cores' caches:
   // the cost is the tensors' size, not the last-level cache's (which a VM may report as

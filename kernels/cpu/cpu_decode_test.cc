@@ -590,5 +590,128 @@ TEST(CpuE4m3, CandidateConfigsAllRunAndMatchTheReference) {
   }
 }
 
+// Scratch in a caller's arena (Backend::UseScratchArena): every scratch buffer a launch has
+// (per-worker tiles, split partials, the S/P workspace, a gathered paged cache), each case
+// below using at least one of them.
+struct ArenaCase {
+  AttentionProblem problem;
+  KernelConfig config;
+};
+std::vector<ArenaCase> ArenaCases() {
+  AttentionProblem prefill;
+  prefill.batch = 2;
+  prefill.q_heads = 4;
+  prefill.kv_heads = 2;
+  prefill.q_len = 67;
+  prefill.kv_len = 129;
+  prefill.head_dim = 64;
+  prefill.causal = true;
+  const AttentionProblem decode = Decode({300, 17, 1, 512}, 8, 2, 2, 64, true);
+  const AttentionProblem paged = Paged(decode, 16);
+  return {{prefill, Config(Variant::kFused, 1, 32, 64, 2)},    {prefill, Config(Variant::kPartial, 1, 32, 32, 2)},
+          {prefill, Config(Variant::kMaterialized, 1, 64, 32, 1)}, {decode, Config(Variant::kFused, 4)},
+          {decode, Config(Variant::kFused, kAutoSplitKv, 16, 64, 3)}, {paged, Config(Variant::kFused, 2)},
+          {paged, Config(Variant::kMaterialized)}};
+}
+
+TEST(CpuScratchArena, OutputsAreBitForBitThoseOfTheBackendsOwnScratch) {
+  auto own = CreateCpuBackend();
+  auto in_arena = CreateCpuBackend();
+  for (const ArenaCase& c : ArenaCases()) {
+    SCOPED_TRACE(Describe(c.problem, c.config));
+    const std::vector<int32_t> table = c.problem.is_paged() ? ShuffledTable(c.problem, 3) : std::vector<int32_t>{};
+    const Inputs in = PoisonedInputs(c.problem, table, 5);
+    RunOptions options;
+    options.block_table = table;
+    auto expected = RunBackend(*own, c.problem, c.config, in, options);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_LE(MaxAbsError(*expected, Reference(c.problem, in, table)), Tolerance(c.config.precision, c.problem.dtype));
+
+    absl::StatusOr<size_t> bytes = in_arena->ScratchBytes(c.problem, c.config);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_GT(*bytes, 0u);
+    auto arena = in_arena->Allocate(*bytes);
+    ASSERT_TRUE(arena.ok());
+    // Contents are undefined at each launch: NaN everywhere must not reach O.
+    ASSERT_TRUE(in_arena->Fill(arena->data(), 0xFF, arena->bytes()).ok());
+    ASSERT_TRUE(in_arena->UseScratchArena(arena->data(), arena->bytes()).ok());
+    auto got = RunBackend(*in_arena, c.problem, c.config, in, options);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), expected->size());
+    EXPECT_EQ(std::memcmp(got->data(), expected->data(), got->size() * sizeof(float)), 0);
+    ASSERT_TRUE(in_arena->UseScratchArena(nullptr, 0).ok());
+  }
+}
+
+TEST(CpuScratchArena, TwoBackendsTakingTurnsInOneArenaEachGetTheirOwnResults) {
+  // As two builds measured side by side: one arena, launches alternating, each finding the
+  // other's leftovers.
+  const std::vector<ArenaCase> cases = ArenaCases();
+  auto first = CreateCpuBackend();
+  auto second = CreateCpuBackend();
+  size_t bytes = 0;
+  for (const ArenaCase& c : cases) bytes = std::max(bytes, *first->ScratchBytes(c.problem, c.config));
+  auto arena = first->Allocate(bytes);
+  ASSERT_TRUE(arena.ok());
+  ASSERT_TRUE(first->UseScratchArena(arena->data(), bytes).ok());
+  ASSERT_TRUE(second->UseScratchArena(arena->data(), bytes).ok());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    // The two run different cases back to back.
+    for (const ArenaCase* c : {&cases[i], &cases[(i + 3) % cases.size()]}) {
+      SCOPED_TRACE(Describe(c->problem, c->config));
+      const std::vector<int32_t> table = c->problem.is_paged() ? ShuffledTable(c->problem, 4) : std::vector<int32_t>{};
+      const Inputs in = PoisonedInputs(c->problem, table, 6 + i);
+      RunOptions options;
+      options.block_table = table;
+      Backend& backend = c == &cases[i] ? *first : *second;
+      auto out = RunBackend(backend, c->problem, c->config, in, options);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_LE(MaxAbsError(*out, Reference(c->problem, in, table)), Tolerance(c->config.precision, c->problem.dtype));
+    }
+  }
+}
+
+TEST(CpuScratchArena, AnArenaTooSmallIsRefusedUntilTheBackendGoesBackToItsOwn) {
+  auto backend = CreateCpuBackend();
+  const ArenaCase c = ArenaCases()[2];  // materialized: tiles and the S/P workspace
+  absl::StatusOr<size_t> bytes = backend->ScratchBytes(c.problem, c.config);
+  ASSERT_TRUE(bytes.ok());
+  auto arena = backend->Allocate(*bytes);
+  ASSERT_TRUE(arena.ok());
+  ASSERT_TRUE(backend->UseScratchArena(arena->data(), *bytes - 64).ok());
+  const Inputs in = RandomInputs(c.problem, 7);
+  auto out = RunBackend(*backend, c.problem, c.config, in);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(out.status().message(), HasSubstr("scratch arena"));
+  // Back on its own memory it runs.
+  ASSERT_TRUE(backend->UseScratchArena(nullptr, 0).ok());
+  EXPECT_TRUE(RunBackend(*backend, c.problem, c.config, in).ok());
+}
+
+TEST(CpuScratchArena, ScratchBytesGrowsWithTheWorkspaceAndRefusesWhatCannotRun) {
+  auto backend = CreateCpuBackend();
+  const ArenaCase c = ArenaCases()[0];
+  const size_t fused = *backend->ScratchBytes(c.problem, Config(Variant::kFused, 1, 32, 32, 2));
+  const size_t fused_more_threads = *backend->ScratchBytes(c.problem, Config(Variant::kFused, 1, 32, 32, 4));
+  const size_t materialized = *backend->ScratchBytes(c.problem, Config(Variant::kMaterialized, 1, 32, 32, 2));
+  EXPECT_EQ(fused_more_threads, 2 * fused);  // one tile set per worker
+  // The S/P workspace: every query row's visible keys, fp32.
+  EXPECT_GE(materialized, fused + static_cast<size_t>(c.problem.q_heads) * c.problem.TotalQueries() * 4);
+  KernelConfig unsupported = Config(Variant::kFused, 1, 32, 32, 2);
+  unsupported.block_s = 48;
+  EXPECT_EQ(backend->ScratchBytes(c.problem, unsupported).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(CpuScratchArena, AMisalignedArenaIsInvalidAndNullMeansOwnMemory) {
+  auto backend = CreateCpuBackend();
+  auto arena = backend->Allocate(1 << 16);
+  ASSERT_TRUE(arena.ok());
+  absl::Status misaligned = backend->UseScratchArena(static_cast<char*>(arena->data()) + 8, 1024);
+  EXPECT_EQ(misaligned.code(), absl::StatusCode::kInvalidArgument);
+  // The question "does it take an arena" is UseScratchArena(nullptr, 0): OK here.
+  EXPECT_TRUE(backend->UseScratchArena(nullptr, 0).ok());
+}
+
 }  // namespace
 }  // namespace fusetune

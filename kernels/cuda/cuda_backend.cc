@@ -10,10 +10,12 @@
 // call, with the original error, instead of crashing or pretending to work.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -50,6 +52,13 @@ constexpr cudaStream_t kStream = 0;  // legacy default stream
 // Bigger than twice the H200's 60 MB L2, so reading it once evicts everything a launch left
 // there (l2_flush.h: why reading, not writing). The sink word sits after it.
 constexpr size_t kL2FlushBytes = size_t{256} << 20;
+
+// Whether the backend takes a caller's scratch arena (Backend::UseScratchArena): only with
+// FUSETUNE_CUDA_SCRATCH_ARENA=1, until the arena has been verified on a GPU (docs/perf.md).
+bool ScratchArenaOptedIn() {
+  const char* value = std::getenv("FUSETUNE_CUDA_SCRATCH_ARENA");
+  return value != nullptr && std::string_view(value) == "1";
+}
 
 std::string CudaErrorText(cudaError_t e) {
   return Cat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
@@ -244,7 +253,8 @@ class CudaBackend final : public Backend {
         info_(std::move(info)),
         sm_version_(sm_version),
         pci_bus_id_(std::move(pci_bus_id)),
-        cublas_(cublas) {}
+        cublas_(cublas),
+        takes_scratch_arena_(ScratchArenaOptedIn()) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -260,6 +270,40 @@ class CudaBackend final : public Backend {
   }
 
   DeviceInfo Describe() const override { return info_; }
+
+  // The workspace of Run and Time (split partials, the baselines' S/P and gathered K/V) in a
+  // caller's arena. The split counters stay the backend's own (they rely on staying zero between
+  // launches), so do the L2 flush buffer, cuBLAS's workspace and RunOnStream's workspace. Not
+  // yet run on a GPU: only with FUSETUNE_CUDA_SCRATCH_ARENA=1 in the environment (read when the
+  // backend is created); otherwise Unimplemented, as before.
+  absl::StatusOr<size_t> ScratchBytes(const AttentionProblem& problem, const KernelConfig& config) const override {
+    if (!takes_scratch_arena_) return Backend::ScratchBytes(problem, config);
+    if (auto s = CanImplement(problem, config); !s.ok()) return s;
+    if (FusedOnDecodeFamily(problem, config)) {
+      const int resident = config.split_kv == kAutoSplitKv
+                               ? info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config)
+                               : 0;
+      const int splits = cuda::ResolveDecodeSplits(problem, config, resident);
+      return static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, splits)) * sizeof(float);
+    }
+    if (config.variant == Variant::kFused) {
+      const cuda::FusedSplitWorkspace split = cuda::FusedSplitWorkspaceFor(problem, config, info_.sm_count);
+      return static_cast<size_t>(std::max<int64_t>(split.partial_floats, 0)) * sizeof(float);
+    }
+    auto plan = PlanFor(problem, config);
+    if (!plan.ok()) return plan.status();
+    return BaselineWorkspaceBytes(problem, *plan);
+  }
+
+  absl::Status UseScratchArena(void* base, size_t bytes) override {
+    if (!takes_scratch_arena_) return Backend::UseScratchArena(base, bytes);
+    if (base != nullptr && reinterpret_cast<uintptr_t>(base) % kScratchArenaAlignment != 0) {
+      return absl::InvalidArgumentError(Cat("cuda: a scratch arena must be ", kScratchArenaAlignment, "-byte aligned"));
+    }
+    arena_ = base;
+    arena_bytes_ = base == nullptr ? 0 : bytes;
+    return absl::OkStatus();
+  }
 
   absl::Status CanImplement(const AttentionProblem& problem,
                             const KernelConfig& config) const override {
@@ -702,8 +746,23 @@ class CudaBackend final : public Backend {
     return absl::InternalError(Cat(what, ": ", CublasErrorName(s)));
   }
 
+  // Points launch_workspace_ at `bytes` of workspace: the caller's arena when one is set
+  // (FailedPrecondition when it is smaller), else the backend's own, grown to fit.
   absl::Status EnsureWorkspace(size_t bytes) {
+    if (arena_ != nullptr) {
+      if (bytes > arena_bytes_) {
+        return absl::FailedPreconditionError(
+            Cat("cuda: the scratch arena has ", arena_bytes_, " bytes; this launch needs ", bytes, " (ScratchBytes)"));
+      }
+      launch_workspace_ = arena_;
+      launch_workspace_bytes_ = arena_bytes_;
+      return absl::OkStatus();
+    }
+    launch_workspace_ = workspace_;
+    launch_workspace_bytes_ = workspace_bytes_;
     if (bytes <= workspace_bytes_) return absl::OkStatus();
+    launch_workspace_ = nullptr;
+    launch_workspace_bytes_ = 0;
     if (workspace_ != nullptr) cudaFree(workspace_);
     workspace_ = nullptr;
     workspace_bytes_ = 0;
@@ -714,6 +773,8 @@ class CudaBackend final : public Backend {
           Cat("allocating ", bytes >> 20, " MiB of workspace: ", CudaErrorText(e)));
     }
     workspace_bytes_ = bytes;
+    launch_workspace_ = workspace_;
+    launch_workspace_bytes_ = workspace_bytes_;
     return absl::OkStatus();
   }
 
@@ -827,7 +888,7 @@ class CudaBackend final : public Backend {
       if (auto s = EnsureWorkspace(floats * sizeof(float)); !s.ok()) return s;
       out.decode_buffers = DecodeBuffersOf(problem, buffers, p);
       cuda::DecodeLaunchBuffers& launch = out.decode_buffers;
-      launch.workspace = floats > 0 ? static_cast<float*>(workspace_) : nullptr;
+      launch.workspace = floats > 0 ? static_cast<float*>(launch_workspace_) : nullptr;
       if (out.decode_splits > 1) {
         auto counters = SplitCounters(cuda::DecodeSplitCounterCount(problem, config));
         if (!counters.ok()) return counters.status();
@@ -842,7 +903,7 @@ class CudaBackend final : public Backend {
         if (auto s = EnsureWorkspace(static_cast<size_t>(split.partial_floats) * sizeof(float)); !s.ok()) return s;
         auto counters = SplitCounters(split.counters);
         if (!counters.ok()) return counters.status();
-        p.split_partials = static_cast<float*>(workspace_);
+        p.split_partials = static_cast<float*>(launch_workspace_);
         p.split_partial_floats = split.partial_floats;
         p.split_counters = *counters;
         p.split_counter_count = split.counters;
@@ -854,15 +915,15 @@ class CudaBackend final : public Backend {
     if (!plan.ok()) return plan.status();
     out.plan = *std::move(plan);
     if (auto s = EnsureWorkspace(BaselineWorkspaceBytes(problem, out.plan)); !s.ok()) return s;
-    p.workspace = workspace_;
-    p.workspace_bytes = workspace_bytes_;
+    p.workspace = launch_workspace_;
+    p.workspace_bytes = launch_workspace_bytes_;
     if (problem.is_paged()) {
       // The baselines run on the contiguous twin of the problem, reading K and V from the
       // gathered copies behind S/P in the workspace.
       out.gather = true;
       out.unpaged = problem.Unpaged();
       const size_t gathered = GatheredKVBytes(problem);
-      char* k_copy = static_cast<char*>(workspace_) + AlignUp256(out.plan.workspace_bytes);
+      char* k_copy = static_cast<char*>(launch_workspace_) + AlignUp256(out.plan.workspace_bytes);
       char* v_copy = k_copy + AlignUp256(gathered);
       cuda::GatherPagedKVArgs& gather = out.gather_args;
       gather.k_pool = buffers.k;
@@ -895,7 +956,7 @@ class CudaBackend final : public Backend {
       const size_t base = host.size();
       host.resize(base + 6 * static_cast<size_t>(g.entries));
       const void** ptrs = host.data() + base;
-      char* ws = static_cast<char*>(workspace_);
+      char* ws = static_cast<char*>(launch_workspace_);
       for (int64_t e = 0; e < g.entries; ++e) {
         const int64_t s = e / flat.q_heads;
         const int h = static_cast<int>(e % flat.q_heads);
@@ -982,7 +1043,7 @@ class CudaBackend final : public Backend {
         config.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float one = 1.0f, zero = 0.0f;
     const int d = problem.head_dim;
-    char* ws = static_cast<char*>(workspace_);
+    char* ws = static_cast<char*>(launch_workspace_);
     for (size_t gi = 0; gi < prepared.plan.groups.size(); ++gi) {
       const GemmGroup& g = prepared.plan.groups[gi];
       const void** ptrs = prepared.group_pointers[gi];
@@ -1041,6 +1102,12 @@ class CudaBackend final : public Backend {
 
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  // The caller's arena (UseScratchArena), or null; what the prepared launch uses (arena or own).
+  const bool takes_scratch_arena_;
+  void* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  void* launch_workspace_ = nullptr;
+  size_t launch_workspace_bytes_ = 0;
   void* flush_buffer_ = nullptr;
   void* pointer_arrays_ = nullptr;
   size_t pointer_capacity_ = 0;

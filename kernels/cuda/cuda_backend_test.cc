@@ -4,6 +4,7 @@
 // working afterwards; RunOnStream on a caller's stream and inside a CUDA graph capture. Exits
 // 77 (ctest: skipped) where there is no GPU.
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -1271,6 +1272,53 @@ TEST_F(CudaBackendTest, BaselinesOverAPagedCacheMatchTheReference) {
         ASSERT_TRUE(def.ok());
         dev.ExpectMatchesReference(*def);
       }
+    }
+  }
+}
+
+// The workspace in a caller's arena (FUSETUNE_CUDA_SCRATCH_ARENA=1 when the backend is made):
+// split decode partials and the baselines' S/P and gathered K/V, the arena NaN to begin with.
+// Without the variable the backend keeps its own workspace.
+TEST_F(CudaBackendTest, AScratchArenaGivesTheOwnWorkspacesResults) {
+  EXPECT_TRUE(absl::IsUnimplemented(backend_->UseScratchArena(nullptr, 0)));
+  ASSERT_EQ(setenv("FUSETUNE_CUDA_SCRATCH_ARENA", "1", 1), 0);
+  auto made = CreateCudaBackend(0);
+  unsetenv("FUSETUNE_CUDA_SCRATCH_ARENA");
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<Backend> in_arena = *std::move(made);
+  ASSERT_TRUE(in_arena->UseScratchArena(nullptr, 0).ok());
+  uint32_t seed = 9400;
+  for (int page : {0, 16}) {
+    const AttentionProblem p = DecodeCacheProblem(DType::kBf16, 128, 32, 8, 2, page);
+    const CacheCase cc = MakeCacheCase(p, page > 0 ? DecodeCacheTable(p, ++seed) : std::vector<int32_t>{}, ++seed);
+    DeviceCase own(*backend_, cc);
+    DeviceCase arena_case(*in_arena, cc);
+    ASSERT_TRUE(own.ok() && arena_case.ok());
+    std::vector<KernelConfig> configs;
+    for (const KernelConfig& c : ConfigsFor(p, Precision::kBf16)) {
+      if (c.variant != Variant::kFused || c.split_kv > 1 || c.split_kv == kAutoSplitKv) configs.push_back(c);
+    }
+    for (const KernelConfig& c : configs) {
+      SCOPED_TRACE(p.Key() + " " + c.Key());
+      absl::StatusOr<size_t> bytes = in_arena->ScratchBytes(p, c);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      absl::StatusOr<DeviceMemory> arena = in_arena->Allocate(std::max<size_t>(*bytes, 256));
+      ASSERT_TRUE(arena.ok()) << arena.status();
+      ASSERT_TRUE(in_arena->Fill(arena->data(), 0xFF, arena->bytes()).ok());
+      ASSERT_TRUE(in_arena->UseScratchArena(arena->data(), arena->bytes()).ok());
+      arena_case.ExpectMatchesReference(c);
+      if (c.variant == Variant::kFused) {
+        // The split partials are combined in a fixed order: the same bits as the own workspace.
+        absl::StatusOr<std::vector<uint8_t>> expected = own.Run(c);
+        absl::StatusOr<std::vector<uint8_t>> got = arena_case.Run(c);
+        ASSERT_TRUE(expected.ok() && got.ok());
+        EXPECT_EQ(*got, *expected);
+      }
+      if (*bytes > 256) {
+        ASSERT_TRUE(in_arena->UseScratchArena(arena->data(), *bytes - 256).ok());
+        EXPECT_TRUE(absl::IsFailedPrecondition(arena_case.Run(c).status()));
+      }
+      ASSERT_TRUE(in_arena->UseScratchArena(nullptr, 0).ok());
     }
   }
 }

@@ -94,4 +94,12 @@ absl::Status Backend::RunOnStream(const AttentionProblem& problem, const KernelC
                                                " backend has no stream launches; use Run (synchronous)"));
 }
 
+absl::StatusOr<size_t> Backend::ScratchBytes(const AttentionProblem&, const KernelConfig&) const {
+  return absl::UnimplementedError(absl::StrCat("the ", Describe().backend, " backend keeps its scratch in memory of its own"));
+}
+
+absl::Status Backend::UseScratchArena(void*, size_t) {
+  return absl::UnimplementedError(absl::StrCat("the ", Describe().backend, " backend keeps its scratch in memory of its own"));
+}
+
 }  // namespace fusetune

@@ -69,6 +69,10 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
     owned_.push_back(std::move(kernels));
     return kernels_.size() - 1;
   }
+  // Whether side `side`'s kernels take the shared arena (asked once sides exist).
+  bool SharesScratch(size_t side) const {
+    return !owned_.empty() && kernels_[side]->UseScratchArena(nullptr, 0).ok();
+  }
 
   DeviceInfo Describe() const override { return Selected().Describe(); }
   absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override {
@@ -79,14 +83,17 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
   }
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
+    if (auto s = PlaceScratch(problem, config); !s.ok()) return s;
     return Selected().Run(problem, config, buffers);
   }
   absl::Status RunOnStream(const AttentionProblem& problem, const KernelConfig& config,
                            const AttentionBuffers& buffers, const StreamLaunch& launch) override {
+    if (auto s = PlaceScratch(problem, config); !s.ok()) return s;
     return Selected().RunOnStream(problem, config, buffers, launch);
   }
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers, const TimingOptions& options) override {
+    if (auto s = PlaceScratch(problem, config); !s.ok()) return s;
     return Selected().Time(problem, config, buffers, options);
   }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override { return own_.Allocate(bytes); }
@@ -103,8 +110,29 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
  private:
   Backend& Selected() const { return *kernels_[selected_]; }
 
+  // Once sides exist, hands the selected side's kernels the shared arena, grown to what the call
+  // needs (to at least twice its size, so that a suite's cells grow it a few times at most),
+  // before every call that launches: growing moves it for all sides alike, and each is pointed
+  // at it again before its next launch. Kernels that take no arena keep their own scratch; a
+  // pair they cannot run is left to the call itself to refuse. A lone backend keeps its own, as
+  // in the tuner.
+  absl::Status PlaceScratch(const AttentionProblem& problem, const KernelConfig& config) {
+    if (owned_.empty()) return absl::OkStatus();
+    Backend& kernels = Selected();
+    absl::StatusOr<size_t> need = kernels.ScratchBytes(problem, config);
+    if (!need.ok()) return absl::OkStatus();
+    if (*need > arena_.bytes()) {
+      absl::StatusOr<DeviceMemory> grown = own_.Allocate(std::max(*need, 2 * arena_.bytes()));
+      if (!grown.ok()) return grown.status();
+      arena_ = *std::move(grown);
+    }
+    absl::Status s = kernels.UseScratchArena(arena_.data(), arena_.bytes());
+    return absl::IsUnimplemented(s) ? absl::OkStatus() : s;
+  }
+
   Backend& own_;
   std::vector<Backend*> kernels_;  // [0] = own_
+  DeviceMemory arena_;             // the sides' scratch (PlaceScratch), freed after the kernels using it
   std::vector<std::unique_ptr<Backend>> owned_;
   size_t selected_ = 0;
   StopToken stop_;
@@ -181,6 +209,7 @@ absl::StatusOr<SourceInfo> RunnerBlockSource::DescribeSide(size_t side) {
   info.commit = sides_[side].commit;
   info.device = kernels_->Describe();
   info.environment = info.device.driver;
+  info.shared_scratch = kernels_->SharesScratch(side);
   return info;
 }
 
@@ -271,7 +300,8 @@ absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out, con
         continue;
       }
       sides.push_back(*opened);
-      reply({{"side", sides.size() - 1}});
+      absl::StatusOr<SourceInfo> opened_info = (*opened)->Describe();
+      reply({{"side", sides.size() - 1}, {"shared_scratch", opened_info.ok() && opened_info->shared_scratch}});
       continue;
     }
     if (static_cast<size_t>(request->side) >= sides.size()) {

@@ -117,11 +117,12 @@ TEST(ServeBlocksTest, AnswersHelloCanRunVerifyAndBlockAndSurvivesMalformedReques
   EXPECT_GT(block->median_us, 0);
 }
 
-// Records the buffers each call is given, and answers for one device class.
+// Records the buffers each call is given, and answers for one device class; takes a scratch
+// arena only when `takes_arena` (recording the arena each timed block ran in).
 class RecordingBackend : public Backend {
  public:
-  explicit RecordingBackend(std::unique_ptr<Backend> inner, std::string device_class = "")
-      : inner_(std::move(inner)), device_class_(std::move(device_class)) {}
+  explicit RecordingBackend(std::unique_ptr<Backend> inner, std::string device_class = "", bool takes_arena = false)
+      : inner_(std::move(inner)), device_class_(std::move(device_class)), takes_arena_(takes_arena) {}
   DeviceInfo Describe() const override {
     DeviceInfo d = inner_->Describe();
     if (!device_class_.empty()) d.name = device_class_;
@@ -140,7 +141,16 @@ class RecordingBackend : public Backend {
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& p, const KernelConfig& c, const AttentionBuffers& b,
                                      const TimingOptions& o) override {
     timed_q.push_back(b.q);
+    timed_arena.push_back(arena_);
     return inner_->Time(p, c, b, o);
+  }
+  absl::StatusOr<size_t> ScratchBytes(const AttentionProblem& p, const KernelConfig& c) const override {
+    return takes_arena_ ? inner_->ScratchBytes(p, c) : Backend::ScratchBytes(p, c);
+  }
+  absl::Status UseScratchArena(void* base, size_t bytes) override {
+    if (!takes_arena_) return Backend::UseScratchArena(base, bytes);
+    arena_ = base;
+    return inner_->UseScratchArena(base, bytes);
   }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
     ++allocations;
@@ -153,10 +163,13 @@ class RecordingBackend : public Backend {
   int runs = 0;
   int allocations = 0;
   std::vector<const void*> timed_q;
+  std::vector<const void*> timed_arena;  // null: its own scratch
 
  private:
   std::unique_ptr<Backend> inner_;
   std::string device_class_;
+  bool takes_arena_;
+  void* arena_ = nullptr;
 };
 
 TEST(RunnerBlockSourceTest, ASideIsVerifiedOnItsOwnAndTimedOnTheSameInputs) {
@@ -189,6 +202,39 @@ TEST(RunnerBlockSourceTest, ASideIsVerifiedOnItsOwnAndTimedOnTheSameInputs) {
   for (const void* q : other_kernels->timed_q) EXPECT_EQ(q, own.timed_q.front());
   for (const void* q : own.timed_q) EXPECT_EQ(q, own.timed_q.front());
   EXPECT_EQ(other_kernels->allocations, 0);
+}
+
+TEST(RunnerBlockSourceTest, SidesThatTakeAnArenaShareOneAndTheOthersKeepTheirOwn) {
+  RecordingBackend own(Cpu(), "", /*takes_arena=*/true);
+  RunnerBlockSource source(own, "abcdef1", kBlock);
+  EXPECT_FALSE(source.Describe()->shared_scratch) << "a source alone keeps its own scratch";
+  auto taking = std::make_unique<RecordingBackend>(Cpu(), "", /*takes_arena=*/true);
+  auto keeping = std::make_unique<RecordingBackend>(Cpu(), "", /*takes_arena=*/false);
+  RecordingBackend* taking_kernels = taking.get();
+  RecordingBackend* keeping_kernels = keeping.get();
+  BlockSource* taking_side = *source.AddSide(std::move(taking), "0123456789ab");
+  BlockSource* keeping_side = *source.AddSide(std::move(keeping), "0123456789ac");
+  EXPECT_TRUE(source.Describe()->shared_scratch);
+  EXPECT_TRUE(taking_side->Describe()->shared_scratch);
+  EXPECT_FALSE(keeping_side->Describe()->shared_scratch);
+  // A small cell, then one whose S/P workspace grows the arena: every side still meets the other
+  // in one arena.
+  for (const char* key : {"fused/bm16/bs16/t1/fp32/st1", "materialized/bm16/bs16/t2/fp32/st1"}) {
+    const KernelConfig c = Config(key);
+    for (BlockSource* s : {static_cast<BlockSource*>(&source), taking_side, keeping_side}) {
+      ASSERT_EQ(s->Verify(Small(), c)->outcome, TrialOutcome::kOk) << key;
+    }
+    for (int round = 0; round < 2; ++round) {
+      for (BlockSource* s : {static_cast<BlockSource*>(&source), taking_side, keeping_side}) {
+        ASSERT_TRUE(s->MeasureBlock(Small(), c).ok()) << key;
+      }
+    }
+    ASSERT_NE(own.timed_arena.back(), nullptr) << key;
+    EXPECT_EQ(taking_kernels->timed_arena.back(), own.timed_arena.back()) << key;
+  }
+  ASSERT_EQ(own.timed_arena.size(), taking_kernels->timed_arena.size());
+  for (size_t i = 0; i < own.timed_arena.size(); ++i) EXPECT_EQ(own.timed_arena[i], taking_kernels->timed_arena[i]);
+  for (const void* arena : keeping_kernels->timed_arena) EXPECT_EQ(arena, nullptr);
 }
 
 TEST(RunnerBlockSourceTest, ASideOfAnotherDeviceClassOrNoneIsRefused) {
@@ -233,7 +279,7 @@ TEST(ServeBlocksTest, OpensSidesAndRoutesRequestsByTheirSide) {
   }
   ASSERT_EQ(lines.size(), 7u) << replies;
   EXPECT_NE(lines[1].find("no library at missing.so"), std::string::npos) << lines[1];
-  EXPECT_EQ(*protocol::ParseOpenSide(lines[2]), 1);
+  EXPECT_EQ(protocol::ParseOpenSide(lines[2])->side, 1);
   EXPECT_EQ(opened_library, "lib/libfusetune_capi.so");
   EXPECT_EQ(opened_commit, "0123456789ab");  // canonical
   EXPECT_TRUE(opened_planted);
@@ -282,6 +328,9 @@ TEST(ProtocolTest, SidesAndOpenSideRoundTripAndBadOnesAreRefused) {
   line.insert(line.size() - 1, R"(,"side":-1)");
   EXPECT_TRUE(absl::IsInvalidArgument(protocol::ParseRequest(line).status())) << line;
   EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"side":0})").status()));
+  EXPECT_TRUE(protocol::ParseOpenSide(R"({"side":1,"shared_scratch":true})")->shared_scratch);
+  EXPECT_FALSE(protocol::ParseOpenSide(R"({"side":1})")->shared_scratch) << "an older child does not say";
+  EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"side":1,"shared_scratch":"yes"})").status()));
   EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"error":"cannot load x.so"})").status()));
 }
 

@@ -26,7 +26,7 @@ bool Callable(int version) { return version == 1 || version == FUSETUNE_C_API_VE
 // The library's entry points this adapter calls, resolved once. The first six are in every
 // library since the ABI's first commit. The *_kv_cache three came later (a KV cache: decode and
 // paged problems) and the *_kv_quant three later still (e4m3 K/V): each three is resolved only
-// together, and null where the library predates them.
+// together, and null where the library predates them. So are the two scratch calls, added last.
 struct CapiFunctions {
   decltype(&fusetune_api_version) api_version = nullptr;
   decltype(&fusetune_create) create = nullptr;
@@ -40,6 +40,8 @@ struct CapiFunctions {
   decltype(&fusetune_can_implement_kv_quant) can_implement_kv_quant = nullptr;
   decltype(&fusetune_run_kv_quant) run_kv_quant = nullptr;
   decltype(&fusetune_time_kv_quant) time_kv_quant = nullptr;
+  decltype(&fusetune_scratch_bytes) scratch_bytes = nullptr;
+  decltype(&fusetune_use_scratch_arena) use_scratch_arena = nullptr;
 
   bool has_kv_cache() const { return can_implement_kv_cache != nullptr; }
   bool has_kv_quant() const { return can_implement_kv_quant != nullptr; }
@@ -212,6 +214,25 @@ class CapiBackend : public Backend {
     return t;
   }
 
+  absl::StatusOr<size_t> ScratchBytes(const AttentionProblem& problem, const KernelConfig& config) const override {
+    if (f_.scratch_bytes == nullptr) return NoArena();
+    if (auto s = Representable(problem, config); !s.ok()) return s;
+    const CapiProblem p(problem, nullptr, nullptr, nullptr);
+    const fusetune_config c = ToCapi(config);
+    size_t bytes = 0;
+    char err[512] = "";
+    const int code = f_.scratch_bytes(handle_, &p.problem, p.cache(), p.with_quant ? &p.kv_quant : nullptr, &c, &bytes,
+                                      err, sizeof err);
+    if (auto s = FromCapi(code, err); !s.ok()) return s;
+    return bytes;
+  }
+
+  absl::Status UseScratchArena(void* base, size_t bytes) override {
+    if (f_.use_scratch_arena == nullptr) return NoArena();
+    char err[512] = "";
+    return FromCapi(f_.use_scratch_arena(handle_, base, bytes, err, sizeof err), err);
+  }
+
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override { return memory_->Allocate(bytes); }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
     return memory_->CopyToDevice(dst, src, bytes);
@@ -248,6 +269,12 @@ class CapiBackend : public Backend {
                                                    " cannot be served by this library"));
     }
     return absl::OkStatus();
+  }
+
+  static absl::Status NoArena() {
+    return absl::UnimplementedError(
+        "this C ABI library has no fusetune_scratch_bytes and fusetune_use_scratch_arena: it keeps its scratch in "
+        "memory of its own");
   }
 
   void* library_;
@@ -308,6 +335,9 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenCapiBackend(const std::string& libr
                   &f.run_kv_cache, "fusetune_time_kv_cache", &f.time_kv_cache);
   ResolveOptional(handle, "fusetune_can_implement_kv_quant", &f.can_implement_kv_quant, "fusetune_run_kv_quant",
                   &f.run_kv_quant, "fusetune_time_kv_quant", &f.time_kv_quant);
+  f.scratch_bytes = reinterpret_cast<decltype(f.scratch_bytes)>(dlsym(handle, "fusetune_scratch_bytes"));
+  f.use_scratch_arena = reinterpret_cast<decltype(f.use_scratch_arena)>(dlsym(handle, "fusetune_use_scratch_arena"));
+  if (f.scratch_bytes == nullptr || f.use_scratch_arena == nullptr) f.scratch_bytes = nullptr, f.use_scratch_arena = nullptr;
   const int version = f.api_version();
   if (!Callable(version)) {
     dlclose(handle);

@@ -195,6 +195,46 @@ TEST(CapiBackendTest, ALibraryWithoutTheKvCacheCallsIsToldOnlyWhatItCanRead) {
   EXPECT_NE(s.message().find("C ABI library: fake v1 read"), std::string::npos) << s;
 }
 
+// The scratch calls reach the library: its arena size is this build's backend's, and a run with
+// its scratch in an arena (NaN to begin with) verifies; the e4m3 and paged forms are sized too.
+TEST(CapiBackendTest, ScratchArenaCallsReachTheLibrary) {
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_CAPI_LIBRARY, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  EXPECT_TRUE((*lib)->UseScratchArena(nullptr, 0).ok());
+  for (const char* key : {"prefill/b2/hq4/hkv2/q33/k47/d32/causal1/fp32",
+                          "decode/b2/hq4/hkv2/q1/k70/d32/causal1/fp32/page16",
+                          "prefill/b2/hq4/hkv2/q33/k47/d32/causal1/bf16/kve4m3"}) {
+    const AttentionProblem p = Key(key);
+    const KernelConfig c = *KernelConfig::FromKey("materialized/bm16/bs32/t2/fp32/st1");
+    absl::StatusOr<size_t> bytes = (*lib)->ScratchBytes(p, c);
+    ASSERT_TRUE(bytes.ok()) << key << ": " << bytes.status();
+    EXPECT_EQ(*bytes, *Cpu()->ScratchBytes(p, c)) << key;
+  }
+  const KernelConfig c = *KernelConfig::FromKey("fused/bm16/bs32/t2/fp32/st1");
+  absl::StatusOr<DeviceMemory> arena = (*lib)->Allocate(*(*lib)->ScratchBytes(Small(), c));
+  ASSERT_TRUE(arena.ok());
+  ASSERT_TRUE((*lib)->Fill(arena->data(), 0xFF, arena->bytes()).ok());
+  ASSERT_TRUE((*lib)->UseScratchArena(arena->data(), arena->bytes()).ok());
+  ExpectServed(**lib, Small(), c);
+  absl::Status too_small = (*lib)->UseScratchArena(arena->data(), 64);
+  ASSERT_TRUE(too_small.ok()) << too_small;
+  std::vector<float> in(static_cast<size_t>(Small().KVElements() + Small().QElements()));
+  const AttentionBuffers buffers{.q = in.data(), .k = in.data(), .v = in.data(), .o = in.data()};
+  absl::Status refused = (*lib)->Run(Small(), c, buffers);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_NE(refused.message().find("C ABI library: cpu: the scratch arena"), std::string::npos) << refused;
+}
+
+TEST(CapiBackendTest, ALibraryWithoutTheScratchCallsKeepsItsOwnScratch) {
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_FAKE_CAPI_V1, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  for (absl::Status s : {(*lib)->UseScratchArena(nullptr, 0),
+                         (*lib)->ScratchBytes(Small(), *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1")).status()}) {
+    EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+    EXPECT_NE(s.message().find("no fusetune_scratch_bytes and fusetune_use_scratch_arena"), std::string::npos) << s;
+  }
+}
+
 TEST(CapiBackendTest, ALibraryOfAnotherVersionIsRefused) {
   absl::Status s = OpenCapiBackend(FUSETUNE_FAKE_CAPI_V3, "cpu", 0, Cpu()).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;

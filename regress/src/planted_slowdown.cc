@@ -82,6 +82,15 @@ absl::StatusOr<TimingSamples> PlantedSlowdownBackend::Time(const AttentionProble
   return samples;
 }
 
+absl::StatusOr<size_t> PlantedSlowdownBackend::ScratchBytes(const AttentionProblem& problem,
+                                                            const KernelConfig& config) const {
+  return inner_->ScratchBytes(problem, config);
+}
+
+absl::Status PlantedSlowdownBackend::UseScratchArena(void* base, size_t bytes) {
+  return inner_->UseScratchArena(base, bytes);
+}
+
 absl::StatusOr<DeviceMemory> PlantedSlowdownBackend::Allocate(size_t bytes) { return inner_->Allocate(bytes); }
 
 absl::Status PlantedSlowdownBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {

@@ -205,6 +205,23 @@ TEST(PlantedSlowdownBackend, ForwardsMemoryCalls) {
   EXPECT_EQ(fixed.calls, 5);
 }
 
+TEST(PlantedSlowdownBackend, ForwardsTheScratchArenaSoAPlantedSideLaysItOutAsTheOther) {
+  const AttentionProblem p = TinyProblem();
+  const KernelConfig c = Config(Variant::kFused);
+  PlantedSlowdownBackend planted(CreateCpuBackend(), {{.cell_substring = "", .fraction = 0.5}});
+  absl::StatusOr<size_t> bytes = planted.ScratchBytes(p, c);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, *CreateCpuBackend()->ScratchBytes(p, c));
+  absl::StatusOr<DeviceMemory> arena = planted.Allocate(*bytes);
+  ASSERT_TRUE(arena.ok());
+  ASSERT_TRUE(planted.UseScratchArena(arena->data(), 64).ok());
+  Buffers b = MakeBuffers(planted, p);
+  // The inner backend took the (too small) arena: its refusal comes back.
+  EXPECT_TRUE(absl::IsFailedPrecondition(planted.Run(p, c, b.View())));
+  ASSERT_TRUE(planted.UseScratchArena(arena->data(), arena->bytes()).ok());
+  EXPECT_TRUE(planted.Run(p, c, b.View()).ok());
+}
+
 TEST(PlantedSlowdownBackend, ScalesOnlyMatchingCellsExactly) {
   const AttentionProblem p = TinyProblem();
   const AttentionProblem other = TinyProblem(32);

@@ -225,7 +225,7 @@ absl::StatusOr<std::unique_ptr<BlockSource>> ProcessBlockSource::OpenSide(const 
   if (!canonical.ok()) return absl::InvalidArgumentError(Cat("a side's commit: ", canonical.status().message()));
   absl::StatusOr<std::string> reply = Request(protocol::OpenSideLine(library, *canonical, planted));
   if (!reply.ok()) return reply.status();
-  absl::StatusOr<int> side = protocol::ParseOpenSide(*reply);
+  absl::StatusOr<protocol::OpenedSide> side = protocol::ParseOpenSide(*reply);
   if (!side.ok()) {
     // The child answered and serves on: a refusal, not a failure of the child.
     if (side.status().message().find("unknown op") != std::string_view::npos) {
@@ -235,7 +235,8 @@ absl::StatusOr<std::unique_ptr<BlockSource>> ProcessBlockSource::OpenSide(const 
   }
   SourceInfo info = info_;
   info.commit = *std::move(canonical);
-  return std::unique_ptr<BlockSource>(new Side(*this, *side, std::move(info)));
+  info.shared_scratch = side->shared_scratch;
+  return std::unique_ptr<BlockSource>(new Side(*this, side->side, std::move(info)));
 }
 
 }  // namespace fusetune::regress

@@ -154,14 +154,17 @@ absl::StatusOr<CellCheck> ParseCheck(std::string_view line) {
   }
 }
 
-absl::StatusOr<int> ParseOpenSide(std::string_view line) {
+absl::StatusOr<OpenedSide> ParseOpenSide(std::string_view line) {
   absl::StatusOr<nlohmann::json> j = ParseReply(line);
   if (!j.ok()) return j.status();
   if (!j->contains("side") || !(*j)["side"].is_number_integer() || (*j)["side"].get<int64_t>() < 1 ||
       (*j)["side"].get<int64_t>() > 1000) {
     return absl::UnavailableError(Cat("malformed open_side reply from bench-serve: ", line.substr(0, 200)));
   }
-  return static_cast<int>((*j)["side"].get<int64_t>());
+  if (j->contains("shared_scratch") && !(*j)["shared_scratch"].is_boolean()) {
+    return absl::UnavailableError(Cat("malformed open_side reply from bench-serve: ", line.substr(0, 200)));
+  }
+  return OpenedSide{static_cast<int>((*j)["side"].get<int64_t>()), j->value("shared_scratch", false)};
 }
 
 absl::StatusOr<bool> ParseCanRun(std::string_view line, std::string* why) {

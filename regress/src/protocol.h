@@ -49,8 +49,14 @@ absl::StatusOr<SourceInfo> ParseHello(std::string_view line);
 nlohmann::json CheckToJson(const CellCheck& check);
 absl::StatusOr<CellCheck> ParseCheck(std::string_view line);
 
-// The reply to open_side: the new side's number (>= 1); the child's error as Unavailable.
-absl::StatusOr<int> ParseOpenSide(std::string_view line);
+// The reply to open_side: the new side's number (>= 1) and whether its scratch lies in the arena
+// the child shares between its sides (false from a child that does not say); the child's error
+// as Unavailable.
+struct OpenedSide {
+  int side = 0;
+  bool shared_scratch = false;
+};
+absl::StatusOr<OpenedSide> ParseOpenSide(std::string_view line);
 
 // The reply to can_run: whether, and why not.
 absl::StatusOr<bool> ParseCanRun(std::string_view line, std::string* why);

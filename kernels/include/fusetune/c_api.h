@@ -241,6 +241,30 @@ int fusetune_run_on_stream_kv_quant(fusetune_handle* handle, const fusetune_prob
 int fusetune_problem_key_kv_quant(const fusetune_problem* problem, const fusetune_kv_cache* cache,
                                   const fusetune_kv_quant* quant, char* key, size_t keylen, char* err, size_t errlen);
 
+/* ---------------------------------------------------------------- scratch placement */
+
+/* Scratch in memory the caller provides (kernels/backend.h, Backend::UseScratchArena). A launch
+ * uses scratch besides O, which a handle allocates itself and keeps; two handles timed side by
+ * side on the same inputs then differ in where it lies, and that alone can move a kernel's time
+ * by a few per cent for the handles' lives. Given one arena, both lay their scratch out at the
+ * same addresses.
+ *
+ * fusetune_scratch_bytes: the arena bytes a run or time of (problem, cache, quant, config) needs,
+ * into *bytes (`cache` and `quant` may be NULL, as for the calls without them); never launches.
+ * UNIMPLEMENTED where the handle's backend cannot use an arena (cuda so far).
+ *
+ * fusetune_use_scratch_arena: from now on the handle's run and time calls lay every scratch
+ * buffer out in [base, base + bytes), device memory (host memory for cpu), 64-byte aligned
+ * (INVALID_ARGUMENT otherwise), which the caller keeps alive and leaves alone during those calls;
+ * base NULL: the handle's own memory again. Contents are undefined at each launch, so handles may
+ * take turns in one arena. A launch needing more than `bytes` is FAILED_PRECONDITION, O
+ * untouched. UNIMPLEMENTED where the backend cannot use one; fusetune_use_scratch_arena(h, NULL,
+ * 0, ...) is OK exactly where it can. Libraries built before these two functions lack them. */
+int fusetune_scratch_bytes(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_kv_cache* cache,
+                           const fusetune_kv_quant* quant, const fusetune_config* config, size_t* bytes, char* err,
+                           size_t errlen);
+int fusetune_use_scratch_arena(fusetune_handle* handle, void* base, size_t bytes, char* err, size_t errlen);
+
 /* ---------------------------------------------------------------- problems and configs */
 
 /* OK when the problem (with `cache`, which may be NULL) is valid: the checks every run makes,

@@ -101,6 +101,10 @@ struct AttentionBuffers {
 // PyTorch's allocator all give at least that).
 inline constexpr size_t kBufferAlignment = 16;
 
+// The alignment Backend::UseScratchArena requires of an arena (a cache line; Backend::Allocate
+// gives at least that on every backend).
+inline constexpr size_t kScratchArenaAlignment = 64;
+
 // OK when all four tensor pointers are non-null and kBufferAlignment-aligned, for a paged
 // problem block_table is non-null and int32-aligned (and null otherwise), and for K/V stored
 // as e4m3 k_scale and v_scale are non-null and float-aligned (and null otherwise);
@@ -221,6 +225,29 @@ class Backend {
                                              const KernelConfig& config,
                                              const AttentionBuffers& buffers,
                                              const TimingOptions& options) = 0;
+
+  // Scratch in memory the caller provides. A launch uses scratch besides O (on the CPU: each
+  // worker's tiles, the score workspace of the baselines, split-KV partials, a paged cache
+  // gathered for the materialized variant), which a backend allocates itself and keeps for its
+  // life. Two backends timed side by side on the same inputs (fusetune regress: two builds in
+  // one process) then differ in where their scratch lies, and on the CPU that alone moved a
+  // single-thread cell by 1-2.5 % for a whole run, in either direction (docs/perf.md). Handing
+  // both the same arena gives both the same placement.
+  //
+  // ScratchBytes: the bytes of arena a Run or Time of (problem, config) needs; CanImplement's
+  // error for a pair the backend cannot run. Unimplemented where the backend cannot use an
+  // arena (the default; the GPU backends so far).
+  virtual absl::StatusOr<size_t> ScratchBytes(const AttentionProblem& problem, const KernelConfig& config) const;
+  // From now on Run and Time (and RunOnStream) lay out every scratch buffer at fixed offsets of
+  // the arena [base, base + bytes) in device memory, kScratchArenaAlignment-aligned, which the
+  // caller keeps alive and leaves alone during those calls; base nullptr: the backend's own
+  // memory again. The arena's contents are undefined at each launch (a backend initialises what
+  // it reads), so one arena can serve several backends in turn. A launch that needs more than
+  // `bytes` fails with FailedPrecondition, O untouched. InvalidArgument for a misaligned base;
+  // Unimplemented where the backend cannot use an arena (the default): it keeps its own scratch.
+  // UseScratchArena(nullptr, 0) is OK exactly where arenas are supported, so it doubles as the
+  // question.
+  virtual absl::Status UseScratchArena(void* base, size_t bytes);
 
   // Device memory management (host memory for the CPU backend).
   virtual absl::StatusOr<DeviceMemory> Allocate(size_t bytes) = 0;

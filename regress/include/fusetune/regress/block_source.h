@@ -37,6 +37,11 @@ struct SourceInfo {
   std::string commit;       // the build's commit, canonical (fusetune/records/commit.h); "unknown" outside git
   DeviceInfo device;        // device.DeviceClass() must match between compared sources
   std::string environment;  // toolkit, driver, compiler: free text
+  // A side of a RunnerBlockSource with others beside it: its kernels lay their scratch out in
+  // the arena its source shares between all of them (Backend::UseScratchArena), so sides differ
+  // in their kernels and not in where their scratch lies. False for a source alone and for
+  // kernels that keep their own scratch (a library from before the scratch calls; GPU backends).
+  bool shared_scratch = false;
 };
 
 // A cell's verification: the Runner's screen of (problem, config) on its random and
@@ -79,6 +84,9 @@ class BlockSource {
 // that two builds compared interleaved differ in nothing but their kernels and launch code.
 // Two processes of one build differ by up to 2 % on some cells, and by a different amount
 // each time (docs/perf.md); one process removes that term rather than measuring around it.
+// Once a side is added, every side's kernels that take a scratch arena get the same one, grown
+// to what each call needs: two handles' own scratch lies at addresses of their own, and that
+// moved CPU cells by 1-2.5 % for a whole run.
 class RunnerBlockSource : public BlockSource {
  public:
   RunnerBlockSource(Backend& backend, std::string commit, const TimingOptions& block,

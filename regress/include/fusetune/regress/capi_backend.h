@@ -24,7 +24,9 @@
 // config's split_kv 0 (/skauto, planned at launch) is handed over as it is: a library from before
 // that meaning refuses it itself. Libraries of C ABI version 1 and 2 are served: version 2
 // appended pingpong and persistent to fusetune_config, so a version-1 library reads the same
-// struct, and a config that sets either is Unimplemented there.
+// struct, and a config that sets either is Unimplemented there. ScratchBytes and UseScratchArena
+// go to fusetune_scratch_bytes and fusetune_use_scratch_arena where the library has both (and
+// its backend takes an arena); elsewhere they are Unimplemented and the library keeps its scratch.
 //
 // Thread-safety: as the ABI's handle, not thread-safe; one CapiBackend per thread.
 #ifndef FUSETUNE_REGRESS_CAPI_BACKEND_H_
