@@ -560,6 +560,17 @@ int fusetune_scratch_bytes(fusetune_handle* handle, const fusetune_problem* prob
   });
 }
 
+int fusetune_use_workers(fusetune_handle* handle, const fusetune_workers* workers, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (auto s = CheckHandle(handle); !s.ok()) return s;
+    if (workers == nullptr) return handle->backend->UseWorkers(nullptr);
+    fusetune::WorkerPool pool;
+    pool.context = workers->context;
+    pool.parallel_for = workers->parallel_for;
+    return handle->backend->UseWorkers(&pool);
+  });
+}
+
 int fusetune_use_scratch_arena(fusetune_handle* handle, void* base, size_t bytes, char* err, size_t errlen) {
   return Guard(err, errlen, [&]() -> absl::Status {
     if (auto s = CheckHandle(handle); !s.ok()) return s;

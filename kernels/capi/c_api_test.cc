@@ -329,6 +329,42 @@ TEST(CApi, AScratchArenaGivesTheHandlesOwnResultBitForBit) {
   EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0);
 }
 
+// A caller's pool that runs every task on the calling thread (worker 0), counting them.
+struct SerialWorkers {
+  int64_t tasks = 0;
+  static void ParallelFor(void* self, int, int64_t n, void (*body)(void*, int64_t, int), void* context) {
+    for (int64_t t = 0; t < n; ++t) body(context, t, 0);
+    static_cast<SerialWorkers*>(self)->tasks += n;
+  }
+};
+
+TEST(CApi, LentWorkersRunTheTasksWithTheHandlesOwnResult) {
+  Handle own, borrower;
+  fusetune_problem p = Problem(2, 4, 2, 70, 90, 32, true);
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  c.threads = 2;
+  std::vector<float> q, k, v;
+  RandomInputs(ToCpp(p), 12, &q, &k, &v);
+  std::vector<float> expected(q.size()), got(q.size());
+  char err[256] = "";
+  ASSERT_EQ(fusetune_run(own.h, &p, &c, q.data(), k.data(), v.data(), expected.data(), err, sizeof err), FUSETUNE_OK)
+      << err;
+  SerialWorkers serial;
+  const fusetune_workers workers{&serial, &SerialWorkers::ParallelFor};
+  ASSERT_EQ(fusetune_use_workers(borrower.h, &workers, err, sizeof err), FUSETUNE_OK) << err;
+  ASSERT_EQ(fusetune_run(borrower.h, &p, &c, q.data(), k.data(), v.data(), got.data(), err, sizeof err), FUSETUNE_OK)
+      << err;
+  EXPECT_GT(serial.tasks, 0);
+  EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0);
+  const int64_t tasks = serial.tasks;
+  ASSERT_EQ(fusetune_use_workers(borrower.h, nullptr, err, sizeof err), FUSETUNE_OK) << err;
+  ASSERT_EQ(fusetune_run(borrower.h, &p, &c, q.data(), k.data(), v.data(), got.data(), err, sizeof err), FUSETUNE_OK);
+  EXPECT_EQ(serial.tasks, tasks) << "its own threads again";
+  const fusetune_workers broken{&serial, nullptr};
+  EXPECT_EQ(fusetune_use_workers(borrower.h, &broken, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  EXPECT_EQ(fusetune_use_workers(nullptr, nullptr, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+}
+
 TEST(CApi, ScratchCallsCheckTheirArguments) {
   Handle h;
   fusetune_problem p = Problem(1, 2, 2, 16, 16, 32, false);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <thread>
 #include <utility>
@@ -204,6 +205,17 @@ ArenaLayout ArenaLayoutOf(const AttentionProblem& p, const KernelConfig& config)
   return layout;
 }
 
+// WorkerPool::parallel_for over a ThreadPool (CpuBackend::LendWorkers).
+void PoolParallelFor(void* pool, int workers, int64_t tasks, void (*body)(void*, int64_t, int), void* body_context) {
+  static_cast<cpu::ThreadPool*>(pool)->ParallelFor(
+      workers, tasks, [body, body_context](int64_t task, int worker) { body(body_context, task, worker); });
+}
+
+// A WorkerPool body calling a std::function<void(int64_t, int)> (a launch's task loop).
+void CallTaskFunction(void* function, int64_t task, int worker) {
+  (*static_cast<const std::function<void(int64_t, int)>*>(function))(task, worker);
+}
+
 // The tile sizes the kernel bodies are written for (block_m and block_s alike).
 constexpr int kSupportedTiles[] = {16, 32, 64, 128};
 
@@ -228,7 +240,8 @@ std::vector<Precision> CandidatePrecisions(DType dtype) {
 // The whole kernel family on host threads. Owns a thread pool (threads created on first
 // use and kept), per-worker scratch tiles and the partial/materialized score workspace; all
 // grow on demand and live as long as the backend, unless a caller's arena holds the scratch
-// (UseScratchArena). Not thread-safe (Backend's contract).
+// (UseScratchArena) or another backend's threads run the tasks (UseWorkers). Not thread-safe
+// (Backend's contract).
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(std::string isa) : isa_(std::move(isa)), kernels_(&KernelsForIsa(isa_)) {}
@@ -405,6 +418,21 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<WorkerPool> LendWorkers() override {
+    WorkerPool pool;
+    pool.context = &pool_;
+    pool.parallel_for = &PoolParallelFor;
+    return pool;
+  }
+
+  absl::Status UseWorkers(const WorkerPool* pool) override {
+    if (pool != nullptr && pool->parallel_for == nullptr) {
+      return absl::InvalidArgumentError("cpu: a lent worker pool needs a parallel_for");
+    }
+    lent_workers_ = pool == nullptr ? WorkerPool{} : *pool;
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
     void* p = AllocateAligned(bytes);
     if (p == nullptr) {
@@ -468,6 +496,8 @@ class CpuBackend final : public Backend {
   AlignedFloats split_workspace_;
   AlignedFloats gathered_;
   AlignedFloats flush_buffer_;
+  // Threads lent by another backend (UseWorkers); parallel_for null: pool_.
+  WorkerPool lent_workers_;
   // The caller's scratch arena (UseScratchArena), or null: scratch in the buffers above.
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
@@ -707,14 +737,21 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   std::atomic<bool> stopped{false};
   auto for_each = [&](const std::vector<CpuTask>& tasks, auto&& body) {
     if (stopped.load(std::memory_order_relaxed)) return;
-    pool_.ParallelFor(workers, static_cast<int64_t>(tasks.size()), [&](int64_t task, int worker) {
+    const std::function<void(int64_t, int)> task_loop = [&](int64_t task, int worker) {
       if (stopped.load(std::memory_order_relaxed)) return;
       if (stop.Requested()) {
         stopped.store(true, std::memory_order_relaxed);
         return;
       }
       body(tasks[task], scratch[worker]);
-    });
+    };
+    const int64_t count = static_cast<int64_t>(tasks.size());
+    if (lent_workers_.parallel_for != nullptr) {
+      lent_workers_.parallel_for(lent_workers_.context, workers, count, &CallTaskFunction,
+                                 const_cast<std::function<void(int64_t, int)>*>(&task_loop));
+    } else {
+      pool_.ParallelFor(workers, count, task_loop);
+    }
   };
   switch (config.variant) {
     case Variant::kFused:

@@ -713,5 +713,53 @@ TEST(CpuScratchArena, AMisalignedArenaIsInvalidAndNullMeansOwnMemory) {
   EXPECT_TRUE(backend->UseScratchArena(nullptr, 0).ok());
 }
 
+// Worker threads lent by another backend (Backend::LendWorkers, UseWorkers).
+struct CountingPool {
+  WorkerPool inner;
+  int calls = 0;
+  int workers_asked = 0;  // the most workers a launch asked for
+  static void ParallelFor(void* self, int workers, int64_t n, void (*body)(void*, int64_t, int), void* context) {
+    auto* pool = static_cast<CountingPool*>(self);
+    ++pool->calls;
+    pool->workers_asked = std::max(pool->workers_asked, workers);
+    pool->inner.parallel_for(pool->inner.context, workers, n, body, context);
+  }
+  WorkerPool AsPool() { return WorkerPool{this, &ParallelFor}; }
+};
+
+TEST(CpuWorkers, TasksRunOnLentThreadsWithTheOwnThreadsResults) {
+  auto lender = CreateCpuBackend();
+  auto own = CreateCpuBackend();
+  auto borrower = CreateCpuBackend();
+  absl::StatusOr<WorkerPool> lent = lender->LendWorkers();
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  CountingPool counting{*lent};
+  const WorkerPool pool = counting.AsPool();
+  ASSERT_TRUE(borrower->UseWorkers(&pool).ok());
+  for (const ArenaCase& c : ArenaCases()) {
+    SCOPED_TRACE(Describe(c.problem, c.config));
+    const std::vector<int32_t> table = c.problem.is_paged() ? ShuffledTable(c.problem, 3) : std::vector<int32_t>{};
+    const Inputs in = PoisonedInputs(c.problem, table, 8);
+    RunOptions options;
+    options.block_table = table;
+    auto expected = RunBackend(*own, c.problem, c.config, in, options);
+    const int calls_before = counting.calls;
+    counting.workers_asked = 0;
+    auto got = RunBackend(*borrower, c.problem, c.config, in, options);
+    ASSERT_TRUE(expected.ok() && got.ok());
+    EXPECT_GT(counting.calls, calls_before) << "the launch ran on the lent pool";
+    EXPECT_LE(counting.workers_asked, c.config.threads);
+    EXPECT_EQ(std::memcmp(got->data(), expected->data(), got->size() * sizeof(float)), 0);
+  }
+  // Back on its own threads: the lent pool is no longer called.
+  ASSERT_TRUE(borrower->UseWorkers(nullptr).ok());
+  const int calls = counting.calls;
+  const ArenaCase c = ArenaCases()[0];
+  ASSERT_TRUE(RunBackend(*borrower, c.problem, c.config, RandomInputs(c.problem, 9)).ok());
+  EXPECT_EQ(counting.calls, calls);
+  WorkerPool broken;
+  EXPECT_EQ(borrower->UseWorkers(&broken).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace fusetune

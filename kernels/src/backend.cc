@@ -98,6 +98,14 @@ absl::StatusOr<size_t> Backend::ScratchBytes(const AttentionProblem&, const Kern
   return absl::UnimplementedError(absl::StrCat("the ", Describe().backend, " backend keeps its scratch in memory of its own"));
 }
 
+absl::StatusOr<WorkerPool> Backend::LendWorkers() {
+  return absl::UnimplementedError(absl::StrCat("the ", Describe().backend, " backend has no worker threads to lend"));
+}
+
+absl::Status Backend::UseWorkers(const WorkerPool*) {
+  return absl::UnimplementedError(absl::StrCat("the ", Describe().backend, " backend runs no tasks on host threads"));
+}
+
 absl::Status Backend::UseScratchArena(void*, size_t) {
   return absl::UnimplementedError(absl::StrCat("the ", Describe().backend, " backend keeps its scratch in memory of its own"));
 }

@@ -69,9 +69,13 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
     owned_.push_back(std::move(kernels));
     return kernels_.size() - 1;
   }
-  // Whether side `side`'s kernels take the shared arena (asked once sides exist).
+  // Whether side `side`'s kernels take the shared arena, and the own backend's worker threads
+  // (asked once sides exist).
   bool SharesScratch(size_t side) const {
     return !owned_.empty() && kernels_[side]->UseScratchArena(nullptr, 0).ok();
+  }
+  bool SharesWorkers(size_t side) {
+    return !owned_.empty() && own_.LendWorkers().ok() && kernels_[side]->UseWorkers(nullptr).ok();
   }
 
   DeviceInfo Describe() const override { return Selected().Describe(); }
@@ -83,17 +87,17 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
   }
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
-    if (auto s = PlaceScratch(problem, config); !s.ok()) return s;
+    if (auto s = LendToSelected(problem, config); !s.ok()) return s;
     return Selected().Run(problem, config, buffers);
   }
   absl::Status RunOnStream(const AttentionProblem& problem, const KernelConfig& config,
                            const AttentionBuffers& buffers, const StreamLaunch& launch) override {
-    if (auto s = PlaceScratch(problem, config); !s.ok()) return s;
+    if (auto s = LendToSelected(problem, config); !s.ok()) return s;
     return Selected().RunOnStream(problem, config, buffers, launch);
   }
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers, const TimingOptions& options) override {
-    if (auto s = PlaceScratch(problem, config); !s.ok()) return s;
+    if (auto s = LendToSelected(problem, config); !s.ok()) return s;
     return Selected().Time(problem, config, buffers, options);
   }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override { return own_.Allocate(bytes); }
@@ -110,15 +114,19 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
  private:
   Backend& Selected() const { return *kernels_[selected_]; }
 
-  // Once sides exist, hands the selected side's kernels the shared arena, grown to what the call
-  // needs (to at least twice its size, so that a suite's cells grow it a few times at most),
-  // before every call that launches: growing moves it for all sides alike, and each is pointed
-  // at it again before its next launch. Kernels that take no arena keep their own scratch; a
-  // pair they cannot run is left to the call itself to refuse. A lone backend keeps its own, as
-  // in the tuner.
-  absl::Status PlaceScratch(const AttentionProblem& problem, const KernelConfig& config) {
+  // Once sides exist, hands the selected side's kernels, before every call that launches, the
+  // own backend's worker threads and the shared arena, grown to what the call needs (to at
+  // least twice its size, so that a suite's cells grow it a few times at most): growing moves
+  // it for all sides alike, and each is pointed at it again before its next launch. Kernels
+  // that take neither keep their own; a pair they cannot run is left to the call itself to
+  // refuse. A lone backend keeps its own, as in the tuner.
+  absl::Status LendToSelected(const AttentionProblem& problem, const KernelConfig& config) {
     if (owned_.empty()) return absl::OkStatus();
     Backend& kernels = Selected();
+    if (absl::StatusOr<WorkerPool> workers = own_.LendWorkers(); workers.ok()) {
+      absl::Status s = kernels.UseWorkers(&*workers);
+      if (!s.ok() && !absl::IsUnimplemented(s)) return s;
+    }
     absl::StatusOr<size_t> need = kernels.ScratchBytes(problem, config);
     if (!need.ok()) return absl::OkStatus();
     if (*need > arena_.bytes()) {
@@ -132,7 +140,7 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
 
   Backend& own_;
   std::vector<Backend*> kernels_;  // [0] = own_
-  DeviceMemory arena_;             // the sides' scratch (PlaceScratch), freed after the kernels using it
+  DeviceMemory arena_;             // the sides' scratch (LendToSelected), freed after the kernels using it
   std::vector<std::unique_ptr<Backend>> owned_;
   size_t selected_ = 0;
   StopToken stop_;
@@ -210,6 +218,7 @@ absl::StatusOr<SourceInfo> RunnerBlockSource::DescribeSide(size_t side) {
   info.device = kernels_->Describe();
   info.environment = info.device.driver;
   info.shared_scratch = kernels_->SharesScratch(side);
+  info.shared_workers = kernels_->SharesWorkers(side);
   return info;
 }
 
@@ -301,7 +310,9 @@ absl::Status ServeBlocks(BlockSource& source, std::FILE* in, std::FILE* out, con
       }
       sides.push_back(*opened);
       absl::StatusOr<SourceInfo> opened_info = (*opened)->Describe();
-      reply({{"side", sides.size() - 1}, {"shared_scratch", opened_info.ok() && opened_info->shared_scratch}});
+      reply({{"side", sides.size() - 1},
+             {"shared_scratch", opened_info.ok() && opened_info->shared_scratch},
+             {"shared_workers", opened_info.ok() && opened_info->shared_workers}});
       continue;
     }
     if (static_cast<size_t>(request->side) >= sides.size()) {

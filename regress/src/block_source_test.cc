@@ -118,7 +118,8 @@ TEST(ServeBlocksTest, AnswersHelloCanRunVerifyAndBlockAndSurvivesMalformedReques
 }
 
 // Records the buffers each call is given, and answers for one device class; takes a scratch
-// arena only when `takes_arena` (recording the arena each timed block ran in).
+// arena and lent worker threads only when `takes_arena` (recording the arena each timed block
+// ran in, and the pool last lent).
 class RecordingBackend : public Backend {
  public:
   explicit RecordingBackend(std::unique_ptr<Backend> inner, std::string device_class = "", bool takes_arena = false)
@@ -152,6 +153,12 @@ class RecordingBackend : public Backend {
     arena_ = base;
     return inner_->UseScratchArena(base, bytes);
   }
+  absl::StatusOr<WorkerPool> LendWorkers() override { return inner_->LendWorkers(); }
+  absl::Status UseWorkers(const WorkerPool* pool) override {
+    if (!takes_arena_) return Backend::UseWorkers(pool);
+    workers = pool == nullptr ? nullptr : pool->context;
+    return inner_->UseWorkers(pool);
+  }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override {
     ++allocations;
     return inner_->Allocate(bytes);
@@ -164,6 +171,7 @@ class RecordingBackend : public Backend {
   int allocations = 0;
   std::vector<const void*> timed_q;
   std::vector<const void*> timed_arena;  // null: its own scratch
+  const void* workers = nullptr;         // the lent pool's context (takes_arena only), null: its own
 
  private:
   std::unique_ptr<Backend> inner_;
@@ -232,6 +240,11 @@ TEST(RunnerBlockSourceTest, SidesThatTakeAnArenaShareOneAndTheOthersKeepTheirOwn
     ASSERT_NE(own.timed_arena.back(), nullptr) << key;
     EXPECT_EQ(taking_kernels->timed_arena.back(), own.timed_arena.back()) << key;
   }
+  // And the own backend's threads, lent to every side that takes them (the own included).
+  ASSERT_NE(own.workers, nullptr);
+  EXPECT_EQ(taking_kernels->workers, own.workers);
+  EXPECT_TRUE(taking_side->Describe()->shared_workers);
+  EXPECT_FALSE(keeping_side->Describe()->shared_workers);
   ASSERT_EQ(own.timed_arena.size(), taking_kernels->timed_arena.size());
   for (size_t i = 0; i < own.timed_arena.size(); ++i) EXPECT_EQ(own.timed_arena[i], taking_kernels->timed_arena[i]);
   for (const void* arena : keeping_kernels->timed_arena) EXPECT_EQ(arena, nullptr);
@@ -329,6 +342,8 @@ TEST(ProtocolTest, SidesAndOpenSideRoundTripAndBadOnesAreRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(protocol::ParseRequest(line).status())) << line;
   EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"side":0})").status()));
   EXPECT_TRUE(protocol::ParseOpenSide(R"({"side":1,"shared_scratch":true})")->shared_scratch);
+  EXPECT_TRUE(protocol::ParseOpenSide(R"({"side":1,"shared_workers":true})")->shared_workers);
+  EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"side":1,"shared_workers":1})").status()));
   EXPECT_FALSE(protocol::ParseOpenSide(R"({"side":1})")->shared_scratch) << "an older child does not say";
   EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"side":1,"shared_scratch":"yes"})").status()));
   EXPECT_TRUE(absl::IsUnavailable(protocol::ParseOpenSide(R"({"error":"cannot load x.so"})").status()));

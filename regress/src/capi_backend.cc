@@ -26,7 +26,8 @@ bool Callable(int version) { return version == 1 || version == FUSETUNE_C_API_VE
 // The library's entry points this adapter calls, resolved once. The first six are in every
 // library since the ABI's first commit. The *_kv_cache three came later (a KV cache: decode and
 // paged problems) and the *_kv_quant three later still (e4m3 K/V): each three is resolved only
-// together, and null where the library predates them. So are the two scratch calls, added last.
+// together, and null where the library predates them. So are the two scratch calls, and
+// fusetune_use_workers, added last.
 struct CapiFunctions {
   decltype(&fusetune_api_version) api_version = nullptr;
   decltype(&fusetune_create) create = nullptr;
@@ -42,6 +43,7 @@ struct CapiFunctions {
   decltype(&fusetune_time_kv_quant) time_kv_quant = nullptr;
   decltype(&fusetune_scratch_bytes) scratch_bytes = nullptr;
   decltype(&fusetune_use_scratch_arena) use_scratch_arena = nullptr;
+  decltype(&fusetune_use_workers) use_workers = nullptr;
 
   bool has_kv_cache() const { return can_implement_kv_cache != nullptr; }
   bool has_kv_quant() const { return can_implement_kv_quant != nullptr; }
@@ -233,6 +235,20 @@ class CapiBackend : public Backend {
     return FromCapi(f_.use_scratch_arena(handle_, base, bytes, err, sizeof err), err);
   }
 
+  absl::Status UseWorkers(const WorkerPool* pool) override {
+    if (f_.use_workers == nullptr) {
+      return absl::UnimplementedError(
+          "this C ABI library has no fusetune_use_workers: it runs its tasks on threads of its own");
+    }
+    fusetune_workers workers{};
+    if (pool != nullptr) {
+      workers.context = pool->context;
+      workers.parallel_for = pool->parallel_for;
+    }
+    char err[512] = "";
+    return FromCapi(f_.use_workers(handle_, pool == nullptr ? nullptr : &workers, err, sizeof err), err);
+  }
+
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override { return memory_->Allocate(bytes); }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
     return memory_->CopyToDevice(dst, src, bytes);
@@ -338,6 +354,7 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenCapiBackend(const std::string& libr
   f.scratch_bytes = reinterpret_cast<decltype(f.scratch_bytes)>(dlsym(handle, "fusetune_scratch_bytes"));
   f.use_scratch_arena = reinterpret_cast<decltype(f.use_scratch_arena)>(dlsym(handle, "fusetune_use_scratch_arena"));
   if (f.scratch_bytes == nullptr || f.use_scratch_arena == nullptr) f.scratch_bytes = nullptr, f.use_scratch_arena = nullptr;
+  f.use_workers = reinterpret_cast<decltype(f.use_workers)>(dlsym(handle, "fusetune_use_workers"));
   const int version = f.api_version();
   if (!Callable(version)) {
     dlclose(handle);

@@ -225,9 +225,26 @@ TEST(CapiBackendTest, ScratchArenaCallsReachTheLibrary) {
   EXPECT_NE(refused.message().find("C ABI library: cpu: the scratch arena"), std::string::npos) << refused;
 }
 
+TEST(CapiBackendTest, LentWorkersReachTheLibrary) {
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_CAPI_LIBRARY, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  std::unique_ptr<Backend> lender = Cpu();
+  absl::StatusOr<WorkerPool> pool = lender->LendWorkers();
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE((*lib)->UseWorkers(&*pool).ok());
+  ExpectServed(**lib, Small(), *KernelConfig::FromKey("fused/bm16/bs32/t2/fp32/st1"));
+  WorkerPool broken;
+  absl::Status refused = (*lib)->UseWorkers(&broken);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_TRUE((*lib)->UseWorkers(nullptr).ok());
+}
+
 TEST(CapiBackendTest, ALibraryWithoutTheScratchCallsKeepsItsOwnScratch) {
   absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_FAKE_CAPI_V1, "cpu", 0, Cpu());
   ASSERT_TRUE(lib.ok()) << lib.status();
+  absl::Status workers = (*lib)->UseWorkers(nullptr);
+  EXPECT_TRUE(absl::IsUnimplemented(workers)) << workers;
+  EXPECT_NE(workers.message().find("no fusetune_use_workers"), std::string::npos) << workers;
   for (absl::Status s : {(*lib)->UseScratchArena(nullptr, 0),
                          (*lib)->ScratchBytes(Small(), *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1")).status()}) {
     EXPECT_TRUE(absl::IsUnimplemented(s)) << s;

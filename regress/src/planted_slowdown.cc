@@ -91,6 +91,10 @@ absl::Status PlantedSlowdownBackend::UseScratchArena(void* base, size_t bytes) {
   return inner_->UseScratchArena(base, bytes);
 }
 
+absl::StatusOr<WorkerPool> PlantedSlowdownBackend::LendWorkers() { return inner_->LendWorkers(); }
+
+absl::Status PlantedSlowdownBackend::UseWorkers(const WorkerPool* pool) { return inner_->UseWorkers(pool); }
+
 absl::StatusOr<DeviceMemory> PlantedSlowdownBackend::Allocate(size_t bytes) { return inner_->Allocate(bytes); }
 
 absl::Status PlantedSlowdownBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {

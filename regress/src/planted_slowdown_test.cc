@@ -220,6 +220,11 @@ TEST(PlantedSlowdownBackend, ForwardsTheScratchArenaSoAPlantedSideLaysItOutAsThe
   EXPECT_TRUE(absl::IsFailedPrecondition(planted.Run(p, c, b.View())));
   ASSERT_TRUE(planted.UseScratchArena(arena->data(), arena->bytes()).ok());
   EXPECT_TRUE(planted.Run(p, c, b.View()).ok());
+  // Lent threads likewise.
+  EXPECT_TRUE(planted.LendWorkers().ok());
+  WorkerPool broken;
+  EXPECT_TRUE(absl::IsInvalidArgument(planted.UseWorkers(&broken)));
+  EXPECT_TRUE(planted.UseWorkers(nullptr).ok());
 }
 
 TEST(PlantedSlowdownBackend, ScalesOnlyMatchingCellsExactly) {

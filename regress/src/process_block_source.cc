@@ -236,6 +236,7 @@ absl::StatusOr<std::unique_ptr<BlockSource>> ProcessBlockSource::OpenSide(const 
   SourceInfo info = info_;
   info.commit = *std::move(canonical);
   info.shared_scratch = side->shared_scratch;
+  info.shared_workers = side->shared_workers;
   return std::unique_ptr<BlockSource>(new Side(*this, side->side, std::move(info)));
 }
 

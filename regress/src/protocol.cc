@@ -161,10 +161,13 @@ absl::StatusOr<OpenedSide> ParseOpenSide(std::string_view line) {
       (*j)["side"].get<int64_t>() > 1000) {
     return absl::UnavailableError(Cat("malformed open_side reply from bench-serve: ", line.substr(0, 200)));
   }
-  if (j->contains("shared_scratch") && !(*j)["shared_scratch"].is_boolean()) {
-    return absl::UnavailableError(Cat("malformed open_side reply from bench-serve: ", line.substr(0, 200)));
+  for (const char* flag : {"shared_scratch", "shared_workers"}) {
+    if (j->contains(flag) && !(*j)[flag].is_boolean()) {
+      return absl::UnavailableError(Cat("malformed open_side reply from bench-serve: ", line.substr(0, 200)));
+    }
   }
-  return OpenedSide{static_cast<int>((*j)["side"].get<int64_t>()), j->value("shared_scratch", false)};
+  return OpenedSide{static_cast<int>((*j)["side"].get<int64_t>()), j->value("shared_scratch", false),
+                    j->value("shared_workers", false)};
 }
 
 absl::StatusOr<bool> ParseCanRun(std::string_view line, std::string* why) {

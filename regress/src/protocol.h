@@ -55,6 +55,7 @@ absl::StatusOr<CellCheck> ParseCheck(std::string_view line);
 struct OpenedSide {
   int side = 0;
   bool shared_scratch = false;
+  bool shared_workers = false;
 };
 absl::StatusOr<OpenedSide> ParseOpenSide(std::string_view line);
 

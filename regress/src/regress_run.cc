@@ -267,19 +267,21 @@ absl::StatusOr<BaselineBuild> OpenBothSides(const RegressOptions& f, const std::
   if (!side.ok()) return side.status();
   absl::StatusOr<SourceInfo> candidate_side_info = (*candidate_side)->Describe();
   absl::StatusOr<SourceInfo> side_info = (*side)->Describe();
-  const bool shared_scratch = candidate_side_info.ok() && candidate_side_info->shared_scratch && side_info.ok() &&
-                              side_info->shared_scratch;
+  const bool both = candidate_side_info.ok() && side_info.ok();
+  const bool shared_scratch = both && candidate_side_info->shared_scratch && side_info->shared_scratch;
+  const bool shared_workers = both && candidate_side_info->shared_workers && side_info->shared_workers;
   build.source = *std::move(side);
   build.candidate = *std::move(candidate_side);
   build.commit = *std::move(commit);
   build.one_process = true;
   build.note = fmt::format("both builds are measured in one process on the same inputs, through their C ABI "
-                           "libraries (candidate {}, baseline {}); {}",
+                           "libraries (candidate {}, baseline {}); {}{}",
                            *candidate_library, *library,
                            shared_scratch ? "their scratch at the same addresses (one arena, lent to each in turn)"
                                           : "each keeps its scratch at addresses of its own (a library without "
                                             "fusetune_use_scratch_arena, or a backend that takes no arena): where "
-                                            "it lies can move some cells by 1-2 % for the whole run");
+                                            "it lies can move some cells by 1-2 % for the whole run",
+                           shared_workers ? "; their tasks on the same worker threads" : "");
   return build;
 }
 

@@ -265,6 +265,23 @@ int fusetune_scratch_bytes(fusetune_handle* handle, const fusetune_problem* prob
                            size_t errlen);
 int fusetune_use_scratch_arena(fusetune_handle* handle, void* base, size_t bytes, char* err, size_t errlen);
 
+/* Worker threads lent by the caller (kernels/backend.h, Backend::UseWorkers): the cpu backend
+ * runs a launch's tasks on threads it keeps, and two handles timed side by side then run on
+ * different threads, which a loaded host can schedule differently for a whole run. From now on
+ * the handle's launches call workers->parallel_for(context, n, tasks, body, body_context), which
+ * must call body(body_context, task, worker) once for every task in [0, tasks) on n threads (the
+ * calling thread worker 0, every worker index below n) and return when all have returned; the
+ * pool must stay valid during the handle's calls. NULL: the handle's own threads again.
+ * INVALID_ARGUMENT for a NULL parallel_for; UNIMPLEMENTED where launches do not run on host
+ * threads (cuda); fusetune_use_workers(h, NULL, ...) is OK exactly where they do. */
+typedef struct fusetune_workers {
+  void* context;
+  void (*parallel_for)(void* context, int workers, int64_t tasks,
+                       void (*body)(void* body_context, int64_t task, int worker), void* body_context);
+} fusetune_workers;
+int fusetune_use_workers(fusetune_handle* handle, const fusetune_workers* workers, char* err, size_t errlen);
+/* (Libraries built before fusetune_use_workers lack it.) */
+
 /* ---------------------------------------------------------------- problems and configs */
 
 /* OK when the problem (with `cache`, which may be NULL) is valid: the checks every run makes,

@@ -101,6 +101,16 @@ struct AttentionBuffers {
 // PyTorch's allocator all give at least that).
 inline constexpr size_t kBufferAlignment = 16;
 
+// Worker threads one backend lends another (Backend::LendWorkers, UseWorkers), as plain C so
+// that it passes through the C ABI unchanged: parallel_for(context, workers, tasks, body,
+// body_context) calls body(body_context, task, worker) once for every task in [0, tasks), on
+// `workers` threads of which the calling one is worker 0, and returns when every call has.
+struct WorkerPool {
+  void* context = nullptr;
+  void (*parallel_for)(void* context, int workers, int64_t tasks,
+                       void (*body)(void* body_context, int64_t task, int worker), void* body_context) = nullptr;
+};
+
 // The alignment Backend::UseScratchArena requires of an arena (a cache line; Backend::Allocate
 // gives at least that on every backend).
 inline constexpr size_t kScratchArenaAlignment = 64;
@@ -248,6 +258,21 @@ class Backend {
   // UseScratchArena(nullptr, 0) is OK exactly where arenas are supported, so it doubles as the
   // question.
   virtual absl::Status UseScratchArena(void* base, size_t bytes);
+
+  // Worker threads. The CPU backend runs a launch's tasks on threads it creates and keeps; two
+  // backends timed side by side then run on different threads, and on a loaded host one set
+  // can be scheduled worse than the other for a whole run (two-thread CPU cells 12-26 % apart
+  // in an A/A of one library, docs/perf.md). Lending both the same threads removes that.
+  //
+  // LendWorkers: this backend's threads, valid while it lives (and not used by it concurrently
+  // with the borrower: backends are not thread-safe). Unimplemented where it has none (the
+  // default; the GPU backends).
+  virtual absl::StatusOr<WorkerPool> LendWorkers();
+  // From now on launches run their tasks on `pool`'s threads (which must stay valid during
+  // those calls); nullptr: the backend's own again. InvalidArgument for a pool without a
+  // parallel_for; Unimplemented where launches do not run on host threads (the default). Like
+  // UseScratchArena, UseWorkers(nullptr) is OK exactly where it is supported.
+  virtual absl::Status UseWorkers(const WorkerPool* pool);
 
   // Device memory management (host memory for the CPU backend).
   virtual absl::StatusOr<DeviceMemory> Allocate(size_t bytes) = 0;

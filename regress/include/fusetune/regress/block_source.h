@@ -42,6 +42,9 @@ struct SourceInfo {
   // in their kernels and not in where their scratch lies. False for a source alone and for
   // kernels that keep their own scratch (a library from before the scratch calls; GPU backends).
   bool shared_scratch = false;
+  // Likewise: its kernels run their tasks on the worker threads of its source's own backend
+  // (Backend::UseWorkers), the threads every side of that source uses.
+  bool shared_workers = false;
 };
 
 // A cell's verification: the Runner's screen of (problem, config) on its random and
@@ -85,8 +88,10 @@ class BlockSource {
 // Two processes of one build differ by up to 2 % on some cells, and by a different amount
 // each time (docs/perf.md); one process removes that term rather than measuring around it.
 // Once a side is added, every side's kernels that take a scratch arena get the same one, grown
-// to what each call needs: two handles' own scratch lies at addresses of their own, and that
-// moved CPU cells by 1-2.5 % for a whole run.
+// to what each call needs, and every side's kernels that run on host threads get this source's
+// backend's threads: two handles' own scratch lies at addresses of their own, which moved
+// single-thread CPU cells by 1-2.5 % for a whole run, and their own threads were scheduled
+// differently enough to move two-thread cells by 12-26 % in one run of eight.
 class RunnerBlockSource : public BlockSource {
  public:
   RunnerBlockSource(Backend& backend, std::string commit, const TimingOptions& block,

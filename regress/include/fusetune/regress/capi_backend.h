@@ -26,7 +26,8 @@
 // appended pingpong and persistent to fusetune_config, so a version-1 library reads the same
 // struct, and a config that sets either is Unimplemented there. ScratchBytes and UseScratchArena
 // go to fusetune_scratch_bytes and fusetune_use_scratch_arena where the library has both (and
-// its backend takes an arena); elsewhere they are Unimplemented and the library keeps its scratch.
+// its backend takes an arena), UseWorkers to fusetune_use_workers where it has that; elsewhere
+// they are Unimplemented and the library keeps its own scratch and threads.
 //
 // Thread-safety: as the ABI's handle, not thread-safe; one CapiBackend per thread.
 #ifndef FUSETUNE_REGRESS_CAPI_BACKEND_H_

@@ -49,9 +49,12 @@ class PlantedSlowdownBackend : public Backend {
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers,
                                      const TimingOptions& options) override;
-  // The inner backend's: a planted side lays its scratch out as the unplanted one it is compared with.
+  // The inner backend's: a planted side lays its scratch out and runs its tasks as the unplanted
+  // one it is compared with.
   absl::StatusOr<size_t> ScratchBytes(const AttentionProblem& problem, const KernelConfig& config) const override;
   absl::Status UseScratchArena(void* base, size_t bytes) override;
+  absl::StatusOr<WorkerPool> LendWorkers() override;
+  absl::Status UseWorkers(const WorkerPool* pool) override;
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
