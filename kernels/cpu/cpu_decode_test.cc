@@ -614,18 +614,30 @@ std::vector<ArenaCase> ArenaCases() {
           {paged, Config(Variant::kMaterialized)}};
 }
 
+// A case's inputs of `seed`, a paged one's unread pool rows poisoned, and its block table.
+struct CaseInputs {
+  std::vector<int32_t> table;
+  Inputs in;
+  RunOptions options;
+};
+CaseInputs InputsOf(const ArenaCase& c, uint64_t seed) {
+  CaseInputs ci;
+  if (c.problem.is_paged()) ci.table = ShuffledTable(c.problem, seed);
+  ci.in = PoisonedInputs(c.problem, ci.table, seed);
+  ci.options.block_table = ci.table;
+  return ci;
+}
+
 TEST(CpuScratchArena, OutputsAreBitForBitThoseOfTheBackendsOwnScratch) {
   auto own = CreateCpuBackend();
   auto in_arena = CreateCpuBackend();
   for (const ArenaCase& c : ArenaCases()) {
     SCOPED_TRACE(Describe(c.problem, c.config));
-    const std::vector<int32_t> table = c.problem.is_paged() ? ShuffledTable(c.problem, 3) : std::vector<int32_t>{};
-    const Inputs in = PoisonedInputs(c.problem, table, 5);
-    RunOptions options;
-    options.block_table = table;
-    auto expected = RunBackend(*own, c.problem, c.config, in, options);
+    const CaseInputs ci = InputsOf(c, 5);
+    auto expected = RunBackend(*own, c.problem, c.config, ci.in, ci.options);
     ASSERT_TRUE(expected.ok()) << expected.status();
-    EXPECT_LE(MaxAbsError(*expected, Reference(c.problem, in, table)), Tolerance(c.config.precision, c.problem.dtype));
+    EXPECT_LE(MaxAbsError(*expected, Reference(c.problem, ci.in, ci.table)),
+              Tolerance(c.config.precision, c.problem.dtype));
 
     absl::StatusOr<size_t> bytes = in_arena->ScratchBytes(c.problem, c.config);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
@@ -635,7 +647,7 @@ TEST(CpuScratchArena, OutputsAreBitForBitThoseOfTheBackendsOwnScratch) {
     // Contents are undefined at each launch: NaN everywhere must not reach O.
     ASSERT_TRUE(in_arena->Fill(arena->data(), 0xFF, arena->bytes()).ok());
     ASSERT_TRUE(in_arena->UseScratchArena(arena->data(), arena->bytes()).ok());
-    auto got = RunBackend(*in_arena, c.problem, c.config, in, options);
+    auto got = RunBackend(*in_arena, c.problem, c.config, ci.in, ci.options);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(got->size(), expected->size());
     EXPECT_EQ(std::memcmp(got->data(), expected->data(), got->size() * sizeof(float)), 0);
@@ -659,14 +671,12 @@ TEST(CpuScratchArena, TwoBackendsTakingTurnsInOneArenaEachGetTheirOwnResults) {
     // The two run different cases back to back.
     for (const ArenaCase* c : {&cases[i], &cases[(i + 3) % cases.size()]}) {
       SCOPED_TRACE(Describe(c->problem, c->config));
-      const std::vector<int32_t> table = c->problem.is_paged() ? ShuffledTable(c->problem, 4) : std::vector<int32_t>{};
-      const Inputs in = PoisonedInputs(c->problem, table, 6 + i);
-      RunOptions options;
-      options.block_table = table;
+      const CaseInputs ci = InputsOf(*c, 6 + i);
       Backend& backend = c == &cases[i] ? *first : *second;
-      auto out = RunBackend(backend, c->problem, c->config, in, options);
+      auto out = RunBackend(backend, c->problem, c->config, ci.in, ci.options);
       ASSERT_TRUE(out.ok()) << out.status();
-      EXPECT_LE(MaxAbsError(*out, Reference(c->problem, in, table)), Tolerance(c->config.precision, c->problem.dtype));
+      EXPECT_LE(MaxAbsError(*out, Reference(c->problem, ci.in, ci.table)),
+                Tolerance(c->config.precision, c->problem.dtype));
     }
   }
 }
@@ -738,14 +748,11 @@ TEST(CpuWorkers, TasksRunOnLentThreadsWithTheOwnThreadsResults) {
   ASSERT_TRUE(borrower->UseWorkers(&pool).ok());
   for (const ArenaCase& c : ArenaCases()) {
     SCOPED_TRACE(Describe(c.problem, c.config));
-    const std::vector<int32_t> table = c.problem.is_paged() ? ShuffledTable(c.problem, 3) : std::vector<int32_t>{};
-    const Inputs in = PoisonedInputs(c.problem, table, 8);
-    RunOptions options;
-    options.block_table = table;
-    auto expected = RunBackend(*own, c.problem, c.config, in, options);
+    const CaseInputs ci = InputsOf(c, 8);
+    auto expected = RunBackend(*own, c.problem, c.config, ci.in, ci.options);
     const int calls_before = counting.calls;
     counting.workers_asked = 0;
-    auto got = RunBackend(*borrower, c.problem, c.config, in, options);
+    auto got = RunBackend(*borrower, c.problem, c.config, ci.in, ci.options);
     ASSERT_TRUE(expected.ok() && got.ok());
     EXPECT_GT(counting.calls, calls_before) << "the launch ran on the lent pool";
     EXPECT_LE(counting.workers_asked, c.config.threads);
