@@ -67,16 +67,21 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
     kernels->SetStopToken(stop_);
     kernels_.push_back(kernels.get());
     owned_.push_back(std::move(kernels));
+    // All sides or none: a side on its own scratch or threads beside others on shared ones
+    // would differ from them in exactly what sharing removes. Asking (UseScratchArena(nullptr,
+    // 0), UseWorkers(nullptr)) also puts every side back on its own until the next launch.
+    shares_scratch_ = true;
+    shares_workers_ = own_.LendWorkers().ok();
+    for (Backend* k : kernels_) {
+      shares_scratch_ = k->UseScratchArena(nullptr, 0).ok() && shares_scratch_;
+      shares_workers_ = k->UseWorkers(nullptr).ok() && shares_workers_;
+    }
     return kernels_.size() - 1;
   }
-  // Whether side `side`'s kernels take the shared arena, and the own backend's worker threads
-  // (asked once sides exist).
-  bool SharesScratch(size_t side) const {
-    return !owned_.empty() && kernels_[side]->UseScratchArena(nullptr, 0).ok();
-  }
-  bool SharesWorkers(size_t side) {
-    return !owned_.empty() && own_.LendWorkers().ok() && kernels_[side]->UseWorkers(nullptr).ok();
-  }
+  // Whether the sides share the arena and the own backend's worker threads: once sides exist,
+  // when every side's kernels take them.
+  bool SharesScratch() const { return !owned_.empty() && shares_scratch_; }
+  bool SharesWorkers() const { return !owned_.empty() && shares_workers_; }
 
   DeviceInfo Describe() const override { return Selected().Describe(); }
   absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override {
@@ -114,28 +119,29 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
  private:
   Backend& Selected() const { return *kernels_[selected_]; }
 
-  // Once sides exist, hands the selected side's kernels, before every call that launches, the
-  // own backend's worker threads and the shared arena, grown to what the call needs (to at
-  // least twice its size, so that a suite's cells grow it a few times at most): growing moves
-  // it for all sides alike, and each is pointed at it again before its next launch. Kernels
-  // that take neither keep their own; a pair they cannot run is left to the call itself to
-  // refuse. A lone backend keeps its own, as in the tuner.
+  // Once sides exist and all take them, hands the selected side's kernels, before every call
+  // that launches, the own backend's worker threads and the shared arena, grown to what the
+  // call needs (to at least twice its size, so that a suite's cells grow it a few times at
+  // most): growing moves it for all sides alike, and each is pointed at it again before its
+  // next launch. A pair the kernels cannot run is left to the call itself to refuse. A lone
+  // backend keeps its own, as in the tuner.
   absl::Status LendToSelected(const AttentionProblem& problem, const KernelConfig& config) {
-    if (owned_.empty()) return absl::OkStatus();
     Backend& kernels = Selected();
-    if (absl::StatusOr<WorkerPool> workers = own_.LendWorkers(); workers.ok()) {
-      absl::Status s = kernels.UseWorkers(&*workers);
-      if (!s.ok() && !absl::IsUnimplemented(s)) return s;
+    if (SharesWorkers()) {
+      absl::StatusOr<WorkerPool> workers = own_.LendWorkers();
+      if (!workers.ok()) return workers.status();
+      if (auto s = kernels.UseWorkers(&*workers); !s.ok()) return s;
     }
+    if (!SharesScratch()) return absl::OkStatus();
     absl::StatusOr<size_t> need = kernels.ScratchBytes(problem, config);
-    if (!need.ok()) return absl::OkStatus();
+    // Then the call refuses the pair itself; never with an arena that may have moved since.
+    if (!need.ok()) return kernels.UseScratchArena(nullptr, 0);
     if (*need > arena_.bytes()) {
       absl::StatusOr<DeviceMemory> grown = own_.Allocate(std::max(*need, 2 * arena_.bytes()));
       if (!grown.ok()) return grown.status();
       arena_ = *std::move(grown);
     }
-    absl::Status s = kernels.UseScratchArena(arena_.data(), arena_.bytes());
-    return absl::IsUnimplemented(s) ? absl::OkStatus() : s;
+    return kernels.UseScratchArena(arena_.data(), arena_.bytes());
   }
 
   Backend& own_;
@@ -144,6 +150,8 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
   std::vector<std::unique_ptr<Backend>> owned_;
   size_t selected_ = 0;
   StopToken stop_;
+  bool shares_scratch_ = false;
+  bool shares_workers_ = false;
 };
 
 // An added side, as a source of its own.
@@ -217,8 +225,8 @@ absl::StatusOr<SourceInfo> RunnerBlockSource::DescribeSide(size_t side) {
   info.commit = sides_[side].commit;
   info.device = kernels_->Describe();
   info.environment = info.device.driver;
-  info.shared_scratch = kernels_->SharesScratch(side);
-  info.shared_workers = kernels_->SharesWorkers(side);
+  info.shared_scratch = kernels_->SharesScratch();
+  info.shared_workers = kernels_->SharesWorkers();
   return info;
 }
 

@@ -212,42 +212,62 @@ TEST(RunnerBlockSourceTest, ASideIsVerifiedOnItsOwnAndTimedOnTheSameInputs) {
   EXPECT_EQ(other_kernels->allocations, 0);
 }
 
-TEST(RunnerBlockSourceTest, SidesThatTakeAnArenaShareOneAndTheOthersKeepTheirOwn) {
+// Measures every cell of `keys` on Small() on every source, a few rounds.
+void MeasureOnAll(const std::vector<BlockSource*>& sources, const std::vector<const char*>& keys) {
+  for (const char* key : keys) {
+    const KernelConfig c = Config(key);
+    for (BlockSource* s : sources) ASSERT_EQ(s->Verify(Small(), c)->outcome, TrialOutcome::kOk) << key;
+    for (int round = 0; round < 2; ++round) {
+      for (BlockSource* s : sources) ASSERT_TRUE(s->MeasureBlock(Small(), c).ok()) << key;
+    }
+  }
+}
+
+TEST(RunnerBlockSourceTest, SidesShareOneArenaAndTheOwnThreadsWhenAllTakeThem) {
   RecordingBackend own(Cpu(), "", /*takes_arena=*/true);
   RunnerBlockSource source(own, "abcdef1", kBlock);
   EXPECT_FALSE(source.Describe()->shared_scratch) << "a source alone keeps its own scratch";
   auto taking = std::make_unique<RecordingBackend>(Cpu(), "", /*takes_arena=*/true);
-  auto keeping = std::make_unique<RecordingBackend>(Cpu(), "", /*takes_arena=*/false);
   RecordingBackend* taking_kernels = taking.get();
-  RecordingBackend* keeping_kernels = keeping.get();
   BlockSource* taking_side = *source.AddSide(std::move(taking), "0123456789ab");
-  BlockSource* keeping_side = *source.AddSide(std::move(keeping), "0123456789ac");
   EXPECT_TRUE(source.Describe()->shared_scratch);
   EXPECT_TRUE(taking_side->Describe()->shared_scratch);
-  EXPECT_FALSE(keeping_side->Describe()->shared_scratch);
-  // A small cell, then one whose S/P workspace grows the arena: every side still meets the other
-  // in one arena.
-  for (const char* key : {"fused/bm16/bs16/t1/fp32/st1", "materialized/bm16/bs16/t2/fp32/st1"}) {
-    const KernelConfig c = Config(key);
-    for (BlockSource* s : {static_cast<BlockSource*>(&source), taking_side, keeping_side}) {
-      ASSERT_EQ(s->Verify(Small(), c)->outcome, TrialOutcome::kOk) << key;
-    }
-    for (int round = 0; round < 2; ++round) {
-      for (BlockSource* s : {static_cast<BlockSource*>(&source), taking_side, keeping_side}) {
-        ASSERT_TRUE(s->MeasureBlock(Small(), c).ok()) << key;
-      }
-    }
-    ASSERT_NE(own.timed_arena.back(), nullptr) << key;
-    EXPECT_EQ(taking_kernels->timed_arena.back(), own.timed_arena.back()) << key;
+  // A small cell, then one whose S/P workspace grows the arena: the sides still meet in one.
+  MeasureOnAll({&source, taking_side}, {"fused/bm16/bs16/t1/fp32/st1", "materialized/bm16/bs16/t2/fp32/st1"});
+  ASSERT_FALSE(own.timed_arena.empty());
+  ASSERT_EQ(own.timed_arena.size(), taking_kernels->timed_arena.size());
+  for (size_t i = 0; i < own.timed_arena.size(); ++i) {
+    EXPECT_NE(own.timed_arena[i], nullptr);
+    EXPECT_EQ(own.timed_arena[i], taking_kernels->timed_arena[i]);
   }
-  // And the own backend's threads, lent to every side that takes them (the own included).
+  EXPECT_NE(own.timed_arena.front(), own.timed_arena.back()) << "the materialized cell grew the arena";
+  // And the own backend's threads, lent to every side (the own included).
   ASSERT_NE(own.workers, nullptr);
   EXPECT_EQ(taking_kernels->workers, own.workers);
   EXPECT_TRUE(taking_side->Describe()->shared_workers);
-  EXPECT_FALSE(keeping_side->Describe()->shared_workers);
-  ASSERT_EQ(own.timed_arena.size(), taking_kernels->timed_arena.size());
-  for (size_t i = 0; i < own.timed_arena.size(); ++i) EXPECT_EQ(own.timed_arena[i], taking_kernels->timed_arena[i]);
-  for (const void* arena : keeping_kernels->timed_arena) EXPECT_EQ(arena, nullptr);
+}
+
+TEST(RunnerBlockSourceTest, OneSideThatKeepsItsOwnScratchPutsEverySideOnItsOwn) {
+  RecordingBackend own(Cpu(), "", /*takes_arena=*/true);
+  RunnerBlockSource source(own, "abcdef1", kBlock);
+  auto taking = std::make_unique<RecordingBackend>(Cpu(), "", /*takes_arena=*/true);
+  RecordingBackend* taking_kernels = taking.get();
+  BlockSource* taking_side = *source.AddSide(std::move(taking), "0123456789ab");
+  MeasureOnAll({&source, taking_side}, {"fused/bm16/bs16/t1/fp32/st1"});
+  ASSERT_NE(taking_kernels->timed_arena.back(), nullptr);
+  // An older library: neither the arena nor the threads, for anyone, from now on.
+  BlockSource* keeping_side =
+      *source.AddSide(std::make_unique<RecordingBackend>(Cpu(), "", /*takes_arena=*/false), "0123456789ac");
+  for (BlockSource* s : {static_cast<BlockSource*>(&source), taking_side, keeping_side}) {
+    EXPECT_FALSE(s->Describe()->shared_scratch);
+    EXPECT_FALSE(s->Describe()->shared_workers);
+  }
+  const size_t before = taking_kernels->timed_arena.size();
+  MeasureOnAll({&source, taking_side, keeping_side}, {"fused/bm16/bs16/t1/fp32/st1"});
+  ASSERT_GT(taking_kernels->timed_arena.size(), before);
+  for (size_t i = before; i < taking_kernels->timed_arena.size(); ++i) EXPECT_EQ(taking_kernels->timed_arena[i], nullptr);
+  EXPECT_EQ(own.timed_arena.back(), nullptr);
+  EXPECT_EQ(taking_kernels->workers, nullptr);
 }
 
 TEST(RunnerBlockSourceTest, ASideOfAnotherDeviceClassOrNoneIsRefused) {

@@ -39,8 +39,9 @@ struct SourceInfo {
   std::string environment;  // toolkit, driver, compiler: free text
   // A side of a RunnerBlockSource with others beside it: its kernels lay their scratch out in
   // the arena its source shares between all of them (Backend::UseScratchArena), so sides differ
-  // in their kernels and not in where their scratch lies. False for a source alone and for
-  // kernels that keep their own scratch (a library from before the scratch calls; GPU backends).
+  // in their kernels and not in where their scratch lies. False for a source alone, and for
+  // every side when one side's kernels keep their own scratch (a library from before the
+  // scratch calls; the GPU backends by default).
   bool shared_scratch = false;
   // Likewise: its kernels run their tasks on the worker threads of its source's own backend
   // (Backend::UseWorkers), the threads every side of that source uses.
@@ -87,9 +88,9 @@ class BlockSource {
 // that two builds compared interleaved differ in nothing but their kernels and launch code.
 // Two processes of one build differ by up to 2 % on some cells, and by a different amount
 // each time (docs/perf.md); one process removes that term rather than measuring around it.
-// Once a side is added, every side's kernels that take a scratch arena get the same one, grown
-// to what each call needs, and every side's kernels that run on host threads get this source's
-// backend's threads: two handles' own scratch lies at addresses of their own, which moved
+// Once a side is added, and when every side's kernels take them (all sides or none), every
+// side gets the same scratch arena, grown to what each call needs, and this source's backend's
+// worker threads: two handles' own scratch lies at addresses of their own, which moved
 // single-thread CPU cells by 1-2.5 % for a whole run, and their own threads were scheduled
 // differently enough to move two-thread cells by 12-26 % in one run of eight.
 class RunnerBlockSource : public BlockSource {
