@@ -140,16 +140,21 @@ int64_t GatherBytes(const AttentionProblem& p) {
 // Floats per split-KV partial entry: the accumulator row (head_dim padded) and its m and l.
 int64_t SplitEntryFloats(const AttentionProblem& p) { return RoundUp(p.head_dim, kLanes) + 2; }
 
+// Floats of the split-KV partials of a fused launch that splits its keys (0 when it does not):
+// an entry per split, query token and head.
+int64_t SplitPartialFloats(const AttentionProblem& p, const KernelConfig& config) {
+  const int splits = ResolvedSplits(p, config);
+  return splits > 1 ? splits * p.TotalQueries() * p.q_heads * SplitEntryFloats(p) : 0;
+}
+
 // Bytes of workspace a launch needs beyond the per-worker tiles: the S/P workspace (partial
 // and materialized), the gathered K/V (materialized on a paged cache), the split partials
 // (fused with splits).
 int64_t WorkspaceBytes(const AttentionProblem& p, const KernelConfig& config) {
   const int64_t f = static_cast<int64_t>(sizeof(float));
   switch (config.variant) {
-    case Variant::kFused: {
-      const int splits = ResolvedSplits(p, config);
-      return splits > 1 ? splits * p.TotalQueries() * p.q_heads * SplitEntryFloats(p) * f : 0;
-    }
+    case Variant::kFused:
+      return SplitPartialFloats(p, config) * f;
     case Variant::kPartial:
       return WorkspaceFloats(p) * f;
     case Variant::kMaterialized:
@@ -193,10 +198,7 @@ ArenaLayout ArenaLayoutOf(const AttentionProblem& p, const KernelConfig& config)
   layout.workspace_offset = at;
   if (config.variant != Variant::kFused) at += AlignUp(static_cast<size_t>(std::max<int64_t>(WorkspaceFloats(p), 1)) * f);
   layout.split_offset = at;
-  const int splits = ResolvedSplits(p, config);
-  if (splits > 1) {
-    at += AlignUp(static_cast<size_t>(splits * p.TotalQueries() * p.q_heads * SplitEntryFloats(p)) * f);
-  }
+  at += AlignUp(static_cast<size_t>(SplitPartialFloats(p, config)) * f);
   layout.gathered_offset = at;
   if (config.variant == Variant::kMaterialized && p.is_paged()) {
     at += AlignUp(static_cast<size_t>(std::max<int64_t>(GatherBytes(p), 1)));
@@ -760,7 +762,7 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
         if (arena_ != nullptr) {
           params.split_acc = reinterpret_cast<float*>(arena_ + layout.split_offset);
         } else {
-          if (!split_workspace_.Reserve(entries * static_cast<size_t>(SplitEntryFloats(problem)))) {
+          if (!split_workspace_.Reserve(static_cast<size_t>(SplitPartialFloats(problem, config)))) {
             return absl::ResourceExhaustedError("cpu: out of memory for the split-KV partial outputs");
           }
           params.split_acc = split_workspace_.data.get();
