@@ -27,6 +27,10 @@ absl::Status ValidateOptions(const VerdictOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_floor ", o.max_floor, " must be finite and >= min_floor ", o.min_floor));
   }
+  if (!(o.max_interval_floors > 0 && std::isfinite(o.max_interval_floors))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_interval_floors ", o.max_interval_floors, " must be finite and > 0"));
+  }
   if (o.max_blocks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_blocks ", o.max_blocks, " < 1"));
   }
@@ -173,10 +177,13 @@ void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v
       "%d+%d blocks%s",
       r, v.ratio.lower, v.ratio.upper, 100 * v.floor, v.p_slower, v.p_slower_adjusted,
       v.p_faster, v.p_faster_adjusted, v.baseline_blocks, v.candidate_blocks, v.paired ? " paired by round" : "");
-  if (v.p_slower_adjusted < options.alpha && r > hi) {
+  // (A zero floor has no width to compare with.)
+  const bool wide =
+      v.floor > 0 && std::log(v.ratio.upper / v.ratio.lower) > options.max_interval_floors * std::log(hi);
+  if (!wide && v.p_slower_adjusted < options.alpha && r > hi) {
     v.verdict = Verdict::kRegressed;
     v.why = absl::StrCat("slower beyond the floor: ", numbers);
-  } else if (v.p_faster_adjusted < options.alpha && r < lo) {
+  } else if (!wide && v.p_faster_adjusted < options.alpha && r < lo) {
     v.verdict = Verdict::kImproved;
     v.why = absl::StrCat("faster beyond the floor: ", numbers);
   } else if (v.floor > options.max_floor) {
@@ -192,9 +199,11 @@ void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v
     v.why = absl::StrCat("interval inside the floor: ", numbers);
   } else {
     Undecided(options, /*more_blocks_help=*/true, v);
-    v.why = absl::StrCat(v.remeasure ? "not decided, measure more blocks: "
-                                     : "not decided at the block cap (the interval reaches past the floor): ",
-                         numbers);
+    const std::string interval =
+        wide ? absl::StrFormat("the interval spans more than %g floors", options.max_interval_floors)
+             : "the interval reaches past the floor";
+    v.why = v.remeasure ? absl::StrCat("not decided (", interval, "), measure more blocks: ", numbers)
+                        : absl::StrCat("not decided at the block cap (", interval, "): ", numbers);
   }
   if (v.accuracy.failed) {
     v.why += absl::StrFormat("; accuracy failed: error %g above tolerance %g",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -343,6 +344,50 @@ TEST(JudgeCell, PairedRoundsFindAChangeTheClockHidesUnpaired) {
   ASSERT_TRUE(u.ok());
   EXPECT_FALSE(u->paired);
   EXPECT_NE(u->verdict, Verdict::kRegressed) << u->why;
+}
+
+// A few rounds disturbed on one side only, as a compile burst on a shared host: every round's
+// ratio falls one way, so the signed-rank test is significant, but the interval spans most of
+// the disturbed rounds' spread. It is re-measured, not called; the same rounds without the
+// disturbance are called.
+TEST(JudgeCell, AnIntervalSpanningSeveralFloorsIsReMeasuredNotCalled) {
+  CellInput cell;
+  cell.problem_key = "prefill/b2/hq8/hkv2/q64/k128/d64/causal1/fp32";
+  cell.config_key = "materialized/bm64/bs64/t2/fp32/st1";
+  cell.paired = true;
+  const double round_ratio[] = {0.985, 0.99, 0.975, 0.98, 0.45, 0.99, 0.97, 0.5, 0.985, 0.98, 0.55, 0.975, 0.99};
+  for (size_t i = 0; i < std::size(round_ratio); ++i) {
+    const double base = 100 * (1 + 0.01 * static_cast<double>(i % 3));
+    cell.baseline.push_back(base);
+    cell.candidate.push_back(base * round_ratio[i]);
+  }
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_LT(v->p_faster_adjusted, 0.01) << "the test alone would call it";
+  EXPECT_LT(v->ratio.pairwise_ratio, 1 / (1 + v->floor)) << v->why;
+  EXPECT_GT(std::log(v->ratio.upper / v->ratio.lower), 4 * std::log(1 + v->floor)) << v->why;
+  EXPECT_EQ(v->verdict, Verdict::kUnknown) << v->why;
+  EXPECT_TRUE(v->remeasure);
+  EXPECT_NE(v->why.find("the interval spans more than 4 floors"), std::string::npos) << v->why;
+
+  VerdictOptions loose;
+  loose.max_interval_floors = 1000;
+  absl::StatusOr<CellVerdict> called = JudgeCell(cell, loose);
+  ASSERT_TRUE(called.ok());
+  EXPECT_EQ(called->verdict, Verdict::kImproved) << called->why;
+
+  // Without the three disturbed rounds: a narrow interval, called.
+  CellInput steady = cell;
+  for (size_t i = 0; i < steady.candidate.size(); ++i) {
+    if (round_ratio[i] < 0.9) steady.candidate[i] = steady.baseline[i] * 0.98;
+  }
+  absl::StatusOr<CellVerdict> clean = JudgeCell(steady);
+  ASSERT_TRUE(clean.ok());
+  EXPECT_EQ(clean->verdict, Verdict::kImproved) << clean->why;
+
+  VerdictOptions bad;
+  bad.max_interval_floors = 0;
+  EXPECT_EQ(JudgeCell(cell, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JudgeCell, PairedIdenticalBuildsAreTheSameDespiteTheClock) {

@@ -7,8 +7,10 @@
 //   hi     = 1 + floor,   lo = 1 / (1 + floor)          (symmetric on a log scale)
 //   r      = the Hodges–Lehmann ratio (median of the pairwise candidate/baseline ratios)
 //   [L, U] = its distribution-free `confidence` interval (stats.h, RatioOfMedians)
-//   regressed  when adjusted p(slower) < alpha and r > hi
-//   improved   when adjusted p(faster) < alpha and r < lo
+//   wide       when log(U / L) > max_interval_floors * log(hi): the interval spans several
+//              floors, so nothing is resolved, whatever the test says
+//   regressed  when adjusted p(slower) < alpha and r > hi and not wide
+//   improved   when adjusted p(faster) < alpha and r < lo and not wide
 //   same       when lo <= L and U <= hi and floor <= max_floor   (checked after the two above)
 //   unknown    otherwise: re-measure with more blocks, up to max_blocks a side, unless the
 //              floor is wider than max_floor for a reason more blocks cannot change (the
@@ -41,6 +43,14 @@
 // for a few cells on a loaded 2-core host, docs/perf.md), which no spread of blocks shows:
 // `calibrated_noise` is that difference's standard deviation as earlier A/A comparisons of the
 // cell measured it (CalibratedNoise), and more blocks do not shrink it.
+//
+// Why a wide interval is never called: on a shared host a few rounds disturbed on one side only
+// (bursts of load from a compile beside it) can make every round's ratio fall one way, which
+// the signed-rank test counts as a direction, while the interval of the estimate spans most of
+// those rounds' spread. On the CPU beside a compiling build a materialized cell was called
+// faster at 0.907 [0.496, 0.981] with a 5.9 % floor after 13 rounds of an A/A (docs/perf.md);
+// real changes the method has called had intervals narrower than their floor. Such a cell is
+// re-measured like any undecided one.
 //
 // Why a cell can be unknown for want of resolution: a "same" promises that no change larger
 // than the floor happened. Past max_floor that promise hides changes a suite exists to catch,
@@ -82,6 +92,9 @@ struct VerdictOptions {
   double max_floor = 0.10;
   // Confidence of the ratio's interval (the "same" verdict needs it inside the floor).
   double confidence = kDefaultConfidence;
+  // A cell whose interval spans more than this many floors (on a log scale) is not called
+  // regressed or improved (see above); > 0.
+  double max_interval_floors = 4.0;
   // Unknown cells are re-measured until each side has this many blocks.
   int max_blocks = 40;
   // Adjustment across the cells of a suite.
