@@ -280,10 +280,7 @@ class CudaBackend final : public Backend {
     if (!takes_scratch_arena_) return Backend::ScratchBytes(problem, config);
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
     if (FusedOnDecodeFamily(problem, config)) {
-      const int resident = config.split_kv == kAutoSplitKv
-                               ? info_.sm_count * cuda::DecodeBlocksPerMultiprocessor(problem, config)
-                               : 0;
-      const int splits = cuda::ResolveDecodeSplits(problem, config, resident);
+      const int splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
       return static_cast<size_t>(cuda::DecodeWorkspaceFloats(problem, splits)) * sizeof(float);
     }
     if (config.variant == Variant::kFused) {
@@ -803,7 +800,7 @@ class CudaBackend final : public Backend {
   // What kAutoSplitKv plans with: the blocks of the config's decode instance the whole device
   // holds at once (0 for an explicit split count, which needs none). Asked of CUDA once per
   // instance, so that a launch being captured into a graph calls nothing but the launch.
-  int DecodeResidentBlocks(const AttentionProblem& problem, const KernelConfig& config) {
+  int DecodeResidentBlocks(const AttentionProblem& problem, const KernelConfig& config) const {
     if (config.split_kv != kAutoSplitKv) return 0;
     const auto key = std::make_tuple(problem.head_dim, static_cast<int>(problem.dtype),
                                      static_cast<int>(problem.kv_storage), config.block_m, config.block_s,
@@ -1121,7 +1118,8 @@ class CudaBackend final : public Backend {
   RetainedDeviceBuffer stream_workspace_;
   RetainedDeviceBuffer stream_split_counters_;
   // DecodeResidentBlocks by (head_dim, dtype, kv_storage, block_m, block_s, threads, stages).
-  std::map<std::tuple<int, int, int, int, int, int, int>, int> decode_resident_blocks_;
+  // (A cache: ScratchBytes, a const question, asks it too.)
+  mutable std::map<std::tuple<int, int, int, int, int, int, int>, int> decode_resident_blocks_;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -71,17 +72,20 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
     // would differ from them in exactly what sharing removes. Asking (UseScratchArena(nullptr,
     // 0), UseWorkers(nullptr)) also puts every side back on its own until the next launch.
     shares_scratch_ = true;
-    shares_workers_ = own_.LendWorkers().ok();
+    absl::StatusOr<WorkerPool> workers = own_.LendWorkers();
+    bool shares_workers = workers.ok();
     for (Backend* k : kernels_) {
       shares_scratch_ = k->UseScratchArena(nullptr, 0).ok() && shares_scratch_;
-      shares_workers_ = k->UseWorkers(nullptr).ok() && shares_workers_;
+      shares_workers = k->UseWorkers(nullptr).ok() && shares_workers;
     }
+    lent_workers_.reset();
+    if (shares_workers) lent_workers_ = *workers;
     return kernels_.size() - 1;
   }
   // Whether the sides share the arena and the own backend's worker threads: once sides exist,
   // when every side's kernels take them.
-  bool SharesScratch() const { return !owned_.empty() && shares_scratch_; }
-  bool SharesWorkers() const { return !owned_.empty() && shares_workers_; }
+  bool SharesScratch() const { return shares_scratch_; }
+  bool SharesWorkers() const { return lent_workers_.has_value(); }
 
   DeviceInfo Describe() const override { return Selected().Describe(); }
   absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override {
@@ -127,10 +131,8 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
   // backend keeps its own, as in the tuner.
   absl::Status LendToSelected(const AttentionProblem& problem, const KernelConfig& config) {
     Backend& kernels = Selected();
-    if (SharesWorkers()) {
-      absl::StatusOr<WorkerPool> workers = own_.LendWorkers();
-      if (!workers.ok()) return workers.status();
-      if (auto s = kernels.UseWorkers(&*workers); !s.ok()) return s;
+    if (lent_workers_) {
+      if (auto s = kernels.UseWorkers(&*lent_workers_); !s.ok()) return s;
     }
     if (!SharesScratch()) return absl::OkStatus();
     absl::StatusOr<size_t> need = kernels.ScratchBytes(problem, config);
@@ -150,8 +152,10 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
   std::vector<std::unique_ptr<Backend>> owned_;
   size_t selected_ = 0;
   StopToken stop_;
+  // Set by Add (all sides or none): whether the sides share the arena, and the own backend's
+  // threads they share.
   bool shares_scratch_ = false;
-  bool shares_workers_ = false;
+  std::optional<WorkerPool> lent_workers_;
 };
 
 // An added side, as a source of its own.
