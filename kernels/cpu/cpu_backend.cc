@@ -12,6 +12,7 @@
 #include <functional>
 #include <iterator>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -179,15 +180,83 @@ TileParts TilePartsOf(const KernelConfig& config, int head_dim) {
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
+// The tasks of a launch (BuildTasks): per sequence, its task rows in blocks of block_m for each
+// group of query heads, each block once per key split; a split launch also has one combine task
+// per block.
+struct TaskCounts {
+  int64_t tasks = 0;
+  int64_t combine = 0;
+};
+TaskCounts TaskCountsOf(const AttentionProblem& p, const KernelConfig& config, int splits) {
+  const int group = HeadsPerTask(p, config.variant);
+  const int64_t head_groups = (p.q_heads + group - 1) / group;
+  TaskCounts counts;
+  for (int b = 0; b < p.batch; ++b) {
+    const int rows = TaskRowsOfSequence(p, config.variant, p.QueryLen(b));
+    const int64_t blocks = head_groups * ((rows + config.block_m - 1) / config.block_m);
+    counts.tasks += splits == 1 ? blocks : blocks * splits;
+    if (splits > 1) counts.combine += blocks;
+  }
+  return counts;
+}
+
+// Everything else a launch reads besides its tensors and its tiles: the per-sequence and
+// per-query geometry, the per-KV-head factors, the task lists and the workers' tile pointers.
+// Carved from one block of memory (the backend's own, or the arena's, so that two backends
+// sharing an arena also read these from the same addresses: their placement moved single-thread
+// cells as the tiles' did, docs/perf.md).
+struct LaunchTables {
+  int64_t* q_start = nullptr;    // batch
+  int64_t* k_start = nullptr;    // batch
+  int64_t* ws_offset = nullptr;  // batch
+  int32_t* q_len = nullptr;      // batch
+  int32_t* ws_keys = nullptr;    // batch
+  int32_t* visible = nullptr;    // total queries
+  float* scale_log2 = nullptr;   // kv_heads
+  float* v_scale = nullptr;      // kv_heads
+  CpuTask* tasks = nullptr;      // counts.tasks
+  CpuTask* combine = nullptr;    // counts.combine
+  CpuScratch* scratch = nullptr; // config.threads
+  TaskCounts counts;
+};
+
+// Lays out LaunchTables from `base` (kAlignment-aligned, each part aligned); with base null it
+// only counts. Returns the bytes used.
+size_t CarveLaunchTables(const AttentionProblem& p, const KernelConfig& config, char* base, LaunchTables* tables) {
+  LaunchTables t;
+  t.counts = TaskCountsOf(p, config, ResolvedSplits(p, config));
+  size_t at = 0;
+  auto carve = [&](auto*& ptr, int64_t n) {
+    using T = std::remove_reference_t<decltype(*ptr)>;
+    ptr = base == nullptr ? nullptr : reinterpret_cast<T*>(base + at);
+    at += AlignUp(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T));
+  };
+  carve(t.q_start, p.batch);
+  carve(t.k_start, p.batch);
+  carve(t.ws_offset, p.batch);
+  carve(t.q_len, p.batch);
+  carve(t.ws_keys, p.batch);
+  carve(t.visible, p.TotalQueries());
+  carve(t.scale_log2, p.kv_heads);
+  carve(t.v_scale, p.kv_heads);
+  carve(t.tasks, t.counts.tasks);
+  carve(t.combine, t.counts.combine);
+  carve(t.scratch, std::max(config.threads, 1));
+  if (tables != nullptr) *tables = t;
+  return at;
+}
+
 // A launch's scratch in an arena (Backend::UseScratchArena), as byte offsets from its base, each
 // part kAlignment-aligned: config.threads workers' tiles (every worker a launch may use, so the
 // offsets depend on the problem's shape and the config only), then the S/P workspace, the split
-// partials and the gathered K/V, each present only where the launch has one (WorkspaceBytes).
+// partials and the gathered K/V, each present only where the launch has one (WorkspaceBytes),
+// then the launch's tables (CarveLaunchTables).
 struct ArenaLayout {
   size_t tile_bytes = 0;  // one worker's tiles; worker w's start at w * tile_bytes
   size_t workspace_offset = 0;
   size_t split_offset = 0;
   size_t gathered_offset = 0;
+  size_t tables_offset = 0;
   size_t total = 0;
 };
 ArenaLayout ArenaLayoutOf(const AttentionProblem& p, const KernelConfig& config) {
@@ -203,6 +272,8 @@ ArenaLayout ArenaLayoutOf(const AttentionProblem& p, const KernelConfig& config)
   if (config.variant == Variant::kMaterialized && p.is_paged()) {
     at += AlignUp(static_cast<size_t>(std::max<int64_t>(GatherBytes(p), 1)));
   }
+  layout.tables_offset = at;
+  at += CarveLaunchTables(p, config, nullptr, nullptr);
   layout.total = at;
   return layout;
 }
@@ -466,25 +537,26 @@ class CpuBackend final : public Backend {
 
   absl::Status Launch(const AttentionProblem& problem, const KernelConfig& config,
                       const AttentionBuffers& buffers);
-  // Per-sequence and per-query geometry of the problem into the members below; returns the
-  // S/P workspace's floats.
-  int64_t PrepareGeometry(const AttentionProblem& problem);
+  // Per-sequence and per-query geometry of the problem into `tables`; returns the S/P
+  // workspace's floats.
+  static int64_t PrepareGeometry(const AttentionProblem& problem, const LaunchTables& tables);
   // The tasks of a launch (see CpuTask), most expensive first, and the combine tasks of a
-  // split launch (one per row block).
-  void BuildTasks(const AttentionProblem& problem, const KernelConfig& config, int splits);
-  // The kernels' parameter block over the geometry members and the caller's tensors (the
-  // per-KV-head logit factors and V scales into their members).
-  CpuAttentionParams MakeParams(const AttentionProblem& problem, const KernelConfig& config,
-                                const AttentionBuffers& buffers, int splits);
-  // Per-worker scratch tiles for `workers` workers, at arena_tiles (worker w's at w times
-  // `tile_bytes` on) or, when that is null, in scratch_; false when out of memory.
+  // split launch (one per row block), into `tables` (exactly its counts: Internal otherwise).
+  static absl::Status BuildTasks(const AttentionProblem& problem, const KernelConfig& config, int splits,
+                                 const LaunchTables& tables);
+  // The kernels' parameter block over `tables` and the caller's tensors (the per-KV-head logit
+  // factors and V scales into the tables).
+  static CpuAttentionParams MakeParams(const AttentionProblem& problem, const KernelConfig& config,
+                                       const AttentionBuffers& buffers, int splits, const LaunchTables& tables);
+  // Per-worker scratch tiles for `workers` workers into tables.scratch, at arena_tiles (worker
+  // w's at w times `tile_bytes` on) or, when that is null, in scratch_; false when out of memory.
   bool PrepareScratch(const KernelConfig& config, int head_dim, int workers, char* arena_tiles, size_t tile_bytes,
-                      std::vector<CpuScratch>* scratch);
+                      const LaunchTables& tables);
   // The visible keys of every sequence of a paged problem copied through its block table into
   // `into` (GatherBytes of room) or, when that is null, gathered_ (K, then V, storage dtype,
-  // contiguous per sequence); k_start_ then indexes it.
+  // contiguous per sequence); tables.k_start then indexes it.
   absl::Status GatherPagedKV(const AttentionProblem& problem, const AttentionBuffers& buffers, unsigned char* into,
-                             const void** k, const void** v);
+                             const LaunchTables& tables, const void** k, const void** v);
   // Evicts what a launch reads and writes (Q, K, V, O and the score workspace) from every
   // cache level, so each timed launch starts cold, as on a GPU after its L2 flush.
   void FlushCaches(const AttentionProblem& problem, const AttentionBuffers& buffers);
@@ -506,44 +578,34 @@ class CpuBackend final : public Backend {
   // The S/P workspace the last launch used (own or in the arena), which FlushCaches evicts.
   const float* launch_workspace_ = nullptr;
   size_t launch_workspace_bytes_ = 0;
-  // Per-run geometry, kept to avoid reallocating on every timed launch.
-  std::vector<int64_t> q_start_, k_start_, ws_offset_;
-  std::vector<int32_t> q_len_, ws_keys_, visible_;
-  std::vector<float> scale_log2_, v_scale_;  // per KV head
-  std::vector<CpuTask> tasks_, combine_tasks_;
+  // The launch tables without an arena (grown, never shrunk).
+  AlignedFloats tables_;
 };
 
-int64_t CpuBackend::PrepareGeometry(const AttentionProblem& problem) {
-  const int batch = problem.batch;
-  q_start_.resize(batch);
-  k_start_.resize(batch);
-  q_len_.resize(batch);
-  ws_offset_.resize(batch);
-  ws_keys_.resize(batch);
-  visible_.resize(static_cast<size_t>(problem.TotalQueries()));
+int64_t CpuBackend::PrepareGeometry(const AttentionProblem& problem, const LaunchTables& t) {
   int64_t ws_total = 0;
-  for (int b = 0; b < batch; ++b) {
-    q_start_[b] = problem.QueryStart(b);
-    k_start_[b] = problem.is_paged() ? 0 : problem.KeyStart(b);
-    q_len_[b] = problem.QueryLen(b);
-    ws_offset_[b] = ws_total;
-    ws_keys_[b] = problem.VisibleKeyLen(b);
-    ws_total += static_cast<int64_t>(q_len_[b]) * problem.q_heads * ws_keys_[b];
-    for (int i = 0; i < q_len_[b]; ++i) {
-      visible_[q_start_[b] + i] = problem.VisibleKeysForQuery(b, i);
+  for (int b = 0; b < problem.batch; ++b) {
+    t.q_start[b] = problem.QueryStart(b);
+    t.k_start[b] = problem.is_paged() ? 0 : problem.KeyStart(b);
+    t.q_len[b] = problem.QueryLen(b);
+    t.ws_offset[b] = ws_total;
+    t.ws_keys[b] = problem.VisibleKeyLen(b);
+    ws_total += static_cast<int64_t>(t.q_len[b]) * problem.q_heads * t.ws_keys[b];
+    for (int i = 0; i < t.q_len[b]; ++i) {
+      t.visible[t.q_start[b] + i] = problem.VisibleKeysForQuery(b, i);
     }
   }
   return ws_total;
 }
 
-void CpuBackend::BuildTasks(const AttentionProblem& problem, const KernelConfig& config, int splits) {
+absl::Status CpuBackend::BuildTasks(const AttentionProblem& problem, const KernelConfig& config, int splits,
+                                    const LaunchTables& t) {
   const int group = HeadsPerTask(problem, config.variant);
   const int bm = config.block_m;
-  tasks_.clear();
-  combine_tasks_.clear();
+  int64_t tasks = 0, combine = 0;
   for (int b = 0; b < problem.batch; ++b) {
-    const int rows = TaskRowsOfSequence(problem, config.variant, q_len_[b]);
-    const int keys = ws_keys_[b];
+    const int rows = TaskRowsOfSequence(problem, config.variant, t.q_len[b]);
+    const int keys = t.ws_keys[b];
     // Split ranges of whole key tiles; trailing splits of a short cache may be empty (they
     // still leave an empty partial for the combine).
     const int per_split = RoundUp((keys + splits - 1) / splits, config.block_s);
@@ -551,35 +613,42 @@ void CpuBackend::BuildTasks(const AttentionProblem& problem, const KernelConfig&
       for (int row0 = 0; row0 < rows; row0 += bm) {
         CpuTask task{b, h, row0, std::min(bm, rows - row0), group};
         if (splits == 1) {
-          tasks_.push_back(task);
+          if (tasks < t.counts.tasks) t.tasks[tasks] = task;
+          ++tasks;
           continue;
         }
-        combine_tasks_.push_back(task);
+        if (combine < t.counts.combine) t.combine[combine] = task;
+        ++combine;
         for (int split = 0; split < splits; ++split) {
           task.split = split;
           task.key_begin = std::min(keys, split * per_split);
           task.key_end = std::min(keys, task.key_begin + per_split);
-          tasks_.push_back(task);
+          if (tasks < t.counts.tasks) t.tasks[tasks] = task;
+          ++tasks;
         }
       }
     }
   }
   // Most expensive first, so that uneven causal blocks and split ranges do not leave one
   // worker finishing alone.
-  auto cost = [&](const CpuTask& t) {
-    const int last_token = (t.row0 + t.rows - 1) / t.group;
-    const int keys = std::min(visible_[q_start_[t.b] + last_token], t.key_end) - t.key_begin;
-    return static_cast<int64_t>(t.rows) * std::max(keys, 0);
+  if (tasks != t.counts.tasks || combine != t.counts.combine) {
+    return absl::InternalError(absl::StrCat("cpu: a launch built ", tasks, " tasks and ", combine,
+                                            " combine tasks where its tables hold ", t.counts.tasks, " and ",
+                                            t.counts.combine));
+  }
+  auto cost = [&](const CpuTask& task) {
+    const int last_token = (task.row0 + task.rows - 1) / task.group;
+    const int keys = std::min(t.visible[t.q_start[task.b] + last_token], task.key_end) - task.key_begin;
+    return static_cast<int64_t>(task.rows) * std::max(keys, 0);
   };
-  std::stable_sort(tasks_.begin(), tasks_.end(),
-                   [&](const CpuTask& a, const CpuTask& b) { return cost(a) > cost(b); });
+  std::stable_sort(t.tasks, t.tasks + tasks, [&](const CpuTask& a, const CpuTask& b) { return cost(a) > cost(b); });
+  return absl::OkStatus();
 }
 
 bool CpuBackend::PrepareScratch(const KernelConfig& config, int head_dim, int workers, char* arena_tiles,
-                                size_t tile_bytes, std::vector<CpuScratch>* scratch) {
+                                size_t tile_bytes, const LaunchTables& tables) {
   const TileParts part = TilePartsOf(config, head_dim);
   if (arena_tiles == nullptr && scratch_.size() < static_cast<size_t>(workers)) scratch_.resize(workers);
-  scratch->assign(workers, CpuScratch{});
   for (int w = 0; w < workers; ++w) {
     float* p;
     if (arena_tiles != nullptr) {
@@ -588,7 +657,8 @@ bool CpuBackend::PrepareScratch(const KernelConfig& config, int head_dim, int wo
       if (!scratch_[w].Reserve(part.Total())) return false;
       p = scratch_[w].data.get();
     }
-    CpuScratch& s = (*scratch)[w];
+    CpuScratch& s = tables.scratch[w];
+    s = CpuScratch{};
     s.qt = p;
     s.k = s.qt + part.qt;
     s.v = s.k + part.kv;
@@ -607,7 +677,8 @@ bool CpuBackend::PrepareScratch(const KernelConfig& config, int head_dim, int wo
 }
 
 absl::Status CpuBackend::GatherPagedKV(const AttentionProblem& problem, const AttentionBuffers& buffers,
-                                       unsigned char* into, const void** k, const void** v) {
+                                       unsigned char* into, const LaunchTables& tables, const void** k,
+                                       const void** v) {
   const int64_t half = GatherBytes(problem) / 2;
   if (into == nullptr) {
     if (!gathered_.Reserve(static_cast<size_t>(std::max<int64_t>(2 * half, 1) + 3) / sizeof(float))) {
@@ -623,7 +694,7 @@ absl::Status CpuBackend::GatherPagedKV(const AttentionProblem& problem, const At
   const auto* v_pool = static_cast<const unsigned char*>(buffers.v);
   int64_t key = 0;
   for (int b = 0; b < problem.batch; ++b) {
-    k_start_[b] = key;
+    tables.k_start[b] = key;
     const int32_t* table = buffers.block_table + static_cast<int64_t>(b) * problem.BlockTableWidth();
     const int len = problem.VisibleKeyLen(b);
     for (int i = 0; i < problem.PagesOfSequence(b); ++i) {
@@ -640,7 +711,7 @@ absl::Status CpuBackend::GatherPagedKV(const AttentionProblem& problem, const At
 }
 
 CpuAttentionParams CpuBackend::MakeParams(const AttentionProblem& problem, const KernelConfig& config,
-                                          const AttentionBuffers& buffers, int splits) {
+                                          const AttentionBuffers& buffers, int splits, const LaunchTables& t) {
   CpuAttentionParams params;
   params.q = buffers.q;
   params.k = buffers.k;
@@ -674,23 +745,23 @@ CpuAttentionParams CpuBackend::MakeParams(const AttentionProblem& problem, const
   // The K scale of an e4m3 head multiplies its logits: folded into the head's factor (in
   // double, one rounding), as the reference multiplies the softmax scale by it. The V scale
   // multiplies the head's normalized output.
-  scale_log2_.assign(static_cast<size_t>(problem.kv_heads), problem.EffectiveScale() * 1.4426950408889634f);
-  v_scale_.clear();
-  if (problem.is_kv_quantized()) {
-    for (int h = 0; h < problem.kv_heads; ++h) {
-      scale_log2_[h] = static_cast<float>(static_cast<double>(problem.EffectiveScale()) * buffers.k_scale[h] *
-                                          1.4426950408889634);
-      v_scale_.push_back(buffers.v_scale[h]);
+  for (int h = 0; h < problem.kv_heads; ++h) {
+    if (problem.is_kv_quantized()) {
+      t.scale_log2[h] = static_cast<float>(static_cast<double>(problem.EffectiveScale()) * buffers.k_scale[h] *
+                                           1.4426950408889634);
+      t.v_scale[h] = buffers.v_scale[h];
+    } else {
+      t.scale_log2[h] = problem.EffectiveScale() * 1.4426950408889634f;
     }
-    params.v_scale = v_scale_.data();
   }
-  params.scale_log2 = scale_log2_.data();
-  params.q_start = q_start_.data();
-  params.k_start = k_start_.data();
-  params.q_len = q_len_.data();
-  params.visible_keys = visible_.data();
-  params.ws_offset = ws_offset_.data();
-  params.ws_keys = ws_keys_.data();
+  if (problem.is_kv_quantized()) params.v_scale = t.v_scale;
+  params.scale_log2 = t.scale_log2;
+  params.q_start = t.q_start;
+  params.k_start = t.k_start;
+  params.q_len = t.q_len;
+  params.visible_keys = t.visible;
+  params.ws_offset = t.ws_offset;
+  params.ws_keys = t.ws_keys;
   params.total_q = problem.TotalQueries();
   params.splits = splits;
   // The materialized variant reads a paged cache gathered into contiguous rows instead.
@@ -704,11 +775,9 @@ CpuAttentionParams CpuBackend::MakeParams(const AttentionProblem& problem, const
 
 absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelConfig& config,
                                 const AttentionBuffers& buffers) {
-  const int64_t ws_total = PrepareGeometry(problem);
   const int splits = ResolvedSplits(problem, config);
-  BuildTasks(problem, config, splits);
-  const int workers = std::max(1, std::min<int>(config.threads, static_cast<int>(tasks_.size())));
   ArenaLayout layout;
+  LaunchTables tables;
   if (arena_ != nullptr) {
     layout = ArenaLayoutOf(problem, config);
     if (layout.total > arena_bytes_) {
@@ -716,17 +785,26 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
                                                         " bytes; this launch needs ", layout.total,
                                                         " (Backend::ScratchBytes)"));
     }
+    CarveLaunchTables(problem, config, arena_ + layout.tables_offset, &tables);
+  } else {
+    const size_t bytes = CarveLaunchTables(problem, config, nullptr, nullptr);
+    if (!tables_.Reserve((bytes + sizeof(float) - 1) / sizeof(float))) {
+      return absl::ResourceExhaustedError("cpu: out of memory for a launch's tables");
+    }
+    CarveLaunchTables(problem, config, reinterpret_cast<char*>(tables_.data.get()), &tables);
   }
-  std::vector<CpuScratch> scratch;
-  if (!PrepareScratch(config, problem.head_dim, workers, arena_, layout.tile_bytes, &scratch)) {
+  const int64_t ws_total = PrepareGeometry(problem, tables);
+  if (auto s = BuildTasks(problem, config, splits, tables); !s.ok()) return s;
+  const int workers = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(config.threads, tables.counts.tasks)));
+  if (!PrepareScratch(config, problem.head_dim, workers, arena_, layout.tile_bytes, tables)) {
     return absl::ResourceExhaustedError("cpu: out of memory for scratch");
   }
 
-  CpuAttentionParams params = MakeParams(problem, config, buffers, splits);
+  CpuAttentionParams params = MakeParams(problem, config, buffers, splits, tables);
   if (problem.is_paged() && config.variant == Variant::kMaterialized) {
     // The baseline: gather the cache, then run the contiguous passes on it.
     unsigned char* into = arena_ == nullptr ? nullptr : reinterpret_cast<unsigned char*>(arena_ + layout.gathered_offset);
-    if (auto s = GatherPagedKV(problem, buffers, into, &params.k, &params.v); !s.ok()) return s;
+    if (auto s = GatherPagedKV(problem, buffers, into, tables, &params.k, &params.v); !s.ok()) return s;
   }
   launch_workspace_ = nullptr;
   launch_workspace_bytes_ = 0;
@@ -737,7 +815,8 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
   // incomplete, and the launch returns the token's status).
   const StopToken& stop = stop_token();
   std::atomic<bool> stopped{false};
-  auto for_each = [&](const std::vector<CpuTask>& tasks, auto&& body) {
+  const CpuScratch* scratch = tables.scratch;
+  auto for_each = [&](const CpuTask* tasks, int64_t count, auto&& body) {
     if (stopped.load(std::memory_order_relaxed)) return;
     const std::function<void(int64_t, int)> task_loop = [&](int64_t task, int worker) {
       if (stopped.load(std::memory_order_relaxed)) return;
@@ -747,7 +826,6 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
       }
       body(tasks[task], scratch[worker]);
     };
-    const int64_t count = static_cast<int64_t>(tasks.size());
     if (lent_workers_.parallel_for != nullptr) {
       lent_workers_.parallel_for(lent_workers_.context, workers, count, &CallTaskFunction,
                                  const_cast<std::function<void(int64_t, int)>*>(&task_loop));
@@ -770,8 +848,8 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
         params.split_m = params.split_acc + entries * params.head_dim_padded;
         params.split_l = params.split_m + entries;
       }
-      for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.fused(params, t, s); });
-      for_each(combine_tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.combine(params, t, s); });
+      for_each(tables.tasks, tables.counts.tasks, [&](const CpuTask& t, const CpuScratch& s) { k.fused(params, t, s); });
+      for_each(tables.combine, tables.counts.combine, [&](const CpuTask& t, const CpuScratch& s) { k.combine(params, t, s); });
       break;
     case Variant::kPartial:
     case Variant::kMaterialized: {
@@ -787,12 +865,12 @@ absl::Status CpuBackend::Launch(const AttentionProblem& problem, const KernelCon
       launch_workspace_ = params.workspace;
       launch_workspace_bytes_ = static_cast<size_t>(ws_total) * sizeof(float);
       if (config.variant == Variant::kPartial) {
-        for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, true); });
+        for_each(tables.tasks, tables.counts.tasks, [&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, true); });
       } else {
-        for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, false); });
-        for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.softmax(params, t, s); });
+        for_each(tables.tasks, tables.counts.tasks, [&](const CpuTask& t, const CpuScratch& s) { k.scores(params, t, s, false); });
+        for_each(tables.tasks, tables.counts.tasks, [&](const CpuTask& t, const CpuScratch& s) { k.softmax(params, t, s); });
       }
-      for_each(tasks_, [&](const CpuTask& t, const CpuScratch& s) { k.pv(params, t, s); });
+      for_each(tables.tasks, tables.counts.tasks, [&](const CpuTask& t, const CpuScratch& s) { k.pv(params, t, s); });
       break;
     }
   }

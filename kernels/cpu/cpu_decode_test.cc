@@ -705,7 +705,8 @@ TEST(CpuScratchArena, ScratchBytesGrowsWithTheWorkspaceAndRefusesWhatCannotRun) 
   const size_t fused = *backend->ScratchBytes(c.problem, Config(Variant::kFused, 1, 32, 32, 2));
   const size_t fused_more_threads = *backend->ScratchBytes(c.problem, Config(Variant::kFused, 1, 32, 32, 4));
   const size_t materialized = *backend->ScratchBytes(c.problem, Config(Variant::kMaterialized, 1, 32, 32, 2));
-  EXPECT_EQ(fused_more_threads, 2 * fused);  // one tile set per worker
+  // One tile set per worker, beside the launch's tables (geometry, tasks: well under 2 KiB here).
+  EXPECT_NEAR(static_cast<double>(fused_more_threads), 2.0 * fused, 2048.0);
   // The S/P workspace: every query row's visible keys, fp32.
   EXPECT_GE(materialized, fused + static_cast<size_t>(c.problem.q_heads) * c.problem.TotalQueries() * 4);
   KernelConfig unsupported = Config(Variant::kFused, 1, 32, 32, 2);
