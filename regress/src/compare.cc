@@ -268,8 +268,11 @@ regress::CellInput InputOf(const CellComparison& c, const CompareOptions& option
                                            : regress::RatioNoise(in.baseline, in.candidate);
   in.aa_noise = noise.ok() ? *noise : 0;
   if (options.known_aa_noise) {
-    const double known = options.known_aa_noise(c.cell);
-    if (std::isfinite(known) && known > 0) in.calibrated_noise = known;
+    const KnownCellNoise known = options.known_aa_noise(c.cell);
+    if (std::isfinite(known.noise) && known.noise > 0) {
+      in.calibrated_noise = known.noise;
+      in.calibrations = std::max(known.calibrations, 0);
+    }
   }
   const double base_error = c.baseline.check.max_rel_error;
   const double cand_error = c.candidate.check.max_rel_error;
@@ -422,6 +425,11 @@ regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const Compar
     verdict.min_floor = *options.min_floor;
   } else if (suite.min_floor) {
     verdict.min_floor = *suite.min_floor;
+  }
+  if (options.calibrated_min_floor) {
+    verdict.calibrated_min_floor = options.calibrated_min_floor;
+  } else if (suite.calibrated_min_floor) {
+    verdict.calibrated_min_floor = suite.calibrated_min_floor;
   }
   return verdict;
 }

@@ -119,7 +119,9 @@ TEST(CompareInterleavedTest, AKnownAANoiseWidensTheFloorOfItsCellOnly) {
   cand.factor = [&](const std::string& name) { return name == biased ? 1.02 : 1.0; };
   CompareOptions options;
   // The A/A run measured this cell 2 % apart: a 2 % difference is not a regression there.
-  options.known_aa_noise = [&](const SuiteCell& cell) { return NameOf(cell) == biased ? std::log(1.02) : 0.0; };
+  options.known_aa_noise = [&](const SuiteCell& cell) {
+    return NameOf(cell) == biased ? KnownCellNoise{std::log(1.02), 1} : KnownCellNoise{};
+  };
   absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite, options);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NE(c->cells[0].verdict.verdict, regress::Verdict::kRegressed) << c->cells[0].verdict.why;
@@ -167,6 +169,38 @@ TEST(CompareInterleavedTest, TheSuitesMinFloorSetsTheFloorAndTheOptionWins) {
   c = run(wider);
   EXPECT_DOUBLE_EQ(c.cells[0].verdict.floor, 0.02);
   EXPECT_NE(c.cells[1].verdict.verdict, regress::Verdict::kRegressed);
+}
+
+TEST(CompareInterleavedTest, CalibratedCellsTakeTheSuitesCalibratedMinimum) {
+  Suite suite = TwoProblemSuite();
+  const std::string slow = NameOf(suite.cells[1]);
+  auto run = [&](const CompareOptions& options) {
+    ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+    base.sigma = cand.sigma = 0.0005;
+    cand.factor = [&](const std::string& name) { return name == slow ? 1.01 : 1.0; };
+    absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite, options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  };
+  // Every cell calibrated by five quiet A/A comparisons.
+  CompareOptions calibrated;
+  calibrated.known_aa_noise = [](const SuiteCell&) { return KnownCellNoise{0.0005, 5}; };
+  Comparison c = run(calibrated);
+  EXPECT_NE(c.cells[1].verdict.verdict, regress::Verdict::kRegressed) << "the 1.5 % minimum hides 1 %";
+  suite.calibrated_min_floor = 0.005;
+  c = run(calibrated);
+  EXPECT_DOUBLE_EQ(c.cells[0].verdict.floor, 0.005);
+  EXPECT_EQ(c.cells[1].verdict.verdict, regress::Verdict::kRegressed) << c.cells[1].verdict.why;
+  EXPECT_EQ(c.CountVerdict(regress::Verdict::kRegressed), 1);
+  // Uncalibrated cells keep the minimum of the first night.
+  c = run({});
+  EXPECT_DOUBLE_EQ(c.cells[0].verdict.floor, 0.015);
+  EXPECT_NE(c.cells[1].verdict.verdict, regress::Verdict::kRegressed);
+  // The command's option overrides the suite's.
+  CompareOptions wider = calibrated;
+  wider.calibrated_min_floor = 0.02;
+  c = run(wider);
+  EXPECT_DOUBLE_EQ(c.cells[0].verdict.floor, 0.02);
 }
 
 TEST(CompareInterleavedTest, ATimeBudgetStopsReMeasuringAndSaysSo) {

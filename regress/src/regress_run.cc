@@ -147,7 +147,7 @@ KnownNoise KnownAANoise(Store* store, const std::string& device_class, std::stri
   for (const auto& [cell, aa] : ratios) {
     absl::StatusOr<double> calibrated = CalibratedNoise(aa);
     if (!calibrated.ok()) continue;
-    known.noise[cell] = *calibrated;
+    known.noise[cell] = KnownCellNoise{*calibrated, static_cast<int>(aa.size())};
     most = std::max(most, aa.size());
   }
   const bool one_process = metric == kOneProcessCalibrationMetric;
@@ -169,6 +169,7 @@ CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const st
   options.blocks = f.blocks;
   options.stored_min_floor = f.stored_floor;
   options.min_floor = f.min_floor;
+  options.calibrated_min_floor = f.calibrated_min_floor;
   options.max_measure_seconds = f.max_measure_seconds;
   options.cancel = cancel;
   KnownNoise known =
@@ -176,7 +177,7 @@ CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const st
   notes->push_back(known.note);
   options.known_aa_noise = [noise = std::move(known.noise)](const SuiteCell& cell) {
     auto it = noise.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
-    return it == noise.end() ? 0.0 : it->second;
+    return it == noise.end() ? KnownCellNoise{} : it->second;
   };
   return options;
 }

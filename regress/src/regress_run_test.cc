@@ -161,8 +161,9 @@ TEST(KnownAANoise, ComesFromCalibrationRowsOfTheDeviceClassOnly) {
   ASSERT_EQ(known.noise.size(), 1u);
   const std::string cell = std::string(kProblemKey) + " " + kConfigA;
   ASSERT_EQ(known.noise.count(cell), 1u);
-  EXPECT_DOUBLE_EQ(known.noise[cell], *CalibratedNoise({0.99, 1.02}));
-  EXPECT_GT(known.noise[cell], 0);
+  EXPECT_DOUBLE_EQ(known.noise[cell].noise, *CalibratedNoise({0.99, 1.02}));
+  EXPECT_GT(known.noise[cell].noise, 0);
+  EXPECT_EQ(known.noise[cell].calibrations, 2);
   EXPECT_NE(known.note.find("1 cell(s), from up to 2 calibration(s)"), std::string::npos) << known.note;
   EXPECT_NE(known.note.find(kCommitB), std::string::npos) << "the newest calibration is named: " << known.note;
 }
@@ -182,7 +183,8 @@ TEST(KnownAANoise, TakesTheNewestCalibrationsPerCellOnly) {
   ASSERT_TRUE(store->RecordRegressions(rows).ok());
   KnownNoise known = KnownAANoise(store.get(), device_class);
   ASSERT_EQ(known.noise.size(), 1u);
-  EXPECT_NEAR(known.noise.begin()->second, *CalibratedNoise(newest), 1e-12);
+  EXPECT_NEAR(known.noise.begin()->second.noise, *CalibratedNoise(newest), 1e-12);
+  EXPECT_EQ(known.noise.begin()->second.calibrations, static_cast<int>(kCalibrationsPerCell));
 }
 
 TEST(ComparisonOptions, LooksUpTheCellsNoiseByItsBaselineConfig) {
@@ -200,10 +202,12 @@ TEST(ComparisonOptions, LooksUpTheCellsNoiseByItsBaselineConfig) {
   SuiteCell pick = TestSuite().cells[0];
   pick.config = *KernelConfig::FromKey(kConfigB);
   pick.baseline_config = *KernelConfig::FromKey(kConfigA);
-  EXPECT_GT(options.known_aa_noise(pick), 0) << "a pick cell's noise is its baseline config's";
+  EXPECT_GT(options.known_aa_noise(pick).noise, 0) << "a pick cell's noise is its baseline config's";
+  EXPECT_GE(options.known_aa_noise(pick).calibrations, 1);
   SuiteCell other = pick;
   other.baseline_config.reset();
-  EXPECT_EQ(options.known_aa_noise(other), 0);
+  EXPECT_EQ(options.known_aa_noise(other).noise, 0);
+  EXPECT_EQ(options.known_aa_noise(other).calibrations, 0);
 }
 
 TEST(AddChangedPicks, AddsAPickCellOnlyForABestConfigRetunedAtTheCandidate) {
@@ -287,7 +291,7 @@ TEST(RegressionRows, AnAARunInOneProcessIsNotACalibrationOfTwo) {
   EXPECT_TRUE(KnownAANoise(store.get(), CpuDevice().DeviceClass()).noise.empty());
   const KnownNoise one = KnownAANoise(store.get(), CpuDevice().DeviceClass(), kOneProcessCalibrationMetric);
   ASSERT_EQ(one.noise.size(), 1u);
-  EXPECT_NEAR(one.noise.begin()->second, std::log(1.2), 1e-12);
+  EXPECT_NEAR(one.noise.begin()->second.noise, std::log(1.2), 1e-12);
   EXPECT_NE(one.note.find("one-process A/A noise of 1 cell(s)"), std::string::npos) << one.note;
 }
 

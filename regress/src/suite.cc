@@ -401,7 +401,9 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
   if (!doc.ok()) return doc.status();
   if (!doc->is_object()) return absl::InvalidArgumentError("a suite must be a JSON object");
   if (auto s = CheckKnownFields(
-          *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "min_floor", "cells"}, "");
+          *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "min_floor", "calibrated_min_floor",
+           "cells"},
+          "");
       !s.ok()) {
     return s;
   }
@@ -437,6 +439,12 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
     }
     suite.min_floor = floor->get<double>();
   }
+  if (const Json* floor = Find(*doc, "calibrated_min_floor")) {
+    if (!floor->is_number() || !(floor->get<double>() >= 0 && floor->get<double>() <= 0.1)) {
+      return FieldError("calibrated_min_floor", "must be a number in [0, 0.1] (a relative change: 0.005 is 0.5 %)");
+    }
+    suite.calibrated_min_floor = floor->get<double>();
+  }
   if (auto s = ReadCells(*doc, suite); !s.ok()) return s;
   return suite;
 }
@@ -464,6 +472,7 @@ std::string SuiteToJson(const Suite& suite) {
   head["blocks"] = suite.blocks;
   if (suite.rounds_across_problems) head["rounds_across_problems"] = true;
   if (suite.min_floor) head["min_floor"] = *suite.min_floor;
+  if (suite.calibrated_min_floor) head["calibrated_min_floor"] = *suite.calibrated_min_floor;
   // One cell a line: a suite file reads and diffs cell by cell.
   std::string out = "{\n";
   for (auto it = head.begin(); it != head.end(); ++it) {

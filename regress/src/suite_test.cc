@@ -392,6 +392,22 @@ TEST(Suite, MinFloorIsAFractionThatRoundTrips) {
   }
 }
 
+TEST(Suite, CalibratedMinFloorIsAFractionThatRoundTrips) {
+  absl::StatusOr<Suite> suite = ParseSuite(OneCellSuite(SeedCell(), R"("calibrated_min_floor": 0.0075, )"));
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  ASSERT_TRUE(suite->calibrated_min_floor.has_value());
+  EXPECT_DOUBLE_EQ(*suite->calibrated_min_floor, 0.0075);
+  EXPECT_FALSE(suite->min_floor.has_value());
+  EXPECT_DOUBLE_EQ(*RoundTrip(*suite).calibrated_min_floor, 0.0075);
+  absl::StatusOr<Suite> without = ParseSuite(OneCellSuite(SeedCell(), ""));
+  ASSERT_TRUE(without.ok());
+  EXPECT_THAT(SuiteToJson(*without), Not(HasSubstr("calibrated_min_floor")));
+  for (const char* bad : {R"("calibrated_min_floor": -0.01, )", R"("calibrated_min_floor": 0.5, )",
+                          R"("calibrated_min_floor": null, )"}) {
+    ExpectInvalid(OneCellSuite(SeedCell(), bad), "calibrated_min_floor: must be a number in [0, 0.1]");
+  }
+}
+
 TEST(Suite, NoCellsIsInvalid) {
   ExpectInvalid(R"({"name": "t", "cells": []})", "cells: a suite needs at least one cell");
   ExpectInvalid(R"({"name": "t"})", "cells: missing");

@@ -27,6 +27,14 @@ absl::Status ValidateOptions(const VerdictOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_floor ", o.max_floor, " must be finite and >= min_floor ", o.min_floor));
   }
+  if (o.calibrated_min_floor &&
+      !(*o.calibrated_min_floor >= 0 && *o.calibrated_min_floor <= o.max_floor)) {
+    return absl::InvalidArgumentError(absl::StrCat("calibrated_min_floor ", *o.calibrated_min_floor,
+                                                   " must be in [0, max_floor ", o.max_floor, "]"));
+  }
+  if (o.min_calibrations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("min_calibrations ", o.min_calibrations, " < 1"));
+  }
   if (!(o.max_interval_floors > 0 && std::isfinite(o.max_interval_floors))) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_interval_floors ", o.max_interval_floors, " must be finite and > 0"));
@@ -53,6 +61,9 @@ absl::Status ValidateCell(const CellInput& cell) {
       !(cell.calibrated_noise >= 0 && std::isfinite(cell.calibrated_noise))) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": aa_noise ", cell.aa_noise, " and calibrated_noise ",
                                                    cell.calibrated_noise, " must be finite and >= 0"));
+  }
+  if (cell.calibrations < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": calibrations ", cell.calibrations, " < 0"));
   }
   if (cell.accuracy) {
     const AccuracyInput& a = *cell.accuracy;
@@ -97,8 +108,12 @@ absl::StatusOr<std::vector<double>> Adjust(const std::vector<double>& p, Correct
 // blocks' A/A noise 2.10%" or "3 x the calibrated between-process noise 4.00%".
 std::string FloorSource(const CellInput& cell, const VerdictOptions& options) {
   const double noise = std::max(cell.aa_noise, cell.calibrated_noise);
-  if (options.noise_multiplier * noise <= options.min_floor) {
-    return absl::StrFormat("the minimum %.2f%%", 100 * options.min_floor);
+  const double minimum = MinimumFloor(cell, options);
+  if (options.noise_multiplier * noise <= minimum) {
+    if (minimum != options.min_floor) {
+      return absl::StrFormat("the minimum %.2f%% of a cell with %d calibrations", 100 * minimum, cell.calibrations);
+    }
+    return absl::StrFormat("the minimum %.2f%%", 100 * minimum);
   }
   return absl::StrFormat("%g x the %s %.2f%%", options.noise_multiplier,
                          cell.calibrated_noise >= cell.aa_noise ? "calibrated between-process noise"
@@ -189,7 +204,7 @@ void Decide(const CellInput& cell, const VerdictOptions& options, CellVerdict& v
   } else if (v.floor > options.max_floor) {
     // More blocks narrow only the blocks' part of the floor.
     const bool more_blocks_help =
-        std::max(options.min_floor, options.noise_multiplier * cell.calibrated_noise) <= options.max_floor;
+        std::max(MinimumFloor(cell, options), options.noise_multiplier * cell.calibrated_noise) <= options.max_floor;
     Undecided(options, more_blocks_help, v);
     v.why = absl::StrFormat("cannot resolve%s: the floor %.2f%% (%s) is wider than the %.2f%% a \"same\" may hide: %s",
                             v.remeasure ? ", measure more blocks" : " on this host", 100 * v.floor,
@@ -271,8 +286,14 @@ absl::StatusOr<double> PairedNoise(const std::vector<double>& baseline, const st
   return sigma * std::sqrt(std::numbers::pi / 2) / std::sqrt(static_cast<double>(d.size()));
 }
 
+double MinimumFloor(const CellInput& cell, const VerdictOptions& options) {
+  return options.calibrated_min_floor && cell.calibrations >= options.min_calibrations ? *options.calibrated_min_floor
+                                                                                       : options.min_floor;
+}
+
 double Floor(const CellInput& cell, const VerdictOptions& options) {
-  return std::max(options.min_floor, options.noise_multiplier * std::max(cell.aa_noise, cell.calibrated_noise));
+  return std::max(MinimumFloor(cell, options),
+                  options.noise_multiplier * std::max(cell.aa_noise, cell.calibrated_noise));
 }
 
 absl::StatusOr<double> CalibratedNoise(const std::vector<double>& aa_ratios) {

@@ -93,6 +93,60 @@ TEST(JudgeCell, TheCalibratedBetweenProcessNoiseRaisesTheFloor) {
   EXPECT_NE(v->verdict, Verdict::kRegressed) << v->why;
 }
 
+TEST(JudgeCell, ACellCalibratedEnoughTimesTakesTheCalibratedMinimum) {
+  // 1 % slower with tight blocks and a quiet calibration (0.1 %): the fixed 1.5 % minimum hides
+  // it; with a calibrated minimum of 0.5 % it is called once three A/A comparisons are behind
+  // the calibration, not before.
+  CellInput cell = Cell(100, 101);
+  cell.calibrated_noise = 0.001;
+  VerdictOptions options;
+  options.calibrated_min_floor = 0.005;
+  for (int calibrations : {0, 2}) {
+    cell.calibrations = calibrations;
+    EXPECT_DOUBLE_EQ(MinimumFloor(cell, options), 0.015) << calibrations;
+    absl::StatusOr<CellVerdict> v = JudgeCell(cell, options);
+    ASSERT_TRUE(v.ok());
+    EXPECT_NE(v->verdict, Verdict::kRegressed) << v->why;
+  }
+  cell.calibrations = 3;
+  EXPECT_DOUBLE_EQ(MinimumFloor(cell, options), 0.005);
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell, options);
+  ASSERT_TRUE(v.ok());
+  EXPECT_DOUBLE_EQ(v->floor, 0.006) << "3 x the blocks' 0.2 % A/A noise is above the 0.5 % minimum";
+  EXPECT_EQ(v->verdict, Verdict::kRegressed) << v->why;
+  // Without the option every cell keeps min_floor, however calibrated.
+  EXPECT_DOUBLE_EQ(MinimumFloor(cell, VerdictOptions{}), 0.015);
+}
+
+TEST(JudgeCell, ACalibratedCellWhoseSidesKeepDifferingKeepsThreeTimesThatFloor) {
+  // Earlier A/A comparisons of the cell were about 1 % apart each time: a 1.5 % difference now
+  // is within 3 x that, whatever the calibrated minimum.
+  CellInput cell = Cell(100, 101.5, 0.0005);
+  cell.calibrated_noise = 0.01;
+  cell.calibrations = 10;
+  VerdictOptions options;
+  options.calibrated_min_floor = 0.005;
+  absl::StatusOr<CellVerdict> v = JudgeCell(cell, options);
+  ASSERT_TRUE(v.ok());
+  EXPECT_DOUBLE_EQ(v->floor, 0.03);
+  EXPECT_NE(v->verdict, Verdict::kRegressed) << v->why;
+  EXPECT_NE(v->why.find("floor 3.00%"), std::string::npos) << v->why;
+}
+
+TEST(JudgeCell, ACalibratedMinimumOutsideItsRangeIsInvalid) {
+  VerdictOptions options;
+  options.calibrated_min_floor = -0.001;
+  EXPECT_EQ(JudgeCell(Cell(100, 100), options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.calibrated_min_floor = 0.2;  // above max_floor
+  EXPECT_EQ(JudgeCell(Cell(100, 100), options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.calibrated_min_floor = 0.005;
+  options.min_calibrations = 0;
+  EXPECT_EQ(JudgeCell(Cell(100, 100), options).status().code(), absl::StatusCode::kInvalidArgument);
+  CellInput cell = Cell(100, 100);
+  cell.calibrations = -1;
+  EXPECT_EQ(JudgeCell(cell).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JudgeCell, AFloorWiderThanTheMaximumIsUnknownNotSame) {
   // Identical medians, but blocks so noisy that the floor is 15 %: "same" would promise that no
   // change up to 15 % happened. Unknown, with the reason, and more blocks asked for (they

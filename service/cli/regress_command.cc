@@ -157,6 +157,10 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
                       "the smallest change (relative) an interleaved comparison calls regressed or improved (default: "
                       "the suite's min_floor, else 0.015); cells whose A/A noise is larger get 3x their noise")
       ->check(CLI::Range(0.0, 0.1));
+  regress->add_option("--calibrated-min-floor", flags->calibrated_min_floor,
+                      "the same for cells with at least 3 stored A/A calibrations of this device (default: the "
+                      "suite's calibrated_min_floor, else --min-floor's): their own A/A spread sets the rest")
+      ->check(CLI::Range(0.0, 0.1));
   regress->add_option("--max-measure-seconds", flags->max_measure_seconds,
                       "a time budget: no re-measure pass of undecided cells starts after this many seconds of "
                       "measuring (0: none); the first pass always completes, cells left undecided are unknown")

@@ -55,6 +55,13 @@ struct CellMeasurement {
   std::vector<double> Medians() const;  // blocks[i].median_us
 };
 
+// A cell's calibration: its A/A noise from earlier A/A comparisons (relative,
+// regress::CalibratedNoise; 0 when none was measured) and how many comparisons that is over.
+struct KnownCellNoise {
+  double noise = 0;
+  int calibrations = 0;
+};
+
 struct CompareOptions {
   // First-pass blocks per cell and side; 0 = the suite's `blocks`.
   int blocks = 0;
@@ -63,6 +70,9 @@ struct CompareOptions {
   // verdict.min_floor and the suite's min_floor; else the suite's, when it has one, replaces
   // verdict.min_floor (EffectiveVerdictOptions).
   std::optional<double> min_floor;
+  // The same for the minimum of calibrated cells (`regress --calibrated-min-floor`, the suite's
+  // calibrated_min_floor, verdict.calibrated_min_floor, in that order).
+  std::optional<double> calibrated_min_floor;
   // > 0: no re-measure pass of undecided cells starts once the comparison has measured this many
   // seconds (a nightly's time budget); cells still undecided then stay unknown, saying so. The
   // first pass always completes.
@@ -75,7 +85,7 @@ struct CompareOptions {
   const std::atomic<bool>* cancel = nullptr;  // stop early (Cancelled)
   // The cell's between-process A/A noise from earlier A/A comparisons (relative,
   // regress::CalibratedNoise), or 0 when none was measured: CellInput::calibrated_noise.
-  std::function<double(const SuiteCell&)> known_aa_noise;
+  std::function<KnownCellNoise(const SuiteCell&)> known_aa_noise;
   // Fail with InvalidArgument, before any block is timed, when a cell is unsupported on every
   // side measured (a suite naming configs this device cannot run).
   bool require_runnable = true;
@@ -107,7 +117,8 @@ struct Comparison {
 };
 
 // The verdict options a comparison of `suite` under `options` judges with: options.verdict
-// with the floor's minimum of options.min_floor, else the suite's min_floor, else its own.
+// with the floor's minimum of options.min_floor, else the suite's min_floor, else its own; its
+// calibrated_min_floor likewise.
 regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const CompareOptions& options);
 
 // Measures `cells` of both sources interleaved and judges them. FailedPrecondition when the

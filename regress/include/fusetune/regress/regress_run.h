@@ -44,6 +44,7 @@ struct RegressOptions {
   int blocks = 0;                // first-pass blocks (0: the suite's)
   double stored_floor = 0.03;    // the floor against a stored baseline
   std::optional<double> min_floor;  // the floor's minimum (CompareOptions::min_floor); unset: the suite's
+  std::optional<double> calibrated_min_floor;  // CompareOptions::calibrated_min_floor; unset: the suite's
   double max_measure_seconds = 0;   // CompareOptions::max_measure_seconds (0: no budget)
   bool no_picks = false;
   std::vector<std::string> plant_slowdowns;  // the candidate side's
@@ -109,7 +110,7 @@ inline constexpr char kOneProcessCalibrationMetric[] = "latency_one_process_aa";
 // `metric` (kLatencyMetric: two processes; kOneProcessCalibrationMetric: one) whose commit is
 // their baseline; and a note for the report saying what the floors include.
 struct KnownNoise {
-  std::map<std::string, double> noise;  // empty when the store holds no calibration
+  std::map<std::string, KnownCellNoise> noise;  // empty when the store holds no calibration
   std::string note;
 };
 KnownNoise KnownAANoise(Store* store, const std::string& device_class, std::string_view metric = kLatencyMetric);

@@ -78,6 +78,10 @@ struct Suite {
   // device, where its A/A comparisons showed how far two builds with the same kernels differ
   // (docs/perf.md). Absent: VerdictOptions' default. In [0, 0.1] (VerdictOptions::max_floor).
   std::optional<double> min_floor;
+  // The floor's minimum for cells calibrated by enough A/A comparisons of this device
+  // (regress::VerdictOptions::calibrated_min_floor): the smallest change worth calling once a
+  // cell's own A/A spread is known. Absent: min_floor for every cell. In [0, 0.1].
+  std::optional<double> calibrated_min_floor;
   std::vector<SuiteCell> cells;
 
   // The stored run label of this suite's bench runs: "bench:<name>".

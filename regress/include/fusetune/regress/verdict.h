@@ -3,7 +3,9 @@
 // and did its accuracy get worse?
 //
 // The rule (JudgeSuite applies it to every cell):
-//   floor  = max(min_floor, noise_multiplier * max(aa_noise, calibrated_noise))   (Floor)
+//   floor  = max(minimum, noise_multiplier * max(aa_noise, calibrated_noise))   (Floor)
+//   minimum = calibrated_min_floor for a cell calibrated by at least min_calibrations A/A
+//             comparisons when that option is set, else min_floor              (MinimumFloor)
 //   hi     = 1 + floor,   lo = 1 / (1 + floor)          (symmetric on a log scale)
 //   r      = the Hodges–Lehmann ratio (median of the pairwise candidate/baseline ratios)
 //   [L, U] = its distribution-free `confidence` interval (stats.h, RatioOfMedians)
@@ -43,6 +45,16 @@
 // for a few cells on a loaded 2-core host, docs/perf.md), which no spread of blocks shows:
 // `calibrated_noise` is that difference's standard deviation as earlier A/A comparisons of the
 // cell measured it (CalibratedNoise), and more blocks do not shrink it.
+//
+// Why a calibrated cell may have a lower minimum: the fixed min_floor stands for what the
+// blocks of one comparison cannot show, how far two builds with the same kernels differ for a
+// whole run (placement of their memory, their processes: up to about 2 % on the H200 before
+// both sides shared one process, docs/perf.md). A cell's A/A comparisons measure exactly that,
+// per cell: once there are min_calibrations of them, 3 x their root mean square log ratio is
+// that cell's own allowance, and the fixed minimum only needs to say which changes are too
+// small to matter (calibrated_min_floor). A cell whose sides keep differing (the H200's decode
+// k65536 split-KV cells, about 1 % every run) keeps a floor of three times that; a quiet cell
+// can then be judged on changes of about 1 %, which a fixed 1.5 % minimum never calls.
 //
 // Why a wide interval is never called: on a shared host a few rounds disturbed on one side only
 // (bursts of load from a compile beside it) can make every round's ratio fall one way, which
@@ -88,6 +100,10 @@ struct VerdictOptions {
   // The effect-size floor is max(min_floor, noise_multiplier * the cell's noise) (Floor).
   double min_floor = 0.015;
   double noise_multiplier = 3.0;
+  // The minimum for cells with at least min_calibrations A/A comparisons behind their
+  // calibrated_noise (see above); absent: min_floor for every cell. In [0, max_floor].
+  std::optional<double> calibrated_min_floor;
+  int min_calibrations = 3;  // >= 1
   // The widest floor at which a cell may be called "same" (see above); >= min_floor.
   double max_floor = 0.10;
   // Confidence of the ratio's interval (the "same" verdict needs it inside the floor).
@@ -139,13 +155,18 @@ struct CellInput {
   std::vector<double> candidate;  // block medians, > 0
   double aa_noise = 0;            // relative, >= 0: from this comparison's blocks
   double calibrated_noise = 0;    // relative, >= 0: from earlier A/A comparisons (0: none)
+  int calibrations = 0;           // how many A/A comparisons calibrated_noise is over, >= 0
   // baseline[i] and candidate[i] were measured in the same round (equal sizes): judged on the
   // per-round ratios (the rule above).
   bool paired = false;
   std::optional<AccuracyInput> accuracy;
 };
 
-// The cell's effect-size floor under `options`: max(min_floor, noise_multiplier *
+// The floor's minimum for the cell: options.calibrated_min_floor when it is set and the cell
+// has at least options.min_calibrations calibrations, else options.min_floor.
+double MinimumFloor(const CellInput& cell, const VerdictOptions& options);
+
+// The cell's effect-size floor under `options`: max(MinimumFloor, noise_multiplier *
 // max(aa_noise, calibrated_noise)).
 double Floor(const CellInput& cell, const VerdictOptions& options);
 
