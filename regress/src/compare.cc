@@ -307,6 +307,16 @@ absl::Status Judge(std::vector<CellComparison>& cells, const regress::VerdictOpt
   return absl::OkStatus();
 }
 
+// Against stored blocks (between-session drift is not in the blocks' spread) the floor's
+// minimum is at least options.stored_min_floor, for calibrated cells too.
+regress::VerdictOptions StoredVerdictOptions(regress::VerdictOptions verdict, const CompareOptions& options) {
+  verdict.min_floor = std::max(verdict.min_floor, options.stored_min_floor);
+  if (verdict.calibrated_min_floor) {
+    verdict.calibrated_min_floor = std::max(*verdict.calibrated_min_floor, options.stored_min_floor);
+  }
+  return verdict;
+}
+
 // The cells whose verdicts ask for more blocks, each with its suggested count in `targets`.
 std::vector<size_t> CellsToRemeasure(const std::vector<CellComparison>& cells, std::vector<int>* targets) {
   std::vector<size_t> which;
@@ -487,8 +497,7 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
     out.cells.push_back(std::move(c));
   }
 
-  regress::VerdictOptions verdict = EffectiveVerdictOptions(suite, options);
-  verdict.min_floor = std::max(verdict.min_floor, options.stored_min_floor);
+  const regress::VerdictOptions verdict = StoredVerdictOptions(EffectiveVerdictOptions(suite, options), options);
   Interleaver measurer({{&candidate, false}}, out.cells, options, suite.rounds_across_problems, &out.blocks_measured,
                        /*stored_baseline=*/true);
   if (absl::Status s = MeasureUntilDecided(measurer, suite, options, verdict, /*paired=*/false, out); !s.ok()) {
@@ -526,6 +535,50 @@ nlohmann::json SourceToJson(const SourceInfo& source) {
   return {{"commit", source.commit}, {"device_class", source.device.DeviceClass()}, {"environment", source.environment}};
 }
 
+// A device class "backend/name/arch" (DeviceInfo::DeviceClass) as a DeviceInfo of that class.
+DeviceInfo DeviceOfClass(const std::string& device_class) {
+  DeviceInfo device;
+  const size_t first = device_class.find('/');
+  const size_t last = device_class.rfind('/');
+  if (first == std::string::npos || first == last) {
+    device.name = device_class;
+    return device;
+  }
+  device.backend = device_class.substr(0, first);
+  device.name = device_class.substr(first + 1, last - first - 1);
+  device.arch = device_class.substr(last + 1);
+  return device;
+}
+
+absl::StatusOr<SourceInfo> SourceFromJson(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) return absl::InvalidArgumentError(Cat(where, ": not an object"));
+  SourceInfo source;
+  source.commit = j.value("commit", "");
+  source.environment = j.value("environment", "");
+  source.device = DeviceOfClass(j.value("device_class", ""));
+  return source;
+}
+
+absl::StatusOr<CellMeasurement> SideFromJson(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object() || !j.contains("check") || !j.contains("blocks")) {
+    return absl::InvalidArgumentError(Cat(where, ": needs check and blocks"));
+  }
+  CellMeasurement m;
+  absl::StatusOr<CellCheck> check = protocol::ParseCheck(j.at("check").dump());
+  if (!check.ok()) return absl::InvalidArgumentError(Cat(where, ".check: ", check.status().message()));
+  m.check = *check;
+  absl::StatusOr<std::vector<SampleBlock>> blocks = SampleBlocksFromJson(j.at("blocks").dump());
+  if (!blocks.ok()) return absl::InvalidArgumentError(Cat(where, ".blocks: ", blocks.status().message()));
+  m.blocks = *std::move(blocks);
+  return m;
+}
+
+// A number ComparisonToJson wrote (null for a value that was not finite).
+double NumberFrom(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j.at(key).is_number()) return std::numeric_limits<double>::quiet_NaN();
+  return j.at(key).get<double>();
+}
+
 nlohmann::json SideToJson(const CellMeasurement& m) {
   return {{"check", protocol::CheckToJson(m.check)},
           {"blocks", nlohmann::json::parse(SampleBlocksToJson(m.blocks))}};
@@ -540,7 +593,7 @@ std::string ComparisonToJson(const Comparison& comparison) {
   nlohmann::json cells = nlohmann::json::array();
   for (const CellComparison& c : comparison.cells) {
     const CellVerdict& v = c.verdict;
-    cells.push_back({{"problem", c.cell.problem.Key()},
+    nlohmann::json cell = {{"problem", c.cell.problem.Key()},
                      {"config", c.cell.config.Key()},
                      {"baseline_config", c.cell.BaselineConfig().Key()},
                      {"role", c.cell.role},
@@ -564,7 +617,12 @@ std::string ComparisonToJson(const Comparison& comparison) {
                        {"error_grew", v.accuracy.grew},
                        {"why", v.why}}},
                      {"baseline", SideToJson(c.baseline)},
-                     {"candidate", SideToJson(c.candidate)}});
+                     {"candidate", SideToJson(c.candidate)}};
+    absl::StatusOr<AttentionProblem> from_key = AttentionProblem::FromKey(c.cell.problem.Key());
+    if (!from_key.ok() || ProblemToJson(*from_key) != ProblemToJson(c.cell.problem)) {
+      cell["problem_fields"] = nlohmann::json::parse(ProblemToJson(c.cell.problem));
+    }
+    cells.push_back(std::move(cell));
   }
   nlohmann::json doc = {{"baseline", SourceToJson(comparison.baseline)},
                         {"candidate", SourceToJson(comparison.candidate)},
@@ -574,6 +632,91 @@ std::string ComparisonToJson(const Comparison& comparison) {
                         {"blocks_measured", comparison.blocks_measured},
                         {"cells", std::move(cells)}};
   return doc.dump(1) + "\n";
+}
+
+absl::StatusOr<Comparison> ComparisonFromJson(std::string_view text, std::vector<std::string>* left_out) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(Cat("not a comparison: malformed JSON: ", e.what()));
+  }
+  if (!doc.is_object() || !doc.contains("cells") || !doc.at("cells").is_array()) {
+    return absl::InvalidArgumentError("not a comparison: a JSON object with a cells array is expected");
+  }
+  try {
+    Comparison out;
+    for (const char* side : {"baseline", "candidate"}) {
+      if (!doc.contains(side)) return absl::InvalidArgumentError(Cat("not a comparison: no ", side));
+      absl::StatusOr<SourceInfo> source = SourceFromJson(doc.at(side), side);
+      if (!source.ok()) return source.status();
+      (std::string_view(side) == "baseline" ? out.baseline : out.candidate) = *std::move(source);
+    }
+    out.interleaved = doc.value("interleaved", false);
+    out.one_process = doc.value("one_process", false);
+    out.measure_seconds = doc.value("measure_seconds", 0.0);
+    out.blocks_measured = doc.value("blocks_measured", 0);
+    const nlohmann::json& cells = doc.at("cells");
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const nlohmann::json& j = cells[i];
+      const std::string where = Cat("cell ", i);
+      if (!j.is_object()) return absl::InvalidArgumentError(Cat(where, ": not an object"));
+      const std::string problem_key = j.value("problem", "");
+      absl::StatusOr<AttentionProblem> problem =
+          j.contains("problem_fields") ? ProblemFromJson(j.at("problem_fields").dump()) : AttentionProblem::FromKey(problem_key);
+      if (!problem.ok()) {
+        if (j.contains("problem_fields")) {
+          return absl::InvalidArgumentError(Cat(where, ".problem_fields: ", problem.status().message()));
+        }
+        if (left_out != nullptr) {
+          left_out->push_back(Cat(where, " (", problem_key, " ", j.value("config", ""),
+                                  "): its problem key does not parse back and the file has no problem_fields"));
+        }
+        continue;
+      }
+      CellComparison c;
+      c.cell.problem = *std::move(problem);
+      absl::StatusOr<KernelConfig> config = KernelConfig::FromKey(j.value("config", ""));
+      if (!config.ok()) return absl::InvalidArgumentError(Cat(where, ".config: ", config.status().message()));
+      c.cell.config = *config;
+      const std::string baseline_key = j.value("baseline_config", config->Key());
+      if (baseline_key != config->Key()) {
+        absl::StatusOr<KernelConfig> baseline = KernelConfig::FromKey(baseline_key);
+        if (!baseline.ok()) {
+          return absl::InvalidArgumentError(Cat(where, ".baseline_config: ", baseline.status().message()));
+        }
+        c.cell.baseline_config = *baseline;
+      }
+      c.cell.role = j.value("role", "best");
+      for (const char* side : {"baseline", "candidate"}) {
+        if (!j.contains(side)) return absl::InvalidArgumentError(Cat(where, ": no ", side));
+        absl::StatusOr<CellMeasurement> m = SideFromJson(j.at(side), Cat(where, ".", side));
+        if (!m.ok()) return m.status();
+        (std::string_view(side) == "baseline" ? c.baseline : c.candidate) = *std::move(m);
+      }
+      c.verdict.problem_key = c.cell.problem.Key();
+      c.verdict.config_key = c.cell.config.Key();
+      if (j.contains("verdict") && j.at("verdict").is_object()) {
+        const nlohmann::json& v = j.at("verdict");
+        c.verdict.ratio.pairwise_ratio = NumberFrom(v, "ratio");
+        c.verdict.ratio.ratio = NumberFrom(v, "ratio_of_medians");
+        c.verdict.ratio.lower = NumberFrom(v, "lower");
+        c.verdict.ratio.upper = NumberFrom(v, "upper");
+        absl::StatusOr<Verdict> verdict = regress::ParseVerdictName(v.value("verdict", ""));
+        if (verdict.ok()) c.verdict.verdict = *verdict;
+      }
+      out.cells.push_back(std::move(c));
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(Cat("not a comparison: ", e.what()));
+  }
+}
+
+absl::Status JudgeComparison(const regress::VerdictOptions& verdict, const CompareOptions& options,
+                             Comparison& comparison) {
+  return Judge(comparison.cells, comparison.interleaved ? verdict : StoredVerdictOptions(verdict, options), options,
+               /*paired=*/comparison.interleaved);
 }
 
 }  // namespace fusetune::regress

@@ -238,6 +238,66 @@ TEST(CompareInterleavedTest, ATimeBudgetStopsReMeasuringAndSaysSo) {
   EXPECT_EQ(CompareInterleaved(base, cand, suite, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ComparisonFromJson, ReadsBackWhatWasWrittenAndJudgesItTheSameWay) {
+  Suite suite = TwoProblemSuite();
+  // A varlen problem: its key holds only a hash of the lengths, so its fields are written too.
+  SuiteCell varlen = suite.cells[0];
+  varlen.problem.batch = 2;
+  varlen.problem.cu_seqlens_q = {0, 40, 64};
+  varlen.problem.cu_seqlens_k = {0, 40, 64};
+  varlen.problem.q_len = varlen.problem.kv_len = 40;  // the longest sequence
+  ASSERT_TRUE(varlen.problem.Validate().ok()) << varlen.problem.Validate();
+  suite.cells.push_back(varlen);
+  const std::string slow = NameOf(suite.cells[2]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  cand.factor = [&](const std::string& name) { return name == slow ? 1.10 : 1.0; };
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> left_out;
+  absl::StatusOr<Comparison> read = ComparisonFromJson(ComparisonToJson(*c), &left_out);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(left_out.empty());
+  EXPECT_EQ(read->baseline.commit, "aaaaaaa");
+  EXPECT_EQ(read->candidate.device.DeviceClass(), c->candidate.device.DeviceClass());
+  EXPECT_TRUE(read->interleaved);
+  ASSERT_EQ(read->cells.size(), c->cells.size());
+  EXPECT_EQ(read->cells.back().cell.problem.cu_seqlens_q, varlen.problem.cu_seqlens_q);
+  for (size_t i = 0; i < c->cells.size(); ++i) {
+    EXPECT_EQ(read->cells[i].cell.Name(), c->cells[i].cell.Name());
+    EXPECT_EQ(read->cells[i].baseline.Medians(), c->cells[i].baseline.Medians());
+    EXPECT_EQ(read->cells[i].candidate.Medians(), c->cells[i].candidate.Medians());
+    EXPECT_DOUBLE_EQ(read->cells[i].verdict.ratio.pairwise_ratio, c->cells[i].verdict.ratio.pairwise_ratio);
+  }
+  ASSERT_TRUE(JudgeComparison(EffectiveVerdictOptions(suite, {}), {}, *read).ok());
+  for (size_t i = 0; i < c->cells.size(); ++i) {
+    EXPECT_EQ(read->cells[i].verdict.verdict, c->cells[i].verdict.verdict) << i;
+    EXPECT_EQ(read->cells[i].verdict.why, c->cells[i].verdict.why) << i;
+  }
+  EXPECT_EQ(read->cells[2].verdict.verdict, regress::Verdict::kRegressed);
+}
+
+TEST(ComparisonFromJson, LeavesOutACellWhoseProblemCannotBeRebuiltAndRefusesMalformedText) {
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, TwoProblemSuite());
+  ASSERT_TRUE(c.ok()) << c.status();
+  nlohmann::json doc = nlohmann::json::parse(ComparisonToJson(*c));
+  doc["cells"][1]["problem"] = "prefill/b2/varlen-0123456789ab";  // as a build before problem_fields wrote it
+  std::vector<std::string> left_out;
+  absl::StatusOr<Comparison> read = ComparisonFromJson(doc.dump(), &left_out);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->cells.size(), 3u);
+  ASSERT_EQ(left_out.size(), 1u);
+  EXPECT_NE(left_out[0].find("cell 1"), std::string::npos) << left_out[0];
+  for (const std::string& bad : {std::string("{"), std::string("[]"), std::string(R"({"cells": 3})")}) {
+    EXPECT_EQ(ComparisonFromJson(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  doc = nlohmann::json::parse(ComparisonToJson(*c));
+  doc["cells"][2]["candidate"]["blocks"][0]["us"] = "fast";
+  absl::StatusOr<Comparison> broken = ComparisonFromJson(doc.dump());
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(broken.status().message()).find("cell 2"), std::string::npos) << broken.status();
+}
+
 TEST(CompareInterleavedTest, TheJsonHoldsBothSidesBlocksAndTheVerdicts) {
   Suite suite = TwoProblemSuite();
   ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);

@@ -143,13 +143,9 @@ KnownNoise KnownAANoise(Store* store, const std::string& device_class, std::stri
     if (commit.empty()) commit = r.commit;
   }
   KnownNoise known;
+  known.noise = CalibrationOf(ratios);
   size_t most = 0;
-  for (const auto& [cell, aa] : ratios) {
-    absl::StatusOr<double> calibrated = CalibratedNoise(aa);
-    if (!calibrated.ok()) continue;
-    known.noise[cell] = KnownCellNoise{*calibrated, static_cast<int>(aa.size())};
-    most = std::max(most, aa.size());
-  }
+  for (const auto& [cell, noise] : known.noise) most = std::max(most, static_cast<size_t>(noise.calibrations));
   const bool one_process = metric == kOneProcessCalibrationMetric;
   const char* arrangement = one_process ? "in one process" : "in two processes";
   known.note = known.noise.empty()
@@ -161,6 +157,52 @@ KnownNoise KnownAANoise(Store* store, const std::string& device_class, std::stri
                                  "(the newest at {})",
                                  one_process ? "one-process" : "between-process", known.noise.size(), most, commit);
   return known;
+}
+
+std::map<std::string, KnownCellNoise> CalibrationOf(const std::map<std::string, std::vector<double>>& aa_ratios) {
+  std::map<std::string, KnownCellNoise> out;
+  for (const auto& [cell, all] : aa_ratios) {
+    const std::vector<double> newest(all.begin(),
+                                     all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), kCalibrationsPerCell)));
+    if (newest.empty()) continue;
+    absl::StatusOr<double> calibrated = CalibratedNoise(newest);
+    if (!calibrated.ok()) continue;
+    out[cell] = KnownCellNoise{*calibrated, static_cast<int>(newest.size())};
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<double>> AARatiosOf(const std::vector<Comparison>& comparisons) {
+  std::map<std::string, std::vector<double>> ratios;
+  for (const Comparison& c : comparisons) {
+    for (const CellComparison& cell : c.cells) {
+      const double r = cell.verdict.ratio.pairwise_ratio;
+      if (std::isfinite(r) && r > 0) ratios[cell.cell.problem.Key() + " " + cell.cell.config.Key()].push_back(r);
+    }
+  }
+  return ratios;
+}
+
+namespace {
+
+// A cell's calibration looked up by its problem and the config its baseline ran (a pick
+// cell's noise is that of the old pick).
+std::function<KnownCellNoise(const SuiteCell&)> LookUpCalibration(std::map<std::string, KnownCellNoise> noise) {
+  return [noise = std::move(noise)](const SuiteCell& cell) {
+    auto it = noise.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
+    return it == noise.end() ? KnownCellNoise{} : it->second;
+  };
+}
+
+}  // namespace
+
+CompareOptions RejudgeOptions(const RegressOptions& f, std::map<std::string, KnownCellNoise> calibration) {
+  CompareOptions options;
+  options.stored_min_floor = f.stored_floor;
+  options.min_floor = f.min_floor;
+  options.calibrated_min_floor = f.calibrated_min_floor;
+  options.known_aa_noise = LookUpCalibration(std::move(calibration));
+  return options;
 }
 
 CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const std::string& device_class,
@@ -175,10 +217,7 @@ CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const st
   KnownNoise known =
       KnownAANoise(store, device_class, one_process ? kOneProcessCalibrationMetric : kLatencyMetric);
   notes->push_back(known.note);
-  options.known_aa_noise = [noise = std::move(known.noise)](const SuiteCell& cell) {
-    auto it = noise.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
-    return it == noise.end() ? KnownCellNoise{} : it->second;
-  };
+  options.known_aa_noise = LookUpCalibration(std::move(known.noise));
   return options;
 }
 

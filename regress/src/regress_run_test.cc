@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -185,6 +187,35 @@ TEST(KnownAANoise, TakesTheNewestCalibrationsPerCellOnly) {
   ASSERT_EQ(known.noise.size(), 1u);
   EXPECT_NEAR(known.noise.begin()->second.noise, *CalibratedNoise(newest), 1e-12);
   EXPECT_EQ(known.noise.begin()->second.calibrations, static_cast<int>(kCalibrationsPerCell));
+}
+
+TEST(CalibrationOf, TakesTheNewestRatiosOfEachCellAndCountsThem) {
+  std::map<std::string, std::vector<double>> ratios;
+  ratios["a"] = {1.01, 0.99};
+  for (size_t i = 0; i < kCalibrationsPerCell + 3; ++i) ratios["b"].push_back(i < kCalibrationsPerCell ? 1.002 : 1.5);
+  ratios["c"] = {};
+  const std::map<std::string, KnownCellNoise> known = CalibrationOf(ratios);
+  ASSERT_EQ(known.size(), 2u);
+  EXPECT_DOUBLE_EQ(known.at("a").noise, *CalibratedNoise({1.01, 0.99}));
+  EXPECT_EQ(known.at("a").calibrations, 2);
+  EXPECT_NEAR(known.at("b").noise, std::log(1.002), 1e-12) << "the older, wild ratios are past the newest ten";
+  EXPECT_EQ(known.at("b").calibrations, static_cast<int>(kCalibrationsPerCell));
+}
+
+TEST(AARatiosOf, CollectsEachComparisonsRatioPerCellInOrder) {
+  Comparison first, second;
+  CellComparison cell;
+  cell.cell = TestSuite().cells[0];
+  cell.verdict.ratio.pairwise_ratio = 1.01;
+  first.cells.push_back(cell);
+  cell.verdict.ratio.pairwise_ratio = std::numeric_limits<double>::quiet_NaN();  // too few blocks: no ratio
+  first.cells.push_back(cell);
+  cell.verdict.ratio.pairwise_ratio = 0.98;
+  second.cells.push_back(cell);
+  const auto ratios = AARatiosOf({first, second});
+  ASSERT_EQ(ratios.size(), 1u);
+  EXPECT_EQ(ratios.begin()->first, cell.cell.problem.Key() + " " + cell.cell.config.Key());
+  EXPECT_EQ(ratios.begin()->second, (std::vector<double>{1.01, 0.98}));
 }
 
 TEST(ComparisonOptions, LooksUpTheCellsNoiseByItsBaselineConfig) {

@@ -240,6 +240,13 @@ const char* VerdictName(Verdict verdict) {
   return kRegressionVerdicts[i < kRegressionVerdicts.size() ? i : kRegressionVerdicts.size() - 1].data();
 }
 
+absl::StatusOr<Verdict> ParseVerdictName(std::string_view name) {
+  for (Verdict v : {Verdict::kRegressed, Verdict::kImproved, Verdict::kSame, Verdict::kUnknown}) {
+    if (name == VerdictName(v)) return v;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown verdict '", std::string(name), "'"));
+}
+
 int PairedBlocksToResolve(int cells, double alpha) {
   if (!(alpha > 0 && alpha < 1)) return 3;
   const double needed = std::ceil(std::log2(4.0 * std::max(cells, 1) / alpha));

@@ -66,6 +66,7 @@ void AddBenchCommand(CLI::App& app, CommandContext& context);
 void AddAuditCommand(CLI::App& app, CommandContext& context);  // audit_command.cc
 void AddBenchServeCommand(CLI::App& app, CommandContext& context);  // bench_serve_command.cc
 void AddRegressCommand(CLI::App& app, CommandContext& context);     // regress_command.cc
+void AddRejudgeCommand(CLI::App& app, CommandContext& context);     // rejudge_command.cc
 void AddBisectCommand(CLI::App& app, CommandContext& context);      // bisect_command.cc (bisect, bisect-step)
 void AddHistoryCommand(CLI::App& app, CommandContext& context);     // history_command.cc
 void AddDbCommand(CLI::App& app, CommandContext& context);          // db_command.cc (db copy)

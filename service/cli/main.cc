@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   AddAuditCommand(app, context);
   AddBenchServeCommand(app, context);
   AddRegressCommand(app, context);
+  AddRejudgeCommand(app, context);
   AddBisectCommand(app, context);
   AddHistoryCommand(app, context);
   AddDbCommand(app, context);

@@ -339,6 +339,55 @@ TEST(Regress, AnAARunCalibratesTheFloorsOfLaterRuns) {
   EXPECT_EQ(fourth.out.find("floors include the between-process"), std::string::npos) << fourth.out;
 }
 
+TEST(Rejudge, JudgesAWrittenComparisonAgainWithOtherFloorsAndCalibrations) {
+  TempDir dir;
+  const std::string commit = BuiltCommit();
+  const std::vector<std::string> aa = {"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
+                                       "--baseline-binary", FUSETUNE_BINARY, "--db", dir.File("f.db")};
+  std::vector<std::string> run = aa;
+  run.insert(run.end(), {"--json", dir.File("aa.json")});
+  ASSERT_EQ(Fusetune(run).exit_code, 0);
+  run = aa;
+  run.insert(run.end(), {"--json", dir.File("planted.json"), "--plant-slowdown", kPlantOnFusedCausal});
+  ASSERT_EQ(Fusetune(run).exit_code, 1);
+
+  // The planted run judged again as it was: the slowed cell regresses, the exit status says so.
+  CommandResult r = Fusetune({"rejudge", dir.File("planted.json"), "--markdown", dir.File("again.md"), "--json",
+                              dir.File("again.json")});
+  EXPECT_EQ(r.exit_code, 1) << r.err << r.out;
+  EXPECT_NE(r.out.find("Re-judged 4 cells: 1 regressed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no calibration"), std::string::npos) << r.out;
+  EXPECT_NE(ReadFile(dir.File("again.md")).find("Re-judged 4 cells"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir.File("again.json"))).at("cells").size(), 4u);
+  // Calibrated by the A/A file, with a calibrated minimum that needs one calibration.
+  r = Fusetune({"rejudge", dir.File("planted.json"), "--calibration", dir.File("aa.json"), "--calibrated-min-floor",
+                "0.005"});
+  EXPECT_EQ(r.exit_code, 1) << r.err << r.out;
+  EXPECT_NE(r.out.find("4 cell(s) calibrated by up to 1 A/A file(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0.50% for cells with at least 3 calibrations"), std::string::npos) << r.out;
+  // The A/A file itself: nothing regressed.
+  r = Fusetune({"rejudge", dir.File("aa.json")});
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+
+  // Bad input: exit 2, saying why.
+  r = Fusetune({"rejudge", dir.File("missing.json")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot read"), std::string::npos) << r.err;
+  std::ofstream(dir.File("broken.json")) << "{\"cells\": [";
+  r = Fusetune({"rejudge", dir.File("broken.json")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("malformed JSON"), std::string::npos) << r.err;
+  // A calibration made in two processes does not calibrate a comparison made in one.
+  run = aa;
+  run.insert(run.end(), {"--json", dir.File("two.json"), "--separate-processes"});
+  ASSERT_EQ(Fusetune(run).exit_code, 0);
+  r = Fusetune({"rejudge", dir.File("planted.json"), "--calibration", dir.File("two.json")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("must be made the same way"), std::string::npos) << r.err;
+  r = Fusetune({"rejudge", dir.File("planted.json"), "--calibrated-min-floor", "0.5"});
+  EXPECT_EQ(r.exit_code, 2) << "out of range";
+}
+
 TEST(Regress, AnUnknownCellFailsTheRunOnlyWithFailOnUnknown) {
   // The stored baseline never measured the suite's one cell: it is unknown, with the reason.
   TempDir dir;

@@ -150,7 +150,27 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
 // message, errors, tolerance) and blocks in measurement order (the records' JSON form of
 // blocks, fusetune/records/json.h: median, samples, clock, power and throttle state). This is
 // what a comparison measured, both sides; the database keeps only the candidate's blocks.
+// A problem whose key does not parse back (varlen and padded problems: their keys hold only a
+// hash of the length lists) is also written whole, as "problem_fields" (ProblemToJson).
 std::string ComparisonToJson(const Comparison& comparison);
+
+// Reads back what ComparisonToJson wrote: sources (commit, environment; the device as its
+// class's backend, name and arch), interleaved, one_process, the wall time and block count, and
+// per cell its problem, configs, role, both sides' checks and blocks, and the verdict's ratio
+// estimate (the ratios an A/A comparison contributes as a calibration). Other verdict fields are
+// not read: JudgeComparison decides again. A cell whose problem cannot be rebuilt (its key does
+// not parse back and no "problem_fields" were written, as by builds before that field) is left
+// out, with a line in `left_out` (may be null) naming it. InvalidArgument for text that is not
+// such a document (naming the cell and field).
+absl::StatusOr<Comparison> ComparisonFromJson(std::string_view text, std::vector<std::string>* left_out = nullptr);
+
+// Judges every cell of `comparison` again (its verdicts are replaced), as the comparison that
+// measured it did: the timed cells together under `verdict` (paired by round when the
+// comparison was interleaved; against stored blocks the floor's minimum is at least
+// options.stored_min_floor), their calibrations from options.known_aa_noise; untimed cells
+// from their checks. Errors: JudgeSuite's (bad options or samples).
+absl::Status JudgeComparison(const regress::VerdictOptions& verdict, const CompareOptions& options,
+                             Comparison& comparison);
 
 // One cell measured on one source.
 struct MeasuredCell {

@@ -115,6 +115,19 @@ struct KnownNoise {
 };
 KnownNoise KnownAANoise(Store* store, const std::string& device_class, std::string_view metric = kLatencyMetric);
 
+// Per cell key, the calibration its A/A ratios (newest first) give: CalibratedNoise over the
+// first kCalibrationsPerCell, and their count. Cells without a valid ratio are left out.
+std::map<std::string, KnownCellNoise> CalibrationOf(const std::map<std::string, std::vector<double>>& aa_ratios);
+
+// The A/A ratios of comparisons read back (ComparisonFromJson; newest first), per cell key
+// ("PROBLEM_KEY CONFIG_KEY", as the store's calibration rows are keyed): each comparison's
+// Hodges–Lehmann ratio of each cell where it is finite and > 0.
+std::map<std::string, std::vector<double>> AARatiosOf(const std::vector<Comparison>& comparisons);
+
+// The comparison options that judge with `calibration` (ComparisonOptions' lookup of a cell's
+// noise by its problem and baseline config) and `options`' floors.
+CompareOptions RejudgeOptions(const RegressOptions& options, std::map<std::string, KnownCellNoise> calibration);
+
 // The comparison's options: blocks and the stored floor from `options`, `cancel` (may be null),
 // and the floors' A/A calibration from `store`, of comparisons made as this one is (in one
 // process or two); a note for `notes` says what the floors include.

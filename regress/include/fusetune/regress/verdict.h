@@ -91,6 +91,8 @@ enum class Verdict { kRegressed, kImproved, kSame, kUnknown };
 
 // "regressed", "improved", "same", "unknown".
 const char* VerdictName(Verdict verdict);
+// The verdict a VerdictName names; InvalidArgument for any other text.
+absl::StatusOr<Verdict> ParseVerdictName(std::string_view name);
 
 enum class Correction { kNone, kHolm, kBenjaminiHochberg };
 
