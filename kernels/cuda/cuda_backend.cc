@@ -270,6 +270,7 @@ class CudaBackend final : public Backend {
   }
 
   DeviceInfo Describe() const override { return info_; }
+  DeviceState CurrentDeviceState() const override { return cuda::NvmlDeviceState(pci_bus_id_); }
 
   // The workspace of Run and Time (split partials, the baselines' S/P and gathered K/V) in a
   // caller's arena. The split counters stay the backend's own (they rely on staying zero between

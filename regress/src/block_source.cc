@@ -104,11 +104,22 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
     if (auto s = LendToSelected(problem, config); !s.ok()) return s;
     return Selected().RunOnStream(problem, config, buffers, launch);
   }
+  // A side whose timing reports no device state (another build's library: the C ABI returns
+  // samples only) gets the own backend's reading around its whole call, warm-up included, so
+  // that every side's blocks say the clock, power and throttle state they ran at.
   absl::StatusOr<TimingSamples> Time(const AttentionProblem& problem, const KernelConfig& config,
                                      const AttentionBuffers& buffers, const TimingOptions& options) override {
     if (auto s = LendToSelected(problem, config); !s.ok()) return s;
-    return Selected().Time(problem, config, buffers, options);
+    const DeviceState before = &Selected() == &own_ ? DeviceState{} : own_.CurrentDeviceState();
+    absl::StatusOr<TimingSamples> samples = Selected().Time(problem, config, buffers, options);
+    if (samples.ok() && !samples->before.known && !samples->after.known && before.known) {
+      samples->before = before;
+      samples->after = own_.CurrentDeviceState();
+      if (samples->sm_clock_mhz == 0) samples->sm_clock_mhz = samples->after.sm_clock_mhz;
+    }
+    return samples;
   }
+  DeviceState CurrentDeviceState() const override { return own_.CurrentDeviceState(); }
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override { return own_.Allocate(bytes); }
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override {
     return own_.CopyToDevice(dst, src, bytes);

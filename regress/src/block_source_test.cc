@@ -166,7 +166,15 @@ class RecordingBackend : public Backend {
   absl::Status CopyToDevice(void* d, const void* s, size_t n) override { return inner_->CopyToDevice(d, s, n); }
   absl::Status CopyToHost(void* d, const void* s, size_t n) override { return inner_->CopyToHost(d, s, n); }
   absl::Status Fill(void* d, uint8_t v, size_t n) override { return inner_->Fill(d, v, n); }
+  // `state`, its clock one MHz higher at every reading.
+  DeviceState CurrentDeviceState() const override {
+    DeviceState now = state;
+    if (now.known) now.sm_clock_mhz += readings++;
+    return now;
+  }
 
+  DeviceState state;  // what CurrentDeviceState reads (unknown by default)
+  mutable int readings = 0;
   int runs = 0;
   int allocations = 0;
   std::vector<const void*> timed_q;
@@ -268,6 +276,32 @@ TEST(RunnerBlockSourceTest, OneSideThatKeepsItsOwnScratchPutsEverySideOnItsOwn) 
   for (size_t i = before; i < taking_kernels->timed_arena.size(); ++i) EXPECT_EQ(taking_kernels->timed_arena[i], nullptr);
   EXPECT_EQ(own.timed_arena.back(), nullptr);
   EXPECT_EQ(taking_kernels->workers, nullptr);
+}
+
+TEST(RunnerBlockSourceTest, ASideWhoseTimingReportsNoDeviceStateGetsTheOwnBackendsReading) {
+  RecordingBackend own(Cpu());
+  own.state = DeviceState{.known = true, .sm_clock_mhz = 1900, .power_mw = 650000, .throttle_reasons = 4};
+  RunnerBlockSource source(own, "abcdef1", kBlock);
+  BlockSource* side = *source.AddSide(std::make_unique<RecordingBackend>(Cpu()), "0123456789ab");
+  const KernelConfig c = Config("fused/bm16/bs16/t1/fp32/st1");
+  ASSERT_EQ(side->Verify(Small(), c)->outcome, TrialOutcome::kOk);
+  const int readings = own.readings;
+  absl::StatusOr<SampleBlock> block = side->MeasureBlock(Small(), c);
+  ASSERT_TRUE(block.ok()) << block.status();
+  EXPECT_EQ(own.readings, readings + 2) << "read before and after the side's block";
+  ASSERT_TRUE(block->before.known);
+  ASSERT_TRUE(block->after.known);
+  EXPECT_EQ(block->before.power_mw, 650000);
+  EXPECT_EQ(block->before.throttle_reasons, 4u);
+  EXPECT_EQ(block->after.sm_clock_mhz, block->before.sm_clock_mhz + 1);
+  // A device that cannot be read leaves the block's state unknown, as before.
+  RecordingBackend blind(Cpu());
+  RunnerBlockSource plain(blind, "abcdef1", kBlock);
+  BlockSource* plain_side = *plain.AddSide(std::make_unique<RecordingBackend>(Cpu()), "0123456789ab");
+  ASSERT_EQ(plain_side->Verify(Small(), c)->outcome, TrialOutcome::kOk);
+  block = plain_side->MeasureBlock(Small(), c);
+  ASSERT_TRUE(block.ok());
+  EXPECT_FALSE(block->before.known);
 }
 
 TEST(RunnerBlockSourceTest, ASideOfAnotherDeviceClassOrNoneIsRefused) {

@@ -95,6 +95,8 @@ absl::StatusOr<WorkerPool> PlantedSlowdownBackend::LendWorkers() { return inner_
 
 absl::Status PlantedSlowdownBackend::UseWorkers(const WorkerPool* pool) { return inner_->UseWorkers(pool); }
 
+DeviceState PlantedSlowdownBackend::CurrentDeviceState() const { return inner_->CurrentDeviceState(); }
+
 absl::StatusOr<DeviceMemory> PlantedSlowdownBackend::Allocate(size_t bytes) { return inner_->Allocate(bytes); }
 
 absl::Status PlantedSlowdownBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {

@@ -36,6 +36,9 @@ class FixedTimeBackend : public testing::SyntheticTimeBackend {
     return samples;
   }
 
+ public:
+  DeviceState CurrentDeviceState() const override { return {.known = true, .sm_clock_mhz = 1700, .power_mw = 2000}; }
+
  private:
   std::vector<double> micros_;
 };
@@ -203,6 +206,8 @@ TEST(PlantedSlowdownBackend, ForwardsMemoryCalls) {
   ASSERT_TRUE(planted.CopyToHost(back, memory->data(), 4).ok());
   EXPECT_EQ(std::string(back, 4), "aaaa");
   EXPECT_EQ(fixed.calls, 5);
+  // The device's state now, as the inner backend reads it.
+  EXPECT_EQ(planted.CurrentDeviceState().sm_clock_mhz, 1700);
 }
 
 TEST(PlantedSlowdownBackend, ForwardsTheScratchArenaSoAPlantedSideLaysItOutAsTheOther) {

@@ -274,6 +274,12 @@ class Backend {
   // UseScratchArena, UseWorkers(nullptr) is OK exactly where it is supported.
   virtual absl::Status UseWorkers(const WorkerPool* pool);
 
+  // The device's clock, power and throttle state now, as Time reads it around a block (known =
+  // false where the backend cannot read it: the default, the CPU). For a caller that times
+  // another backend's kernels on this backend's device (fusetune regress: another build's
+  // library in this process, whose timing reports no state) and records the state around them.
+  virtual DeviceState CurrentDeviceState() const { return {}; }
+
   // Device memory management (host memory for the CPU backend).
   virtual absl::StatusOr<DeviceMemory> Allocate(size_t bytes) = 0;
   virtual absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
