@@ -55,6 +55,7 @@ class PlantedSlowdownBackend : public Backend {
   absl::Status UseScratchArena(void* base, size_t bytes) override;
   absl::StatusOr<WorkerPool> LendWorkers() override;
   absl::Status UseWorkers(const WorkerPool* pool) override;
+  bool TakesGraphTiming() const override;  // the inner backend's (Time passes the options on)
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
