@@ -20,6 +20,7 @@
 
 struct fusetune_handle {
   std::unique_ptr<fusetune::Backend> backend;
+  bool graph_timing = false;  // fusetune_use_graph_timing: the time calls ask for graph-timed blocks
 };
 
 namespace fusetune::capi {
@@ -265,6 +266,7 @@ absl::Status TimeCall(fusetune_handle* handle, const fusetune_problem* problem, 
   opt.repeats = r.repeats;
   opt.max_seconds = r.max_seconds;
   opt.flush_l2 = r.flush_l2 != 0;
+  opt.graph = handle->graph_timing;
   auto t = handle->backend->Time(p, c, *buffers, opt);
   if (!t.ok()) return t.status();
   const size_t n = t->micros.size();
@@ -575,6 +577,21 @@ int fusetune_use_scratch_arena(fusetune_handle* handle, void* base, size_t bytes
   return Guard(err, errlen, [&]() -> absl::Status {
     if (auto s = CheckHandle(handle); !s.ok()) return s;
     return handle->backend->UseScratchArena(base, bytes);
+  });
+}
+
+int fusetune_use_graph_timing(fusetune_handle* handle, int on, char* err, size_t errlen) {
+  return Guard(err, errlen, [&]() -> absl::Status {
+    if (auto s = CheckHandle(handle); !s.ok()) return s;
+    if (!handle->backend->TakesGraphTiming()) {
+      handle->graph_timing = false;
+      return absl::UnimplementedError(absl::StrCat(
+          "the ", handle->backend->Describe().backend,
+          " backend does not time blocks through a CUDA graph (cuda only, with FUSETUNE_CUDA_GRAPH_TIMING=1 set "
+          "when the handle was created)"));
+    }
+    handle->graph_timing = on != 0;
+    return absl::OkStatus();
   });
 }
 

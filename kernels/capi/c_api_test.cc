@@ -253,6 +253,28 @@ TEST(CApi, TimeReturnsSamplesAndMedian) {
   for (int i = 0; i < count; ++i) EXPECT_GT(samples[i], 0.0);
 }
 
+TEST(CApi, GraphTimingIsUnimplementedOnTheCpuAndItsTimeCallsStillWork) {
+  Handle h;
+  char err[256] = "";
+  // Asking (on = 0) and asking for it both answer UNIMPLEMENTED, naming the backend.
+  EXPECT_EQ(fusetune_use_graph_timing(h.h, 0, err, sizeof err), FUSETUNE_UNIMPLEMENTED);
+  EXPECT_EQ(fusetune_use_graph_timing(h.h, 1, err, sizeof err), FUSETUNE_UNIMPLEMENTED);
+  EXPECT_NE(std::string(err).find("cpu"), std::string::npos) << err;
+  EXPECT_NE(std::string(err).find("FUSETUNE_CUDA_GRAPH_TIMING"), std::string::npos) << err;
+  EXPECT_EQ(fusetune_use_graph_timing(nullptr, 1, err, sizeof err), FUSETUNE_INVALID_ARGUMENT);
+  // The refused request leaves the handle timing launch by launch, as before.
+  fusetune_problem p = Problem(1, 2, 2, 64, 64, 64, false);
+  fusetune_config c = Config(FUSETUNE_FUSED);
+  std::vector<float> q(64 * 2 * 64, 0.25f), o(q.size());
+  double median = -1, samples[8];
+  int count = -1;
+  ASSERT_EQ(fusetune_time(h.h, &p, &c, q.data(), q.data(), q.data(), o.data(), 0, 3, 10.0, 0, &median, samples, 8,
+                          &count, err, sizeof err),
+            FUSETUNE_OK)
+      << err;
+  EXPECT_EQ(count, 3);
+}
+
 fusetune_kv_cache DecodeCache(int page_block_size, const int32_t* block_table) {
   fusetune_kv_cache cache;
   std::memset(&cache, 0, sizeof cache);

@@ -53,7 +53,8 @@ json TrialJson(const fusetune::Trial& t) {
                       {"median_us", Number(b.median_us)},
                       {"before", DeviceStateJson(b.before)},
                       {"after", DeviceStateJson(b.after)},
-                      {"unsteady", b.unsteady}});
+                      {"unsteady", b.unsteady},
+                      {"graphed", b.graphed}});
   }
   return {{"trial_id", t.trial_id},
           {"run_id", t.run_id},

@@ -36,7 +36,15 @@ void WriteDatabase(const std::string& path) {
   auto run = store->BeginRun(fusetune::db_test::TestRun());
   ASSERT_TRUE(run.ok()) << run.status();
   const std::string problem = "prefill/b1/hq2/hkv2/q8/k8/d64/causal0/fp32";
-  ASSERT_TRUE(store->RecordTrial(fusetune::db_test::TestTrial(*run, problem, "fused/bm64/bs64/t1/fp32/st1")).ok());
+  fusetune::Trial timed = fusetune::db_test::TestTrial(*run, problem, "fused/bm64/bs64/t1/fp32/st1");
+  // Two blocks: one timed as a CUDA graph, one launch by launch.
+  timed.blocks.resize(2);
+  for (fusetune::SampleBlock& b : timed.blocks) {
+    b.samples = 3;
+    b.median_us = 10.5;
+  }
+  timed.blocks[0].graphed = true;
+  ASSERT_TRUE(store->RecordTrial(timed).ok());
   fusetune::Trial failed = fusetune::db_test::TestTrial(*run, problem, "fused/bm16/bs16/t1/fp32/st1");
   failed.outcome = fusetune::TrialOutcome::kVerifyFailed;
   failed.message = "max error nan";
@@ -99,6 +107,9 @@ TEST(StoreApi, ReadsEveryKindOfRowAsJson) {
   EXPECT_EQ(trials[0]["outcome"], "ok");
   EXPECT_EQ(trials[0]["samples_us"], json({10.5, 11.25, 9.75}));
   EXPECT_EQ(trials[0]["stage"], "screen");
+  ASSERT_EQ(trials[0]["blocks"].size(), 2u);
+  EXPECT_EQ(trials[0]["blocks"][0]["graphed"], true);
+  EXPECT_EQ(trials[0]["blocks"][1]["graphed"], false);
   EXPECT_EQ(trials[1]["outcome"], "verify_failed");
   EXPECT_EQ(trials[1]["max_abs_error"], "nan");  // SQLite keeps NaN as NULL, read back as NaN
   EXPECT_EQ(trials[1]["max_rel_error"], "inf");

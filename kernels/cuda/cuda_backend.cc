@@ -60,6 +60,19 @@ bool ScratchArenaOptedIn() {
   return value != nullptr && std::string_view(value) == "1";
 }
 
+// Whether Time honours TimingOptions::graph (Backend::TakesGraphTiming): only with
+// FUSETUNE_CUDA_GRAPH_TIMING=1, until graph-timed blocks have been run on a GPU (docs/perf.md).
+bool GraphTimingOptedIn() {
+  const char* value = std::getenv("FUSETUNE_CUDA_GRAPH_TIMING");
+  return value != nullptr && std::string_view(value) == "1";
+}
+
+// The workspace cuBLAS gets while a timed block is captured into a graph: its own default pool
+// would be allocated inside the capture (cudaMallocAsync since cuBLAS 12.2). The size cuBLAS's
+// documentation recommends for the architecture (cublasSetWorkspace: 32 MiB on Hopper, 4 MiB
+// before), so that it can pick the same GEMM kernels as outside the graph.
+size_t GraphCublasWorkspaceBytes(int sm_version) { return (sm_version >= 90 ? size_t{32} : size_t{4}) << 20; }
+
 std::string CudaErrorText(cudaError_t e) {
   return Cat(cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
 }
@@ -254,7 +267,8 @@ class CudaBackend final : public Backend {
         sm_version_(sm_version),
         pci_bus_id_(std::move(pci_bus_id)),
         cublas_(cublas),
-        takes_scratch_arena_(ScratchArenaOptedIn()) {}
+        takes_scratch_arena_(ScratchArenaOptedIn()),
+        takes_graph_timing_(GraphTimingOptedIn()) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -264,6 +278,8 @@ class CudaBackend final : public Backend {
     if (pointer_arrays_ != nullptr) cudaFree(pointer_arrays_);
     if (split_counters_ != nullptr) cudaFree(split_counters_);
     for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
+    if (graph_stream_ != nullptr) cudaStreamDestroy(graph_stream_);
+    if (graph_cublas_workspace_ != nullptr) cudaFree(graph_cublas_workspace_);
     cu_seqlens_q_.Reset();
     cu_seqlens_k_.Reset();
     kv_valid_lens_.Reset();
@@ -271,6 +287,10 @@ class CudaBackend final : public Backend {
 
   DeviceInfo Describe() const override { return info_; }
   DeviceState CurrentDeviceState() const override { return cuda::NvmlDeviceState(pci_bus_id_); }
+
+  // Graph-timed blocks are not yet run on a GPU: only with FUSETUNE_CUDA_GRAPH_TIMING=1 in the
+  // environment (read when the backend is created); otherwise TimingOptions::graph is ignored.
+  bool TakesGraphTiming() const override { return takes_graph_timing_; }
 
   // The workspace of Run and Time (split partials, the baselines' S/P and gathered K/V) in a
   // caller's arena. The split counters stay the backend's own (they rely on staying zero between
@@ -419,7 +439,7 @@ class CudaBackend final : public Backend {
     if (auto s = stop_token().Check(); !s.ok()) return s;
     auto prepared = Prepare(problem, config, buffers);
     if (!prepared.ok()) return prepared.status();
-    if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
+    if (auto s = Enqueue(problem, config, *prepared, kStream); !s.ok()) return s;
     return Check(cudaStreamSynchronize(kStream), "synchronizing after the launch");
   }
 
@@ -512,7 +532,7 @@ class CudaBackend final : public Backend {
     // max_seconds (at least 3), since the timed launches are queued all at once.
     const auto warm_begin = std::chrono::steady_clock::now();
     for (int i = 0; i < options.warmup; ++i) {
-      if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
+      if (auto s = Enqueue(problem, config, *prepared, kStream); !s.ok()) return s;
     }
     if (auto s = Check(cudaStreamSynchronize(kStream), "warm-up"); !s.ok()) return s;
     int count = options.repeats;
@@ -533,29 +553,26 @@ class CudaBackend final : public Backend {
     }
 
     // Every timed launch is queued before the first is waited for, each between its own
-    // pair of events (after its L2 flush when asked), so the GPU never idles waiting for
-    // the host and a sample is the kernels' time plus the GPU-side gap from the start
-    // event to the first kernel, not the host's launch latency.
+    // pair of events (after its L2 flush when asked), so a sample is the kernels' time plus
+    // the GPU-side gap from the start event to the first kernel, not the host's launch
+    // latency, as long as the host queues faster than the GPU runs. With launches of 10-25 µs
+    // it may not, and a sample then holds a wait for the host; with `graph` the whole block
+    // goes to the GPU as one graph, whose nodes it runs back to back.
     TimingSamples out;
-    out.before = cuda::NvmlDeviceState(pci_bus_id_);
-    for (int i = 0; i < count; ++i) {
-      if (options.flush_l2) {
-        if (auto s = Check(cuda::EnqueueL2FlushByReading(
-                               flush_buffer_, kL2FlushBytes,
-                               reinterpret_cast<uint32_t*>(static_cast<char*>(flush_buffer_) + kL2FlushBytes),
-                               info_.sm_count, kStream),
-                           "L2 flush");
+    if (options.graph && takes_graph_timing_) {
+      if (auto s = RunBlockAsGraph(problem, config, *prepared, count, options.flush_l2, out); !s.ok()) return s;
+      out.graphed = true;
+    } else {
+      out.before = cuda::NvmlDeviceState(pci_bus_id_);
+      for (int i = 0; i < count; ++i) {
+        if (auto s = EnqueueTimedLaunch(problem, config, *prepared, options.flush_l2, i, kStream,
+                                        /*in_capture=*/false);
             !s.ok()) {
           return s;
         }
       }
-      if (auto s = Check(cudaEventRecord(timing_events_[2 * i], kStream), "cudaEventRecord"); !s.ok()) return s;
-      if (auto s = Enqueue(problem, config, *prepared); !s.ok()) return s;
-      if (auto s = Check(cudaEventRecord(timing_events_[2 * i + 1], kStream), "cudaEventRecord"); !s.ok()) {
-        return s;
-      }
+      if (auto s = Check(cudaEventSynchronize(timing_events_[2 * count - 1]), "timed launches"); !s.ok()) return s;
     }
-    if (auto s = Check(cudaEventSynchronize(timing_events_[2 * count - 1]), "timed launches"); !s.ok()) return s;
     for (int i = 0; i < count; ++i) {
       float ms = 0;
       if (auto s = Check(cudaEventElapsedTime(&ms, timing_events_[2 * i], timing_events_[2 * i + 1]),
@@ -731,6 +748,8 @@ class CudaBackend final : public Backend {
     if (e == cudaSuccess) return absl::OkStatus();
     const std::string text = Cat(what, ": ", CudaErrorText(e));
     cudaGetLastError();  // clears a non-sticky error
+    // A synchronization would break the capture; nothing has run yet, so nothing can be sticky.
+    if (capturing_) return absl::InternalError(text);
     if (cudaDeviceSynchronize() != cudaSuccess || cudaGetLastError() != cudaSuccess) {
       fault_ = text;
       return absl::InternalError(Cat(text, " (sticky: the CUDA context is lost)"));
@@ -1005,23 +1024,131 @@ class CudaBackend final : public Backend {
     return out;
   }
 
-  // Enqueues every kernel of the variant on kStream; no synchronization.
+  // One timed launch on `stream`: the L2 flush when asked, then the variant's kernels between
+  // the i-th pair of timing events. `in_capture`: `stream` is being captured into a graph, where
+  // a plain cudaEventRecord only orders the work captured around it and records nothing; with
+  // cudaEventRecordExternal it becomes an event record node, which records the event each time
+  // the graph runs (cudaGraphAddEventRecordNode), so cudaEventElapsedTime reads the pair as it
+  // reads a pair recorded on a stream (it needs both recorded, completed and created with
+  // timing, nothing about where). PyTorch times graphs this way (external events).
+  absl::Status EnqueueTimedLaunch(const AttentionProblem& problem, const KernelConfig& config,
+                                  const PreparedLaunch& prepared, bool flush_l2, int i, cudaStream_t stream,
+                                  bool in_capture) {
+    const auto record = [&](cudaEvent_t event) {
+      return in_capture ? cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal)
+                        : cudaEventRecord(event, stream);
+    };
+    if (flush_l2) {
+      if (auto s = Check(cuda::EnqueueL2FlushByReading(
+                             flush_buffer_, kL2FlushBytes,
+                             reinterpret_cast<uint32_t*>(static_cast<char*>(flush_buffer_) + kL2FlushBytes),
+                             info_.sm_count, stream),
+                         "L2 flush");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (auto s = Check(record(timing_events_[2 * i]), "cudaEventRecord"); !s.ok()) return s;
+    if (auto s = Enqueue(problem, config, prepared, stream); !s.ok()) return s;
+    return Check(record(timing_events_[2 * i + 1]), "cudaEventRecord");
+  }
+
+  // Time's block as one CUDA graph (TimingOptions::graph): the `count` timed launches, each
+  // with its flush and its events, captured on a stream of the backend's own, instantiated and
+  // launched once on kStream, then waited for; `out.before` is read just before that launch.
+  // Everything the capture holds was prepared before it (workspace, pointer arrays, lengths,
+  // flush buffer, events) and cuBLAS gets a workspace of ours, so nothing is allocated inside.
+  // A capture that fails is ended and its graph destroyed: the stream never stays in capture
+  // mode, and the error (Internal) is cleared. The graph is destroyed after the block.
+  absl::Status RunBlockAsGraph(const AttentionProblem& problem, const KernelConfig& config,
+                               const PreparedLaunch& prepared, int count, bool flush_l2, TimingSamples& out) {
+    if (graph_stream_ == nullptr) {
+      // Non-blocking: a capture must not implicitly wait for the legacy default stream.
+      if (auto s = Check(cudaStreamCreateWithFlags(&graph_stream_, cudaStreamNonBlocking),
+                         "creating the stream timed blocks are captured on");
+          !s.ok()) {
+        graph_stream_ = nullptr;
+        return s;
+      }
+    }
+    const bool uses_cublas = config.variant != Variant::kFused;
+    const size_t cublas_bytes = GraphCublasWorkspaceBytes(sm_version_);
+    if (uses_cublas && graph_cublas_workspace_ == nullptr) {
+      if (cudaError_t e = cudaMalloc(&graph_cublas_workspace_, cublas_bytes); e != cudaSuccess) {
+        graph_cublas_workspace_ = nullptr;
+        cudaGetLastError();
+        return absl::ResourceExhaustedError(Cat("allocating cuBLAS's workspace for graph-timed blocks: ",
+                                                CudaErrorText(e)));
+      }
+    }
+    // cuBLAS launches on its handle's stream: the capture stream for the capture, kStream again
+    // afterwards whatever happens (cublasSetStream also puts it back on its default workspace).
+    struct CublasStreamRestorer {
+      cublasHandle_t handle;
+      ~CublasStreamRestorer() { cublasSetStream(handle, kStream); }
+    } restore_cublas{cublas_};
+    if (uses_cublas) {
+      if (auto s = CheckCublas(cublasSetStream(cublas_, graph_stream_), "cublasSetStream"); !s.ok()) return s;
+      if (auto s = CheckCublas(cublasSetWorkspace(cublas_, graph_cublas_workspace_, cublas_bytes), "cublasSetWorkspace");
+          !s.ok()) {
+        return s;
+      }
+    }
+    // Thread-local: this thread may not make a call that would break the capture (an allocation,
+    // a synchronization), while other threads' CUDA calls neither break it nor fail.
+    if (auto s = Check(cudaStreamBeginCapture(graph_stream_, cudaStreamCaptureModeThreadLocal),
+                       "beginning the capture of a timed block");
+        !s.ok()) {
+      return s;
+    }
+    capturing_ = true;
+    absl::Status captured = absl::OkStatus();
+    for (int i = 0; i < count && captured.ok(); ++i) {
+      captured = EnqueueTimedLaunch(problem, config, prepared, flush_l2, i, graph_stream_, /*in_capture=*/true);
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(graph_stream_, &graph);
+    capturing_ = false;
+    struct GraphOwner {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ~GraphOwner() {
+        if (exec != nullptr) cudaGraphExecDestroy(exec);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+      }
+    } owner{graph};
+    if (!captured.ok() || ended != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InternalError(Cat("capturing the timed block into a CUDA graph: ",
+                                     !captured.ok() ? captured.message() : CudaErrorText(ended)));
+    }
+    if (auto s = Check(cudaGraphInstantiate(&owner.exec, graph, 0), "instantiating the timed block's graph"); !s.ok()) {
+      owner.exec = nullptr;
+      return s;
+    }
+    out.before = cuda::NvmlDeviceState(pci_bus_id_);
+    if (auto s = Check(cudaGraphLaunch(owner.exec, kStream), "launching the timed block's graph"); !s.ok()) return s;
+    return Check(cudaStreamSynchronize(kStream), "the timed block's graph");
+  }
+
+  // Enqueues every kernel of the variant on `stream` (kStream, or Time's capture stream); no
+  // synchronization. cuBLAS launches on its handle's stream, which the caller has set to `stream`.
   absl::Status Enqueue(const AttentionProblem& paged_or_contiguous, const KernelConfig& config,
-                       const PreparedLaunch& prepared) {
+                       const PreparedLaunch& prepared, cudaStream_t stream) {
     const AttentionParams& p = prepared.params;
     if (prepared.decode) {
       return Check(cuda::LaunchDecode(paged_or_contiguous, config, prepared.decode_splits, prepared.decode_buffers,
-                                      kStream),
+                                      stream),
                    "fused decode launch");
     }
     if (config.variant == Variant::kFused) {
-      return Check(cuda::LaunchFused(p, config, kStream), "fused launch");
+      return Check(cuda::LaunchFused(p, config, stream), "fused launch");
     }
     // A baseline over a paged cache first gathers K and V into contiguous copies (its GEMMs
     // take one pointer and stride per operand): the work such a baseline must do, so it is
     // inside every timed launch.
     if (prepared.gather) {
-      if (auto s = Check(cuda::LaunchGatherPagedKV(prepared.gather_args, kStream), "gathering the paged K/V");
+      if (auto s = Check(cuda::LaunchGatherPagedKV(prepared.gather_args, stream), "gathering the paged K/V");
           !s.ok()) {
         return s;
       }
@@ -1030,7 +1157,7 @@ class CudaBackend final : public Backend {
     const size_t elem = static_cast<size_t>(DTypeBytes(problem.dtype));
     for (const cuda::ZeroRows& z : prepared.plan.zero_rows) {
       char* o = static_cast<char*>(p.o) + static_cast<size_t>(z.first_token) * p.o_row_stride * elem;
-      if (auto s = Check(cudaMemsetAsync(o, 0, static_cast<size_t>(z.tokens) * p.o_row_stride * elem, kStream),
+      if (auto s = Check(cudaMemsetAsync(o, 0, static_cast<size_t>(z.tokens) * p.o_row_stride * elem, stream),
                          "zeroing rows that see no key");
           !s.ok()) {
         return s;
@@ -1067,11 +1194,11 @@ class CudaBackend final : public Backend {
         }
         const cuda::SoftmaxRowsArgs sm =
             cuda::SoftmaxRowsArgsFor(problem, config, g, ws, ToElemType(problem.dtype), p.scale_log2);
-        if (auto s = Check(cuda::LaunchSoftmaxRows(sm, kStream), "softmax launch"); !s.ok()) return s;
+        if (auto s = Check(cuda::LaunchSoftmaxRows(sm, stream), "softmax launch"); !s.ok()) return s;
       } else {
         const cuda::PartialScoresArgs ps = cuda::PartialScoresArgsFor(
             problem, config, g, p.q, p.k, ws, p.scale_log2, /*tensor_cores=*/config.precision != Precision::kFp32);
-        if (auto s = Check(cuda::LaunchPartialScores(ps, kStream), "partial scores launch"); !s.ok()) {
+        if (auto s = Check(cuda::LaunchPartialScores(ps, stream), "partial scores launch"); !s.ok()) {
           return s;
         }
       }
@@ -1111,6 +1238,12 @@ class CudaBackend final : public Backend {
   size_t pointer_capacity_ = 0;
   std::vector<const void*> pointer_host_;
   std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of the timed launches, grown on demand
+  // Graph-timed blocks (TimingOptions::graph, with FUSETUNE_CUDA_GRAPH_TIMING=1): the stream they
+  // are captured on and cuBLAS's workspace during the capture, both made at the first one.
+  const bool takes_graph_timing_;
+  cudaStream_t graph_stream_ = nullptr;
+  void* graph_cublas_workspace_ = nullptr;
+  bool capturing_ = false;  // a block is being captured: Check must not synchronize
   DeviceIntArray cu_seqlens_q_, cu_seqlens_k_, kv_valid_lens_;
   std::vector<int32_t> host_table_;  // the last block table checked, copied from the device
   int32_t* split_counters_ = nullptr;

@@ -1,8 +1,9 @@
 // GPU tests of the CUDA backend: every variant against the fp64 reference on fresh random
 // inputs, odd lengths, masks, GQA/MQA, varlen and key padding, decode and paged KV caches; bad
 // input (a block table outside the pool included) gives a Status, and the backend keeps
-// working afterwards; RunOnStream on a caller's stream and inside a CUDA graph capture. Exits
-// 77 (ctest: skipped) where there is no GPU.
+// working afterwards; RunOnStream on a caller's stream and inside a CUDA graph capture; Time's
+// blocks through a CUDA graph (FUSETUNE_CUDA_GRAPH_TIMING=1). Exits 77 (ctest: skipped) where
+// there is no GPU.
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -1320,6 +1321,96 @@ TEST_F(CudaBackendTest, AScratchArenaGivesTheOwnWorkspacesResults) {
       }
       ASSERT_TRUE(in_arena->UseScratchArena(nullptr, 0).ok());
     }
+  }
+}
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// Graph-timed blocks (FUSETUNE_CUDA_GRAPH_TIMING=1 when the backend is made): a fused prefill, a
+// split decode (workspace and counters) and a materialized baseline over a paged cache (the
+// gather, zeroed rows of a sequence without keys, cuBLAS) each time through one CUDA graph as
+// many samples as launch by launch, all positive and of about the same median, and leave O as
+// Run writes it. Without the variable the option is ignored.
+TEST_F(CudaBackendTest, AGraphTimedBlockTimesWhatTheQueuedOneTimes) {
+  EXPECT_FALSE(backend_->TakesGraphTiming());
+  ASSERT_EQ(setenv("FUSETUNE_CUDA_GRAPH_TIMING", "1", 1), 0);
+  auto made = CreateCudaBackend(0);
+  unsetenv("FUSETUNE_CUDA_GRAPH_TIMING");
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<Backend> graphs = *std::move(made);
+  EXPECT_TRUE(graphs->TakesGraphTiming());
+
+  struct Timed {
+    CacheCase c;
+    KernelConfig config;
+  };
+  std::vector<Timed> cases;
+  {
+    const AttentionProblem p = MakeProblem(1, 12, 12, 512, 512, 64, false, DType::kFp16);
+    absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cases.push_back({MakeCacheCase(p, {}, 9501), *c});
+  }
+  {
+    const AttentionProblem p = DecodeCacheProblem(DType::kBf16, 128, 32, 8, 1, 0);
+    absl::StatusOr<KernelConfig> c = DefaultConfig("cuda", p);
+    ASSERT_TRUE(c.ok()) << c.status();
+    KernelConfig split = *c;
+    split.split_kv = 4;
+    cases.push_back({MakeCacheCase(p, {}, 9502), split});
+  }
+  {
+    const AttentionProblem p = DecodeCacheProblem(DType::kFp16, 128, 32, 8, 1, 16);
+    KernelConfig materialized;
+    materialized.variant = Variant::kMaterialized;
+    materialized.block_m = materialized.block_s = 64;
+    materialized.threads = 256;
+    materialized.precision = Precision::kFp16;
+    cases.push_back({MakeCacheCase(p, DecodeCacheTable(p, 9503), 9503), materialized});
+  }
+  for (const Timed& t : cases) {
+    const AttentionProblem& p = t.c.problem;
+    SCOPED_TRACE(p.Key() + " " + t.config.Key());
+    ASSERT_TRUE(graphs->CanImplement(p, t.config).ok()) << graphs->CanImplement(p, t.config);
+    DeviceCase dev(*graphs, t.c);
+    ASSERT_TRUE(dev.ok());
+    TimingOptions opt;
+    opt.warmup = 3;
+    opt.repeats = 20;
+    opt.max_seconds = 10;
+    absl::StatusOr<TimingSamples> queued = graphs->Time(p, t.config, dev.Buffers(), opt);
+    ASSERT_TRUE(queued.ok()) << queued.status();
+    opt.graph = true;
+    absl::StatusOr<TimingSamples> graphed = graphs->Time(p, t.config, dev.Buffers(), opt);
+    ASSERT_TRUE(graphed.ok()) << graphed.status();
+    EXPECT_FALSE(queued->graphed);
+    EXPECT_TRUE(graphed->graphed);
+    EXPECT_EQ(graphed->micros.size(), queued->micros.size());
+    for (double us : graphed->micros) EXPECT_GT(us, 0.0);
+    const double ratio = MedianOf(graphed->micros) / MedianOf(queued->micros);
+    EXPECT_GT(ratio, 0.5);
+    EXPECT_LT(ratio, 2.0);
+    std::printf("[ info ] %s %s: median %.2f us launch by launch, %.2f us through a graph\n", p.Key().c_str(),
+                t.config.Key().c_str(), MedianOf(queued->micros), MedianOf(graphed->micros));
+    // The graph's last launch left O as Run writes it.
+    const std::vector<uint8_t> after_graph = dev.Output();
+    absl::StatusOr<std::vector<uint8_t>> run = dev.Run(t.config);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(after_graph, *run) << "O after the graph-timed block differs from Run's";
+    dev.ExpectMatchesReference(t.config);
+    // The backend's own stream and cuBLAS's are as before: a queued block still runs.
+    opt.graph = false;
+    absl::StatusOr<TimingSamples> again = graphs->Time(p, t.config, dev.Buffers(), opt);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_FALSE(again->graphed);
+    // A backend made without the variable ignores the option.
+    opt.graph = true;
+    absl::StatusOr<TimingSamples> ignored = backend_->Time(p, t.config, dev.Buffers(), opt);
+    ASSERT_TRUE(ignored.ok()) << ignored.status();
+    EXPECT_FALSE(ignored->graphed);
   }
 }
 

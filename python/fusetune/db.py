@@ -51,7 +51,8 @@ def _state(d: dict) -> DeviceState:
 
 def _trial(r: dict) -> Trial:
     blocks = tuple(SampleBlock(samples=b["samples"], median_us=_number(b["median_us"]), before=_state(b["before"]),
-                               after=_state(b["after"]), unsteady=b["unsteady"]) for b in r["blocks"])
+                               after=_state(b["after"]), unsteady=b["unsteady"],
+                               graphed=b.get("graphed", False)) for b in r["blocks"])
     return Trial(trial_id=r["trial_id"], run_id=r["run_id"], problem_key=r["problem_key"], config_key=r["config_key"],
                  attempt=r["attempt"], stage=r["stage"], outcome=r["outcome"], message=r["message"],
                  samples_us=tuple(_number(x) for x in r["samples_us"]), blocks=blocks,

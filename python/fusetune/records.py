@@ -74,6 +74,7 @@ class SampleBlock:
     before: DeviceState = DeviceState()
     after: DeviceState = DeviceState()
     unsteady: bool = False
+    graphed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,7 @@ SampleBlock SampleBlockFromJson(const nlohmann::json& block) {
   b.samples = block.at("n").get<int>();
   b.median_us = block.at("us").get<double>();
   b.unsteady = block.at("u").get<bool>();
+  b.graphed = block.value("g", false);
   if (block.contains("b")) b.before = DeviceStateFromJson(block.at("b"));
   if (block.contains("a")) b.after = DeviceStateFromJson(block.at("a"));
   return b;
@@ -89,6 +90,7 @@ std::string SampleBlocksToJson(const std::vector<SampleBlock>& blocks) {
     nlohmann::json block = {{"n", b.samples}, {"us", b.median_us}, {"u", b.unsteady}};
     if (b.before.known) block["b"] = DeviceStateToJson(b.before);
     if (b.after.known) block["a"] = DeviceStateToJson(b.after);
+    if (b.graphed) block["g"] = true;
     j.push_back(std::move(block));
   }
   return j.dump();

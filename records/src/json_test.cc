@@ -36,6 +36,23 @@ TEST(SampleBlocksJson, RoundTripsKnownAndUnknownStates) {
   EXPECT_EQ(SampleBlocksToJson(*back), text);
 }
 
+TEST(SampleBlocksJson, AGraphedBlockSaysSoAndOthersStayAsBefore) {
+  SampleBlock graphed;
+  graphed.samples = 20;
+  graphed.median_us = 12.5;
+  graphed.graphed = true;
+  SampleBlock launched = graphed;
+  launched.graphed = false;
+  const std::string text = SampleBlocksToJson({graphed, launched});
+  EXPECT_EQ(text, R"([{"g":true,"n":20,"u":false,"us":12.5},{"n":20,"u":false,"us":12.5}])");
+  absl::StatusOr<std::vector<SampleBlock>> back = SampleBlocksFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_TRUE((*back)[0].graphed);
+  EXPECT_FALSE((*back)[1].graphed);
+  EXPECT_EQ(SampleBlocksToJson(*back), text);
+}
+
 TEST(SampleBlocksJson, ReadsTheSpoolsSpelledOutForm) {
   absl::StatusOr<std::vector<SampleBlock>> blocks = SampleBlocksFromJson(
       R"([{"samples":40,"median_us":2.5,"unsteady":false,)"

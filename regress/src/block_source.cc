@@ -94,6 +94,7 @@ class RunnerBlockSource::KernelSwitch final : public Backend {
   std::vector<KernelConfig> CandidateConfigs(const AttentionProblem& problem) const override {
     return Selected().CandidateConfigs(problem);
   }
+  bool TakesGraphTiming() const override { return Selected().TakesGraphTiming(); }
   absl::Status Run(const AttentionProblem& problem, const KernelConfig& config,
                    const AttentionBuffers& buffers) override {
     if (auto s = LendToSelected(problem, config); !s.ok()) return s;

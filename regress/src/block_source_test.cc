@@ -420,6 +420,26 @@ TEST(ProtocolTest, ARequestRoundTripsItsProblemAndConfig) {
   EXPECT_FALSE(protocol::ParseRequest(R"({"op":"verify","problem":"prefill/b1","config":"x"})").ok());
 }
 
+// A block measured by a child comes back saying whether it was timed through a graph; a reply
+// without the word (a child from before it) reads as not graphed.
+TEST(ProtocolTest, ABlockCarriesWhetherItWasGraphed) {
+  SampleBlock block;
+  block.samples = 20;
+  block.median_us = 14.5;
+  block.graphed = true;
+  absl::StatusOr<SampleBlock> back = protocol::ParseBlock(protocol::BlockToJson(block).dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->graphed);
+  EXPECT_EQ(back->median_us, 14.5);
+  block.graphed = false;
+  back = protocol::ParseBlock(protocol::BlockToJson(block).dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->graphed);
+  back = protocol::ParseBlock(R"({"block":[{"n":20,"us":14.5,"u":false}]})");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->graphed);
+}
+
 TEST(ProcessBlockSourceTest, AMissingBinaryIsUnavailable) {
   ProcessOptions options;
   options.binary = "/nonexistent/fusetune";

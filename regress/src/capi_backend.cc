@@ -26,8 +26,8 @@ bool Callable(int version) { return version == 1 || version == FUSETUNE_C_API_VE
 // The library's entry points this adapter calls, resolved once. The first six are in every
 // library since the ABI's first commit. The *_kv_cache three came later (a KV cache: decode and
 // paged problems) and the *_kv_quant three later still (e4m3 K/V): each three is resolved only
-// together, and null where the library predates them. So are the two scratch calls, and
-// fusetune_use_workers, added last.
+// together, and null where the library predates them. So are the two scratch calls,
+// fusetune_use_workers, and fusetune_use_graph_timing, added last.
 struct CapiFunctions {
   decltype(&fusetune_api_version) api_version = nullptr;
   decltype(&fusetune_create) create = nullptr;
@@ -44,6 +44,7 @@ struct CapiFunctions {
   decltype(&fusetune_scratch_bytes) scratch_bytes = nullptr;
   decltype(&fusetune_use_scratch_arena) use_scratch_arena = nullptr;
   decltype(&fusetune_use_workers) use_workers = nullptr;
+  decltype(&fusetune_use_graph_timing) use_graph_timing = nullptr;
 
   bool has_kv_cache() const { return can_implement_kv_cache != nullptr; }
   bool has_kv_quant() const { return can_implement_kv_quant != nullptr; }
@@ -133,7 +134,12 @@ struct CapiProblem {
 class CapiBackend : public Backend {
  public:
   CapiBackend(void* library, CapiFunctions f, int version, fusetune_handle* handle, std::unique_ptr<Backend> memory)
-      : library_(library), f_(f), version_(version), handle_(handle), memory_(std::move(memory)) {}
+      : library_(library), f_(f), version_(version), handle_(handle), memory_(std::move(memory)) {
+    // fusetune_use_graph_timing(h, 0) is OK exactly where the handle can time through a graph.
+    char err[512] = "";
+    takes_graph_timing_ =
+        f_.use_graph_timing != nullptr && f_.use_graph_timing(handle_, 0, err, sizeof err) == FUSETUNE_OK;
+  }
   ~CapiBackend() override {
     f_.destroy(handle_);
     // The library stays loaded: a CUDA runtime inside it may still run exit handlers.
@@ -141,6 +147,8 @@ class CapiBackend : public Backend {
   }
 
   DeviceInfo Describe() const override { return memory_->Describe(); }
+
+  bool TakesGraphTiming() const override { return takes_graph_timing_; }
 
   absl::Status CanImplement(const AttentionProblem& problem, const KernelConfig& config) const override {
     if (auto s = Representable(problem, config); !s.ok()) return s;
@@ -199,6 +207,7 @@ class CapiBackend : public Backend {
     double median = 0;
     int count = 0;
     char err[512] = "";
+    const bool graphed = UseGraphTiming(options.graph);
     int code;
     if (p.with_quant) {
       code = f_.time_kv_quant(handle_, &p.problem, p.cache(), &p.kv_quant, &c, q, k, v, o, warmup, repeats,
@@ -213,6 +222,7 @@ class CapiBackend : public Backend {
     if (auto s = FromCapi(code, err); !s.ok()) return s;
     TimingSamples t;
     t.micros.assign(samples.begin(), samples.begin() + std::clamp(count, 0, capacity));
+    t.graphed = graphed;
     return t;
   }
 
@@ -287,6 +297,18 @@ class CapiBackend : public Backend {
     return absl::OkStatus();
   }
 
+  // Tells the handle to time through a graph or not, as `graph` says, where it can; whether its
+  // next time call will (false: the library has no fusetune_use_graph_timing, or refuses it).
+  bool UseGraphTiming(bool graph) {
+    if (!takes_graph_timing_) return false;
+    if (graph != handle_graph_timing_) {
+      char err[512] = "";
+      const bool told = f_.use_graph_timing(handle_, graph ? 1 : 0, err, sizeof err) == FUSETUNE_OK;
+      handle_graph_timing_ = told ? graph : false;
+    }
+    return handle_graph_timing_;
+  }
+
   static absl::Status NoArena() {
     return absl::UnimplementedError(
         "this C ABI library has no fusetune_scratch_bytes and fusetune_use_scratch_arena: it keeps its scratch in "
@@ -298,6 +320,8 @@ class CapiBackend : public Backend {
   int version_;
   fusetune_handle* handle_;
   std::unique_ptr<Backend> memory_;
+  bool takes_graph_timing_ = false;   // the library's handle can time through a graph
+  bool handle_graph_timing_ = false;  // and was last told to
 };
 
 template <typename F>
@@ -355,6 +379,7 @@ absl::StatusOr<std::unique_ptr<Backend>> OpenCapiBackend(const std::string& libr
   f.use_scratch_arena = reinterpret_cast<decltype(f.use_scratch_arena)>(dlsym(handle, "fusetune_use_scratch_arena"));
   if (f.scratch_bytes == nullptr || f.use_scratch_arena == nullptr) f.scratch_bytes = nullptr, f.use_scratch_arena = nullptr;
   f.use_workers = reinterpret_cast<decltype(f.use_workers)>(dlsym(handle, "fusetune_use_workers"));
+  f.use_graph_timing = reinterpret_cast<decltype(f.use_graph_timing)>(dlsym(handle, "fusetune_use_graph_timing"));
   const int version = f.api_version();
   if (!Callable(version)) {
     dlclose(handle);

@@ -252,6 +252,46 @@ TEST(CapiBackendTest, ALibraryWithoutTheScratchCallsKeepsItsOwnScratch) {
   }
 }
 
+// Graph timing is asked of the library as each block's options say, and a block says it was
+// graphed only where the library's handle agreed to it.
+TEST(CapiBackendTest, GraphTimingReachesALibraryThatTakesIt) {
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_FAKE_CAPI_GRAPH, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  EXPECT_TRUE((*lib)->TakesGraphTiming());
+  const KernelConfig c = *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1");
+  std::vector<float> none(1);
+  const AttentionBuffers buffers{.q = none.data(), .k = none.data(), .v = none.data(), .o = none.data()};
+  for (bool graph : {true, false, true}) {
+    SCOPED_TRACE(graph ? "graph" : "launch by launch");
+    absl::StatusOr<TimingSamples> t = (*lib)->Time(
+        Small(), c, buffers, TimingOptions{.warmup = 0, .repeats = 3, .max_seconds = 1, .flush_l2 = false, .graph = graph});
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->graphed, graph);
+    ASSERT_EQ(t->micros.size(), 3u);
+    EXPECT_EQ(t->micros[0], graph ? 20.0 : 10.0) << "what the fake's handle was told";
+  }
+}
+
+TEST(CapiBackendTest, ALibraryThatCannotTimeThroughAGraphTimesLaunchByLaunch) {
+  // This build's library on the CPU: it has the call and refuses it (UNIMPLEMENTED).
+  absl::StatusOr<std::unique_ptr<Backend>> lib = OpenCapiBackend(FUSETUNE_CAPI_LIBRARY, "cpu", 0, Cpu());
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  EXPECT_FALSE((*lib)->TakesGraphTiming());
+  RunnerBlockSource source(
+      **lib, "0123abcd",
+      TimingOptions{.warmup = 0, .repeats = 3, .max_seconds = 0.1, .flush_l2 = false, .graph = true});
+  const KernelConfig c = *KernelConfig::FromKey("fused/bm16/bs32/t1/fp32/st1");
+  ASSERT_TRUE(source.Verify(Small(), c).ok());
+  absl::StatusOr<SampleBlock> block = source.MeasureBlock(Small(), c);
+  ASSERT_TRUE(block.ok()) << block.status();
+  EXPECT_GE(block->samples, 3);
+  EXPECT_FALSE(block->graphed);
+  // A library from before the call: the same.
+  absl::StatusOr<std::unique_ptr<Backend>> old = OpenCapiBackend(FUSETUNE_FAKE_CAPI_V1, "cpu", 0, Cpu());
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_FALSE((*old)->TakesGraphTiming());
+}
+
 TEST(CapiBackendTest, ALibraryOfAnotherVersionIsRefused) {
   absl::Status s = OpenCapiBackend(FUSETUNE_FAKE_CAPI_V3, "cpu", 0, Cpu()).status();
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;

@@ -287,13 +287,54 @@ regress::CellInput InputOf(const CellComparison& c, const CompareOptions& option
   return in;
 }
 
+// How a side's blocks were timed: through a CUDA graph (TimingSamples::graphed), launch by
+// launch, or some of each.
+std::string HowTimed(const CellMeasurement& m) {
+  const auto graphed = std::count_if(m.blocks.begin(), m.blocks.end(), [](const SampleBlock& b) { return b.graphed; });
+  if (graphed == 0) return "launch by launch";
+  if (static_cast<size_t>(graphed) == m.blocks.size()) return "through a CUDA graph";
+  return Cat(graphed, " of its ", m.blocks.size(), " blocks through a CUDA graph");
+}
+
+// Whether every block of both sides was timed the same way. A graph-timed sample holds no wait
+// for the host and one launched by itself may, so a ratio across the two measures the timing as
+// much as the kernels.
+bool TimedAlike(const CellComparison& c) {
+  std::set<bool> ways;
+  for (const CellMeasurement* m : {&c.baseline, &c.candidate}) {
+    for (const SampleBlock& b : m->blocks) ways.insert(b.graphed);
+  }
+  return ways.size() <= 1;
+}
+
+// A cell whose sides were timed differently: judged alone for its statistics and accuracy (its
+// p-values kept out of the suite's adjustment), then unknown whatever its timing says, and not
+// measured again (more blocks timed the same two ways cannot make them compare).
+absl::StatusOr<CellVerdict> TimedDifferentlyVerdict(const CellComparison& c, const regress::CellInput& input,
+                                                    const regress::VerdictOptions& options) {
+  absl::StatusOr<CellVerdict> v = regress::JudgeCell(input, options);
+  if (!v.ok()) return v.status();
+  v->verdict = Verdict::kUnknown;
+  v->remeasure = false;
+  v->suggested_blocks = std::max(v->baseline_blocks, v->candidate_blocks);
+  v->why = absl::StrFormat(
+      "the sides were timed differently (the baseline %s, the candidate %s), so their times do not compare "
+      "(ratio %.4f, not judged): time both the same way",
+      HowTimed(c.baseline), HowTimed(c.candidate), v->ratio.pairwise_ratio);
+  return v;
+}
+
 // Judges every cell (the timed ones together, so the adjustment spans the suite).
 absl::Status Judge(std::vector<CellComparison>& cells, const regress::VerdictOptions& options,
                    const CompareOptions& compare, bool paired) {
   std::vector<regress::CellInput> inputs;
   std::vector<size_t> timed;
   for (size_t i = 0; i < cells.size(); ++i) {
-    if (Timed(cells[i])) {
+    if (Timed(cells[i]) && !TimedAlike(cells[i])) {
+      absl::StatusOr<CellVerdict> v = TimedDifferentlyVerdict(cells[i], InputOf(cells[i], compare, paired), options);
+      if (!v.ok()) return v.status();
+      cells[i].verdict = *std::move(v);
+    } else if (Timed(cells[i])) {
       inputs.push_back(InputOf(cells[i], compare, paired));
       timed.push_back(i);
     } else {

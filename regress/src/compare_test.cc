@@ -25,6 +25,8 @@ class ScriptedSource : public BlockSource {
 
   std::function<double(const std::string&)> factor = [](const std::string&) { return 1.0; };
   std::function<TrialOutcome(const std::string&)> outcome = [](const std::string&) { return TrialOutcome::kOk; };
+  // Whether a cell's blocks say they were timed through a CUDA graph.
+  std::function<bool(const std::string&)> graphed = [](const std::string&) { return false; };
   double sigma = 0.005;
   double error = 1e-6;
   std::vector<std::string> log;  // "verify <name>" / "block <name>"
@@ -58,6 +60,7 @@ class ScriptedSource : public BlockSource {
     SampleBlock b;
     b.samples = 10;
     b.median_us = 100 * factor(name) * std::exp(sigma * normal_(rng_));
+    b.graphed = graphed(name);
     return b;
   }
 
@@ -110,6 +113,36 @@ TEST(CompareInterleavedTest, ASlowerCellIsRegressedAndTheOthersAreNot) {
   }
   EXPECT_NEAR(c->cells[2].verdict.ratio.pairwise_ratio, 1.10, 0.02);
   EXPECT_TRUE(c->AnyFailed());
+}
+
+// A cell whose sides were timed differently (one through a CUDA graph, one launch by launch) is
+// unknown with the reason, however far apart its sides are, and not measured again; cells timed
+// alike, through a graph on both sides included, are judged as ever.
+TEST(CompareInterleavedTest, ACellWhoseSidesWereTimedDifferentlyIsUnknownWithTheReason) {
+  Suite suite = TwoProblemSuite();
+  const std::string slower = NameOf(suite.cells[0]), faster = NameOf(suite.cells[1]), both = NameOf(suite.cells[2]);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  cand.factor = [&](const std::string& name) { return name == slower || name == both ? 1.10 : name == faster ? 0.9 : 1.0; };
+  cand.graphed = [&](const std::string& name) { return name == slower || name == faster || name == both; };
+  base.graphed = [&](const std::string& name) { return name == both; };
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (size_t i : {size_t{0}, size_t{1}}) {
+    const regress::CellVerdict& v = c->cells[i].verdict;
+    EXPECT_EQ(v.verdict, regress::Verdict::kUnknown) << v.why;
+    EXPECT_FALSE(v.Failed()) << v.why;
+    EXPECT_FALSE(v.remeasure);
+    EXPECT_NE(v.why.find("timed differently (the baseline launch by launch, the candidate through a CUDA graph)"),
+              std::string::npos)
+        << v.why;
+    EXPECT_EQ(v.baseline_blocks, v.candidate_blocks);
+    EXPECT_EQ(static_cast<size_t>(v.candidate_blocks), c->cells[i].candidate.blocks.size()) << "measured once";
+  }
+  EXPECT_NEAR(c->cells[0].verdict.ratio.pairwise_ratio, 1.10, 0.02) << "the statistics are still there";
+  EXPECT_EQ(c->cells[2].verdict.verdict, regress::Verdict::kRegressed) << c->cells[2].verdict.why;
+  EXPECT_NE(c->cells[3].verdict.verdict, regress::Verdict::kRegressed) << c->cells[3].verdict.why;
+  EXPECT_EQ(c->cells[3].verdict.why.find("timed differently"), std::string::npos) << c->cells[3].verdict.why;
+  EXPECT_EQ(c->CountVerdict(regress::Verdict::kImproved), 0);
 }
 
 TEST(CompareInterleavedTest, AKnownAANoiseWidensTheFloorOfItsCellOnly) {
@@ -512,6 +545,25 @@ TEST(CompareWithStoredTest, UsesTheWiderFloor) {
   c = CompareWithStored(base_info, StoredOf(suite, 7), cand, suite);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->CountVerdict(regress::Verdict::kRegressed), 4);
+}
+
+TEST(CompareWithStoredTest, AStoredSideTimedOtherwiseIsUnknown) {
+  const Suite suite = TwoProblemSuite();
+  ScriptedSource cand("bbbbbbb", 2);
+  cand.factor = [](const std::string&) { return 1.08; };
+  cand.graphed = [](const std::string&) { return true; };
+  std::vector<StoredCell> stored = StoredOf(suite, 7);
+  // The first cell's stored blocks were graph-timed too: that cell compares.
+  for (SampleBlock& b : stored[0].measurement.blocks) b.graphed = true;
+  absl::StatusOr<Comparison> c = CompareWithStored(*ScriptedSource("aaaaaaa", 1).Describe(), stored, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cells[0].verdict.verdict, regress::Verdict::kRegressed) << c->cells[0].verdict.why;
+  for (size_t i = 1; i < c->cells.size(); ++i) {
+    EXPECT_EQ(c->cells[i].verdict.verdict, regress::Verdict::kUnknown) << c->cells[i].verdict.why;
+    EXPECT_NE(c->cells[i].verdict.why.find("the baseline launch by launch, the candidate through a CUDA graph"),
+              std::string::npos)
+        << c->cells[i].verdict.why;
+  }
 }
 
 TEST(CompareWithStoredTest, ACellTheBaselineDidNotMeasureIsUnknown) {

@@ -93,6 +93,8 @@ absl::Status PlantedSlowdownBackend::UseScratchArena(void* base, size_t bytes) {
 
 absl::StatusOr<WorkerPool> PlantedSlowdownBackend::LendWorkers() { return inner_->LendWorkers(); }
 
+bool PlantedSlowdownBackend::TakesGraphTiming() const { return inner_->TakesGraphTiming(); }
+
 absl::Status PlantedSlowdownBackend::UseWorkers(const WorkerPool* pool) { return inner_->UseWorkers(pool); }
 
 DeviceState PlantedSlowdownBackend::CurrentDeviceState() const { return inner_->CurrentDeviceState(); }

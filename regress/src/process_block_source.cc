@@ -45,6 +45,8 @@ std::vector<std::string> ChildArgs(const ProcessOptions& options) {
                            std::to_string(options.block.repeats), "--block-seconds",
                            Cat(options.block.max_seconds), "--flush-l2",
                            options.block.flush_l2 ? "true" : "false"});
+  // Only when on: a bench-serve from before the flag would refuse it (and then fails to start).
+  if (options.block.graph) args.push_back("--graph-timing");
   if (options.timing_cpu >= 0) args.insert(args.end(), {"--timing-cpu", std::to_string(options.timing_cpu)});
   return args;
 }

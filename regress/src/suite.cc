@@ -253,7 +253,7 @@ absl::StatusOr<KernelConfig> ConfigFromValue(const Json& value, std::string_view
 
 absl::Status ReadBlock(const Json& value, std::string_view where, TimingOptions& block) {
   if (auto s = CheckObject(value, where, "an object"); !s.ok()) return s;
-  if (auto s = CheckKnownFields(value, {"warmup", "repeats", "max_seconds", "flush_l2"}, where); !s.ok()) {
+  if (auto s = CheckKnownFields(value, {"warmup", "repeats", "max_seconds", "flush_l2", "graph"}, where); !s.ok()) {
     return s;
   }
   if (const Json* warmup = Find(value, "warmup")) {
@@ -276,6 +276,11 @@ absl::Status ReadBlock(const Json& value, std::string_view where, TimingOptions&
     absl::StatusOr<bool> v = ReadBool(*flush_l2, Path(where, "flush_l2"));
     if (!v.ok()) return v.status();
     block.flush_l2 = *v;
+  }
+  if (const Json* graph = Find(value, "graph")) {
+    absl::StatusOr<bool> v = ReadBool(*graph, Path(where, "graph"));
+    if (!v.ok()) return v.status();
+    block.graph = *v;
   }
   return absl::OkStatus();
 }
@@ -469,6 +474,8 @@ std::string SuiteToJson(const Suite& suite) {
                    {"repeats", suite.block.repeats},
                    {"max_seconds", suite.block.max_seconds},
                    {"flush_l2", suite.block.flush_l2}};
+  // Written only when on, so that the suites without it read and diff as before.
+  if (suite.block.graph) head["block"]["graph"] = true;
   head["blocks"] = suite.blocks;
   if (suite.rounds_across_problems) head["rounds_across_problems"] = true;
   if (suite.min_floor) head["min_floor"] = *suite.min_floor;

@@ -75,6 +75,7 @@ void ExpectSameSuite(const Suite& a, const Suite& b) {
   EXPECT_EQ(a.block.repeats, b.block.repeats);
   EXPECT_EQ(a.block.max_seconds, b.block.max_seconds);
   EXPECT_EQ(a.block.flush_l2, b.block.flush_l2);
+  EXPECT_EQ(a.block.graph, b.block.graph);
   EXPECT_EQ(a.blocks, b.blocks);
   EXPECT_EQ(a.rounds_across_problems, b.rounds_across_problems);
   ASSERT_EQ(a.cells.size(), b.cells.size());
@@ -120,6 +121,22 @@ TEST(Suite, UniformSuiteRoundTripsWithProblemsAsKeys) {
   EXPECT_THAT(text, HasSubstr(std::string("\"problem\":\"") + kSeedKey + "\""));
   EXPECT_THAT(text, Not(HasSubstr("device_class")));
   ExpectSameSuite(RoundTrip(suite), suite);
+}
+
+TEST(Suite, GraphTimedBlocksRoundTripAndAreOffUnlessSaid) {
+  Suite suite;
+  suite.name = "timed";
+  suite.cells = {Cell(Problem(kSeedKey), kFused)};
+  EXPECT_THAT(SuiteToJson(suite), Not(HasSubstr("\"graph\"")));
+  EXPECT_FALSE(RoundTrip(suite).block.graph);
+  suite.block.graph = true;
+  EXPECT_THAT(SuiteToJson(suite), HasSubstr("\"graph\":true"));
+  const Suite back = RoundTrip(suite);
+  EXPECT_TRUE(back.block.graph);
+  ExpectSameSuite(back, suite);
+  absl::StatusOr<Suite> off = ParseSuite(OneCellSuite(SeedCell(), R"("block": {"graph": false}, )"));
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->block.graph);
 }
 
 TEST(Suite, VarlenProblemRoundTripsAsAnObject) {
@@ -342,6 +359,7 @@ TEST(Suite, BlockOptionsOutOfRangeAreInvalid) {
       {R"({"max_seconds": -1.5})", "block.max_seconds: must be > 0"},
       {R"({"max_seconds": "1"})", "block.max_seconds: must be a number"},
       {R"({"flush_l2": "yes"})", "block.flush_l2: must be true or false"},
+      {R"({"graph": 1})", "block.graph: must be true or false"},
       {R"([1])", "block: must be an object"},
   };
   for (const Case& c : cases) ExpectInvalid(OneCellSuite(SeedCell(), std::string(R"("block": )") + c.block + ", "), c.message_part);
@@ -608,6 +626,7 @@ TEST(CheckedInSuites, H200SuiteCoversTheTunedShapes) {
   EXPECT_EQ(suite.device_class, "cuda/NVIDIA-H200/sm90");
   EXPECT_GE(suite.cells.size(), 24u);
   EXPECT_TRUE(suite.block.flush_l2);
+  EXPECT_FALSE(suite.block.graph) << "graph-timed blocks have not been run on a GPU yet";
   ExpectDefaultReferencesAndABestPerProblem(suite, "cuda");
   for (const char* role : {"best", "reference", "materialized"}) {
     EXPECT_TRUE(std::any_of(suite.cells.begin(), suite.cells.end(),

@@ -93,6 +93,9 @@ void AddBenchServeCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   serve->add_option("--flush-l2", flags->block.flush_l2, "GPU: evict L2 before each timed launch")->capture_default_str();
+  serve->add_flag("--graph-timing", flags->block.graph,
+                  "GPU: time each block as one CUDA graph where the backend can (CUDA with "
+                  "FUSETUNE_CUDA_GRAPH_TIMING=1; not yet run on a GPU)");
   AddPlantSlowdownOption(serve, &flags->plant_slowdowns);
   serve->add_option("--timing-cpu", flags->timing_cpu, "pin the measuring thread to this CPU during each block (-1: no)")
       ->capture_default_str()

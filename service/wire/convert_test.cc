@@ -318,6 +318,7 @@ v1::Trial GoodFinalTrial() {
     b->mutable_after()->set_power_mw(690000);
     b->mutable_after()->set_throttle_reasons(0x4);
     b->set_unsteady(m == 12.0);
+    b->set_graphed(m == 11.0);
   }
   t.set_wall_seconds(0.125);
   return t;
@@ -336,6 +337,8 @@ TEST(ServiceConvert, TrialStageBlocksAndWallSecondsRoundTrip) {
   EXPECT_EQ(t->blocks[0].after.throttle_reasons, 0x4u);
   EXPECT_FALSE(t->blocks[0].unsteady);
   EXPECT_TRUE(t->blocks[2].unsteady);
+  EXPECT_FALSE(t->blocks[0].graphed);
+  EXPECT_TRUE(t->blocks[1].graphed);
   EXPECT_EQ(t->wall_seconds, 0.125);
   v1::Trial back;
   TrialToProto(*t, &back);

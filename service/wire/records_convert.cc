@@ -121,6 +121,7 @@ absl::StatusOr<SampleBlock> SampleBlockFromProto(const v1::SampleBlock& proto, s
   b.before = *before;
   b.after = *after;
   b.unsteady = proto.unsteady();
+  b.graphed = proto.graphed();
   return b;
 }
 
@@ -131,6 +132,7 @@ void SampleBlockToProto(const SampleBlock& block, v1::SampleBlock* proto) {
   DeviceStateToProto(block.before, proto->mutable_before());
   DeviceStateToProto(block.after, proto->mutable_after());
   proto->set_unsteady(block.unsteady);
+  proto->set_graphed(block.graphed);
 }
 
 absl::StatusOr<Trial> TrialFromProto(const v1::Trial& proto) {

@@ -478,6 +478,7 @@ SampleBlock ToBlock(const TimingSamples& timing) {
   b.before = timing.before;
   b.after = timing.after;
   b.unsteady = DeviceStateMoved(timing.before, timing.after);
+  b.graphed = timing.graphed;
   return b;
 }
 

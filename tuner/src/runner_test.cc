@@ -255,6 +255,29 @@ TEST(Runner, MeasureRoundsGivesOneBlockPerRoundInAFreshOrderEachRound) {
   EXPECT_GT(firsts.size(), 1u) << "no config always goes first";
 }
 
+TEST(Runner, BlocksSayWhetherTheBackendTimedThemThroughAGraph) {
+  HostBackend backend;
+  backend.takes_graph_timing = true;
+  Runner runner(backend);
+  const std::vector<KernelConfig> configs = {Fused()};
+  for (bool graph : {false, true}) {
+    TimingOptions block{.warmup = 0, .repeats = 3, .max_seconds = 1, .flush_l2 = true, .graph = graph};
+    std::vector<Trial> trials = runner.MeasureRounds(Small(), configs, 2, block, 9, 1, TrialStage::kFinal, 0);
+    ASSERT_EQ(trials.size(), 1u);
+    ASSERT_EQ(trials[0].outcome, TrialOutcome::kOk) << trials[0].message;
+    ASSERT_EQ(trials[0].blocks.size(), 2u);
+    for (const SampleBlock& b : trials[0].blocks) EXPECT_EQ(b.graphed, graph);
+  }
+  // A backend that cannot ignores the option: its blocks are not graphed.
+  HostBackend plain;
+  Runner plain_runner(plain);
+  TimingOptions block{.warmup = 0, .repeats = 3, .max_seconds = 1, .flush_l2 = true, .graph = true};
+  std::vector<Trial> trials = plain_runner.MeasureRounds(Small(), configs, 2, block, 9, 1, TrialStage::kFinal, 0);
+  ASSERT_EQ(trials.size(), 1u);
+  ASSERT_EQ(trials[0].blocks.size(), 2u);
+  for (const SampleBlock& b : trials[0].blocks) EXPECT_FALSE(b.graphed);
+}
+
 TEST(Runner, AStopDuringARoundDropsThatRoundFromEveryConfig) {
   HostBackend backend;
   std::atomic<bool> stop{false};

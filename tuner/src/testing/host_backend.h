@@ -68,6 +68,9 @@ class HostBackend : public Backend {
     uint64_t seed = 1;
   };
   std::optional<Load> load;
+  // Whether Time() honours TimingOptions::graph (as the CUDA backend can): its blocks then say
+  // they were graphed.
+  bool takes_graph_timing = false;
   // The first Allocate() sleeps this long: a problem whose inputs take long to prepare.
   std::chrono::milliseconds first_allocation_delay{0};
 
@@ -195,6 +198,7 @@ class HostBackend : public Backend {
                                      const AttentionBuffers& b, const TimingOptions& o) override {
     if (auto s = Run(p, c, b); !s.ok()) return s;
     TimingSamples t;
+    t.graphed = o.graph && takes_graph_timing;
     const double base = latency_us(c);
     if (load) {
       if (!load_rng_) load_rng_.emplace(load->seed);

@@ -156,6 +156,13 @@ struct TimingOptions {
                              //   CUDA estimates that from the warm-up, as it queues the
                              //   timed launches together)
   bool flush_l2 = true;      // GPU: evict L2 (or rotate inputs) before each timed launch
+  // GPU: capture the whole block of timed launches (each with its flush and its pair of
+  // events) into one CUDA graph and launch that once, so the device runs them back to back
+  // however far the host falls behind in queueing them; TimingSamples::graphed says whether
+  // the backend did. Only the CUDA backend can, and only with FUSETUNE_CUDA_GRAPH_TIMING=1 in
+  // the environment when it is created (not yet run on a GPU); every other backend ignores it
+  // (the CPU has no launch queue to fall behind), as Backend::TakesGraphTiming says.
+  bool graph = false;
 };
 
 // The device's clock and power state, read just before and just after a block of timed
@@ -179,6 +186,7 @@ struct TimingSamples {
   int sm_clock_mhz = 0;        // SM clock read during timing (0 if unknown)
   DeviceState before;          // read before the first timed launch (after warm-up)
   DeviceState after;           // read after the last timed launch
+  bool graphed = false;        // the block ran as one CUDA graph (TimingOptions::graph honoured)
 };
 
 class Backend {
@@ -235,6 +243,11 @@ class Backend {
                                              const KernelConfig& config,
                                              const AttentionBuffers& buffers,
                                              const TimingOptions& options) = 0;
+
+  // Whether Time honours TimingOptions::graph (then TimingSamples::graphed is true whenever it
+  // is asked). False by default: the CPU and HIP backends, and the CUDA backend unless
+  // FUSETUNE_CUDA_GRAPH_TIMING=1 was set when it was created. A backend that wraps another asks it.
+  virtual bool TakesGraphTiming() const { return false; }
 
   // Scratch in memory the caller provides. A launch uses scratch besides O (on the CPU: each
   // worker's tiles, the score workspace of the baselines, split-KV partials, a paged cache

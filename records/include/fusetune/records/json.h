@@ -2,10 +2,12 @@
 // timing blocks (stored by the database, sent between two builds by the bench protocol) and a
 // whole trial (the worker's spool).
 //
-// Blocks, compactly: [{"n": samples, "us": median_us, "b": before, "a": after, "u": unsteady}],
-// a device state as {"mhz": sm_clock_mhz, "mw": power_mw, "thr": throttle_reasons}; an unknown
-// state is left out (its fields mean nothing) and reads back as DeviceState{}. The database's
-// trials and bench cells and the worker's spool store this form.
+// Blocks, compactly: [{"n": samples, "us": median_us, "b": before, "a": after, "u": unsteady,
+// "g": graphed}], a device state as {"mhz": sm_clock_mhz, "mw": power_mw, "thr":
+// throttle_reasons}; an unknown state is left out (its fields mean nothing) and reads back as
+// DeviceState{}, and "g" is written only when true (a block without it, from before it existed
+// too, reads back as not graphed). The database's trials and bench cells and the worker's spool
+// store this form.
 //
 // Reading also accepts the form the worker's spool wrote before it used this one, so that a
 // spool left by an older worker still uploads: [{"samples", "median_us", "unsteady",

@@ -60,6 +60,9 @@ struct SampleBlock {
   DeviceState before;
   DeviceState after;
   bool unsteady = false;  // DeviceStateMoved(before, after): clock or throttle state moved
+  // The block ran as one CUDA graph (TimingSamples::graphed): its samples hold no wait for the
+  // host, so it does not compare with a block launched one launch at a time.
+  bool graphed = false;
 };
 
 // One measured (problem, config).

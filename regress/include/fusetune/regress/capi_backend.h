@@ -27,7 +27,10 @@
 // struct, and a config that sets either is Unimplemented there. ScratchBytes and UseScratchArena
 // go to fusetune_scratch_bytes and fusetune_use_scratch_arena where the library has both (and
 // its backend takes an arena), UseWorkers to fusetune_use_workers where it has that; elsewhere
-// they are Unimplemented and the library keeps its own scratch and threads.
+// they are Unimplemented and the library keeps its own scratch and threads. TimingOptions::graph
+// reaches fusetune_use_graph_timing where the library has it and its handle can time through a
+// graph (TakesGraphTiming); a block is graphed only when that call said yes, so a library
+// without it times launch by launch and says so (TimingSamples::graphed false).
 //
 // Thread-safety: as the ABI's handle, not thread-safe; one CapiBackend per thread.
 #ifndef FUSETUNE_REGRESS_CAPI_BACKEND_H_

@@ -26,6 +26,12 @@
 // differ systematically (on an H200, 1.5-2 % on 12 us kernels; on a loaded 2-core CPU host,
 // 1-3 % often and over 20 % now and then), which no spread of blocks shows.
 //
+// A cell whose two sides' blocks were timed differently (SampleBlock::graphed: one side through
+// a CUDA graph, the other launch by launch, say a build that cannot time through a graph beside
+// one that does) is reported unknown with the reason, whatever its ratio: the difference holds
+// the host's launch latency as much as the kernels. Its statistics and accuracy are still
+// judged (alone, outside the suite's adjustment); it is not measured again.
+//
 // A cell that fails verification on the candidate side fails on accuracy (no timing); on the
 // baseline side only, it is reported unknown. Accuracy: each side's max_rel_error, the
 // candidate's tolerance and ErrorGrowthLimit of the cell's precision.

@@ -56,6 +56,7 @@ class PlantedSlowdownBackend : public Backend {
   absl::StatusOr<WorkerPool> LendWorkers() override;
   absl::Status UseWorkers(const WorkerPool* pool) override;
   DeviceState CurrentDeviceState() const override;
+  bool TakesGraphTiming() const override;  // the inner backend's (Time passes the options on)
   absl::StatusOr<DeviceMemory> Allocate(size_t bytes) override;
   absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) override;
   absl::Status CopyToHost(void* dst, const void* src, size_t bytes) override;
