@@ -65,6 +65,12 @@ struct Side {
 // has its target (targets[cell]) of blocks: every round a fresh random order of (cell, side) of one problem; problem
 // by problem, or with `rounds_across_problems` one round of every problem before the next
 // (Suite::rounds_across_problems says why). Cells not yet verified on a side are verified first.
+//
+// The order is balanced per cell: of two sides, each goes first in half of the cell's rounds
+// (one more where the count is odd). On the H200 the side measured first in a round was slower
+// than the other in 82 % of the cells of eight A/A runs (a median of 0.27 %, 2.7-10 % on the
+// power-capped bf16 cells, docs/perf.md); with the order drawn at random, and the same seed
+// every night, a cell whose draw put one side first more often leaned that way every night.
 class Interleaver {
  public:
   // `stored_baseline`: the cells' baseline sides hold a stored measurement (not a side here).
@@ -192,6 +198,7 @@ class Interleaver {
     if (round.empty()) return false;
     std::mt19937_64 rng(options_.order_seed * 0x9E3779B97F4A7C15ull + ++rounds_);
     std::shuffle(round.begin(), round.end(), rng);
+    BalanceWhoGoesFirst(round);
     for (auto [i, s] : round) {
       if (absl::Status c = CheckCancel(options_); !c.ok()) return c;
       const Side& side = sides_[s];
@@ -206,6 +213,27 @@ class Interleaver {
     return true;
   }
 
+  // Swaps, within a shuffled round, the two sides' places of each cell whose first-placed side
+  // has gone first more often than the other: the cells' places in the round stay random, and
+  // each side goes first in half of a cell's rounds. Rounds with one side of a cell are left as
+  // they are; so are comparisons of other than two sides.
+  void BalanceWhoGoesFirst(std::vector<std::pair<size_t, size_t>>& round) {
+    if (sides_.size() != 2) return;
+    std::map<size_t, std::vector<size_t>> places;  // cell -> its places in the round
+    for (size_t k = 0; k < round.size(); ++k) places[round[k].first].push_back(k);
+    for (const auto& [cell, at] : places) {
+      if (at.size() != 2) continue;
+      int& first_count = went_first_[{cell, round[at[0]].second}];
+      const int other_count = went_first_[{cell, round[at[1]].second}];
+      if (first_count > other_count) {
+        std::swap(round[at[0]].second, round[at[1]].second);
+        ++went_first_[{cell, round[at[0]].second}];
+      } else {
+        ++first_count;
+      }
+    }
+  }
+
   std::vector<Side> sides_;
   std::vector<CellComparison>& cells_;
   const CompareOptions& options_;
@@ -215,6 +243,7 @@ class Interleaver {
   std::set<std::pair<size_t, bool>> verified_;
   std::map<std::pair<size_t, bool>, std::string> cannot_run_;  // why not
   uint64_t rounds_ = 0;
+  std::map<std::pair<size_t, size_t>, int> went_first_;  // (cell, side index) -> rounds it went first
   int done_ = 0;
   int planned_ = 0;
 };
