@@ -5,8 +5,9 @@
 // (each source prepares a problem's inputs once; with Suite::rounds_across_problems, one round
 // of every problem before the next round, and inputs prepared afresh each round); both sources
 // verify every cell of the problem, then each round measures one block of every (cell, side) of
-// the problem in a fresh random order (seeded by the options and the round), so both builds see
-// the same device state, L2 state and inputs. Block i of a cell's two sides come from the same
+// the problem in a fresh random order (seeded by the options and the round; each side of a cell
+// goes first in half of its rounds, as the side measured first can be the slower one), so both
+// builds see the same device state, L2 state and inputs. Block i of a cell's two sides come from the same
 // round, so the cell is judged on the per-round ratios (verdict.h, paired cells). After the
 // first pass (`blocks` rounds, at least PairedBlocksToResolve for the suite's cell count) the
 // suite is judged; each cell judged unknown is measured again, interleaved, up to the block
