@@ -199,6 +199,7 @@ class Interleaver {
     std::mt19937_64 rng(options_.order_seed * 0x9E3779B97F4A7C15ull + ++rounds_);
     std::shuffle(round.begin(), round.end(), rng);
     BalanceWhoGoesFirst(round);
+    std::set<size_t> started;  // cells with a block measured in this round
     for (auto [i, s] : round) {
       if (absl::Status c = CheckCancel(options_); !c.ok()) return c;
       const Side& side = sides_[s];
@@ -206,6 +207,7 @@ class Interleaver {
           side.source->MeasureBlock(cells_[i].cell.problem, side.ConfigOf(cells_[i].cell));
       if (!block.ok()) return block.status();
       side.Of(cells_[i]).blocks.push_back(*block);
+      if (sides_.size() == 2) side.Of(cells_[i]).first_in_round.push_back(started.insert(i).second);
       ++*blocks_measured_;
       ++done_;
       if (options_.progress) options_.progress(done_, planned_);
@@ -640,6 +642,16 @@ absl::StatusOr<CellMeasurement> SideFromJson(const nlohmann::json& j, const std:
   absl::StatusOr<std::vector<SampleBlock>> blocks = SampleBlocksFromJson(j.at("blocks").dump());
   if (!blocks.ok()) return absl::InvalidArgumentError(Cat(where, ".blocks: ", blocks.status().message()));
   m.blocks = *std::move(blocks);
+  if (j.contains("first_in_round")) {
+    const nlohmann::json& first = j.at("first_in_round");
+    if (!first.is_array() || first.size() != m.blocks.size()) {
+      return absl::InvalidArgumentError(Cat(where, ".first_in_round: an array of one boolean per block expected"));
+    }
+    for (const nlohmann::json& f : first) {
+      if (!f.is_boolean()) return absl::InvalidArgumentError(Cat(where, ".first_in_round: booleans expected"));
+      m.first_in_round.push_back(f.get<bool>());
+    }
+  }
   return m;
 }
 
@@ -650,8 +662,10 @@ double NumberFrom(const nlohmann::json& j, const char* key) {
 }
 
 nlohmann::json SideToJson(const CellMeasurement& m) {
-  return {{"check", protocol::CheckToJson(m.check)},
-          {"blocks", nlohmann::json::parse(SampleBlocksToJson(m.blocks))}};
+  nlohmann::json side = {{"check", protocol::CheckToJson(m.check)},
+                         {"blocks", nlohmann::json::parse(SampleBlocksToJson(m.blocks))}};
+  if (!m.first_in_round.empty()) side["first_in_round"] = m.first_in_round;
+  return side;
 }
 
 // JSON has no infinity or NaN: such a value (an interval of too few blocks) is written as null.

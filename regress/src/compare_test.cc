@@ -129,6 +129,13 @@ TEST(CompareInterleavedTest, EachSideGoesFirstInHalfOfACellsRounds) {
       (cell.baseline.blocks[r].median_us > cell.candidate.blocks[r].median_us ? base_first : cand_first)++;
     }
     EXPECT_LE(std::abs(base_first - cand_first), 1) << cell.cell.Name() << ": " << base_first << " / " << cand_first;
+    // Each round's order is recorded with its blocks: one side first, the slow one.
+    ASSERT_EQ(cell.baseline.first_in_round.size(), cell.baseline.blocks.size());
+    ASSERT_EQ(cell.candidate.first_in_round.size(), cell.candidate.blocks.size());
+    for (size_t r = 0; r < cell.baseline.blocks.size(); ++r) {
+      EXPECT_NE(cell.baseline.first_in_round[r], cell.candidate.first_in_round[r]);
+      EXPECT_EQ(cell.baseline.first_in_round[r], cell.baseline.blocks[r].median_us > cell.candidate.blocks[r].median_us);
+    }
     EXPECT_NEAR(cell.verdict.ratio.pairwise_ratio, 1.0, 0.01) << cell.verdict.why;
     EXPECT_NE(cell.verdict.verdict, regress::Verdict::kRegressed) << cell.verdict.why;
     EXPECT_NE(cell.verdict.verdict, regress::Verdict::kImproved) << cell.verdict.why;
@@ -325,10 +332,12 @@ TEST(ComparisonFromJson, ReadsBackWhatWasWrittenAndJudgesItTheSameWay) {
   EXPECT_TRUE(read->interleaved);
   ASSERT_EQ(read->cells.size(), c->cells.size());
   EXPECT_EQ(read->cells.back().cell.problem.cu_seqlens_q, varlen.problem.cu_seqlens_q);
+  EXPECT_FALSE(read->cells[0].candidate.first_in_round.empty());
   for (size_t i = 0; i < c->cells.size(); ++i) {
     EXPECT_EQ(read->cells[i].cell.Name(), c->cells[i].cell.Name());
     EXPECT_EQ(read->cells[i].baseline.Medians(), c->cells[i].baseline.Medians());
     EXPECT_EQ(read->cells[i].candidate.Medians(), c->cells[i].candidate.Medians());
+    EXPECT_EQ(read->cells[i].baseline.first_in_round, c->cells[i].baseline.first_in_round);
     EXPECT_DOUBLE_EQ(read->cells[i].verdict.ratio.pairwise_ratio, c->cells[i].verdict.ratio.pairwise_ratio);
   }
   ASSERT_TRUE(JudgeComparison(EffectiveVerdictOptions(suite, {}), {}, *read).ok());

@@ -59,6 +59,9 @@ namespace fusetune::regress {
 struct CellMeasurement {
   CellCheck check;
   std::vector<SampleBlock> blocks;
+  // Per block of an interleaved comparison: measured before the other side's block of its round
+  // (the order can move a block's time, compare.cc). Empty where there are no rounds.
+  std::vector<bool> first_in_round;
   std::vector<double> Medians() const;  // blocks[i].median_us
 };
 
@@ -155,7 +158,8 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
 // ratio of medians, interval and confidence, floor, raw and adjusted p-values, whether the
 // blocks were paired by round, blocks per side, why) and each side's verification (outcome,
 // message, errors, tolerance) and blocks in measurement order (the records' JSON form of
-// blocks, fusetune/records/json.h: median, samples, clock, power and throttle state). This is
+// blocks, fusetune/records/json.h: median, samples, clock, power and throttle state; and, in an
+// interleaved comparison, "first_in_round": which of a round's two blocks came first). This is
 // what a comparison measured, both sides; the database keeps only the candidate's blocks.
 // A problem whose key does not parse back (varlen and padded problems: their keys hold only a
 // hash of the length lists) is also written whole, as "problem_fields" (ProblemToJson).
@@ -163,7 +167,7 @@ std::string ComparisonToJson(const Comparison& comparison);
 
 // Reads back what ComparisonToJson wrote: sources (commit, environment; the device as its
 // class's backend, name and arch), interleaved, one_process, the wall time and block count, and
-// per cell its problem, configs, role, both sides' checks and blocks, and the verdict's ratio
+// per cell its problem, configs, role, both sides' checks, blocks and order in their rounds, and the verdict's ratio
 // estimate (the ratios an A/A comparison contributes as a calibration). Other verdict fields are
 // not read: JudgeComparison decides again. A cell whose problem cannot be rebuilt (its key does
 // not parse back and no "problem_fields" were written, as by builds before that field) is left
