@@ -361,15 +361,15 @@ absl::Status Judge(std::vector<CellComparison>& cells, const regress::VerdictOpt
   std::vector<regress::CellInput> inputs;
   std::vector<size_t> timed;
   for (size_t i = 0; i < cells.size(); ++i) {
-    if (Timed(cells[i]) && !TimedAlike(cells[i])) {
+    if (!Timed(cells[i])) {
+      cells[i].verdict = UntimedVerdict(cells[i]);
+    } else if (!TimedAlike(cells[i])) {
       absl::StatusOr<CellVerdict> v = TimedDifferentlyVerdict(cells[i], InputOf(cells[i], compare, paired), options);
       if (!v.ok()) return v.status();
       cells[i].verdict = *std::move(v);
-    } else if (Timed(cells[i])) {
+    } else {
       inputs.push_back(InputOf(cells[i], compare, paired));
       timed.push_back(i);
-    } else {
-      cells[i].verdict = UntimedVerdict(cells[i]);
     }
   }
   if (inputs.empty()) return absl::OkStatus();

@@ -138,8 +138,7 @@ KnownNoise KnownAANoise(Store* store, const std::string& device_class, std::stri
     if (r.metric != metric || r.commit != r.baseline_commit || r.device_class != device_class || !(r.ratio > 0)) {
       continue;
     }
-    std::vector<double>& cell = ratios[r.problem_key + " " + r.config_key];
-    if (cell.size() < kCalibrationsPerCell) cell.push_back(r.ratio);
+    ratios[r.problem_key + " " + r.config_key].push_back(r.ratio);
     if (commit.empty()) commit = r.commit;
   }
   KnownNoise known;
@@ -164,7 +163,6 @@ std::map<std::string, KnownCellNoise> CalibrationOf(const std::map<std::string, 
   for (const auto& [cell, all] : aa_ratios) {
     const std::vector<double> newest(all.begin(),
                                      all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), kCalibrationsPerCell)));
-    if (newest.empty()) continue;
     absl::StatusOr<double> calibrated = CalibratedNoise(newest);
     if (!calibrated.ok()) continue;
     out[cell] = KnownCellNoise{*calibrated, static_cast<int>(newest.size())};
@@ -183,41 +181,27 @@ std::map<std::string, std::vector<double>> AARatiosOf(const std::vector<Comparis
   return ratios;
 }
 
-namespace {
-
-// A cell's calibration looked up by its problem and the config its baseline ran (a pick
-// cell's noise is that of the old pick).
-std::function<KnownCellNoise(const SuiteCell&)> LookUpCalibration(std::map<std::string, KnownCellNoise> noise) {
-  return [noise = std::move(noise)](const SuiteCell& cell) {
-    auto it = noise.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
-    return it == noise.end() ? KnownCellNoise{} : it->second;
-  };
-}
-
-}  // namespace
-
-CompareOptions RejudgeOptions(const RegressOptions& f, std::map<std::string, KnownCellNoise> calibration) {
+CompareOptions JudgingOptions(const RegressOptions& f, std::map<std::string, KnownCellNoise> calibration) {
   CompareOptions options;
   options.stored_min_floor = f.stored_floor;
   options.min_floor = f.min_floor;
   options.calibrated_min_floor = f.calibrated_min_floor;
-  options.known_aa_noise = LookUpCalibration(std::move(calibration));
+  options.known_aa_noise = [noise = std::move(calibration)](const SuiteCell& cell) {
+    auto it = noise.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
+    return it == noise.end() ? KnownCellNoise{} : it->second;
+  };
   return options;
 }
 
 CompareOptions ComparisonOptions(const RegressOptions& f, Store* store, const std::string& device_class,
                                  bool one_process, const std::atomic<bool>* cancel, std::vector<std::string>* notes) {
-  CompareOptions options;
-  options.blocks = f.blocks;
-  options.stored_min_floor = f.stored_floor;
-  options.min_floor = f.min_floor;
-  options.calibrated_min_floor = f.calibrated_min_floor;
-  options.max_measure_seconds = f.max_measure_seconds;
-  options.cancel = cancel;
   KnownNoise known =
       KnownAANoise(store, device_class, one_process ? kOneProcessCalibrationMetric : kLatencyMetric);
   notes->push_back(known.note);
-  options.known_aa_noise = LookUpCalibration(std::move(known.noise));
+  CompareOptions options = JudgingOptions(f, std::move(known.noise));
+  options.blocks = f.blocks;
+  options.max_measure_seconds = f.max_measure_seconds;
+  options.cancel = cancel;
   return options;
 }
 

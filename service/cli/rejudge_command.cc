@@ -82,7 +82,7 @@ int RunRejudge(const RejudgeFlags& f) {
   options.calibrated_min_floor = f.calibrated_min_floor;
   options.stored_floor = f.stored_floor;
   const std::map<std::string, regress::KnownCellNoise> calibration = regress::CalibrationOf(regress::AARatiosOf(aa));
-  const regress::CompareOptions compare = regress::RejudgeOptions(options, calibration);
+  const regress::CompareOptions compare = regress::JudgingOptions(options, calibration);
   regress::Suite no_suite;  // the floors come from the flags (and the defaults) alone
   regress::VerdictOptions verdict = regress::EffectiveVerdictOptions(no_suite, compare);
   if (absl::Status s = regress::JudgeComparison(verdict, compare, *comparison); !s.ok()) {

@@ -124,9 +124,10 @@ std::map<std::string, KnownCellNoise> CalibrationOf(const std::map<std::string, 
 // Hodges–Lehmann ratio of each cell where it is finite and > 0.
 std::map<std::string, std::vector<double>> AARatiosOf(const std::vector<Comparison>& comparisons);
 
-// The comparison options that judge with `calibration` (ComparisonOptions' lookup of a cell's
-// noise by its problem and baseline config) and `options`' floors.
-CompareOptions RejudgeOptions(const RegressOptions& options, std::map<std::string, KnownCellNoise> calibration);
+// The comparison options that judge: `options`' floors, and each cell's noise looked up in
+// `calibration` by its problem and baseline config (a pick cell's is the old pick's).
+// ComparisonOptions adds the measuring; `fusetune rejudge` judges with these alone.
+CompareOptions JudgingOptions(const RegressOptions& options, std::map<std::string, KnownCellNoise> calibration);
 
 // The comparison's options: blocks and the stored floor from `options`, `cancel` (may be null),
 // and the floors' A/A calibration from `store`, of comparisons made as this one is (in one
