@@ -587,8 +587,7 @@ int fusetune_use_graph_timing(fusetune_handle* handle, int on, char* err, size_t
       handle->graph_timing = false;
       return absl::UnimplementedError(absl::StrCat(
           "the ", handle->backend->Describe().backend,
-          " backend does not time blocks through a CUDA graph (cuda only, with FUSETUNE_CUDA_GRAPH_TIMING=1 set "
-          "when the handle was created)"));
+          " backend does not time blocks through a CUDA graph (cuda only)"));
     }
     handle->graph_timing = on != 0;
     return absl::OkStatus();

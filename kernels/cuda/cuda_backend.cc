@@ -53,20 +53,6 @@ constexpr cudaStream_t kStream = 0;  // legacy default stream
 // there (l2_flush.h: why reading, not writing). The sink word sits after it.
 constexpr size_t kL2FlushBytes = size_t{256} << 20;
 
-// Whether the backend takes a caller's scratch arena (Backend::UseScratchArena): only with
-// FUSETUNE_CUDA_SCRATCH_ARENA=1, until the arena has been verified on a GPU (docs/perf.md).
-bool ScratchArenaOptedIn() {
-  const char* value = std::getenv("FUSETUNE_CUDA_SCRATCH_ARENA");
-  return value != nullptr && std::string_view(value) == "1";
-}
-
-// Whether Time honours TimingOptions::graph (Backend::TakesGraphTiming): only with
-// FUSETUNE_CUDA_GRAPH_TIMING=1, until graph-timed blocks have been run on a GPU (docs/perf.md).
-bool GraphTimingOptedIn() {
-  const char* value = std::getenv("FUSETUNE_CUDA_GRAPH_TIMING");
-  return value != nullptr && std::string_view(value) == "1";
-}
-
 // The workspace cuBLAS gets while a timed block is captured into a graph: its own default pool
 // would be allocated inside the capture (cudaMallocAsync since cuBLAS 12.2). The size cuBLAS's
 // documentation recommends for the architecture (cublasSetWorkspace: 32 MiB on Hopper, 4 MiB
@@ -266,9 +252,7 @@ class CudaBackend final : public Backend {
         info_(std::move(info)),
         sm_version_(sm_version),
         pci_bus_id_(std::move(pci_bus_id)),
-        cublas_(cublas),
-        takes_scratch_arena_(ScratchArenaOptedIn()),
-        takes_graph_timing_(GraphTimingOptedIn()) {}
+        cublas_(cublas) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -288,17 +272,12 @@ class CudaBackend final : public Backend {
   DeviceInfo Describe() const override { return info_; }
   DeviceState CurrentDeviceState() const override { return cuda::NvmlDeviceState(pci_bus_id_); }
 
-  // Graph-timed blocks are not yet run on a GPU: only with FUSETUNE_CUDA_GRAPH_TIMING=1 in the
-  // environment (read when the backend is created); otherwise TimingOptions::graph is ignored.
-  bool TakesGraphTiming() const override { return takes_graph_timing_; }
+  bool TakesGraphTiming() const override { return true; }
 
   // The workspace of Run and Time (split partials, the baselines' S/P and gathered K/V) in a
   // caller's arena. The split counters stay the backend's own (they rely on staying zero between
-  // launches), so do the L2 flush buffer, cuBLAS's workspace and RunOnStream's workspace. Not
-  // yet run on a GPU: only with FUSETUNE_CUDA_SCRATCH_ARENA=1 in the environment (read when the
-  // backend is created); otherwise Unimplemented, as before.
+  // launches), so do the L2 flush buffer, cuBLAS's workspace and RunOnStream's workspace.
   absl::StatusOr<size_t> ScratchBytes(const AttentionProblem& problem, const KernelConfig& config) const override {
-    if (!takes_scratch_arena_) return Backend::ScratchBytes(problem, config);
     if (auto s = CanImplement(problem, config); !s.ok()) return s;
     if (FusedOnDecodeFamily(problem, config)) {
       const int splits = cuda::ResolveDecodeSplits(problem, config, DecodeResidentBlocks(problem, config));
@@ -314,7 +293,6 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status UseScratchArena(void* base, size_t bytes) override {
-    if (!takes_scratch_arena_) return Backend::UseScratchArena(base, bytes);
     if (base != nullptr && reinterpret_cast<uintptr_t>(base) % kScratchArenaAlignment != 0) {
       return absl::InvalidArgumentError(Cat("cuda: a scratch arena must be ", kScratchArenaAlignment, "-byte aligned"));
     }
@@ -559,7 +537,7 @@ class CudaBackend final : public Backend {
     // it may not, and a sample then holds a wait for the host; with `graph` the whole block
     // goes to the GPU as one graph, whose nodes it runs back to back.
     TimingSamples out;
-    if (options.graph && takes_graph_timing_) {
+    if (options.graph) {
       if (auto s = RunBlockAsGraph(problem, config, *prepared, count, options.flush_l2, out); !s.ok()) return s;
       out.graphed = true;
     } else {
@@ -1228,7 +1206,6 @@ class CudaBackend final : public Backend {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   // The caller's arena (UseScratchArena), or null; what the prepared launch uses (arena or own).
-  const bool takes_scratch_arena_;
   void* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   void* launch_workspace_ = nullptr;
@@ -1238,9 +1215,8 @@ class CudaBackend final : public Backend {
   size_t pointer_capacity_ = 0;
   std::vector<const void*> pointer_host_;
   std::vector<cudaEvent_t> timing_events_;  // start/stop pairs of the timed launches, grown on demand
-  // Graph-timed blocks (TimingOptions::graph, with FUSETUNE_CUDA_GRAPH_TIMING=1): the stream they
-  // are captured on and cuBLAS's workspace during the capture, both made at the first one.
-  const bool takes_graph_timing_;
+  // Graph-timed blocks (TimingOptions::graph): the stream they are captured on and cuBLAS's
+  // workspace during the capture, both made at the first one.
   cudaStream_t graph_stream_ = nullptr;
   void* graph_cublas_workspace_ = nullptr;
   bool capturing_ = false;  // a block is being captured: Check must not synchronize

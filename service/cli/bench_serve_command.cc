@@ -94,8 +94,7 @@ void AddBenchServeCommand(CLI::App& app, CommandContext& context) {
       ->check(CLI::PositiveNumber);
   serve->add_option("--flush-l2", flags->block.flush_l2, "GPU: evict L2 before each timed launch")->capture_default_str();
   serve->add_flag("--graph-timing", flags->block.graph,
-                  "GPU: time each block as one CUDA graph where the backend can (CUDA with "
-                  "FUSETUNE_CUDA_GRAPH_TIMING=1; not yet run on a GPU)");
+                  "GPU: time each block as one CUDA graph where the backend can (CUDA)");
   AddPlantSlowdownOption(serve, &flags->plant_slowdowns);
   serve->add_option("--timing-cpu", flags->timing_cpu, "pin the measuring thread to this CPU during each block (-1: no)")
       ->capture_default_str()

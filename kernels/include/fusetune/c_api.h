@@ -271,12 +271,12 @@ int fusetune_use_scratch_arena(fusetune_handle* handle, void* base, size_t bytes
  * call queues all its timed launches before waiting for the first, and with launches of 10-25 µs
  * the host can fall behind the GPU, so that a sample holds a wait for the host. With graph timing
  * on, the whole block (each launch with its L2 flush and its pair of events) is captured into one
- * CUDA graph and launched once, and the GPU runs it back to back. Not yet run on a GPU.
+ * CUDA graph and launched once, and the GPU runs it back to back.
  *
  * fusetune_use_graph_timing: from now on the handle's fusetune_time* calls time their blocks
  * through a graph (on != 0) or launch by launch (on == 0, the default). UNIMPLEMENTED where the
- * backend cannot (cpu, hip, and cuda unless FUSETUNE_CUDA_GRAPH_TIMING=1 was in the environment
- * when the handle was created), and the handle then times launch by launch;
+ * backend cannot (cpu, hip; and cuda libraries that kept graph timing behind
+ * FUSETUNE_CUDA_GRAPH_TIMING=1, before it was run on a GPU), and the handle then times launch by launch;
  * fusetune_use_graph_timing(h, 0, ...) is OK exactly where it can, so it doubles as the question.
  * Libraries built before this function lack it. */
 int fusetune_use_graph_timing(fusetune_handle* handle, int on, char* err, size_t errlen);

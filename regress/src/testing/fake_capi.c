@@ -3,8 +3,8 @@
  * fields). fusetune_can_implement, fusetune_run and fusetune_time refuse (UNIMPLEMENTED) with
  * the fields they read, so the test sees what reached the library.
  *
- * With FAKE_CAPI_GRAPH_TIMING it also has fusetune_use_graph_timing (OK, as a CUDA build with
- * FUSETUNE_CUDA_GRAPH_TIMING=1 answers), and fusetune_time succeeds: `repeats` samples of 20 us
+ * With FAKE_CAPI_GRAPH_TIMING it also has fusetune_use_graph_timing (OK, as a CUDA build
+ * answers), and fusetune_time succeeds: `repeats` samples of 20 us
  * while graph timing is on, 10 us while it is off, so the test sees what the handle was told. */
 #include <stddef.h>
 #include <stdint.h>

@@ -159,9 +159,8 @@ struct TimingOptions {
   // GPU: capture the whole block of timed launches (each with its flush and its pair of
   // events) into one CUDA graph and launch that once, so the device runs them back to back
   // however far the host falls behind in queueing them; TimingSamples::graphed says whether
-  // the backend did. Only the CUDA backend can, and only with FUSETUNE_CUDA_GRAPH_TIMING=1 in
-  // the environment when it is created (not yet run on a GPU); every other backend ignores it
-  // (the CPU has no launch queue to fall behind), as Backend::TakesGraphTiming says.
+  // the backend did. Only the CUDA backend can; every other backend ignores it (the CPU has no
+  // launch queue to fall behind), as Backend::TakesGraphTiming says.
   bool graph = false;
 };
 
@@ -245,8 +244,8 @@ class Backend {
                                              const TimingOptions& options) = 0;
 
   // Whether Time honours TimingOptions::graph (then TimingSamples::graphed is true whenever it
-  // is asked). False by default: the CPU and HIP backends, and the CUDA backend unless
-  // FUSETUNE_CUDA_GRAPH_TIMING=1 was set when it was created. A backend that wraps another asks it.
+  // is asked). True for the CUDA backend; false by default (the CPU and HIP backends). A backend
+  // that wraps another asks it.
   virtual bool TakesGraphTiming() const { return false; }
 
   // Scratch in memory the caller provides. A launch uses scratch besides O (on the CPU: each

@@ -28,7 +28,7 @@
 // A block is one Backend::Time call with the suite's `block` options; its median is one sample
 // of the comparison's statistics (fusetune/regress/verdict.h). `"graph": true` in `block`
 // (optional, default false; TimingOptions::graph) times each block as one CUDA graph where the
-// backend can (CUDA with FUSETUNE_CUDA_GRAPH_TIMING=1; not yet run on a GPU); a cell whose two
+// backend can (CUDA); a cell whose two
 // sides were timed differently is judged unknown (compare.h).
 //
 // Thread-safety: plain value types and pure functions.
