@@ -10,12 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "fusetune/base/file.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/records/commit.h"
 #include "fusetune/regress/block_source.h"
@@ -29,10 +28,7 @@ using fusetune::Cat;
 namespace {
 
 std::string ReadTail(const std::string& path, size_t max_bytes = 2000) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string s = text.str();
+  std::string s = ReadFileToString(path).value_or("");  // no log is no tail
   if (s.size() > max_bytes) s = "..." + s.substr(s.size() - max_bytes);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 #include <utility>
 
+#include "fusetune/base/file.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/kernels/default_config.h"
 #include "nlohmann/json.hpp"
@@ -455,12 +454,9 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
 }
 
 absl::StatusOr<Suite> ReadSuiteFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(Cat("cannot read suite file '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::NotFoundError(Cat("cannot read suite file '", path, "'"));
-  absl::StatusOr<Suite> suite = ParseSuite(text.str());
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return absl::Status(text.status().code(), Cat("suite: ", text.status().message()));
+  absl::StatusOr<Suite> suite = ParseSuite(*text);
   if (!suite.ok()) return absl::Status(suite.status().code(), Cat(path, ": ", suite.status().message()));
   return suite;
 }

@@ -5,15 +5,14 @@
 //
 // Exit status as regress's: 0 clean, 1 a cell regressed or failed on accuracy, 2 bad input.
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "fmt/format.h"
+#include "fusetune/base/file.h"
 #include "fusetune/regress/compare.h"
 #include "fusetune/regress/junit.h"
 #include "fusetune/regress/regress_run.h"
@@ -41,11 +40,9 @@ struct RejudgeFlags {
 int Error(const std::string& message) { return Failure("rejudge", message, kExitError); }
 
 absl::StatusOr<regress::Comparison> ReadComparison(const std::string& path, std::vector<std::string>* left_out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(fmt::format("cannot read '{}'", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<regress::Comparison> c = regress::ComparisonFromJson(text.str(), left_out);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<regress::Comparison> c = regress::ComparisonFromJson(*text, left_out);
   if (!c.ok()) return absl::InvalidArgumentError(fmt::format("{}: {}", path, std::string(c.status().message())));
   return c;
 }

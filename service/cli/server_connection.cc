@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <ctime>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "commands.h"
+#include "fusetune/base/file.h"
+#include "fusetune/base/strings.h"
 #include "fusetune/base/time.h"
 #include "fusetune/wire/connection.h"
 #include "fusetune/wire/records_convert.h"
@@ -35,11 +35,9 @@ absl::StatusOr<std::string> ServerConnectionFlags::Token() const { return Resolv
 
 absl::StatusOr<std::string> ServerConnectionFlags::TlsRootCertificates() const {
   if (tls_ca_file.empty()) return std::string();
-  std::ifstream in(tls_ca_file, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read TLS root certificate '" + tls_ca_file + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> pem = ReadFileToString(tls_ca_file);
+  if (!pem.ok()) return absl::Status(pem.status().code(), Cat("--tls-ca: ", pem.status().message()));
+  return pem;
 }
 
 absl::StatusOr<ServerConnection> ServerConnection::Open(const ServerConnectionFlags& flags) {

@@ -71,7 +71,7 @@ int RunWorkerCommand(const WorkerFlags& f) {
   }
   absl::StatusOr<std::string> root_certificates = f.connection.TlsRootCertificates();
   if (!root_certificates.ok()) {
-    std::fprintf(stderr, "fusetune worker: cannot read --tls-ca %s\n", f.connection.tls_ca_file.c_str());
+    std::fprintf(stderr, "fusetune worker: %s\n", std::string(root_certificates.status().message()).c_str());
     return kExitUsage;
   }
   o.tls_root_certs = *std::move(root_certificates);

@@ -6,15 +6,14 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "fusetune/base/file.h"
 #include "fusetune/base/strings.h"
 #include "fusetune/proto/fusetune.grpc.pb.h"
 #include "fusetune/wire/connection.h"
@@ -33,12 +32,11 @@
 namespace fusetune {
 namespace {
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(Cat("cannot read ", what, " file '", path, "'"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The file at `path`, its error saying what the file is for (`what`: "TLS certificate").
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, const char* what) {
+  absl::StatusOr<std::string> pem = ReadFileToString(path);
+  if (!pem.ok()) return absl::Status(pem.status().code(), Cat(what, ": ", pem.status().message()));
+  return pem;
 }
 
 // Every RPC of the two services, from the proto's own descriptors, so the metrics cover a
@@ -85,9 +83,9 @@ absl::StatusOr<std::string> ReadToken(const ServerOptions& options) {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const ServerOptions& options) {
   if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
-  auto cert = ReadWholeFile(options.tls_cert_file, "TLS certificate");
+  auto cert = ReadPemFile(options.tls_cert_file, "TLS certificate");
   if (!cert.ok()) return cert.status();
-  auto key = ReadWholeFile(options.tls_key_file, "TLS key");
+  auto key = ReadPemFile(options.tls_key_file, "TLS key");
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*key, *cert});

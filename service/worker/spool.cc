@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fusetune/base/file.h"
 #include "fusetune/records/json.h"
 #include "nlohmann/json.hpp"
 
@@ -53,26 +54,10 @@ std::string EncodeRecord(uint8_t type, std::string_view payload) {
   return rec;
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no spool at ", path));
-    return ErrnoStatus("open", path);
-  }
-  std::string data;
-  char buf[1 << 16];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      absl::Status s = ErrnoStatus("read", path);
-      ::close(fd);
-      return s;
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
+// The spool file's bytes; NotFound when there is no spool yet.
+absl::StatusOr<std::string> ReadSpoolFile(const std::string& path) {
+  absl::StatusOr<std::string> data = ReadFileToString(path);
+  if (!data.ok()) return absl::Status(data.status().code(), absl::StrCat("spool: ", data.status().message()));
   return data;
 }
 
@@ -131,7 +116,7 @@ absl::Status SyncDirectoryOf(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<SpoolLog> ReadSpoolLog(const std::string& path) {
-  absl::StatusOr<std::string> data = ReadWholeFile(path);
+  absl::StatusOr<std::string> data = ReadSpoolFile(path);
   if (!data.ok()) return data.status();
   return ParseSpool(*data);
 }
@@ -160,7 +145,7 @@ absl::StatusOr<std::unique_ptr<TrialSpool>> TrialSpool::Open(const std::string& 
 absl::StatusOr<std::unique_ptr<TrialSpool>> TrialSpool::OpenLocked(const std::string& path,
                                                                   TrialSpoolOptions options) {
   SpoolLog log;
-  absl::StatusOr<std::string> data = ReadWholeFile(path);
+  absl::StatusOr<std::string> data = ReadSpoolFile(path);
   if (data.ok()) {
     absl::StatusOr<SpoolLog> parsed = ParseSpool(*data);
     if (!parsed.ok()) return parsed.status();
