@@ -513,6 +513,11 @@ regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const Compar
   } else if (suite.calibrated_min_floor) {
     verdict.calibrated_min_floor = suite.calibrated_min_floor;
   }
+  if (options.correction) {
+    verdict.correction = *options.correction;
+  } else if (suite.correction) {
+    verdict.correction = *suite.correction;
+  }
   return verdict;
 }
 

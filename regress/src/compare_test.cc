@@ -273,6 +273,22 @@ TEST(CompareInterleavedTest, CalibratedCellsTakeTheSuitesCalibratedMinimum) {
   EXPECT_DOUBLE_EQ(c.cells[0].verdict.floor, 0.02);
 }
 
+TEST(CompareInterleavedTest, TheCorrectionComesFromTheCommandElseTheSuiteElseHolm) {
+  Suite suite = TwoProblemSuite();
+  CompareOptions options;
+  EXPECT_EQ(EffectiveVerdictOptions(suite, options).correction, regress::Correction::kHolm);
+  suite.correction = regress::Correction::kBenjaminiHochberg;
+  EXPECT_EQ(EffectiveVerdictOptions(suite, options).correction, regress::Correction::kBenjaminiHochberg);
+  options.correction = regress::Correction::kNone;
+  EXPECT_EQ(EffectiveVerdictOptions(suite, options).correction, regress::Correction::kNone);
+  // Each cell alone at alpha: the same cells' p-values go unadjusted.
+  const std::string slow = NameOf(suite.cells[1]);
+  Comparison c = CompareWithOneCellOnePercentSlower(suite, slow, options);
+  for (const CellComparison& cell : c.cells) {
+    EXPECT_DOUBLE_EQ(cell.verdict.p_slower_adjusted, cell.verdict.p_slower) << NameOf(cell.cell);
+  }
+}
+
 TEST(CompareInterleavedTest, ATimeBudgetStopsReMeasuringAndSaysSo) {
   const Suite suite = TwoProblemSuite();
   auto run = [&](double budget) {

@@ -405,7 +405,7 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
   if (!doc.ok()) return doc.status();
   if (!doc->is_object()) return absl::InvalidArgumentError("a suite must be a JSON object");
   if (auto s = CheckKnownFields(
-          *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "min_floor", "calibrated_min_floor",
+          *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "min_floor", "calibrated_min_floor", "correction",
            "cells"},
           "");
       !s.ok()) {
@@ -449,6 +449,13 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
     }
     suite.calibrated_min_floor = floor->get<double>();
   }
+  if (const Json* correction = Find(*doc, "correction")) {
+    absl::StatusOr<regress::Correction> c =
+        correction->is_string() ? regress::ParseCorrectionName(correction->get<std::string>())
+                                : absl::InvalidArgumentError("a string expected");
+    if (!c.ok()) return FieldError("correction", std::string(c.status().message()));
+    suite.correction = *c;
+  }
   if (auto s = ReadCells(*doc, suite); !s.ok()) return s;
   return suite;
 }
@@ -476,6 +483,7 @@ std::string SuiteToJson(const Suite& suite) {
   if (suite.rounds_across_problems) head["rounds_across_problems"] = true;
   if (suite.min_floor) head["min_floor"] = *suite.min_floor;
   if (suite.calibrated_min_floor) head["calibrated_min_floor"] = *suite.calibrated_min_floor;
+  if (suite.correction) head["correction"] = regress::CorrectionName(*suite.correction);
   // One cell a line: a suite file reads and diffs cell by cell.
   std::string out = "{\n";
   for (auto it = head.begin(); it != head.end(); ++it) {

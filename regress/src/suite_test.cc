@@ -426,6 +426,24 @@ TEST(Suite, CalibratedMinFloorIsAFractionThatRoundTrips) {
   }
 }
 
+TEST(Suite, CorrectionIsANamedAdjustmentThatRoundTrips) {
+  absl::StatusOr<Suite> suite = ParseSuite(OneCellSuite(SeedCell(), R"("correction": "none", )"));
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  ASSERT_TRUE(suite->correction.has_value());
+  EXPECT_EQ(*suite->correction, regress::Correction::kNone);
+  EXPECT_EQ(*RoundTrip(*suite).correction, regress::Correction::kNone);
+  suite = ParseSuite(OneCellSuite(SeedCell(), R"("correction": "benjamini-hochberg", )"));
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  EXPECT_EQ(*suite->correction, regress::Correction::kBenjaminiHochberg);
+  absl::StatusOr<Suite> without = ParseSuite(OneCellSuite(SeedCell(), ""));
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->correction.has_value());
+  EXPECT_THAT(SuiteToJson(*without), Not(HasSubstr("correction")));
+  ExpectInvalid(OneCellSuite(SeedCell(), R"("correction": "bonferroni", )"),
+                "correction: unknown correction 'bonferroni' (none, holm or benjamini-hochberg)");
+  ExpectInvalid(OneCellSuite(SeedCell(), R"("correction": 1, )"), "correction: a string expected");
+}
+
 TEST(Suite, NoCellsIsInvalid) {
   ExpectInvalid(R"({"name": "t", "cells": []})", "cells: a suite needs at least one cell");
   ExpectInvalid(R"({"name": "t"})", "cells: missing");

@@ -247,6 +247,26 @@ absl::StatusOr<Verdict> ParseVerdictName(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown verdict '", std::string(name), "'"));
 }
 
+const char* CorrectionName(Correction correction) {
+  switch (correction) {
+    case Correction::kNone:
+      return "none";
+    case Correction::kHolm:
+      return "holm";
+    case Correction::kBenjaminiHochberg:
+      return "benjamini-hochberg";
+  }
+  return "holm";
+}
+
+absl::StatusOr<Correction> ParseCorrectionName(std::string_view name) {
+  for (Correction c : {Correction::kNone, Correction::kHolm, Correction::kBenjaminiHochberg}) {
+    if (name == CorrectionName(c)) return c;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown correction '", std::string(name), "' (none, holm or benjamini-hochberg)"));
+}
+
 int PairedBlocksToResolve(int cells, double alpha) {
   if (!(alpha > 0 && alpha < 1)) return 3;
   const double needed = std::ceil(std::log2(4.0 * std::max(cells, 1) / alpha));

@@ -332,6 +332,17 @@ TEST(JudgeSuite, AdjustsAcrossCellsAndKeepsTheOrder) {
   EXPECT_FALSE(JudgeSuite(cells).ok());
 }
 
+TEST(Correction, NamesReadBackAndOthersAreRefused) {
+  for (Correction c : {Correction::kNone, Correction::kHolm, Correction::kBenjaminiHochberg}) {
+    absl::StatusOr<Correction> read = ParseCorrectionName(CorrectionName(c));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, c);
+  }
+  EXPECT_STREQ(CorrectionName(VerdictOptions().correction), "holm");
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseCorrectionName("Holm").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseCorrectionName("").status()));
+}
+
 TEST(CalibratedNoise, IsTheRootMeanSquareOfTheLogRatios) {
   // Differences of either sign count alike; one comparison is its own |log ratio|.
   absl::StatusOr<double> noise = CalibratedNoise({1.02, 1 / 1.02});

@@ -161,6 +161,7 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
                       "the same for cells with at least 3 stored A/A calibrations of this device (default: the "
                       "suite's calibrated_min_floor, else --min-floor's): their own A/A spread sets the rest")
       ->check(CLI::Range(0.0, 0.1));
+  AddCorrectionOption(regress, &flags->correction);
   regress->add_option("--max-measure-seconds", flags->max_measure_seconds,
                       "a time budget: no re-measure pass of undecided cells starts after this many seconds of "
                       "measuring (0: none); the first pass always completes, cells left undecided are unknown")

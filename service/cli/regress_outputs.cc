@@ -165,6 +165,22 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& su
   return absl::OkStatus();
 }
 
+void AddCorrectionOption(CLI::App* command, std::optional<regress::Correction>* correction) {
+  std::vector<std::string> names;
+  for (regress::Correction c :
+       {regress::Correction::kHolm, regress::Correction::kBenjaminiHochberg, regress::Correction::kNone}) {
+    names.push_back(regress::CorrectionName(c));
+  }
+  command
+      ->add_option_function<std::string>(
+          "--correction",
+          [correction](const std::string& name) { *correction = regress::ParseCorrectionName(name).value(); },
+          "how the cells' p-values are adjusted for their number: holm (the family of a suite's cells, the "
+          "default), benjamini-hochberg (their false discovery rate) or none (each cell at alpha alone; its "
+          "floor then does more of the guarding); default: the suite's correction, else holm")
+      ->check(CLI::IsMember(names));
+}
+
 void AddRegressServerOptions(CLI::App* command, RegressFlags* flags) {
 #ifdef FUSETUNE_WITH_SERVICE
   command->add_option("--server", flags->server.server, "upload the verdict rows to this fusetune server (host:port)");

@@ -5,6 +5,7 @@
 #define FUSETUNE_SERVICE_CLI_REGRESS_OUTPUTS_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct RegressFlags : regress::RegressOptions {
 
 // --server, --token-file, --tls-ca, --timeout in service builds; nothing otherwise.
 void AddRegressServerOptions(CLI::App* command, RegressFlags* flags);
+
+// --correction NAME (regress::CorrectionName's names), stored in *correction when given.
+void AddCorrectionOption(CLI::App* command, std::optional<regress::Correction>* correction);
 
 // OK when the output file `path` (given with `flag`) can be written at the end of a command:
 // it is not a directory, and the nearest existing directory above it lets this process create

@@ -32,6 +32,7 @@ struct RejudgeFlags {
   std::vector<std::string> calibrations;   // A/A comparison files, newest first
   std::optional<double> min_floor;
   std::optional<double> calibrated_min_floor;
+  std::optional<regress::Correction> correction;
   double stored_floor = 0.03;
   std::string markdown;
   std::string json;
@@ -77,6 +78,7 @@ int RunRejudge(const RejudgeFlags& f) {
   regress::RegressOptions options;
   options.min_floor = f.min_floor;
   options.calibrated_min_floor = f.calibrated_min_floor;
+  options.correction = f.correction;
   options.stored_floor = f.stored_floor;
   const std::map<std::string, regress::KnownCellNoise> calibration = regress::CalibrationOf(regress::AARatiosOf(aa));
   const regress::CompareOptions compare = regress::JudgingOptions(options, calibration);
@@ -102,6 +104,7 @@ int RunRejudge(const RejudgeFlags& f) {
     text += fmt::format(", {:.2f}% for cells with at least {} calibrations", 100 * *verdict.calibrated_min_floor,
                         verdict.min_calibrations);
   }
+  text += fmt::format("; p-values adjusted: {}", regress::CorrectionName(verdict.correction));
   size_t most = 0;
   for (const auto& [cell, noise] : calibration) most = std::max(most, static_cast<size_t>(noise.calibrations));
   text += calibration.empty() ? "; no calibration.\n"
@@ -144,6 +147,7 @@ void AddRejudgeCommand(CLI::App& app, CommandContext& context) {
   rejudge->add_option("--calibrated-min-floor", flags->calibrated_min_floor,
                       "the same for cells with at least 3 calibrations (default: --min-floor's)")
       ->check(CLI::Range(0.0, 0.1));
+  AddCorrectionOption(rejudge, &flags->correction);
   rejudge->add_option("--stored-floor", flags->stored_floor,
                       "the floor's minimum for a comparison against stored baseline blocks")
       ->capture_default_str()

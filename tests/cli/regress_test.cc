@@ -378,7 +378,17 @@ TEST(Rejudge, JudgesAWrittenComparisonAgainWithOtherFloorsAndCalibrations) {
   EXPECT_NE(r.out.find("0.50% for cells with at least 3 calibrations"), std::string::npos) << r.out;
   r = Fusetune({"rejudge", dir.File("aa.json"), "--min-floor", "0.02"});
   EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.err;
-  EXPECT_NE(r.out.find("Floor minimum 2.00%; no calibration."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Floor minimum 2.00%; p-values adjusted: holm; no calibration."), std::string::npos) << r.out;
+  // Another correction: said in the report, and each cell's p-value then stands unadjusted.
+  r = Fusetune({"rejudge", dir.File("planted.json"), "--correction", "none", "--json", dir.File("none.json")});
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.err;
+  EXPECT_NE(r.out.find("p-values adjusted: none"), std::string::npos) << r.out;
+  for (const nlohmann::json& cell : nlohmann::json::parse(ReadFile(dir.File("none.json"))).at("cells")) {
+    const nlohmann::json& v = cell.at("verdict");
+    EXPECT_DOUBLE_EQ(v.at("p_slower_adjusted").get<double>(), v.at("p_slower").get<double>());
+  }
+  r = Fusetune({"rejudge", dir.File("planted.json"), "--correction", "bonferroni"});
+  EXPECT_EQ(r.exit_code, 2) << "not a correction";
 
   // Bad input: exit 2, saying why.
   r = Fusetune({"rejudge", dir.File("missing.json")});

@@ -83,6 +83,9 @@ struct CompareOptions {
   // The same for the minimum of calibrated cells (`regress --calibrated-min-floor`, the suite's
   // calibrated_min_floor, verdict.calibrated_min_floor, in that order).
   std::optional<double> calibrated_min_floor;
+  // The adjustment of the cells' p-values (`regress --correction`, the suite's correction,
+  // verdict.correction, in that order).
+  std::optional<regress::Correction> correction;
   // > 0: no re-measure pass of undecided cells starts once the comparison has measured this many
   // seconds (a nightly's time budget); cells still undecided then stay unknown, saying so. The
   // first pass always completes.
@@ -128,7 +131,7 @@ struct Comparison {
 
 // The verdict options a comparison of `suite` under `options` judges with: options.verdict
 // with the floor's minimum of options.min_floor, else the suite's min_floor, else its own; its
-// calibrated_min_floor likewise.
+// calibrated_min_floor and its correction likewise.
 regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const CompareOptions& options);
 
 // Measures `cells` of both sources interleaved and judges them. FailedPrecondition when the

@@ -45,6 +45,7 @@ struct RegressOptions {
   double stored_floor = 0.03;    // the floor against a stored baseline
   std::optional<double> min_floor;  // the floor's minimum (CompareOptions::min_floor); unset: the suite's
   std::optional<double> calibrated_min_floor;  // CompareOptions::calibrated_min_floor; unset: the suite's
+  std::optional<regress::Correction> correction;  // CompareOptions::correction; unset: the suite's
   double max_measure_seconds = 0;   // CompareOptions::max_measure_seconds (0: no budget)
   bool no_picks = false;
   std::vector<std::string> plant_slowdowns;  // the candidate side's

@@ -46,6 +46,7 @@
 #include "fusetune/kernels/problem.h"
 #include "fusetune/records/run.h"
 #include "fusetune/records/trial.h"
+#include "fusetune/regress/verdict.h"
 
 namespace fusetune::regress {
 
@@ -85,6 +86,9 @@ struct Suite {
   // (regress::VerdictOptions::calibrated_min_floor): the smallest change worth calling once a
   // cell's own A/A spread is known. Absent: min_floor for every cell. In [0, 0.1].
   std::optional<double> calibrated_min_floor;
+  // How the cells' p-values are adjusted for their number (regress::VerdictOptions::correction,
+  // "none", "holm" or "benjamini-hochberg"). Absent: VerdictOptions' default (Holm).
+  std::optional<regress::Correction> correction;
   std::vector<SuiteCell> cells;
 
   // The stored run label of this suite's bench runs: "bench:<name>".

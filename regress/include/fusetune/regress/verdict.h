@@ -96,6 +96,11 @@ absl::StatusOr<Verdict> ParseVerdictName(std::string_view name);
 
 enum class Correction { kNone, kHolm, kBenjaminiHochberg };
 
+// A correction's name in suites, flags and reports: "none", "holm", "benjamini-hochberg".
+const char* CorrectionName(Correction correction);
+// InvalidArgument, listing the names, for any other.
+absl::StatusOr<Correction> ParseCorrectionName(std::string_view name);
+
 struct VerdictOptions {
   // Significance level of the adjusted one-sided p-values.
   double alpha = 0.01;
