@@ -86,6 +86,8 @@ int RunRegress(const RegressFlags& flags) {
   StopOnSignal stop;
   const regress::CompareOptions options = regress::ComparisonOptions(
       f, store.get(), device_class, baseline_build && baseline_build->one_process, stop.flag(), &notes);
+  notes.push_back(fmt::format("p-values adjusted across the {} cells: {}", suite->cells.size(),
+                              regress::CorrectionName(regress::EffectiveVerdictOptions(*suite, options).correction)));
   int unconfirmed = 0;
   absl::StatusOr<regress::Comparison> comparison =
       regress::Measure(f, *baseline, baseline_build ? &*baseline_build : nullptr, store.get(), *suite, options,

@@ -355,7 +355,9 @@ TEST(Rejudge, JudgesAWrittenComparisonAgainWithOtherFloorsAndCalibrations) {
                                        "--baseline-binary", FUSETUNE_BINARY, "--db", dir.File("f.db")};
   std::vector<std::string> run = aa;
   run.insert(run.end(), {"--json", dir.File("aa.json")});
-  ASSERT_EQ(Fusetune(run).exit_code, 0);
+  const CommandResult calibrated = Fusetune(run);
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.err;
+  EXPECT_NE(calibrated.out.find("p-values adjusted across the 4 cells: holm"), std::string::npos) << calibrated.out;
   // The planted run's floors include the A/A run's calibration, which the database holds.
   run = aa;
   run.insert(run.end(), {"--json", dir.File("planted.json"), "--plant-slowdown", kPlantOnFusedCausal});
