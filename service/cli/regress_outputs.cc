@@ -174,7 +174,10 @@ void AddCorrectionOption(CLI::App* command, std::optional<regress::Correction>* 
   command
       ->add_option_function<std::string>(
           "--correction",
-          [correction](const std::string& name) { *correction = regress::ParseCorrectionName(name).value(); },
+          [correction](const std::string& name) {
+            // The check below has refused any other name before this runs.
+            if (absl::StatusOr<regress::Correction> c = regress::ParseCorrectionName(name); c.ok()) *correction = *c;
+          },
           "how the cells' p-values are adjusted for their number: holm (the family of a suite's cells, the "
           "default), benjamini-hochberg (their false discovery rate) or none (each cell at alpha alone; its "
           "floor then does more of the guarding); default: the suite's correction, else holm")
