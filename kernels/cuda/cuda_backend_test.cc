@@ -5,7 +5,6 @@
 // blocks through a CUDA graph. Exits 77 (ctest: skipped) where
 // there is no GPU.
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>

@@ -260,7 +260,7 @@ const char* CorrectionName(Correction correction) {
 }
 
 absl::StatusOr<Correction> ParseCorrectionName(std::string_view name) {
-  for (Correction c : {Correction::kNone, Correction::kHolm, Correction::kBenjaminiHochberg}) {
+  for (Correction c : kCorrections) {
     if (name == CorrectionName(c)) return c;
   }
   return absl::InvalidArgumentError(

@@ -167,10 +167,7 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& su
 
 void AddCorrectionOption(CLI::App* command, std::optional<regress::Correction>* correction) {
   std::vector<std::string> names;
-  for (regress::Correction c :
-       {regress::Correction::kHolm, regress::Correction::kBenjaminiHochberg, regress::Correction::kNone}) {
-    names.push_back(regress::CorrectionName(c));
-  }
+  for (regress::Correction c : regress::kCorrections) names.push_back(regress::CorrectionName(c));
   command
       ->add_option_function<std::string>(
           "--correction",

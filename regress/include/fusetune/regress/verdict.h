@@ -95,6 +95,8 @@ const char* VerdictName(Verdict verdict);
 absl::StatusOr<Verdict> ParseVerdictName(std::string_view name);
 
 enum class Correction { kNone, kHolm, kBenjaminiHochberg };
+// Every correction, the default first: what a name may be, in the order flags list them.
+inline constexpr Correction kCorrections[] = {Correction::kHolm, Correction::kBenjaminiHochberg, Correction::kNone};
 
 // A correction's name in suites, flags and reports: "none", "holm", "benjamini-hochberg".
 const char* CorrectionName(Correction correction);
