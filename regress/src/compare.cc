@@ -75,11 +75,13 @@ class Interleaver {
  public:
   // `stored_baseline`: the cells' baseline sides hold a stored measurement (not a side here).
   Interleaver(std::vector<Side> sides, std::vector<CellComparison>& cells, const CompareOptions& options,
-              bool rounds_across_problems, int* blocks_measured, bool stored_baseline = false)
+              bool rounds_across_problems, int* blocks_measured, bool stored_baseline = false,
+              RoundOrder order = RoundOrder::kShuffled)
       : sides_(std::move(sides)),
         cells_(cells),
         options_(options),
         rounds_across_problems_(rounds_across_problems),
+        mirrored_(order == RoundOrder::kMirrored && sides_.size() == 2),
         blocks_measured_(blocks_measured),
         stored_baseline_(stored_baseline) {}
 
@@ -197,8 +199,12 @@ class Interleaver {
     }
     if (round.empty()) return false;
     std::mt19937_64 rng(options_.order_seed * 0x9E3779B97F4A7C15ull + ++rounds_);
-    std::shuffle(round.begin(), round.end(), rng);
-    BalanceWhoGoesFirst(round);
+    if (mirrored_) {
+      MirrorRound(round, rng);
+    } else {
+      std::shuffle(round.begin(), round.end(), rng);
+      BalanceWhoGoesFirst(round);
+    }
     std::set<size_t> started;  // cells with a block measured in this round
     for (auto [i, s] : round) {
       if (absl::Status c = CheckCancel(options_); !c.ok()) return c;
@@ -213,6 +219,43 @@ class Interleaver {
       if (options_.progress) options_.progress(done_, planned_);
     }
     return true;
+  }
+
+  // Orders a round as RoundOrder::kMirrored says: the cells with both sides in the round in a
+  // random order, ending with the cell that ended this problem's previous round when it is
+  // among them; then every such cell on the side that went first less often over these cells
+  // (a coin when even), then every one on the other side, in the same order. A (cell, side)
+  // whose other side is not in the round (none is, in practice: both sides of a cell are
+  // measured to the same target) is measured with its side's half, before the mirrored cells.
+  void MirrorRound(std::vector<std::pair<size_t, size_t>>& round, std::mt19937_64& rng) {
+    std::map<size_t, int> sides_in_round;
+    for (const auto& [cell, side] : round) ++sides_in_round[cell];
+    std::vector<size_t> order;
+    std::vector<std::pair<size_t, size_t>> lone;
+    for (const auto& [cell, count] : sides_in_round) {
+      if (count == 2) order.push_back(cell);
+    }
+    for (const auto& entry : round) {
+      if (sides_in_round[entry.first] != 2) lone.push_back(entry);
+    }
+    std::shuffle(order.begin(), order.end(), rng);
+    const std::string problem = cells_[round.front().first].cell.problem.Key();
+    if (auto last = last_of_problem_.find(problem); last != last_of_problem_.end() && !order.empty()) {
+      auto at = std::find(order.begin(), order.end(), last->second);
+      if (at != order.end()) std::iter_swap(at, order.end() - 1);
+    }
+    int lead = 0;  // how much more often side 0 went first than side 1, over these cells
+    for (size_t cell : order) lead += went_first_[{cell, 0}] - went_first_[{cell, 1}];
+    const size_t first = lead > 0 ? 1 : lead < 0 ? 0 : static_cast<size_t>(rng() & 1);
+    round.clear();
+    for (size_t side : {first, 1 - first}) {
+      for (const auto& entry : lone) {
+        if (entry.second == side) round.push_back(entry);
+      }
+      for (size_t cell : order) round.push_back({cell, side});
+    }
+    for (size_t cell : order) ++went_first_[{cell, first}];
+    if (!order.empty()) last_of_problem_[problem] = order.back();
   }
 
   // Swaps, within a shuffled round, the two sides' places of each cell whose first-placed side
@@ -240,12 +283,14 @@ class Interleaver {
   std::vector<CellComparison>& cells_;
   const CompareOptions& options_;
   bool rounds_across_problems_;
+  bool mirrored_;  // RoundOrder::kMirrored, with two sides
   int* blocks_measured_;
   bool stored_baseline_;
   std::set<std::pair<size_t, bool>> verified_;
   std::map<std::pair<size_t, bool>, std::string> cannot_run_;  // why not
   uint64_t rounds_ = 0;
   std::map<std::pair<size_t, size_t>, int> went_first_;  // (cell, side index) -> rounds it went first
+  std::map<std::string, size_t> last_of_problem_;        // problem key -> the cell that ended its last mirrored round
   int done_ = 0;
   int planned_ = 0;
 };
@@ -521,6 +566,11 @@ regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const Compar
   return verdict;
 }
 
+RoundOrder EffectiveRoundOrder(const Suite& suite, const CompareOptions& options) {
+  if (options.round_order) return *options.round_order;
+  return suite.round_order.value_or(RoundOrder::kShuffled);
+}
+
 absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource& candidate, const Suite& suite,
                                               const CompareOptions& options) {
   if (absl::Status s = CheckOptions(suite, options); !s.ok()) return s;
@@ -535,8 +585,9 @@ absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource
   if (absl::Status s = CheckDevices(out.baseline, out.candidate, suite); !s.ok()) return s;
   for (const SuiteCell& cell : suite.cells) out.cells.push_back(CellComparison{cell, {}, {}, {}});
 
+  out.round_order = EffectiveRoundOrder(suite, options);
   Interleaver interleaver({{&baseline, true}, {&candidate, false}}, out.cells, options, suite.rounds_across_problems,
-                          &out.blocks_measured);
+                          &out.blocks_measured, /*stored_baseline=*/false, out.round_order);
   if (absl::Status s = MeasureUntilDecided(interleaver, suite, options, EffectiveVerdictOptions(suite, options),
                                            /*paired=*/true, out);
       !s.ok()) {
@@ -717,6 +768,7 @@ std::string ComparisonToJson(const Comparison& comparison) {
                         {"candidate", SourceToJson(comparison.candidate)},
                         {"interleaved", comparison.interleaved},
                         {"one_process", comparison.one_process},
+                        {"round_order", RoundOrderName(comparison.round_order)},
                         {"measure_seconds", comparison.measure_seconds},
                         {"blocks_measured", comparison.blocks_measured},
                         {"cells", std::move(cells)}};
@@ -743,6 +795,14 @@ absl::StatusOr<Comparison> ComparisonFromJson(std::string_view text, std::vector
     }
     out.interleaved = doc.value("interleaved", false);
     out.one_process = doc.value("one_process", false);
+    // Comparisons written before the choice existed were shuffled.
+    if (doc.contains("round_order")) {
+      const nlohmann::json& order = doc.at("round_order");
+      absl::StatusOr<RoundOrder> o = order.is_string() ? ParseRoundOrderName(order.get<std::string>())
+                                                       : absl::InvalidArgumentError("a string expected");
+      if (!o.ok()) return absl::InvalidArgumentError(Cat("not a comparison: round_order: ", o.status().message()));
+      out.round_order = *o;
+    }
     out.measure_seconds = doc.value("measure_seconds", 0.0);
     out.blocks_measured = doc.value("blocks_measured", 0);
     const nlohmann::json& cells = doc.at("cells");

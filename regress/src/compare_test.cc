@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,12 @@ class ScriptedSource : public BlockSource {
   // a block measured first in its round (an even count before it) is `first_factor` slower.
   std::map<std::string, int>* blocks_of_cell = nullptr;
   double first_factor = 1.0;
+  // Shared by the sources of one comparison: every block of either, in the order measured, as
+  // "<commit> <name>"; and the cell of the block before, whose `after(previous cell)` scales
+  // this block (what ran just before moves a power-capped kernel's time).
+  std::vector<std::string>* order = nullptr;
+  std::string* previous = nullptr;
+  std::function<double(const std::string&)> after = [](const std::string&) { return 1.0; };
 
   absl::StatusOr<SourceInfo> Describe() override {
     SourceInfo info;
@@ -65,6 +72,11 @@ class ScriptedSource : public BlockSource {
     b.samples = 10;
     b.median_us = 100 * factor(name) * std::exp(sigma * normal_(rng_));
     if (blocks_of_cell != nullptr && (*blocks_of_cell)[name]++ % 2 == 0) b.median_us *= first_factor;
+    if (order != nullptr) order->push_back(commit_ + " " + name);
+    if (previous != nullptr) {
+      b.median_us *= after(*previous);
+      *previous = name;
+    }
     b.graphed = graphed(name);
     return b;
   }
@@ -140,6 +152,124 @@ TEST(CompareInterleavedTest, EachSideGoesFirstInHalfOfACellsRounds) {
     EXPECT_NE(cell.verdict.verdict, regress::Verdict::kRegressed) << cell.verdict.why;
     EXPECT_NE(cell.verdict.verdict, regress::Verdict::kImproved) << cell.verdict.why;
   }
+}
+
+// One problem of three cells and one of two, measured in mirrored rounds.
+Suite MirroredSuite() {
+  Suite s = TwoProblemSuite();
+  SuiteCell third = s.cells[0];
+  third.config.block_s = 32;
+  s.cells.insert(s.cells.begin() + 2, third);
+  s.round_order = RoundOrder::kMirrored;
+  return s;
+}
+
+TEST(CompareInterleavedTest, MirroredRoundsMeasureTheCellsInOneOrderOnOneSideThenTheOther) {
+  const Suite suite = MirroredSuite();
+  std::vector<std::string> order;
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  base.order = cand.order = &order;
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->round_order, RoundOrder::kMirrored);
+  // Problem by problem: rounds of 2n blocks.
+  size_t at = 0;
+  std::set<std::vector<std::string>> orders_seen;
+  for (size_t problem_cells : {3u, 2u}) {
+    const size_t rounds = c->cells[at == 0 ? 0 : 3].baseline.blocks.size();
+    std::map<std::string, int> started;  // side -> rounds it went first
+    std::string last_cell;
+    for (size_t r = 0; r < rounds; ++r, at += 2 * problem_cells) {
+      ASSERT_LE(at + 2 * problem_cells, order.size());
+      std::vector<std::string> first_half, second_half;
+      for (size_t k = 0; k < problem_cells; ++k) {
+        const std::string& a = order[at + k];
+        const std::string& b = order[at + problem_cells + k];
+        EXPECT_EQ(a.substr(0, 7), order[at].substr(0, 7)) << "one side in the first half, round " << r;
+        EXPECT_NE(b.substr(0, 7), a.substr(0, 7)) << "the other side in the second half, round " << r;
+        first_half.push_back(a.substr(8));
+        second_half.push_back(b.substr(8));
+      }
+      EXPECT_EQ(first_half, second_half) << "the same cell order on both sides, round " << r;
+      EXPECT_EQ(std::set<std::string>(first_half.begin(), first_half.end()).size(), problem_cells);
+      if (r > 0) EXPECT_EQ(first_half.back(), last_cell) << "the previous round's last cell ends round " << r;
+      last_cell = first_half.back();
+      ++started[order[at].substr(0, 7)];
+      orders_seen.insert(first_half);
+    }
+    EXPECT_LE(std::abs(started["aaaaaaa"] - started["bbbbbbb"]), 1) << problem_cells << "-cell problem";
+  }
+  EXPECT_EQ(at, order.size());
+  EXPECT_GT(orders_seen.size(), 2u) << "the cells' order is drawn afresh each round";
+  for (const CellComparison& cell : c->cells) {
+    ASSERT_EQ(cell.baseline.first_in_round.size(), cell.baseline.blocks.size());
+    for (size_t r = 0; r < cell.baseline.blocks.size(); ++r) {
+      EXPECT_NE(cell.baseline.first_in_round[r], cell.candidate.first_in_round[r]);
+    }
+  }
+  absl::StatusOr<Comparison> read = ComparisonFromJson(ComparisonToJson(*c));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->round_order, RoundOrder::kMirrored);
+}
+
+TEST(CompareInterleavedTest, MirroredRoundsTakeOutWhatTheBlockBeforeAdds) {
+  // Each block is slower by 0, 3 or 6 % depending on the cell measured just before it, the
+  // model of a power-capped GPU where what ran before sets the clock. Both sides of a cell
+  // follow the same cell in a mirrored round, so their per-round ratios keep none of it; in a
+  // shuffled round they follow different cells as often as not.
+  auto median_width = [](RoundOrder round_order) {
+    Suite suite = MirroredSuite();
+    suite.round_order = round_order;
+    std::map<std::string, double> slowdown_after;
+    for (size_t i = 0; i < suite.cells.size(); ++i) slowdown_after[NameOf(suite.cells[i])] = 1.0 + 0.03 * (i % 3);
+    std::string previous;
+    ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+    for (ScriptedSource* s : {&base, &cand}) {
+      s->previous = &previous;
+      s->after = [&slowdown_after](const std::string& before) {
+        auto it = slowdown_after.find(before);
+        return it == slowdown_after.end() ? 1.0 : it->second;
+      };
+      s->sigma = 0.002;
+    }
+    CompareOptions options;
+    options.blocks = 16;
+    absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite, options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    std::vector<double> widths;
+    for (const CellComparison& cell : c->cells) {
+      EXPECT_NE(cell.verdict.verdict, regress::Verdict::kRegressed) << cell.verdict.why;
+      EXPECT_NE(cell.verdict.verdict, regress::Verdict::kImproved) << cell.verdict.why;
+      widths.push_back(cell.verdict.ratio.upper / cell.verdict.ratio.lower - 1);
+    }
+    std::sort(widths.begin(), widths.end());
+    return widths[widths.size() / 2];
+  };
+  const double shuffled = median_width(RoundOrder::kShuffled);
+  const double mirrored = median_width(RoundOrder::kMirrored);
+  EXPECT_LT(mirrored * 3, shuffled) << "median 90 % interval: mirrored " << mirrored << ", shuffled " << shuffled;
+}
+
+TEST(CompareInterleavedTest, TheRoundOrderComesFromTheCommandElseTheSuiteElseShuffled) {
+  Suite suite = TwoProblemSuite();
+  CompareOptions options;
+  EXPECT_EQ(EffectiveRoundOrder(suite, options), RoundOrder::kShuffled);
+  suite.round_order = RoundOrder::kMirrored;
+  EXPECT_EQ(EffectiveRoundOrder(suite, options), RoundOrder::kMirrored);
+  options.round_order = RoundOrder::kShuffled;
+  EXPECT_EQ(EffectiveRoundOrder(suite, options), RoundOrder::kShuffled);
+  ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+  absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, suite, options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->round_order, RoundOrder::kShuffled);
+  // A comparison written before the field existed reads back as shuffled.
+  nlohmann::json doc = nlohmann::json::parse(ComparisonToJson(*c));
+  doc.erase("round_order");
+  absl::StatusOr<Comparison> old = ComparisonFromJson(doc.dump());
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->round_order, RoundOrder::kShuffled);
+  doc["round_order"] = "sorted";
+  EXPECT_FALSE(ComparisonFromJson(doc.dump()).ok());
 }
 
 TEST(CompareInterleavedTest, ASlowerCellIsRegressedAndTheOthersAreNot) {

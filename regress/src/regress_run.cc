@@ -187,6 +187,7 @@ CompareOptions JudgingOptions(const RegressOptions& f, std::map<std::string, Kno
   options.min_floor = f.min_floor;
   options.calibrated_min_floor = f.calibrated_min_floor;
   options.correction = f.correction;
+  options.round_order = f.round_order;
   options.known_aa_noise = [noise = std::move(calibration)](const SuiteCell& cell) {
     auto it = noise.find(cell.problem.Key() + " " + cell.BaselineConfig().Key());
     return it == noise.end() ? KnownCellNoise{} : it->second;

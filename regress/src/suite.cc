@@ -400,13 +400,32 @@ absl::Status ValidateSuiteName(std::string_view name) {
   return absl::OkStatus();
 }
 
+const char* RoundOrderName(RoundOrder order) {
+  switch (order) {
+    case RoundOrder::kShuffled:
+      return "shuffled";
+    case RoundOrder::kMirrored:
+      return "mirrored";
+  }
+  return "shuffled";
+}
+
+absl::StatusOr<RoundOrder> ParseRoundOrderName(std::string_view name) {
+  std::string valid;
+  for (RoundOrder order : kRoundOrders) {
+    if (name == RoundOrderName(order)) return order;
+    absl::StrAppend(&valid, valid.empty() ? "" : ", ", RoundOrderName(order));
+  }
+  return absl::InvalidArgumentError(Cat("unknown round order '", name, "' (one of ", valid, ")"));
+}
+
 absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
   absl::StatusOr<Json> doc = ParseJson(json_text);
   if (!doc.ok()) return doc.status();
   if (!doc->is_object()) return absl::InvalidArgumentError("a suite must be a JSON object");
   if (auto s = CheckKnownFields(
           *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "min_floor", "calibrated_min_floor", "correction",
-           "cells"},
+           "round_order", "cells"},
           "");
       !s.ok()) {
     return s;
@@ -456,6 +475,12 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
     if (!c.ok()) return FieldError("correction", std::string(c.status().message()));
     suite.correction = *c;
   }
+  if (const Json* order = Find(*doc, "round_order")) {
+    absl::StatusOr<RoundOrder> o = order->is_string() ? ParseRoundOrderName(order->get<std::string>())
+                                                      : absl::InvalidArgumentError("a string expected");
+    if (!o.ok()) return FieldError("round_order", std::string(o.status().message()));
+    suite.round_order = *o;
+  }
   if (auto s = ReadCells(*doc, suite); !s.ok()) return s;
   return suite;
 }
@@ -484,6 +509,7 @@ std::string SuiteToJson(const Suite& suite) {
   if (suite.min_floor) head["min_floor"] = *suite.min_floor;
   if (suite.calibrated_min_floor) head["calibrated_min_floor"] = *suite.calibrated_min_floor;
   if (suite.correction) head["correction"] = regress::CorrectionName(*suite.correction);
+  if (suite.round_order) head["round_order"] = RoundOrderName(*suite.round_order);
   // One cell a line: a suite file reads and diffs cell by cell.
   std::string out = "{\n";
   for (auto it = head.begin(); it != head.end(); ++it) {

@@ -444,6 +444,29 @@ TEST(Suite, CorrectionIsANamedAdjustmentThatRoundTrips) {
   ExpectInvalid(OneCellSuite(SeedCell(), R"("correction": 1, )"), "correction: a string expected");
 }
 
+TEST(Suite, RoundOrderIsANamedOrderThatRoundTrips) {
+  absl::StatusOr<Suite> suite = ParseSuite(OneCellSuite(SeedCell(), R"("round_order": "mirrored", )"));
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  ASSERT_TRUE(suite->round_order.has_value());
+  EXPECT_EQ(*suite->round_order, RoundOrder::kMirrored);
+  EXPECT_EQ(*RoundTrip(*suite).round_order, RoundOrder::kMirrored);
+  suite = ParseSuite(OneCellSuite(SeedCell(), R"("round_order": "shuffled", )"));
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  EXPECT_EQ(*suite->round_order, RoundOrder::kShuffled);
+  absl::StatusOr<Suite> without = ParseSuite(OneCellSuite(SeedCell(), ""));
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->round_order.has_value());
+  EXPECT_THAT(SuiteToJson(*without), Not(HasSubstr("round_order")));
+  ExpectInvalid(OneCellSuite(SeedCell(), R"("round_order": "random", )"),
+                "round_order: unknown round order 'random' (one of shuffled, mirrored)");
+  ExpectInvalid(OneCellSuite(SeedCell(), R"("round_order": true, )"), "round_order: a string expected");
+  for (RoundOrder order : kRoundOrders) {
+    absl::StatusOr<RoundOrder> back = ParseRoundOrderName(RoundOrderName(order));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, order);
+  }
+}
+
 TEST(Suite, NoCellsIsInvalid) {
   ExpectInvalid(R"({"name": "t", "cells": []})", "cells: a suite needs at least one cell");
   ExpectInvalid(R"({"name": "t"})", "cells: missing");

@@ -88,6 +88,7 @@ int RunRegress(const RegressFlags& flags) {
       f, store.get(), device_class, baseline_build && baseline_build->one_process, stop.flag(), &notes);
   notes.push_back(fmt::format("p-values adjusted across the {} cells: {}", suite->cells.size(),
                               regress::CorrectionName(regress::EffectiveVerdictOptions(*suite, options).correction)));
+  notes.push_back(fmt::format("each round's blocks in {} order", regress::RoundOrderName(regress::EffectiveRoundOrder(*suite, options))));
   int unconfirmed = 0;
   absl::StatusOr<regress::Comparison> comparison =
       regress::Measure(f, *baseline, baseline_build ? &*baseline_build : nullptr, store.get(), *suite, options,
@@ -164,6 +165,7 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
                       "suite's calibrated_min_floor, else --min-floor's): their own A/A spread sets the rest")
       ->check(CLI::Range(0.0, 0.1));
   AddCorrectionOption(regress, &flags->correction);
+  AddRoundOrderOption(regress, &flags->round_order);
   regress->add_option("--max-measure-seconds", flags->max_measure_seconds,
                       "a time budget: no re-measure pass of undecided cells starts after this many seconds of "
                       "measuring (0: none); the first pass always completes, cells left undecided are unknown")

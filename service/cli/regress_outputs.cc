@@ -181,6 +181,23 @@ void AddCorrectionOption(CLI::App* command, std::optional<regress::Correction>* 
       ->check(CLI::IsMember(names));
 }
 
+void AddRoundOrderOption(CLI::App* command, std::optional<regress::RoundOrder>* order) {
+  std::vector<std::string> names;
+  for (regress::RoundOrder o : regress::kRoundOrders) names.push_back(regress::RoundOrderName(o));
+  command
+      ->add_option_function<std::string>(
+          "--round-order",
+          [order](const std::string& name) {
+            // The check below has refused any other name before this runs.
+            if (absl::StatusOr<regress::RoundOrder> o = regress::ParseRoundOrderName(name); o.ok()) *order = *o;
+          },
+          "how each round of the interleaved measurement orders its blocks: shuffled (every cell and side "
+          "in a fresh random order) or mirrored (the cells in a random order on one side, then in the same "
+          "order on the other, so both sides of a cell follow the same cell); default: the suite's "
+          "round_order, else shuffled")
+      ->check(CLI::IsMember(names));
+}
+
 void AddRegressServerOptions(CLI::App* command, RegressFlags* flags) {
 #ifdef FUSETUNE_WITH_SERVICE
   command->add_option("--server", flags->server.server, "upload the verdict rows to this fusetune server (host:port)");

@@ -42,6 +42,8 @@ void AddRegressServerOptions(CLI::App* command, RegressFlags* flags);
 
 // --correction NAME (regress::CorrectionName's names), stored in *correction when given.
 void AddCorrectionOption(CLI::App* command, std::optional<regress::Correction>* correction);
+// --round-order NAME (regress::RoundOrderName's names), stored in *order when given.
+void AddRoundOrderOption(CLI::App* command, std::optional<regress::RoundOrder>* order);
 
 // OK when the output file `path` (given with `flag`) can be written at the end of a command:
 // it is not a directory, and the nearest existing directory above it lets this process create

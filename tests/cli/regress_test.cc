@@ -158,11 +158,14 @@ TEST(Regress, APlantedSlowdownIsARegressionWithReports) {
   CommandResult r = Fusetune({"regress", "--suite", WriteSuite(dir), "--baseline", commit, "--commit", commit,
                               "--baseline-binary", FUSETUNE_BINARY, "--db", db, "--plant-slowdown", kPlantOnFusedCausal,
                               "--junit", dir.File("out/junit.xml"), "--markdown", dir.File("out/report.md"),
-                              "--json", dir.File("out/run.json")});
+                              "--json", dir.File("out/run.json"), "--round-order", "mirrored"});
   ASSERT_EQ(r.exit_code, 1) << r.err << r.out;
-  // The JSON holds every cell with both builds' blocks, judged on per-round pairs.
+  // The JSON holds every cell with both builds' blocks, judged on per-round pairs, and how the
+  // rounds were ordered (the report says it too).
   const nlohmann::json run = nlohmann::json::parse(ReadFile(dir.File("out/run.json")));
   EXPECT_TRUE(run["interleaved"].get<bool>());
+  EXPECT_EQ(run["round_order"], "mirrored");
+  EXPECT_NE(r.out.find("each round's blocks in mirrored order"), std::string::npos) << r.out;
   ASSERT_GE(run["cells"].size(), 4u);
   int regressed = 0;
   for (const nlohmann::json& cell : run["cells"]) {
@@ -590,6 +593,14 @@ TEST_F(RegressBadInput, AFloorOrTimeBudgetOutOfRange) {
                               "--baseline-binary", FUSETUNE_BINARY, "--db", db_, "--max-measure-seconds", "-1"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--max-measure-seconds"), std::string::npos) << r.err;
+  EXPECT_EQ(Count(db_, "SELECT COUNT(*) FROM regressions"), 0);
+}
+
+TEST_F(RegressBadInput, AnUnknownRoundOrder) {
+  CommandResult r = Fusetune({"regress", "--suite", suite_, "--baseline", commit_, "--commit", commit_,
+                              "--baseline-binary", FUSETUNE_BINARY, "--db", db_, "--round-order", "sorted"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--round-order"), std::string::npos) << r.err;
   EXPECT_EQ(Count(db_, "SELECT COUNT(*) FROM regressions"), 0);
 }
 

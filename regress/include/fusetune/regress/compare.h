@@ -6,7 +6,9 @@
 // of every problem before the next round, and inputs prepared afresh each round); both sources
 // verify every cell of the problem, then each round measures one block of every (cell, side) of
 // the problem in a fresh random order (seeded by the options and the round; each side of a cell
-// goes first in half of its rounds, as the side measured first can be the slower one), so both
+// goes first in half of its rounds, as the side measured first can be the slower one; with
+// RoundOrder::kMirrored the cells in a random order on one side, then in the same order on the
+// other, so that both sides of a cell follow the same cell), so both
 // builds see the same device state, L2 state and inputs. Block i of a cell's two sides come from the same
 // round, so the cell is judged on the per-round ratios (verdict.h, paired cells). After the
 // first pass (`blocks` rounds, at least PairedBlocksToResolve for the suite's cell count) the
@@ -86,6 +88,9 @@ struct CompareOptions {
   // The adjustment of the cells' p-values (`regress --correction`, the suite's correction,
   // verdict.correction, in that order).
   std::optional<regress::Correction> correction;
+  // How the rounds of an interleaved comparison order their blocks (`regress --round-order`,
+  // else the suite's round_order, else shuffled: EffectiveRoundOrder).
+  std::optional<RoundOrder> round_order;
   // > 0: no re-measure pass of undecided cells starts once the comparison has measured this many
   // seconds (a nightly's time budget); cells still undecided then stay unknown, saying so. The
   // first pass always completes.
@@ -118,6 +123,8 @@ struct Comparison {
   // Both builds measured in one process on the same inputs (the baseline's kernels a side of
   // the candidate's bench-serve, RunnerBlockSource::AddSide); set by the caller that arranged it.
   bool one_process = false;
+  // How the rounds ordered their blocks (interleaved comparisons; RoundOrder).
+  RoundOrder round_order = RoundOrder::kShuffled;
   std::vector<CellComparison> cells;  // in suite order
   double measure_seconds = 0;      // wall time spent measuring
   int blocks_measured = 0;         // both sides together
@@ -133,6 +140,10 @@ struct Comparison {
 // with the floor's minimum of options.min_floor, else the suite's min_floor, else its own; its
 // calibrated_min_floor and its correction likewise.
 regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const CompareOptions& options);
+
+// The round order a comparison of `suite` under `options` measures with: options.round_order,
+// else the suite's, else shuffled.
+RoundOrder EffectiveRoundOrder(const Suite& suite, const CompareOptions& options);
 
 // Measures `cells` of both sources interleaved and judges them. FailedPrecondition when the
 // sources' device classes differ; InvalidArgument for no cells or bad options; a source's error

@@ -10,6 +10,7 @@
 //     "blocks": 10,                                // blocks per cell and side (first pass)
 //     "rounds_across_problems": false,             // optional; see Suite
 //     "min_floor": 0.005,                          // optional; see Suite
+//     "round_order": "mirrored",                   // optional: "shuffled" (default) or "mirrored"
 //     "cells": [
 //       {"problem": "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32",
 //        "config": "fused/bm64/bs64/t2/fp32/st1",
@@ -50,6 +51,26 @@
 
 namespace fusetune::regress {
 
+// How an interleaved comparison (compare.h) orders the blocks of a round.
+//   kShuffled: every (cell, side) of the round in a fresh random order; each side of a cell
+//     goes first in half of the cell's rounds.
+//   kMirrored: the round's cells in a fresh random order, measured twice in that order, first
+//     every cell on one side, then every cell on the other (the side that starts alternates from
+//     round to round, so each goes first in half of a cell's rounds), with the cell that ended
+//     the previous round of the problem ending this one too. So a cell's two blocks of a round
+//     follow blocks of one and the same cell, and no cell's two sides run back to back (unless
+//     a round holds one cell). On the H200, where what ran just before moves a power-capped
+//     kernel's time by several percent, the per-round ratios of the bf16 S4096 cells spread
+//     2.8 times less when both sides had followed the same cell than when they had not
+//     (docs/perf.md, "what ran just before").
+enum class RoundOrder { kShuffled, kMirrored };
+// Every round order, the default first: what a name may be, in the order flags list them.
+inline constexpr RoundOrder kRoundOrders[] = {RoundOrder::kShuffled, RoundOrder::kMirrored};
+// A round order's name in suites, flags and reports: "shuffled", "mirrored".
+const char* RoundOrderName(RoundOrder order);
+// The round order of a name; InvalidArgument naming the valid ones for any other.
+absl::StatusOr<RoundOrder> ParseRoundOrderName(std::string_view name);
+
 struct SuiteCell {
   AttentionProblem problem;
   KernelConfig config;           // measured on the candidate side (and the baseline side, unless
@@ -89,6 +110,8 @@ struct Suite {
   // How the cells' p-values are adjusted for their number (regress::VerdictOptions::correction,
   // "none", "holm" or "benjamini-hochberg"). Absent: VerdictOptions' default (Holm).
   std::optional<regress::Correction> correction;
+  // How an interleaved comparison orders each round's blocks (RoundOrder). Absent: shuffled.
+  std::optional<RoundOrder> round_order;
   std::vector<SuiteCell> cells;
 
   // The stored run label of this suite's bench runs: "bench:<name>".
