@@ -214,6 +214,7 @@ class Interleaver {
       if (!block.ok()) return block.status();
       side.Of(cells_[i]).blocks.push_back(*block);
       if (sides_.size() == 2) side.Of(cells_[i]).first_in_round.push_back(started.insert(i).second);
+      side.Of(cells_[i]).sequence.push_back(*blocks_measured_);
       ++*blocks_measured_;
       ++done_;
       if (options_.progress) options_.progress(done_, planned_);
@@ -708,6 +709,18 @@ absl::StatusOr<CellMeasurement> SideFromJson(const nlohmann::json& j, const std:
       m.first_in_round.push_back(f.get<bool>());
     }
   }
+  if (j.contains("sequence")) {
+    const nlohmann::json& sequence = j.at("sequence");
+    if (!sequence.is_array() || sequence.size() != m.blocks.size()) {
+      return absl::InvalidArgumentError(Cat(where, ".sequence: an array of one place per block expected"));
+    }
+    for (const nlohmann::json& k : sequence) {
+      if (!k.is_number_integer() || k.get<int64_t>() < 0) {
+        return absl::InvalidArgumentError(Cat(where, ".sequence: places >= 0 expected"));
+      }
+      m.sequence.push_back(k.get<int>());
+    }
+  }
   return m;
 }
 
@@ -721,6 +734,7 @@ nlohmann::json SideToJson(const CellMeasurement& m) {
   nlohmann::json side = {{"check", protocol::CheckToJson(m.check)},
                          {"blocks", nlohmann::json::parse(SampleBlocksToJson(m.blocks))}};
   if (!m.first_in_round.empty()) side["first_in_round"] = m.first_in_round;
+  if (!m.sequence.empty()) side["sequence"] = m.sequence;
   return side;
 }
 

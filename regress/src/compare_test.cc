@@ -207,9 +207,25 @@ TEST(CompareInterleavedTest, MirroredRoundsMeasureTheCellsInOneOrderOnOneSideThe
       EXPECT_NE(cell.baseline.first_in_round[r], cell.candidate.first_in_round[r]);
     }
   }
+  // Each block's place in the measurement is recorded: the shared log's order.
+  std::vector<std::string> by_place(order.size());
+  for (const CellComparison& cell : c->cells) {
+    for (const CellMeasurement* side : {&cell.baseline, &cell.candidate}) {
+      ASSERT_EQ(side->sequence.size(), side->blocks.size());
+      for (int place : side->sequence) {
+        ASSERT_LT(static_cast<size_t>(place), order.size());
+        by_place[place] = (side == &cell.baseline ? "aaaaaaa " : "bbbbbbb ") + NameOf(cell.cell);
+      }
+    }
+  }
+  EXPECT_EQ(by_place, order);
   absl::StatusOr<Comparison> read = ComparisonFromJson(ComparisonToJson(*c));
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->round_order, RoundOrder::kMirrored);
+  EXPECT_EQ(read->cells[1].candidate.sequence, c->cells[1].candidate.sequence);
+  nlohmann::json doc = nlohmann::json::parse(ComparisonToJson(*c));
+  doc["cells"][0]["baseline"]["sequence"] = {1, 2};
+  EXPECT_FALSE(ComparisonFromJson(doc.dump()).ok()) << "a place per block";
 }
 
 TEST(CompareInterleavedTest, MirroredRoundsTakeOutWhatTheBlockBeforeAdds) {

@@ -64,6 +64,9 @@ struct CellMeasurement {
   // Per block of an interleaved comparison: measured before the other side's block of its round
   // (the order can move a block's time, compare.cc). Empty where there are no rounds.
   std::vector<bool> first_in_round;
+  // Per block: its place among every block the comparison measured, both sides (0, 1, ...), so
+  // what ran just before a block can be read back. Empty where not recorded (older JSON).
+  std::vector<int> sequence;
   std::vector<double> Medians() const;  // blocks[i].median_us
 };
 
@@ -173,7 +176,8 @@ absl::StatusOr<Comparison> CompareWithStored(const SourceInfo& baseline, const s
 // blocks were paired by round, blocks per side, why) and each side's verification (outcome,
 // message, errors, tolerance) and blocks in measurement order (the records' JSON form of
 // blocks, fusetune/records/json.h: median, samples, clock, power and throttle state; and, in an
-// interleaved comparison, "first_in_round": which of a round's two blocks came first). This is
+// interleaved comparison, "first_in_round": which of a round's two blocks came first, and
+// "sequence": each block's place among all the comparison's blocks). This is
 // what a comparison measured, both sides; the database keeps only the candidate's blocks.
 // A problem whose key does not parse back (varlen and padded problems: their keys hold only a
 // hash of the length lists) is also written whole, as "problem_fields" (ProblemToJson).
