@@ -6,7 +6,10 @@ For each cell of each run (interleaved comparisons only) the per-round log ratio
 log(candidate / baseline) of its paired blocks; a cell's spread is the median of their absolute
 deviations from their median (in %). Per round order (the run's "round_order", "shuffled" when
 absent), the median spread over (cell, run), the median 90 % interval width of the verdicts
-(upper / lower - 1), and the verdict counts. Where the runs recorded each block's place
+(upper / lower - 1), and the verdict counts. Spreads of a suite's cells can differ tenfold (a
+two-thread CPU cell against a one-thread one), so the orders are also compared cell by cell:
+per cell the median spread over each order's runs, their ratio, and over the cells the
+geometric mean of the ratios and how many cells spread less in each order. Where the runs recorded each block's place
 ("sequence"), each (cell, round) is also classed by what preceded its two blocks: "adjacent"
 (the two blocks back to back), "same" (both preceded by blocks of one and the same cell) or
 "different", with the median absolute deviation per class.
@@ -51,6 +54,7 @@ def main():
     pattern = re.compile(args.cells) if args.cells else None
 
     spread = defaultdict(list)    # order -> spreads of (cell, run)
+    per_cell = defaultdict(lambda: defaultdict(list))  # cell -> order -> spreads
     widths = defaultdict(list)    # order -> interval widths
     verdicts = defaultdict(lambda: defaultdict(int))
     by_class = defaultdict(lambda: defaultdict(list))  # order -> class -> |dev|
@@ -84,6 +88,7 @@ def main():
             centre = statistics.median(logs)
             devs = [abs(x - centre) for x in logs]
             spread[order].append(100 * statistics.median(devs))
+            per_cell[name][order].append(100 * statistics.median(devs))
             v = cell["verdict"]
             if v.get("lower") and v.get("upper"):
                 widths[order].append(100 * (v["upper"] / v["lower"] - 1))
@@ -105,6 +110,26 @@ def main():
         v = ", ".join(f"{k} {n}" for k, n in sorted(verdicts[order].items()))
         w = f"{statistics.median(widths[order]):.3f}" if widths[order] else "-"
         print(f"| {order} | {runs[order]} | {len(spread[order])} | {statistics.median(spread[order]):.3f} | {w} | {v} |")
+    orders = sorted(spread)
+    if len(orders) == 2:
+        a, b = orders
+        ratios = []
+        print()
+        print(f"| cell | {a} (%) | {b} (%) | {a} / {b} |")
+        print("|---|---:|---:|---:|")
+        for name in sorted(per_cell):
+            sa, sb = per_cell[name].get(a), per_cell[name].get(b)
+            if not sa or not sb:
+                continue
+            ma, mb = statistics.median(sa), statistics.median(sb)
+            if ma > 0 and mb > 0:
+                ratios.append(ma / mb)
+                print(f"| {name} | {ma:.3f} | {mb:.3f} | {ma / mb:.2f} |")
+        if ratios:
+            geo = math.exp(statistics.mean(math.log(r) for r in ratios))
+            print()
+            print(f"{a} / {b} spread per cell: geometric mean {geo:.2f} over {len(ratios)} cells; "
+                  f"{sum(r < 1 for r in ratios)} spread less {a}, {sum(r > 1 for r in ratios)} less {b}")
     if any(by_class.values()):
         print()
         print("| round order | preceded by | rounds | median abs. deviation (%) |")
