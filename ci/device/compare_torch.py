@@ -432,8 +432,14 @@ class Fusetune:
         L.fusetune_create.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
                                       ctypes.c_char_p, ctypes.c_size_t]
         L.fusetune_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-        L.fusetune_config_from_key.argtypes = [ctypes.c_char_p, ctypes.POINTER(Config), ctypes.c_char_p,
-                                               ctypes.c_size_t]
+        # A kernel variant's libfusetune_hopper_dev.so (kernels/cuda/dev/build_hopper_dev.sh) has
+        # neither the key parser nor the tolerance table: it serves as an --also library, whose
+        # configs and tolerances come from the --lib library.
+        self.full = hasattr(L, "fusetune_config_from_key") and hasattr(L, "fusetune_tolerance")
+        if self.full:
+            L.fusetune_config_from_key.argtypes = [ctypes.c_char_p, ctypes.POINTER(Config), ctypes.c_char_p,
+                                                   ctypes.c_size_t]
+            L.fusetune_tolerance.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
         L.fusetune_can_implement.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.POINTER(Config),
                                              ctypes.c_char_p, ctypes.c_size_t]
         L.fusetune_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.POINTER(Config)] + \
@@ -444,7 +450,7 @@ class Fusetune:
                                      ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
                                      ctypes.c_size_t]
         L.fusetune_status_name.restype = ctypes.c_char_p
-        L.fusetune_tolerance.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+        self.path = path
         self.err = ctypes.create_string_buffer(1024)
         self.handle = ctypes.c_void_p()
         rc = L.fusetune_create(b"cuda", torch.cuda.current_device(), ctypes.byref(self.handle), self.err,
@@ -452,8 +458,14 @@ class Fusetune:
         if rc != 0:
             raise RuntimeError(f"fusetune_create: {self.err.value.decode()}")
 
+    def _need_full(self, what):
+        if not self.full:
+            raise SystemExit(f"{self.path} has no {what} (a kernel variant's dev library?): pass the full "
+                             "libfusetune_capi.so as --lib and the variant with --also LABEL=KEY@LIB")
+
     def tolerance(self, precision, dtype):
         """The library's verification tolerance for a precision name and a dtype (FP32, ...)."""
+        self._need_full("fusetune_tolerance")
         out = ctypes.c_double()
         rc = self.lib.fusetune_tolerance(PRECISION_CODE[precision], dtype, ctypes.byref(out))
         if rc != 0:
@@ -466,6 +478,7 @@ class Fusetune:
         return buf.value.decode()
 
     def config(self, key):
+        self._need_full("fusetune_config_from_key")
         c = Config()
         rc = self.lib.fusetune_config_from_key(key.encode(), ctypes.byref(c), self.err, len(self.err))
         if rc != 0:

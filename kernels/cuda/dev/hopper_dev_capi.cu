@@ -1,0 +1,365 @@
+// The Hopper prefill kernels (fused/fused_wgmma.cuh) behind the C ABI's contiguous-prefill calls,
+// built by nvcc alone (build_hopper_dev.sh: no absl, no CMake), so that a GPU host compiles a
+// kernel variant in a minute and compares it with another build's kernels and cuDNN in one
+// process: ci/device/compare_torch.py --also LABEL=KEY@libfusetune_hopper_dev.so.
+//
+// It serves what compare_torch.py asks of an --also library: fusetune_api_version,
+// fusetune_status_name, fusetune_create ("cuda" only), fusetune_destroy, fusetune_describe,
+// fusetune_can_implement, fusetune_run and fusetune_time, with the semantics of
+// fusetune/c_api.h for the fused variant's Hopper instances (fp16/bf16, head_dim 64 or 128,
+// causal or not, GQA) on uniform batches. Everything else is UNIMPLEMENTED with the reason:
+// varlen, key padding, other variants and configs (the full library, libfusetune_capi.so,
+// parses config keys and serves the rest). As the CUDA backend does, a persistent launch that
+// may split its last round gets its workspace (the split partials and counters), and fusetune_time
+// flushes L2 by reading 256 MiB before each timed launch and queues every timed launch before
+// waiting for the first.
+//
+// Thread-safety: a handle is not thread-safe (one per thread), as in c_api.h.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fused/fused_instance.h"
+#include "fused/persistent_tile_order.h"
+#include "fusetune/base/median.h"
+#include "fusetune/c_api.h"
+#include "l2_flush.h"
+
+#ifndef FUSETUNE_HOPPER_DEV_LABEL
+#define FUSETUNE_HOPPER_DEV_LABEL "unlabelled"
+#endif
+
+struct fusetune_handle {
+  int device = 0;
+  int multiprocessors = 0;
+  std::string description;
+  void* flush = nullptr;  // L2 flush buffer, then a 4-byte sink
+  float* split_partials = nullptr;
+  int64_t split_partial_floats = 0;
+  int32_t* split_counters = nullptr;  // zeroed when allocated; every launch leaves them zero
+  int64_t split_counter_count = 0;
+  std::vector<cudaEvent_t> events;
+};
+
+namespace {
+
+namespace fused = fusetune::cuda::fused;
+
+constexpr size_t kL2FlushBytes = size_t{256} << 20;  // the CUDA backend's flush: a read
+
+int Fail(char* err, size_t errlen, int status, const std::string& message) {
+  if (err != nullptr && errlen > 0) {
+    const size_t n = std::min(errlen - 1, message.size());
+    std::memcpy(err, message.data(), n);
+    err[n] = '\0';
+  }
+  return status;
+}
+
+int CudaFail(char* err, size_t errlen, const char* what, cudaError_t e) {
+  cudaGetLastError();  // clears a non-sticky error
+  const int status = e == cudaErrorNotSupported ? FUSETUNE_UNIMPLEMENTED
+                     : e == cudaErrorMemoryAllocation ? FUSETUNE_RESOURCE_EXHAUSTED
+                     : e == cudaErrorInvalidValue || e == cudaErrorMisalignedAddress ? FUSETUNE_INVALID_ARGUMENT
+                                                                                      : FUSETUNE_INTERNAL;
+  return Fail(err, errlen, status, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+// The Hopper instance of (problem, config), or nullptr with the reason in *why.
+const fused::FusedInstance* FindInstance(const fusetune_problem& p, const fusetune_config& c, std::string* why) {
+  if (c.variant != FUSETUNE_FUSED) {
+    *why = "the Hopper dev library runs the fused variant only";
+    return nullptr;
+  }
+  if (p.dtype != FUSETUNE_FP16 && p.dtype != FUSETUNE_BF16) {
+    *why = "the Hopper kernels take fp16 or bf16 storage";
+    return nullptr;
+  }
+  const fused::FusedInstanceList list =
+      p.dtype == FUSETUNE_BF16 ? fused::WgmmaBf16Instances() : fused::WgmmaFp16Instances();
+  for (int i = 0; i < list.size; ++i) {
+    const fused::FusedInstance& in = list.data[i];
+    if (in.head_dim == p.head_dim && static_cast<int>(in.precision) == c.precision && in.block_m == c.block_m &&
+        in.block_s == c.block_s && in.threads == c.threads && in.stages == c.stages &&
+        in.pingpong == (c.pingpong != 0) && in.persistent == (c.persistent != 0) && c.split_kv == 1) {
+      return &in;
+    }
+  }
+  *why = "no compiled Hopper instance has this head_dim, precision, block_m, block_s, threads, stages, "
+         "pingpong and persistent (split_kv must be 1)";
+  return nullptr;
+}
+
+// FUSETUNE_OK, or the status and reason why this library cannot run `p`.
+int CheckProblem(const fusetune_problem* p, std::string* why) {
+  if (p == nullptr) {
+    *why = "problem is NULL";
+    return FUSETUNE_INVALID_ARGUMENT;
+  }
+  if (p->batch <= 0 || p->q_heads <= 0 || p->kv_heads <= 0 || p->q_len <= 0 || p->kv_len <= 0 ||
+      p->q_heads % p->kv_heads != 0 || (p->causal != 0 && p->causal != 1) || !(p->softmax_scale >= 0) ||
+      !std::isfinite(p->softmax_scale)) {
+    *why = "batch, heads and lengths must be positive, kv_heads divide q_heads, causal be 0 or 1 and the "
+           "scale finite and >= 0";
+    return FUSETUNE_INVALID_ARGUMENT;
+  }
+  if (p->cu_seqlens_q != nullptr || p->cu_seqlens_k != nullptr || p->kv_valid_lens != nullptr) {
+    *why = "the Hopper dev library runs uniform batches only (no varlen, no key padding)";
+    return FUSETUNE_UNIMPLEMENTED;
+  }
+  if (p->head_dim != 64 && p->head_dim != 128) {
+    *why = "the Hopper kernels take head_dim 64 or 128";
+    return FUSETUNE_UNIMPLEMENTED;
+  }
+  return FUSETUNE_OK;
+}
+
+fused::FusedKernelArgs ArgsOf(const fusetune_problem& p, const void* q, const void* k, const void* v, void* o) {
+  fused::FusedKernelArgs a;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  const int d = p.head_dim;
+  a.q_row_stride = a.o_row_stride = static_cast<int64_t>(p.q_heads) * d;
+  a.k_row_stride = a.v_row_stride = static_cast<int64_t>(p.kv_heads) * d;
+  a.q_head_stride = a.k_head_stride = a.v_head_stride = a.o_head_stride = d;
+  a.batch = p.batch;
+  a.q_heads = p.q_heads;
+  a.kv_heads = p.kv_heads;
+  a.heads_per_kv = p.q_heads / p.kv_heads;
+  a.q_len = p.q_len;
+  a.kv_len = p.kv_len;
+  a.causal = p.causal;
+  const float scale = p.softmax_scale > 0 ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(d));
+  a.scale_log2 = scale * 1.4426950408889634f;  // log2(e)
+  a.q_total_rows = static_cast<int64_t>(p.batch) * p.q_len;
+  a.kv_total_rows = static_cast<int64_t>(p.batch) * p.kv_len;
+  return a;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Checks, finds the instance and fills the arguments (the split workspace where the launch may
+// split), or returns the failure.
+int Prepare(fusetune_handle* h, const fusetune_problem* problem, const fusetune_config* config, const void* q,
+            const void* k, const void* v, void* o, const fused::FusedInstance** inst, fused::FusedKernelArgs* args,
+            char* err, size_t errlen) {
+  if (h == nullptr || config == nullptr) return Fail(err, errlen, FUSETUNE_INVALID_ARGUMENT, "handle or config is NULL");
+  std::string why;
+  if (const int s = CheckProblem(problem, &why); s != FUSETUNE_OK) return Fail(err, errlen, s, why);
+  *inst = FindInstance(*problem, *config, &why);
+  if (*inst == nullptr) return Fail(err, errlen, FUSETUNE_UNIMPLEMENTED, why);
+  if (q == nullptr || k == nullptr || v == nullptr || o == nullptr || !Aligned16(q) || !Aligned16(k) ||
+      !Aligned16(v) || !Aligned16(o)) {
+    return Fail(err, errlen, FUSETUNE_INVALID_ARGUMENT, "q, k, v and o must be 16-byte aligned device pointers");
+  }
+  if (cudaError_t e = cudaSetDevice(h->device); e != cudaSuccess) return CudaFail(err, errlen, "cudaSetDevice", e);
+  *args = ArgsOf(*problem, q, k, v, o);
+  if ((*inst)->split_tail) {
+    const fused::SplitTail split =
+        fused::SplitTail::ForLaunch(problem->q_len, problem->kv_len, problem->q_heads, problem->batch,
+                                    problem->causal != 0, /*uniform=*/true, (*inst)->block_m, (*inst)->block_s,
+                                    h->multiprocessors);
+    if (split.active()) {
+      const int consumer_threads = (*inst)->threads - 128;  // all but the producer warpgroup
+      const int64_t floats = split.PartialFloats(consumer_threads, (*inst)->head_dim);
+      const int64_t counters = split.Counters(consumer_threads / 32);
+      if (floats > h->split_partial_floats) {
+        cudaFree(h->split_partials);
+        h->split_partials = nullptr;
+        h->split_partial_floats = 0;
+        if (cudaError_t e = cudaMalloc(&h->split_partials, floats * sizeof(float)); e != cudaSuccess) {
+          return CudaFail(err, errlen, "the split partials", e);
+        }
+        h->split_partial_floats = floats;
+      }
+      if (counters > h->split_counter_count) {
+        cudaFree(h->split_counters);
+        h->split_counters = nullptr;
+        h->split_counter_count = 0;
+        if (cudaError_t e = cudaMalloc(&h->split_counters, counters * sizeof(int32_t)); e != cudaSuccess) {
+          return CudaFail(err, errlen, "the split counters", e);
+        }
+        if (cudaError_t e = cudaMemset(h->split_counters, 0, counters * sizeof(int32_t)); e != cudaSuccess) {
+          return CudaFail(err, errlen, "zeroing the split counters", e);
+        }
+        h->split_counter_count = counters;
+      }
+    }
+    args->split_partials = h->split_partials;
+    args->split_partial_floats = h->split_partial_floats;
+    args->split_counters = h->split_counters;
+    args->split_counter_count = h->split_counter_count;
+  }
+  return FUSETUNE_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int fusetune_api_version(void) { return FUSETUNE_C_API_VERSION; }
+
+const char* fusetune_status_name(int status) {
+  switch (status) {
+    case FUSETUNE_OK: return "OK";
+    case FUSETUNE_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case FUSETUNE_NOT_FOUND: return "NOT_FOUND";
+    case FUSETUNE_PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case FUSETUNE_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case FUSETUNE_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case FUSETUNE_UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case FUSETUNE_INTERNAL: return "INTERNAL";
+    case FUSETUNE_UNAVAILABLE: return "UNAVAILABLE";
+    case FUSETUNE_DATA_LOSS: return "DATA_LOSS";
+    default: return "UNKNOWN";
+  }
+}
+
+int fusetune_create(const char* backend, int device, fusetune_handle** out, char* err, size_t errlen) {
+  if (out == nullptr) return Fail(err, errlen, FUSETUNE_INVALID_ARGUMENT, "out is NULL");
+  *out = nullptr;
+  if (backend == nullptr || std::strcmp(backend, "cuda") != 0) {
+    return Fail(err, errlen, FUSETUNE_NOT_FOUND, "the Hopper dev library has the \"cuda\" backend only");
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
+    cudaGetLastError();
+    return Fail(err, errlen, FUSETUNE_UNAVAILABLE, "no CUDA device " + std::to_string(device));
+  }
+  cudaDeviceProp prop{};
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return CudaFail(err, errlen, "cudaSetDevice", e);
+  if (cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess) {
+    return CudaFail(err, errlen, "cudaGetDeviceProperties", e);
+  }
+  if (prop.major != 9) {
+    return Fail(err, errlen, FUSETUNE_UNAVAILABLE,
+                std::string(prop.name) + " is sm_" + std::to_string(prop.major * 10 + prop.minor) +
+                    ": the Hopper kernels need sm_90");
+  }
+  auto* h = new fusetune_handle;
+  h->device = device;
+  h->multiprocessors = prop.multiProcessorCount;
+  char text[512];
+  std::snprintf(text, sizeof(text), "%s (sm_%d%d, %d SMs, %.1f GiB) — Hopper dev library \"%s\"", prop.name,
+                prop.major, prop.minor, prop.multiProcessorCount,
+                static_cast<double>(prop.totalGlobalMem) / (1 << 30), FUSETUNE_HOPPER_DEV_LABEL);
+  h->description = text;
+  *out = h;
+  return FUSETUNE_OK;
+}
+
+void fusetune_destroy(fusetune_handle* handle) {
+  if (handle == nullptr) return;
+  cudaSetDevice(handle->device);
+  for (cudaEvent_t e : handle->events) cudaEventDestroy(e);
+  cudaFree(handle->flush);
+  cudaFree(handle->split_partials);
+  cudaFree(handle->split_counters);
+  delete handle;
+}
+
+int fusetune_describe(fusetune_handle* handle, char* buf, size_t buflen) {
+  if (handle == nullptr) return Fail(buf, buflen, FUSETUNE_INVALID_ARGUMENT, "handle is NULL");
+  Fail(buf, buflen, FUSETUNE_OK, handle->description);
+  return FUSETUNE_OK;
+}
+
+int fusetune_can_implement(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_config* config,
+                           char* err, size_t errlen) {
+  if (handle == nullptr || config == nullptr) return Fail(err, errlen, FUSETUNE_INVALID_ARGUMENT, "handle or config is NULL");
+  std::string why;
+  if (const int s = CheckProblem(problem, &why); s != FUSETUNE_OK) return Fail(err, errlen, s, why);
+  if (FindInstance(*problem, *config, &why) == nullptr) return Fail(err, errlen, FUSETUNE_UNIMPLEMENTED, why);
+  return FUSETUNE_OK;
+}
+
+int fusetune_run(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_config* config,
+                 const void* q, const void* k, const void* v, void* o, char* err, size_t errlen) {
+  const fused::FusedInstance* inst = nullptr;
+  fused::FusedKernelArgs args;
+  if (const int s = Prepare(handle, problem, config, q, k, v, o, &inst, &args, err, errlen); s != FUSETUNE_OK) return s;
+  if (cudaError_t e = inst->launch(args, /*stream=*/0); e != cudaSuccess) return CudaFail(err, errlen, "launch", e);
+  if (cudaError_t e = cudaStreamSynchronize(0); e != cudaSuccess) return CudaFail(err, errlen, "after the launch", e);
+  return FUSETUNE_OK;
+}
+
+int fusetune_time(fusetune_handle* handle, const fusetune_problem* problem, const fusetune_config* config,
+                  const void* q, const void* k, const void* v, void* o, int warmup, int repeats, double max_seconds,
+                  int flush_l2, double* median_us, double* samples_us, int capacity, int* count, char* err,
+                  size_t errlen) {
+  if (median_us == nullptr || count == nullptr || warmup < 0 || repeats < 1 || !(max_seconds > 0) ||
+      (capacity > 0 && samples_us == nullptr)) {
+    return Fail(err, errlen, FUSETUNE_INVALID_ARGUMENT,
+                "median_us and count must be set, warmup >= 0, repeats >= 1, max_seconds > 0");
+  }
+  const fused::FusedInstance* inst = nullptr;
+  fused::FusedKernelArgs args;
+  if (const int s = Prepare(handle, problem, config, q, k, v, o, &inst, &args, err, errlen); s != FUSETUNE_OK) return s;
+  if (flush_l2 != 0 && handle->flush == nullptr) {
+    if (cudaError_t e = cudaMalloc(&handle->flush, kL2FlushBytes + 64); e != cudaSuccess) {
+      return CudaFail(err, errlen, "the L2 flush buffer", e);
+    }
+    if (cudaError_t e = cudaMemset(handle->flush, 1, kL2FlushBytes + 64); e != cudaSuccess) {
+      return CudaFail(err, errlen, "filling the L2 flush buffer", e);
+    }
+  }
+  // Warm-up, timed on the host to bound the timed launches by max_seconds (at least 3): they are
+  // queued all at once.
+  const auto warm_begin = std::chrono::steady_clock::now();
+  for (int i = 0; i < warmup; ++i) {
+    if (cudaError_t e = inst->launch(args, 0); e != cudaSuccess) return CudaFail(err, errlen, "warm-up launch", e);
+  }
+  if (cudaError_t e = cudaStreamSynchronize(0); e != cudaSuccess) return CudaFail(err, errlen, "warm-up", e);
+  int n = repeats;
+  if (warmup > 0) {
+    const double per_launch =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_begin).count() / warmup;
+    if (per_launch > 0) n = std::clamp(static_cast<int>(max_seconds / per_launch), std::min(3, repeats), repeats);
+  }
+  while (static_cast<int>(handle->events.size()) < 2 * n) {
+    cudaEvent_t e;
+    if (cudaError_t c = cudaEventCreate(&e); c != cudaSuccess) return CudaFail(err, errlen, "cudaEventCreate", c);
+    handle->events.push_back(e);
+  }
+  uint32_t* sink =
+      handle->flush == nullptr ? nullptr : reinterpret_cast<uint32_t*>(static_cast<char*>(handle->flush) + kL2FlushBytes);
+  for (int i = 0; i < n; ++i) {
+    if (flush_l2 != 0) {
+      if (cudaError_t e = fusetune::cuda::EnqueueL2FlushByReading(handle->flush, kL2FlushBytes, sink,
+                                                                  handle->multiprocessors, 0);
+          e != cudaSuccess) {
+        return CudaFail(err, errlen, "L2 flush", e);
+      }
+    }
+    if (cudaError_t e = cudaEventRecord(handle->events[2 * i], 0); e != cudaSuccess) return CudaFail(err, errlen, "cudaEventRecord", e);
+    if (cudaError_t e = inst->launch(args, 0); e != cudaSuccess) return CudaFail(err, errlen, "timed launch", e);
+    if (cudaError_t e = cudaEventRecord(handle->events[2 * i + 1], 0); e != cudaSuccess) {
+      return CudaFail(err, errlen, "cudaEventRecord", e);
+    }
+  }
+  if (cudaError_t e = cudaEventSynchronize(handle->events[2 * n - 1]); e != cudaSuccess) {
+    return CudaFail(err, errlen, "timed launches", e);
+  }
+  std::vector<double> samples(n);
+  for (int i = 0; i < n; ++i) {
+    float ms = 0;
+    if (cudaError_t e = cudaEventElapsedTime(&ms, handle->events[2 * i], handle->events[2 * i + 1]); e != cudaSuccess) {
+      return CudaFail(err, errlen, "cudaEventElapsedTime", e);
+    }
+    samples[i] = 1000.0 * ms;
+  }
+  for (int i = 0; i < n && i < capacity; ++i) samples_us[i] = samples[i];
+  *count = std::min(n, std::max(capacity, 0));
+  *median_us = fusetune::Median(samples);
+  return FUSETUNE_OK;
+}
+
+}  // extern "C"
