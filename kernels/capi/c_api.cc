@@ -303,21 +303,6 @@ extern "C" {
 
 int fusetune_api_version(void) { return FUSETUNE_C_API_VERSION; }
 
-const char* fusetune_status_name(int status) {
-  switch (status) {
-    case FUSETUNE_OK: return "OK";
-    case FUSETUNE_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case FUSETUNE_NOT_FOUND: return "NOT_FOUND";
-    case FUSETUNE_PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case FUSETUNE_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case FUSETUNE_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case FUSETUNE_UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case FUSETUNE_INTERNAL: return "INTERNAL";
-    case FUSETUNE_UNAVAILABLE: return "UNAVAILABLE";
-    case FUSETUNE_DATA_LOSS: return "DATA_LOSS";
-    default: return "UNKNOWN";
-  }
-}
 
 int fusetune_create(const char* backend, int device, fusetune_handle** out, char* err,
                     size_t errlen) {

@@ -165,37 +165,42 @@ absl::Status WriteRegressOutputs(const RegressFlags& f, const regress::Suite& su
   return absl::OkStatus();
 }
 
-void AddCorrectionOption(CLI::App* command, std::optional<regress::Correction>* correction) {
+namespace {
+
+// A flag whose value is one of `values`, by the name `name_of` gives it (CLI11 refuses any other
+// before the callback runs); the value parsed back is stored in *out.
+template <typename T, size_t N>
+void AddNamedChoiceOption(CLI::App* command, const char* flag, const T (&values)[N], const char* (*name_of)(T),
+                          std::optional<T>* out, const char* help) {
   std::vector<std::string> names;
-  for (regress::Correction c : regress::kCorrections) names.push_back(regress::CorrectionName(c));
+  for (T v : values) names.push_back(name_of(v));
   command
       ->add_option_function<std::string>(
-          "--correction",
-          [correction](const std::string& name) {
-            // The check below has refused any other name before this runs.
-            if (absl::StatusOr<regress::Correction> c = regress::ParseCorrectionName(name); c.ok()) *correction = *c;
+          flag,
+          [values = std::vector<T>(std::begin(values), std::end(values)), name_of, out](const std::string& name) {
+            for (T v : values) {
+              if (name == name_of(v)) *out = v;
+            }
           },
-          "how the cells' p-values are adjusted for their number: holm (the family of a suite's cells, the "
-          "default), benjamini-hochberg (their false discovery rate) or none (each cell at alpha alone; its "
-          "floor then does more of the guarding); default: the suite's correction, else holm")
+          help)
       ->check(CLI::IsMember(names));
 }
 
+}  // namespace
+
+void AddCorrectionOption(CLI::App* command, std::optional<regress::Correction>* correction) {
+  AddNamedChoiceOption(command, "--correction", regress::kCorrections, &regress::CorrectionName, correction,
+                       "how the cells' p-values are adjusted for their number: holm (the family of a suite's cells, "
+                       "the default), benjamini-hochberg (their false discovery rate) or none (each cell at alpha "
+                       "alone; its floor then does more of the guarding); default: the suite's correction, else holm");
+}
+
 void AddRoundOrderOption(CLI::App* command, std::optional<regress::RoundOrder>* order) {
-  std::vector<std::string> names;
-  for (regress::RoundOrder o : regress::kRoundOrders) names.push_back(regress::RoundOrderName(o));
-  command
-      ->add_option_function<std::string>(
-          "--round-order",
-          [order](const std::string& name) {
-            // The check below has refused any other name before this runs.
-            if (absl::StatusOr<regress::RoundOrder> o = regress::ParseRoundOrderName(name); o.ok()) *order = *o;
-          },
-          "how each round of the interleaved measurement orders its blocks: shuffled (every cell and side "
-          "in a fresh random order) or mirrored (the cells in a random order on one side, then in the same "
-          "order on the other, so both sides of a cell follow the same cell); default: the suite's "
-          "round_order, else shuffled")
-      ->check(CLI::IsMember(names));
+  AddNamedChoiceOption(command, "--round-order", regress::kRoundOrders, &regress::RoundOrderName, order,
+                       "how each round of the interleaved measurement orders its blocks: shuffled (every cell and "
+                       "side in a fresh random order) or mirrored (the cells in a random order on one side, then in "
+                       "the same order on the other, so both sides of a cell follow the same cell); default: the "
+                       "suite's round_order, else shuffled");
 }
 
 void AddRegressServerOptions(CLI::App* command, RegressFlags* flags) {

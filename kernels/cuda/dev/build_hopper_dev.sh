@@ -36,7 +36,7 @@ out=$(cd "$out" && pwd)
 # The sources of a library, relative to the repository root; the .cu files carry the kernels.
 sources=(kernels/cuda/fused/fused_wgmma_bf16.cu kernels/cuda/fused/fused_wgmma_fp16.cu
          kernels/cuda/fused/fused_tensor_map.cc kernels/cuda/l2_flush.cu base/src/median.cc
-         kernels/cuda/dev/hopper_dev_capi.cu)
+         kernels/capi/status_name.cc kernels/cuda/dev/hopper_dev_capi.cu)
 
 declare -A tree
 for spec in "${variants[@]}"; do

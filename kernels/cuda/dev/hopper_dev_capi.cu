@@ -4,7 +4,7 @@
 // process: ci/device/compare_torch.py --also LABEL=KEY@libfusetune_hopper_dev.so.
 //
 // It serves what compare_torch.py asks of an --also library: fusetune_api_version,
-// fusetune_status_name, fusetune_create ("cuda" only), fusetune_destroy, fusetune_describe,
+// fusetune_status_name (../../capi/status_name.cc, linked in), fusetune_create ("cuda" only), fusetune_destroy, fusetune_describe,
 // fusetune_can_implement, fusetune_run and fusetune_time, with the semantics of
 // fusetune/c_api.h for the fused variant's Hopper instances (fp16/bf16, head_dim 64 or 128,
 // causal or not, GQA) on uniform batches. Everything else is UNIMPLEMENTED with the reason:
@@ -146,6 +146,20 @@ fused::FusedKernelArgs ArgsOf(const fusetune_problem& p, const void* q, const vo
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Makes *buffer hold at least `need` zeroed elements (reallocated, and zeroed once, when it grows;
+// the split counters rely on staying zero between launches).
+template <typename T>
+cudaError_t Grow(T** buffer, int64_t* have, int64_t need) {
+  if (need <= *have) return cudaSuccess;
+  cudaFree(*buffer);
+  *buffer = nullptr;
+  *have = 0;
+  if (cudaError_t e = cudaMalloc(buffer, need * sizeof(T)); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaMemset(*buffer, 0, need * sizeof(T)); e != cudaSuccess) return e;
+  *have = need;
+  return cudaSuccess;
+}
+
 // Checks, finds the instance and fills the arguments (the split workspace where the launch may
 // split), or returns the failure.
 int Prepare(fusetune_handle* h, const fusetune_problem* problem, const fusetune_config* config, const void* q,
@@ -171,26 +185,11 @@ int Prepare(fusetune_handle* h, const fusetune_problem* problem, const fusetune_
       const int consumer_threads = (*inst)->threads - 128;  // all but the producer warpgroup
       const int64_t floats = split.PartialFloats(consumer_threads, (*inst)->head_dim);
       const int64_t counters = split.Counters(consumer_threads / 32);
-      if (floats > h->split_partial_floats) {
-        cudaFree(h->split_partials);
-        h->split_partials = nullptr;
-        h->split_partial_floats = 0;
-        if (cudaError_t e = cudaMalloc(&h->split_partials, floats * sizeof(float)); e != cudaSuccess) {
-          return CudaFail(err, errlen, "the split partials", e);
-        }
-        h->split_partial_floats = floats;
+      if (cudaError_t e = Grow(&h->split_partials, &h->split_partial_floats, floats); e != cudaSuccess) {
+        return CudaFail(err, errlen, "the split partials", e);
       }
-      if (counters > h->split_counter_count) {
-        cudaFree(h->split_counters);
-        h->split_counters = nullptr;
-        h->split_counter_count = 0;
-        if (cudaError_t e = cudaMalloc(&h->split_counters, counters * sizeof(int32_t)); e != cudaSuccess) {
-          return CudaFail(err, errlen, "the split counters", e);
-        }
-        if (cudaError_t e = cudaMemset(h->split_counters, 0, counters * sizeof(int32_t)); e != cudaSuccess) {
-          return CudaFail(err, errlen, "zeroing the split counters", e);
-        }
-        h->split_counter_count = counters;
+      if (cudaError_t e = Grow(&h->split_counters, &h->split_counter_count, counters); e != cudaSuccess) {
+        return CudaFail(err, errlen, "the split counters", e);
       }
     }
     args->split_partials = h->split_partials;
@@ -207,21 +206,6 @@ extern "C" {
 
 int fusetune_api_version(void) { return FUSETUNE_C_API_VERSION; }
 
-const char* fusetune_status_name(int status) {
-  switch (status) {
-    case FUSETUNE_OK: return "OK";
-    case FUSETUNE_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case FUSETUNE_NOT_FOUND: return "NOT_FOUND";
-    case FUSETUNE_PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case FUSETUNE_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case FUSETUNE_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case FUSETUNE_UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case FUSETUNE_INTERNAL: return "INTERNAL";
-    case FUSETUNE_UNAVAILABLE: return "UNAVAILABLE";
-    case FUSETUNE_DATA_LOSS: return "DATA_LOSS";
-    default: return "UNKNOWN";
-  }
-}
 
 int fusetune_create(const char* backend, int device, fusetune_handle** out, char* err, size_t errlen) {
   if (out == nullptr) return Fail(err, errlen, FUSETUNE_INVALID_ARGUMENT, "out is NULL");
