@@ -16,8 +16,9 @@
 #   SUITE     the suite (default suites/h200.json); BACKEND (default cuda)
 #   DEADLINE  seconds after the start by which every run has ended (each is stopped there; a run
 #             that would start with under 60 s left is skipped), so the results are packed in time
-# Writes OUT/<name>.{json,md,log,db}, OUT/smi.csv (clock, power, throttle reasons every 500 ms)
-# and OUT/runs.txt (exit status and seconds per run), then packs them all into OUT/results.tar.xz
+# Writes OUT/<name>.{json,md,log,db}, OUT/smi.csv (clock, power, throttle reasons every 500 ms),
+# OUT/runs.txt (exit status and seconds per run) and OUT/spread.md (regress_spread.py over the
+# runs: per-round spread by round order and by what preceded the blocks), then packs them all into OUT/results.tar.xz
 # (one file: a transfer that limits the number of files keeps it whole).
 set -uo pipefail
 FT=$1
@@ -64,4 +65,8 @@ for spec in "$@"; do
   grep -E "^[0-9]+ cells:|blocks measured" "$OUT/runs/$name.log" | head -2
 done
 kill $SMI 2>/dev/null
+# How widely each run's per-round ratios spread, by round order and by what preceded the blocks.
+if command -v python3 >/dev/null && compgen -G "$OUT/runs/*.json" >/dev/null; then
+  python3 "$(dirname "$0")/regress_spread.py" "$OUT"/runs/*.json > "$OUT/runs/spread.md" 2>&1 || true
+fi
 tar -C "$OUT" -cJf "$OUT/results.tar.xz" runs && rm -rf "$OUT/runs"
