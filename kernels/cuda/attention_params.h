@@ -37,21 +37,11 @@ inline AttentionParams AttentionParamsFor(const AttentionProblem& problem, const
   p.k = k;
   p.v = v;
   p.o = o;
-  p.q_row_stride = static_cast<int64_t>(problem.q_heads) * d;
-  p.o_row_stride = p.q_row_stride;
-  p.k_row_stride = static_cast<int64_t>(problem.kv_heads) * d;
-  p.v_row_stride = p.k_row_stride;
-  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
-  p.batch = problem.batch;
-  p.q_heads = problem.q_heads;
-  p.kv_heads = problem.kv_heads;
   p.head_dim = d;
-  p.q_len = problem.q_len;
-  p.kv_len = problem.kv_len;
-  p.causal = problem.causal;
   p.dtype = problem.dtype;
   p.scale = problem.EffectiveScale();
-  p.scale_log2 = p.scale * 1.4426950408889634f;  // log2(e)
+  fused::SetContiguousGeometry(p, problem.batch, problem.q_heads, problem.kv_heads, d, problem.q_len, problem.kv_len,
+                               problem.causal ? 1 : 0, p.scale);
   p.q_total_rows = problem.TotalQueries();
   p.kv_total_rows = problem.TotalKeys();
   if (problem.is_paged()) {  // the table pointer is the caller's to set

@@ -53,6 +53,12 @@ namespace fused = fusetune::cuda::fused;
 
 constexpr size_t kL2FlushBytes = size_t{256} << 20;  // the CUDA backend's flush: a read
 
+// The C ABI's dtype and precision codes are the kernels' (as fusetune::DType and Precision).
+static_assert(static_cast<int>(fused::StorageCode::kFp16) == FUSETUNE_FP16 &&
+              static_cast<int>(fused::StorageCode::kBf16) == FUSETUNE_BF16);
+static_assert(static_cast<int>(fused::PrecisionCode::kFp16) == FUSETUNE_PRECISION_FP16 &&
+              static_cast<int>(fused::PrecisionCode::kBf16) == FUSETUNE_PRECISION_BF16);
+
 int Fail(char* err, size_t errlen, int status, const std::string& message) {
   if (err != nullptr && errlen > 0) {
     const size_t n = std::min(errlen - 1, message.size());
@@ -83,11 +89,10 @@ const fused::FusedInstance* FindInstance(const fusetune_problem& p, const fusetu
   }
   const fused::FusedInstanceList list =
       p.dtype == FUSETUNE_BF16 ? fused::WgmmaBf16Instances() : fused::WgmmaFp16Instances();
-  for (int i = 0; i < list.size; ++i) {
+  for (int i = 0; i < list.size && c.split_kv == 1; ++i) {
     const fused::FusedInstance& in = list.data[i];
-    if (in.head_dim == p.head_dim && static_cast<int>(in.precision) == c.precision && in.block_m == c.block_m &&
-        in.block_s == c.block_s && in.threads == c.threads && in.stages == c.stages &&
-        in.pingpong == (c.pingpong != 0) && in.persistent == (c.persistent != 0) && c.split_kv == 1) {
+    if (in.Implements(p.head_dim, static_cast<fused::StorageCode>(p.dtype), static_cast<fused::PrecisionCode>(c.precision),
+                      c.block_m, c.block_s, c.threads, c.stages, c.pingpong != 0, c.persistent != 0)) {
       return &in;
     }
   }
@@ -126,19 +131,10 @@ fused::FusedKernelArgs ArgsOf(const fusetune_problem& p, const void* q, const vo
   a.k = k;
   a.v = v;
   a.o = o;
-  const int d = p.head_dim;
-  a.q_row_stride = a.o_row_stride = static_cast<int64_t>(p.q_heads) * d;
-  a.k_row_stride = a.v_row_stride = static_cast<int64_t>(p.kv_heads) * d;
-  a.q_head_stride = a.k_head_stride = a.v_head_stride = a.o_head_stride = d;
-  a.batch = p.batch;
-  a.q_heads = p.q_heads;
-  a.kv_heads = p.kv_heads;
-  a.heads_per_kv = p.q_heads / p.kv_heads;
-  a.q_len = p.q_len;
-  a.kv_len = p.kv_len;
-  a.causal = p.causal;
-  const float scale = p.softmax_scale > 0 ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(d));
-  a.scale_log2 = scale * 1.4426950408889634f;  // log2(e)
+  // c_api.h: a softmax_scale of 0 means 1/sqrt(head_dim) (AttentionProblem::EffectiveScale).
+  const float scale = p.softmax_scale > 0 ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  fused::SetContiguousGeometry(a, p.batch, p.q_heads, p.kv_heads, p.head_dim, p.q_len, p.kv_len, p.causal, scale);
+  a.heads_per_kv = p.q_heads / p.kv_heads;  // LaunchFused's part in the full library
   a.q_total_rows = static_cast<int64_t>(p.batch) * p.q_len;
   a.kv_total_rows = static_cast<int64_t>(p.batch) * p.kv_len;
   return a;
@@ -181,16 +177,12 @@ int Prepare(fusetune_handle* h, const fusetune_problem* problem, const fusetune_
         fused::SplitTail::ForLaunch(problem->q_len, problem->kv_len, problem->q_heads, problem->batch,
                                     problem->causal != 0, /*uniform=*/true, (*inst)->block_m, (*inst)->block_s,
                                     h->multiprocessors);
-    if (split.active()) {
-      const int consumer_threads = (*inst)->threads - 128;  // all but the producer warpgroup
-      const int64_t floats = split.PartialFloats(consumer_threads, (*inst)->head_dim);
-      const int64_t counters = split.Counters(consumer_threads / 32);
-      if (cudaError_t e = Grow(&h->split_partials, &h->split_partial_floats, floats); e != cudaSuccess) {
-        return CudaFail(err, errlen, "the split partials", e);
-      }
-      if (cudaError_t e = Grow(&h->split_counters, &h->split_counter_count, counters); e != cudaSuccess) {
-        return CudaFail(err, errlen, "the split counters", e);
-      }
+    const fused::SplitWorkspaceSize size = fused::SplitWorkspaceOf(split, (*inst)->threads, (*inst)->head_dim);
+    if (cudaError_t e = Grow(&h->split_partials, &h->split_partial_floats, size.partial_floats); e != cudaSuccess) {
+      return CudaFail(err, errlen, "the split partials", e);
+    }
+    if (cudaError_t e = Grow(&h->split_counters, &h->split_counter_count, size.counters); e != cudaSuccess) {
+      return CudaFail(err, errlen, "the split counters", e);
     }
     args->split_partials = h->split_partials;
     args->split_partial_floats = h->split_partial_floats;

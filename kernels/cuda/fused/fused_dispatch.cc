@@ -55,10 +55,8 @@ const std::vector<FusedInstance>& AllInstances() {
 
 const FusedInstance* FindInstance(int head_dim, DType dtype, const KernelConfig& c) {
   for (const FusedInstance& inst : AllInstances()) {
-    if (inst.head_dim == head_dim && static_cast<int>(inst.storage) == static_cast<int>(dtype) &&
-        static_cast<int>(inst.precision) == static_cast<int>(c.precision) &&
-        inst.block_m == c.block_m && inst.block_s == c.block_s && inst.threads == c.threads &&
-        inst.stages == c.stages && inst.pingpong == c.pingpong && inst.persistent == c.persistent) {
+    if (inst.Implements(head_dim, static_cast<StorageCode>(dtype), static_cast<PrecisionCode>(c.precision), c.block_m,
+                        c.block_s, c.threads, c.stages, c.pingpong, c.persistent)) {
       return &inst;
     }
   }
@@ -178,11 +176,10 @@ FusedSplitWorkspace FusedSplitWorkspaceFor(const AttentionProblem& problem, cons
   const cuda::fused::SplitTail split =
       cuda::fused::SplitTail::ForLaunch(problem.q_len, problem.kv_len, problem.q_heads, problem.batch, problem.causal,
                                         uniform, inst->block_m, inst->block_s, multiprocessors);
-  if (!split.active()) return {};
-  const int consumer_threads = inst->threads - 128;  // all but the producer warpgroup
+  const cuda::fused::SplitWorkspaceSize size = cuda::fused::SplitWorkspaceOf(split, inst->threads, inst->head_dim);
   FusedSplitWorkspace w;
-  w.partial_floats = split.PartialFloats(consumer_threads, inst->head_dim);
-  w.counters = split.Counters(consumer_threads / 32);
+  w.partial_floats = size.partial_floats;
+  w.counters = size.counters;
   return w;
 }
 

@@ -60,6 +60,24 @@ struct FusedKernelArgs {
   int64_t split_counter_count = 0;
 };
 
+// The shapes, strides and exp2 scale of `batch` sequences of (at most) q_len queries and kv_len
+// keys in the layout of problem.h (rows of heads x head_dim, contiguous): the one filling of
+// these fields (AttentionParamsFor, and the Hopper dev library that has no AttentionProblem).
+// Pointers, length arrays, total rows, pages and heads_per_kv stay the caller's.
+inline void SetContiguousGeometry(FusedKernelArgs& a, int batch, int q_heads, int kv_heads, int head_dim, int q_len,
+                                  int kv_len, int causal, float scale) {
+  a.q_row_stride = a.o_row_stride = static_cast<int64_t>(q_heads) * head_dim;
+  a.k_row_stride = a.v_row_stride = static_cast<int64_t>(kv_heads) * head_dim;
+  a.q_head_stride = a.k_head_stride = a.v_head_stride = a.o_head_stride = head_dim;
+  a.batch = batch;
+  a.q_heads = q_heads;
+  a.kv_heads = kv_heads;
+  a.q_len = q_len;
+  a.kv_len = kv_len;
+  a.causal = causal;
+  a.scale_log2 = scale * 1.4426950408889634f;  // log2(e)
+}
+
 using FusedLaunchFn = cudaError_t (*)(const FusedKernelArgs&, cudaStream_t);
 
 // One compiled instantiation: the config it implements and its launcher.
@@ -83,6 +101,15 @@ struct FusedInstance {
   // A persistent instance that splits its last round along the keys where that pays (SplitTail),
   // given the workspace; its consumer warps are (threads - 128) / 32.
   bool split_tail = false;
+
+  // Whether this instance is the one compiled for that config: the one test of a config
+  // against the table (the dispatch's, and the Hopper dev library's, which has no KernelConfig).
+  bool Implements(int head_dim_, StorageCode storage_, PrecisionCode precision_, int block_m_, int block_s_,
+                  int threads_, int stages_, bool pingpong_, bool persistent_) const {
+    return head_dim == head_dim_ && storage == storage_ && precision == precision_ && block_m == block_m_ &&
+           block_s == block_s_ && threads == threads_ && stages == stages_ && pingpong == pingpong_ &&
+           persistent == persistent_;
+  }
 };
 
 struct FusedInstanceList {

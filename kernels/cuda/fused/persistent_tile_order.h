@@ -149,6 +149,19 @@ struct SplitTail {
   }
 };
 
+// The workspace a launcher gives a split launch of blocks of `threads` threads (the producer
+// warpgroup's 128 among them, the rest consumers) at head_dim: the partial states' floats and
+// the arrival counters; both 0 when `split` is inactive.
+struct SplitWorkspaceSize {
+  int64_t partial_floats = 0;
+  int64_t counters = 0;
+};
+inline SplitWorkspaceSize SplitWorkspaceOf(const SplitTail& split, int threads, int head_dim) {
+  if (!split.active()) return {};
+  const int consumer_threads = threads - 128;
+  return {split.PartialFloats(consumer_threads, head_dim), split.Counters(consumer_threads / 32)};
+}
+
 }  // namespace fusetune::cuda::fused
 
 #endif  // FUSETUNE_KERNELS_CUDA_FUSED_PERSISTENT_TILE_ORDER_H_
