@@ -222,26 +222,29 @@ class Interleaver {
     return true;
   }
 
-  // Orders a round as RoundOrder::kMirrored says: the cells with both sides in the round in a
-  // random order, ending with the cell that ended this problem's previous round when it is
-  // among them; then every such cell on the side that went first less often over these cells
-  // (a coin when even), then every one on the other side, in the same order. A (cell, side)
-  // whose other side is not in the round (none is, in practice: both sides of a cell are
-  // measured to the same target) is measured with its side's half, before the mirrored cells.
+  // Orders a round as RoundOrder::kMirrored says: the round's cells in a random order, ending
+  // with the cell that ended this problem's previous round when it is among them; then every cell
+  // on the side that went first less often over these cells (a coin when even), then every one
+  // on the other side, in the same order. Both sides of a cell are measured to the same target,
+  // so a round holds both or neither; one that does not is shuffled instead.
   void MirrorRound(std::vector<std::pair<size_t, size_t>>& round, std::mt19937_64& rng) {
-    std::map<size_t, int> sides_in_round;
-    for (const auto& [cell, side] : round) ++sides_in_round[cell];
     std::vector<size_t> order;
-    std::vector<std::pair<size_t, size_t>> lone;
-    for (const auto& [cell, count] : sides_in_round) {
-      if (count == 2) order.push_back(cell);
+    std::set<size_t> other_side;
+    for (const auto& [cell, side] : round) {
+      if (side == 0) {
+        order.push_back(cell);
+      } else {
+        other_side.insert(cell);
+      }
     }
-    for (const auto& entry : round) {
-      if (sides_in_round[entry.first] != 2) lone.push_back(entry);
+    if (other_side != std::set<size_t>(order.begin(), order.end())) {
+      std::shuffle(round.begin(), round.end(), rng);
+      BalanceWhoGoesFirst(round);
+      return;
     }
     std::shuffle(order.begin(), order.end(), rng);
-    const std::string problem = cells_[round.front().first].cell.problem.Key();
-    if (auto last = last_of_problem_.find(problem); last != last_of_problem_.end() && !order.empty()) {
+    const std::string problem = cells_[order.front()].cell.problem.Key();
+    if (auto last = last_of_problem_.find(problem); last != last_of_problem_.end()) {
       auto at = std::find(order.begin(), order.end(), last->second);
       if (at != order.end()) std::iter_swap(at, order.end() - 1);
     }
@@ -250,13 +253,10 @@ class Interleaver {
     const size_t first = lead > 0 ? 1 : lead < 0 ? 0 : static_cast<size_t>(rng() & 1);
     round.clear();
     for (size_t side : {first, 1 - first}) {
-      for (const auto& entry : lone) {
-        if (entry.second == side) round.push_back(entry);
-      }
       for (size_t cell : order) round.push_back({cell, side});
     }
     for (size_t cell : order) ++went_first_[{cell, first}];
-    if (!order.empty()) last_of_problem_[problem] = order.back();
+    last_of_problem_[problem] = order.back();
   }
 
   // Swaps, within a shuffled round, the two sides' places of each cell whose first-placed side
