@@ -468,7 +468,8 @@ absl::Status CheckOptions(const Suite& suite, const CompareOptions& options) {
   if (blocks < 3 || options.blocks < 0) {
     return absl::InvalidArgumentError(Cat("blocks per side must be at least 3, not ", blocks));
   }
-  if (!(options.max_measure_seconds >= 0) || !std::isfinite(options.max_measure_seconds)) {
+  const double budget = EffectiveMaxMeasureSeconds(suite, options);
+  if (!(budget >= 0) || !std::isfinite(budget)) {
     return absl::InvalidArgumentError("the time budget must be a finite number of seconds >= 0");
   }
   if (!(options.stored_min_floor >= 0) || !std::isfinite(options.stored_min_floor)) {
@@ -490,6 +491,7 @@ std::string StoredKey(std::string_view problem, std::string_view config, std::st
 absl::Status MeasureUntilDecided(Interleaver& measurer, const Suite& suite, const CompareOptions& options,
                                  const regress::VerdictOptions& verdict, bool paired, Comparison& out) {
   const auto start = Clock::now();
+  const double budget = EffectiveMaxMeasureSeconds(suite, options);
   std::vector<size_t> which = AllCells(out.cells.size());
   // A paired first pass long enough for the signed-rank test to reach significance across the
   // suite (PairedBlocksToResolve), within the block cap.
@@ -504,12 +506,12 @@ absl::Status MeasureUntilDecided(Interleaver& measurer, const Suite& suite, cons
     if (absl::Status s = Judge(out.cells, verdict, options, paired); !s.ok()) return s;
     which = CellsToRemeasure(out.cells, &targets);
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    if (!which.empty() && options.max_measure_seconds > 0 && elapsed >= options.max_measure_seconds) {
+    if (!which.empty() && budget > 0 && elapsed >= budget) {
       for (size_t i : which) {
         CellVerdict& v = out.cells[i].verdict;
         v.remeasure = false;
         v.suggested_blocks = std::max(v.baseline_blocks, v.candidate_blocks);
-        v.why += absl::StrFormat(" (not measured further: the time budget of %.0f s ran out)", options.max_measure_seconds);
+        v.why += absl::StrFormat(" (not measured further: the time budget of %.0f s ran out)", budget);
       }
       which.clear();
     }
@@ -570,6 +572,11 @@ regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const Compar
 RoundOrder EffectiveRoundOrder(const Suite& suite, const CompareOptions& options) {
   if (options.round_order) return *options.round_order;
   return suite.round_order.value_or(RoundOrder::kShuffled);
+}
+
+double EffectiveMaxMeasureSeconds(const Suite& suite, const CompareOptions& options) {
+  if (options.max_measure_seconds) return *options.max_measure_seconds;
+  return suite.max_measure_seconds.value_or(0);
 }
 
 absl::StatusOr<Comparison> CompareInterleaved(BlockSource& baseline, BlockSource& candidate, const Suite& suite,

@@ -470,6 +470,38 @@ TEST(CompareInterleavedTest, ATimeBudgetStopsReMeasuringAndSaysSo) {
   EXPECT_EQ(CompareInterleaved(base, cand, suite, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CompareInterleavedTest, TheTimeBudgetComesFromTheCommandElseTheSuiteElseNone) {
+  Suite suite = TwoProblemSuite();
+  CompareOptions options;
+  EXPECT_EQ(EffectiveMaxMeasureSeconds(suite, options), 0);
+  suite.max_measure_seconds = 600;
+  EXPECT_EQ(EffectiveMaxMeasureSeconds(suite, options), 600);
+  options.max_measure_seconds = 0;  // the command's "no budget" wins over the suite's
+  EXPECT_EQ(EffectiveMaxMeasureSeconds(suite, options), 0);
+  options.max_measure_seconds = 30;
+  EXPECT_EQ(EffectiveMaxMeasureSeconds(suite, options), 30);
+
+  // A suite's budget that has run out before the first pass ends stops the re-measuring.
+  auto run = [&](std::optional<double> suite_budget, std::optional<double> command_budget) {
+    Suite s = TwoProblemSuite();
+    s.max_measure_seconds = suite_budget;
+    ScriptedSource base("aaaaaaa", 1), cand("bbbbbbb", 2);
+    base.sigma = cand.sigma = 0.004;
+    cand.factor = [](const std::string&) { return 1.015; };  // about the floor: undecided at first
+    CompareOptions o;
+    o.max_measure_seconds = command_budget;
+    absl::StatusOr<Comparison> c = CompareInterleaved(base, cand, s, o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    size_t most = 0;
+    for (const CellComparison& cell : c->cells) most = std::max(most, cell.candidate.blocks.size());
+    return most;
+  };
+  const size_t first = static_cast<size_t>(std::max(10, regress::PairedBlocksToResolve(4, 0.01)));
+  EXPECT_EQ(run(1e-9, std::nullopt), first);
+  EXPECT_GT(run(1e-9, 0.0), first);
+  EXPECT_GT(run(std::nullopt, std::nullopt), first);
+}
+
 TEST(ComparisonFromJson, ReadsBackWhatWasWrittenAndJudgesItTheSameWay) {
   Suite suite = TwoProblemSuite();
   // A varlen problem: its key holds only a hash of the lengths, so its fields are written too.

@@ -425,7 +425,7 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
   if (!doc->is_object()) return absl::InvalidArgumentError("a suite must be a JSON object");
   if (auto s = CheckKnownFields(
           *doc, {"name", "description", "device_class", "block", "blocks", "rounds_across_problems", "min_floor", "calibrated_min_floor", "correction",
-           "round_order", "cells"},
+           "round_order", "max_measure_seconds", "cells"},
           "");
       !s.ok()) {
     return s;
@@ -481,6 +481,12 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
     if (!o.ok()) return FieldError("round_order", std::string(o.status().message()));
     suite.round_order = *o;
   }
+  if (const Json* budget = Find(*doc, "max_measure_seconds")) {
+    if (!budget->is_number() || !(budget->get<double>() >= 0 && budget->get<double>() <= 86400)) {
+      return FieldError("max_measure_seconds", "must be a number of seconds in [0, 86400] (0: no budget)");
+    }
+    suite.max_measure_seconds = budget->get<double>();
+  }
   if (auto s = ReadCells(*doc, suite); !s.ok()) return s;
   return suite;
 }
@@ -510,6 +516,7 @@ std::string SuiteToJson(const Suite& suite) {
   if (suite.calibrated_min_floor) head["calibrated_min_floor"] = *suite.calibrated_min_floor;
   if (suite.correction) head["correction"] = regress::CorrectionName(*suite.correction);
   if (suite.round_order) head["round_order"] = RoundOrderName(*suite.round_order);
+  if (suite.max_measure_seconds) head["max_measure_seconds"] = *suite.max_measure_seconds;
   // One cell a line: a suite file reads and diffs cell by cell.
   std::string out = "{\n";
   for (auto it = head.begin(); it != head.end(); ++it) {

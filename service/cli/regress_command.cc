@@ -89,6 +89,9 @@ int RunRegress(const RegressFlags& flags) {
   notes.push_back(fmt::format("p-values adjusted across the {} cells: {}", suite->cells.size(),
                               regress::CorrectionName(regress::EffectiveVerdictOptions(*suite, options).correction)));
   notes.push_back(fmt::format("each round's blocks in {} order", regress::RoundOrderName(regress::EffectiveRoundOrder(*suite, options))));
+  if (const double budget = regress::EffectiveMaxMeasureSeconds(*suite, options); budget > 0) {
+    notes.push_back(fmt::format("no re-measure pass starts after {:g} s of measuring", budget));
+  }
   int unconfirmed = 0;
   absl::StatusOr<regress::Comparison> comparison =
       regress::Measure(f, *baseline, baseline_build ? &*baseline_build : nullptr, store.get(), *suite, options,
@@ -168,7 +171,8 @@ void AddRegressCommand(CLI::App& app, CommandContext& context) {
   AddRoundOrderOption(regress, &flags->round_order);
   regress->add_option("--max-measure-seconds", flags->max_measure_seconds,
                       "a time budget: no re-measure pass of undecided cells starts after this many seconds of "
-                      "measuring (0: none); the first pass always completes, cells left undecided are unknown")
+                      "measuring (0: none); the first pass always completes, cells left undecided are unknown; default: the "
+                      "suite's max_measure_seconds, else none")
       ->check(CLI::Range(0.0, 86400.0));
   regress->add_flag("--no-picks", flags->no_picks, "do not add cells for best configs re-tuned at the candidate commit");
   regress->add_flag("--fail-on-unknown", flags->fail_on_unknown,

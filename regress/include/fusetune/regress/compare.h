@@ -96,8 +96,9 @@ struct CompareOptions {
   std::optional<RoundOrder> round_order;
   // > 0: no re-measure pass of undecided cells starts once the comparison has measured this many
   // seconds (a nightly's time budget); cells still undecided then stay unknown, saying so. The
-  // first pass always completes.
-  double max_measure_seconds = 0;
+  // first pass always completes. Unset: the suite's max_measure_seconds, else no budget
+  // (EffectiveMaxMeasureSeconds); 0: no budget whatever the suite says.
+  std::optional<double> max_measure_seconds;
   // Stored comparisons: the floor's minimum instead of verdict.min_floor.
   double stored_min_floor = 0.03;
   uint64_t order_seed = 1;
@@ -147,6 +148,10 @@ regress::VerdictOptions EffectiveVerdictOptions(const Suite& suite, const Compar
 // The round order a comparison of `suite` under `options` measures with: options.round_order,
 // else the suite's, else shuffled.
 RoundOrder EffectiveRoundOrder(const Suite& suite, const CompareOptions& options);
+
+// The time budget a comparison measures to: options.max_measure_seconds, else the suite's, else
+// 0 (none).
+double EffectiveMaxMeasureSeconds(const Suite& suite, const CompareOptions& options);
 
 // Measures `cells` of both sources interleaved and judges them. FailedPrecondition when the
 // sources' device classes differ; InvalidArgument for no cells or bad options; a source's error

@@ -47,7 +47,7 @@ struct RegressOptions {
   std::optional<double> calibrated_min_floor;  // CompareOptions::calibrated_min_floor; unset: the suite's
   std::optional<regress::Correction> correction;  // CompareOptions::correction; unset: the suite's
   std::optional<RoundOrder> round_order;          // CompareOptions::round_order; unset: the suite's
-  double max_measure_seconds = 0;   // CompareOptions::max_measure_seconds (0: no budget)
+  std::optional<double> max_measure_seconds;  // CompareOptions::max_measure_seconds; unset: the suite's
   bool no_picks = false;
   std::vector<std::string> plant_slowdowns;  // the candidate side's
   int timing_cpu = kAutoTimingCpu;

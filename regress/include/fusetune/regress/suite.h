@@ -11,6 +11,7 @@
 //     "rounds_across_problems": false,             // optional; see Suite
 //     "min_floor": 0.005,                          // optional; see Suite
 //     "round_order": "mirrored",                   // optional: "shuffled" (default) or "mirrored"
+//     "max_measure_seconds": 600,                  // optional: the nightly's measuring budget
 //     "cells": [
 //       {"problem": "prefill/b1/hq12/hkv12/q2048/k2048/d64/causal0/fp32",
 //        "config": "fused/bm64/bs64/t2/fp32/st1",
@@ -112,6 +113,10 @@ struct Suite {
   std::optional<regress::Correction> correction;
   // How an interleaved comparison orders each round's blocks (RoundOrder). Absent: shuffled.
   std::optional<RoundOrder> round_order;
+  // An interleaved comparison's time budget in seconds (regress::CompareOptions::
+  // max_measure_seconds): no re-measure pass starts after it, so a night's measuring on this
+  // suite ends in time. Absent or 0: none. In [0, 86400].
+  std::optional<double> max_measure_seconds;
   std::vector<SuiteCell> cells;
 
   // The stored run label of this suite's bench runs: "bench:<name>".
