@@ -16,6 +16,9 @@
 #   SUITE     the suite (default suites/h200.json); BACKEND (default cuda)
 #   DEADLINE  seconds after the start by which every run has ended (each is stopped there; a run
 #             that would start with under 60 s left is skipped), so the results are packed in time
+#   RESUME    a results.tar.xz of an earlier call: its runs, databases and trace are unpacked into
+#             OUT first, so a nightly series (calibrations, then nights) goes on across calls of a
+#             limited length and the new results.tar.xz holds the whole series
 # Writes OUT/<name>.{json,md,log,db}, OUT/smi.csv (clock, power, throttle reasons every 500 ms),
 # OUT/runs.txt (exit status and seconds per run) and OUT/spread.md (regress_spread.py over the
 # runs: per-round spread by round order and by what preceded the blocks), then packs them all into OUT/results.tar.xz
@@ -28,6 +31,11 @@ SUITE=${SUITE:-suites/h200.json}
 BACKEND=${BACKEND:-cuda}
 DEADLINE=${DEADLINE:-100000}
 mkdir -p "$OUT/runs"
+if [[ -n ${RESUME:-} ]]; then
+  tar -xJf "$RESUME" -C "$OUT" || { echo "RESUME=$RESUME: not a results archive" >&2; exit 2; }
+  # Each call's clock and power trace keeps its own file.
+  [[ -f $OUT/runs/smi.csv ]] && mv "$OUT/runs/smi.csv" "$OUT/runs/smi-$(date +%s).csv"
+fi
 COMMIT=$("$FT" --version | sed -n 's/.*commit \([0-9a-z]*\).*/\1/p')
 
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv \
