@@ -355,6 +355,19 @@ absl::Status ReadCells(const Json& doc, Suite& suite) {
   return absl::OkStatus();
 }
 
+// An optional top-level number in [low, high], kept in `out` when present; `rule` says what the
+// field must be when it is not.
+absl::Status OptionalNumberIn(const Json& doc, std::string_view field, double low, double high,
+                              const char* rule, std::optional<double>& out) {
+  const Json* value = Find(doc, field);
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_number() || !(value->get<double>() >= low && value->get<double>() <= high)) {
+    return FieldError(field, rule);
+  }
+  out = value->get<double>();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> OptionalString(const Json& doc, std::string_view field) {
   const Json* value = Find(doc, field);
   if (value == nullptr) return std::string();
@@ -456,17 +469,11 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
     if (!v.ok()) return v.status();
     suite.rounds_across_problems = *v;
   }
-  if (const Json* floor = Find(*doc, "min_floor")) {
-    if (!floor->is_number() || !(floor->get<double>() >= 0 && floor->get<double>() <= 0.1)) {
-      return FieldError("min_floor", "must be a number in [0, 0.1] (a relative change: 0.005 is 0.5 %)");
-    }
-    suite.min_floor = floor->get<double>();
-  }
-  if (const Json* floor = Find(*doc, "calibrated_min_floor")) {
-    if (!floor->is_number() || !(floor->get<double>() >= 0 && floor->get<double>() <= 0.1)) {
-      return FieldError("calibrated_min_floor", "must be a number in [0, 0.1] (a relative change: 0.005 is 0.5 %)");
-    }
-    suite.calibrated_min_floor = floor->get<double>();
+  constexpr const char* kFloorRule = "must be a number in [0, 0.1] (a relative change: 0.005 is 0.5 %)";
+  if (auto s = OptionalNumberIn(*doc, "min_floor", 0, 0.1, kFloorRule, suite.min_floor); !s.ok()) return s;
+  if (auto s = OptionalNumberIn(*doc, "calibrated_min_floor", 0, 0.1, kFloorRule, suite.calibrated_min_floor);
+      !s.ok()) {
+    return s;
   }
   if (const Json* correction = Find(*doc, "correction")) {
     absl::StatusOr<regress::Correction> c =
@@ -481,11 +488,10 @@ absl::StatusOr<Suite> ParseSuite(std::string_view json_text) {
     if (!o.ok()) return FieldError("round_order", std::string(o.status().message()));
     suite.round_order = *o;
   }
-  if (const Json* budget = Find(*doc, "max_measure_seconds")) {
-    if (!budget->is_number() || !(budget->get<double>() >= 0 && budget->get<double>() <= 86400)) {
-      return FieldError("max_measure_seconds", "must be a number of seconds in [0, 86400] (0: no budget)");
-    }
-    suite.max_measure_seconds = budget->get<double>();
+  if (auto s = OptionalNumberIn(*doc, "max_measure_seconds", 0, 86400,
+                                "must be a number of seconds in [0, 86400] (0: no budget)", suite.max_measure_seconds);
+      !s.ok()) {
+    return s;
   }
   if (auto s = ReadCells(*doc, suite); !s.ok()) return s;
   return suite;
