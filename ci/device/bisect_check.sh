@@ -14,6 +14,8 @@
 #   LIBS           prebuilt libraries as LIBS/<12-hex commit>/lib/libfusetune_capi.so (built on
 #                  another machine with `ci/build-commit.sh --library`); unset, each probed commit
 #                  is built here with ci/build-commit.sh --library (needs the build dependencies)
+#   LIBS_ARCHIVE   the archive `ci/device/bisect_libraries.sh` packs (every commit of the range):
+#                  unpacked into a temporary LIBS
 #   BLOCKS         first-pass blocks per side (default 10)
 #   BACKEND        cuda (default) or cpu
 # Writes OUT/bisect.log, OUT/bisect.db (the culprit row), OUT/smi.csv (clock, power, throttle
@@ -27,6 +29,11 @@ REPO=${REPO:-$(pwd)}
 if [[ -n ${REPO_BUNDLE:-} ]]; then
   REPO=$(mktemp -d)/repo
   git clone -q "$REPO_BUNDLE" "$REPO" || { echo "bisect_check: cannot clone $REPO_BUNDLE" >&2; exit 2; }
+fi
+if [[ -n ${LIBS_ARCHIVE:-} ]]; then
+  LIBS=$(mktemp -d)/libs
+  mkdir -p "$LIBS"
+  tar -xJf "$LIBS_ARCHIVE" -C "$LIBS" || { echo "bisect_check: cannot unpack $LIBS_ARCHIVE" >&2; exit 2; }
 fi
 if [[ -n ${LIBS:-} ]]; then
   # The build of a commit is the prebuilt library; a commit without one does not build (125).

@@ -782,7 +782,7 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log):
         set_tf32(s.precision == "tf32")
         flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
         bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
-        fixed_here = fixed.get(shape_id, {})
+        fixed_here = fixed_configs_of(fixed, shape_id, s)
         runnable, report = prepare_candidates(bench, ["ours", "cudnn", "flash", "efficient"], fixed_here,
                                               args.warmup, args.launches, log)
         by_name = {c["name"]: c for c in runnable}
@@ -896,6 +896,11 @@ def parse_configs(items):
     return out
 
 
+def fixed_configs_of(fixed, shape_id, shape):
+    """The --config keys of one shape, {p} replaced by its precision."""
+    return {name: key.format(p=shape.precision) for name, key in fixed.get(shape_id, {}).items()}
+
+
 def parse_also(items):
     """--also LABEL=KEY[@LIB]: ({"ours+LABEL": KEY}, {"ours+LABEL": LIB}), in the order given."""
     keys, libs = {}, {}
@@ -929,7 +934,8 @@ def build_parser():
     ap.add_argument("--candidates", default=",".join(DEFAULT_CANDIDATES),
                     help=f"comma-separated, from {', '.join(ALL_CANDIDATES)}")
     ap.add_argument("--config", action="append", default=[], metavar="SHAPE=KEY",
-                    help="fix a config of ours (fused/...) or ours-materialized (materialized/...) for a shape")
+                    help="fix a config of ours (fused/...) or ours-materialized (materialized/...) for a shape "
+                         "({p} in KEY = the shape's precision)")
     ap.add_argument("--also", action="append", default=[], metavar="LABEL=KEY[@LIB]",
                     help="another fused config of ours in every shape's rounds, as candidate ours+LABEL ({p} in "
                          "KEY = the shape's precision), run by the library LIB (another build's "
@@ -966,6 +972,14 @@ def self_test(out_dir):
     assert not state_moved({"sm_mhz": 1980, "reasons": 4}, {"sm_mhz": 1970, "reasons": 4})
     assert not state_moved({}, {"sm_mhz": 1980})
     assert reasons_text(0x4 | 0x40) == "sw_power_cap+hw_thermal" and reasons_text(0) == "none"
+    # --config keys name the shape's precision with {p}, as --also keys do.
+    fixed = parse_configs(["bf16-d128-s4096=fused/bm128/bs128/t384/{p}/st2/persistent",
+                           "fp16-d128-s1024-b8=materialized/bm64/bs64/t128/fp16/st1"])
+    assert fixed_configs_of(fixed, "bf16-d128-s4096", SHAPES["bf16-d128-s4096"]) == {
+        "ours": "fused/bm128/bs128/t384/bf16/st2/persistent"}, fixed
+    assert fixed_configs_of(fixed, "fp16-d128-s1024-b8", SHAPES["fp16-d128-s1024-b8"]) == {
+        "ours-materialized": "materialized/bm64/bs64/t128/fp16/st1"}, fixed
+    assert fixed_configs_of(fixed, "fp16-d64-s2048", SHAPES["fp16-d64-s2048"]) == {}
     # Synthetic rounds: ours 0.9x cudnn in every round with noise, level with flash.
     rng = random.Random(7)
     blocks = []
@@ -1051,7 +1065,7 @@ def main():
         set_tf32(s.precision == "tf32")
         bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
         bench.ft_of = {name: other_builds[path] for name, path in also_libs.items()}
-        fixed_here = dict(fixed.get(shape_id, {}))
+        fixed_here = fixed_configs_of(fixed, shape_id, s)
         fixed_here.update({name: key.format(p=s.precision) for name, key in also.items()})
         runnable, report = prepare_candidates(bench, names + list(also), fixed_here, args.warmup, args.launches, log)
         configs = {r["name"]: r["config"] for r in report}
