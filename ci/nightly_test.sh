@@ -10,30 +10,9 @@ ci_dir=$(cd "${1:-$(dirname "$0")}" && pwd)
 build_commit=$ci_dir/build-commit.sh
 nightly=$ci_dir/nightly.sh
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/fusetune-nightly-test.XXXXXX")
-failed=0
-finish() {
-  if ((failed)); then
-    echo "nightly_test: FAILED; work files kept in $work" >&2
-  else
-    rm -rf "$work"
-  fi
-}
-trap 'failed=1' ERR
-trap finish EXIT
-fail() {
-  failed=1
-  echo "nightly_test: FAILED: $*" >&2
-  exit 1
-}
-pass() { echo "ok      $*"; }
-
-# No user configuration or cache leaks in, and nothing is written outside $work.
-export HOME=$work/user GIT_CONFIG_NOSYSTEM=1
-unset XDG_CACHE_HOME FUSETUNE_NIGHTLY_HOME
-mkdir -p "$HOME"
-export GIT_AUTHOR_NAME=test GIT_AUTHOR_EMAIL=test@example.invalid
-export GIT_COMMITTER_NAME=test GIT_COMMITTER_EMAIL=test@example.invalid
+TEST_NAME=nightly_test
+# shellcheck source=ci/script_test_lib.sh
+source "$ci_dir/script_test_lib.sh"
 
 # The fake build: records each build (commit) it runs, keeps a file in the build folder to show
 # that the folder persists, fails when the tree has a file named `broken`, and leaves a fake

@@ -10,29 +10,10 @@ set -euo pipefail
 dir=$(cd "${1:-$(dirname "$0")}" && pwd)
 script=$dir/bisect_libraries.sh
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/fusetune-bisect-libraries-test.XXXXXX")
-failed=0
-finish() {
-  if ((failed)); then
-    echo "bisect_libraries_test: FAILED; work files kept in $work" >&2
-  else
-    rm -rf "$work"
-  fi
-}
-trap 'failed=1' ERR
-trap finish EXIT
-fail() {
-  failed=1
-  echo "bisect_libraries_test: FAILED: $*" >&2
-  exit 1
-}
-pass() { echo "ok      $*"; }
+TEST_NAME=bisect_libraries_test
+# shellcheck source=ci/script_test_lib.sh
+source "$dir/../script_test_lib.sh"
 
-export HOME=$work/user GIT_CONFIG_NOSYSTEM=1
-unset XDG_CACHE_HOME FUSETUNE_NIGHTLY_HOME
-mkdir -p "$HOME"
-export GIT_AUTHOR_NAME=test GIT_AUTHOR_EMAIL=test@example.invalid
-export GIT_COMMITTER_NAME=test GIT_COMMITTER_EMAIL=test@example.invalid
 cat > "$work/fake-build.sh" <<'EOF'
 set -euo pipefail
 if [[ -e broken ]]; then echo "fake build: this tree is broken"; exit 1; fi
