@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The loops of a kernel's SASS, counted: where the Hopper kernel's time goes per key step.
+
+    python3 kernels/cuda/dev/sass_loops.py LIB KERNEL_SUBSTRING [--cuobjdump PATH]
+    python3 kernels/cuda/dev/sass_loops.py --self-test
+
+Disassembles LIB (a .so or cubin; `cuobjdump -sass`, on a host with the CUDA toolkit's
+cuobjdump) and, for every kernel whose name contains KERNEL_SUBSTRING (mangled or demangled),
+finds its loops by their backward branches and prints, innermost first, each loop's
+instruction count (loops without HGMMA, the barrier spins, only with --all) and the
+instructions that have cost these kernels time before
+(docs/perf.md): HGMMA (16 per key step at head_dim 128: the key loop), R2UR (operands moved to
+uniform registers: descriptors no longer loop-invariant), WARPSYNC, LDL/STL (local memory: a
+spill on the path of every step), BAR (named barriers). Two builds' lines side by side show
+whether a change left the key loop as it was before any timing.
+"""
+import argparse
+import re
+import subprocess
+import sys
+
+COUNTED = ("HGMMA", "R2UR", "WARPSYNC", "LDL", "STL", "BAR")
+_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+# A branch names its target by label (`(.L_x_12)) or, as CUDA 13's cuobjdump prints it, by address.
+_BRANCH_TARGET = re.compile(r"\b(?:BRA|BRX)\b[^;]*?(?:`?\((\.L_x_\d+)\)|\b0x([0-9a-f]+)\b)")
+_FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
+
+
+def parse_functions(text):
+    """{name: [(address, opcode_text)], ...} and the labels' addresses per function."""
+    functions, labels = {}, {}
+    name, pending = None, []
+    for line in text.splitlines():
+        m = _FUNCTION.search(line)
+        if m:
+            name = m.group(1)
+            functions[name], labels[name], pending = [], {}, []
+            continue
+        if name is None:
+            continue
+        m = _LABEL.match(line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = _INSTR.search(line)
+        if m:
+            address = int(m.group(1), 16)
+            for label in pending:
+                labels[name][label] = address
+            pending = []
+            functions[name].append((address, m.group(2)))
+    return functions, labels
+
+
+def opcode(instruction):
+    """The opcode without predicate and modifiers: '@P0 HGMMA.64x128x16.F32' -> 'HGMMA'."""
+    words = instruction.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def loops_of(instructions, labels):
+    """Loops as (start, end) addresses from backward branches, innermost (shortest) first."""
+    out = set()
+    for address, text in instructions:
+        if opcode(text) not in ("BRA", "BRX"):
+            continue
+        m = _BRANCH_TARGET.search(text)
+        if not m:
+            continue
+        target = labels.get(m.group(1)) if m.group(1) else int(m.group(2), 16)
+        if target is not None and target <= address:
+            out.add((target, address))
+    return sorted(out, key=lambda span: (span[1] - span[0], span[0]))
+
+
+def count(instructions, span):
+    start, end = span
+    inside = [opcode(t) for a, t in instructions if start <= a <= end]
+    row = {"instructions": len(inside)}
+    for name in COUNTED:
+        row[name] = sum(1 for o in inside if o == name)
+    return row
+
+
+def report(text, substring, every_loop=False):
+    functions, labels = parse_functions(text)
+    lines = []
+    for name, instructions in functions.items():
+        if substring not in name:
+            continue
+        lines.append(f"{name}: {len(instructions)} instructions")
+        for span in loops_of(instructions, labels[name]):
+            row = count(instructions, span)
+            if not every_loop and row["HGMMA"] == 0:
+                continue  # barrier spin loops and the like
+            fields = " ".join(f"{k} {row[k]}" for k in COUNTED)
+            lines.append(f"  loop {span[0]:#06x}-{span[1]:#06x}: {row['instructions']} instructions, {fields}")
+    return "\n".join(lines)
+
+
+def self_test():
+    text = """
+	code for sm_90a
+		Function : _Z6kernelv
+	.headerflags	@"EF_CUDA_SM90"
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/                   R2UR UR4, R2 ;
+.L_x_2:
+        /*0020*/                   HGMMA.64x128x16.F32 R24, gdesc[UR4], R24 ;
+        /*0030*/                   LDL R3, [R1] ;
+        /*0040*/              @P0 BRA `(.L_x_2) ;
+        /*0050*/                   WARPSYNC.ALL ;
+        /*0060*/              @P1 BRA `(.L_x_1) ;
+        /*0068*/              @P2 BRA 0x20 ;
+        /*0070*/                   BRA `(.L_x_3) ;
+.L_x_3:
+        /*0080*/                   EXIT ;
+"""
+    functions, labels = parse_functions(text)
+    assert list(functions) == ["_Z6kernelv"], functions
+    inner, by_address, outer = loops_of(functions["_Z6kernelv"], labels["_Z6kernelv"])
+    assert (inner, outer, by_address) == ((0x20, 0x40), (0x10, 0x60), (0x20, 0x68)), (inner, outer, by_address)
+    assert count(functions["_Z6kernelv"], inner) == {"instructions": 3, "HGMMA": 1, "R2UR": 0, "WARPSYNC": 0,
+                                                       "LDL": 1, "STL": 0, "BAR": 0}
+    assert count(functions["_Z6kernelv"], outer)["R2UR"] == 1 and count(functions["_Z6kernelv"], outer)["WARPSYNC"] == 1
+    assert opcode("@!P2 HGMMA.64x128x16.F32.BF16 R1, R2") == "HGMMA"
+    assert "loop 0x0020-0x0040: 3 instructions, HGMMA 1" in report(text, "kernel")
+    assert "0x0010-0x0060" in report(text, "kernel") and "0x0010-0x0060" in report(text, "kernel", every_loop=True)
+    assert report(text, "other") == ""
+    print("self-test passed")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("lib", nargs="?")
+    ap.add_argument("kernel", nargs="?", help="a substring of the kernel's name (mangled or demangled)")
+    ap.add_argument("--cuobjdump", default="cuobjdump")
+    ap.add_argument("--all", action="store_true", help="every loop, not only those holding HGMMA")
+    ap.add_argument("--self-test", action="store_true", help="check the parser on a synthetic listing (no CUDA)")
+    args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    if not args.lib or args.kernel is None:
+        ap.error("LIB and KERNEL_SUBSTRING are required")
+    try:
+        text = subprocess.run([args.cuobjdump, "-sass", args.lib], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"sass_loops: {args.cuobjdump} -sass {args.lib} failed: {e}", file=sys.stderr)
+        return 2
+    out = report(text, args.kernel, args.all)
+    if not out:
+        print(f"sass_loops: no kernel in {args.lib} has '{args.kernel}' in its name", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
