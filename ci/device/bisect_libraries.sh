@@ -13,14 +13,14 @@
 #               -DCMAKE_CUDA_ARCHITECTURES=90a-real")
 #   JOBS        parallel build jobs (default: nproc)
 #
-# Every commit of GOOD and the first-parent commits after it up to BAD goes through
+# GOOD and every first-parent commit after it up to BAD go through
 # `ci/build-commit.sh --library`: one worktree and one build folder, incremental, with ccache,
 # so a commit that changes nothing the library is built from rebuilds nothing and takes seconds.
 # Commits whose libraries are byte for byte the same share one copy: ARCHIVE (tar.xz) holds
 # LIBS/<12-hex commit>/lib/libfusetune_capi.so for the first commit of each distinct library and
 # a symlink LIBS/<12-hex commit> -> <that commit> for every later one; the libraries are
 # stripped and compressed solid (one xz stream with a dictionary larger than a library), so 120
-# commits with 35 distinct libraries take about 8 MB. A commit that does not build is left out
+# commits with 31 distinct libraries take 7.3 MB. A commit that does not build is left out
 # (bisect skips it). On the GPU host:
 #   mkdir L && tar -xJf ARCHIVE -C L && LIBS=L GOOD=... BAD=... CELL=... bash ci/device/bisect_check.sh ...
 # or LIBS_ARCHIVE=ARCHIVE, which bisect_check.sh unpacks itself. Prints one line per commit
@@ -28,7 +28,7 @@
 # Exit status: 0 packed; 1 GOOD or BAD does not build, or packing failed; 2 usage.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-(($# == 3)) || { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+(($# == 3)) || { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 good=$1 bad=$2 archive=$3
 repo=${REPO:-$(cd "$here/../.." && pwd)}
 cmake_args=${CMAKE_ARGS:--DFUSETUNE_WITH_CUDA=ON -DFUSETUNE_WITH_SERVICE=OFF -DCMAKE_CUDA_ARCHITECTURES=90a-real}
