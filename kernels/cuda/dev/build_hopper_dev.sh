@@ -15,7 +15,9 @@
 # rounds). Patches are relative to the repository root, as `git diff` writes them.
 #
 # Environment: NVCC (default nvcc), HOPPER_DEV_ARCH (default sm_90a code; the kernels need it),
-# HOPPER_DEV_JOBS (parallel nvcc processes, default nproc).
+# HOPPER_DEV_JOBS (parallel nvcc processes, default nproc), CUOBJDUMP (default cuobjdump; where it
+# runs, OUT/<name>/sass_loops.txt counts each kernel's loops (sass_loops.py) and the key loop of
+# the d128 st2/persistent kernels is printed).
 # Exit status: 0 built; 1 a compile or link failed (its log is printed); 2 usage.
 # ptxas's report is summarised per variant: spill stores and serialized wgmma (ptxas C7518),
 # both of which cost real time on the H200 (kernels/cuda/fused/README.md).
@@ -23,9 +25,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 nvcc=${NVCC:-nvcc}
+cuobjdump=${CUOBJDUMP:-cuobjdump}
 arch=${HOPPER_DEV_ARCH:---generate-code=arch=compute_90a,code=sm_90a}
 jobs=${HOPPER_DEV_JOBS:-$(nproc 2>/dev/null || echo 2)}
-(($# >= 1)) || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+(($# >= 1)) || { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 out=$1
 shift
 variants=("$@")
@@ -106,4 +109,17 @@ for spec in "${variants[@]}"; do
   spills=$(cat "$dir"/*.ptxas.txt | awk '/bytes spill stores/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes" && $(i + 2) == "spill" && $(i + 3) == "stores,") s += $i } END { print s + 0 }')
   serialized=$(cat "$dir"/*.ptxas.txt | grep -c -E "C7518|Performance Loss" || true)
   echo "built $dir/libfusetune_hopper_dev.so (spill stores, all kernels: $spills bytes; serialized wgmma warnings: $serialized)"
+  # Where cuobjdump is (a GPU host's toolkit), each kernel's loops holding HGMMA, counted
+  # (sass_loops.py), and the key loop of the d128 st2/persistent flagship kernels: a variant's
+  # key loop beside the base's before any timing.
+  if command -v "$cuobjdump" > /dev/null 2>&1 && command -v python3 > /dev/null 2>&1; then
+    if python3 "$here/sass_loops.py" --cuobjdump "$cuobjdump" "$dir/libfusetune_hopper_dev.so" FusedWgmmaKernel \
+        > "$dir/sass_loops.txt" 2>&1; then
+      awk '/^[^ ]/ { kernel = ($0 ~ /Li128ELi128ELi128ELi2ELb0ELb1EEELb0E/) ? ($0 ~ /nv_bfloat16/ ? "bf16" : "fp16") : ""; seen = 0 }
+           kernel != "" && !seen && / HGMMA 16 / { sub(/^ +loop [^:]*: /, ""); print "  key loop, " kernel " d128 st2/persistent: " $0; seen = 1 }' \
+        "$dir/sass_loops.txt"
+    else
+      echo "  sass_loops.py failed: $(tail -n 1 "$dir/sass_loops.txt")"
+    fi
+  fi
 done
