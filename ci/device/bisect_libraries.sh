@@ -47,10 +47,8 @@ trap 'rm -rf "$stage"' EXIT
 declare -A first_with  # library checksum -> the first commit that built it
 for full in "${commits[@]}"; do
   short=${full:0:12}
-  set +e
-  lib=$("$here/../build-commit.sh" "${build_args[@]}" "$full" 2> "$stage/build.err" | tail -n 1)
-  status=$?
-  set -e
+  status=0
+  lib=$("$here/../build-commit.sh" "${build_args[@]}" "$full" 2> "$stage/build.err" | tail -n 1) || status=$?
   if ((status != 0)) || [[ ! -r $lib ]]; then
     if [[ $full == "$good_full" || $full == "$bad_full" ]]; then
       cat "$stage/build.err" >&2

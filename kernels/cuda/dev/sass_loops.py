@@ -118,18 +118,23 @@ def self_test():
         /*0068*/              @P2 BRA 0x20 ;
         /*0070*/                   BRA `(.L_x_3) ;
 .L_x_3:
-        /*0080*/                   EXIT ;
+        /*0080*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0090*/              @!P0 BRA 0x80 ;
+        /*00a0*/                   EXIT ;
 """
     functions, labels = parse_functions(text)
     assert list(functions) == ["_Z6kernelv"], functions
-    inner, by_address, outer = loops_of(functions["_Z6kernelv"], labels["_Z6kernelv"])
-    assert (inner, outer, by_address) == ((0x20, 0x40), (0x10, 0x60), (0x20, 0x68)), (inner, outer, by_address)
+    spin, inner, by_address, outer = loops_of(functions["_Z6kernelv"], labels["_Z6kernelv"])
+    assert (spin, inner, outer, by_address) == ((0x80, 0x90), (0x20, 0x40), (0x10, 0x60), (0x20, 0x68)), (
+        spin, inner, outer, by_address)
     assert count(functions["_Z6kernelv"], inner) == {"instructions": 3, "HGMMA": 1, "R2UR": 0, "WARPSYNC": 0,
                                                        "LDL": 1, "STL": 0, "BAR": 0}
     assert count(functions["_Z6kernelv"], outer)["R2UR"] == 1 and count(functions["_Z6kernelv"], outer)["WARPSYNC"] == 1
     assert opcode("@!P2 HGMMA.64x128x16.F32.BF16 R1, R2") == "HGMMA"
     assert "loop 0x0020-0x0040: 3 instructions, HGMMA 1" in report(text, "kernel")
     assert "0x0010-0x0060" in report(text, "kernel") and "0x0010-0x0060" in report(text, "kernel", every_loop=True)
+    # A barrier spin (no HGMMA) is shown only when every loop is asked for.
+    assert "0x0080-0x0090" not in report(text, "kernel") and "0x0080-0x0090" in report(text, "kernel", every_loop=True)
     assert report(text, "other") == ""
     print("self-test passed")
     return 0
