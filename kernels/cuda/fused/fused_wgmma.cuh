@@ -304,11 +304,11 @@ __device__ __forceinline__ bool MergeSplitPieces(const FusedKernelArgs& a, const
 template <class Tr, bool kSplit = false, bool kPairs = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
-  static_assert(!kPairs || (Tr::kPersistent && !kSplit), "block pairs: persistent blocks, no split last round");
 #if defined(FUSETUNE_FUSED_WGMMA_ENABLED)
   using T = typename Tr::Storage;
   constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages, STV = Tr::kStagesV;
   constexpr int NCH = Tr::kChunks, NTILES = BS / 8, DTILES = D / 8;
+  static_assert(!kPairs || (Tr::kPersistent && !kSplit), "block pairs: persistent blocks, no split last round");
   constexpr int kConsumerWarps = Tr::kConsumerWarps;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const FusedKernelArgs& a = p.a;
