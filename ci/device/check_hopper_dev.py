@@ -23,8 +23,9 @@ counted as skipped with its reason, not as a failure.
       --config 'fused/bm128/bs128/t384/{p}/st2/persistent' [--problems 40] [--small]
 
 {p} in a key is the problem's precision (fp16 or bf16: the dtype's). --small keeps to problems
-of at most 512 queries and keys (for compute-sanitizer: `compute-sanitizer --tool memcheck
-python3 ci/device/check_hopper_dev.py --small ...`). Writes check.csv under --out; exit status
+of at most 512 queries and keys, and --reference-on-cpu computes the reference on the CPU, for
+compute-sanitizer (`compute-sanitizer --tool memcheck python3 ci/device/check_hopper_dev.py
+--small --reference-on-cpu ...`: the GPU then runs little besides the kernels checked). Writes check.csv under --out; exit status
 0 when nothing failed, 1 when something did, 2 for bad arguments (--self-test: 77 without
 PyTorch, which a test runner reads as skipped).
 """
@@ -107,19 +108,20 @@ def make_inputs(problem, pattern, gen):
 
 
 def reference(problem, q, k, v, scale):
-    """float64 attention, [b*q_len][hq][d]; rows that see no key are zeros. The causal mask is
-    aligned bottom-right: query i sees key j when j <= i + kv_len - q_len."""
+    """float64 attention, [b*q_len][hq][d], on the inputs' device; rows that see no key are
+    zeros. The causal mask is aligned bottom-right: query i sees key j when j <= i + kv_len - q_len."""
     b, hq, hkv, nq, nk, causal, _ = problem
     d = q.shape[-1]
-    out = torch.zeros(b * nq, hq, d, dtype=torch.float64, device=DEVICE)
+    device = q.device
+    out = torch.zeros(b * nq, hq, d, dtype=torch.float64, device=device)
     for s in range(b):
         qs = q[s * nq:(s + 1) * nq].double().transpose(0, 1)                      # hq, nq, d
         ks = k[s * nk:(s + 1) * nk].double().transpose(0, 1).repeat_interleave(hq // hkv, dim=0)
         vs = v[s * nk:(s + 1) * nk].double().transpose(0, 1).repeat_interleave(hq // hkv, dim=0)
         sc = torch.matmul(qs, ks.transpose(-1, -2)) * scale
         if causal:
-            i = torch.arange(nq, device=DEVICE).unsqueeze(1)
-            j = torch.arange(nk, device=DEVICE).unsqueeze(0)
+            i = torch.arange(nq, device=device).unsqueeze(1)
+            j = torch.arange(nk, device=device).unsqueeze(0)
             sc = sc.masked_fill(j > i + (nk - nq), float("-inf"))
         p = torch.softmax(sc, dim=-1)
         p = torch.nan_to_num(p, nan=0.0)  # a row of -inf: no key, zeros
@@ -170,6 +172,9 @@ def main():
     ap.add_argument("--problems", type=int, default=40, help="random problems after the fixed ones")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--small", action="store_true", help=f"problems of at most {SMALL_LIMIT} queries and keys")
+    ap.add_argument("--reference-on-cpu", action="store_true",
+                    help="compute the float64 reference on the CPU (under compute-sanitizer: no cuBLAS kernels "
+                         "to instrument besides ours)")
     ap.add_argument("--no-full", action="store_true", help="check the --variant libraries only")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--self-test", action="store_true", help="check the reference on the CPU; no GPU")
@@ -217,7 +222,10 @@ def main():
             tol = full.tolerance(precision, dtype)
             scale = 1.0 / math.sqrt(128)
             q, k, v = make_inputs(problem, pattern, gen)
-            ref = reference(problem, q, k, v, scale)
+            if args.reference_on_cpu:
+                ref = reference(problem, q.cpu(), k.cpu(), v.cpu(), scale).to(q.device)
+            else:
+                ref = reference(problem, q, k, v, scale)
             ref_max = ref.abs().max().item()
             c_problem = ct.Problem(b, hq, hkv, nq, nk, 128, 1 if causal else 0, dtype, 0.0, None, None, None)
             name = f"b{b} hq{hq} hkv{hkv} q{nq} k{nk}{' causal' if causal else ''} {precision}"

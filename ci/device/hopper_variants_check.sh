@@ -101,7 +101,8 @@ for name in base "${names[@]}"; do
     for tool in memcheck racecheck; do
       timeout "$step_timeout" compute-sanitizer --tool "$tool" --error-exitcode 9 "$python" \
         "$root/ci/device/check_hopper_dev.py" --lib "$full_lib" --no-full --variant "$name=$lib" \
-        "${config_args[@]}" --small --problems 4 --out "$out/$tool-$name" > "$out/$tool-$name.log" 2>&1
+        "${config_args[@]}" --small --reference-on-cpu --problems 4 --out "$out/$tool-$name" \
+        > "$out/$tool-$name.log" 2>&1
       rc=$?
       summary+=("$tool $name: rc $rc: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$tool-$name.log" | tail -n 1)")
       ((rc == 0)) || { ok=0; status=1; }

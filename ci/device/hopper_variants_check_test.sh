@@ -71,7 +71,7 @@ for name in base good bad; do
   grep -q "check_hopper_dev.py --lib $work/full.so --no-full --variant $name=$work/out/libs/$name/libfusetune_hopper_dev.so --config k1/{p} --config k2/{p} --problems 7" "$FAKE_LOG" \
     || fail "variant $name not checked with both keys"
 done
-grep -q "tool memcheck.*--variant good=" "$FAKE_LOG" || fail "good not under memcheck"
+grep -q "tool memcheck.*--variant good=.*--small --reference-on-cpu" "$FAKE_LOG" || fail "good not under memcheck on small problems"
 grep -q "tool racecheck.*--variant good=" "$FAKE_LOG" || fail "good not under racecheck"
 if grep -q "compute-sanitizer.*--variant \(base\|bad\)=" "$FAKE_LOG"; then fail "base or a failing variant sanitized"; fi
 timing=$(grep "compare_torch.py" "$FAKE_LOG") || fail "nothing timed"
