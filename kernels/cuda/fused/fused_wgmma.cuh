@@ -1020,6 +1020,7 @@ FusedInstance WgmmaInstance() {
   inst.pingpong = PingPong;
   inst.persistent = Persistent;
   inst.split_tail = Tr::kSplitTail;
+  if constexpr (ClusterPairs) inst.pair_clusters = &PairClusterCount<Tr>;
   return inst;
 }
 
