@@ -868,6 +868,24 @@ bool PairsApply(const FusedKernelArgs& a) {
          a.causal == 0 && a.q_len > 0 && a.kv_len > 0 && CeilDiv(a.q_len, Tr::kBlockM) % 2 == 0;
 }
 
+// The launch of `clusters` clusters of two blocks of the pair kernel on `stream`; `attribute`
+// holds the cluster dimension the configuration points to.
+template <class Tr>
+cudaLaunchConfig_t PairLaunchConfig(unsigned clusters, cudaStream_t stream, cudaLaunchAttribute& attribute) {
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 2;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(2 * clusters, 1, 1);
+  config.blockDim = dim3(Tr::kThreads, 1, 1);
+  config.dynamicSmemBytes = Tr::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 // Clusters of two blocks of the pair kernel the current device holds at once (the pair grid's
 // size; 0 where it holds none or cannot say), asked once per device. Thread-safe as
 // MultiprocessorCount.
@@ -884,17 +902,8 @@ int PairClusterCount() {
     cudaGetLastError();
     return 0;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(2, 1, 1);
-  config.blockDim = dim3(Tr::kThreads, 1, 1);
-  config.dynamicSmemBytes = Tr::kSmemBytes;
   cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 2;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config = PairLaunchConfig<Tr>(1, nullptr, cluster);
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, FusedWgmmaKernel<Tr, false, true>, &config) != cudaSuccess) {
     cudaGetLastError();  // not sticky: the launch goes on without pairs
@@ -954,18 +963,8 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   }
   if constexpr (kClusterPairs) {
     if (pair_clusters > 0) {
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(2 * static_cast<unsigned>(pair_clusters), 1, 1);
-      config.blockDim = dim3(Tr::kThreads, 1, 1);
-      config.dynamicSmemBytes = Tr::kSmemBytes;
-      config.stream = stream;
       cudaLaunchAttribute cluster;
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = 2;
-      cluster.val.clusterDim.y = 1;
-      cluster.val.clusterDim.z = 1;
-      config.attrs = &cluster;
-      config.numAttrs = 1;
+      const cudaLaunchConfig_t config = PairLaunchConfig<Tr>(static_cast<unsigned>(pair_clusters), stream, cluster);
       p.split_tail = 0;
       // PairClusterCount set the shared-memory limit of the pair kernel.
       return cudaLaunchKernelEx(&config, FusedWgmmaKernel<Tr, false, true>, p);
