@@ -1,4 +1,5 @@
-# Sourced by the scripts' process tests (ci/nightly_test.sh, ci/device/bisect_libraries_test.sh)
+# Sourced by the scripts' process tests (ci/nightly_test.sh, ci/device/bisect_libraries_test.sh,
+# ci/device/hopper_variants_check_test.sh)
 # after they set TEST_NAME: $work, a fresh folder kept only when the test fails; fail MESSAGE
 # and pass MESSAGE; and an isolated HOME and git identity, so no user configuration or cache
 # leaks in and nothing is written outside $work.
