@@ -965,7 +965,6 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     if (pair_clusters > 0) {
       cudaLaunchAttribute cluster;
       const cudaLaunchConfig_t config = PairLaunchConfig<Tr>(static_cast<unsigned>(pair_clusters), stream, cluster);
-      p.split_tail = 0;
       // PairClusterCount set the shared-memory limit of the pair kernel.
       return cudaLaunchKernelEx(&config, FusedWgmmaKernel<Tr, false, true>, p);
     }
