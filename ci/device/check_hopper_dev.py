@@ -19,7 +19,7 @@ key must be zeros. A configuration a library cannot run on a problem (fusetune_c
 counted as skipped with its reason, not as a failure.
 
   check_hopper_dev.py --lib BUNDLE/lib/libfusetune_capi.so \\
-      --variant pairs=/tmp/hd/pairs/libfusetune_hopper_dev.so \\
+      --variant NAME=/tmp/hd/NAME/libfusetune_hopper_dev.so \\
       --config 'fused/bm128/bs128/t384/{p}/st2/persistent' [--problems 40] [--small]
 
 {p} in a key is the problem's precision (fp16 or bf16: the dtype's). --small keeps to problems
@@ -60,11 +60,11 @@ DEVICE = "cuda"  # --self-test: "cpu"
 PATTERNS = ("uniform", "scaled-q", "key-offset", "one-hot")
 
 # (batch, q_heads, kv_heads, q_len, kv_len, causal, dtype): the schedules' edges at block_m 128,
-# block_s 128 (pairs of query tiles need an even count of them).
+# block_s 128: even and odd counts of query tiles, key counts that end inside a tile.
 FIXED = [
-    (1, 1, 1, 256, 256, False, BF16),     # one pair of query tiles
+    (1, 1, 1, 256, 256, False, BF16),     # two query tiles
     (2, 3, 3, 1000, 777, False, BF16),    # 8 query tiles, the last key tile 9 keys
-    (1, 2, 2, 384, 512, False, FP16),     # 3 query tiles: odd, no pairs
+    (1, 2, 2, 384, 512, False, FP16),     # 3 query tiles: odd
     (2, 8, 2, 512, 1000, False, BF16),    # GQA 4:1
     (1, 4, 4, 129, 4096, False, FP16),    # 2 query tiles, the second of one row
     (1, 2, 2, 512, 512, True, BF16),      # causal

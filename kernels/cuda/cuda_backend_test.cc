@@ -1203,47 +1203,6 @@ TEST_F(CudaBackendTest, PersistentBlocksWalkingManyTilesMatchTheReference) {
   std::printf("[ info ] %d persistent / ping-pong runs over 768 tiles\n", runs);
 }
 
-// The shapes block pairs run on (persistent instances built with ClusterPairs; fused/README.md):
-// uniform batches without a mask and an even count of query tiles, among them a last query tile
-// of one row, keys that end inside a key tile (each block fills its own copy of that tile), GQA,
-// one key, more pair tiles than clusters; and an odd count of query tiles, which runs unpaired.
-// Every persistent Hopper config against the reference, twice (the barriers start fresh per
-// launch). Whatever instances pair, these are the launches pairs change.
-TEST_F(CudaBackendTest, PersistentBlockPairShapesMatchTheReference) {
-  if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
-  uint32_t seed = 9400;
-  int runs = 0;
-  struct Shape {
-    int batch, q_heads, kv_heads, q_len, kv_len;
-  };
-  for (DType dtype : {DType::kFp16, DType::kBf16}) {
-    const Precision precision = dtype == DType::kFp16 ? Precision::kFp16 : Precision::kBf16;
-    for (int d : {64, 128}) {
-      for (const Shape& s : {Shape{1, 4, 4, 129, 777}, Shape{2, 6, 2, 1000, 1000}, Shape{2, 20, 4, 1024, 300},
-                             Shape{1, 2, 2, 384, 512}, Shape{1, 1, 1, 256, 1}}) {
-        AttentionProblem p = MakeProblem(s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, d, /*causal=*/false, dtype);
-        ASSERT_TRUE(p.Validate().ok()) << p.Validate();
-        const Inputs in = RandomInputs(p, ++seed);
-        auto ref = ReferenceAttention(p, in.q, in.k, in.v);
-        ASSERT_TRUE(ref.ok()) << ref.status();
-        for (const KernelConfig& c : HopperCandidates(precision)) {
-          if (!c.persistent || !backend_->CanImplement(p, c).ok()) continue;
-          SCOPED_TRACE(p.Key() + " " + c.Key());
-          for (int launch = 0; launch < 2; ++launch) {
-            Result r = RunAndCompare(p, c, in, *ref);
-            ASSERT_TRUE(r.status.ok()) << r.status;
-            EXPECT_TRUE(r.finite) << "NaN/Inf (or an unwritten element) in the output";
-            EXPECT_LE(r.rel_error, ToleranceFor(precision, p.dtype));
-          }
-          ++runs;
-        }
-      }
-    }
-  }
-  EXPECT_GE(runs, 20);
-  std::printf("[ info ] %d persistent configs on pair-shaped problems\n", runs);
-}
-
 TEST_F(CudaBackendTest, PagedPrefillOnTheHopperKernelMatchesTheReference) {
   if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
   uint32_t seed = 8500;

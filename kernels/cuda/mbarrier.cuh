@@ -28,40 +28,6 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// ---- Clusters (a launch with a cluster dimension; the Hopper kernel's block pairs) ----
-
-// This block's rank in its cluster (0 without clusters).
-__device__ __forceinline__ uint32_t ClusterCtaRank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return rank;
-}
-// Arrives once on the barrier at offset `bar` of block `cta` of this cluster (this block's own
-// included), releasing this thread's earlier accesses at cluster scope.
-__device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-// MbarWait acquiring at cluster scope: what the arrivals of other blocks released is visible
-// (and ordered before this thread's later TMA writes into those blocks) once it returns.
-__device__ __forceinline__ void MbarWaitCluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_CLUSTER_LOOP:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_CLUSTER_LOOP;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// Every thread of every block of the cluster that has not exited arrives, then waits for the
-// others (whole warps: .aligned); e.g. barriers initialised before another block arrives on them.
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 // Makes the initialised barriers visible to the asynchronous proxy (TMA).
 __device__ __forceinline__ void FenceMbarrierInit() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");

@@ -115,8 +115,7 @@ for spec in "${variants[@]}"; do
   if command -v "$cuobjdump" > /dev/null 2>&1 && command -v python3 > /dev/null 2>&1; then
     if python3 "$here/sass_loops.py" --cuobjdump "$cuobjdump" "$dir/libfusetune_hopper_dev.so" FusedWgmmaKernel \
         > "$dir/sass_loops.txt" 2>&1; then
-      awk '/^[^ ]/ { kernel = ($0 ~ /Li128ELi128ELi128ELi2ELb0ELb1EEELb0E/) ? ($0 ~ /nv_bfloat16/ ? "bf16" : "fp16") : ""
-                     if (kernel != "" && $0 ~ /Lb0ELb1EEEv/) kernel = kernel " block-pair"; seen = 0 }
+      awk '/^[^ ]/ { kernel = ($0 ~ /Li128ELi128ELi128ELi2ELb0ELb1EEELb0E/) ? ($0 ~ /nv_bfloat16/ ? "bf16" : "fp16") : ""; seen = 0 }
            kernel != "" && !seen && / HGMMA 16 / { sub(/^ +loop [^:]*: /, ""); print "  key loop, " kernel " d128 st2/persistent: " $0; seen = 1 }' \
         "$dir/sass_loops.txt"
     else

@@ -228,20 +228,6 @@ int fusetune_create(const char* backend, int device, fusetune_handle** out, char
                 prop.major, prop.minor, prop.multiProcessorCount,
                 static_cast<double>(prop.totalGlobalMem) / (1 << 30), FUSETUNE_HOPPER_DEV_LABEL);
   h->description = text;
-  // Instances that launch as block pairs, with the clusters of two this device holds for each
-  // (their grid; fewer than half the multiprocessors leaves some idle, 0 runs single blocks).
-  std::string pairs;
-  for (const fused::FusedInstanceList list : {fused::WgmmaBf16Instances(), fused::WgmmaFp16Instances()}) {
-    for (int i = 0; i < list.size; ++i) {
-      const fused::FusedInstance& in = list.data[i];
-      if (in.pair_clusters == nullptr) continue;
-      std::snprintf(text, sizeof(text), "%s%s d%d bm%d st%d%s%s: %d", pairs.empty() ? "" : ",",
-                    in.storage == fused::StorageCode::kBf16 ? "bf16" : "fp16", in.head_dim, in.block_m, in.stages,
-                    in.pingpong ? "/pingpong" : "", in.persistent ? "/persistent" : "", in.pair_clusters());
-      pairs += text;
-    }
-  }
-  if (!pairs.empty()) h->description += "; block-pair clusters:" + pairs;
   *out = h;
   return FUSETUNE_OK;
 }

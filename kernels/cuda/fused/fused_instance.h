@@ -101,10 +101,6 @@ struct FusedInstance {
   // A persistent instance that splits its last round along the keys where that pays (SplitTail),
   // given the workspace; its consumer warps are (threads - 128) / 32.
   bool split_tail = false;
-  // A persistent instance that launches as block pairs where it can (ClusterPairs in
-  // fused_wgmma.cuh): the clusters of two blocks the current device holds at once, which size
-  // its grid (0: none, and its launches run as single blocks). nullptr for other instances.
-  int (*pair_clusters)() = nullptr;
 
   // Whether this instance is the one compiled for that config: the one test of a config
   // against the table (the dispatch's, and the Hopper dev library's, which has no KernelConfig).

@@ -161,16 +161,6 @@ __device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* map, 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
-// The same box written into every block of the cluster named in `cta_mask` (bit r: rank r), at
-// offset `dst` of each, completing `bytes` of the barrier at offset `bar` of each.
-__device__ __forceinline__ void TmaLoad3dMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                                   int c2, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
-      : "memory");
-}
 template <int kRegs>
 __device__ __forceinline__ void SetMaxRegistersIncrease() {
   if constexpr (kRegs > 0) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
@@ -295,20 +285,13 @@ __device__ __forceinline__ bool MergeSplitPieces(const FusedKernelArgs& a, const
 
 // kSplit: the split kernel of a persistent instance (Tr::kSplitTail), launched with an active
 // plan (gridDim.x blocks, p.split_tail = 1).
-// kPairs: the block-pair kernel of a persistent instance (LaunchWgmma's kClusterPairs), launched
-// in clusters of two blocks where PairsApply holds. The two blocks of a cluster compute
-// neighbouring query tiles of one (sequence, head), which read the same K/V: each loads half of
-// every K and V tile and the TMA multicast writes it into both blocks, so each tile crosses L2
-// once per pair instead of once per block. A stage is refilled once the consumers of both blocks
-// have released it (each consumer warp arrives on both blocks' empty barriers).
-template <class Tr, bool kSplit = false, bool kPairs = false>
+template <class Tr, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
 #if defined(FUSETUNE_FUSED_WGMMA_ENABLED)
   using T = typename Tr::Storage;
   constexpr int D = Tr::kHeadDim, BM = Tr::kBlockM, BS = Tr::kBlockS, ST = Tr::kStages, STV = Tr::kStagesV;
   constexpr int NCH = Tr::kChunks, NTILES = BS / 8, DTILES = D / 8;
-  static_assert(!kPairs || (Tr::kPersistent && !kSplit), "block pairs: persistent blocks, no split last round");
   constexpr int kConsumerWarps = Tr::kConsumerWarps;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const FusedKernelArgs& a = p.a;
@@ -329,9 +312,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
-  // This block's rank in its pair (its query tile of a pair tile, its half of a K/V tile): read
-  // where used, not held in a register through the loops.
-  auto pair_rank = [] { return kPairs ? static_cast<int>(ClusterCtaRank()) : 0; };
 
   // The tiles this block computes, in order, each located as a QueryBlock: its grid position
   // (located once, here: a block without keys writes its zeros and leaves before any setup),
@@ -347,19 +327,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
   }
   auto for_each_tile = [&](auto&& fn) {
-    if constexpr (kPairs) {
-      // Cluster c walks the pair tiles (PersistentTileOrder::PairsOf); PairsApply holds, so
-      // both query blocks of every pair tile exist and see the same keys.
-      const PersistentTileOrder order = PersistentTileOrder::PairsOf(a.q_len, BM, a.q_heads, a.batch);
-      const int clusters = static_cast<int>(gridDim.x) / 2, cluster = static_cast<int>(blockIdx.x) / 2;
-      const int64_t rounds = order.Rounds(clusters);
-      for (int64_t round = 0; round < rounds; ++round) {
-        int query_block, head, seq;
-        if (!order.PairTileOf(round, cluster, clusters, pair_rank(), query_block, head, seq)) continue;
-        QueryBlock<T> blk;
-        if (LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) fn(blk, TileKeys{0, blk.n_tiles});
-      }
-    } else if constexpr (kSplit) {
+    if constexpr (kSplit) {
       const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, BM, a.q_heads, a.batch, a.causal != 0);
       const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
       const SplitTail split = p.split_tail ? SplitTail::Plan(order, CeilDiv(a.kv_len, BS), blocks) : SplitTail{};
@@ -405,8 +373,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
   };
 
-  // A K/V stage is released by every consumer warp of the block, and of the other block of a pair.
-  constexpr int kKvReleases = kConsumerWarps * (kPairs ? 2 : 1);
   if (tid == 0) {
 #pragma unroll
     for (int b = 0; b < QB; ++b) {
@@ -417,16 +383,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (int s = 0; s < STV; ++s) {  // STV >= ST
       if (s < ST) MbarInit(full_k(s), 1);
       MbarInit(full_v(s), 1);
-      if (s < ST) MbarInit(empty_k(s), kKvReleases);
-      MbarInit(empty_v(s), kKvReleases);
+      if (s < ST) MbarInit(empty_k(s), kConsumerWarps);
+      MbarInit(empty_v(s), kConsumerWarps);
     }
     FenceMbarrierInit();
   }
-  if constexpr (kPairs) {
-    ClusterSync();  // the other block's barriers are initialised before anything arrives on them
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (warp >= kConsumerWarps) {
     // ---- producer warpgroup: its first warp loads, the others only hand back registers ----
@@ -436,15 +398,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // i / ST picks the barrier parity (V: i % STV, i / STV); query tile i's Q buffer is i % QB,
     // the same way.
     int kv_loaded = 0, q_loaded = 0;
-    // A K/V stage is free once its consumers released it; in a pair, those of both blocks, whose
-    // reads of this block's copy and of the other's must be done before the multicast rewrites them.
-    auto wait_free = [&](uint32_t bar, uint32_t parity) {
-      if constexpr (kPairs) {
-        MbarWaitCluster(bar, parity);
-      } else {
-        MbarWait(bar, parity);
-      }
-    };
     for_each_tile([&](const QueryBlock<T>& blk, const TileKeys& keys) {
       if (blk.n_tiles == 0) return;  // persistent only: the consumers write its zeros
       const int n_tiles = keys.end - keys.begin, key_first = keys.begin * BS;
@@ -507,37 +460,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           auto load_tile = [&](uint32_t dst, const CUtensorMap* map, uint32_t full) {
             if (lane != 0) return;
             MbarExpectTx(full, Tr::kTileBytes);
-            if constexpr (kPairs && !kPaged) {
-              // This block's half of the rows (the maps' boxes are BS / 2 rows), into both blocks;
-              // the barrier counts both halves, this one's and the other block's. (A paged cache,
-              // which PairsApply keeps out of pairs, would load each block's own copy below.)
-              const int half = pair_rank() * (BS / 2);
+#pragma unroll
+            for (int b = 0; b < kMaxBoxes; ++b) {
+              if (b * box >= BS) break;
 #pragma unroll
               for (int c = 0; c < NCH; ++c) {
-                TmaLoad3dMulticast(dst + c * BS * 128 + half * 128, map, full, 64 * c, blk.kv_head, rows[0] + half,
-                                   uint16_t{0x3});
-              }
-            } else {
-#pragma unroll
-              for (int b = 0; b < kMaxBoxes; ++b) {
-                if (b * box >= BS) break;
-#pragma unroll
-                for (int c = 0; c < NCH; ++c) {
-                  TmaLoad3d(dst + c * BS * 128 + b * box * 128, map, full, 64 * c, blk.kv_head, rows[b]);
-                }
+                TmaLoad3d(dst + c * BS * 128 + b * box * 128, map, full, 64 * c, blk.kv_head, rows[b]);
               }
             }
           };
-          wait_free(empty_k(s), free_parity);
+          MbarWait(empty_k(s), free_parity);
           load_tile(k_dst, &p.k_map, full_k(s));
-          wait_free(empty_v(sv), free_parity_v);
+          MbarWait(empty_v(sv), free_parity_v);
           const int valid = min(BS, blk.g.k_vis - key0);
           if (valid == BS) {
             load_tile(v_dst, &p.v_map, full_v(sv));
           } else {
             // Tail tile: zero-fill rows >= valid, write the SW128 layout TMA would have written
-            // (16-byte unit u of row r lands at unit u ^ (r % 8)). In a pair each block fills its
-            // own copy (both take this path for the same tile), with no multicast into the stage.
+            // (16-byte unit u of row r lands at unit u ^ (r % 8)).
             for (int ci = lane; ci < BS * NCH * 8; ci += 32) {
               const int u = ci % 8, c = (ci / 8) % NCH, r = ci / (8 * NCH);
               const bool pred = r < valid;
@@ -561,18 +501,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
       kv_loaded += n_tiles;
     });
-    if constexpr (kPairs) {
-      // The other block's consumers arrive on this block's empty barriers up to their last key
-      // tile: the block (its shared memory) stays until each stage's last use is released.
-      for (int j = 0; j < ST; ++j) {
-        const int i = kv_loaded + j;
-        wait_free(empty_k(i % ST), ((i / ST) & 1) ^ 1);
-      }
-      for (int j = 0; j < STV; ++j) {
-        const int i = kv_loaded + j;
-        wait_free(empty_v(i % STV), ((i / STV) & 1) ^ 1);
-      }
-    }
     return;
   }
 
@@ -600,15 +528,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   auto release = [&](uint32_t bar) {
     __syncwarp();
     if (lane == 0) MbarArrive(bar);
-  };
-  // A K/V stage: in a pair, on both blocks' barriers (lane r arrives on rank r's).
-  auto release_kv = [&](uint32_t bar) {
-    if constexpr (kPairs) {
-      __syncwarp();
-      if (lane < 2) MbarArriveCluster(bar, static_cast<uint32_t>(lane));
-    } else {
-      release(bar);
-    }
   };
   int kv_used = 0, q_used = 0;  // as the producer's counts
   for_each_tile([&](const QueryBlock<T>& blk, const TileKeys& keys) {
@@ -705,7 +624,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     issue_qk(0);
     pass_after(0);
     WgmmaWait<0>();
-    release_kv(empty_k(kv_used % ST));
+    release(empty_k(kv_used % ST));
     if constexpr (Tr::kPersistent && QB == 1) {
       if (n_tiles == 1) release(empty_q(qb));
     }
@@ -731,20 +650,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       issue_pv(j - 1);
       pass_after(j);
       WgmmaWait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
-      release_kv(empty_k((kv_used + j) % ST));
+      release(empty_k((kv_used + j) % ST));
       if constexpr (Tr::kPersistent && QB == 1) {
         if (j == n_tiles - 1) release(empty_q(qb));  // the tile's last read of Q is done
       }
       softmax(j, alpha);
       WgmmaWait<0>();
-      release_kv(empty_v((kv_used + j - 1) % STV));
+      release(empty_v((kv_used + j - 1) % STV));
       if constexpr (!Tr::kRescaleUnderQk) rescale_o();
       pack();
     }
     if constexpr (Tr::kRescaleUnderQk) rescale_o();
     issue_pv(n_tiles - 1);
     WgmmaWait<0>();
-    if constexpr (Tr::kPersistent) release_kv(empty_v((kv_used + n_tiles - 1) % STV));  // a next tile reuses it
+    if constexpr (Tr::kPersistent) release(empty_v((kv_used + n_tiles - 1) % STV));  // a next tile reuses it
     FenceOperands(acc);
     kv_used += n_tiles;
 
@@ -858,78 +777,12 @@ inline int MultiprocessorCount() {
   return n;
 }
 
-// Whether a launch runs as block pairs (FusedWgmmaKernel's kPairs): both blocks of a pair must
-// walk the same key tiles of the same K/V, loaded as one tile's boxes: a uniform batch (no varlen,
-// no key padding) of contiguous K/V without a causal mask, and an even count of query tiles
-// (every block has a partner).
 template <class Tr>
-bool PairsApply(const FusedKernelArgs& a) {
-  return a.page_size == 0 && a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr &&
-         a.causal == 0 && a.q_len > 0 && a.kv_len > 0 && CeilDiv(a.q_len, Tr::kBlockM) % 2 == 0;
-}
-
-// The launch of `clusters` clusters of two blocks of the pair kernel on `stream`; `attribute`
-// holds the cluster dimension the configuration points to.
-template <class Tr>
-cudaLaunchConfig_t PairLaunchConfig(unsigned clusters, cudaStream_t stream, cudaLaunchAttribute& attribute) {
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 2;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(2 * clusters, 1, 1);
-  config.blockDim = dim3(Tr::kThreads, 1, 1);
-  config.dynamicSmemBytes = Tr::kSmemBytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return config;
-}
-
-// Clusters of two blocks of the pair kernel the current device holds at once (the pair grid's
-// size; 0 where it holds none or cannot say), asked once per device. Thread-safe as
-// MultiprocessorCount.
-template <class Tr>
-int PairClusterCount() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> counts[kMaxDevices] = {};  // 0 = not asked yet; -1 = none
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return 0;
-  if (device < kMaxDevices) {
-    if (const int known = counts[device].load(std::memory_order_relaxed); known != 0) return known > 0 ? known : 0;
-  }
-  if (SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr, false, true>>(Tr::kSmemBytes) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = PairLaunchConfig<Tr>(1, nullptr, cluster);
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, FusedWgmmaKernel<Tr, false, true>, &config) != cudaSuccess) {
-    cudaGetLastError();  // not sticky: the launch goes on without pairs
-    n = 0;
-  }
-  if (device < kMaxDevices) counts[device].store(n > 0 ? n : -1, std::memory_order_relaxed);
-  return n > 0 ? n : 0;
-}
-
-// kClusterPairs: a persistent instance that runs as block pairs where PairsApply holds and the
-// device holds clusters of two, and as single blocks elsewhere.
-template <class Tr, bool kClusterPairs = false>
 cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   using T = typename Tr::Storage;
   if (a.q_total_rows <= 0 || a.kv_total_rows <= 0) return cudaErrorNotSupported;
   WgmmaLaunchParams p{};
   p.a = a;
-  int pair_clusters = 0;  // > 0: the launch runs as that many block pairs
-  if constexpr (kClusterPairs) {
-    static_assert(Tr::kPersistent, "block pairs are a persistent schedule");
-    if (PairsApply<Tr>(a)) {
-      const int64_t pair_tiles = PersistentTileOrder::PairsOf(a.q_len, Tr::kBlockM, a.q_heads, a.batch).total;
-      const int clusters = PairClusterCount<Tr>();
-      pair_clusters = static_cast<int>(pair_tiles < clusters ? pair_tiles : clusters);
-    }
-  }
   constexpr StorageCode kStorage = StorageOf<T>();
   if (cudaError_t e = EncodeRowTileMap(&p.q_map, a.q, kStorage, Tr::kHeadDim, a.q_heads,
                                        a.q_total_rows, a.q_row_stride, a.q_head_stride, Tr::kBlockM);
@@ -940,10 +793,7 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   if (a.page_size > 0 && (a.page_size % 16 != 0 || (Tr::kBlockS % a.page_size != 0 && a.page_size % Tr::kBlockS != 0))) {
     return cudaErrorNotSupported;
   }
-  // Pairs: each block loads half of a tile's rows.
-  const int box = pair_clusters > 0 ? Tr::kBlockS / 2
-                  : a.page_size > 0 ? (a.page_size < Tr::kBlockS ? a.page_size : Tr::kBlockS)
-                                    : Tr::kBlockS;
+  const int box = a.page_size > 0 ? (a.page_size < Tr::kBlockS ? a.page_size : Tr::kBlockS) : Tr::kBlockS;
   if (cudaError_t e = EncodeRowTileMap(&p.k_map, a.k, kStorage, Tr::kHeadDim, a.kv_heads,
                                        a.kv_total_rows, a.k_row_stride, a.k_head_stride, box);
       e != cudaSuccess) {
@@ -959,14 +809,6 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
                                          a.o_row_stride, a.o_head_stride, 64);
         e != cudaSuccess) {
       return e;
-    }
-  }
-  if constexpr (kClusterPairs) {
-    if (pair_clusters > 0) {
-      cudaLaunchAttribute cluster;
-      const cudaLaunchConfig_t config = PairLaunchConfig<Tr>(static_cast<unsigned>(pair_clusters), stream, cluster);
-      // PairClusterCount set the shared-memory limit of the pair kernel.
-      return cudaLaunchKernelEx(&config, FusedWgmmaKernel<Tr, false, true>, p);
     }
   }
   dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
@@ -1008,17 +850,14 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// ClusterPairs: the instance runs as block pairs where it can (LaunchWgmma's kClusterPairs).
-template <typename T, int D, int BM, int BS, int ST, bool PingPong = false, bool Persistent = false,
-          bool ClusterPairs = false>
+template <typename T, int D, int BM, int BS, int ST, bool PingPong = false, bool Persistent = false>
 FusedInstance WgmmaInstance() {
   using Tr = WgmmaTraits<T, D, BM, BS, ST, PingPong, Persistent>;
   FusedInstance inst{D,  StorageOf<T>(), std::is_same_v<T, __nv_bfloat16> ? PrecisionCode::kBf16 : PrecisionCode::kFp16,
-                     BM, BS, Tr::kThreads, ST, Tr::kSmemBytes, &LaunchWgmma<Tr, ClusterPairs>, /*needs_sm90=*/true};
+                     BM, BS, Tr::kThreads, ST, Tr::kSmemBytes, &LaunchWgmma<Tr>, /*needs_sm90=*/true};
   inst.pingpong = PingPong;
   inst.persistent = Persistent;
   inst.split_tail = Tr::kSplitTail;
-  if constexpr (ClusterPairs) inst.pair_clusters = &PairClusterCount<Tr>;
   return inst;
 }
 

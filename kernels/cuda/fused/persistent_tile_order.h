@@ -62,26 +62,6 @@ struct PersistentTileOrder {
   FUSETUNE_HOST_DEVICE int64_t TileOf(int64_t round, int block, int blocks) const {
     return round * blocks + ((round & 1) == 0 ? block : blocks - 1 - block);
   }
-
-  // Block pairs (fused_wgmma.cuh's kPairs: clusters of two blocks, no mask): the order of pair
-  // tiles of 2 * block_m query rows, which cluster c walks as block c of `clusters` blocks would.
-  static FUSETUNE_HOST_DEVICE PersistentTileOrder PairsOf(int q_len, int block_m, int heads, int sequences) {
-    return Of(q_len, 2 * block_m, heads, sequences, /*causal=*/false);
-  }
-  // On a PairsOf order: the tile of the block of rank `rank` (0 or 1) of cluster `cluster` in
-  // round `round`, query block 2p + rank of pair tile p (block_m rows each), so both blocks of a
-  // cluster take the same (sequence, head) and read the same keys; false where the cluster has
-  // no tile that round. Query block 2p + 1 may lie past the sequence when its block_m query tiles
-  // are odd in number (the launcher pairs only even counts).
-  FUSETUNE_HOST_DEVICE bool PairTileOf(int64_t round, int cluster, int clusters, int rank, int& query_block, int& head,
-                                       int& seq) const {
-    const int64_t t = TileOf(round, cluster, clusters);
-    if (t >= total) return false;
-    int pair_block = 0;
-    Decode(t, pair_block, head, seq);
-    query_block = 2 * pair_block + rank;
-    return true;
-  }
 };
 
 // The last round of a persistent launch without a causal mask, spread along the keys. With R =

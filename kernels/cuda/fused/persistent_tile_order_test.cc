@@ -98,42 +98,6 @@ TEST(PersistentTileOrder, WithoutAMaskConsecutiveTilesShareAHead) {
   }
 }
 
-// Block pairs: with an even count of query tiles, the two blocks of every cluster take
-// neighbouring query blocks of one (sequence, head) in every round, and the clusters walk every
-// tile exactly once, on grids as LaunchWgmma sizes them (at most the pair tiles).
-TEST(PersistentTileOrder, PairsWalkEveryTileOnceWithBothBlocksOnOneHead) {
-  for (auto [q_len, heads, sequences, clusters] :
-       std::vector<std::tuple<int, int, int, int>>{{4096, 16, 4, 66}, {1024, 16, 8, 66}, {1000, 3, 2, 66},
-                                                   {256, 1, 1, 66}, {129, 4, 1, 66}, {2048, 20, 3, 7}}) {
-    const int m_blocks = (q_len + 127) / 128;
-    ASSERT_EQ(m_blocks % 2, 0) << q_len;
-    const PersistentTileOrder order = PersistentTileOrder::PairsOf(q_len, 128, heads, sequences);
-    EXPECT_EQ(order.total * 2, PersistentTileOrder::Of(q_len, 128, heads, sequences, false).total);
-    const int grid = static_cast<int>(std::min<int64_t>(clusters, order.total));
-    std::set<std::tuple<int, int, int>> seen;
-    for (int c = 0; c < grid; ++c) {
-      for (int64_t round = 0; round < order.Rounds(grid); ++round) {
-        int q0 = 0, h0 = 0, s0 = 0, q1 = 0, h1 = 0, s1 = 0;
-        const bool has0 = order.PairTileOf(round, c, grid, 0, q0, h0, s0);
-        const bool has1 = order.PairTileOf(round, c, grid, 1, q1, h1, s1);
-        ASSERT_EQ(has0, has1) << "cluster " << c << " round " << round;
-        if (!has0) continue;
-        EXPECT_EQ(std::make_tuple(h0, s0), std::make_tuple(h1, s1));
-        EXPECT_EQ(q0 % 2, 0);
-        EXPECT_EQ(q1, q0 + 1);
-        for (const auto& tile : {std::make_tuple(q0, h0, s0), std::make_tuple(q1, h1, s1)}) {
-          EXPECT_LT(std::get<0>(tile), m_blocks);
-          EXPECT_LT(std::get<1>(tile), heads);
-          EXPECT_LT(std::get<2>(tile), sequences);
-          EXPECT_TRUE(seen.insert(tile).second) << "tile walked twice";
-        }
-      }
-    }
-    EXPECT_EQ(static_cast<int64_t>(seen.size()), int64_t{m_blocks} * heads * sequences)
-        << "q_len " << q_len << " heads " << heads << " sequences " << sequences;
-  }
-}
-
 // The flagship bf16 shape (b4 h16 S4096, block_m 128, 32 key tiles) on 132 blocks: 15 whole
 // rounds and 68 tiles, whose keys every block shares in spans of 17 key tiles.
 TEST(SplitTail, SpreadsThePartialRoundOverEveryBlock) {
