@@ -12,7 +12,9 @@
 #    where no Hopper GPU is (fusetune_create UNAVAILABLE, a NULL handle INVALID_ARGUMENT).
 # The same two ptxas checks hold for every kernel variant waiting for a GPU
 # (../dev/variants/*.patch, built beside the base in the same call): each still applies to this
-# tree and compiles without serialized wgmma or spills, ready to be timed.
+# tree and compiles without serialized wgmma or spills, ready to be timed. So do the development
+# probes (../dev/probes/*.patch, e.g. the per-block timeline), which must measure the kernels as
+# they are.
 #
 # Usage: ptxas_report_test.sh NVCC REPO_ROOT
 set -euo pipefail
@@ -21,7 +23,7 @@ max_spill_bytes=32
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 variants=(base)
-for patch in "$root"/kernels/cuda/dev/variants/*.patch; do
+for patch in "$root"/kernels/cuda/dev/variants/*.patch "$root"/kernels/cuda/dev/probes/*.patch; do
   [[ -e $patch ]] && variants+=("$(basename "$patch" .patch)=$patch")
 done
 if ! NVCC=$nvcc HOPPER_DEV_JOBS=${HOPPER_DEV_JOBS:-2} bash "$root/kernels/cuda/dev/build_hopper_dev.sh" "$out" "${variants[@]}" >"$out/build.log" 2>&1; then
