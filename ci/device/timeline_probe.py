@@ -3,13 +3,17 @@
 
 A build of the Hopper kernels with kernels/cuda/dev/probes/timeline.patch applied
 (kernels/cuda/dev/build_hopper_dev.sh OUT timeline=kernels/cuda/dev/probes/timeline.patch)
-stamps the global timer (ns) in every block: its start, its first Q in shared memory, the end of
-each tile's epilogue and its exit, with its multiprocessor and tile count. This script runs such
+stamps the global timer (ns) in every block: its start, its barriers set up, its producer warp
+ready to load, its consumers' registers raised, its first Q in shared memory, the end of each tile's
+epilogue and its exit, with its multiprocessor and tile count. This script runs such
 a library on a shape as compare_torch.py's fusetune_time does (L2 flushed by a 256 MiB read
 before the launch), reads the stamps after each launch and reports, as medians over launches:
 
   span            last block exit - first block start (the kernel as the blocks see it)
   start spread    latest block start - first block start
+  setup, producer, registers
+                  block start to: its barriers set up (after __syncthreads), its producer warp
+                  ready to load (setmaxnreg.dec done), its consumers' setmaxnreg.inc done
   first Q         first Q in shared memory - block start (the cold loads, block setup)
   tile 0 / tiles  the first tile's time (from the block start) / the median later tile
   exit            block exit - its last tile's end
@@ -37,6 +41,7 @@ import sys
 
 TIMELINE_BLOCKS, TIMELINE_SLOTS, TIMELINE_TILES = 1024, 40, 32  # as timeline.patch
 SLOT_START, SLOT_FIRST_Q, SLOT_TILES, SLOT_SM, SLOT_EXIT, SLOT_TILE0 = 0, 1, 2, 3, 4, 5
+SLOT_SETUP, SLOT_PRODUCER, SLOT_REGS = 37, 38, 39
 
 
 def blocks_of(stamps):
@@ -48,7 +53,8 @@ def blocks_of(stamps):
             continue
         tiles = int(r[SLOT_TILES])
         rows.append({"block": b, "start": r[SLOT_START], "first_q": r[SLOT_FIRST_Q], "tiles": tiles,
-                     "sm": int(r[SLOT_SM]), "exit": r[SLOT_EXIT],
+                     "sm": int(r[SLOT_SM]), "exit": r[SLOT_EXIT], "setup": r[SLOT_SETUP],
+                     "producer": r[SLOT_PRODUCER], "regs": r[SLOT_REGS],
                      "tile_ends": [r[SLOT_TILE0 + k] for k in range(min(tiles, TIMELINE_TILES))]})
     return rows
 
@@ -61,9 +67,13 @@ def analyse(rows):
     t_end = max(r["exit"] for r in rows)
     span = t_end - t0
     first_tiles, later_tiles, exits, first_q = [], [], [], []
+    marks = {"setup": [], "producer": [], "regs": []}
     for r in rows:
         if r["first_q"]:
             first_q.append(r["first_q"] - r["start"])
+        for key, values in marks.items():
+            if r[key]:
+                values.append(r[key] - r["start"])
         prev = r["start"]
         for k, end in enumerate(r["tile_ends"]):
             (first_tiles if k == 0 else later_tiles).append(end - prev)
@@ -81,6 +91,7 @@ def analyse(rows):
         "blocks": n, "most_tiles": most, "fewer_tiles_blocks": sum(1 for r in rows if r["tiles"] < most),
         "span_us": span / 1e3, "start_spread_us": (max(r["start"] for r in rows) - t0) / 1e3,
         "first_q_us": statistics.median(first_q) / 1e3 if first_q else float("nan"),
+        **{key + "_us": statistics.median(v) / 1e3 if v else float("nan") for key, v in marks.items()},
         "tile0_us": statistics.median(first_tiles) / 1e3 if first_tiles else float("nan"),
         "tile_us": tile / 1e3,
         "exit_us": statistics.median(exits) / 1e3 if exits else float("nan"),
@@ -89,7 +100,7 @@ def analyse(rows):
     }
 
 
-FIELDS = ["span_us", "start_spread_us", "first_q_us", "tile0_us", "tile_us", "exit_us", "idle_start_pct",
+FIELDS = ["span_us", "start_spread_us", "setup_us", "producer_us", "regs_us", "first_q_us", "tile0_us", "tile_us", "exit_us", "idle_start_pct",
           "idle_end_pct", "tail_idle_pct", "exit_spread_us"]
 
 
@@ -101,12 +112,14 @@ def median_of(launches):
 
 
 def report(rows_by_shape):
-    lines = ["| shape | blocks (fewer tiles) | tiles | timer µs | span µs | start spread µs | first Q µs | "
-             "tile 0 µs | tile µs | exit µs | idle start % | idle end % | tail idle % | exit spread µs |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| shape | blocks (fewer tiles) | tiles | timer µs | span µs | start spread µs | setup µs | "
+             "producer µs | registers µs | first Q µs | tile 0 µs | tile µs | exit µs | idle start % | idle end % | "
+             "tail idle % | exit spread µs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for shape, (m, timer_us) in rows_by_shape.items():
         lines.append(f"| {shape} | {m['blocks']} ({m['fewer_tiles_blocks']}) | {m['most_tiles']} | {timer_us:.1f} | "
-                     f"{m['span_us']:.1f} | {m['start_spread_us']:.2f} | {m['first_q_us']:.2f} | {m['tile0_us']:.2f} | "
+                     f"{m['span_us']:.1f} | {m['start_spread_us']:.2f} | {m['setup_us']:.2f} | {m['producer_us']:.2f} | "
+                     f"{m['regs_us']:.2f} | {m['first_q_us']:.2f} | {m['tile0_us']:.2f} | "
                      f"{m['tile_us']:.2f} | {m['exit_us']:.2f} | {m['idle_start_pct']:.2f} | {m['idle_end_pct']:.2f} | "
                      f"{m['tail_idle_pct']:.2f} | {m['exit_spread_us']:.2f} |")
     return "\n".join(lines)
@@ -122,6 +135,9 @@ def synthetic(blocks, tiles_total, tile_ns, start_step_ns, q_ns, exit_ns):
         start = 1_000_000 + b * start_step_ns
         stamps[base + SLOT_START] = start
         stamps[base + SLOT_FIRST_Q] = start + q_ns
+        stamps[base + SLOT_SETUP] = start + q_ns // 8
+        stamps[base + SLOT_PRODUCER] = start + q_ns // 4
+        stamps[base + SLOT_REGS] = start + q_ns // 2
         stamps[base + SLOT_TILES] = tiles
         stamps[base + SLOT_SM] = b
         t = start + q_ns
@@ -139,6 +155,7 @@ def self_test():
     assert abs(a["span_us"] - (2 + 8 * 15 + 0.5)) < 1e-9, a
     assert abs(a["tile0_us"] - 17.0) < 1e-9 and abs(a["tile_us"] - 15.0) < 1e-9, a
     assert abs(a["first_q_us"] - 2.0) < 1e-9 and abs(a["exit_us"] - 0.5) < 1e-9, a
+    assert (a["setup_us"], a["producer_us"], a["regs_us"]) == (0.25, 0.5, 1.0), a
     assert a["idle_start_pct"] == 0 and a["start_spread_us"] == 0, a
     # The only idle time is the partial last round: 32 of 132 blocks, one tile each.
     expect = 100.0 * 32 * 15.0 / 132 / a["span_us"]
