@@ -40,8 +40,8 @@ compare.md (the tables) under --out, prints the tables last.
 Timer check (--cupti-check). For each --cupti-shapes shape: ours (as above) timed by
 fusetune_time with the flush off (steady back-to-back launches) and on, once plainly and
 once under torch.profiler (ProfilerActivity.CUDA: kernel durations from CUPTI) for the same
-launches; the torch cuDNN (else flash/efficient) kernel likewise with this script's own
-timer. Prints timer median, CUPTI median and the gap in %; writes cupti_check.csv and
+launches; each --also config (in its own build where it names one) likewise; the torch cuDNN
+(else flash/efficient) kernel likewise with this script's own timer. Prints timer median, CUPTI median and the gap in %; writes cupti_check.csv and
 cupti_check.md. Nsight Systems is an alternative where it exists (the H200 host measured had no
 working nsys when last checked): nsys profile --stats=true python3 compare_torch.py
 --cupti-check ... gives the same kernel durations in its cuda_gpu_kern_sum table. Nsight Compute
@@ -770,7 +770,11 @@ def per_launch_device_us(events, names, kernels_per_launch, launches):
             for i in range(launches)], len(mine)
 
 
-def cupti_check(args, ft, reader, shape_ids, fixed, log):
+def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=None):
+    """The timer check; `also` ({"ours+LABEL": KEY}) and `also_builds` ({"ours+LABEL": Fusetune})
+    add --also configs and builds as subjects beside ours, so two builds' kernels are compared by
+    CUPTI's durations as well as by the timer."""
+    also, also_builds = also or {}, also_builds or {}
     trace_dir = tempfile.mkdtemp(prefix="cupti-")
     if args.keep_traces:
         trace_dir = args.out
@@ -796,6 +800,18 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log):
                              lambda: ft.run(bench.problem, cfg, bench.q, bench.k, bench.v, bench.o),
                              lambda flush_on: ft.time(bench.problem, cfg, bench.q, bench.k, bench.v, bench.o,
                                                       args.warmup, n, flush_on)))
+        for name, key in also.items():
+            key_here = key.format(p=s.precision)
+            lib = also_builds.get(name, ft)
+            cfg_also = ft.config(key_here)
+            ok, why = lib.can_implement(bench.problem, cfg_also)
+            if not ok:
+                log(f"  {name}: {key_here} not runnable: {why}")
+                continue
+            subjects.append((name, key_here,
+                             lambda lib=lib, c=cfg_also: lib.run(bench.problem, c, bench.q, bench.k, bench.v, bench.o),
+                             lambda flush_on, lib=lib, c=cfg_also: lib.time(bench.problem, c, bench.q, bench.k, bench.v,
+                                                                           bench.o, args.warmup, n, flush_on)))
         if torch_name:
             fn, backend = bench.torch_fn(torch_name)
 
@@ -1050,7 +1066,8 @@ def main():
         log(f"also: {path}: {other.describe()}")
     t_start = time.time()
     if args.cupti_check:
-        text = cupti_check(args, ft, reader, shape_ids, fixed, log)
+        text = cupti_check(args, ft, reader, shape_ids, fixed, log, also,
+                           {name: other_builds[path] for name, path in also_libs.items()})
         log(f"==== timer check ({time.time() - t_start:.0f} s)")
         print(text)
         return 0
