@@ -199,47 +199,48 @@ def main():
     flush = torch.empty(ct.L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     stamps = (ctypes.c_ulonglong * (TIMELINE_BLOCKS * TIMELINE_SLOTS))()
     results = {}
-    raw = open(os.path.join(args.out, "timeline.csv"), "w", newline="")
-    writer = csv.writer(raw)
-    writer.writerow(["shape", "launch", "block", "sm", "tiles", "start_ns", "first_q_ns", "exit_ns", "tile_ends_ns"])
-    for shape_id in ct.parse_list(args.shapes, ct.SHAPES, "shape"):
-        s = ct.SHAPES[shape_id]
-        read = getattr(probe.lib, "fusetune_dev_timeline_" + ("bf16" if s.dtype == ct.BF16 else "fp16"))
-        read.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int]
-        bench = ct.ShapeBench(s, ft, flush, 0.0)
-        bench.ft_of = {"probe": probe, "base": base} if base else {"probe": probe}
-        cfg = ft.config(args.config.format(p=s.precision))
-        err = bench.verify_ours(cfg, "probe")
-        tol = ft.tolerance(s.precision, s.dtype)
-        ct.log(f"{shape_id}: probe build's error {err:.2e} (tolerance {tol:.1e})")
-        if not err <= tol:
-            ct.log(f"{shape_id}: the probe build fails the reference check; no timeline")
-            continue
-        read(stamps, len(stamps))  # drop the verification launch's stamps
-        launches, timer = [], []
-        base_us, probe_us = [], []
-        for i in range(args.launches):
+    with open(os.path.join(args.out, "timeline.csv"), "w", newline="") as raw:
+        writer = csv.writer(raw)
+        writer.writerow(["shape", "launch", "block", "sm", "tiles", "start_ns", "setup_ns", "producer_ns", "regs_ns",
+                         "first_q_ns", "exit_ns", "tile_ends_ns"])
+        for shape_id in ct.parse_list(args.shapes, ct.SHAPES, "shape"):
+            s = ct.SHAPES[shape_id]
+            read = getattr(probe.lib, "fusetune_dev_timeline_" + ("bf16" if s.dtype == ct.BF16 else "fp16"))
+            read.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int]
+            bench = ct.ShapeBench(s, ft, flush, 0.0)
+            bench.ft_of = {"probe": probe, "base": base} if base else {"probe": probe}
+            cfg = ft.config(args.config.format(p=s.precision))
+            err = bench.verify_ours(cfg, "probe")
+            tol = ft.tolerance(s.precision, s.dtype)
+            ct.log(f"{shape_id}: probe build's error {err:.2e} (tolerance {tol:.1e})")
+            if not err <= tol:
+                ct.log(f"{shape_id}: the probe build fails the reference check; no timeline")
+                continue
+            read(stamps, len(stamps))  # drop the verification launch's stamps
+            launches, timer = [], []
+            base_us, probe_us = [], []
+            for i in range(args.launches):
+                if base is not None:
+                    base_us.append(statistics.median(bench.ours_block(cfg, 1, 3, "base")))
+                    probe_us.append(statistics.median(bench.ours_block(cfg, 1, 3, "probe")))
+                timer.append(bench.ours_block(cfg, 1, 1, "probe")[-1])
+                if read(stamps, len(stamps)) != 0:
+                    raise RuntimeError("fusetune_dev_timeline failed")
+                rows = blocks_of(list(stamps))
+                for r in rows:
+                    writer.writerow([shape_id, i, r["block"], r["sm"], r["tiles"], r["start"], r["setup"], r["producer"],
+                                     r["regs"], r["first_q"], r["exit"],
+                                     " ".join(str(t) for t in r["tile_ends"])])
+                a = analyse(rows)
+                if a is not None:
+                    launches.append(a)
+            if not launches:
+                continue
+            results[shape_id] = (median_of(launches), statistics.median(timer))
             if base is not None:
-                base_us.append(statistics.median(bench.ours_block(cfg, 1, 3, "base")))
-                probe_us.append(statistics.median(bench.ours_block(cfg, 1, 3, "probe")))
-            timer.append(bench.ours_block(cfg, 1, 1, "probe")[-1])
-            if read(stamps, len(stamps)) != 0:
-                raise RuntimeError("fusetune_dev_timeline failed")
-            rows = blocks_of(list(stamps))
-            for r in rows:
-                writer.writerow([shape_id, i, r["block"], r["sm"], r["tiles"], r["start"], r["first_q"], r["exit"],
-                                 " ".join(str(t) for t in r["tile_ends"])])
-            a = analyse(rows)
-            if a is not None:
-                launches.append(a)
-        if not launches:
-            continue
-        results[shape_id] = (median_of(launches), statistics.median(timer))
-        if base is not None:
-            ratio = statistics.median(p / b for p, b in zip(probe_us, base_us))
-            ct.log(f"{shape_id}: probe / base build, medians of {len(base_us)} alternated launches: {ratio:.4f} "
-                   f"({statistics.median(probe_us):.1f} / {statistics.median(base_us):.1f} µs)")
-    raw.close()
+                ratio = statistics.median(p / b for p, b in zip(probe_us, base_us))
+                ct.log(f"{shape_id}: probe / base build, medians of {len(base_us)} alternated launches: {ratio:.4f} "
+                       f"({statistics.median(probe_us):.1f} / {statistics.median(base_us):.1f} µs)")
     text = f"Device: {device_text}\n\n" + report(results)
     with open(os.path.join(args.out, "timeline.md"), "w") as f:
         f.write(text + "\n")
