@@ -1033,8 +1033,10 @@ def start_session(args, fusetune_class):
     torch.cuda.init()
     ft = fusetune_class(args.lib)
     reader = DeviceStateReader(torch.cuda.current_device())
-    device_text = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, ours: {ft.describe()}, " \
-                  f"device state from {reader.source}"
+    # cuDNN is the anchor of most comparisons and its kernels change between releases (its causal
+    # prefill did), so every report names the version torch runs.
+    device_text = f"{torch.cuda.get_device_name()}, torch {torch.__version__}, " \
+                  f"cuDNN {torch.backends.cudnn.version()}, ours: {ft.describe()}, device state from {reader.source}"
     log(device_text)
     return ft, reader, device_text
 
