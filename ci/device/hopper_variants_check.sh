@@ -66,7 +66,7 @@ if [[ $steps == *" build "* ]]; then
     echo "hopper_variants_check: the build failed" >&2
     exit 1
   fi
-  grep -E "^built|key loop" "$out/build.log"
+  grep -E "^built|key loop|producer loop" "$out/build.log"
   summary+=("build: base and ${#names[@]} variants in $(($(date +%s) - t0)) s")
 fi
 for name in base "${names[@]}"; do

@@ -16,8 +16,8 @@
 #
 # Environment: NVCC (default nvcc), HOPPER_DEV_ARCH (default sm_90a code; the kernels need it),
 # HOPPER_DEV_JOBS (parallel nvcc processes, default nproc), CUOBJDUMP (default cuobjdump; where it
-# runs, OUT/<name>/sass_loops.txt counts each kernel's loops (sass_loops.py) and the key loop of
-# the d128 st2/persistent kernels is printed).
+# runs, OUT/<name>/sass_loops.txt counts each kernel's loops (sass_loops.py) and the d128
+# st2/persistent kernels' key loop and producer loop are printed).
 # Exit status: 0 built; 1 a compile or link failed (its log is printed); 2 usage.
 # ptxas's report is summarised per variant: spill stores and serialized wgmma (ptxas C7518),
 # both of which cost real time on the H200 (kernels/cuda/fused/README.md).
@@ -109,14 +109,17 @@ for spec in "${variants[@]}"; do
   spills=$(cat "$dir"/*.ptxas.txt | awk '/bytes spill stores/ { for (i = 1; i < NF; ++i) if ($(i + 1) == "bytes" && $(i + 2) == "spill" && $(i + 3) == "stores,") s += $i } END { print s + 0 }')
   serialized=$(cat "$dir"/*.ptxas.txt | grep -c -E "C7518|Performance Loss" || true)
   echo "built $dir/libfusetune_hopper_dev.so (spill stores, all kernels: $spills bytes; serialized wgmma warnings: $serialized)"
-  # Where cuobjdump is (a GPU host's toolkit), each kernel's loops holding HGMMA, counted
-  # (sass_loops.py), and the key loop of the d128 st2/persistent flagship kernels: a variant's
-  # key loop beside the base's before any timing.
+  # Where cuobjdump is (a GPU host's toolkit), each kernel's loops holding HGMMA or TMA loads,
+  # counted (sass_loops.py), and of the d128 st2/persistent flagship kernels the consumers' key
+  # loop and the producer's per-step loop (the innermost with two or more TMA loads): a
+  # variant's loops beside the base's before any timing.
   if command -v "$cuobjdump" > /dev/null 2>&1 && command -v python3 > /dev/null 2>&1; then
     if python3 "$here/sass_loops.py" --cuobjdump "$cuobjdump" "$dir/libfusetune_hopper_dev.so" FusedWgmmaKernel \
         > "$dir/sass_loops.txt" 2>&1; then
-      awk '/^[^ ]/ { kernel = ($0 ~ /Li128ELi128ELi128ELi2ELb0ELb1EEELb0E/) ? ($0 ~ /nv_bfloat16/ ? "bf16" : "fp16") : ""; seen = 0 }
-           kernel != "" && !seen && / HGMMA 16 / { sub(/^ +loop [^:]*: /, ""); print "  key loop, " kernel " d128 st2/persistent: " $0; seen = 1 }' \
+      awk 'function count(name,   i) { for (i = 1; i < NF; ++i) if ($i == name) return $(i + 1) + 0; return 0 }
+           /^[^ ]/ { kernel = ($0 ~ /Li128ELi128ELi128ELi2ELb0ELb1EEELb0E/) ? ($0 ~ /nv_bfloat16/ ? "bf16" : "fp16") : ""; key = producer = 0 }
+           kernel != "" && !key && count("HGMMA") == 16 { line = $0; sub(/^ +loop [^:]*: /, "", line); print "  key loop, " kernel " d128 st2/persistent: " line; key = 1 }
+           kernel != "" && !producer && count("HGMMA") == 0 && count("UTMALDG") >= 2 { line = $0; sub(/^ +loop [^:]*: /, "", line); print "  producer loop, " kernel " d128 st2/persistent: " line; producer = 1 }' \
         "$dir/sass_loops.txt"
     else
       echo "  sass_loops.py failed: $(tail -n 1 "$dir/sass_loops.txt")"

@@ -7,19 +7,21 @@
 Disassembles LIB (a .so or cubin; `cuobjdump -sass`, on a host with the CUDA toolkit's
 cuobjdump) and, for every kernel whose name contains KERNEL_SUBSTRING (mangled or demangled),
 finds its loops by their backward branches and prints, innermost first, each loop's
-instruction count (loops without HGMMA, the barrier spins, only with --all) and the
-instructions that have cost these kernels time before
-(docs/perf.md): HGMMA (16 per key step at head_dim 128: the key loop), R2UR (operands moved to
-uniform registers: descriptors no longer loop-invariant), WARPSYNC, LDL/STL (local memory: a
-spill on the path of every step), BAR (named barriers). Two builds' lines side by side show
-whether a change left the key loop as it was before any timing.
+instruction count and the instructions that have cost these kernels time before
+(docs/perf.md): HGMMA (16 per key step at head_dim 128: the consumers' key loop), R2UR (operands
+moved to uniform registers: descriptors no longer loop-invariant), WARPSYNC, LDL/STL (local
+memory: a spill on the path of every step), BAR (named barriers), and UTMALDG and SYNCS (TMA
+loads and barrier waits: the producer's per-step loop issues the K and V loads). Shown: the
+loops holding HGMMA or at least two UTMALDG; the others (barrier spins, the retry loop around
+one TMA issue) only with --all. Two builds' lines side by side show whether a change left the
+key loop and the producer's loop as they were before any timing.
 """
 import argparse
 import re
 import subprocess
 import sys
 
-COUNTED = ("HGMMA", "R2UR", "WARPSYNC", "LDL", "STL", "BAR")
+COUNTED = ("HGMMA", "R2UR", "WARPSYNC", "LDL", "STL", "BAR", "UTMALDG", "SYNCS")
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 # A branch names its target by label (`(.L_x_12)) or, as CUDA 13's cuobjdump prints it, by address.
@@ -94,8 +96,8 @@ def report(text, substring, every_loop=False):
         lines.append(f"{name}: {len(instructions)} instructions")
         for span in loops_of(instructions, labels[name]):
             row = count(instructions, span)
-            if not every_loop and row["HGMMA"] == 0:
-                continue  # barrier spin loops and the like
+            if not every_loop and row["HGMMA"] == 0 and row["UTMALDG"] < 2:
+                continue  # barrier spins, the retry loop of one TMA issue
             fields = " ".join(f"{k} {row[k]}" for k in COUNTED)
             lines.append(f"  loop {span[0]:#06x}-{span[1]:#06x}: {row['instructions']} instructions, {fields}")
     return "\n".join(lines)
@@ -120,21 +122,31 @@ def self_test():
 .L_x_3:
         /*0080*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
         /*0090*/              @!P0 BRA 0x80 ;
-        /*00a0*/                   EXIT ;
+        /*00a0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*00b0*/                   UTMALDG.3D [UR8], [UR6] ;
+        /*00c0*/              @P0 BRA 0xb0 ;
+        /*00d0*/                   UTMALDG.3D [UR12], [UR6] ;
+        /*00e0*/              @P1 BRA 0xa0 ;
+        /*00f0*/                   EXIT ;
 """
     functions, labels = parse_functions(text)
     assert list(functions) == ["_Z6kernelv"], functions
-    spin, inner, by_address, outer = loops_of(functions["_Z6kernelv"], labels["_Z6kernelv"])
-    assert (spin, inner, outer, by_address) == ((0x80, 0x90), (0x20, 0x40), (0x10, 0x60), (0x20, 0x68)), (
-        spin, inner, outer, by_address)
+    spin, tma_retry, inner, producer, by_address, outer = loops_of(functions["_Z6kernelv"], labels["_Z6kernelv"])
+    assert (spin, tma_retry, inner, producer, outer, by_address) == (
+        (0x80, 0x90), (0xb0, 0xc0), (0x20, 0x40), (0xa0, 0xe0), (0x10, 0x60), (0x20, 0x68)), (
+        spin, tma_retry, inner, producer, outer, by_address)
     assert count(functions["_Z6kernelv"], inner) == {"instructions": 3, "HGMMA": 1, "R2UR": 0, "WARPSYNC": 0,
-                                                       "LDL": 1, "STL": 0, "BAR": 0}
+                                                       "LDL": 1, "STL": 0, "BAR": 0, "UTMALDG": 0, "SYNCS": 0}
+    assert count(functions["_Z6kernelv"], producer)["UTMALDG"] == 2 and count(functions["_Z6kernelv"], producer)["SYNCS"] == 1
     assert count(functions["_Z6kernelv"], outer)["R2UR"] == 1 and count(functions["_Z6kernelv"], outer)["WARPSYNC"] == 1
     assert opcode("@!P2 HGMMA.64x128x16.F32.BF16 R1, R2") == "HGMMA"
     assert "loop 0x0020-0x0040: 3 instructions, HGMMA 1" in report(text, "kernel")
     assert "0x0010-0x0060" in report(text, "kernel") and "0x0010-0x0060" in report(text, "kernel", every_loop=True)
     # A barrier spin (no HGMMA) is shown only when every loop is asked for.
     assert "0x0080-0x0090" not in report(text, "kernel") and "0x0080-0x0090" in report(text, "kernel", every_loop=True)
+    # The producer's loop (two TMA loads) is shown; the retry loop around one TMA issue is not.
+    assert "loop 0x00a0-0x00e0: 5 instructions" in report(text, "kernel")
+    assert "0x00b0-0x00c0" not in report(text, "kernel") and "0x00b0-0x00c0" in report(text, "kernel", every_loop=True)
     assert report(text, "other") == ""
     print("self-test passed")
     return 0
