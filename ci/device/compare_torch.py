@@ -772,8 +772,9 @@ def per_launch_device_us(events, names, kernels_per_launch, launches):
 
 def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=None):
     """The timer check; `also` ({"ours+LABEL": KEY}) and `also_builds` ({"ours+LABEL": Fusetune})
-    add --also configs and builds as subjects beside ours, so two builds' kernels are compared by
-    CUPTI's durations as well as by the timer."""
+    add --also configs and builds as subjects beside ours (verified as ours is, through
+    prepare_candidates), so two builds' kernels are compared by CUPTI's durations as well as by
+    the timer."""
     also, also_builds = also or {}, also_builds or {}
     trace_dir = tempfile.mkdtemp(prefix="cupti-")
     if args.keep_traces:
@@ -786,32 +787,21 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=
         set_tf32(s.precision == "tf32")
         flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
         bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
-        fixed_here = fixed_configs_of(fixed, shape_id, s)
-        runnable, report = prepare_candidates(bench, ["ours", "cudnn", "flash", "efficient"], fixed_here,
-                                              args.warmup, args.launches, log)
+        bench.ft_of = dict(also_builds)
+        ours_names = ["ours", *also]
+        runnable, report = prepare_candidates(bench, ours_names + ["cudnn", "flash", "efficient"],
+                                              shape_configs(fixed, also, shape_id, s), args.warmup, args.launches, log)
         by_name = {c["name"]: c for c in runnable}
-        ours_cfg_key = next((r["config"] for r in report if r["name"] == "ours"), "-")
+        configs = {r["name"]: r["config"] for r in report}
         torch_name = next((n for n in ("cudnn", "flash", "efficient") if n in by_name), None)
         n = args.cupti_launches
         subjects = []
-        if "ours" in by_name:
-            cfg = ft.config(ours_cfg_key)
-            subjects.append(("ours", ours_cfg_key,
-                             lambda: ft.run(bench.problem, cfg, bench.q, bench.k, bench.v, bench.o),
-                             lambda flush_on: ft.time(bench.problem, cfg, bench.q, bench.k, bench.v, bench.o,
-                                                      args.warmup, n, flush_on)))
-        for name, key in also.items():
-            key_here = key.format(p=s.precision)
-            lib = also_builds.get(name, ft)
-            cfg_also = ft.config(key_here)
-            ok, why = lib.can_implement(bench.problem, cfg_also)
-            if not ok:
-                log(f"  {name}: {key_here} not runnable: {why}")
-                continue
-            subjects.append((name, key_here,
-                             lambda lib=lib, c=cfg_also: lib.run(bench.problem, c, bench.q, bench.k, bench.v, bench.o),
-                             lambda flush_on, lib=lib, c=cfg_also: lib.time(bench.problem, c, bench.q, bench.k, bench.v,
-                                                                           bench.o, args.warmup, n, flush_on)))
+        for name in (m for m in ours_names if m in by_name):
+            lib, cfg = bench._ft(name), ft.config(configs[name])
+            subjects.append((name, configs[name],
+                             lambda lib=lib, cfg=cfg: lib.run(bench.problem, cfg, bench.q, bench.k, bench.v, bench.o),
+                             lambda flush_on, lib=lib, cfg=cfg: lib.time(bench.problem, cfg, bench.q, bench.k, bench.v,
+                                                                         bench.o, args.warmup, n, flush_on)))
         if torch_name:
             fn, backend = bench.torch_fn(torch_name)
 
@@ -917,6 +907,14 @@ def fixed_configs_of(fixed, shape_id, shape):
     return {name: key.format(p=shape.precision) for name, key in fixed.get(shape_id, {}).items()}
 
 
+def shape_configs(fixed, also, shape_id, shape):
+    """The configs fixed for one shape: its --config keys and every --also key, {p} replaced by
+    its precision."""
+    out = fixed_configs_of(fixed, shape_id, shape)
+    out.update({name: key.format(p=shape.precision) for name, key in also.items()})
+    return out
+
+
 def parse_also(items):
     """--also LABEL=KEY[@LIB]: ({"ours+LABEL": KEY}, {"ours+LABEL": LIB}), in the order given."""
     keys, libs = {}, {}
@@ -996,6 +994,11 @@ def self_test(out_dir):
     assert fixed_configs_of(fixed, "fp16-d128-s1024-b8", SHAPES["fp16-d128-s1024-b8"]) == {
         "ours-materialized": "materialized/bm64/bs64/t128/fp16/st1"}, fixed
     assert fixed_configs_of(fixed, "fp16-d64-s2048", SHAPES["fp16-d64-s2048"]) == {}
+    also, _ = parse_also(["base=fused/bm128/bs128/t384/{p}/st2/persistent@/x/lib.so"])
+    assert shape_configs(fixed, also, "fp16-d64-s2048", SHAPES["fp16-d64-s2048"]) == {
+        "ours+base": "fused/bm128/bs128/t384/fp16/st2/persistent"}
+    assert shape_configs(fixed, also, "bf16-d128-s4096", SHAPES["bf16-d128-s4096"]) == {
+        "ours": "fused/bm128/bs128/t384/bf16/st2/persistent", "ours+base": "fused/bm128/bs128/t384/bf16/st2/persistent"}
     # Synthetic rounds: ours 0.9x cudnn in every round with noise, level with flash.
     rng = random.Random(7)
     blocks = []
@@ -1084,9 +1087,8 @@ def main():
         set_tf32(s.precision == "tf32")
         bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
         bench.ft_of = {name: other_builds[path] for name, path in also_libs.items()}
-        fixed_here = fixed_configs_of(fixed, shape_id, s)
-        fixed_here.update({name: key.format(p=s.precision) for name, key in also.items()})
-        runnable, report = prepare_candidates(bench, names + list(also), fixed_here, args.warmup, args.launches, log)
+        runnable, report = prepare_candidates(bench, names + list(also), shape_configs(fixed, also, shape_id, s),
+                                              args.warmup, args.launches, log)
         configs = {r["name"]: r["config"] for r in report}
         all_blocks += run_rounds(shape_id, runnable, rounds, rng, reader, configs, log)
         report_by_shape[shape_id] = report
