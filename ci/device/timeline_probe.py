@@ -66,11 +66,9 @@ def analyse(rows):
     t0 = min(r["start"] for r in rows)
     t_end = max(r["exit"] for r in rows)
     span = t_end - t0
-    first_tiles, later_tiles, exits, first_q = [], [], [], []
-    marks = {"setup": [], "producer": [], "regs": []}
+    first_tiles, later_tiles, exits = [], [], []
+    marks = {"setup": [], "producer": [], "regs": [], "first_q": []}  # stamps after the start (0: none)
     for r in rows:
-        if r["first_q"]:
-            first_q.append(r["first_q"] - r["start"])
         for key, values in marks.items():
             if r[key]:
                 values.append(r[key] - r["start"])
@@ -90,7 +88,6 @@ def analyse(rows):
     return {
         "blocks": n, "most_tiles": most, "fewer_tiles_blocks": sum(1 for r in rows if r["tiles"] < most),
         "span_us": span / 1e3, "start_spread_us": (max(r["start"] for r in rows) - t0) / 1e3,
-        "first_q_us": statistics.median(first_q) / 1e3 if first_q else float("nan"),
         **{key + "_us": statistics.median(v) / 1e3 if v else float("nan") for key, v in marks.items()},
         "tile0_us": statistics.median(first_tiles) / 1e3 if first_tiles else float("nan"),
         "tile_us": tile / 1e3,
