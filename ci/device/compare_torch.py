@@ -57,6 +57,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -134,6 +135,33 @@ SHAPES = {
     "bf16-d128-s16384-causal": Shape("bf16 b1 h16 d128 S=16384 causal", 1, 16, 16384, 128, True, BF16, "bf16"),
     "fp16-d64-s4096": Shape("fp16 b4 h16 d64 S=4096", 4, 16, 4096, 64, False, FP16, "fp16"),
 }
+# Any other shape by an id that spells it out: PRECISION-dD-sS-bB-hH[-kvKV][-causal], e.g.
+# fp16-d128-s512-b16-h16 or bf16-d128-s4096-b2-h32-kv8-causal (shape_of_id).
+_SHAPE_ID = re.compile(r"^(fp16|bf16)-d(\d+)-s(\d+)-b(\d+)-h(\d+)(?:-kv(\d+))?(-causal)?$")
+
+
+def shape_of_id(shape_id):
+    """The Shape a spelled-out id names, or None when it is not of that form."""
+    m = _SHAPE_ID.match(shape_id)
+    if not m:
+        return None
+    precision, d, s, b, h, kv, causal = m.groups()
+    b, h, s, d, kv = int(b), int(h), int(s), int(d), int(kv or 0)
+    if min(b, h, s, d) < 1 or (kv and h % kv):
+        return None
+    heads = f"hq{h} hkv{kv}" if kv else f"h{h}"
+    label = f"{precision} b{b} {heads} d{d} S={s}" + (" causal" if causal else "")
+    return Shape(label, b, h, s, d, bool(causal), FP16 if precision == "fp16" else BF16, precision, kv)
+
+
+def add_spelled_shapes(text):
+    """Registers the spelled-out ids of a comma-separated list in SHAPES (named ones stay)."""
+    for shape_id in (x for x in text.split(",") if x and x not in SHAPES):
+        shape = shape_of_id(shape_id)
+        if shape is not None:
+            SHAPES[shape_id] = shape
+
+
 DEFAULT_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096", "bf16-d128-s4096-causal", "fp32-d64-s2048"]
 DEFAULT_CUPTI_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096"]
 ALL_CANDIDATES = ["ours", "ours-partial", "ours-materialized", "cudnn", "flash", "efficient", "math", "unfused"]
@@ -941,7 +969,8 @@ def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Shapes: " + ", ".join(SHAPES) +
-                                 ", and the library's seed shapes as fp32-d64-s<S> and tf32-d64-s<S>")
+                                 ", the library's seed shapes as fp32-d64-s<S> and tf32-d64-s<S>, and any fp16 or bf16 "
+                                 "shape spelled out as PRECISION-dD-sS-bB-hH[-kvKV][-causal]")
     ap.add_argument("--lib", help="path to libfusetune_capi.so (required except with --self-test)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help="comma-separated shape ids")
@@ -981,6 +1010,16 @@ def self_test(out_dir):
     med, lo, hi, cover = median_ci(list(range(1, 101)))
     assert (lo, hi) == (42, 59) and cover >= 0.90, (lo, hi, cover)
     assert abs(quantile([1, 2, 3, 4, 5], 0.1) - 1.4) < 1e-12
+    # Spelled-out shape ids; a named id keeps its own shape.
+    gqa = shape_of_id("bf16-d128-s4096-b2-h32-kv8-causal")
+    assert (gqa.batch, gqa.heads, gqa.kv(), gqa.seq, gqa.head_dim, gqa.causal, gqa.dtype) == (2, 32, 8, 4096, 128, True, BF16)
+    assert gqa.label == SHAPES["bf16-d128-s4096-gqa-causal"].label, gqa.label
+    assert shape_of_id("fp16-d128-s512-b16-h16") == Shape("fp16 b16 h16 d128 S=512", 16, 16, 512, 128, False, FP16, "fp16")
+    assert shape_of_id("fp16-d128-s512") is None and shape_of_id("fp16-d128-s0-b1-h1") is None
+    assert shape_of_id("bf16-d128-s64-b1-h6-kv4") is None and shape_of_id("fp32-d64-s64-b1-h1") is None
+    add_spelled_shapes("fp16-d64-s2048,fp16-d128-s256-b32-h16,nonsense")
+    assert "fp16-d128-s256-b32-h16" in SHAPES and "nonsense" not in SHAPES
+    del SHAPES["fp16-d128-s256-b32-h16"]
     assert state_moved({"sm_mhz": 1980, "reasons": 0}, {"sm_mhz": 1700, "reasons": 0})
     assert state_moved({"sm_mhz": 1980, "reasons": 0}, {"sm_mhz": 1980, "reasons": 4})
     assert not state_moved({"sm_mhz": 1980, "reasons": 4}, {"sm_mhz": 1970, "reasons": 4})
@@ -1052,6 +1091,8 @@ def main():
     if not args.lib:
         raise SystemExit("--lib is required (path to libfusetune_capi.so)")
     SHAPES.update(seed_shapes(args.lib))
+    add_spelled_shapes(args.cupti_shapes if args.cupti_check else args.shapes)
+    add_spelled_shapes(",".join(item.partition("=")[0] for item in args.config))
     shape_ids = parse_list(args.cupti_shapes if args.cupti_check else args.shapes, list(SHAPES), "--shapes")
     names = parse_list(args.candidates, ALL_CANDIDATES, "--candidates")
     fixed = parse_configs(args.config)
