@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The loops of a kernel's SASS, counted: where the Hopper kernel's time goes per key step.
 
-    python3 kernels/cuda/dev/sass_loops.py LIB KERNEL_SUBSTRING [--cuobjdump PATH]
+    python3 kernels/cuda/dev/sass_loops.py LIB KERNEL_SUBSTRING [--cuobjdump PATH] [--opcodes]
+    python3 kernels/cuda/dev/sass_loops.py --listing SASS_TEXT KERNEL_SUBSTRING [--opcodes]
     python3 kernels/cuda/dev/sass_loops.py --self-test
 
 Disassembles LIB (a .so or cubin; `cuobjdump -sass`, on a host with the CUDA toolkit's
@@ -14,9 +15,14 @@ memory: a spill on the path of every step), BAR (named barriers), and UTMALDG an
 loads and barrier waits: the producer's per-step loop issues the K and V loads). Shown: the
 loops holding HGMMA or at least two UTMALDG; the others (barrier spins, the retry loop around
 one TMA issue) only with --all. Two builds' lines side by side show whether a change left the
-key loop and the producer's loop as they were before any timing.
+key loop and the producer's loop as they were before any timing. --opcodes adds, under each
+loop shown, how many of its instructions each opcode has (with its first modifier: MUFU.EX2,
+HGMMA.64x128x16): what a loop spends its instructions on, and which of them sit on paths a
+step may skip (a branch over the masking or over the exact-mode softmax still counts here).
+--listing reads a saved `cuobjdump -sass` listing instead of running cuobjdump.
 """
 import argparse
+import collections
 import re
 import subprocess
 import sys
@@ -78,6 +84,21 @@ def loops_of(instructions, labels):
     return sorted(out, key=lambda span: (span[1] - span[0], span[0]))
 
 
+def opcode_with_modifier(instruction):
+    """The opcode and its first modifier: '@P0 MUFU.EX2 R1, R2' -> 'MUFU.EX2'."""
+    words = instruction.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return ".".join(words[0].split(".")[:2]) if words else ""
+
+
+def opcode_histogram(instructions, span):
+    """[(opcode with modifier, count)] of the instructions in span, most frequent first."""
+    start, end = span
+    counts = collections.Counter(opcode_with_modifier(t) for a, t in instructions if start <= a <= end)
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def count(instructions, span):
     start, end = span
     inside = [opcode(t) for a, t in instructions if start <= a <= end]
@@ -87,7 +108,7 @@ def count(instructions, span):
     return row
 
 
-def report(text, substring, every_loop=False):
+def report(text, substring, every_loop=False, opcodes=False):
     functions, labels = parse_functions(text)
     lines = []
     for name, instructions in functions.items():
@@ -100,6 +121,8 @@ def report(text, substring, every_loop=False):
                 continue  # barrier spins, the retry loop of one TMA issue
             fields = " ".join(f"{k} {row[k]}" for k in COUNTED)
             lines.append(f"  loop {span[0]:#06x}-{span[1]:#06x}: {row['instructions']} instructions, {fields}")
+            if opcodes:
+                lines.append("    " + " ".join(f"{name} {n}" for name, n in opcode_histogram(instructions, span)))
     return "\n".join(lines)
 
 
@@ -148,6 +171,12 @@ def self_test():
     assert "loop 0x00a0-0x00e0: 5 instructions" in report(text, "kernel")
     assert "0x00b0-0x00c0" not in report(text, "kernel") and "0x00b0-0x00c0" in report(text, "kernel", every_loop=True)
     assert report(text, "other") == ""
+    assert opcode_with_modifier("@!P2 HGMMA.64x128x16.F32.BF16 R1, R2") == "HGMMA.64x128x16"
+    assert opcode_histogram(functions["_Z6kernelv"], inner) == [("BRA", 1), ("HGMMA.64x128x16", 1), ("LDL", 1)]
+    with_opcodes = report(text, "kernel", opcodes=True).splitlines()
+    at = with_opcodes.index("  loop 0x0020-0x0040: 3 instructions, HGMMA 1 R2UR 0 WARPSYNC 0 LDL 1 STL 0 BAR 0 "
+                            "UTMALDG 0 SYNCS 0")
+    assert with_opcodes[at + 1] == "    BRA 1 HGMMA.64x128x16 1 LDL 1", with_opcodes[at + 1]
     print("self-test passed")
     return 0
 
@@ -158,6 +187,8 @@ def main():
     ap.add_argument("kernel", nargs="?", help="a substring of the kernel's name (mangled or demangled)")
     ap.add_argument("--cuobjdump", default="cuobjdump")
     ap.add_argument("--all", action="store_true", help="every loop, not only those holding HGMMA")
+    ap.add_argument("--opcodes", action="store_true", help="each loop's instructions counted by opcode")
+    ap.add_argument("--listing", action="store_true", help="LIB is a saved `cuobjdump -sass` listing")
     ap.add_argument("--self-test", action="store_true", help="check the parser on a synthetic listing (no CUDA)")
     args = ap.parse_args()
     if args.self_test:
@@ -165,11 +196,16 @@ def main():
     if not args.lib or args.kernel is None:
         ap.error("LIB and KERNEL_SUBSTRING are required")
     try:
-        text = subprocess.run([args.cuobjdump, "-sass", args.lib], check=True, capture_output=True, text=True).stdout
+        if args.listing:
+            with open(args.lib) as f:
+                text = f.read()
+        else:
+            text = subprocess.run([args.cuobjdump, "-sass", args.lib], check=True, capture_output=True,
+                                  text=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
-        print(f"sass_loops: {args.cuobjdump} -sass {args.lib} failed: {e}", file=sys.stderr)
+        print(f"sass_loops: reading the SASS of {args.lib} failed: {e}", file=sys.stderr)
         return 2
-    out = report(text, args.kernel, args.all)
+    out = report(text, args.kernel, args.all, args.opcodes)
     if not out:
         print(f"sass_loops: no kernel in {args.lib} has '{args.kernel}' in its name", file=sys.stderr)
         return 1
