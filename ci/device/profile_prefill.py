@@ -29,13 +29,18 @@ BACKENDS = ["cudnn", "efficient", "flash"]  # torch.nn.attention.SDPBackend memb
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="bf16-d128-s4096", choices=sorted(ct.SHAPES))
+    ap.add_argument("--shape", default="bf16-d128-s4096",
+                    help="a shape id of compare_torch.py, named (" + ", ".join(sorted(ct.SHAPES)) +
+                    ") or spelled out as PRECISION-dD-sS-bB-hH[-kvKV][-causal]")
     ap.add_argument("--who", default="cudnn", choices=["ours"] + BACKENDS)
     ap.add_argument("--lib", help="libfusetune_capi.so (for --who ours)")
     ap.add_argument("--config", help="our config key (for --who ours)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--launches", type=int, default=2, help="launches inside the NVTX range")
     args = ap.parse_args()
+    ct.add_spelled_shapes(args.shape)
+    if args.shape not in ct.SHAPES:
+        raise SystemExit(f"--shape {args.shape}: unknown (choose from {', '.join(sorted(ct.SHAPES))}, or spell one out)")
     if args.who == "ours" and not (args.lib and args.config):
         raise SystemExit("--who ours needs --lib and --config")
     s = ct.SHAPES[args.shape]

@@ -200,6 +200,7 @@ def main():
         writer = csv.writer(raw)
         writer.writerow(["shape", "launch", "block", "sm", "tiles", "start_ns", "setup_ns", "producer_ns", "regs_ns",
                          "first_q_ns", "exit_ns", "tile_ends_ns"])
+        ct.add_spelled_shapes(args.shapes)
         for shape_id in ct.parse_list(args.shapes, ct.SHAPES, "shape"):
             s = ct.SHAPES[shape_id]
             read = getattr(probe.lib, "fusetune_dev_timeline_" + ("bf16" if s.dtype == ct.BF16 else "fp16"))
