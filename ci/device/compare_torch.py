@@ -294,7 +294,7 @@ def fmt(v, spec):
 def write_report(out_dir, mode_text, blocks, cand_rows, pair_rows, device_text, state_ranges, rate_label="TFLOP/s",
                  rate_format=".1f"):
     fields = ["shape", "round", "position", "candidate", "config", "median_us", "min_us", "max_us", "launches",
-              "sm_mhz_before", "sm_mhz_after", "power_w_before", "power_w_after", "reasons_before",
+              "timer_median_us", "sm_mhz_before", "sm_mhz_after", "power_w_before", "power_w_after", "reasons_before",
               "reasons_after", "unsteady", "state_source"]
     with open(os.path.join(out_dir, "compare.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -617,6 +617,16 @@ class ShapeBench:
             return F.scaled_dot_product_attention(self.qt, self.kt, self.vt, is_causal=s.causal, **gqa)
         return sdpa, backend
 
+    def ours_single(self, cfg, name="ours"):
+        self._ft(name).run(self.problem, cfg, self.q, self.k, self.v, self.o)
+
+    def torch_single(self, name):
+        from torch.nn.attention import sdpa_kernel
+        fn, backend = self.torch_fn(name)
+        ctx = sdpa_kernel(backend) if backend is not None else _null_context()
+        with torch.no_grad(), ctx:
+            fn()
+
     def torch_block(self, name, warmup, launches):
         fn, backend = self.torch_fn(name)
         return torch_calls_block(fn, backend, warmup, launches, self.flush, self.spin_us_per_launch)
@@ -717,6 +727,8 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
             cfg = best[3]
             runnable.append({"name": name,
                              "block": lambda cfg=cfg, name=name: bench.ours_block(cfg, warmup, launches, name)})
+            if hasattr(bench, "ours_single"):  # one untimed call (--kernel-times finds its kernels so)
+                runnable[-1]["single"] = lambda cfg=cfg, name=name: bench.ours_single(cfg, name)
         else:
             try:
                 err = bench.verify_torch(name)
@@ -730,11 +742,16 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
                 log(f"  {name}: FAILED verification ({entry['note']})")
                 continue
             runnable.append({"name": name, "block": lambda name=name: bench.torch_block(name, warmup, launches)})
+            if hasattr(bench, "torch_single"):
+                runnable[-1]["single"] = lambda name=name: bench.torch_single(name)
         log(f"  {name}: {entry['config']} rel. error {entry['rel_err']:.1e}")
     return runnable, report
 
 
-def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log):
+def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, block_times=None):
+    """`rounds` rounds of one block per candidate in a fresh random order. A block's value is the
+    median of its samples: the timer's, or with `block_times` (candidate -> (timer samples, kernel
+    samples); --kernel-times) the kernels' durations, the timer's median kept beside them."""
     blocks = []
     for r in range(rounds):
         order = list(runnable)
@@ -742,10 +759,15 @@ def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log):
         round_state = reader.read() if not reader.per_block else None
         for pos, c in enumerate(order):
             before = reader.read() if reader.per_block else round_state
-            samples = c["block"]()
+            timer_samples = None
+            if block_times is None:
+                samples = c["block"]()
+            else:
+                timer_samples, samples = block_times(c)
             after = reader.read() if reader.per_block else None
             blocks.append({"shape": shape_id, "round": r, "position": pos, "candidate": c["name"],
                            "config": configs.get(c["name"], "-"), "median_us": statistics.median(samples),
+                           "timer_median_us": statistics.median(timer_samples) if timer_samples else None,
                            "min_us": min(samples), "max_us": max(samples), "launches": len(samples),
                            "sm_mhz_before": (before or {}).get("sm_mhz"), "sm_mhz_after": (after or {}).get("sm_mhz"),
                            "power_w_before": (before or {}).get("power_w"),
@@ -798,6 +820,47 @@ def per_launch_device_us(events, names, kernels_per_launch, launches):
             for i in range(launches)], len(mine)
 
 
+class KernelBlockTimer:
+    """--kernel-times: each block of the interleaved rounds run under the profiler, its value the
+    durations CUPTI records for the candidate's own kernels in each timed launch (summed per
+    launch), so no timer's overhead enters a ratio. A candidate's kernels are those one untimed
+    call of it launches, less the flush's and the spin's (`noise_names`); a block whose kernels
+    do not come `launches` times is an error, not a value."""
+
+    def __init__(self, trace_dir, noise_names, launches, log):
+        self.trace_dir, self.noise_names, self.launches, self.log = trace_dir, set(noise_names), launches, log
+        self.kernels = {}  # candidate -> (names, kernels per call)
+        self.blocks = 0
+
+    def kernels_of(self, c):
+        if c["name"] not in self.kernels:
+            if "single" not in c:
+                raise RuntimeError(f"{c['name']}: no single call to find its kernels by")
+            c["single"]()
+            _, ev = profiled(c["single"], self.trace_dir, f"single_{c['name']}")
+            ev = [e for e in ev if e[0] not in self.noise_names]
+            if not ev:
+                raise RuntimeError(f"{c['name']}: CUPTI recorded no kernel of one call")
+            self.kernels[c["name"]] = ({e[0] for e in ev}, len(ev))
+            self.log(f"  {c['name']}: one call = {len(ev)} kernel(s): {', '.join(sorted({e[0] for e in ev}))[:160]}")
+        return self.kernels[c["name"]]
+
+    def __call__(self, c):
+        names, per_call = self.kernels_of(c)
+        self.blocks += 1
+        samples, events = profiled(c["block"], self.trace_dir, f"block{self.blocks}")
+        device, matched = per_launch_device_us(events, names, per_call, len(samples))
+        if device is None:
+            raise RuntimeError(f"{c['name']}: {matched} kernel events of its {per_call * len(samples)} in a block")
+        return samples, device
+
+
+def noise_kernels(flush, trace_dir, tag):
+    """Names of the kernels of an L2 flush and of a spin, never counted as a measured call's."""
+    _, noise = profiled(lambda: (flush_l2(flush), torch.cuda._sleep(1000)), trace_dir, tag)
+    return {e[0] for e in noise}
+
+
 def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=None):
     """The timer check; `also` ({"ours+LABEL": KEY}) and `also_builds` ({"ours+LABEL": Fusetune})
     add --also configs and builds as subjects beside ours (verified as ours is, through
@@ -846,9 +909,7 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=
                 finally:
                     bench.flush = saved
             subjects.append((f"torch {torch_name}", "-", one_call, torch_timer))
-        # Kernels of the flush and of the spin are never counted as the measured call's.
-        _, noise = profiled(lambda: (flush_l2(flush), torch.cuda._sleep(1000)), trace_dir, f"{shape_id}_noise")
-        noise_names = {e[0] for e in noise}
+        noise_names = noise_kernels(flush, trace_dir, f"{shape_id}_noise")
         for who, cfg_key, single, timer in subjects:
             single()
             _, ev = profiled(single, trace_dir, f"{shape_id}_{who.replace(' ', '_')}_single")
@@ -991,6 +1052,9 @@ def build_parser():
     ap.add_argument("--spin-us-per-launch", type=float, default=150.0,
                     help="torch blocks: GPU spin queued first, per launch, to cover the host's dispatch")
     ap.add_argument("--quick", action="store_true", help="5 rounds (a smoke run)")
+    ap.add_argument("--kernel-times", action="store_true",
+                    help="each block's value from CUPTI's kernel durations (the profiler around every block) "
+                         "instead of the timer's")
     ap.add_argument("--cupti-check", action="store_true", help="the timer check instead of the comparison")
     ap.add_argument("--cupti-shapes", default=",".join(DEFAULT_CUPTI_SHAPES))
     ap.add_argument("--cupti-launches", type=int, default=30)
@@ -1010,6 +1074,40 @@ def self_test(out_dir):
     med, lo, hi, cover = median_ci(list(range(1, 101)))
     assert (lo, hi) == (42, 59) and cover >= 0.90, (lo, hi, cover)
     assert abs(quantile([1, 2, 3, 4, 5], 0.1) - 1.4) < 1e-12
+    # --kernel-times: a block's value is its own kernels' durations per timed launch, the flush's
+    # and the spin's kernels and the warm-up launches left out; missing kernels are an error.
+    global profiled
+    real_profiled = profiled
+
+    def stub_profiled(fn, trace_dir, tag):
+        result = fn()
+        if result is None:  # one untimed call: two kernels of its own and a flush
+            return result, [("attn", 0.0, 3.0), ("attn_combine", 1.0, 1.0), ("flush", 2.0, 9.0)]
+        ev = []
+        for i, sample in enumerate([1.0] + result):  # a warm-up launch, then the timed ones
+            ev += [("flush", 10.0 * i, 9.0), ("attn", 10.0 * i + 1, sample - 1.5), ("attn_combine", 10.0 * i + 2, 0.5)]
+        return result, ev[:len(ev) - getattr(fn, "lost_events", 0)]
+    profiled = stub_profiled
+    try:
+        timer = KernelBlockTimer("/nonexistent", {"flush"}, 3, lambda *a: None)
+        cand = {"name": "ours", "single": lambda: None, "block": lambda: [10.0, 12.0, 11.0]}
+        assert timer(cand) == ([10.0, 12.0, 11.0], [9.0, 11.0, 10.0]), timer(cand)
+        assert timer.kernels["ours"] == ({"attn", "attn_combine"}, 2)
+        def lossy_block():
+            return [10.0, 12.0, 11.0]
+        lossy_block.lost_events = 4  # the last launch's kernels and some of the one before
+        short = {"name": "short", "single": lambda: None, "block": lossy_block}
+        try:
+            timer(short)
+            raise AssertionError("a block without its kernels must fail")
+        except RuntimeError as e:
+            assert "kernel events" in str(e), e
+        blocks = run_rounds("s", [cand], 3, random.Random(0), type("R", (), {"per_block": True, "source": "none",
+                                                                              "read": lambda self: {}})(),
+                            {"ours": "k"}, lambda *a: None, timer)
+        assert [b["median_us"] for b in blocks] == [10.0] * 3 and [b["timer_median_us"] for b in blocks] == [11.0] * 3
+    finally:
+        profiled = real_profiled
     # Spelled-out shape ids; a named id keeps its own shape.
     gqa = shape_of_id("bf16-d128-s4096-b2-h32-kv8-causal")
     assert (gqa.batch, gqa.heads, gqa.kv(), gqa.seq, gqa.head_dim, gqa.causal, gqa.dtype) == (2, 32, 8, 4096, 128, True, BF16)
@@ -1121,6 +1219,12 @@ def main():
     flush = None if args.steady else torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     rng = random.Random(args.seed)
     all_blocks, report_by_shape, flops_by_shape = [], {}, {}
+    trace_dir = None
+    if args.kernel_times:
+        trace_dir = args.out if args.keep_traces else tempfile.mkdtemp(prefix="cupti-")
+        profiled(lambda: torch.zeros(1, device="cuda").add_(1), trace_dir, "init")  # CUPTI start-up cost
+        noise = noise_kernels(flush if flush is not None else torch.empty(1 << 20, dtype=torch.uint8, device="cuda"),
+                              trace_dir, "noise")
     for shape_id in shape_ids:
         s = SHAPES[shape_id]
         t0 = time.time()
@@ -1131,7 +1235,8 @@ def main():
         runnable, report = prepare_candidates(bench, names + list(also), shape_configs(fixed, also, shape_id, s),
                                               args.warmup, args.launches, log)
         configs = {r["name"]: r["config"] for r in report}
-        all_blocks += run_rounds(shape_id, runnable, rounds, rng, reader, configs, log)
+        block_times = KernelBlockTimer(trace_dir, noise, args.launches, log) if args.kernel_times else None
+        all_blocks += run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, block_times)
         report_by_shape[shape_id] = report
         flops_by_shape[shape_id] = s.flops()
         set_tf32(False)
@@ -1140,9 +1245,13 @@ def main():
         log(f"  {shape_id}: {time.time() - t0:.1f} s")
     cand_rows, pair_rows = summarize(all_blocks, report_by_shape, flops_by_shape)
     mode = (f"{rounds} rounds, fresh random order each; per block {args.warmup} warm-up + {args.launches} timed "
-            f"launches, block value = median; " + ("steady (no L2 flush)" if args.steady else
-                                                   "256 MiB L2 flush before every timed launch"))
+            f"launches, block value = median " +
+            ("of CUPTI's kernel durations (--kernel-times; the timer's median in compare.csv); " if args.kernel_times
+             else "of the timer's samples; ") +
+            ("steady (no L2 flush)" if args.steady else "256 MiB L2 flush before every timed launch"))
     text = write_report(args.out, mode, all_blocks, cand_rows, pair_rows, device_text, state_ranges_of(all_blocks))
+    if trace_dir is not None and not args.keep_traces:
+        shutil.rmtree(trace_dir, ignore_errors=True)
     log(f"==== comparison ({time.time() - t_start:.0f} s); wrote {args.out}/compare.csv and compare.md")
     print(text)
     return 0
