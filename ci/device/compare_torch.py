@@ -748,27 +748,35 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
     return runnable, report
 
 
-def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, block_times=None):
+def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, kernel_times=None):
     """`rounds` rounds of one block per candidate in a fresh random order. A block's value is the
-    median of its samples: the timer's, or with `block_times` (candidate -> (timer samples, kernel
-    samples); --kernel-times) the kernels' durations, the timer's median kept beside them."""
+    median of its timer's samples, or with `kernel_times` (a KernelTimes; --kernel-times) of its
+    kernels' durations by CUPTI, the timer's median kept beside them."""
     blocks = []
     for r in range(rounds):
         order = list(runnable)
         rng.shuffle(order)
         round_state = reader.read() if not reader.per_block else None
-        for pos, c in enumerate(order):
-            before = reader.read() if reader.per_block else round_state
-            timer_samples = None
-            if block_times is None:
+
+        def play():
+            played = []
+            for c in order:
+                before = reader.read() if reader.per_block else round_state
                 samples = c["block"]()
-            else:
-                timer_samples, samples = block_times(c)
-            after = reader.read() if reader.per_block else None
+                after = reader.read() if reader.per_block else None
+                played.append((c, samples, before, after))
+            return played
+        if kernel_times is None:
+            played = play()
+            kernel_samples = [None] * len(played)
+        else:
+            played, kernel_samples = kernel_times.round(play, order)
+        for pos, ((c, samples, before, after), kernel) in enumerate(zip(played, kernel_samples)):
+            value = kernel if kernel is not None else samples
             blocks.append({"shape": shape_id, "round": r, "position": pos, "candidate": c["name"],
-                           "config": configs.get(c["name"], "-"), "median_us": statistics.median(samples),
-                           "timer_median_us": statistics.median(timer_samples) if timer_samples else None,
-                           "min_us": min(samples), "max_us": max(samples), "launches": len(samples),
+                           "config": configs.get(c["name"], "-"), "median_us": statistics.median(value),
+                           "timer_median_us": statistics.median(samples) if kernel is not None else None,
+                           "min_us": min(value), "max_us": max(value), "launches": len(value),
                            "sm_mhz_before": (before or {}).get("sm_mhz"), "sm_mhz_after": (after or {}).get("sm_mhz"),
                            "power_w_before": (before or {}).get("power_w"),
                            "power_w_after": (after or {}).get("power_w"),
@@ -820,17 +828,19 @@ def per_launch_device_us(events, names, kernels_per_launch, launches):
             for i in range(launches)], len(mine)
 
 
-class KernelBlockTimer:
-    """--kernel-times: each block of the interleaved rounds run under the profiler, its value the
-    durations CUPTI records for the candidate's own kernels in each timed launch (summed per
-    launch), so no timer's overhead enters a ratio. A candidate's kernels are those one untimed
-    call of it launches, less the flush's and the spin's (`noise_names`); a block whose kernels
-    do not come `launches` times is an error, not a value."""
+class KernelTimes:
+    """--kernel-times: a whole round of blocks runs under the profiler, as the timer's rounds run
+    (so the GPU stays as busy and as hot), and each block is valued by the durations CUPTI
+    records for its candidate's own kernels in each timed launch, summed per launch: no timer's
+    overhead enters a ratio. A candidate's kernels are those one untimed call of it launches,
+    less the flush's and the spin's (`noise_names`), found before the round; blocks take their
+    kernels' events in the round's order (two builds of one kernel share its name), each
+    `warmup` + timed launches of them. A block whose kernels do not all come is an error."""
 
-    def __init__(self, trace_dir, noise_names, launches, log):
-        self.trace_dir, self.noise_names, self.launches, self.log = trace_dir, set(noise_names), launches, log
+    def __init__(self, trace_dir, noise_names, warmup, log):
+        self.trace_dir, self.noise_names, self.warmup, self.log = trace_dir, set(noise_names), warmup, log
         self.kernels = {}  # candidate -> (names, kernels per call)
-        self.blocks = 0
+        self.rounds = 0
 
     def kernels_of(self, c):
         if c["name"] not in self.kernels:
@@ -845,14 +855,28 @@ class KernelBlockTimer:
             self.log(f"  {c['name']}: one call = {len(ev)} kernel(s): {', '.join(sorted({e[0] for e in ev}))[:160]}")
         return self.kernels[c["name"]]
 
-    def __call__(self, c):
-        names, per_call = self.kernels_of(c)
-        self.blocks += 1
-        samples, events = profiled(c["block"], self.trace_dir, f"block{self.blocks}")
-        device, matched = per_launch_device_us(events, names, per_call, len(samples))
-        if device is None:
-            raise RuntimeError(f"{c['name']}: {matched} kernel events of its {per_call * len(samples)} in a block")
-        return samples, device
+    def round(self, play, order):
+        """Runs play() (the round's blocks, [(candidate, timer samples, ...)] in `order`) under the
+        profiler; returns its result and each block's kernel samples (µs per timed launch)."""
+        for c in order:
+            self.kernels_of(c)
+        self.rounds += 1
+        played, events = profiled(play, self.trace_dir, f"round{self.rounds}")
+        events = sorted(events, key=lambda e: e[1])
+        at, out = 0, []
+        for c, samples, *_ in played:
+            names, per_call = self.kernels[c["name"]]
+            need = (self.warmup + len(samples)) * per_call
+            mine = []
+            while at < len(events) and len(mine) < need:
+                if events[at][0] in names:
+                    mine.append(events[at])
+                at += 1
+            if len(mine) < need or not samples:
+                raise RuntimeError(f"{c['name']}: {len(mine)} of its {need} kernel events in a block")
+            timed = mine[self.warmup * per_call:]
+            out.append([sum(e[2] for e in timed[i * per_call:(i + 1) * per_call]) for i in range(len(samples))])
+        return played, out
 
 
 def noise_kernels(flush, trace_dir, tag):
@@ -1075,37 +1099,41 @@ def self_test(out_dir):
     assert (lo, hi) == (42, 59) and cover >= 0.90, (lo, hi, cover)
     assert abs(quantile([1, 2, 3, 4, 5], 0.1) - 1.4) < 1e-12
     # --kernel-times: a block's value is its own kernels' durations per timed launch, the flush's
-    # and the spin's kernels and the warm-up launches left out; missing kernels are an error.
+    # kernels and the warm-up launches left out, blocks of two builds of one kernel (one name)
+    # told apart by their order; missing kernels are an error.
     global profiled
     real_profiled = profiled
 
     def stub_profiled(fn, trace_dir, tag):
         result = fn()
-        if result is None:  # one untimed call: two kernels of its own and a flush
-            return result, [("attn", 0.0, 3.0), ("attn_combine", 1.0, 1.0), ("flush", 2.0, 9.0)]
-        ev = []
-        for i, sample in enumerate([1.0] + result):  # a warm-up launch, then the timed ones
-            ev += [("flush", 10.0 * i, 9.0), ("attn", 10.0 * i + 1, sample - 1.5), ("attn_combine", 10.0 * i + 2, 0.5)]
-        return result, ev[:len(ev) - getattr(fn, "lost_events", 0)]
+        if result is None:  # one untimed call: two kernels of its own
+            return result, [("attn", 0.0, 3.0), ("attn_combine", 1.0, 1.0)]
+        ev, t = [], 0.0
+        for c, samples, *_ in result:  # a round: per block one warm-up launch, then the timed ones
+            for sample in [1.0] + samples:
+                ev += [("flush", t, 9.0), ("attn", t + 1, sample - 1.5), ("attn_combine", t + 2, 0.5)]
+                t += 10.0
+        ev.sort(key=lambda e: -e[1])  # a trace need not list them in time order
+        return result, ev[getattr(fn, "lost_events", 0):]
     profiled = stub_profiled
     try:
-        timer = KernelBlockTimer("/nonexistent", {"flush"}, 3, lambda *a: None)
-        cand = {"name": "ours", "single": lambda: None, "block": lambda: [10.0, 12.0, 11.0]}
-        assert timer(cand) == ([10.0, 12.0, 11.0], [9.0, 11.0, 10.0]), timer(cand)
-        assert timer.kernels["ours"] == ({"attn", "attn_combine"}, 2)
-        def lossy_block():
-            return [10.0, 12.0, 11.0]
-        lossy_block.lost_events = 4  # the last launch's kernels and some of the one before
-        short = {"name": "short", "single": lambda: None, "block": lossy_block}
+        times = KernelTimes("/nonexistent", {"flush"}, 1, lambda *a: None)
+        ours = {"name": "ours", "single": lambda: None, "block": lambda: [10.0, 12.0, 11.0]}
+        base = {"name": "ours+base", "single": lambda: None, "block": lambda: [20.0, 22.0]}
+        reader = type("R", (), {"per_block": True, "source": "none", "read": lambda self: {}})()
+        blocks = run_rounds("s", [ours, base], 3, random.Random(0), reader, {"ours": "k"}, lambda *a: None, times)
+        assert times.kernels["ours"] == ({"attn", "attn_combine"}, 2)
+        assert sorted((b["candidate"], b["median_us"], b["timer_median_us"], b["launches"]) for b in blocks) == \
+            [("ours", 10.0, 11.0, 3)] * 3 + [("ours+base", 20.0, 21.0, 2)] * 3, blocks
+
+        def lossy_round():
+            return [(ours, [10.0, 12.0, 11.0], None, None)]
+        lossy_round.lost_events = 2  # the last launch's kernels (the list is newest first)
         try:
-            timer(short)
+            times.round(lossy_round, [ours])
             raise AssertionError("a block without its kernels must fail")
         except RuntimeError as e:
             assert "kernel events" in str(e), e
-        blocks = run_rounds("s", [cand], 3, random.Random(0), type("R", (), {"per_block": True, "source": "none",
-                                                                              "read": lambda self: {}})(),
-                            {"ours": "k"}, lambda *a: None, timer)
-        assert [b["median_us"] for b in blocks] == [10.0] * 3 and [b["timer_median_us"] for b in blocks] == [11.0] * 3
     finally:
         profiled = real_profiled
     # Spelled-out shape ids; a named id keeps its own shape.
@@ -1235,8 +1263,8 @@ def main():
         runnable, report = prepare_candidates(bench, names + list(also), shape_configs(fixed, also, shape_id, s),
                                               args.warmup, args.launches, log)
         configs = {r["name"]: r["config"] for r in report}
-        block_times = KernelBlockTimer(trace_dir, noise, args.launches, log) if args.kernel_times else None
-        all_blocks += run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, block_times)
+        kernel_times = KernelTimes(trace_dir, noise, args.warmup, log) if args.kernel_times else None
+        all_blocks += run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, kernel_times)
         report_by_shape[shape_id] = report
         flops_by_shape[shape_id] = s.flops()
         set_tf32(False)

@@ -2,8 +2,8 @@
 """Dry run of compare_torch.py on a machine without a GPU, with the fakes of dry_run_fakes.py
 (PyTorch for the CPU, the CUDA pieces faked, ours through the real libfusetune_capi.so on its
 CPU backend), tiny shapes (tiny-fp32, tiny-fp32-causal,
-tiny-bf16), and --cupti-check's profiler replaced by kernel events made from the timer's
-samples (REAL_PROFILER=1 keeps torch.profiler). Checks the control flow, the C API calls and
+tiny-bf16), and the profiler of --cupti-check and --kernel-times replaced by kernel events
+made from the timer's samples (REAL_PROFILER=1 keeps torch.profiler). Checks the control flow, the C API calls and
 the reports, not the timing.
 
 Usage: /usr/bin/python3 ci/device/compare_torch_dry_run.py --lib build/kernels/capi/libfusetune_capi.so \
@@ -27,6 +27,13 @@ def fake_profiled(fn, trace_dir, tag):
     result = fn()
     if isinstance(result, tuple):
         return result, [("noise_fill", 0.0, 1.0)]
+    if isinstance(result, list) and result and isinstance(result[0], tuple):  # a round (--kernel-times): per block
+        ev, t = [], 0.0                                                       # 2 warm-up launches, then the samples
+        for _, samples, *_ in result:
+            for s in [5.0, 5.0] + samples:
+                ev += [("noise_fill", t, 1.0), ("k", t + 1.0, s * 0.97)]
+                t += 2.0
+        return result, ev
     if isinstance(result, list):  # a timer's samples: warm-up launches first, then one kernel per sample
         ev = [("k", 0.0, 5.0)] * 2 + [("noise_fill", 0.0, 1.0)] + [("k", float(i), s * 0.97) for i, s in enumerate(result)]
         return result, ev
