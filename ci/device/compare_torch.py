@@ -750,27 +750,26 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
 
 def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, kernel_times=None):
     """`rounds` rounds of one block per candidate in a fresh random order. A block's value is the
-    median of its timer's samples, or with `kernel_times` (a KernelTimes; --kernel-times) of its
-    kernels' durations by CUPTI, the timer's median kept beside them."""
-    blocks = []
-    for r in range(rounds):
+    median of its timer's samples, or with `kernel_times` (a KernelTimes; --kernel-times, which
+    runs all the rounds under one profiler) of its kernels' durations by CUPTI, the timer's median
+    kept beside them."""
+
+    def play_round():
         order = list(runnable)
         rng.shuffle(order)
         round_state = reader.read() if not reader.per_block else None
+        played = []
+        for c in order:
+            before = reader.read() if reader.per_block else round_state
+            samples = c["block"]()
+            after = reader.read() if reader.per_block else None
+            played.append((c, samples, before, after))
+        end_state = reader.read() if not reader.per_block else None
+        return round_state, played, end_state
 
-        def play():
-            played = []
-            for c in order:
-                before = reader.read() if reader.per_block else round_state
-                samples = c["block"]()
-                after = reader.read() if reader.per_block else None
-                played.append((c, samples, before, after))
-            return played
-        if kernel_times is None:
-            played = play()
-            kernel_samples = [None] * len(played)
-        else:
-            played, kernel_samples = kernel_times.round(play, order)
+    blocks = []
+
+    def record(r, round_state, played, end_state, kernel_samples):
         for pos, ((c, samples, before, after), kernel) in enumerate(zip(played, kernel_samples)):
             value = kernel if kernel is not None else samples
             blocks.append({"shape": shape_id, "round": r, "position": pos, "candidate": c["name"],
@@ -784,14 +783,22 @@ def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, kernel_tim
                            "reasons_after": reasons_text((after or {}).get("reasons")),
                            "unsteady": int(state_moved(before, after)), "state_source": reader.source})
         if not reader.per_block:  # nvidia-smi: one reading at each round boundary
-            end_state = reader.read()
             moved = int(state_moved(round_state, end_state))
-            for b in blocks[-len(order):]:
+            for b in blocks[-len(played):]:
                 b["sm_mhz_after"], b["power_w_after"] = end_state.get("sm_mhz"), end_state.get("power_w")
                 b["reasons_after"] = reasons_text(end_state.get("reasons"))
                 b["unsteady"] = moved
         log(f"  round {r + 1}/{rounds}: " + ", ".join(
-            f"{b['candidate']} {b['median_us']:.1f}" for b in blocks[-len(order):]))
+            f"{b['candidate']} {b['median_us']:.1f}" for b in blocks[-len(played):]))
+
+    if kernel_times is None:
+        for r in range(rounds):
+            round_state, played, end_state = play_round()
+            record(r, round_state, played, end_state, [None] * len(played))
+    else:
+        all_rounds, kernel_samples = kernel_times.run(lambda: [play_round() for _ in range(rounds)], runnable)
+        for r, ((round_state, played, end_state), kernels) in enumerate(zip(all_rounds, kernel_samples)):
+            record(r, round_state, played, end_state, kernels)
     return blocks
 
 
@@ -829,12 +836,13 @@ def per_launch_device_us(events, names, kernels_per_launch, launches):
 
 
 class KernelTimes:
-    """--kernel-times: a whole round of blocks runs under the profiler, as the timer's rounds run
-    (so the GPU stays as busy and as hot), and each block is valued by the durations CUPTI
+    """--kernel-times: all the rounds of a shape run under one profiler, as the timer's rounds run
+    (so the GPU stays as busy and as hot: profiling block by block left it idle between blocks,
+    unthrottled where timed rounds run at the power cap), and each block is valued by the durations CUPTI
     records for its candidate's own kernels in each timed launch, summed per launch: no timer's
     overhead enters a ratio. A candidate's kernels are those one untimed call of it launches,
-    less the flush's and the spin's (`noise_names`), found before the round; blocks take their
-    kernels' events in the round's order (two builds of one kernel share its name), each
+    less the flush's and the spin's (`noise_names`), found before the rounds; blocks take their
+    kernels' events in the rounds' order (two builds of one kernel share its name), each
     `warmup` + timed launches of them. A block whose kernels do not all come is an error."""
 
     def __init__(self, trace_dir, noise_names, warmup, log):
@@ -855,28 +863,30 @@ class KernelTimes:
             self.log(f"  {c['name']}: one call = {len(ev)} kernel(s): {', '.join(sorted({e[0] for e in ev}))[:160]}")
         return self.kernels[c["name"]]
 
-    def round(self, play, order):
-        """Runs play() (the round's blocks, [(candidate, timer samples, ...)] in `order`) under the
-        profiler; returns its result and each block's kernel samples (µs per timed launch)."""
-        for c in order:
+    def run(self, play, runnable):
+        """Runs play() (rounds of blocks, [(state, [(candidate, timer samples, ...)], state)]) under
+        one profiler; returns its result and, per round, each block's kernel samples (µs per
+        timed launch)."""
+        for c in runnable:
             self.kernels_of(c)
-        self.rounds += 1
-        played, events = profiled(play, self.trace_dir, f"round{self.rounds}")
+        rounds, events = profiled(play, self.trace_dir, "rounds")
         events = sorted(events, key=lambda e: e[1])
         at, out = 0, []
-        for c, samples, *_ in played:
-            names, per_call = self.kernels[c["name"]]
-            need = (self.warmup + len(samples)) * per_call
-            mine = []
-            while at < len(events) and len(mine) < need:
-                if events[at][0] in names:
-                    mine.append(events[at])
-                at += 1
-            if len(mine) < need or not samples:
-                raise RuntimeError(f"{c['name']}: {len(mine)} of its {need} kernel events in a block")
-            timed = mine[self.warmup * per_call:]
-            out.append([sum(e[2] for e in timed[i * per_call:(i + 1) * per_call]) for i in range(len(samples))])
-        return played, out
+        for _, played, _ in rounds:
+            out.append([])
+            for c, samples, *_ in played:
+                names, per_call = self.kernels[c["name"]]
+                need = (self.warmup + len(samples)) * per_call
+                mine = []
+                while at < len(events) and len(mine) < need:
+                    if events[at][0] in names:
+                        mine.append(events[at])
+                    at += 1
+                if len(mine) < need or not samples:
+                    raise RuntimeError(f"{c['name']}: {len(mine)} of its {need} kernel events in a block")
+                timed = mine[self.warmup * per_call:]
+                out[-1].append([sum(e[2] for e in timed[i * per_call:(i + 1) * per_call]) for i in range(len(samples))])
+        return rounds, out
 
 
 def noise_kernels(flush, trace_dir, tag):
@@ -1109,10 +1119,11 @@ def self_test(out_dir):
         if result is None:  # one untimed call: two kernels of its own
             return result, [("attn", 0.0, 3.0), ("attn_combine", 1.0, 1.0)]
         ev, t = [], 0.0
-        for c, samples, *_ in result:  # a round: per block one warm-up launch, then the timed ones
-            for sample in [1.0] + samples:
-                ev += [("flush", t, 9.0), ("attn", t + 1, sample - 1.5), ("attn_combine", t + 2, 0.5)]
-                t += 10.0
+        for _, played, _ in result:  # rounds: per block one warm-up launch, then the timed ones
+            for c, samples, *_ in played:
+                for sample in [1.0] + samples:
+                    ev += [("flush", t, 9.0), ("attn", t + 1, sample - 1.5), ("attn_combine", t + 2, 0.5)]
+                    t += 10.0
         ev.sort(key=lambda e: -e[1])  # a trace need not list them in time order
         return result, ev[getattr(fn, "lost_events", 0):]
     profiled = stub_profiled
@@ -1126,11 +1137,11 @@ def self_test(out_dir):
         assert sorted((b["candidate"], b["median_us"], b["timer_median_us"], b["launches"]) for b in blocks) == \
             [("ours", 10.0, 11.0, 3)] * 3 + [("ours+base", 20.0, 21.0, 2)] * 3, blocks
 
-        def lossy_round():
-            return [(ours, [10.0, 12.0, 11.0], None, None)]
-        lossy_round.lost_events = 2  # the last launch's kernels (the list is newest first)
+        def lossy_rounds():
+            return [(None, [(ours, [10.0, 12.0, 11.0], None, None)], None)]
+        lossy_rounds.lost_events = 2  # the last launch's kernels (the list is newest first)
         try:
-            times.round(lossy_round, [ours])
+            times.run(lossy_rounds, [ours])
             raise AssertionError("a block without its kernels must fail")
         except RuntimeError as e:
             assert "kernel events" in str(e), e

@@ -27,12 +27,13 @@ def fake_profiled(fn, trace_dir, tag):
     result = fn()
     if isinstance(result, tuple):
         return result, [("noise_fill", 0.0, 1.0)]
-    if isinstance(result, list) and result and isinstance(result[0], tuple):  # a round (--kernel-times): per block
-        ev, t = [], 0.0                                                       # 2 warm-up launches, then the samples
-        for _, samples, *_ in result:
-            for s in [5.0, 5.0] + samples:
-                ev += [("noise_fill", t, 1.0), ("k", t + 1.0, s * 0.97)]
-                t += 2.0
+    if isinstance(result, list) and result and isinstance(result[0], tuple):  # rounds (--kernel-times): per block
+        ev, t = [], 0.0                                                        # 2 warm-up launches, then the samples
+        for _, played, _ in result:
+            for _, samples, *_ in played:
+                for s in [5.0, 5.0] + samples:
+                    ev += [("noise_fill", t, 1.0), ("k", t + 1.0, s * 0.97)]
+                    t += 2.0
         return result, ev
     if isinstance(result, list):  # a timer's samples: warm-up launches first, then one kernel per sample
         ev = [("k", 0.0, 5.0)] * 2 + [("noise_fill", 0.0, 1.0)] + [("k", float(i), s * 0.97) for i, s in enumerate(result)]
