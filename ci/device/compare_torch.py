@@ -854,13 +854,11 @@ class KernelTimes:
         if c["name"] not in self.kernels:
             if "single" not in c:
                 raise RuntimeError(f"{c['name']}: no single call to find its kernels by")
-            c["single"]()
-            _, ev = profiled(c["single"], self.trace_dir, f"single_{c['name']}")
-            ev = [e for e in ev if e[0] not in self.noise_names]
-            if not ev:
+            names, per_call = kernels_of_call(c["single"], self.noise_names, self.trace_dir, f"single_{c['name']}")
+            if not per_call:
                 raise RuntimeError(f"{c['name']}: CUPTI recorded no kernel of one call")
-            self.kernels[c["name"]] = ({e[0] for e in ev}, len(ev))
-            self.log(f"  {c['name']}: one call = {len(ev)} kernel(s): {', '.join(sorted({e[0] for e in ev}))[:160]}")
+            self.kernels[c["name"]] = (names, per_call)
+            self.log(f"  {c['name']}: one call = {per_call} kernel(s): {', '.join(sorted(names))[:160]}")
         return self.kernels[c["name"]]
 
     def run(self, play, runnable):
@@ -887,6 +885,15 @@ class KernelTimes:
                 timed = mine[self.warmup * per_call:]
                 out[-1].append([sum(e[2] for e in timed[i * per_call:(i + 1) * per_call]) for i in range(len(samples))])
         return rounds, out
+
+
+def kernels_of_call(single, noise_names, trace_dir, tag):
+    """The names of the kernels one call of single() launches (run once first, untimed) and how
+    many it launches, less those in `noise_names`; (set(), 0) when CUPTI records none."""
+    single()
+    _, ev = profiled(single, trace_dir, tag)
+    ev = [e for e in ev if e[0] not in noise_names]
+    return {e[0] for e in ev}, len(ev)
 
 
 def noise_kernels(flush, trace_dir, tag):
@@ -923,18 +930,10 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=
         subjects = []
         for name in (m for m in ours_names if m in by_name):
             lib, cfg = bench._ft(name), ft.config(configs[name])
-            subjects.append((name, configs[name],
-                             lambda lib=lib, cfg=cfg: lib.run(bench.problem, cfg, bench.q, bench.k, bench.v, bench.o),
+            subjects.append((name, configs[name], lambda cfg=cfg, name=name: bench.ours_single(cfg, name),
                              lambda flush_on, lib=lib, cfg=cfg: lib.time(bench.problem, cfg, bench.q, bench.k, bench.v,
                                                                          bench.o, args.warmup, n, flush_on)))
         if torch_name:
-            fn, backend = bench.torch_fn(torch_name)
-
-            def one_call(fn=fn, backend=backend):
-                from torch.nn.attention import sdpa_kernel
-                with torch.no_grad(), sdpa_kernel(backend):
-                    fn()
-
             def torch_timer(flush_on, name=torch_name):
                 saved = bench.flush
                 bench.flush = flush if flush_on else None
@@ -942,14 +941,10 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=
                     return bench.torch_block(name, args.warmup, n)
                 finally:
                     bench.flush = saved
-            subjects.append((f"torch {torch_name}", "-", one_call, torch_timer))
+            subjects.append((f"torch {torch_name}", "-", lambda name=torch_name: bench.torch_single(name), torch_timer))
         noise_names = noise_kernels(flush, trace_dir, f"{shape_id}_noise")
         for who, cfg_key, single, timer in subjects:
-            single()
-            _, ev = profiled(single, trace_dir, f"{shape_id}_{who.replace(' ', '_')}_single")
-            ev = [e for e in ev if e[0] not in noise_names]
-            names = {e[0] for e in ev}
-            per_call = len(ev)
+            names, per_call = kernels_of_call(single, noise_names, trace_dir, f"{shape_id}_{who.replace(' ', '_')}_single")
             if per_call == 0:
                 log(f"  {who}: CUPTI recorded no kernel of one call (noise kernels: {sorted(noise_names)[:4]}); skipped")
                 continue
