@@ -848,7 +848,6 @@ class KernelTimes:
     def __init__(self, trace_dir, noise_names, warmup, log):
         self.trace_dir, self.noise_names, self.warmup, self.log = trace_dir, set(noise_names), warmup, log
         self.kernels = {}  # candidate -> (names, kernels per call)
-        self.rounds = 0
 
     def kernels_of(self, c):
         if c["name"] not in self.kernels:
@@ -882,9 +881,21 @@ class KernelTimes:
                     at += 1
                 if len(mine) < need or not samples:
                     raise RuntimeError(f"{c['name']}: {len(mine)} of its {need} kernel events in a block")
-                timed = mine[self.warmup * per_call:]
-                out[-1].append([sum(e[2] for e in timed[i * per_call:(i + 1) * per_call]) for i in range(len(samples))])
+                out[-1].append(per_launch_device_us(mine, names, per_call, len(samples))[0])  # the timed ones
         return rounds, out
+
+
+def open_traces(args):
+    """The folder for the profiler's traces (--out with --keep-traces, else a temporary one that
+    close_traces removes), with CUPTI's start-up cost paid there first, outside any measurement."""
+    trace_dir = args.out if args.keep_traces else tempfile.mkdtemp(prefix="cupti-")
+    profiled(lambda: torch.zeros(1, device="cuda").add_(1), trace_dir, "init")
+    return trace_dir
+
+
+def close_traces(args, trace_dir):
+    if not args.keep_traces:
+        shutil.rmtree(trace_dir, ignore_errors=True)
 
 
 def kernels_of_call(single, noise_names, trace_dir, tag):
@@ -908,11 +919,8 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=
     prepare_candidates), so two builds' kernels are compared by CUPTI's durations as well as by
     the timer."""
     also, also_builds = also or {}, also_builds or {}
-    trace_dir = tempfile.mkdtemp(prefix="cupti-")
-    if args.keep_traces:
-        trace_dir = args.out
+    trace_dir = open_traces(args)
     rows = []
-    profiled(lambda: torch.zeros(1, device="cuda").add_(1), trace_dir, "init")  # CUPTI start-up cost
     for shape_id in shape_ids:
         s = SHAPES[shape_id]
         log(f"== {shape_id}: {s.label}")
@@ -999,8 +1007,7 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "cupti_check.md"), "w") as f:
         f.write(text)
-    if not args.keep_traces:
-        shutil.rmtree(trace_dir, ignore_errors=True)
+    close_traces(args, trace_dir)
     return text
 
 
@@ -1082,14 +1089,14 @@ def build_parser():
                     help="torch blocks: GPU spin queued first, per launch, to cover the host's dispatch")
     ap.add_argument("--quick", action="store_true", help="5 rounds (a smoke run)")
     ap.add_argument("--kernel-times", action="store_true",
-                    help="each block's value from CUPTI's kernel durations (the profiler around every block) "
-                         "instead of the timer's")
+                    help="each block's value from CUPTI's kernel durations (a shape's rounds under one "
+                         "profiler) instead of the timer's")
     ap.add_argument("--cupti-check", action="store_true", help="the timer check instead of the comparison")
     ap.add_argument("--cupti-shapes", default=",".join(DEFAULT_CUPTI_SHAPES))
     ap.add_argument("--cupti-launches", type=int, default=30)
     ap.add_argument("--keep-traces", action="store_true",
-                    help="write the profiler traces under --out (several files per shape: more than the "
-                         "8 files a remote run may bring back)")
+                    help="write the profiler traces of --cupti-check and --kernel-times under --out (several "
+                         "files per shape: more than the 8 files a remote run may bring back)")
     ap.add_argument("--self-test", action="store_true", help="check statistics and report code; no GPU")
     return ap
 
@@ -1255,8 +1262,7 @@ def main():
     all_blocks, report_by_shape, flops_by_shape = [], {}, {}
     trace_dir = None
     if args.kernel_times:
-        trace_dir = args.out if args.keep_traces else tempfile.mkdtemp(prefix="cupti-")
-        profiled(lambda: torch.zeros(1, device="cuda").add_(1), trace_dir, "init")  # CUPTI start-up cost
+        trace_dir = open_traces(args)
         noise = noise_kernels(flush if flush is not None else torch.empty(1 << 20, dtype=torch.uint8, device="cuda"),
                               trace_dir, "noise")
     for shape_id in shape_ids:
@@ -1284,8 +1290,8 @@ def main():
              else "of the timer's samples; ") +
             ("steady (no L2 flush)" if args.steady else "256 MiB L2 flush before every timed launch"))
     text = write_report(args.out, mode, all_blocks, cand_rows, pair_rows, device_text, state_ranges_of(all_blocks))
-    if trace_dir is not None and not args.keep_traces:
-        shutil.rmtree(trace_dir, ignore_errors=True)
+    if trace_dir is not None:
+        close_traces(args, trace_dir)
     log(f"==== comparison ({time.time() - t_start:.0f} s); wrote {args.out}/compare.csv and compare.md")
     print(text)
     return 0
