@@ -61,12 +61,17 @@ def parse_functions(text):
     return functions, labels
 
 
-def opcode(instruction):
-    """The opcode without predicate and modifiers: '@P0 HGMMA.64x128x16.F32' -> 'HGMMA'."""
+def mnemonic(instruction):
+    """The instruction's mnemonic with its modifiers, no predicate: '@P0 MUFU.EX2 R1, R2' -> 'MUFU.EX2'."""
     words = instruction.split()
     if words and words[0].startswith("@"):
         words = words[1:]
-    return words[0].split(".")[0] if words else ""
+    return words[0] if words else ""
+
+
+def opcode(instruction):
+    """The opcode without predicate and modifiers: '@P0 HGMMA.64x128x16.F32' -> 'HGMMA'."""
+    return mnemonic(instruction).split(".")[0]
 
 
 def loops_of(instructions, labels):
@@ -85,11 +90,8 @@ def loops_of(instructions, labels):
 
 
 def opcode_with_modifier(instruction):
-    """The opcode and its first modifier: '@P0 MUFU.EX2 R1, R2' -> 'MUFU.EX2'."""
-    words = instruction.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return ".".join(words[0].split(".")[:2]) if words else ""
+    """The opcode and its first modifier: '@P0 HGMMA.64x128x16.F32 R1' -> 'HGMMA.64x128x16'."""
+    return ".".join(mnemonic(instruction).split(".")[:2])
 
 
 def opcode_histogram(instructions, span):
@@ -122,7 +124,7 @@ def report(text, substring, every_loop=False, opcodes=False):
             fields = " ".join(f"{k} {row[k]}" for k in COUNTED)
             lines.append(f"  loop {span[0]:#06x}-{span[1]:#06x}: {row['instructions']} instructions, {fields}")
             if opcodes:
-                lines.append("    " + " ".join(f"{name} {n}" for name, n in opcode_histogram(instructions, span)))
+                lines.append("    " + " ".join(f"{op} {n}" for op, n in opcode_histogram(instructions, span)))
     return "\n".join(lines)
 
 
