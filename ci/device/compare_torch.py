@@ -10,9 +10,19 @@ Comparison (default mode). For each shape the candidates are
                      same rounds, run by another build's libfusetune_capi.so when LIB is given:
                      two schedules, or two builds' kernels, side by side;
   ours-materialized  the materialized baseline, the fastest of its softmax thread counts;
+  ours-queued        (with --candidates) ours' config launched as the torch candidates are:
+                     fusetune_run_on_stream on torch's current stream inside torch's timing
+                     loop below (queued behind a spin, torch's L2 flush, events), not through
+                     fusetune_time; with --kernel-times it tells whether ours and torch's
+                     timing paths leave a kernel the same start;
   cudnn, flash, efficient (and math, unfused with --candidates): scaled_dot_product_attention
                      with the backend forced through torch.nn.attention.sdpa_kernel, on
-                     (b, h, s, d) contiguous copies of the same values.
+                     (b, h, s, d) contiguous copies of the same values;
+  cudnn-bshd, flash-bshd, efficient-bshd (with --candidates): the same backends on (b, h, s, d)
+                     views of ours' own tensors (transpose(1, 2), not copied): the memory and
+                     layout ours reads, as a model passes its projections to SDPA. Each tile of
+                     a head is then 128-byte-and-up rows strided by heads * head_dim, where the
+                     copies give the torch candidates one contiguous block per head.
 Every candidate's output is first checked against a float64 reference computed on the GPU
 (|out - ref|max / |ref|max, ours on a NaN-poisoned output); one that fails or cannot run is
 left out of the timing and listed with the reason.
@@ -164,7 +174,12 @@ def add_spelled_shapes(text):
 
 DEFAULT_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096", "bf16-d128-s4096-causal", "fp32-d64-s2048"]
 DEFAULT_CUPTI_SHAPES = ["fp16-d64-s2048", "bf16-d128-s4096"]
-ALL_CANDIDATES = ["ours", "ours-partial", "ours-materialized", "cudnn", "flash", "efficient", "math", "unfused"]
+# SDPA's fused backends also run on the memory ours reads ("-bshd": (b, h, s, d) views of the
+# [b*s][h][d] tensors, as a model passes them after transpose(1, 2)), not only on contiguous copies.
+TORCH_FUSED = ["cudnn", "flash", "efficient"]
+TORCH_ON_OURS_SUFFIX = "-bshd"
+ALL_CANDIDATES = ["ours", "ours-partial", "ours-materialized", "ours-queued", *TORCH_FUSED, "math", "unfused",
+                  *(name + TORCH_ON_OURS_SUFFIX for name in TORCH_FUSED)]
 DEFAULT_CANDIDATES = ["ours", "ours-materialized", "cudnn", "flash", "efficient"]
 
 # Candidate configs per variant (keys as KernelConfig::Key prints them, precision filled in).
@@ -446,6 +461,12 @@ class Problem(ctypes.Structure):
                 ("kv_valid_lens", ctypes.POINTER(ctypes.c_int32))]
 
 
+class LaunchStruct(ctypes.Structure):
+    # fusetune_launch.
+    _fields_ = [("stream", ctypes.c_void_p), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+                ("kv_valid_lens", ctypes.c_void_p)]
+
+
 class Config(ctypes.Structure):
     # fusetune_config of C ABI version 2 (fusetune_config_from_key writes every field).
     _fields_ = [("variant", ctypes.c_int32), ("block_m", ctypes.c_int32), ("block_s", ctypes.c_int32),
@@ -472,6 +493,10 @@ class Fusetune:
                                              ctypes.c_char_p, ctypes.c_size_t]
         L.fusetune_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.POINTER(Config)] + \
             [ctypes.c_void_p] * 4 + [ctypes.c_char_p, ctypes.c_size_t]
+        if hasattr(L, "fusetune_run_on_stream"):  # not in a kernel variant's dev library
+            L.fusetune_run_on_stream.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_void_p,
+                                                 ctypes.POINTER(Config)] + [ctypes.c_void_p] * 4 + \
+                [ctypes.POINTER(LaunchStruct), ctypes.c_char_p, ctypes.c_size_t]
         L.fusetune_time.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.POINTER(Config)] + \
             [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int,
                                      ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double),
@@ -526,6 +551,16 @@ class Fusetune:
                                    k.data_ptr(), v.data_ptr(), o.data_ptr(), self.err, len(self.err))
         if rc != 0:
             self._fail("fusetune_run", rc)
+
+    def run_on_stream(self, problem, config, q, k, v, o, stream):
+        """Enqueues one launch on `stream` (a cudaStream_t as an int; 0 = the legacy default
+        stream) and returns without synchronizing."""
+        launch = LaunchStruct(stream or None, None, None, None)
+        rc = self.lib.fusetune_run_on_stream(self.handle, ctypes.byref(problem), None, ctypes.byref(config),
+                                             q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                                             ctypes.byref(launch), self.err, len(self.err))
+        if rc != 0:
+            self._fail("fusetune_run_on_stream", rc)
 
     def time(self, problem, config, q, k, v, o, warmup, repeats, flush_l2):
         """Samples (µs) of `repeats` launches, each timed alone; no early stop."""
@@ -595,6 +630,11 @@ class ShapeBench:
 
     # ours: one block = fusetune_time (warm-up, then `launches` launches each timed alone)
     def ours_block(self, cfg, warmup, launches, name="ours"):
+        if name == "ours-queued":
+            def launch():
+                self._ft(name).run_on_stream(self.problem, cfg, self.q, self.k, self.v, self.o,
+                                             torch.cuda.current_stream().cuda_stream)
+            return torch_calls_block(launch, None, warmup, launches, self.flush, self.spin_us_per_launch)
         return self._ft(name).time(self.problem, cfg, self.q, self.k, self.v, self.o, warmup, launches,
                                    self.flush is not None)
 
@@ -608,13 +648,19 @@ class ShapeBench:
                 return torch.matmul(torch.softmax(sc, dim=-1), self.vt)
             return unfused, None
         from torch.nn.attention import SDPBackend
+        on_ours = name.endswith(TORCH_ON_OURS_SUFFIX)
+        name = name.removesuffix(TORCH_ON_OURS_SUFFIX)
         backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                    "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
 
         gqa = {"enable_gqa": True} if s.kv() != s.heads else {}
+        if on_ours:
+            q, k, v = (x.transpose(1, 2) for x in (self.q, self.k, self.v))
+        else:
+            q, k, v = self.qt, self.kt, self.vt
 
         def sdpa():
-            return F.scaled_dot_product_attention(self.qt, self.kt, self.vt, is_causal=s.causal, **gqa)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=s.causal, **gqa)
         return sdpa, backend
 
     def ours_single(self, cfg, name="ours"):
@@ -697,7 +743,7 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
         report.append(entry)
         if name.startswith("ours"):
             keys = [fixed_configs[name]] if name in fixed_configs else \
-                [t.format(p=s.precision) for t in config_candidates[name]]
+                [t.format(p=s.precision) for t in config_candidates["ours" if name == "ours-queued" else name]]
             best, why = None, "no candidate config"
             for key in keys:
                 cfg = bench.ft.config(key)  # a plain struct, the same for every build of this C ABI
@@ -929,11 +975,11 @@ def cupti_check(args, ft, reader, shape_ids, fixed, log, also=None, also_builds=
         bench = ShapeBench(s, ft, flush, args.spin_us_per_launch)
         bench.ft_of = dict(also_builds)
         ours_names = ["ours", *also]
-        runnable, report = prepare_candidates(bench, ours_names + ["cudnn", "flash", "efficient"],
+        runnable, report = prepare_candidates(bench, ours_names + TORCH_FUSED,
                                               shape_configs(fixed, also, shape_id, s), args.warmup, args.launches, log)
         by_name = {c["name"]: c for c in runnable}
         configs = {r["name"]: r["config"] for r in report}
-        torch_name = next((n for n in ("cudnn", "flash", "efficient") if n in by_name), None)
+        torch_name = next((n for n in TORCH_FUSED if n in by_name), None)
         n = args.cupti_launches
         subjects = []
         for name in (m for m in ours_names if m in by_name):
@@ -1028,8 +1074,11 @@ def parse_configs(items):
 
 
 def fixed_configs_of(fixed, shape_id, shape):
-    """The --config keys of one shape, {p} replaced by its precision."""
-    return {name: key.format(p=shape.precision) for name, key in fixed.get(shape_id, {}).items()}
+    """The --config keys of one shape, {p} replaced by its precision; ours-queued runs ours' key."""
+    out = {name: key.format(p=shape.precision) for name, key in fixed.get(shape_id, {}).items()}
+    if "ours" in out:
+        out.setdefault("ours-queued", out["ours"])
+    return out
 
 
 def shape_configs(fixed, also, shape_id, shape):
@@ -1168,7 +1217,8 @@ def self_test(out_dir):
     fixed = parse_configs(["bf16-d128-s4096=fused/bm128/bs128/t384/{p}/st2/persistent",
                            "fp16-d128-s1024-b8=materialized/bm64/bs64/t128/fp16/st1"])
     assert fixed_configs_of(fixed, "bf16-d128-s4096", SHAPES["bf16-d128-s4096"]) == {
-        "ours": "fused/bm128/bs128/t384/bf16/st2/persistent"}, fixed
+        "ours": "fused/bm128/bs128/t384/bf16/st2/persistent",
+        "ours-queued": "fused/bm128/bs128/t384/bf16/st2/persistent"}, fixed  # ours-queued runs ours' key
     assert fixed_configs_of(fixed, "fp16-d128-s1024-b8", SHAPES["fp16-d128-s1024-b8"]) == {
         "ours-materialized": "materialized/bm64/bs64/t128/fp16/st1"}, fixed
     assert fixed_configs_of(fixed, "fp16-d64-s2048", SHAPES["fp16-d64-s2048"]) == {}
@@ -1176,7 +1226,8 @@ def self_test(out_dir):
     assert shape_configs(fixed, also, "fp16-d64-s2048", SHAPES["fp16-d64-s2048"]) == {
         "ours+base": "fused/bm128/bs128/t384/fp16/st2/persistent"}
     assert shape_configs(fixed, also, "bf16-d128-s4096", SHAPES["bf16-d128-s4096"]) == {
-        "ours": "fused/bm128/bs128/t384/bf16/st2/persistent", "ours+base": "fused/bm128/bs128/t384/bf16/st2/persistent"}
+        "ours": "fused/bm128/bs128/t384/bf16/st2/persistent", "ours-queued": "fused/bm128/bs128/t384/bf16/st2/persistent",
+        "ours+base": "fused/bm128/bs128/t384/bf16/st2/persistent"}
     # Synthetic rounds: ours 0.9x cudnn in every round with noise, level with flash.
     rng = random.Random(7)
     blocks = []

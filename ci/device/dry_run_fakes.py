@@ -87,6 +87,7 @@ def install():
     torch.cuda.get_device_name = lambda *a: "fake GPU"
     torch.cuda.empty_cache = lambda: None
     torch.cuda.get_device_properties = lambda i: Props()
+    torch.cuda.current_stream = lambda *a: types.SimpleNamespace(cuda_stream=0)  # the CPU backend takes NULL only
     attention = types.ModuleType("torch.nn.attention")
     attention.SDPBackend, attention.sdpa_kernel = SDPBackend, sdpa_kernel
     bias = types.ModuleType("torch.nn.attention.bias")
