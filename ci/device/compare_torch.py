@@ -20,9 +20,9 @@ Comparison (default mode). For each shape the candidates are
                      (b, h, s, d) contiguous copies of the same values;
   cudnn-bshd, flash-bshd, efficient-bshd (with --candidates): the same backends on (b, h, s, d)
                      views of ours' own tensors (transpose(1, 2), not copied): the memory and
-                     layout ours reads, as a model passes its projections to SDPA. Each tile of
-                     a head is then 128-byte-and-up rows strided by heads * head_dim, where the
-                     copies give the torch candidates one contiguous block per head.
+                     layout ours reads, as a model passes its projections to SDPA: a head's
+                     rows lie heads * head_dim elements apart, where the copies give each head
+                     one contiguous block.
 Every candidate's output is first checked against a float64 reference computed on the GPU
 (|out - ref|max / |ref|max, ours on a NaN-poisoned output); one that fails or cannot run is
 left out of the timing and listed with the reason.
@@ -181,6 +181,8 @@ TORCH_ON_OURS_SUFFIX = "-bshd"
 ALL_CANDIDATES = ["ours", "ours-partial", "ours-materialized", "ours-queued", *TORCH_FUSED, "math", "unfused",
                   *(name + TORCH_ON_OURS_SUFFIX for name in TORCH_FUSED)]
 DEFAULT_CANDIDATES = ["ours", "ours-materialized", "cudnn", "flash", "efficient"]
+# Candidates that run another candidate's config (its --config key, else its candidate list).
+CONFIG_OF = {"ours-queued": "ours"}
 
 # Candidate configs per variant (keys as KernelConfig::Key prints them, precision filled in).
 # The t256/t384/t512 ones with bm64/128/192 are the Hopper (wgmma + TMA) kernel for fp16/bf16.
@@ -743,7 +745,7 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
         report.append(entry)
         if name.startswith("ours"):
             keys = [fixed_configs[name]] if name in fixed_configs else \
-                [t.format(p=s.precision) for t in config_candidates["ours" if name == "ours-queued" else name]]
+                [t.format(p=s.precision) for t in config_candidates[CONFIG_OF.get(name, name)]]
             best, why = None, "no candidate config"
             for key in keys:
                 cfg = bench.ft.config(key)  # a plain struct, the same for every build of this C ABI
@@ -1074,10 +1076,12 @@ def parse_configs(items):
 
 
 def fixed_configs_of(fixed, shape_id, shape):
-    """The --config keys of one shape, {p} replaced by its precision; ours-queued runs ours' key."""
+    """The --config keys of one shape, {p} replaced by its precision (also under the names of
+    CONFIG_OF that run a keyed candidate's config)."""
     out = {name: key.format(p=shape.precision) for name, key in fixed.get(shape_id, {}).items()}
-    if "ours" in out:
-        out.setdefault("ours-queued", out["ours"])
+    for name, of in CONFIG_OF.items():
+        if of in out:
+            out.setdefault(name, out[of])
     return out
 
 
