@@ -669,22 +669,19 @@ class ShapeBench:
         self._ft(name).run(self.problem, cfg, self.q, self.k, self.v, self.o)
 
     def torch_single(self, name):
+        """One untimed call of torch candidate `name` under its backend; returns its output."""
         from torch.nn.attention import sdpa_kernel
         fn, backend = self.torch_fn(name)
         ctx = sdpa_kernel(backend) if backend is not None else _null_context()
         with torch.no_grad(), ctx:
-            fn()
+            return fn()
 
     def torch_block(self, name, warmup, launches):
         fn, backend = self.torch_fn(name)
         return torch_calls_block(fn, backend, warmup, launches, self.flush, self.spin_us_per_launch)
 
     def verify_torch(self, name):
-        from torch.nn.attention import sdpa_kernel
-        fn, backend = self.torch_fn(name)
-        ctx = sdpa_kernel(backend) if backend is not None else _null_context()
-        with torch.no_grad(), ctx:
-            out = fn()
+        out = self.torch_single(name)
         torch.cuda.synchronize()
         return self.rel_error(out, self.ref)
 
