@@ -9,6 +9,9 @@ given config, or torch's SDPA with one backend — a few times inside an NVTX ra
   ncu ... python3 ci/device/profile_prefill.py --shape bf16-d128-s4096 --who ours \\
       --lib lib/libfusetune_capi.so --config fused/bm128/bs128/t384/bf16/st2/pingpong
 
+A kernel variant's library (kernels/cuda/dev/build_hopper_dev.sh) has no key parser: give it as
+--run-lib beside the full --lib, which parses --config.
+
 It tells what grid, block, registers, shared memory and unit throughputs each kernel has on the
 shapes the comparison times (the timing itself is compare_torch.py's, interleaved). Inputs and
 layouts as there: ours [b*s][h][d], torch (b, h, s, d) copies, uniform in [-1, 1), enable_gqa for
@@ -35,6 +38,8 @@ def main():
     ap.add_argument("--who", default="cudnn", choices=["ours"] + BACKENDS)
     ap.add_argument("--lib", help="libfusetune_capi.so (for --who ours)")
     ap.add_argument("--config", help="our config key (for --who ours)")
+    ap.add_argument("--run-lib", help="a kernel variant's libfusetune_hopper_dev.so that runs ours instead of --lib "
+                    "(--lib still parses --config)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--launches", type=int, default=2, help="launches inside the NVTX range")
     args = ap.parse_args()
@@ -54,10 +59,11 @@ def main():
         ft = ct.Fusetune(args.lib)
         problem = ct.Problem(b, h, hkv, n, n, d, 1 if s.causal else 0, s.dtype, 0.0, None, None, None)
         config = ft.config(args.config)
+        runner = ct.Fusetune(args.run_lib) if args.run_lib else ft
         o = torch.empty_like(q)
 
         def call():
-            ft.run(problem, config, q, k, v, o)
+            runner.run(problem, config, q, k, v, o)
     else:
         from torch.nn.attention import SDPBackend, sdpa_kernel  # torch 2.3+
         backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
@@ -77,7 +83,8 @@ def main():
         call()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
-    print(f"{args.who} {args.shape}{' ' + args.config if args.config else ''}: {args.warmup} + {args.launches} launches")
+    print(f"{args.who} {args.shape}{' ' + args.config if args.config else ''}"
+          f"{' on ' + args.run_lib if args.run_lib else ''}: {args.warmup} + {args.launches} launches")
 
 
 if __name__ == "__main__":
