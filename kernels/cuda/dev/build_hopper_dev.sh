@@ -112,7 +112,8 @@ for spec in "${variants[@]}"; do
   # Where cuobjdump is (a GPU host's toolkit), each kernel's loops holding HGMMA or TMA loads,
   # counted (sass_loops.py), and of the d128 st2/persistent flagship kernels the consumers' key
   # loop and the producer's per-step loop (the innermost with two or more TMA loads): a
-  # variant's loops beside the base's before any timing.
+  # variant's loops beside the base's before any timing (the key loop's GAPS-WITH-FMNMX near 1:
+  # ptxas took both rows' maxima before the exponentials, the schedule that ran 3-5 % slower).
   if command -v "$cuobjdump" > /dev/null 2>&1 && command -v python3 > /dev/null 2>&1; then
     if python3 "$here/sass_loops.py" --cuobjdump "$cuobjdump" "$dir/libfusetune_hopper_dev.so" FusedWgmmaKernel \
         > "$dir/sass_loops.txt" 2>&1; then

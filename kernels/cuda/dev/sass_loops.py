@@ -20,6 +20,14 @@ loop shown, how many of its instructions each opcode has (with its first modifie
 HGMMA.64x128x16): what a loop spends its instructions on, and which of them sit on paths a
 step may skip (a branch over the masking or over the exact-mode softmax still counts here).
 --listing reads a saved `cuobjdump -sass` listing instead of running cuobjdump.
+
+A loop with exponentials also shows `MUFU.EX2 N GAPS-WITH-FMNMX G`: of the N - 1 gaps between
+its consecutive MUFU.EX2, how many hold an FMNMX. In the softmax of the d128 kernels a thread
+takes two rows' maxima (chains of 31 dependent FMNMX) and exponentials; the shipped schedule puts
+the second row's chain among the first row's exponentials (G = 17 of 65), and builds where ptxas
+takes both maxima first (G = 1) ran 3-5 % slower on every multi-round shape (docs/perf.md, "the
+shipped kernel's 3 %"). A G near 1 marks a build on the slow side before any timing; a G like the
+base's does not promise its speed.
 """
 import argparse
 import collections
@@ -110,6 +118,16 @@ def count(instructions, span):
     return row
 
 
+def exponential_gaps(instructions, span):
+    """(MUFU.EX2 count, gaps between consecutive MUFU.EX2 that hold at least one FMNMX) in span."""
+    start, end = span
+    names = [mnemonic(t) for a, t in instructions if start <= a <= end]
+    exps = [i for i, m in enumerate(names) if m.startswith("MUFU.EX2")]
+    maxima = [i for i, m in enumerate(names) if m.split(".")[0] == "FMNMX"]
+    gaps = sum(1 for lo, hi in zip(exps, exps[1:]) if any(lo < i < hi for i in maxima))
+    return len(exps), gaps
+
+
 def report(text, substring, every_loop=False, opcodes=False):
     functions, labels = parse_functions(text)
     lines = []
@@ -122,6 +140,9 @@ def report(text, substring, every_loop=False, opcodes=False):
             if not every_loop and row["HGMMA"] == 0 and row["UTMALDG"] < 2:
                 continue  # barrier spins, the retry loop of one TMA issue
             fields = " ".join(f"{k} {row[k]}" for k in COUNTED)
+            exps, gaps = exponential_gaps(instructions, span)
+            if exps >= 2:
+                fields += f" MUFU.EX2 {exps} GAPS-WITH-FMNMX {gaps}"
             lines.append(f"  loop {span[0]:#06x}-{span[1]:#06x}: {row['instructions']} instructions, {fields}")
             if opcodes:
                 lines.append("    " + " ".join(f"{op} {n}" for op, n in opcode_histogram(instructions, span)))
@@ -179,6 +200,33 @@ def self_test():
     at = with_opcodes.index("  loop 0x0020-0x0040: 3 instructions, HGMMA 1 R2UR 0 WARPSYNC 0 LDL 1 STL 0 BAR 0 "
                             "UTMALDG 0 SYNCS 0")
     assert with_opcodes[at + 1] == "    BRA 1 HGMMA.64x128x16 1 LDL 1", with_opcodes[at + 1]
+    # Exponentials: the maxima of a second row between them (two of three gaps), or all first.
+    softmax = """
+		Function : _Z7softmaxv
+        /*0000*/                   HGMMA.64x128x16.F32 R24, gdesc[UR4], R24 ;
+        /*0010*/                   FMNMX R2, R3, R4, !PT ;
+        /*0020*/                   MUFU.EX2 R5, R6 ;
+        /*0030*/                   FMNMX R2, R2, R7, !PT ;
+        /*0040*/                   MUFU.EX2 R8, R9 ;
+        /*0050*/                   MUFU.EX2 R10, R11 ;
+        /*0060*/                   FMNMX R2, R2, R12, !PT ;
+        /*0070*/                   MUFU.EX2 R13, R14 ;
+        /*0080*/              @P0 BRA 0x0 ;
+        /*0090*/                   FMNMX R2, R3, R4, !PT ;
+        /*00a0*/                   FMNMX R2, R2, R7, !PT ;
+        /*00b0*/                   MUFU.EX2 R5, R6 ;
+        /*00c0*/                   MUFU.EX2 R8, R9 ;
+        /*00d0*/                   HGMMA.64x128x16.F32 R24, gdesc[UR4], R24 ;
+        /*00e0*/              @P0 BRA 0x90 ;
+        /*00f0*/                   EXIT ;
+"""
+    sf, sl = parse_functions(softmax)
+    interleaved, maxima_first = loops_of(sf["_Z7softmaxv"], sl["_Z7softmaxv"])[::-1]
+    assert exponential_gaps(sf["_Z7softmaxv"], interleaved) == (4, 2), exponential_gaps(sf["_Z7softmaxv"], interleaved)
+    assert exponential_gaps(sf["_Z7softmaxv"], maxima_first) == (2, 0)
+    assert "loop 0x0000-0x0080: 9 instructions, HGMMA 1 R2UR 0 WARPSYNC 0 LDL 0 STL 0 BAR 0 UTMALDG 0 SYNCS 0 " \
+           "MUFU.EX2 4 GAPS-WITH-FMNMX 2" in report(softmax, "softmax")
+    assert "GAPS" not in report(text, "kernel")  # no exponentials, no field
     print("self-test passed")
     return 0
 
