@@ -121,9 +121,9 @@ def count(instructions, span):
 def exponential_gaps(instructions, span):
     """(MUFU.EX2 count, gaps between consecutive MUFU.EX2 that hold at least one FMNMX) in span."""
     start, end = span
-    names = [mnemonic(t) for a, t in instructions if start <= a <= end]
-    exps = [i for i, m in enumerate(names) if m.startswith("MUFU.EX2")]
-    maxima = [i for i, m in enumerate(names) if m.split(".")[0] == "FMNMX"]
+    inside = [t for a, t in instructions if start <= a <= end]
+    exps = [i for i, t in enumerate(inside) if mnemonic(t).startswith("MUFU.EX2")]
+    maxima = [i for i, t in enumerate(inside) if opcode(t) == "FMNMX"]
     gaps = sum(1 for lo, hi in zip(exps, exps[1:]) if any(lo < i < hi for i in maxima))
     return len(exps), gaps
 
