@@ -868,15 +868,22 @@ def profiled(fn, trace_dir, tag):
     return result, kernel_events(path)
 
 
+def launch_span_us(kernels):
+    """Device time of one launch of several kernels ((name, start, duration) in µs): from the
+    first one's start to the last one's end, so a gap between them counts and an overlap (a
+    programmatic dependent launch) counts once; one kernel's duration when it is alone."""
+    return max(ts + dur for _, ts, dur in kernels) - min(ts for _, ts, _ in kernels)
+
+
 def per_launch_device_us(events, names, kernels_per_launch, launches):
-    """Device time of each of the last `launches` launches: the summed durations of its kernels
-    (those named in `names`, `kernels_per_launch` of them per launch)."""
+    """Device time of each of the last `launches` launches (launch_span_us of its kernels: those
+    named in `names`, `kernels_per_launch` of them per launch)."""
     mine = [e for e in events if e[0] in names]
     need = kernels_per_launch * launches
     if kernels_per_launch <= 0 or len(mine) < need:
         return None, len(mine)
     mine = mine[-need:]
-    return [sum(e[2] for e in mine[i * kernels_per_launch:(i + 1) * kernels_per_launch])
+    return [launch_span_us(mine[i * kernels_per_launch:(i + 1) * kernels_per_launch])
             for i in range(launches)], len(mine)
 
 
@@ -884,7 +891,7 @@ class KernelTimes:
     """--kernel-times: all the rounds of a shape run under one profiler, as the timer's rounds run
     (so the GPU stays as busy and as hot: profiling block by block left it idle between blocks,
     unthrottled where timed rounds run at the power cap), and each block is valued by the durations CUPTI
-    records for its candidate's own kernels in each timed launch, summed per launch: no timer's
+    records for its candidate's own kernels in each timed launch, spanned per launch: no timer's
     overhead enters a ratio. A candidate's kernels are those one untimed call of it launches,
     less the flush's and the spin's (`noise_names`), found before the rounds; blocks take their
     kernels' events in the rounds' order (two builds of one kernel share its name), each
@@ -1160,7 +1167,11 @@ def self_test(out_dir):
     med, lo, hi, cover = median_ci(list(range(1, 101)))
     assert (lo, hi) == (42, 59) and cover >= 0.90, (lo, hi, cover)
     assert abs(quantile([1, 2, 3, 4, 5], 0.1) - 1.4) < 1e-12
-    # --kernel-times: a block's value is its own kernels' durations per timed launch, the flush's
+    # A launch's kernels count from the first one's start to the last one's end.
+    assert launch_span_us([("a", 5.0, 3.0)]) == 3.0
+    assert launch_span_us([("a", 0.0, 3.0), ("b", 4.0, 1.0)]) == 5.0  # a gap counts
+    assert launch_span_us([("a", 0.0, 3.0), ("b", 2.0, 2.0)]) == 4.0  # an overlap counts once
+    # --kernel-times: a block's value is its own kernels' span per timed launch, the flush's
     # kernels and the warm-up launches left out, blocks of two builds of one kernel (one name)
     # told apart by their order; missing kernels are an error.
     global profiled
@@ -1173,9 +1184,10 @@ def self_test(out_dir):
         ev, t = [], 0.0
         for _, played, _ in result:  # rounds: per block one warm-up launch, then the timed ones
             for c, samples, *_ in played:
-                for sample in [1.0] + samples:
-                    ev += [("flush", t, 9.0), ("attn", t + 1, sample - 1.5), ("attn_combine", t + 2, 0.5)]
-                    t += 10.0
+                for sample in [5.0] + samples:
+                    # A launch spans sample - 1 µs: its two kernels and the 0.5 µs between them.
+                    ev += [("flush", t, 9.0), ("attn", t + 1, sample - 2.0), ("attn_combine", t + sample - 0.5, 0.5)]
+                    t += 40.0
         ev.sort(key=lambda e: -e[1])  # a trace need not list them in time order
         return result, ev[getattr(fn, "lost_events", 0):]
     profiled = stub_profiled
