@@ -176,7 +176,7 @@ int Prepare(fusetune_handle* h, const fusetune_problem* problem, const fusetune_
     const fused::SplitTail split =
         fused::SplitTail::ForLaunch(problem->q_len, problem->kv_len, problem->q_heads, problem->batch,
                                     problem->causal != 0, /*uniform=*/true, (*inst)->block_m, (*inst)->block_s,
-                                    h->multiprocessors);
+                                    h->multiprocessors, (*inst)->tail_launch);
     const fused::SplitWorkspaceSize size = fused::SplitWorkspaceOf(split, (*inst)->threads, (*inst)->head_dim);
     if (cudaError_t e = Grow(&h->split_partials, &h->split_partial_floats, size.partial_floats); e != cudaSuccess) {
       return CudaFail(err, errlen, "the split partials", e);

@@ -175,7 +175,7 @@ FusedSplitWorkspace FusedSplitWorkspaceFor(const AttentionProblem& problem, cons
   const bool uniform = !problem.is_varlen() && problem.kv_valid_lens.empty();
   const cuda::fused::SplitTail split =
       cuda::fused::SplitTail::ForLaunch(problem.q_len, problem.kv_len, problem.q_heads, problem.batch, problem.causal,
-                                        uniform, inst->block_m, inst->block_s, multiprocessors);
+                                        uniform, inst->block_m, inst->block_s, multiprocessors, inst->tail_launch);
   const cuda::fused::SplitWorkspaceSize size = cuda::fused::SplitWorkspaceOf(split, inst->threads, inst->head_dim);
   FusedSplitWorkspace w;
   w.partial_floats = size.partial_floats;

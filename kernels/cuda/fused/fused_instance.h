@@ -99,8 +99,10 @@ struct FusedInstance {
   bool pingpong = false;
   bool persistent = false;
   // A persistent instance that splits its last round along the keys where that pays (SplitTail),
-  // given the workspace; its consumer warps are (threads - 128) / 32.
+  // given the workspace; its consumer warps are (threads - 128) / 32. tail_launch: as a launch of
+  // its own after the whole rounds' (SplitTail::ForLaunch's tail_launch).
   bool split_tail = false;
+  bool tail_launch = false;
 
   // Whether this instance is the one compiled for that config: the one test of a config
   // against the table (the dispatch's, and the Hopper dev library's, which has no KernelConfig).

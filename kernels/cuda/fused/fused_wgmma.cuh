@@ -16,9 +16,10 @@
 //    full/empty pair) and K/V while the consumers finish the current one, and the barrier
 //    phases run on across tiles. Without ping-pong it holds two Q buffers where shared memory
 //    allows, so the next tile's Q loads while the current tile runs.
-//  - Split last round (head_dim 64, two Q buffers; FusedWgmmaKernel<Tr, true>): where the tiles
-//    leave the last round partly filled, its tiles' key tiles are spread over every block
-//    (SplitTail); the pieces of a tile write partial states and the last merges them.
+//  - Split last round (two Q buffers; FusedWgmmaKernel<Tr, true>): where the tiles leave the
+//    last round partly filled, its tiles' key tiles are spread over every block (SplitTail); the
+//    pieces of a tile write partial states and the last merges them. At head_dim 64 in the same
+//    launch; at 128 as a second launch after the unsplit kernel's whole rounds (kTailLaunch).
 //  - Epilogue: each consumer warpgroup stages its 64 rows of O in its rows of the Q buffer
 //    (stmatrix) and one thread writes them with a TMA store; a warpgroup whose rows end inside
 //    the tile copies them out with 16-byte stores. Persistent blocks with one Q buffer (released
@@ -105,6 +106,13 @@ struct WgmmaTraits {
   // gain; nor with one Q buffer, whose producer warp, at 72 registers, spilled 100 bytes with the
   // split's loop state (docs/perf.md).
   static constexpr bool kSplitTail = Persistent && kQBuffers == 2 && D == 64;
+  // At head_dim 128 (two Q buffers) the split round is a launch of its own (a tail launch): the
+  // unsplit kernel runs the whole rounds and leaves the last p.split_tail tiles, then the split
+  // kernel runs only their pieces, launched as a programmatic dependent of the first. The
+  // unsplit kernel's code stays that of the base (one comparison differs), where the one-kernel
+  // split's loop state cost its whole rounds 2.7 %; planned only after enough whole rounds
+  // (SplitTail::TailLaunchPays; docs/perf.md).
+  static constexpr bool kTailLaunch = Persistent && kQBuffers == 2 && D == 128;
   // Where O takes the softmax's factor: between the issue of the next S = Q K^T and of P V (under
   // the product) at head_dim 128; after P V completes at head_dim 64, where that placement was
   // measured 1.5-3.5 % slower for ping-pong and three consumer warpgroups (docs/perf.md).
@@ -140,7 +148,9 @@ struct WgmmaLaunchParams {
   CUtensorMap v_map;
   CUtensorMap o_map;  // 64-row boxes: one consumer warpgroup's rows (kStageO)
   FusedKernelArgs a;
-  int split_tail;  // the split kernel: the last round is split along the keys (SplitTail)
+  // The split kernel: 1, the last round is split along the keys (SplitTail). The unsplit kernel of
+  // a tail launch (kTailLaunch): the last tiles it leaves to the split kernel's launch (0: none).
+  int split_tail;
 };
 
 // Which key tiles of a query tile a block computes: all of them, or one piece of a split tile
@@ -332,7 +342,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
       const SplitTail split = p.split_tail ? SplitTail::Plan(order, CeilDiv(a.kv_len, BS), blocks) : SplitTail{};
       const int64_t whole = split.active() ? split.first_tile : order.total;  // whole rounds when split
-      const int64_t rounds = (whole + blocks - 1) / blocks;
+      const int64_t rounds = Tr::kTailLaunch ? 0 : (whole + blocks - 1) / blocks;  // a tail launch: pieces only
       // One call of fn, so the tile body is compiled once: rounds of whole tiles, then pieces.
       for (int64_t w = 0;; ++w) {
         int64_t t;
@@ -362,7 +372,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const int64_t rounds = order.Rounds(blocks);
       for (int64_t round = 0; round < rounds; ++round) {
         const int64_t t = order.TileOf(round, static_cast<int>(blockIdx.x), blocks);
-        if (t >= order.total) continue;
+        if constexpr (Tr::kTailLaunch) {
+          if (t >= order.total - p.split_tail) continue;
+        } else {
+          if (t >= order.total) continue;
+        }
         int query_block, head, seq;
         order.Decode(t, query_block, head, seq);
         QueryBlock<T> blk;
@@ -501,6 +515,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       }
       kv_loaded += n_tiles;
     });
+    if constexpr (kSplit && Tr::kTailLaunch) {
+      // A tail launch may start before the whole rounds' launch has ended (programmatic
+      // dependent launch); it ends after it, so what follows on the stream sees both.
+      asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    }
     return;
   }
 
@@ -813,17 +832,18 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   }
   dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
   p.split_tail = 0;
+  SplitTail split;
   if constexpr (Tr::kPersistent) {
     // One block per multiprocessor (a block fills one: __launch_bounds__(..., 1) and its shared
     // memory), never more blocks than tiles unless the last round is split.
     const int sms = MultiprocessorCount();
     if (sms <= 0) return cudaErrorNoDevice;
-    if constexpr (Tr::kSplitTail) {
+    if constexpr (Tr::kSplitTail || Tr::kTailLaunch) {
       // Planned only where the caller gave the workspace: a launch without it runs unsplit.
       if (a.split_partials != nullptr && a.split_counters != nullptr) {
         const bool uniform = a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;
-        const SplitTail split = SplitTail::ForLaunch(a.q_len, a.kv_len, a.q_heads, a.batch, a.causal != 0, uniform,
-                                                     Tr::kBlockM, Tr::kBlockS, sms);
+        split = SplitTail::ForLaunch(a.q_len, a.kv_len, a.q_heads, a.batch, a.causal != 0, uniform, Tr::kBlockM,
+                                     Tr::kBlockS, sms, Tr::kTailLaunch);
         if (split.active() && split.PartialFloats(32 * Tr::kConsumerWarps, Tr::kHeadDim) <= a.split_partial_floats &&
             split.Counters(Tr::kConsumerWarps) <= a.split_counter_count) {
           p.split_tail = 1;
@@ -832,6 +852,37 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     }
     const int64_t tiles = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0).total;
     grid = dim3(static_cast<unsigned>(tiles < sms && !p.split_tail ? tiles : sms), 1, 1);
+  }
+  if constexpr (Tr::kTailLaunch) {
+    if (p.split_tail) {
+      // The whole rounds, then the split round.
+      WgmmaLaunchParams whole = p;
+      whole.split_tail = split.tiles;  // the tiles left to the split launch
+      if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
+        return e;
+      }
+      FusedWgmmaKernel<Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(whole);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+      if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr, true>>(Tr::kSmemBytes);
+          e != cudaSuccess) {
+        return e;
+      }
+      // A programmatic dependent launch: the split round's blocks may start as the whole rounds'
+      // leave (they read nothing those write; the split kernel waits for the first launch to end
+      // before it ends itself).
+      cudaLaunchConfig_t config{};
+      config.gridDim = grid;
+      config.blockDim = dim3(Tr::kThreads, 1, 1);
+      config.dynamicSmemBytes = Tr::kSmemBytes;
+      config.stream = stream;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute[0].val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      if (const cudaError_t e = cudaLaunchKernelEx(&config, FusedWgmmaKernel<Tr, true>, p); e != cudaSuccess) return e;
+      return cudaGetLastError();
+    }
   }
   if constexpr (Tr::kSplitTail) {
     if (p.split_tail) {
@@ -857,7 +908,8 @@ FusedInstance WgmmaInstance() {
                      BM, BS, Tr::kThreads, ST, Tr::kSmemBytes, &LaunchWgmma<Tr>, /*needs_sm90=*/true};
   inst.pingpong = PingPong;
   inst.persistent = Persistent;
-  inst.split_tail = Tr::kSplitTail;
+  inst.split_tail = Tr::kSplitTail || Tr::kTailLaunch;
+  inst.tail_launch = Tr::kTailLaunch;
   return inst;
 }
 

@@ -98,13 +98,25 @@ struct SplitTail {
   // The split of a persistent launch over `batch` sequences of q_len queries and kv_len keys,
   // block_m x block_s tiles, on `blocks` blocks. `uniform`: every sequence has those lengths and
   // sees all its keys; a varlen or padded batch's tiles differ in keys and are never split.
+  // `tail_launch`: the split round is a launch of its own, planned only where TailLaunchPays.
   static FUSETUNE_HOST_DEVICE SplitTail ForLaunch(int q_len, int kv_len, int q_heads, int batch, bool causal,
-                                                  bool uniform, int block_m, int block_s, int blocks) {
+                                                  bool uniform, int block_m, int block_s, int blocks,
+                                                  bool tail_launch = false) {
     if (!uniform || q_len <= 0 || kv_len <= 0) return SplitTail{};
-    return Plan(PersistentTileOrder::Of(q_len, block_m, q_heads, batch, causal), (kv_len + block_s - 1) / block_s,
-                blocks);
+    const SplitTail split = Plan(PersistentTileOrder::Of(q_len, block_m, q_heads, batch, causal),
+                                 (kv_len + block_s - 1) / block_s, blocks);
+    return !tail_launch || split.TailLaunchPays(blocks) ? split : SplitTail{};
   }
   FUSETUNE_HOST_DEVICE bool active() const { return span > 0; }
+  // Whole rounds a tail launch (the split round as a second launch, fused_wgmma.cuh) needs before
+  // its split pays: the second launch has a fixed cost, and on a power-capped GPU the busy
+  // multiprocessors of a partly idle round run faster, so that round costs less than its share
+  // of the blocks says. Measured on an H100 at head_dim 128: 15 whole rounds 0.7 % faster, one
+  // whole round 0.8 % slower; 8 lies between.
+  static constexpr int kTailMinWholeRounds = 8;
+  FUSETUNE_HOST_DEVICE bool TailLaunchPays(int blocks) const {
+    return active() && blocks > 0 && first_tile >= static_cast<int64_t>(kTailMinWholeRounds) * blocks;
+  }
   // A bound on the blocks that share one tile (a span may start inside a tile and end inside the
   // next), which sizes the partial states.
   FUSETUNE_HOST_DEVICE int MaxPieces() const {

@@ -128,6 +128,28 @@ TEST(SplitTail, NotPlannedWhereItSavesLittleOrNothing) {
   EXPECT_EQ(few.span, 5);
 }
 
+// A tail launch (the split round as a launch of its own) is planned only after enough whole rounds:
+// the flagship's 15 do, one whole round or none does not, where the in-kernel split is planned.
+TEST(SplitTail, TailLaunchOnlyAfterEnoughWholeRounds) {
+  const SplitTail flagship = SplitTail::ForLaunch(4096, 4096, 16, 4, false, true, 128, 128, 132, /*tail_launch=*/true);
+  ASSERT_TRUE(flagship.active());
+  EXPECT_EQ(flagship.first_tile, 15 * 132);
+  EXPECT_EQ(flagship.span, 17);
+  // fp16 b1 h12 S2048: 192 tiles, one whole round and 60 tiles split in spans of 8 of 16.
+  EXPECT_TRUE(SplitTail::ForLaunch(2048, 2048, 12, 1, false, true, 128, 128, 132).active());
+  EXPECT_FALSE(SplitTail::ForLaunch(2048, 2048, 12, 1, false, true, 128, 128, 132, true).active());
+  // 9 long tiles on 132 blocks: no whole round.
+  EXPECT_FALSE(SplitTail::ForLaunch(1152, 8192, 1, 1, false, true, 128, 128, 132, true).active());
+  // Exactly the minimum of whole rounds (8 on 132 blocks, then 14 tiles of 4 key tiles), and one fewer.
+  const int min_rounds = SplitTail::kTailMinWholeRounds;
+  EXPECT_TRUE(SplitTail::ForLaunch(7, 400, min_rounds * 132 + 14, 1, false, true, 128, 128, 132, true).active());
+  EXPECT_FALSE(
+      SplitTail::ForLaunch(7, 400, (min_rounds - 1) * 132 + 14, 1, false, true, 128, 128, 132, true).active());
+  // Never where the split itself is not planned, nor for a varlen batch.
+  EXPECT_FALSE(SplitTail::ForLaunch(1024, 1024, 16, 8, false, true, 128, 128, 132, true).active());
+  EXPECT_FALSE(SplitTail::ForLaunch(4096, 4096, 16, 4, false, false, 128, 128, 132, true).active());
+}
+
 // Every key tile of every split tile is one block's, exactly once; a tile's pieces come in key
 // order from blocks FirstBlock .. LastBlock, numbered as the blocks, at most MaxPieces of them.
 TEST(SplitTail, EveryKeyTileOfTheTailIsInExactlyOnePiece) {
