@@ -796,8 +796,8 @@ def prepare_candidates(bench, names, fixed_configs, warmup, launches, log, confi
 def run_rounds(shape_id, runnable, rounds, rng, reader, configs, log, kernel_times=None):
     """`rounds` rounds of one block per candidate in a fresh random order. A block's value is the
     median of its timer's samples, or with `kernel_times` (a KernelTimes; --kernel-times, which
-    runs all the rounds under one profiler) of its kernels' durations by CUPTI, the timer's median
-    kept beside them."""
+    runs all the rounds under one profiler) of its launches' spans by CUPTI (launch_span_us), the
+    timer's median kept beside them."""
 
     def play_round():
         order = list(runnable)
