@@ -71,9 +71,12 @@ FIXED = [
     (1, 2, 2, 700, 300, True, FP16),      # causal, 400 rows that see no key
     (1, 1, 1, 128, 1, False, BF16),       # one key
     (3, 20, 4, 2048, 300, False, FP16),   # many rounds of a persistent grid, GQA 5:1
-    (1, 35, 5, 500, 487, False, FP16),    # 140 tiles: a whole round, then 8 tiles split along the keys
-    (1, 212, 4, 77, 500, False, BF16),    # 212 one-row-block tiles: 80 split in spans of 3 of 4 key tiles
-    (1, 181, 1, 100, 1000, False, FP16),  # MQA, 49 tiles split in spans of 3 of 8 key tiles
+    # Last rounds a split spreads along the keys on 132 blocks (SplitTail; the first three split
+    # only in a kernel that splits after fewer whole rounds than a tail launch's minimum):
+    (1, 35, 5, 500, 487, False, FP16),    # 140 tiles: a whole round, then 8 tiles in spans of 1 key tile
+    (1, 212, 4, 77, 500, False, BF16),    # 212 one-row-block tiles: 80 in spans of 3 of 4 key tiles
+    (1, 181, 1, 100, 1000, False, FP16),  # MQA, 49 tiles in spans of 3 of 8 key tiles
+    (2, 535, 107, 7, 400, False, FP16),   # 1070 tiles: 8 whole rounds, then 14 (a tail launch)
     (8, 16, 16, 1024, 1024, False, FP16),  # the mid-size flagship
     (4, 16, 16, 4096, 4096, False, BF16),  # the large flagship
 ]
