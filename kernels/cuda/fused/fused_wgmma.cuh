@@ -853,51 +853,37 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     const int64_t tiles = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0).total;
     grid = dim3(static_cast<unsigned>(tiles < sms && !p.split_tail ? tiles : sms), 1, 1);
   }
-  if constexpr (Tr::kTailLaunch) {
-    if (p.split_tail) {
-      // The whole rounds, then the split round.
-      WgmmaLaunchParams whole = p;
-      whole.split_tail = split.tiles;  // the tiles left to the split launch
-      if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
-        return e;
-      }
-      FusedWgmmaKernel<Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(whole);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-      if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr, true>>(Tr::kSmemBytes);
-          e != cudaSuccess) {
-        return e;
-      }
-      // A programmatic dependent launch: the split round's blocks may start as the whole rounds'
-      // leave (they read nothing those write; the split kernel waits for the first launch to end
-      // before it ends itself).
-      cudaLaunchConfig_t config{};
-      config.gridDim = grid;
-      config.blockDim = dim3(Tr::kThreads, 1, 1);
-      config.dynamicSmemBytes = Tr::kSmemBytes;
-      config.stream = stream;
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attribute[0].val.programmaticStreamSerializationAllowed = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
-      if (const cudaError_t e = cudaLaunchKernelEx(&config, FusedWgmmaKernel<Tr, true>, p); e != cudaSuccess) return e;
-      return cudaGetLastError();
+  // The unsplit kernel: the whole launch, or (kTailLaunch) the whole rounds before the split round.
+  const bool split_launch = p.split_tail != 0;
+  if (!split_launch || Tr::kTailLaunch) {
+    WgmmaLaunchParams unsplit = p;
+    unsplit.split_tail = split_launch ? split.tiles : 0;  // the tiles left to the split launch
+    if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
+      return e;
     }
+    FusedWgmmaKernel<Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(unsplit);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess || !split_launch) return e;
   }
-  if constexpr (Tr::kSplitTail) {
-    if (p.split_tail) {
-      if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr, true>>(Tr::kSmemBytes);
-          e != cudaSuccess) {
-        return e;
-      }
-      FusedWgmmaKernel<Tr, true><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
-      return cudaGetLastError();
+  // The split kernel: the whole launch (head_dim 64), or the split round alone (kTailLaunch) as a
+  // programmatic dependent launch, whose blocks may start as the whole rounds' leave (they read
+  // nothing those write; the split kernel waits for the first launch to end before it ends).
+  if constexpr (Tr::kSplitTail || Tr::kTailLaunch) {
+    if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr, true>>(Tr::kSmemBytes);
+        e != cudaSuccess) {
+      return e;
     }
+    cudaLaunchAttribute dependent{};
+    dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(Tr::kThreads, 1, 1);
+    config.dynamicSmemBytes = Tr::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &dependent;
+    config.numAttrs = Tr::kTailLaunch ? 1 : 0;
+    if (const cudaError_t e = cudaLaunchKernelEx(&config, FusedWgmmaKernel<Tr, true>, p); e != cudaSuccess) return e;
   }
-  if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
-    return e;
-  }
-  FusedWgmmaKernel<Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
