@@ -838,10 +838,10 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     // memory), never more blocks than tiles unless the last round is split.
     const int sms = MultiprocessorCount();
     if (sms <= 0) return cudaErrorNoDevice;
+    const bool uniform = a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;
     if constexpr (Tr::kSplitTail || Tr::kTailLaunch) {
       // Planned only where the caller gave the workspace: a launch without it runs unsplit.
       if (a.split_partials != nullptr && a.split_counters != nullptr) {
-        const bool uniform = a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;
         split = SplitTail::ForLaunch(a.q_len, a.kv_len, a.q_heads, a.batch, a.causal != 0, uniform, Tr::kBlockM,
                                      Tr::kBlockS, sms, Tr::kTailLaunch);
         if (split.active() && split.PartialFloats(32 * Tr::kConsumerWarps, Tr::kHeadDim) <= a.split_partial_floats &&
@@ -850,8 +850,9 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
         }
       }
     }
-    const int64_t tiles = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0).total;
-    grid = dim3(static_cast<unsigned>(tiles < sms && !p.split_tail ? tiles : sms), 1, 1);
+    // A split launch takes every multiprocessor (its last round is spread over them all).
+    const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0);
+    grid = dim3(static_cast<unsigned>(p.split_tail ? sms : order.Blocks(sms, uniform)), 1, 1);
   }
   // The unsplit kernel: the whole launch, or (kTailLaunch) the whole rounds before the split round.
   const bool split_launch = p.split_tail != 0;

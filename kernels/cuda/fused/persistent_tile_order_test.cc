@@ -100,6 +100,34 @@ TEST(PersistentTileOrder, WithoutAMaskConsecutiveTilesShareAHead) {
 
 // The flagship bf16 shape (b4 h16 S4096, block_m 128, 32 key tiles) on 132 blocks: 15 whole
 // rounds and 68 tiles, whose keys every block shares in spans of 17 key tiles.
+TEST(PersistentTileOrder, UniformTilesTakeTheFewestBlocksForTheirRounds) {
+  const PersistentTileOrder mid = PersistentTileOrder::Of(1024, 128, 16, 8, false);  // 1024 tiles
+  EXPECT_EQ(mid.Blocks(132, true), 128);
+  EXPECT_EQ(mid.Rounds(128), mid.Rounds(132));
+  // Every block walks one tile a round, so each of the 128 walks 8 and no round has an idle block.
+  for (const Share& s : Walk(mid, static_cast<int>(mid.Blocks(132, true)))) EXPECT_EQ(s.tiles.size(), 8u);
+  // A launch whose rounds are already full, or that has fewer tiles than multiprocessors.
+  EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 12, 11, false).Blocks(132, true), 132);  // 1056 tiles
+  EXPECT_EQ(PersistentTileOrder::Of(128, 128, 12, 11, false).Blocks(132, true), 132);   // 132 tiles
+  EXPECT_EQ(PersistentTileOrder::Of(256, 128, 12, 1, false).Blocks(132, true), 24);
+  // 133 tiles: two rounds either way, but on 67 blocks 65 would idle: every multiprocessor.
+  EXPECT_EQ(PersistentTileOrder::Of(128, 128, 7, 19, false).Blocks(132, true), 132);
+  for (int tiles = 1; tiles <= 3000; ++tiles) {
+    const PersistentTileOrder order = PersistentTileOrder::Of(128 * tiles, 128, 1, 1, false);
+    const int64_t blocks = order.Blocks(132, true);
+    ASSERT_LE(blocks, 132);
+    ASSERT_EQ(order.Rounds(static_cast<int>(blocks)), order.Rounds(132)) << tiles;
+    ASSERT_GT(order.total, (order.Rounds(132) - 1) * blocks) << tiles;  // the last round is not empty
+    if (tiles >= 132) ASSERT_GE(8 * blocks, 7 * 132) << tiles;           // at most 1 in 8 idle
+  }
+}
+
+TEST(PersistentTileOrder, TilesOfUnequalCostKeepEveryMultiprocessor) {
+  EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 16, 8, true).Blocks(132, true), 132);   // causal
+  EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 16, 8, false).Blocks(132, false), 132); // varlen
+  EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 4, 2, true).Blocks(132, false), 64);    // fewer tiles
+}
+
 TEST(SplitTail, SpreadsThePartialRoundOverEveryBlock) {
   const PersistentTileOrder order = PersistentTileOrder::Of(4096, 128, 16, 4, /*causal=*/false);
   const SplitTail split = SplitTail::Plan(order, 32, 132);
