@@ -75,9 +75,16 @@ struct WgmmaTraits {
   // asking for more makes setmaxnreg.inc wait forever. The persistent producer without ping-pong
   // walks two Q buffers and spills at 72; its consumers fit in 208.
   static constexpr bool kProducerKeepsMore = Persistent && !PingPong;
+  // The d128 two-stage persistent instance (the flagships' kernel) decodes its tiles in 32 bits
+  // (PersistentTileOrder::Decode<uint32_t>; LaunchWgmma checks the tile count) and gives its
+  // consumers 200 registers: with the narrow decode at 208, ptxas takes both rows' maxima before
+  // the exponentials in the key loop, the schedule that runs 3 % slower; at 200 it interleaves
+  // them as before (docs/perf.md, "the rounds held full").
+  static constexpr bool kNarrowDecode = Persistent && !PingPong && D == 128 && BM == 128 && ST == 2;
+  using TileIndex = std::conditional_t<kNarrowDecode, uint32_t, int64_t>;
   static constexpr int kProducerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? (kProducerKeepsMore ? 88 : 72) : 56);
   static constexpr int kConsumerRegs =
-      kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? (kProducerKeepsMore ? 208 : 216) : 152);
+      kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? (kProducerKeepsMore ? (kNarrowDecode ? 200 : 208) : 216) : 152);
   static constexpr int kLaunchRegs = (65536 / kThreads < 255 ? 65536 / kThreads : 255) & ~7;
   static constexpr int kChunks = D / 64;                     // 128-byte swizzle rows per row
   static constexpr int kQBytes = kChunks * BM * 128;
@@ -360,7 +367,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           t = split.first_tile + keys.slot;
         }
         int query_block, head, seq;
-        order.Decode(t, query_block, head, seq);
+        order.Decode<typename Tr::TileIndex>(t, query_block, head, seq);
         QueryBlock<T> blk;
         if (!LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) continue;
         if (keys.end < 0) keys.end = blk.n_tiles;
@@ -378,7 +385,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           if (t >= order.total) continue;
         }
         int query_block, head, seq;
-        order.Decode(t, query_block, head, seq);
+        order.Decode<typename Tr::TileIndex>(t, query_block, head, seq);
         QueryBlock<T> blk;
         if (LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) fn(blk, TileKeys{0, blk.n_tiles});
       }
@@ -852,6 +859,7 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
     }
     // A split launch takes every multiprocessor (its last round is spread over them all).
     const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0);
+    if (Tr::kNarrowDecode && order.total > INT32_MAX) return cudaErrorNotSupported;  // Decode<uint32_t>
     grid = dim3(static_cast<unsigned>(p.split_tail ? sms : order.Blocks(sms, uniform)), 1, 1);
   }
   // The unsplit kernel: the whole launch, or (kTailLaunch) the whole rounds before the split round.

@@ -60,18 +60,23 @@ struct PersistentTileOrder {
     const int64_t even = (total + rounds - 1) / rounds;
     return 8 * even >= 7 * static_cast<int64_t>(sms) ? even : sms;
   }
+  // Tile t's query block, head and sequence. `Index` is the width of the arithmetic: 64 bits, or
+  // 32 (uint32_t) for a launch of fewer than 2^31 tiles, where the divisions are cheaper (the
+  // d128 two-stage persistent kernels, fused_wgmma.cuh, whose launcher checks the count).
+  template <typename Index = int64_t>
   FUSETUNE_HOST_DEVICE void Decode(int64_t t, int& query_block, int& head, int& seq) const {
-    int64_t sequence_head;
+    const Index tile = static_cast<Index>(t);
+    Index sequence_head;
     if (causal) {
-      const int64_t per_band = static_cast<int64_t>(heads) * sequences;
-      query_block = m_blocks - 1 - static_cast<int>(t / per_band);
-      sequence_head = t % per_band;
+      const Index per_band = static_cast<Index>(heads) * static_cast<Index>(sequences);
+      query_block = m_blocks - 1 - static_cast<int>(tile / per_band);
+      sequence_head = tile % per_band;
     } else {
-      query_block = static_cast<int>(t % m_blocks);
-      sequence_head = t / m_blocks;
+      query_block = static_cast<int>(tile % static_cast<Index>(m_blocks));
+      sequence_head = tile / static_cast<Index>(m_blocks);
     }
-    head = static_cast<int>(sequence_head % heads);
-    seq = static_cast<int>(sequence_head / heads);
+    head = static_cast<int>(sequence_head % static_cast<Index>(heads));
+    seq = static_cast<int>(sequence_head / static_cast<Index>(heads));
   }
   // Tile of block `block` in round `round` (>= total when the last round has none for it).
   FUSETUNE_HOST_DEVICE int64_t TileOf(int64_t round, int block, int blocks) const {

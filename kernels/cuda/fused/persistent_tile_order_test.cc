@@ -128,6 +128,21 @@ TEST(PersistentTileOrder, TilesOfUnequalCostKeepEveryMultiprocessor) {
   EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 4, 2, true).Blocks(132, false), 64);    // fewer tiles
 }
 
+TEST(PersistentTileOrder, ThirtyTwoBitDecodeMatchesSixtyFourBit) {
+  for (const bool causal : {false, true}) {
+    for (const auto& [q_len, heads, sequences] : {std::tuple{1024, 16, 8}, std::tuple{777, 7, 3}, std::tuple{4096, 32, 2},
+                                                   std::tuple{128, 1, 1}, std::tuple{65536, 3, 5}}) {
+      const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, causal);
+      for (int64_t t = 0; t < order.total; ++t) {
+        int qb64 = -1, head64 = -1, seq64 = -1, qb32 = -2, head32 = -2, seq32 = -2;
+        order.Decode(t, qb64, head64, seq64);
+        order.Decode<uint32_t>(t, qb32, head32, seq32);
+        ASSERT_EQ(std::tie(qb32, head32, seq32), std::tie(qb64, head64, seq64)) << t << " causal " << causal;
+      }
+    }
+  }
+}
+
 TEST(SplitTail, SpreadsThePartialRoundOverEveryBlock) {
   const PersistentTileOrder order = PersistentTileOrder::Of(4096, 128, 16, 4, /*causal=*/false);
   const SplitTail split = SplitTail::Plan(order, 32, 132);
