@@ -28,6 +28,7 @@
 #include "decode/decode_dispatch.h"
 #include "attention_params.h"
 #include "fused/fused_configs.h"
+#include "fused/persistent_tile_order.h"
 
 namespace fusetune {
 namespace {
@@ -1201,6 +1202,41 @@ TEST_F(CudaBackendTest, PersistentBlocksWalkingManyTilesMatchTheReference) {
   }
   EXPECT_GE(runs, 16);
   std::printf("[ info ] %d persistent / ping-pong runs over 768 tiles\n", runs);
+}
+
+TEST_F(CudaBackendTest, PersistentBlocksInFullRoundsMatchTheReference) {
+  if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
+  const int sms = backend_->Describe().sm_count;
+  ASSERT_GE(sms, 32);
+  // 3 query blocks (the last of 44 rows) x (sms - 4) heads: 3 full rounds on sms - 4 blocks
+  // (PersistentTileOrder::Blocks), 4 multiprocessors without one; uniform lengths, no mask.
+  const int heads = (sms - 4) / 4 * 4, tiles = 3 * heads;
+  ASSERT_LT(cuda::fused::PersistentTileOrder::Of(300, 128, heads, 1, false).Blocks(sms, true), sms);
+  uint32_t seed = 9700;
+  int runs = 0;
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    const Precision precision = dtype == DType::kFp16 ? Precision::kFp16 : Precision::kBf16;
+    for (int d : {64, 128}) {
+      AttentionProblem p = MakeProblem(1, heads, heads / 4, 300, 333, d, /*causal=*/false, dtype);
+      ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+      const Inputs in = RandomInputs(p, ++seed);
+      auto ref = ReferenceAttention(p, in.q, in.k, in.v);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      for (const KernelConfig& c : HopperCandidates(precision)) {
+        if (!c.persistent || !backend_->CanImplement(p, c).ok()) continue;
+        SCOPED_TRACE(p.Key() + " " + c.Key());
+        for (int repeat = 0; repeat < 2; ++repeat) {
+          Result r = RunAndCompare(p, c, in, *ref);
+          ASSERT_TRUE(r.status.ok()) << r.status;
+          EXPECT_TRUE(r.finite) << "NaN/Inf (or an unwritten element) in the output";
+          EXPECT_LE(r.rel_error, ToleranceFor(precision, p.dtype));
+        }
+        ++runs;
+      }
+    }
+  }
+  EXPECT_GE(runs, 4);
+  std::printf("[ info ] %d persistent configs over %d tiles in full rounds\n", runs, tiles);
 }
 
 TEST_F(CudaBackendTest, PagedPrefillOnTheHopperKernelMatchesTheReference) {
