@@ -17,7 +17,9 @@
 # Environment: NVCC (default nvcc), HOPPER_DEV_ARCH (default sm_90a code; the kernels need it),
 # HOPPER_DEV_JOBS (parallel nvcc processes, default nproc), CUOBJDUMP (default cuobjdump; where it
 # runs, OUT/<name>/sass_loops.txt counts each kernel's loops (sass_loops.py) and the d128
-# st2/persistent kernels' key loop and producer loop are printed).
+# st2/persistent kernels' key loop and producer loop are printed; where it does not, e.g. on a
+# build machine, cubin_opcodes.py reads the objects' sm_90a code and prints those kernels' softmax
+# G, and which kernels of each variant differ from the base's: OUT/<name>/cubin_opcodes_*.txt).
 # Exit status: 0 built; 1 a compile or link failed (its log is printed); 2 usage.
 # ptxas's report is summarised per variant: spill stores and serialized wgmma (ptxas C7518),
 # both of which cost real time on the H200 (kernels/cuda/fused/README.md).
@@ -125,5 +127,18 @@ for spec in "${variants[@]}"; do
     else
       echo "  sass_loops.py failed: $(tail -n 1 "$dir/sass_loops.txt")"
     fi
+  elif command -v python3 > /dev/null 2>&1; then
+    # No cuobjdump (a build machine): the d128 st2/persistent kernels' softmax G read from the
+    # objects' sm_90a code (cubin_opcodes.py), beside the base's where it was built too, and
+    # which kernels differ from the base's.
+    for t in fp16 bf16; do
+      base_obj=$out/base/fused_wgmma_$t.cu.o
+      base_args=()
+      [[ $name != base && -r $base_obj ]] && base_args=(--base "$base_obj")
+      python3 "$here/cubin_opcodes.py" "${base_args[@]}" "$dir/fused_wgmma_$t.cu.o" > "$dir/cubin_opcodes_$t.txt" 2>&1 ||
+        echo "  cubin_opcodes.py failed: $(tail -n 1 "$dir/cubin_opcodes_$t.txt")"
+      sed -n 's/^  \(_ZN.*\): \([0-9]* instructions.*\)/  '"$t"' d128 st2\/persistent: \2/p; s/^  \([0-9]* kernels: .*\)/  '"$t"': \1/p' \
+        "$dir/cubin_opcodes_$t.txt"
+    done
   fi
 done
