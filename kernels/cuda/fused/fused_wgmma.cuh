@@ -75,12 +75,15 @@ struct WgmmaTraits {
   // asking for more makes setmaxnreg.inc wait forever. The persistent producer without ping-pong
   // walks two Q buffers and spills at 72; its consumers fit in 208.
   static constexpr bool kProducerKeepsMore = Persistent && !PingPong;
-  // The d128 two-stage persistent instance (the flagships' kernel) decodes its tiles in 32 bits
-  // (PersistentTileOrder::Decode<uint32_t>; LaunchWgmma checks the tile count) and gives its
+  // The fp16 d128 two-stage persistent kernels decode their tiles in 32 bits
+  // (PersistentTileOrder::Decode<uint32_t>; LaunchWgmma checks the tile count) and give their
   // consumers 200 registers: with the narrow decode at 208, ptxas takes both rows' maxima before
   // the exponentials in the key loop, the schedule that runs 3 % slower; at 200 it interleaves
-  // them as before (docs/perf.md, "the rounds held full").
-  static constexpr bool kNarrowDecode = Persistent && !PingPong && D == 128 && BM == 128 && ST == 2;
+  // them as before. Measured on an H100: fp16 b8 h16 S1024 0.5 % faster; the bf16 kernels, whose
+  // flagships run at the power cap, 0.3-0.5 % slower, so they keep the 64-bit decode and 208
+  // (docs/perf.md, "full rounds on fewer blocks and a 32-bit tile decode").
+  static constexpr bool kNarrowDecode =
+      Persistent && !PingPong && D == 128 && BM == 128 && ST == 2 && std::is_same_v<T, __half>;
   using TileIndex = std::conditional_t<kNarrowDecode, uint32_t, int64_t>;
   static constexpr int kProducerRegs = kConsumerGroups == 1 ? 0 : (kConsumerGroups == 2 ? (kProducerKeepsMore ? 88 : 72) : 56);
   static constexpr int kConsumerRegs =
