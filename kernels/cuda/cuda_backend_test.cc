@@ -77,6 +77,16 @@ class CudaBackendTest : public ::testing::Test {
     return r.status;
   }
 
+  // RunAndCompare against `ref`, expecting a successful run whose every element is written and
+  // finite and whose error is within the precision's tolerance.
+  void ExpectMatchesReference(const AttentionProblem& p, const KernelConfig& c, Precision precision,
+                              const Inputs& in, const std::vector<double>& ref) {
+    Result r = RunAndCompare(p, c, in, ref);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_TRUE(r.finite) << "NaN/Inf (or an unwritten element) in the output";
+    EXPECT_LE(r.rel_error, ToleranceFor(precision, p.dtype));
+  }
+
   // Runs one (problem, config) on fresh device buffers (O poisoned with 0xFF = NaN) and
   // compares every output element with the fp64 reference (none when `ref` is empty).
   Result RunAndCompare(const AttentionProblem& p, const KernelConfig& c, const Inputs& in,
@@ -1191,10 +1201,7 @@ TEST_F(CudaBackendTest, PersistentBlocksWalkingManyTilesMatchTheReference) {
           if (!c.persistent && !c.pingpong) continue;
           if (!backend_->CanImplement(p, c).ok()) continue;
           SCOPED_TRACE(p.Key() + " " + c.Key());
-          Result r = RunAndCompare(p, c, in, *ref);
-          ASSERT_TRUE(r.status.ok()) << r.status;
-          EXPECT_TRUE(r.finite) << "NaN/Inf (or an unwritten element) in the output";
-          EXPECT_LE(r.rel_error, ToleranceFor(precision, p.dtype));
+          ExpectMatchesReference(p, c, precision, in, *ref);
           ++runs;
         }
       }
@@ -1225,12 +1232,7 @@ TEST_F(CudaBackendTest, PersistentBlocksInFullRoundsMatchTheReference) {
       for (const KernelConfig& c : HopperCandidates(precision)) {
         if (!c.persistent || !backend_->CanImplement(p, c).ok()) continue;
         SCOPED_TRACE(p.Key() + " " + c.Key());
-        for (int repeat = 0; repeat < 2; ++repeat) {
-          Result r = RunAndCompare(p, c, in, *ref);
-          ASSERT_TRUE(r.status.ok()) << r.status;
-          EXPECT_TRUE(r.finite) << "NaN/Inf (or an unwritten element) in the output";
-          EXPECT_LE(r.rel_error, ToleranceFor(precision, p.dtype));
-        }
+        for (int repeat = 0; repeat < 2; ++repeat) ExpectMatchesReference(p, c, precision, in, *ref);
         ++runs;
       }
     }
