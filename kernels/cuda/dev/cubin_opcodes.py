@@ -7,8 +7,10 @@ wrote (`build_hopper_dev.sh`'s OUT/NAME/fused_wgmma_{fp16,bf16}.cu.o) or a .cubi
 kernel (`.text.<kernel>` section) classifies each 16-byte instruction by the low 12 bits of its
 first word, which name the opcode and its operand form. Four classes are identified:
 MUFU (0x308), FMNMX (0x209), HGMMA with both operands in shared memory (0xdf0, Q K^T) and with A
-in registers (0x9f0, P V); their counts in the d128 st2/persistent kernel (154, 134, 16, 16) are
-those cuobjdump shows there.
+in registers (0x9f0, P V). The classes are read from the bits, not from a disassembler; they fit
+the d128 st2/persistent kernel's structure (16 + 16 HGMMA: the peeled step's and the key loop's
+Q K^T, the key loop's and the last P V; 66 MUFU in each softmax), and its G below is the 17 that
+sass_loops.py found with cuobjdump on a GPU host.
 
 What it is for: ptxas places the second row's maximum among the first row's exponentials in the
 shipped key loop, and nearby sources often lose that interleave and run about 3 % slower
