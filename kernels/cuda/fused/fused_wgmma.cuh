@@ -844,8 +844,9 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   p.split_tail = 0;
   SplitTail split;
   if constexpr (Tr::kPersistent) {
-    // One block per multiprocessor (a block fills one: __launch_bounds__(..., 1) and its shared
-    // memory), never more blocks than tiles unless the last round is split.
+    // At most one block per multiprocessor (a block fills one: __launch_bounds__(..., 1) and its
+    // shared memory): PersistentTileOrder::Blocks, or every multiprocessor where the last round
+    // is split.
     const int sms = MultiprocessorCount();
     if (sms <= 0) return cudaErrorNoDevice;
     const bool uniform = a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;

@@ -98,8 +98,6 @@ TEST(PersistentTileOrder, WithoutAMaskConsecutiveTilesShareAHead) {
   }
 }
 
-// The flagship bf16 shape (b4 h16 S4096, block_m 128, 32 key tiles) on 132 blocks: 15 whole
-// rounds and 68 tiles, whose keys every block shares in spans of 17 key tiles.
 TEST(PersistentTileOrder, UniformTilesTakeTheFewestBlocksForTheirRounds) {
   const PersistentTileOrder mid = PersistentTileOrder::Of(1024, 128, 16, 8, false);  // 1024 tiles
   EXPECT_EQ(mid.Blocks(132, true), 128);
@@ -143,6 +141,8 @@ TEST(PersistentTileOrder, ThirtyTwoBitDecodeMatchesSixtyFourBit) {
   }
 }
 
+// The flagship bf16 shape (b4 h16 S4096, block_m 128, 32 key tiles) on 132 blocks: 15 whole
+// rounds and 68 tiles, whose keys every block shares in spans of 17 key tiles.
 TEST(SplitTail, SpreadsThePartialRoundOverEveryBlock) {
   const PersistentTileOrder order = PersistentTileOrder::Of(4096, 128, 16, 4, /*causal=*/false);
   const SplitTail split = SplitTail::Plan(order, 32, 132);
