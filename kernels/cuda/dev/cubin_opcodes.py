@@ -84,7 +84,7 @@ def softmax_gaps(ops):
     return len(mufu), gaps
 
 
-def describe(name, text, base_text=None):
+def describe(text, base_text=None):
     ops = opcodes(text)
     count = {c: ops.count(c) for c in (MUFU, FMNMX, HGMMA_SS, HGMMA_RS)}
     mufu, gaps = softmax_gaps(ops)
@@ -111,7 +111,7 @@ def report(paths, pattern, base_path=None, out=sys.stdout):
         print(path, file=out)
         for k in kernels(sections, pattern):
             base_text = base.get(k) if base else None
-            print(f"  {k[len('.text.'):]}: {describe(k, sections[k], base_text)}", file=out)
+            print(f"  {k[len('.text.'):]}: {describe(sections[k], base_text)}", file=out)
         if base:
             names = sorted(k for k in sections if k.startswith(".text."))
             changed = [k for k in names if base.get(k) != sections[k]]
@@ -161,9 +161,9 @@ def self_test():
     padded = bytes(host) + b"\x7fELF-not-an-elf" + other  # an object: the cubin somewhere inside
     sections = cubin_of(padded)
     assert kernels(sections, DEFAULT_KERNEL) == [".text.kA" + DEFAULT_KERNEL], sections.keys()
-    line = describe("kA", sections[".text.kA" + DEFAULT_KERNEL], cubin_of(base)[".text.kA" + DEFAULT_KERNEL])
+    line = describe(sections[".text.kA" + DEFAULT_KERNEL], cubin_of(base)[".text.kA" + DEFAULT_KERNEL])
     assert "softmax MUFU 5 G 0" in line and "HGMMA 16+8" in line and "similarity" in line, line
-    assert "byte for byte" in describe("kB", sections[".text.kB"], cubin_of(base)[".text.kB"])
+    assert "byte for byte" in describe(sections[".text.kB"], cubin_of(base)[".text.kB"])
     import io
     import os
     import tempfile
