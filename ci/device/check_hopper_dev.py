@@ -69,6 +69,8 @@ FIXED = [
     (1, 4, 4, 129, 4096, False, FP16),    # 2 query tiles, the second of one row
     (1, 2, 2, 512, 512, True, BF16),      # causal
     (1, 2, 2, 700, 300, True, FP16),      # causal, 400 rows that see no key
+    (2, 64, 64, 1024, 1024, True, FP16),  # causal: 8 query tiles, 256 pairs of them (more than the blocks)
+    (2, 40, 10, 1100, 1300, True, BF16),  # causal, GQA 4:1, keys before the queries, 9 query tiles: odd
     (1, 1, 1, 128, 1, False, BF16),       # one key
     (3, 20, 4, 2048, 300, False, FP16),   # many rounds of a persistent grid, GQA 5:1
     # Last rounds a split spreads along the keys on 132 blocks (SplitTail; the first three split
