@@ -1241,6 +1241,75 @@ TEST_F(CudaBackendTest, PersistentBlocksInFullRoundsMatchTheReference) {
   std::printf("[ info ] %d persistent configs over %d tiles in full rounds\n", runs, tiles);
 }
 
+// Causal persistent launches in both tile orders (PersistentTileOrder), each asked for through
+// the launch arguments, and in the launcher's own choice through the backend: pairs of query
+// blocks (k, m_blocks - 1 - k) of one (sequence, head), the middle blocks of an odd count last
+// with an empty partner; longest first. Even and odd counts, more pairs than multiprocessors,
+// GQA, keys before the queries (bottom-right mask), and more queries than keys (rows that see
+// none: zeros). Pairs asked for on a varlen batch are refused.
+TEST_F(CudaBackendTest, PersistentCausalTileOrdersMatchTheReference) {
+  if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
+  const int sms = backend_->Describe().sm_count;
+  uint32_t seed = 9900;
+  int runs = 0;
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    const Precision precision = dtype == DType::kFp16 ? Precision::kFp16 : Precision::kBf16;
+    for (int d : {64, 128}) {
+      // q_len, kv_len: 8 query blocks (4 pairs), 5 (2 pairs and a middle block), 3 with fewer keys.
+      for (auto [q_len, kv_len] : {std::pair{1024, 1024}, std::pair{613, 700}, std::pair{300, 200}}) {
+        const AttentionProblem p = MakeProblem(3, 48, 12, q_len, kv_len, d, /*causal=*/true, dtype);
+        ASSERT_TRUE(p.Validate().ok()) << p.Validate();
+        if (q_len == 1024) {
+          ASSERT_GT(cuda::fused::PersistentTileOrder::Of(q_len, 128, 48, 3, true, true).Units(), sms)
+              << "blocks walk several pairs";
+        }
+        const CacheCase c = MakeCacheCase(p, {}, ++seed);
+        DeviceCase dev(*backend_, c);
+        ASSERT_TRUE(dev.ok());
+        for (const KernelConfig& config : HopperCandidates(precision)) {
+          if (!config.persistent || !backend_->CanImplement(p, config).ok()) continue;
+          SCOPED_TRACE(p.Key() + " " + config.Key());
+          for (auto order : {cuda::fused::CausalTileOrder::kPairs, cuda::fused::CausalTileOrder::kLongestFirst}) {
+            SCOPED_TRACE(order == cuda::fused::CausalTileOrder::kPairs ? "pairs" : "longest first");
+            dev.FillOutput(0xFF);
+            const AttentionBuffers b = dev.Buffers();
+            cuda::AttentionParams params = cuda::AttentionParamsFor(p, b.q, b.k, b.v, b.o);
+            params.causal_order = order;
+            ASSERT_EQ(cuda::LaunchFused(params, config, nullptr), cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            dev.ExpectOutputMatches(c.ref, config);
+            ++runs;
+          }
+          dev.ExpectMatchesReference(config);  // the launcher's choice, through the backend
+        }
+      }
+    }
+  }
+  EXPECT_GE(runs, 24);
+  std::printf("[ info ] %d causal persistent runs in a given tile order\n", runs);
+
+  // Pairs of a varlen batch would not cost the same: refused, not run in another order.
+  AttentionProblem varlen = MakeProblem(2, 8, 8, 300, 300, 128, /*causal=*/true, DType::kBf16);
+  varlen.cu_seqlens_q = {0, 300, 429};
+  varlen.cu_seqlens_k = {0, 300, 429};
+  ASSERT_TRUE(varlen.Validate().ok()) << varlen.Validate();
+  const CacheCase c = MakeCacheCase(varlen, {}, ++seed);
+  DeviceCase dev(*backend_, c);
+  ASSERT_TRUE(dev.ok());
+  auto cu_seqlens = backend_->Allocate(varlen.cu_seqlens_q.size() * sizeof(int32_t));
+  ASSERT_TRUE(cu_seqlens.ok()) << cu_seqlens.status();
+  ASSERT_TRUE(backend_->CopyToDevice(cu_seqlens->data(), varlen.cu_seqlens_q.data(),
+                                     varlen.cu_seqlens_q.size() * sizeof(int32_t)).ok());
+  for (const KernelConfig& config : HopperCandidates(Precision::kBf16)) {
+    if (!config.persistent || !backend_->CanImplement(varlen, config).ok()) continue;
+    const AttentionBuffers b = dev.Buffers();
+    cuda::AttentionParams params = cuda::AttentionParamsFor(varlen, b.q, b.k, b.v, b.o);
+    params.cu_seqlens_q = params.cu_seqlens_k = static_cast<const int32_t*>(cu_seqlens->data());
+    params.causal_order = cuda::fused::CausalTileOrder::kPairs;
+    EXPECT_EQ(cuda::LaunchFused(params, config, nullptr), cudaErrorInvalidValue) << config.Key();
+  }
+}
+
 TEST_F(CudaBackendTest, PagedPrefillOnTheHopperKernelMatchesTheReference) {
   if (backend_->Describe().arch != "sm90") GTEST_SKIP() << "the Hopper prefill kernel needs sm_90";
   uint32_t seed = 8500;

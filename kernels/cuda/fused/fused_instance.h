@@ -20,6 +20,13 @@ namespace fusetune::FUSETUNE_GPU_NAMESPACE::fused {
 enum class StorageCode : int { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
 enum class PrecisionCode : int { kFp32 = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
 
+// The tile order of a persistent Hopper launch under a causal mask (PersistentTileOrder,
+// persistent_tile_order.h): the launcher's choice (PairsPay), longest first, or pairs of query
+// blocks (sequences of equal lengths only: a launch that asks for pairs otherwise is refused
+// with cudaErrorInvalidValue). The backend always leaves the choice to the launcher; the other
+// two are for tests and measurements of the orders themselves.
+enum class CausalTileOrder : int { kAuto = 0, kLongestFirst = 1, kPairs = 2 };
+
 // Everything a kernel needs, already validated by the backend. AttentionParams (the host's
 // parameter block, ../attention_params.h) derives from it, so the backend fills it once.
 struct FusedKernelArgs {
@@ -40,6 +47,7 @@ struct FusedKernelArgs {
   // Device array of batch visible key counts (key padding), or nullptr.
   const int32_t* kv_valid_lens = nullptr;
   int causal = 0;             // bottom-right aligned causal mask when nonzero
+  CausalTileOrder causal_order = CausalTileOrder::kAuto;  // persistent Hopper launches (above)
   float scale_log2 = 1.0f;    // softmax scale * log2(e), > 0
   // Rows of Q/O and of K/V in memory (sum of the sequence lengths); 0 = unknown. The Hopper
   // TMA kernel needs them as tensor bounds and refuses to launch (cudaErrorNotSupported) at 0.
@@ -59,6 +67,12 @@ struct FusedKernelArgs {
   int32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
 };
+
+// Whether every sequence of the launch has q_len queries and sees all kv_len keys: no varlen
+// prefix sums, no key padding (the persistent schedules' tile order and split depend on it).
+inline bool UniformLengths(const FusedKernelArgs& a) {
+  return a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;
+}
 
 // The shapes, strides and exp2 scale of `batch` sequences of (at most) q_len queries and kv_len
 // keys in the layout of problem.h (rows of heads x head_dim, contiguous): the one filling of

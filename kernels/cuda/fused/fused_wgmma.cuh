@@ -304,8 +304,10 @@ __device__ __forceinline__ bool MergeSplitPieces(const FusedKernelArgs& a, const
 }
 
 // kSplit: the split kernel of a persistent instance (Tr::kSplitTail), launched with an active
-// plan (gridDim.x blocks, p.split_tail = 1).
-template <class Tr, bool kSplit = false>
+// plan (gridDim.x blocks, p.split_tail = 1). kPaired: a persistent kernel under a causal mask
+// that walks pairs of query blocks (PersistentTileOrder; the launcher decides, PairsPay), a
+// kernel of its own so that the others' code stays as it was.
+template <class Tr, bool kSplit = false, bool kPaired = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     FusedWgmmaKernel(const __grid_constant__ WgmmaLaunchParams p) {
 #if defined(FUSETUNE_FUSED_WGMMA_ENABLED)
@@ -377,7 +379,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         fn(blk, keys);
       }
     } else if constexpr (Tr::kPersistent) {
-      const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, BM, a.q_heads, a.batch, a.causal != 0);
+      const PersistentTileOrder order =
+          PersistentTileOrder::Of(a.q_len, BM, a.q_heads, a.batch, a.causal != 0, kPaired);
+      // The pairs' decode in 32 bits (the launcher checks the count): in 64 the ping-pong
+      // kernels with pairs spilled 36 bytes, in 32 they spill 20, as many as without pairs.
+      using Index = std::conditional_t<kPaired, uint32_t, typename Tr::TileIndex>;
       const int blocks = static_cast<int>(gridDim.x);
       const int64_t rounds = order.Rounds(blocks);
       for (int64_t round = 0; round < rounds; ++round) {
@@ -388,7 +394,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
           if (t >= order.total) continue;
         }
         int query_block, head, seq;
-        order.Decode<typename Tr::TileIndex>(t, query_block, head, seq);
+        order.Decode<Index>(t, query_block, head, seq);
         QueryBlock<T> blk;
         if (LocateQueryBlock<T, BM, BS>(a, query_block, head, seq, blk)) fn(blk, TileKeys{0, blk.n_tiles});
       }
@@ -790,21 +796,25 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #endif
 }
 
-// Multiprocessors of the current device, read once per device (the persistent grid's size).
+// An attribute of the current device (> 0), read once per device; 0 where it cannot be read.
 // Thread-safe: launches from several threads may read it first together and store the same value.
-inline int MultiprocessorCount() {
+template <cudaDeviceAttr kAttribute>
+inline int DeviceAttributeOnce() {
   constexpr int kMaxDevices = 64;
-  static std::atomic<int> counts[kMaxDevices] = {};  // 0 = not read yet
+  static std::atomic<int> values[kMaxDevices] = {};  // 0 = not read yet
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0) return 0;
   if (device < kMaxDevices) {
-    if (const int known = counts[device].load(std::memory_order_relaxed); known > 0) return known;
+    if (const int known = values[device].load(std::memory_order_relaxed); known > 0) return known;
   }
   int n = 0;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
-  if (device < kMaxDevices) counts[device].store(n, std::memory_order_relaxed);
+  if (cudaDeviceGetAttribute(&n, kAttribute, device) != cudaSuccess || n < 0) return 0;
+  if (device < kMaxDevices) values[device].store(n, std::memory_order_relaxed);
   return n;
 }
+// The persistent grid's size, and the L2 that decides its causal tile order.
+inline int MultiprocessorCount() { return DeviceAttributeOnce<cudaDevAttrMultiProcessorCount>(); }
+inline int L2CacheBytes() { return DeviceAttributeOnce<cudaDevAttrL2CacheSize>(); }
 
 template <class Tr>
 cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
@@ -843,13 +853,14 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   dim3 grid(CeilDiv(a.q_len, Tr::kBlockM), a.q_heads, a.batch);
   p.split_tail = 0;
   SplitTail split;
+  bool paired = false;
   if constexpr (Tr::kPersistent) {
     // At most one block per multiprocessor (a block fills one: __launch_bounds__(..., 1) and its
     // shared memory): PersistentTileOrder::Blocks, or every multiprocessor where the last round
     // is split.
     const int sms = MultiprocessorCount();
     if (sms <= 0) return cudaErrorNoDevice;
-    const bool uniform = a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.kv_valid_lens == nullptr;
+    const bool uniform = UniformLengths(a);
     if constexpr (Tr::kSplitTail || Tr::kTailLaunch) {
       // Planned only where the caller gave the workspace: a launch without it runs unsplit.
       if (a.split_partials != nullptr && a.split_counters != nullptr) {
@@ -861,9 +872,19 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
         }
       }
     }
+    // Under a causal mask, pairs of query blocks or longest first (PersistentTileOrder::PairsPay,
+    // on the K/V's bytes: K and V of every sequence and KV head).
+    const int64_t kv_bytes = 2 * static_cast<int64_t>(a.batch) * a.kv_heads * a.kv_len * Tr::kHeadDim *
+                             static_cast<int64_t>(sizeof(T));
+    if (a.causal_order == CausalTileOrder::kPairs && !uniform) return cudaErrorInvalidValue;
+    paired = a.causal != 0 && !p.split_tail &&
+             (a.causal_order == CausalTileOrder::kPairs ||
+              (a.causal_order == CausalTileOrder::kAuto &&
+               PersistentTileOrder::PairsPay(a.causal != 0, uniform, kv_bytes, L2CacheBytes())));
     // A split launch takes every multiprocessor (its last round is spread over them all).
-    const PersistentTileOrder order = PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0);
-    if (Tr::kNarrowDecode && order.total > INT32_MAX) return cudaErrorNotSupported;  // Decode<uint32_t>
+    const PersistentTileOrder order =
+        PersistentTileOrder::Of(a.q_len, Tr::kBlockM, a.q_heads, a.batch, a.causal != 0, paired);
+    if ((Tr::kNarrowDecode || paired) && order.total > INT32_MAX) return cudaErrorNotSupported;  // Decode<uint32_t>
     grid = dim3(static_cast<unsigned>(p.split_tail ? sms : order.Blocks(sms, uniform)), 1, 1);
   }
   // The unsplit kernel: the whole launch, or (kTailLaunch) the whole rounds before the split round.
@@ -871,6 +892,16 @@ cudaError_t LaunchWgmma(const FusedKernelArgs& a, cudaStream_t stream) {
   if (!split_launch || Tr::kTailLaunch) {
     WgmmaLaunchParams unsplit = p;
     unsplit.split_tail = split_launch ? split.tiles : 0;  // the tiles left to the split launch
+    if constexpr (Tr::kPersistent) {
+      if (paired) {
+        if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr, false, true>>(Tr::kSmemBytes);
+            e != cudaSuccess) {
+          return e;
+        }
+        FusedWgmmaKernel<Tr, false, true><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(unsplit);
+        return cudaGetLastError();
+      }
+    }
     if (const cudaError_t e = SetSharedMemoryLimitOnce<FusedWgmmaKernel<Tr>>(Tr::kSmemBytes); e != cudaSuccess) {
       return e;
     }

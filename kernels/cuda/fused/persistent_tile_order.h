@@ -20,54 +20,104 @@ namespace fusetune::cuda::fused {
 //    (sequence, head) t / m_blocks, heads inner, so the tiles in flight at a time cover a few
 //    neighbouring heads, which read the same K/V through L2 (all of it for the query heads of
 //    one KV head under GQA).
-//  - Under a causal mask a tile's cost grows with its query block, so the order is longest
-//    first over the whole launch: band t / (heads * sequences) of query blocks counted from the
-//    last, (sequence, head) inside the band, heads inner (the tiles in flight then share a few
-//    bands of every head, which sweep the same keys at about the same time).
-// Block b takes one tile per round of gridDim.x tiles: position b in even rounds, gridDim.x - 1
-// - b in odd ones. A plain stride would give block 0 the costliest tile of every round (and,
-// with query blocks innermost, one residue of the blocks modulo the stride); alternating keeps
-// every block's sum within one round's spread of the others.
+//  - Under a causal mask, paired (the launcher's choice, PairsPay: every sequence of the same
+//    lengths, and more K/V than the L2 holds): query block k and query block m_blocks - 1 - k of
+//    one (sequence, head) cost k + 1 and m_blocks - k key tiles, m_blocks + 1 together whatever
+//    k, so slots 2u and 2u + 1 are that pair (the longer first) of unit u, which counts the pairs
+//    of a (sequence, head) innermost, like the tiles above. The units cost the same, and the
+//    blocks in flight at a time read a few heads' K/V. With an odd m_blocks the middle query
+//    blocks have no partner: they come after every pair, one unit per (sequence, head), whose
+//    second slot is query block m_blocks, past every sequence's queries, which the kernel skips
+//    like any tile past a sequence's end; they make a last round of units at half cost.
+//  - Under a causal mask otherwise, longest first over the whole launch: band t / (heads *
+//    sequences) of query blocks counted from the last, (sequence, head) inside the band, heads
+//    inner. Single tiles even out the blocks more finely than pairs, but every (sequence, head)
+//    is in flight at once, which reads all of the K/V at every band: where that does not stay in
+//    L2 the pairs run faster (docs/perf.md, "causal pairs").
+// Block b takes one tile (one pair when paired, its two slots in consecutive rounds) per round of
+// gridDim.x: position b in even rounds, gridDim.x - 1 - b in odd ones. A plain stride would give
+// block 0 the costliest tile of every round (and, with query blocks innermost, one residue of the
+// blocks modulo the stride); alternating keeps every block's sum within one round's spread of
+// the others.
 struct PersistentTileOrder {
   int m_blocks = 0, heads = 0, sequences = 0;
   bool causal = false;
-  int64_t total = 0;
+  bool paired = false;  // causal, in pairs of query blocks (above)
+  int64_t total = 0;    // slots: tiles, or 2 per unit when paired
 
-  // The tiles of `sequences` x `heads` query rows of (at most) q_len rows, block_m a tile.
-  static FUSETUNE_HOST_DEVICE PersistentTileOrder Of(int q_len, int block_m, int heads, int sequences, bool causal) {
+  // The tiles of `sequences` x `heads` query rows of (at most) q_len rows, block_m a tile;
+  // `paired` (under a causal mask only): in pairs of query blocks, the order for sequences of
+  // equal lengths (PairsPay).
+  static FUSETUNE_HOST_DEVICE PersistentTileOrder Of(int q_len, int block_m, int heads, int sequences, bool causal,
+                                                     bool paired = false) {
     PersistentTileOrder order;
     order.m_blocks = (q_len + block_m - 1) / block_m;
     order.heads = heads;
     order.sequences = sequences;
     order.causal = causal;
-    order.total = static_cast<int64_t>(order.m_blocks) * heads * sequences;
+    order.paired = causal && paired;
+    const int64_t per_sequence_head = order.paired ? 2 * ((order.m_blocks + 1) / 2) : order.m_blocks;
+    order.total = per_sequence_head * heads * sequences;
     return order;
   }
-  // Rounds of `blocks` tiles that hold every tile.
-  FUSETUNE_HOST_DEVICE int64_t Rounds(int blocks) const { return (total + blocks - 1) / blocks; }
-  // Blocks of a launch on `sms` multiprocessors (> 0), one block each, never more than tiles.
-  // Where every tile costs the same (`uniform`: no causal mask, every sequence of the same
-  // lengths), the fewest that take the tiles in as many rounds as `sms` would, so every round is
-  // full, where that leaves at most one multiprocessor in eight without a block: fp16 d128 b8 h16
-  // S1024 (1024 tiles) ran 1.2 % faster on 128 blocks of an H100's 132 than on 132 with 32 idle
-  // through the last round (docs/perf.md). With more left idle a nearly empty last round, whose
-  // few blocks run alone, costs less than spreading its tiles over every round. Tiles of unequal
-  // cost (causal, varlen) keep every multiprocessor, whose blocks even out the longer tiles.
+  // Whether a causal launch walks pairs: every sequence has the launch's lengths and sees all its
+  // keys (`uniform`; pairs of a shorter sequence would not cost the same), and its K/V (kv_bytes:
+  // every sequence and KV head, K and V) is more than the L2 holds (l2_bytes). Where the K/V stays
+  // in L2, longest first loses nothing to L2 misses and keeps every multiprocessor busy where
+  // the pairs' equal units leave some idle. Measured on an H100 (50 MiB of L2), interleaved:
+  // bf16 d128 b4 h16 S4096 (128 MiB of K/V) 4-8 % faster in pairs, GQA 32/8 b2 S4096 (32 MiB)
+  // 3-5 % slower.
+  static bool PairsPay(bool causal, bool uniform, int64_t kv_bytes, int64_t l2_bytes) {
+    return causal && uniform && l2_bytes > 0 && kv_bytes > l2_bytes;
+  }
+  // What a block takes per round: tiles, or units of two slots when paired.
+  FUSETUNE_HOST_DEVICE int64_t Units() const { return paired ? total / 2 : total; }
+  // Pairs of one (sequence, head) when paired, and the units that are pairs (the middle query
+  // blocks of an odd m_blocks come after them).
+  FUSETUNE_HOST_DEVICE int Pairs() const { return m_blocks >> 1; }
+  FUSETUNE_HOST_DEVICE int64_t PairUnits() const { return static_cast<int64_t>(Pairs()) * heads * sequences; }
+  // Rounds (a paired unit takes two) of `blocks` units that hold every slot.
+  FUSETUNE_HOST_DEVICE int64_t Rounds(int blocks) const {
+    const int64_t unit_rounds = (Units() + blocks - 1) / blocks;
+    return paired ? 2 * unit_rounds : unit_rounds;
+  }
+  // Blocks of a launch on `sms` multiprocessors (> 0), one block each, never more than units.
+  // Where every unit costs the same (`uniform`: every sequence of the same lengths; tiles
+  // without a causal mask, pairs with it), the fewest that take the units in as many rounds as
+  // `sms` would, so every round is full, where that leaves at most one multiprocessor in eight
+  // without a block: fp16 d128 b8 h16 S1024 (1024 tiles) ran 1.2 % faster on 128 blocks of an
+  // H100's 132 than on 132 with 32 idle through the last round (docs/perf.md). With more left
+  // idle a nearly empty last round, whose few blocks run alone, costs less than spreading its
+  // units over every round. Tiles of unequal cost (causal longest first, varlen) keep every
+  // multiprocessor, whose blocks even out the longer tiles.
   FUSETUNE_HOST_DEVICE int64_t Blocks(int sms, bool uniform) const {
-    if (total <= sms) return total;
-    if (!uniform || causal) return sms;
-    const int64_t rounds = Rounds(sms);
-    const int64_t even = (total + rounds - 1) / rounds;
+    const int64_t units = Units();
+    if (units <= sms) return units;
+    if (!uniform || (causal && !paired)) return sms;
+    const int64_t rounds = (units + sms - 1) / sms;
+    const int64_t even = (units + rounds - 1) / rounds;
     return 8 * even >= 7 * static_cast<int64_t>(sms) ? even : sms;
   }
-  // Tile t's query block, head and sequence. `Index` is the width of the arithmetic: 64 bits, or
-  // 32 (uint32_t) for a launch of fewer than 2^31 tiles, where the divisions are cheaper (the
-  // d128 two-stage persistent kernels, fused_wgmma.cuh, whose launcher checks the count).
+  // Slot t's query block (m_blocks for the empty partner of an odd m_blocks' middle block), head
+  // and sequence. `Index` is the width of the arithmetic: 64 bits, or 32 (uint32_t) for a launch
+  // of fewer than 2^31 slots, where the divisions are cheaper (the d128 two-stage persistent
+  // kernels, fused_wgmma.cuh, whose launcher checks the count).
   template <typename Index = int64_t>
   FUSETUNE_HOST_DEVICE void Decode(int64_t t, int& query_block, int& head, int& seq) const {
     const Index tile = static_cast<Index>(t);
     Index sequence_head;
-    if (causal) {
+    if (paired) {
+      const Index unit = tile >> 1, per_head = static_cast<Index>(m_blocks >> 1);
+      const Index pair_units = per_head * static_cast<Index>(heads) * static_cast<Index>(sequences);
+      if (unit < pair_units) {
+        const int k = static_cast<int>(unit % per_head);
+        query_block = (tile & 1) == 0 ? m_blocks - 1 - k : k;
+        sequence_head = unit / per_head;
+      } else {  // the middle query block of an odd m_blocks, then its empty partner
+        query_block = (tile & 1) == 0 ? m_blocks >> 1 : m_blocks;
+        sequence_head = unit - pair_units;
+      }
+    } else if (causal) {
       const Index per_band = static_cast<Index>(heads) * static_cast<Index>(sequences);
       query_block = m_blocks - 1 - static_cast<int>(tile / per_band);
       sequence_head = tile % per_band;
@@ -78,9 +128,11 @@ struct PersistentTileOrder {
     head = static_cast<int>(sequence_head % static_cast<Index>(heads));
     seq = static_cast<int>(sequence_head / static_cast<Index>(heads));
   }
-  // Tile of block `block` in round `round` (>= total when the last round has none for it).
+  // Slot of block `block` in round `round` (>= total when the last round has none for it).
   FUSETUNE_HOST_DEVICE int64_t TileOf(int64_t round, int block, int blocks) const {
-    return round * blocks + ((round & 1) == 0 ? block : blocks - 1 - block);
+    const int64_t unit_round = paired ? round >> 1 : round;
+    const int64_t unit = unit_round * blocks + ((unit_round & 1) == 0 ? block : blocks - 1 - block);
+    return paired ? 2 * unit + (round & 1) : unit;
   }
 };
 

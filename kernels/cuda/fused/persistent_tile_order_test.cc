@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -14,18 +15,22 @@ namespace {
 struct Share {
   std::vector<std::tuple<int, int, int>> tiles;  // (query block, head, sequence), in walk order
   int64_t cost = 0;                              // key tiles visited under the causal mask
+  int64_t slots = 0;                             // rounds with a slot, empty ones included
 };
 
-// The tiles each of `blocks` persistent blocks walks, as the kernel's loop does; a tile's cost
-// is its query block + 1 key tiles when causal (q_len == kv_len), 1 otherwise.
+// The tiles each of `blocks` persistent blocks walks, as the kernel's loop does (a slot past
+// every sequence's queries is skipped); a tile's cost is its query block + 1 key tiles when
+// causal (q_len == kv_len), 1 otherwise.
 std::vector<Share> Walk(const PersistentTileOrder& order, int blocks) {
   std::vector<Share> shares(blocks);
   for (int b = 0; b < blocks; ++b) {
     for (int64_t round = 0; round < order.Rounds(blocks); ++round) {
       const int64_t t = order.TileOf(round, b, blocks);
       if (t >= order.total) continue;
+      ++shares[b].slots;
       int query_block = 0, head = 0, seq = 0;
       order.Decode(t, query_block, head, seq);
+      if (query_block == order.m_blocks) continue;
       shares[b].tiles.emplace_back(query_block, head, seq);
       shares[b].cost += order.causal ? query_block + 1 : 1;
     }
@@ -33,52 +38,105 @@ std::vector<Share> Walk(const PersistentTileOrder& order, int blocks) {
   return shares;
 }
 
+// The costliest share over the mean: the launch's time over that of a perfect split.
 double Imbalance(const std::vector<Share>& shares) {
-  int64_t lo = shares.front().cost, hi = lo;
+  int64_t hi = 0, sum = 0;
   for (const Share& s : shares) {
-    lo = std::min(lo, s.cost);
     hi = std::max(hi, s.cost);
+    sum += s.cost;
   }
-  return static_cast<double>(hi) / static_cast<double>(lo);
+  return static_cast<double>(hi) * static_cast<double>(shares.size()) / static_cast<double>(sum);
 }
 
 TEST(PersistentTileOrder, EveryTileIsWalkedOnceByOneBlock) {
   for (auto [q_len, heads, sequences, causal, blocks] :
-       std::vector<std::tuple<int, int, int, bool, int>>{{300, 64, 4, true, 132}, {300, 64, 4, false, 132},
+       std::vector<std::tuple<int, int, int, bool, int>>{{300, 64, 4, true, 132},   {300, 64, 4, false, 132},
                                                         {16384, 16, 1, true, 132}, {1024, 16, 8, false, 7},
-                                                        {129, 3, 2, true, 1}, {128, 2, 1, true, 132}}) {
-    const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, causal);
-    const int grid = static_cast<int>(std::min<int64_t>(blocks, order.total));  // as LaunchWgmma sizes it
-    std::set<std::tuple<int, int, int>> seen;
-    int64_t walked = 0;
-    for (const Share& s : Walk(order, grid)) {
-      for (const auto& tile : s.tiles) {
-        const auto [query_block, head, seq] = tile;
-        EXPECT_GE(query_block, 0);
-        EXPECT_LT(query_block, order.m_blocks);
-        EXPECT_LT(head, heads);
-        EXPECT_LT(seq, sequences);
-        EXPECT_TRUE(seen.insert(tile).second) << "tile walked twice: q" << query_block << " h" << head << " s" << seq;
-        ++walked;
+                                                        {129, 3, 2, true, 1},      {128, 2, 1, true, 132},
+                                                        {640, 5, 3, true, 9}}) {
+    for (const bool paired : {true, false}) {
+      const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, causal, paired);
+      EXPECT_EQ(order.paired, causal && paired);
+      const int grid = static_cast<int>(order.Blocks(blocks, /*uniform=*/paired));  // as LaunchWgmma sizes it
+      std::set<std::tuple<int, int, int>> seen;
+      int64_t walked = 0, slots = 0;
+      for (const Share& s : Walk(order, grid)) {
+        slots += s.slots;
+        for (const auto& tile : s.tiles) {
+          const auto [query_block, head, seq] = tile;
+          EXPECT_GE(query_block, 0);
+          EXPECT_LT(query_block, order.m_blocks);
+          EXPECT_LT(head, heads);
+          EXPECT_LT(seq, sequences);
+          EXPECT_TRUE(seen.insert(tile).second) << "tile walked twice: q" << query_block << " h" << head << " s" << seq;
+          ++walked;
+        }
+      }
+      const std::string where = "q_len " + std::to_string(q_len) + " heads " + std::to_string(heads) + " sequences " +
+                                std::to_string(sequences) + " causal " + std::to_string(causal) + " paired " +
+                                std::to_string(paired);
+      EXPECT_EQ(slots, order.total) << where;
+      EXPECT_EQ(walked, int64_t{order.m_blocks} * heads * sequences) << where;
+    }
+  }
+}
+
+// Under a causal mask the costliest block's share is within 2 % of the mean, in both orders:
+// a stride over tiles with query blocks innermost gave one block 3.6x another's key tiles at
+// S=16384 (1 x 16 heads, 132 blocks), which ran 1.6x slower than the one-tile grid on an H200.
+TEST(PersistentTileOrder, CausalSharesAreBalanced) {
+  for (auto [q_len, heads, sequences, both] : std::vector<std::tuple<int, int, int, bool>>{
+           {16384, 16, 1, true}, {4096, 16, 4, true}, {4096, 32, 2, true}, {8192, 8, 3, true},
+           {4000, 12, 3, false}, {1920, 16, 8, false}}) {  // the last two: pairs only (longest first: 1.03)
+    for (const bool paired : {true, false}) {
+      if (!paired && !both) continue;
+      const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, /*causal=*/true, paired);
+      EXPECT_LE(Imbalance(Walk(order, static_cast<int>(order.Blocks(132, /*uniform=*/true)))), 1.02)
+          << "S=" << q_len << " heads " << heads << " sequences " << sequences << " paired " << paired;
+    }
+  }
+}
+
+// Uniform lengths: a block walks query blocks k and m_blocks - 1 - k of one (sequence, head) in
+// consecutive rounds, the longer first, so every pair costs m_blocks + 1 key tiles; and the pairs
+// of a (sequence, head) are consecutive, so the blocks in flight together read a few heads' K/V.
+TEST(PersistentTileOrder, CausalPairsCostTheSameAndShareAHead) {
+  for (auto [q_len, heads, sequences] :
+       std::vector<std::tuple<int, int, int>>{{4096, 16, 4}, {4096, 32, 2}, {640, 7, 3}, {128, 3, 1}}) {
+    const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, true, true);
+    ASSERT_TRUE(order.paired);
+    for (int64_t u = 0; u < order.Units(); ++u) {
+      int long_block = 0, long_head = 0, long_seq = 0, short_block = 0, short_head = 0, short_seq = 0;
+      order.Decode(2 * u, long_block, long_head, long_seq);
+      order.Decode(2 * u + 1, short_block, short_head, short_seq);
+      EXPECT_EQ(std::tie(long_head, long_seq), std::tie(short_head, short_seq)) << u;
+      if (u < order.PairUnits()) {
+        EXPECT_EQ(long_block + short_block, order.m_blocks - 1) << u;
+        EXPECT_GT(long_block, short_block) << u;
+        EXPECT_EQ(int64_t{long_seq} * heads + long_head, u / order.Pairs()) << u;
+      } else {  // the middle query blocks of an odd count, alone, after every pair
+        EXPECT_EQ(2 * long_block + 1, order.m_blocks) << u;
+        EXPECT_EQ(short_block, order.m_blocks) << u;
+        EXPECT_EQ(int64_t{long_seq} * heads + long_head, u - order.PairUnits()) << u;
       }
     }
-    EXPECT_EQ(walked, order.total) << "q_len " << q_len << " heads " << heads << " sequences " << sequences;
+    const int blocks = static_cast<int>(order.Blocks(132, true));
+    for (int b = 0; b < blocks; ++b) {
+      for (int64_t round = 0; round + 1 < order.Rounds(blocks); round += 2) {
+        const int64_t first = order.TileOf(round, b, blocks), second = order.TileOf(round + 1, b, blocks);
+        if (first >= order.total) continue;
+        EXPECT_EQ(second, first + 1) << "block " << b << " round " << round;
+        EXPECT_EQ(first % 2, 0);
+      }
+    }
   }
 }
 
-// Under a causal mask the blocks' shares cost the same to within a few percent: a stride over
-// tiles with query blocks innermost gave one block 3.6x another's key tiles at S=16384 (1 x 16
-// heads, 132 blocks), which ran 1.6x slower than the one-tile grid on an H200.
-TEST(PersistentTileOrder, CausalSharesAreBalanced) {
-  for (auto [q_len, heads, sequences] :
-       std::vector<std::tuple<int, int, int>>{{16384, 16, 1}, {4096, 16, 4}, {4096, 32, 2}, {8192, 8, 3}}) {
-    const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, /*causal=*/true);
-    EXPECT_LE(Imbalance(Walk(order, 132)), 1.02) << "S=" << q_len << " heads " << heads << " sequences " << sequences;
-  }
-}
-
-TEST(PersistentTileOrder, CausalWalksLongestFirst) {
+// Not paired (sequences of different lengths, or K/V that stays in L2): longest first over the
+// whole launch.
+TEST(PersistentTileOrder, CausalUnpairedWalksLongestFirst) {
   const PersistentTileOrder order = PersistentTileOrder::Of(4096, 128, 16, 4, /*causal=*/true);
+  ASSERT_FALSE(order.paired);
   for (const Share& s : Walk(order, 132)) {
     // Each block's tiles come from bands of ever shorter query blocks.
     for (size_t i = 1; i < s.tiles.size(); ++i) EXPECT_LE(std::get<0>(s.tiles[i]), std::get<0>(s.tiles[i - 1]));
@@ -88,54 +146,84 @@ TEST(PersistentTileOrder, CausalWalksLongestFirst) {
 // Without a mask, tiles t .. t + m_blocks - 1 are one (sequence, head): the blocks in flight
 // together read a few heads' K/V, the query heads of one KV head side by side.
 TEST(PersistentTileOrder, WithoutAMaskConsecutiveTilesShareAHead) {
-  const PersistentTileOrder order = PersistentTileOrder::Of(1024, 128, 32, 2, /*causal=*/false);
-  for (int64_t t = 0; t < order.total; ++t) {
-    int query_block = 0, head = 0, seq = 0;
-    order.Decode(t, query_block, head, seq);
-    EXPECT_EQ(query_block, t % 8);
-    EXPECT_EQ(head, (t / 8) % 32);
-    EXPECT_EQ(seq, t / (8 * 32));
+  for (const bool paired : {true, false}) {  // no mask, no pairs
+    const PersistentTileOrder order = PersistentTileOrder::Of(1024, 128, 32, 2, /*causal=*/false, paired);
+    ASSERT_FALSE(order.paired);
+    for (int64_t t = 0; t < order.total; ++t) {
+      int query_block = 0, head = 0, seq = 0;
+      order.Decode(t, query_block, head, seq);
+      EXPECT_EQ(query_block, t % 8);
+      EXPECT_EQ(head, (t / 8) % 32);
+      EXPECT_EQ(seq, t / (8 * 32));
+    }
   }
 }
 
-TEST(PersistentTileOrder, UniformTilesTakeTheFewestBlocksForTheirRounds) {
+TEST(PersistentTileOrder, UniformUnitsTakeTheFewestBlocksForTheirRounds) {
   const PersistentTileOrder mid = PersistentTileOrder::Of(1024, 128, 16, 8, false);  // 1024 tiles
   EXPECT_EQ(mid.Blocks(132, true), 128);
   EXPECT_EQ(mid.Rounds(128), mid.Rounds(132));
   // Every block walks one tile a round, so each of the 128 walks 8 and no round has an idle block.
   for (const Share& s : Walk(mid, static_cast<int>(mid.Blocks(132, true)))) EXPECT_EQ(s.tiles.size(), 8u);
+  // Causal, uniform: b4 h16 S4096 is 1024 pairs, 8 on each of 128 blocks, 33 key tiles a pair.
+  const PersistentTileOrder causal = PersistentTileOrder::Of(4096, 128, 16, 4, true, true);
+  EXPECT_EQ(causal.Units(), 1024);
+  EXPECT_EQ(causal.Blocks(132, true), 128);
+  for (const Share& s : Walk(causal, 128)) {
+    EXPECT_EQ(s.tiles.size(), 16u);
+    EXPECT_EQ(s.cost, 8 * 33);
+  }
   // A launch whose rounds are already full, or that has fewer tiles than multiprocessors.
   EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 12, 11, false).Blocks(132, true), 132);  // 1056 tiles
   EXPECT_EQ(PersistentTileOrder::Of(128, 128, 12, 11, false).Blocks(132, true), 132);   // 132 tiles
   EXPECT_EQ(PersistentTileOrder::Of(256, 128, 12, 1, false).Blocks(132, true), 24);
+  EXPECT_EQ(PersistentTileOrder::Of(256, 128, 12, 1, true, true).Blocks(132, true), 12);      // 12 pairs
   // 133 tiles: two rounds either way, but on 67 blocks 65 would idle: every multiprocessor.
   EXPECT_EQ(PersistentTileOrder::Of(128, 128, 7, 19, false).Blocks(132, true), 132);
   for (int tiles = 1; tiles <= 3000; ++tiles) {
-    const PersistentTileOrder order = PersistentTileOrder::Of(128 * tiles, 128, 1, 1, false);
-    const int64_t blocks = order.Blocks(132, true);
-    ASSERT_LE(blocks, 132);
-    ASSERT_EQ(order.Rounds(static_cast<int>(blocks)), order.Rounds(132)) << tiles;
-    ASSERT_GT(order.total, (order.Rounds(132) - 1) * blocks) << tiles;  // the last round is not empty
-    if (tiles >= 132) ASSERT_GE(8 * blocks, 7 * 132) << tiles;           // at most 1 in 8 idle
+    for (const bool causal : {false, true}) {
+      const PersistentTileOrder order = PersistentTileOrder::Of(128 * tiles, 128, 1, 1, causal, true);
+      const int64_t blocks = order.Blocks(132, true);
+      ASSERT_LE(blocks, 132);
+      ASSERT_EQ(order.Rounds(static_cast<int>(blocks)), order.Rounds(132)) << tiles;
+      ASSERT_GT(order.Units(), (order.Rounds(132) / (causal ? 2 : 1) - 1) * blocks) << tiles;  // last round used
+      if (order.Units() >= 132) ASSERT_GE(8 * blocks, 7 * 132) << tiles;                        // at most 1 in 8 idle
+    }
   }
 }
 
 TEST(PersistentTileOrder, TilesOfUnequalCostKeepEveryMultiprocessor) {
-  EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 16, 8, true).Blocks(132, true), 132);   // causal
+  EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 16, 8, true).Blocks(132, true), 132);   // causal, longest first
+  EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 16, 8, true).Blocks(132, false), 132);  // causal varlen
   EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 16, 8, false).Blocks(132, false), 132); // varlen
   EXPECT_EQ(PersistentTileOrder::Of(1024, 128, 4, 2, true).Blocks(132, false), 64);    // fewer tiles
 }
 
+// Pairs where the K/V is more than the L2 holds and every sequence has the launch's lengths:
+// the two causal flagships of an H100 (50 MiB of L2), where each order measured faster.
+TEST(PersistentTileOrder, PairsWhereTheKeysAndValuesOutgrowTheL2) {
+  const int64_t l2 = int64_t{50} << 20;
+  const auto kv_bytes = [](int64_t batch, int64_t kv_heads, int64_t kv_len) { return 2 * batch * kv_heads * kv_len * 128 * 2; };
+  EXPECT_TRUE(PersistentTileOrder::PairsPay(true, true, kv_bytes(4, 16, 4096), l2));   // MHA b4 h16: 128 MiB
+  EXPECT_FALSE(PersistentTileOrder::PairsPay(true, true, kv_bytes(2, 8, 4096), l2));   // GQA 32/8 b2: 32 MiB
+  EXPECT_FALSE(PersistentTileOrder::PairsPay(true, false, kv_bytes(4, 16, 4096), l2)); // varlen
+  EXPECT_FALSE(PersistentTileOrder::PairsPay(false, true, kv_bytes(4, 16, 4096), l2)); // no mask
+  EXPECT_FALSE(PersistentTileOrder::PairsPay(true, true, kv_bytes(4, 16, 4096), 0));   // L2 unknown
+}
+
 TEST(PersistentTileOrder, ThirtyTwoBitDecodeMatchesSixtyFourBit) {
   for (const bool causal : {false, true}) {
-    for (const auto& [q_len, heads, sequences] : {std::tuple{1024, 16, 8}, std::tuple{777, 7, 3}, std::tuple{4096, 32, 2},
-                                                   std::tuple{128, 1, 1}, std::tuple{65536, 3, 5}}) {
-      const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, causal);
-      for (int64_t t = 0; t < order.total; ++t) {
-        int qb64 = -1, head64 = -1, seq64 = -1, qb32 = -2, head32 = -2, seq32 = -2;
-        order.Decode(t, qb64, head64, seq64);
-        order.Decode<uint32_t>(t, qb32, head32, seq32);
-        ASSERT_EQ(std::tie(qb32, head32, seq32), std::tie(qb64, head64, seq64)) << t << " causal " << causal;
+    for (const bool paired : {false, true}) {
+      for (const auto& [q_len, heads, sequences] : {std::tuple{1024, 16, 8}, std::tuple{777, 7, 3},
+                                                     std::tuple{4096, 32, 2}, std::tuple{128, 1, 1},
+                                                     std::tuple{65536, 3, 5}}) {
+        const PersistentTileOrder order = PersistentTileOrder::Of(q_len, 128, heads, sequences, causal, paired);
+        for (int64_t t = 0; t < order.total; ++t) {
+          int qb64 = -1, head64 = -1, seq64 = -1, qb32 = -2, head32 = -2, seq32 = -2;
+          order.Decode(t, qb64, head64, seq64);
+          order.Decode<uint32_t>(t, qb32, head32, seq32);
+          ASSERT_EQ(std::tie(qb32, head32, seq32), std::tie(qb64, head64, seq64)) << t << " causal " << causal;
+        }
       }
     }
   }
