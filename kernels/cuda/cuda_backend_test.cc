@@ -1255,12 +1255,16 @@ TEST_F(CudaBackendTest, PersistentCausalTileOrdersMatchTheReference) {
   for (DType dtype : {DType::kFp16, DType::kBf16}) {
     const Precision precision = dtype == DType::kFp16 ? Precision::kFp16 : Precision::kBf16;
     for (int d : {64, 128}) {
-      // q_len, kv_len: 8 query blocks (4 pairs), 5 (2 pairs and a middle block), 3 with fewer keys.
-      for (auto [q_len, kv_len] : {std::pair{1024, 1024}, std::pair{613, 700}, std::pair{300, 200}}) {
-        const AttentionProblem p = MakeProblem(3, 48, 12, q_len, kv_len, d, /*causal=*/true, dtype);
+      // 2 query blocks (one pair) in 144 (sequence, head)s, more pairs than multiprocessors; 5
+      // (2 pairs and a middle block) with keys before the queries; 3 with fewer keys than queries.
+      struct Shape {
+        int batch, q_heads, kv_heads, q_len, kv_len;
+      };
+      for (const Shape& s : {Shape{3, 48, 12, 256, 256}, Shape{1, 8, 2, 613, 700}, Shape{1, 8, 2, 300, 200}}) {
+        const AttentionProblem p = MakeProblem(s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, d, true, dtype);
         ASSERT_TRUE(p.Validate().ok()) << p.Validate();
-        if (q_len == 1024) {
-          ASSERT_GT(cuda::fused::PersistentTileOrder::Of(q_len, 128, 48, 3, true, true).Units(), sms)
+        if (s.q_len == 256) {
+          ASSERT_GT(cuda::fused::PersistentTileOrder::Of(s.q_len, 128, s.q_heads, s.batch, true, true).Units(), sms)
               << "blocks walk several pairs";
         }
         const CacheCase c = MakeCacheCase(p, {}, ++seed);
