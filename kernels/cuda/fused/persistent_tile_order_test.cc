@@ -203,7 +203,9 @@ TEST(PersistentTileOrder, TilesOfUnequalCostKeepEveryMultiprocessor) {
 // the two causal flagships of an H100 (50 MiB of L2), where each order measured faster.
 TEST(PersistentTileOrder, PairsWhereTheKeysAndValuesOutgrowTheL2) {
   const int64_t l2 = int64_t{50} << 20;
-  const auto kv_bytes = [](int64_t batch, int64_t kv_heads, int64_t kv_len) { return 2 * batch * kv_heads * kv_len * 128 * 2; };
+  const auto kv_bytes = [](int64_t batch, int64_t kv_heads, int64_t kv_len) {
+    return 2 * batch * kv_heads * kv_len * 128 * 2;  // K and V, head_dim 128, 2-byte elements
+  };
   EXPECT_TRUE(PersistentTileOrder::PairsPay(true, true, kv_bytes(4, 16, 4096), l2));   // MHA b4 h16: 128 MiB
   EXPECT_FALSE(PersistentTileOrder::PairsPay(true, true, kv_bytes(2, 8, 4096), l2));   // GQA 32/8 b2: 32 MiB
   EXPECT_FALSE(PersistentTileOrder::PairsPay(true, false, kv_bytes(4, 16, 4096), l2)); // varlen
