@@ -107,14 +107,14 @@ struct PersistentTileOrder {
     const Index tile = static_cast<Index>(t);
     Index sequence_head;
     if (paired) {
-      const Index unit = tile >> 1, per_head = static_cast<Index>(m_blocks >> 1);
-      const Index pair_units = per_head * static_cast<Index>(heads) * static_cast<Index>(sequences);
+      const Index unit = tile >> 1, per_head = static_cast<Index>(Pairs());
+      const Index pair_units = static_cast<Index>(PairUnits());
       if (unit < pair_units) {
         const int k = static_cast<int>(unit % per_head);
         query_block = (tile & 1) == 0 ? m_blocks - 1 - k : k;
         sequence_head = unit / per_head;
       } else {  // the middle query block of an odd m_blocks, then its empty partner
-        query_block = (tile & 1) == 0 ? m_blocks >> 1 : m_blocks;
+        query_block = (tile & 1) == 0 ? Pairs() : m_blocks;
         sequence_head = unit - pair_units;
       }
     } else if (causal) {
