@@ -184,9 +184,9 @@ struct SplitTail {
   // its split pays: the second launch has a fixed cost, and on a power-capped GPU the busy
   // multiprocessors of a partly idle round run faster, so that round costs less than its share
   // of the blocks says. Measured on an H100 at head_dim 128: 15 whole rounds 0.7 % faster, one
-  // whole round 0.8 % slower; 8 lies between. Without it, a launch of 8 or more whole rounds
-  // would take the fewest blocks for the same rounds (Blocks: 128 for bf16 b4 h16 S4096), which
-  // ran 0.6 % slower than the tail launch on that flagship.
+  // whole round 0.8 % slower; 8 lies between. Without a tail launch, a launch of 8 or more whole
+  // rounds would take the fewest blocks for the same rounds (Blocks: 128 for bf16 b4 h16 S4096),
+  // which ran 0.6 % slower than the tail launch on that flagship.
   static constexpr int kTailMinWholeRounds = 8;
   FUSETUNE_HOST_DEVICE bool TailLaunchPays(int blocks) const {
     return active() && blocks > 0 && first_tile >= static_cast<int64_t>(kTailMinWholeRounds) * blocks;
