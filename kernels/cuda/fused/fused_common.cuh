@@ -368,15 +368,10 @@ struct QueryBlock {
   int n_unmasked = 0;    // leading tiles every row sees completely (no per-element mask)
 };
 
-// Fills `b` for query block `query_block` of head `head` of sequence `seq`; false when the
-// block starts past its sequence's queries.
+// The rest of a QueryBlock whose causal, g and m0 are set: its rows, head, bases and key tiles;
+// false when the block starts past its sequence's queries.
 template <typename T, int BM, int BS>
-__device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, int query_block, int head, int seq,
-                                                 QueryBlock<T>& b) {
-  b.causal = a.causal != 0;
-  b.seq = seq;
-  b.g = LoadSequenceGeometry(a, seq);
-  b.m0 = query_block * BM;
+__device__ __forceinline__ bool LocateQueryRows(const FusedKernelArgs& a, int head, QueryBlock<T>& b) {
   if (b.m0 >= b.g.q_len) return false;
   b.q_rows = min(BM, b.g.q_len - b.m0);
   b.head = head;
@@ -396,11 +391,29 @@ __device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, int q
   return true;
 }
 
+// Fills `b` for query block `query_block` of head `head` of sequence `seq`; false when the
+// block starts past its sequence's queries.
+template <typename T, int BM, int BS>
+__device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, int query_block, int head, int seq,
+                                                 QueryBlock<T>& b) {
+  b.causal = a.causal != 0;
+  b.seq = seq;
+  b.g = LoadSequenceGeometry(a, seq);
+  b.m0 = query_block * BM;
+  return LocateQueryRows<T, BM, BS>(a, head, b);
+}
+
 // The block of this thread block in the one-block-per-tile grid (x = query blocks, y = query
-// heads, z = sequences).
+// heads, z = sequences). It reads the sequence's geometry before the query block's index, in
+// that order: the exact-fp32 SIMT kernels compiled from the index-first order (the form above
+// with the grid's indices) ran 1.1-1.6 % slower at 128-256 queries (docs/perf.md).
 template <typename T, int BM, int BS>
 __device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, QueryBlock<T>& b) {
-  return LocateQueryBlock<T, BM, BS>(a, QueryBlockIndex(a.causal != 0), blockIdx.y, blockIdx.z, b);
+  b.causal = a.causal != 0;
+  b.seq = static_cast<int>(blockIdx.z);
+  b.g = LoadSequenceGeometry(a, b.seq);
+  b.m0 = QueryBlockIndex(b.causal) * BM;
+  return LocateQueryRows<T, BM, BS>(a, static_cast<int>(blockIdx.y), b);
 }
 
 // Writes zeros to the block's rows: for a block none of whose rows sees a key (zeros, never

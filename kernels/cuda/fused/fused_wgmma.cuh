@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // sequence; fn(blk, keys).
   QueryBlock<T> grid_block;
   if constexpr (!Tr::kPersistent) {
-    if (!LocateQueryBlock<T, BM, BS>(a, grid_block)) return;
+    if (!LocateQueryBlock<T, BM, BS>(a, QueryBlockIndex(a.causal != 0), blockIdx.y, blockIdx.z, grid_block)) return;
     if (grid_block.n_tiles == 0) {
       ZeroBlockOutput<T, D, Tr::kThreads>(grid_block, a.o_row_stride);
       return;
