@@ -47,7 +47,6 @@ struct FusedKernelArgs {
   // Device array of batch visible key counts (key padding), or nullptr.
   const int32_t* kv_valid_lens = nullptr;
   int causal = 0;             // bottom-right aligned causal mask when nonzero
-  CausalTileOrder causal_order = CausalTileOrder::kAuto;  // persistent Hopper launches (above)
   float scale_log2 = 1.0f;    // softmax scale * log2(e), > 0
   // Rows of Q/O and of K/V in memory (sum of the sequence lengths); 0 = unknown. The Hopper
   // TMA kernel needs them as tensor bounds and refuses to launch (cudaErrorNotSupported) at 0.
@@ -66,6 +65,9 @@ struct FusedKernelArgs {
   int64_t split_partial_floats = 0;
   int32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
+  // Host-only (the launcher reads it; no kernel does), and last, so that the fields the kernels
+  // read keep their offsets in the parameter block whatever is added here.
+  CausalTileOrder causal_order = CausalTileOrder::kAuto;  // persistent Hopper launches (above)
 };
 
 // Whether every sequence of the launch has q_len queries and sees all kv_len keys: no varlen
