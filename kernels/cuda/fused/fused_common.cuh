@@ -405,8 +405,10 @@ __device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, int q
 
 // The block of this thread block in the one-block-per-tile grid (x = query blocks, y = query
 // heads, z = sequences). It reads the sequence's geometry before the query block's index, in
-// that order: the exact-fp32 SIMT kernels compiled from the index-first order (the form above
-// with the grid's indices) ran 1.1-1.6 % slower at 128-256 queries (docs/perf.md).
+// that order, so the SIMT and mma.sync kernels compile to the code they had before the
+// persistent schedule gave the form above (byte for byte, with FusedKernelArgs' field order);
+// called with the grid's indices, the form above changed their code both ways by up to 1.6 %
+// (docs/perf.md).
 template <typename T, int BM, int BS>
 __device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, QueryBlock<T>& b) {
   b.causal = a.causal != 0;

@@ -65,8 +65,8 @@ struct FusedKernelArgs {
   int64_t split_partial_floats = 0;
   int32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
-  // Host-only (the launcher reads it; no kernel does), and last, so that the fields the kernels
-  // read keep their offsets in the parameter block whatever is added here.
+  // Host-only (the launcher reads it; no kernel does). Last, so the fields every kernel reads
+  // keep the offsets they had before the persistent schedule, and its kernels their code.
   CausalTileOrder causal_order = CausalTileOrder::kAuto;  // persistent Hopper launches (above)
 };
 
