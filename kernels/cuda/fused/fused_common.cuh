@@ -407,8 +407,8 @@ __device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, int q
 // heads, z = sequences). It reads the sequence's geometry before the query block's index, in
 // that order, so the SIMT and mma.sync kernels compile to the code they had before the
 // persistent schedule gave the form above (byte for byte, with FusedKernelArgs' field order);
-// called with the grid's indices, the form above changed their code both ways by up to 1.6 %
-// (docs/perf.md).
+// the form above, called with the grid's indices, changed their code and moved their times by
+// up to 1.6 % either way (docs/perf.md).
 template <typename T, int BM, int BS>
 __device__ __forceinline__ bool LocateQueryBlock(const FusedKernelArgs& a, QueryBlock<T>& b) {
   b.causal = a.causal != 0;

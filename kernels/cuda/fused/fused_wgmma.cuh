@@ -342,6 +342,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   // sequence; fn(blk, keys).
   QueryBlock<T> grid_block;
   if constexpr (!Tr::kPersistent) {
+    // The indexed form with the grid's indices, not the grid form: that order is the one these
+    // kernels were measured with (the grid form's order is the SIMT and mma.sync kernels').
     if (!LocateQueryBlock<T, BM, BS>(a, QueryBlockIndex(a.causal != 0), blockIdx.y, blockIdx.z, grid_block)) return;
     if (grid_block.n_tiles == 0) {
       ZeroBlockOutput<T, D, Tr::kThreads>(grid_block, a.o_row_stride);
